@@ -1,0 +1,66 @@
+# rate_limit_window — build, run and test the nginx module.
+#
+#   make run    build, then run nginx-conf/gateway.conf in the foreground
+#               (gateway on 127.0.0.1:8080, demo app on 127.0.0.1:8081)
+#   make test   build, then run every unit and integration test
+#
+# Other targets: build, bench, soak, fuzz, deb, test-deb, clean.
+
+SHELL    := /bin/bash
+CARGO    ?= cargo
+DIST     := target/dist
+MODULE   := ngx_http_rate_limit_window_module
+RUN_DIR  := target/run
+
+BUILD_DEPS := libclang-dev libpcre2-dev libssl-dev zlib1g-dev make gcc pkg-config
+TEST_DEPS  := faketime curl
+BENCH_DEPS := wrk
+
+.PHONY: all deps build run test soak bench fuzz deb test-deb clean
+
+all: build
+
+deps:
+	@scripts/deps.sh $(BUILD_DEPS)
+
+# Release build. Leaves exactly target/dist/$(MODULE).so and target/dist/nginx,
+# the nginx binary the module was built against (same version and flags).
+# With NGINX_BUILD_DIR set, builds against that configured tree instead.
+build: deps
+	@set -euo pipefail; \
+	json=$$($(CARGO) build --release -p rate_limit_window --message-format=json-render-diagnostics); \
+	mkdir -p $(DIST); \
+	cp target/release/lib$(MODULE).so $(DIST)/$(MODULE).so; \
+	if [ -n "$${NGINX_BUILD_DIR:-}" ]; then nginx_bin="$$NGINX_BUILD_DIR/nginx"; \
+	else out=$$(grep '"reason":"build-script-executed"' <<<"$$json" | grep '"package_id":"[^"]*nginx-sys' \
+	          | sed 's/.*"out_dir":"\([^"]*\)".*/\1/' | tail -n1); nginx_bin="$$out/objs/nginx"; fi; \
+	if [ -x "$$nginx_bin" ]; then cp "$$nginx_bin" $(DIST)/nginx; \
+	else echo "note: $$nginx_bin not built; run make in that nginx tree to get a matching binary"; rm -f $(DIST)/nginx; fi; \
+	ls -l $(DIST)
+
+run: build
+	@scripts/run-gateway.sh
+
+test: build
+	@scripts/deps.sh $(TEST_DEPS)
+	$(CARGO) test --release --workspace
+
+soak: build
+	@scripts/deps.sh $(TEST_DEPS)
+	RLW_SOAK=1 $(CARGO) test --release --workspace -- --include-ignored --test-threads=1
+
+bench: build
+	@scripts/deps.sh $(BENCH_DEPS)
+	@scripts/bench.sh
+
+fuzz:
+	@scripts/fuzz.sh
+
+deb:
+	@scripts/deb.sh
+
+test-deb: deb
+	@scripts/test-deb.sh
+
+clean:
+	$(CARGO) clean

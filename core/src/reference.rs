@@ -1,0 +1,182 @@
+//! Exact models used by the tests and benchmarks (not used by the table).
+//!
+//! [`Model`] applies the same sliding-window-counter rule as
+//! [`Table`](crate::Table) with a `HashMap` and full 64-bit window indices,
+//! and no capacity limit. [`SlidingLog`] is the exact sliding log: a request
+//! at `t` is admitted iff fewer than `limit` requests were admitted in
+//! `(t - W, t]`.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::window::{self, Counts, Window};
+
+/// One key's state in the [`Model`]: the window index its counts belong to,
+/// and the counts in requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Entry {
+    /// Full window index of `current`.
+    pub index: u64,
+    /// Requests admitted in window `index`.
+    pub current: u32,
+    /// Requests admitted in window `index - 1`.
+    pub previous: u32,
+}
+
+/// The decision of the [`Model`], with the fields of
+/// [`Decision`](crate::Decision) it can predict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelDecision {
+    /// Admitted and counted.
+    pub admitted: bool,
+    /// Requests still admissible after this one.
+    pub remaining: u32,
+    /// Seconds until one more request would be admitted (0 if admitted).
+    pub retry_after_s: u32,
+    /// Seconds to the next window boundary.
+    pub reset_s: u32,
+    /// Estimate before this request, in requests.
+    pub estimate: u32,
+    /// The window index the request was counted in, if admitted.
+    pub counted_in: Option<u64>,
+    /// The key's stored window was later than `now` (clock went back).
+    pub clock_backwards: bool,
+}
+
+/// Exact reference model of the table's rule, keyed by any `u64`.
+#[derive(Clone, Debug)]
+pub struct Model {
+    window: Window,
+    entries: HashMap<u64, Entry>,
+}
+
+impl Model {
+    /// An empty model for `window`.
+    pub fn new(window: Window) -> Model {
+        Model {
+            window,
+            entries: HashMap::new(),
+        }
+    }
+
+    /// The stored entry of `key`, if any.
+    pub fn entry(&self, key: u64) -> Option<Entry> {
+        self.entries.get(&key).copied()
+    }
+
+    /// `(counts, elapsed used for the decision, window index, backwards)`
+    /// of `key` at `now_ms`.
+    pub fn view(&self, key: u64, now_ms: u64) -> (Counts, u64, u64, bool) {
+        let idx = self.window.index(now_ms);
+        let e = self.window.elapsed_ms(now_ms);
+        let fresh = (Counts::default(), e, idx, false);
+        let Some(en) = self.entries.get(&key) else {
+            return fresh;
+        };
+        if en.current == 0 && en.previous == 0 {
+            return fresh;
+        }
+        let c = Counts {
+            current: en.current,
+            previous: en.previous,
+        };
+        if en.index == idx {
+            (c, e, idx, false)
+        } else if en.index + 1 == idx {
+            (
+                Counts {
+                    current: 0,
+                    previous: en.current,
+                },
+                e,
+                idx,
+                false,
+            )
+        } else if en.index < idx {
+            fresh
+        } else {
+            (c, 0, en.index, true)
+        }
+    }
+
+    /// Decides (and counts, if admitted) one request of `key` at `now_ms`.
+    pub fn acquire(&mut self, key: u64, now_ms: u64, limit: u32) -> ModelDecision {
+        let w = self.window.ms();
+        let (c, e, idx, back) = self.view(key, now_ms);
+        let reset_s = window::reset_secs(self.window.elapsed_ms(now_ms), w);
+        let estimate = window::estimate(c, e, w);
+        if !window::admits(c, e, w, limit) {
+            return ModelDecision {
+                admitted: false,
+                remaining: 0,
+                retry_after_s: window::retry_after_secs(c, e, w, limit),
+                reset_s,
+                estimate,
+                counted_in: None,
+                clock_backwards: back,
+            };
+        }
+        let after = Counts {
+            current: c.current + 1,
+            previous: c.previous,
+        };
+        self.entries.insert(
+            key,
+            Entry {
+                index: idx,
+                current: after.current,
+                previous: after.previous,
+            },
+        );
+        ModelDecision {
+            admitted: true,
+            remaining: window::remaining(after, e, w, limit),
+            retry_after_s: 0,
+            reset_s,
+            estimate,
+            counted_in: Some(idx),
+            clock_backwards: back,
+        }
+    }
+
+    /// Takes back an admission of `key` counted in window `counted_in`.
+    pub fn undo(&mut self, key: u64, counted_in: u64) {
+        if let Some(en) = self.entries.get_mut(&key) {
+            if en.index == counted_in {
+                en.current = en.current.saturating_sub(1);
+            } else if en.index == counted_in + 1 {
+                en.previous = en.previous.saturating_sub(1);
+            }
+        }
+    }
+}
+
+/// The exact sliding log for one key: admits at `t` iff fewer than `limit`
+/// admitted requests lie in `(t - W, t]` (times in ms, non-decreasing).
+#[derive(Clone, Debug, Default)]
+pub struct SlidingLog {
+    admitted: VecDeque<u64>,
+}
+
+impl SlidingLog {
+    /// An empty log.
+    pub fn new() -> SlidingLog {
+        SlidingLog::default()
+    }
+
+    /// Decides one request at `t_ms` and records it if admitted.
+    pub fn acquire(&mut self, t_ms: u64, window_ms: u64, limit: u32) -> bool {
+        while let Some(&front) = self.admitted.front() {
+            if front + window_ms <= t_ms {
+                self.admitted.pop_front();
+            } else {
+                break;
+            }
+        }
+        if self.admitted.len() < limit as usize {
+            self.admitted.push_back(t_ms);
+            true
+        } else {
+            false
+        }
+    }
+}

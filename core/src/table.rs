@@ -1,0 +1,1565 @@
+//! A lock-free table of per-key window counters over a caller-provided byte
+//! region, shared by several processes (nginx workers after `fork`).
+//!
+//! # Region layout
+//!
+//! ```text
+//! offset 0                  Header (repr(C), 64-byte aligned, HEADER_BYTES = 4224)
+//!   line 0: magic u64 | layout version u32 | pad u32 | window_ms u64 |
+//!           seed [u64; 2] | capacity u64 | reserved [u64; 2]
+//!   line 1: last_event_ms [AtomicU64; 8]     (one per Counter, for episodes)
+//!   lines 2..66: SHARDS shards of [AtomicU64; 8] (one cache line each)
+//! offset HEADER_BYTES       capacity slots of SLOT_BYTES = 16 bytes
+//! ```
+//!
+//! If the region start is 16- but not 64-byte aligned, the table starts at
+//! the next 64-byte boundary (the offset is a function of the address, so
+//! every process mapping the region at a page-aligned address agrees).
+//!
+//! # Slot packing
+//!
+//! Each slot is one `AtomicU128`, only ever changed by compare-and-swap:
+//!
+//! ```text
+//! high 64 bits: fingerprint (56 bits) << 8 | touch tick (8 bits)
+//! low 64 bits:  window index mod 2^24 (bits 40..64)
+//!             | previous count (bits 20..40) | current count (bits 0..20)
+//! ```
+//!
+//! * fingerprint: the top 56 bits of the key hash, never 0 for a used slot;
+//!   0 means the slot was never used (and it never goes back to 0);
+//! * touch tick: `elapsed_ms * 256 / window_ms` at the last update, used to
+//!   pick the least recently active victim within a window;
+//! * counts: requests, saturating at `2^20 - 1` (>= [`MAX_LIMIT`]).
+//!
+//! Window indices are compared modulo 2^24 with a signed delta in
+//! `[-2^23, 2^23)`: 0 is the same window, 1 means the slot holds the previous
+//! window, 2 or more means the counts are stale (the slot is free for reuse),
+//! and a negative delta means this caller's clock is behind the slot's: the
+//! slot's (newest) window wins, nothing is reset, and the decision uses the
+//! slot's window with `elapsed = 0` (full weight on its previous count, the
+//! conservative choice). A slot whose counts are both 0 is free as well.
+//!
+//! # Placement
+//!
+//! A key has two candidate groups of [`PROBE`] consecutive slots (chosen from
+//! independent bits of its hash). A lookup scans group one, then group two,
+//! and the first slot with the key's fingerprint is the key's slot. Within a
+//! group, slots are claimed first-free in order, so the never-used slots of a
+//! group always form a suffix and a never-used slot ends the scan of that
+//! group. A new key goes to the first free slot of the candidate group with
+//! fewer live slots ("power of two choices"), which keeps a 1 MiB region
+//! (65_264 slots) free of evictions up to about 56_000 live keys, where a
+//! single bounded linear probe of 8 to 64 slots loses keys from ~40_000 on.
+//!
+//! When both groups are full of live slots, [`FailPolicy::Open`] evicts the
+//! least recently active of them (oldest window, then oldest tick) and
+//! counts [`Counter::EvictLive`]; [`FailPolicy::Closed`] rejects the request
+//! without tracking it and counts [`Counter::FailClosed`].
+//!
+//! # Collisions
+//!
+//! Two distinct keys are confused only if they share the 56-bit fingerprint
+//! and one candidate group: at most `2^-56` per pair of live keys (with a
+//! million live keys, about 7e-6 for the whole table).
+//!
+//! # Concurrency
+//!
+//! There are no locks: a process killed at any instruction leaves every slot
+//! in a consistent state. Check-and-increment is one CAS on the key's slot;
+//! on a failed CAS the whole step is redone from a fresh read, so with any
+//! number of processes exactly `limit` requests of a fresh key are admitted in
+//! a window. Two processes inserting the same new key at the same instant
+//! normally race for the same slot; should they claim different slots (their
+//! views of the groups differed), the later claimer sees both, retires the
+//! later-positioned slot and moves its counts into the first one, so at most
+//! the racing requests themselves are decided on a partial count.
+
+use core::fmt;
+use core::hash::Hasher;
+use core::marker::PhantomData;
+use core::mem::{align_of, size_of};
+
+use portable_atomic::{AtomicU128, AtomicU64, Ordering};
+use siphasher::sip::SipHasher13;
+
+use crate::window::{self, Counts, Window, MAX_LIMIT};
+
+/// Number of counter shards (one 64-byte cache line each).
+pub const SHARDS: usize = 64;
+/// Slots in one candidate group; a key has two groups, so a lookup examines
+/// at most `2 * PROBE` slots.
+pub const PROBE: usize = 16;
+/// Number of candidate groups per key.
+pub const CHOICES: usize = 2;
+/// Bytes per slot.
+pub const SLOT_BYTES: usize = 16;
+/// `b"RLWINDOW"` read as a little-endian u64.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"RLWINDOW");
+/// Version of the region layout; bumped on any incompatible change.
+pub const LAYOUT_VERSION: u32 = 1;
+
+const COUNT_BITS: u32 = 20;
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+/// Largest storable count, in requests.
+const COUNT_MAX: u32 = COUNT_MASK as u32;
+const IDX_BITS: u32 = 24;
+const IDX_MASK: u64 = (1 << IDX_BITS) - 1;
+const IDX_HALF: u64 = 1 << (IDX_BITS - 1);
+const COUNTERS: usize = 8;
+
+const _: () = assert!(COUNT_MAX >= MAX_LIMIT);
+const _: () = assert!(Counter::ALL.len() == COUNTERS);
+
+/// Kinds of events counted in the shared counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Counter {
+    /// Requests admitted (counted by the caller).
+    Passed,
+    /// Requests rejected (counted by the caller).
+    Rejected,
+    /// Requests that would have been rejected in dry-run mode (caller).
+    RejectedDryRun,
+    /// Requests exempt from limiting (caller).
+    Exempt,
+    /// An idle slot of another key was reused (counted by the table).
+    EvictIdle,
+    /// A live slot of another key was evicted under `FailPolicy::Open`
+    /// (counted by the table).
+    EvictLive,
+    /// A request was rejected because the table was full under
+    /// `FailPolicy::Closed` (counted by the table).
+    FailClosed,
+    /// A request saw a slot from a later window than its own clock (counted
+    /// by the table).
+    ClockBackwards,
+}
+
+impl Counter {
+    /// Every counter kind, in a stable order.
+    pub const ALL: [Counter; 8] = [
+        Counter::Passed,
+        Counter::Rejected,
+        Counter::RejectedDryRun,
+        Counter::Exempt,
+        Counter::EvictIdle,
+        Counter::EvictLive,
+        Counter::FailClosed,
+        Counter::ClockBackwards,
+    ];
+
+    /// A stable snake_case name, e.g. `"passed"`, for metrics output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::Passed => "passed",
+            Counter::Rejected => "rejected",
+            Counter::RejectedDryRun => "rejected_dry_run",
+            Counter::Exempt => "exempt",
+            Counter::EvictIdle => "evict_idle",
+            Counter::EvictLive => "evict_live",
+            Counter::FailClosed => "fail_closed",
+            Counter::ClockBackwards => "clock_backwards",
+        }
+    }
+
+    fn at(self) -> usize {
+        self as usize
+    }
+}
+
+/// What to do with a new key when both of its candidate groups are full of
+/// live keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailPolicy {
+    /// Evict the least recently active live key and track the new one.
+    Open,
+    /// Reject the request without tracking the key.
+    Closed,
+}
+
+/// Why a region could not be formatted or adopted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableError {
+    /// 128-bit (or 64-bit) atomics would need a lock on this CPU.
+    NotLockFree,
+    /// The region is not 16-byte aligned.
+    Misaligned,
+    /// The region cannot hold the header and one group of slots.
+    TooSmall,
+    /// The region was not formatted by this module.
+    BadMagic,
+    /// The region was formatted with another layout version.
+    BadVersion,
+    /// The region was formatted for another window length (ms).
+    WindowMismatch {
+        /// Window length stored in the region, in ms.
+        stored_ms: u64,
+        /// Window length requested, in ms.
+        wanted_ms: u64,
+    },
+    /// The stored capacity does not fit the region.
+    CapacityMismatch,
+}
+
+impl fmt::Display for TableError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TableError::NotLockFree => f.write_str("128-bit atomics are not lock-free on this CPU"),
+            TableError::Misaligned => f.write_str("shared zone is not 16-byte aligned"),
+            TableError::TooSmall => write!(
+                f,
+                "shared zone is too small: at least {} bytes are needed",
+                Table::HEADER_BYTES + 64 + PROBE * SLOT_BYTES
+            ),
+            TableError::BadMagic => f.write_str("shared zone does not hold a rate limit table"),
+            TableError::BadVersion => {
+                f.write_str("shared zone holds a rate limit table of another layout version")
+            }
+            TableError::WindowMismatch {
+                stored_ms,
+                wanted_ms,
+            } => write!(
+                f,
+                "shared zone was created with window {stored_ms}ms, configuration now says {wanted_ms}ms"
+            ),
+            TableError::CapacityMismatch => {
+                f.write_str("shared zone capacity does not match its size")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TableError {}
+
+/// A key's 64-bit SipHash-1-3 under the zone seed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KeyHash(pub u64);
+
+impl KeyHash {
+    /// The 56-bit fingerprint stored in the slot (never 0).
+    fn fingerprint(self) -> u64 {
+        let fp = self.0 >> 8;
+        if fp == 0 {
+            1
+        } else {
+            fp
+        }
+    }
+}
+
+/// Hashes a key of any length (including empty and > 64 KiB) with
+/// SipHash-1-3 keyed by `seed`.
+pub fn hash_with_seed(seed: [u64; 2], key: &[u8]) -> KeyHash {
+    let mut h = SipHasher13::new_with_keys(seed[0], seed[1]);
+    h.write(key);
+    KeyHash(h.finish())
+}
+
+/// Whether the request was admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted and counted.
+    Admitted,
+    /// Over the limit; not counted.
+    Rejected,
+    /// The table was full under `FailPolicy::Closed`; not counted.
+    FailClosed,
+}
+
+/// Proof of an admission, for [`Table::undo`]. Opaque.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admission {
+    slot: u32,
+    fingerprint: u64,
+    window_index: u64,
+}
+
+impl Admission {
+    /// The window index (UTC epoch index) the admission was counted in.
+    pub fn window_index(&self) -> u64 {
+        self.window_index
+    }
+}
+
+/// Table events that happened while deciding one request, so that the
+/// caller can log them (once per episode, see [`Table::note_episode`]). The
+/// table has already counted them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Events {
+    /// A live key was evicted to make room (`FailPolicy::Open`).
+    pub evicted_live: bool,
+    /// An idle key's slot was reused.
+    pub evicted_idle: bool,
+    /// The key's slot was from a later window than `now_ms`.
+    pub clock_backwards: bool,
+}
+
+/// The answer to one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Admitted, rejected, or rejected because the table is full.
+    pub outcome: Outcome,
+    /// Requests that would still be admitted right now, after counting this
+    /// one (0 when not admitted).
+    pub remaining: u32,
+    /// Seconds until one more request would be admitted (0 when admitted;
+    /// equal to `reset_s` for `FailClosed`).
+    pub retry_after_s: u32,
+    /// Seconds until the next window boundary (rounded up).
+    pub reset_s: u32,
+    /// The sliding estimate before this request, in requests (rounded down;
+    /// 0 for `FailClosed`).
+    pub estimate: u32,
+    /// Present iff admitted; pass it to [`Table::undo`] to take it back.
+    pub admission: Option<Admission>,
+    /// Table events seen on the way.
+    pub events: Events,
+}
+
+/// A read-only view of one key, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The window index the counts belong to (the caller's current window,
+    /// or the slot's when the caller's clock is behind).
+    pub window_index: u64,
+    /// Requests in that window.
+    pub current: u32,
+    /// Requests in the window before.
+    pub previous: u32,
+    /// Sliding estimate in requests (rounded down).
+    pub estimate: u32,
+}
+
+#[repr(C, align(64))]
+struct Shard {
+    counters: [AtomicU64; COUNTERS],
+}
+
+#[repr(C, align(64))]
+struct Header {
+    magic: AtomicU64,
+    version: u32,
+    _pad: u32,
+    window_ms: u64,
+    seed: [u64; 2],
+    capacity: u64,
+    _reserved: [u64; 2],
+    last_event_ms: [AtomicU64; COUNTERS],
+    shards: [Shard; SHARDS],
+}
+
+const _: () = assert!(size_of::<Header>() == 64 * (2 + SHARDS));
+const _: () = assert!(size_of::<AtomicU128>() == SLOT_BYTES);
+const _: () = assert!(align_of::<AtomicU128>() == 16);
+
+/// The decoded content of a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slot {
+    fp: u64,
+    tick: u8,
+    idx24: u64,
+    previous: u32,
+    current: u32,
+}
+
+impl Slot {
+    fn decode(v: u128) -> Slot {
+        let hi = (v >> 64) as u64;
+        let lo = v as u64;
+        Slot {
+            fp: hi >> 8,
+            tick: hi as u8,
+            idx24: lo >> 40,
+            previous: ((lo >> COUNT_BITS) & COUNT_MASK) as u32,
+            current: (lo & COUNT_MASK) as u32,
+        }
+    }
+
+    fn encode(self) -> u128 {
+        let hi = (self.fp << 8) | u64::from(self.tick);
+        let lo = ((self.idx24 & IDX_MASK) << 40)
+            | (u64::from(self.previous.min(COUNT_MAX)) << COUNT_BITS)
+            | u64::from(self.current.min(COUNT_MAX));
+        (u128::from(hi) << 64) | u128::from(lo)
+    }
+
+    /// Signed window delta `now - slot` modulo 2^24, in `[-2^23, 2^23)`.
+    fn delta(self, now_idx: u64) -> i64 {
+        let d = now_idx.wrapping_sub(self.idx24) & IDX_MASK;
+        if d >= IDX_HALF {
+            d as i64 - (1 << IDX_BITS)
+        } else {
+            d as i64
+        }
+    }
+
+    fn is_empty(self) -> bool {
+        self.current == 0 && self.previous == 0
+    }
+
+    /// Whether the slot is free for another key at window `now_idx`:
+    /// never used, no counts, or idle for two windows or more.
+    fn is_free(self, now_idx: u64) -> bool {
+        self.fp == 0 || self.is_empty() || self.delta(now_idx) >= 2
+    }
+}
+
+/// The counts of a slot as seen from `now`.
+#[derive(Clone, Copy, Debug)]
+struct View {
+    counts: Counts,
+    /// Elapsed ms used for the decision (0 when the clock is behind).
+    elapsed: u64,
+    /// Full window index the counts belong to.
+    index: u64,
+    /// The slot is from a later window than `now`.
+    backwards: bool,
+}
+
+fn view(s: Slot, now_idx: u64, elapsed: u64) -> View {
+    let fresh = View {
+        counts: Counts::default(),
+        elapsed,
+        index: now_idx,
+        backwards: false,
+    };
+    if s.is_empty() {
+        return fresh;
+    }
+    let d = s.delta(now_idx);
+    match d {
+        0 => View {
+            counts: Counts {
+                current: s.current,
+                previous: s.previous,
+            },
+            ..fresh
+        },
+        1 => View {
+            counts: Counts {
+                current: 0,
+                previous: s.current,
+            },
+            ..fresh
+        },
+        d if d >= 2 => fresh,
+        d => View {
+            counts: Counts {
+                current: s.current,
+                previous: s.previous,
+            },
+            elapsed: 0,
+            index: now_idx.wrapping_add(d.unsigned_abs()),
+            backwards: true,
+        },
+    }
+}
+
+/// A lock-free table of window counters in a shared byte region.
+///
+/// `Table` only borrows the region: every method takes `&self`, and any
+/// number of `Table`s in any number of processes may work on one region at
+/// once.
+pub struct Table<'a> {
+    header: &'a Header,
+    slots: &'a [AtomicU128],
+    window: Window,
+    seed: [u64; 2],
+    groups: u64,
+    _region: PhantomData<&'a [u8]>,
+}
+
+impl fmt::Debug for Table<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Table")
+            .field("window_ms", &self.window.ms())
+            .field("capacity", &self.slots.len())
+            .finish()
+    }
+}
+
+fn check_lock_free() -> Result<(), TableError> {
+    if AtomicU128::is_lock_free() && AtomicU64::is_lock_free() {
+        Ok(())
+    } else {
+        Err(TableError::NotLockFree)
+    }
+}
+
+/// Returns (offset of the 64-byte aligned table start, capacity in slots).
+fn geometry(region: *mut u8, len: usize) -> Result<(usize, usize), TableError> {
+    let addr = region as usize;
+    if addr % 16 != 0 {
+        return Err(TableError::Misaligned);
+    }
+    let pad = addr.wrapping_neg() % 64;
+    let cap = Table::capacity_for(len.saturating_sub(pad));
+    if cap == 0 {
+        return Err(TableError::TooSmall);
+    }
+    Ok((pad, cap))
+}
+
+/// Which group a tie or a free slot is found in, with its value.
+#[derive(Clone, Copy)]
+struct Candidate {
+    slot: usize,
+    value: u128,
+}
+
+enum Found {
+    Key {
+        slot: usize,
+        value: u128,
+    },
+    Absent {
+        free: Option<Candidate>,
+        free_is_used: bool,
+        victim: Option<Candidate>,
+    },
+}
+
+impl<'a> Table<'a> {
+    /// Size of the header at the start of the (64-byte aligned) region, in
+    /// bytes.
+    pub const HEADER_BYTES: usize = size_of::<Header>();
+
+    /// Slots that fit in a 64-byte aligned region of `region_len` bytes after
+    /// the header, rounded down to whole groups of [`PROBE`] slots (0 if not
+    /// even one group fits). A 1 MiB region holds 65_264 slots.
+    pub fn capacity_for(region_len: usize) -> usize {
+        let slots = region_len.saturating_sub(Self::HEADER_BYTES) / SLOT_BYTES;
+        let slots = slots.min(u32::MAX as usize);
+        slots / PROBE * PROBE
+    }
+
+    /// Formats the region: zeroes it, writes the header (magic, version,
+    /// window, seed, capacity) and returns the table.
+    ///
+    /// The region should be 64-byte aligned (16 at minimum, else
+    /// [`TableError::Misaligned`]; a 16-byte aligned region loses up to 48
+    /// bytes) and hold [`Table::HEADER_BYTES`] plus at least [`PROBE`] slots
+    /// ([`TableError::TooSmall`]).
+    ///
+    /// # Safety
+    ///
+    /// `region` must be valid for reads and writes of `len` bytes for `'a`,
+    /// and no one else may access it during `init`. Afterwards it may only be
+    /// accessed through `Table`s (of any process).
+    pub unsafe fn init(
+        region: *mut u8,
+        len: usize,
+        window: Window,
+        seed: [u64; 2],
+    ) -> Result<Table<'a>, TableError> {
+        check_lock_free()?;
+        let (pad, cap) = geometry(region, len)?;
+        let used = Self::HEADER_BYTES + cap * SLOT_BYTES;
+        // SAFETY: pad + used <= len by `geometry`, so this stays inside the
+        // region the caller guarantees valid and exclusively ours.
+        let base = unsafe { region.add(pad) };
+        // SAFETY: as above; all-zero bytes are a valid state for the header
+        // (atomics and integers) and for every slot ("never used").
+        unsafe { core::ptr::write_bytes(base, 0, used) };
+        let h = base.cast::<Header>();
+        // SAFETY: `base` is 64-byte aligned (pad), in bounds, and nobody else
+        // accesses the region during init; plain field writes through raw
+        // pointers, before any shared reference exists.
+        unsafe {
+            core::ptr::addr_of_mut!((*h).version).write(LAYOUT_VERSION);
+            core::ptr::addr_of_mut!((*h).window_ms).write(window.ms());
+            core::ptr::addr_of_mut!((*h).seed).write(seed);
+            core::ptr::addr_of_mut!((*h).capacity).write(cap as u64);
+        }
+        // SAFETY: header and slots are initialized, aligned and in bounds.
+        let table = unsafe { Self::from_parts(base, cap, window, seed) };
+        // Publish last: an attacher that sees the magic sees the header.
+        table.header.magic.store(MAGIC, Ordering::Release);
+        Ok(table)
+    }
+
+    /// Adopts a region formatted by [`Table::init`] (by this or another
+    /// process, or before an nginx reload), checking the magic, the layout
+    /// version, the window length (must equal `window`) and that the stored
+    /// capacity fits in `len` bytes.
+    ///
+    /// # Safety
+    ///
+    /// `region` must be valid for reads and writes of `len` bytes for `'a`,
+    /// and only be accessed through `Table`s meanwhile.
+    pub unsafe fn attach(
+        region: *mut u8,
+        len: usize,
+        window: Window,
+    ) -> Result<Table<'a>, TableError> {
+        check_lock_free()?;
+        let (pad, cap) = geometry(region, len)?;
+        // SAFETY: in bounds by `geometry`.
+        let base = unsafe { region.add(pad) };
+        let h = base.cast::<Header>();
+        // SAFETY: the header lies in the region (cap > 0 implies len covers
+        // it) and is 64-byte aligned; `magic` is an atomic, read atomically.
+        let magic = unsafe { &(*h).magic }.load(Ordering::Acquire);
+        if magic != MAGIC {
+            return Err(TableError::BadMagic);
+        }
+        // SAFETY: after the Acquire load of the magic, the plain header
+        // fields written before its Release store are visible and are never
+        // written again.
+        let (version, window_ms, seed, stored_cap) = unsafe {
+            (
+                core::ptr::addr_of!((*h).version).read(),
+                core::ptr::addr_of!((*h).window_ms).read(),
+                core::ptr::addr_of!((*h).seed).read(),
+                core::ptr::addr_of!((*h).capacity).read(),
+            )
+        };
+        if version != LAYOUT_VERSION {
+            return Err(TableError::BadVersion);
+        }
+        if window_ms != window.ms() {
+            return Err(TableError::WindowMismatch {
+                stored_ms: window_ms,
+                wanted_ms: window.ms(),
+            });
+        }
+        let stored_cap = usize::try_from(stored_cap).map_err(|_| TableError::CapacityMismatch)?;
+        if stored_cap == 0 || stored_cap > cap || stored_cap % PROBE != 0 {
+            return Err(TableError::CapacityMismatch);
+        }
+        // SAFETY: validated formatted region with `stored_cap` slots in bounds.
+        Ok(unsafe { Self::from_parts(base, stored_cap, window, seed) })
+    }
+
+    /// # Safety
+    /// `base` is 64-byte aligned and holds an initialized header followed by
+    /// `cap` initialized slots, valid for `'a`.
+    unsafe fn from_parts(base: *mut u8, cap: usize, window: Window, seed: [u64; 2]) -> Table<'a> {
+        // SAFETY: per the contract; the header is only read through atomics
+        // or as immutable plain fields from now on.
+        let header = unsafe { &*base.cast::<Header>() };
+        // SAFETY: slots start right after the header (a multiple of 64
+        // bytes, so 16-byte aligned) and `cap` of them are in bounds;
+        // AtomicU128 has the size and alignment of u128.
+        let slots = unsafe {
+            core::slice::from_raw_parts(
+                base.add(Self::HEADER_BYTES)
+                    .cast::<AtomicU128>()
+                    .cast_const(),
+                cap,
+            )
+        };
+        Table {
+            header,
+            slots,
+            window,
+            seed,
+            groups: (cap / PROBE) as u64,
+            _region: PhantomData,
+        }
+    }
+
+    /// The window length.
+    pub fn window(&self) -> Window {
+        self.window
+    }
+
+    /// The number of slots.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The hash seed stored in the region.
+    pub fn seed(&self) -> [u64; 2] {
+        self.seed
+    }
+
+    /// Hashes a key (any length, any bytes) with the zone seed.
+    pub fn hash_key(&self, key: &[u8]) -> KeyHash {
+        hash_with_seed(self.seed, key)
+    }
+
+    /// First slots of the key's two candidate groups (equal only if the
+    /// table has a single group).
+    fn groups_of(&self, key: KeyHash) -> [usize; CHOICES] {
+        let g = self.groups;
+        let a = ((key.0 & 0xffff_ffff) * g) >> 32;
+        let mut b = ((key.0 >> 32) * g) >> 32;
+        if b == a && g > 1 {
+            b = (a + 1) % g;
+        }
+        [a as usize * PROBE, b as usize * PROBE]
+    }
+
+    fn scan_order(&self, key: KeyHash) -> impl Iterator<Item = usize> {
+        let [a, b] = self.groups_of(key);
+        let second = if a == b { 0 } else { PROBE };
+        (a..a + PROBE).chain(b..b + second)
+    }
+
+    fn load(&self, slot: usize) -> u128 {
+        self.slots[slot].load(Ordering::Acquire)
+    }
+
+    fn cas(&self, slot: usize, old: u128, new: u128) -> bool {
+        self.slots[slot]
+            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Looks the key up; if absent, also returns the slot a new key should
+    /// take and the eviction victim.
+    fn find(&self, key: KeyHash, fp: u64, now_idx: u64) -> Found {
+        let [a, b] = self.groups_of(key);
+        let mut best: Option<(usize, Candidate, bool)> = None; // (live, cand, used)
+        let mut victim: Option<(i64, u8, Candidate)> = None;
+        let groups: &[usize] = if a == b { &[a][..] } else { &[a, b][..] };
+        for &g in groups {
+            let mut live = 0usize;
+            let mut free: Option<(Candidate, bool)> = None;
+            for slot in g..g + PROBE {
+                let value = self.load(slot);
+                let s = Slot::decode(value);
+                if s.fp == fp {
+                    return Found::Key { slot, value };
+                }
+                if s.fp == 0 {
+                    if free.is_none() {
+                        free = Some((Candidate { slot, value }, false));
+                    }
+                    break;
+                }
+                if s.is_free(now_idx) {
+                    if free.is_none() {
+                        free = Some((Candidate { slot, value }, true));
+                    }
+                } else {
+                    live += 1;
+                    // Older = larger delta, then smaller tick.
+                    let age = (s.delta(now_idx), u8::MAX - s.tick);
+                    if victim.map_or(true, |(d, t, _)| age > (d, t)) {
+                        victim = Some((age.0, age.1, Candidate { slot, value }));
+                    }
+                }
+            }
+            if let Some((cand, used)) = free {
+                if best.map_or(true, |(l, _, _)| live < l) {
+                    best = Some((live, cand, used));
+                }
+            }
+        }
+        Found::Absent {
+            free: best.map(|(_, c, _)| c),
+            free_is_used: best.is_some_and(|(_, _, u)| u),
+            victim: victim.map(|(_, _, c)| c),
+        }
+    }
+
+    fn tick(&self, elapsed: u64) -> u8 {
+        ((u128::from(elapsed) * 256) / u128::from(self.window.ms())).min(255) as u8
+    }
+
+    fn count(&self, shard: usize, c: Counter) {
+        self.add(shard, c, 1);
+    }
+
+    /// Decides one request of `key` at `now_ms` (epoch ms) against `limit`
+    /// (requests per window) and counts it if admitted, in one CAS. `shard`
+    /// is the caller's worker number (taken mod [`SHARDS`]) for counters.
+    ///
+    /// The table counts `EvictIdle`, `EvictLive`, `FailClosed` and
+    /// `ClockBackwards` itself; the caller counts `Passed`, `Rejected`,
+    /// `RejectedDryRun` and `Exempt`.
+    pub fn acquire(
+        &self,
+        key: KeyHash,
+        now_ms: u64,
+        limit: u32,
+        policy: FailPolicy,
+        shard: usize,
+    ) -> Decision {
+        let w = self.window.ms();
+        let now_idx = self.window.index(now_ms);
+        let elapsed = self.window.elapsed_ms(now_ms);
+        let reset_s = window::reset_secs(elapsed, w);
+        let fp = key.fingerprint();
+        let mut events = Events::default();
+        let decision = loop {
+            match self.find(key, fp, now_idx) {
+                Found::Key { slot, value } => {
+                    let s = Slot::decode(value);
+                    let v = view(s, now_idx, elapsed);
+                    events.clock_backwards |= v.backwards;
+                    let est = window::estimate(v.counts, v.elapsed, w);
+                    if !window::admits(v.counts, v.elapsed, w, limit) {
+                        break Decision {
+                            outcome: Outcome::Rejected,
+                            remaining: 0,
+                            retry_after_s: window::retry_after_secs(v.counts, v.elapsed, w, limit),
+                            reset_s,
+                            estimate: est,
+                            admission: None,
+                            events,
+                        };
+                    }
+                    let after = Counts {
+                        current: v.counts.current.saturating_add(1).min(COUNT_MAX),
+                        previous: v.counts.previous,
+                    };
+                    let new = Slot {
+                        fp,
+                        tick: if v.backwards {
+                            s.tick
+                        } else {
+                            self.tick(elapsed)
+                        },
+                        idx24: v.index & IDX_MASK,
+                        previous: after.previous,
+                        current: after.current,
+                    };
+                    if self.cas(slot, value, new.encode()) {
+                        break Decision {
+                            outcome: Outcome::Admitted,
+                            remaining: window::remaining(after, v.elapsed, w, limit),
+                            retry_after_s: 0,
+                            reset_s,
+                            estimate: est,
+                            admission: Some(Admission {
+                                slot: slot as u32,
+                                fingerprint: fp,
+                                window_index: v.index,
+                            }),
+                            events,
+                        };
+                    }
+                }
+                Found::Absent {
+                    free,
+                    free_is_used,
+                    victim,
+                } => {
+                    if limit == 0 {
+                        break Decision {
+                            outcome: Outcome::Rejected,
+                            remaining: 0,
+                            retry_after_s: window::retry_after_secs(
+                                Counts::default(),
+                                elapsed,
+                                w,
+                                0,
+                            ),
+                            reset_s,
+                            estimate: 0,
+                            admission: None,
+                            events,
+                        };
+                    }
+                    let (target, idle, live) = match (free, victim, policy) {
+                        (Some(c), _, _) => (c, free_is_used, false),
+                        (None, Some(c), FailPolicy::Open) => (c, false, true),
+                        _ => {
+                            break Decision {
+                                outcome: Outcome::FailClosed,
+                                remaining: 0,
+                                retry_after_s: reset_s,
+                                reset_s,
+                                estimate: 0,
+                                admission: None,
+                                events,
+                            };
+                        }
+                    };
+                    let new = Slot {
+                        fp,
+                        tick: self.tick(elapsed),
+                        idx24: now_idx & IDX_MASK,
+                        previous: 0,
+                        current: 1,
+                    };
+                    if self.cas(target.slot, target.value, new.encode()) {
+                        events.evicted_idle |= idle;
+                        events.evicted_live |= live;
+                        let slot = self.dedup(key, fp, target.slot, now_idx, elapsed);
+                        break Decision {
+                            outcome: Outcome::Admitted,
+                            remaining: window::remaining(
+                                Counts {
+                                    current: 1,
+                                    previous: 0,
+                                },
+                                elapsed,
+                                w,
+                                limit,
+                            ),
+                            retry_after_s: 0,
+                            reset_s,
+                            estimate: 0,
+                            admission: Some(Admission {
+                                slot: slot as u32,
+                                fingerprint: fp,
+                                window_index: now_idx,
+                            }),
+                            events,
+                        };
+                    }
+                }
+            }
+        };
+        if decision.outcome == Outcome::FailClosed {
+            self.count(shard, Counter::FailClosed);
+        }
+        if events.evicted_idle {
+            self.count(shard, Counter::EvictIdle);
+        }
+        if events.evicted_live {
+            self.count(shard, Counter::EvictLive);
+        }
+        if events.clock_backwards {
+            self.count(shard, Counter::ClockBackwards);
+        }
+        decision
+    }
+
+    /// After claiming `ours` for a new key, makes sure no other slot holds
+    /// the same key (a concurrent insert that chose another slot). The
+    /// later-positioned duplicate is retired and its counts are moved into
+    /// the earlier one. Returns the slot now holding our admission.
+    fn dedup(&self, key: KeyHash, fp: u64, ours: usize, now_idx: u64, elapsed: u64) -> usize {
+        let mut first: Option<usize> = None;
+        let mut result = ours;
+        for slot in self.scan_order(key) {
+            let s = Slot::decode(self.load(slot));
+            if s.fp == 0 {
+                // Never-used slots are a suffix of their group; the second
+                // group may still hold a duplicate, so keep scanning.
+                continue;
+            }
+            if s.fp != fp {
+                continue;
+            }
+            match first {
+                None => first = Some(slot),
+                Some(winner) => {
+                    self.merge(fp, slot, winner, now_idx, elapsed);
+                    if slot == ours {
+                        result = winner;
+                    }
+                }
+            }
+        }
+        result
+    }
+
+    /// Retires slot `loser` (if it still holds `fp`) and adds its counts to
+    /// `winner` (if that still holds `fp`).
+    fn merge(&self, fp: u64, loser: usize, winner: usize, now_idx: u64, elapsed: u64) {
+        let moved = loop {
+            let value = self.load(loser);
+            let s = Slot::decode(value);
+            if s.fp != fp {
+                return;
+            }
+            let v = view(s, now_idx, elapsed);
+            let retired = Slot {
+                fp,
+                tick: 0,
+                idx24: now_idx & IDX_MASK,
+                previous: 0,
+                current: 0,
+            };
+            if self.cas(loser, value, retired.encode()) {
+                break v.counts;
+            }
+        };
+        if moved == Counts::default() {
+            return;
+        }
+        loop {
+            let value = self.load(winner);
+            let s = Slot::decode(value);
+            if s.fp != fp {
+                return;
+            }
+            let v = view(s, now_idx, elapsed);
+            let new = Slot {
+                fp,
+                tick: self.tick(elapsed),
+                idx24: v.index & IDX_MASK,
+                previous: v
+                    .counts
+                    .previous
+                    .saturating_add(moved.previous)
+                    .min(COUNT_MAX),
+                current: v
+                    .counts
+                    .current
+                    .saturating_add(moved.current)
+                    .min(COUNT_MAX),
+            };
+            if self.cas(winner, value, new.encode()) {
+                return;
+            }
+        }
+    }
+
+    /// Takes back an admission (another limit rejected the request):
+    /// decrements the slot's current count if it still holds the key in the
+    /// same window, or its previous count if the slot has since moved on by
+    /// exactly one window. Never underflows; otherwise does nothing.
+    pub fn undo(&self, admission: &Admission) {
+        let Some(cell) = self.slots.get(admission.slot as usize) else {
+            return;
+        };
+        loop {
+            let value = cell.load(Ordering::Acquire);
+            let mut s = Slot::decode(value);
+            if s.fp != admission.fingerprint {
+                return;
+            }
+            match s.delta(admission.window_index) {
+                0 => s.current = s.current.saturating_sub(1),
+                -1 => s.previous = s.previous.saturating_sub(1),
+                _ => return,
+            }
+            if cell
+                .compare_exchange(value, s.encode(), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Reads a key's counts at `now_ms` without changing anything. An
+    /// absent key reads as zero counts in the current window.
+    pub fn peek(&self, key: KeyHash, now_ms: u64) -> Snapshot {
+        let now_idx = self.window.index(now_ms);
+        let elapsed = self.window.elapsed_ms(now_ms);
+        let fp = key.fingerprint();
+        match self.find(key, fp, now_idx) {
+            Found::Key { value, .. } => {
+                let v = view(Slot::decode(value), now_idx, elapsed);
+                Snapshot {
+                    window_index: v.index,
+                    current: v.counts.current,
+                    previous: v.counts.previous,
+                    estimate: window::estimate(v.counts, v.elapsed, self.window.ms()),
+                }
+            }
+            Found::Absent { .. } => Snapshot {
+                window_index: now_idx,
+                ..Snapshot::default()
+            },
+        }
+    }
+
+    /// Adds `n` events of kind `c` to shard `shard % SHARDS`.
+    pub fn add(&self, shard: usize, c: Counter, n: u64) {
+        self.header.shards[shard % SHARDS].counters[c.at()].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The number of events of kind `c`, summed over all shards (wrapping).
+    pub fn counter(&self, c: Counter) -> u64 {
+        self.header.shards.iter().fold(0u64, |acc, s| {
+            acc.wrapping_add(s.counters[c.at()].load(Ordering::Relaxed))
+        })
+    }
+
+    /// Counts the slots holding counts of the current or previous window at
+    /// `now_ms` (a full scan; an estimate under concurrent updates).
+    pub fn slots_used(&self, now_ms: u64) -> u64 {
+        let now_idx = self.window.index(now_ms);
+        self.slots
+            .iter()
+            .filter(|a| {
+                let s = Slot::decode(a.load(Ordering::Relaxed));
+                !s.is_free(now_idx)
+            })
+            .count() as u64
+    }
+
+    /// Episode detection for logging: records `now_ms` as the latest event
+    /// of kind `c` and returns true if this event starts a new episode, i.e.
+    /// no event of this kind was recorded in the `quiet_ms` ms before it (or
+    /// ever). Lock-free: one atomic `fetch_max`, so the latest time never
+    /// moves backwards.
+    pub fn note_episode(&self, c: Counter, now_ms: u64, quiet_ms: u64) -> bool {
+        // Stored as now + 1 so that 0 means "never".
+        let stamp = now_ms.saturating_add(1);
+        let prev = self.header.last_event_ms[c.at()].fetch_max(stamp, Ordering::Relaxed);
+        prev == 0 || now_ms.saturating_sub(prev - 1) > quiet_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::window::MAX_WINDOW_MS;
+
+    /// A 64-byte aligned heap buffer (Miri-friendly: no mmap).
+    #[repr(C, align(64))]
+    struct Line([u8; 64]);
+
+    struct Region(Vec<Line>);
+
+    impl Region {
+        fn new(bytes: usize) -> Region {
+            Region((0..bytes.div_ceil(64)).map(|_| Line([0; 64])).collect())
+        }
+        fn ptr(&mut self) -> *mut u8 {
+            self.0.as_mut_ptr().cast()
+        }
+        fn len(&self) -> usize {
+            self.0.len() * 64
+        }
+    }
+
+    const MIN: u64 = 60_000;
+    const T0: u64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z, a window start
+
+    fn win(ms: u64) -> Window {
+        Window::from_ms(ms).unwrap()
+    }
+
+    fn table(r: &mut Region, w: u64) -> Table<'_> {
+        let len = r.len();
+        // SAFETY: the buffer is valid, exclusively borrowed for the table's
+        // lifetime and 64-byte aligned.
+        unsafe { Table::init(r.ptr(), len, win(w), [1, 2]).unwrap() }
+    }
+
+    fn small_bytes(slots: usize) -> usize {
+        Table::HEADER_BYTES + slots * SLOT_BYTES
+    }
+
+    #[test]
+    fn slot_packing_round_trips() {
+        let s = Slot {
+            fp: (1 << 56) - 1,
+            tick: 255,
+            idx24: IDX_MASK,
+            previous: COUNT_MAX,
+            current: 12345,
+        };
+        assert_eq!(Slot::decode(s.encode()), s);
+        let z = Slot::decode(0);
+        assert_eq!(z.fp, 0);
+        assert!(z.is_free(7));
+        // Saturation, never overflow into neighbouring fields.
+        let big = Slot {
+            previous: u32::MAX,
+            current: u32::MAX,
+            ..s
+        };
+        let d = Slot::decode(big.encode());
+        assert_eq!(
+            (d.previous, d.current, d.idx24),
+            (COUNT_MAX, COUNT_MAX, IDX_MASK)
+        );
+    }
+
+    #[test]
+    fn delta_is_signed_mod_2_24() {
+        let s = Slot {
+            fp: 1,
+            tick: 0,
+            idx24: 5,
+            previous: 0,
+            current: 1,
+        };
+        assert_eq!(s.delta(5), 0);
+        assert_eq!(s.delta(6), 1);
+        assert_eq!(s.delta(4), -1);
+        assert_eq!(s.delta(5 + (1 << 24)), 0);
+        let w = Slot {
+            idx24: IDX_MASK,
+            ..s
+        };
+        assert_eq!(w.delta(1 << 24), 1); // wrapped
+    }
+
+    #[test]
+    fn geometry_and_capacity() {
+        assert_eq!(Table::HEADER_BYTES, 4224);
+        assert_eq!(Table::capacity_for(1 << 20), 65_264);
+        assert_eq!(Table::capacity_for(Table::HEADER_BYTES + 15 * 16), 0);
+        let mut r = Region::new(small_bytes(40));
+        let t = table(&mut r, MIN);
+        assert_eq!(t.capacity(), 32);
+        assert_eq!(t.window().ms(), MIN);
+        assert_eq!(t.seed(), [1, 2]);
+    }
+
+    #[test]
+    fn alignment_and_size_errors() {
+        let mut r = Region::new(small_bytes(64) + 64);
+        let len = r.len();
+        let p = r.ptr();
+        // SAFETY: p + 8 .. p + len stays inside the buffer.
+        let e = unsafe { Table::init(p.add(8), len - 8, win(MIN), [0, 0]) };
+        assert_eq!(e.unwrap_err(), TableError::Misaligned);
+        // SAFETY: in bounds; 16-byte aligned start is padded to 64.
+        let t = unsafe { Table::init(p.add(16), len - 16, win(MIN), [0, 0]) }.unwrap();
+        assert_eq!(t.capacity(), 64);
+        let mut tiny = Region::new(small_bytes(8));
+        let tl = tiny.len();
+        // SAFETY: valid buffer.
+        let e = unsafe { Table::init(tiny.ptr(), tl, win(MIN), [0, 0]) };
+        assert_eq!(e.unwrap_err(), TableError::TooSmall);
+    }
+
+    #[test]
+    fn attach_validates() {
+        let mut r = Region::new(small_bytes(64));
+        let len = r.len();
+        let p = r.ptr();
+        // SAFETY: zeroed buffer, never formatted.
+        let e = unsafe { Table::attach(p, len, win(MIN)) }.unwrap_err();
+        assert_eq!(e, TableError::BadMagic);
+        // SAFETY: valid buffer; the tables below are dropped before `r`.
+        unsafe {
+            let t = Table::init(p, len, win(MIN), [7, 8]).unwrap();
+            t.acquire(t.hash_key(b"k"), T0, 5, FailPolicy::Open, 0);
+            let a = Table::attach(p, len, win(MIN)).unwrap();
+            assert_eq!(a.seed(), [7, 8]);
+            assert_eq!(a.capacity(), 64);
+            assert_eq!(a.peek(a.hash_key(b"k"), T0).current, 1);
+            let e = Table::attach(p, len, win(1_000)).unwrap_err();
+            assert_eq!(
+                e,
+                TableError::WindowMismatch {
+                    stored_ms: MIN,
+                    wanted_ms: 1_000
+                }
+            );
+            assert!(e.to_string().contains("60000ms"));
+            let e = Table::attach(p, small_bytes(32), win(MIN)).unwrap_err();
+            assert_eq!(e, TableError::CapacityMismatch);
+            // Corrupt the version (offset 8 of the header).
+            p.add(8).cast::<u32>().write(LAYOUT_VERSION + 1);
+            let e = Table::attach(p, len, win(MIN)).unwrap_err();
+            assert_eq!(e, TableError::BadVersion);
+        }
+        assert_eq!(
+            TableError::NotLockFree.to_string(),
+            "128-bit atomics are not lock-free on this CPU"
+        );
+    }
+
+    #[test]
+    fn countdown_then_reject() {
+        let mut r = Region::new(small_bytes(64));
+        let t = table(&mut r, MIN);
+        let k = t.hash_key(b"client-1");
+        let now = T0 + 10_000;
+        let mut rem = vec![];
+        for _ in 0..5 {
+            let d = t.acquire(k, now, 5, FailPolicy::Open, 3);
+            assert_eq!(d.outcome, Outcome::Admitted);
+            assert_eq!(d.retry_after_s, 0);
+            assert_eq!(d.reset_s, 50);
+            rem.push(d.remaining);
+        }
+        assert_eq!(rem, vec![4, 3, 2, 1, 0]);
+        let d = t.acquire(k, now, 5, FailPolicy::Open, 3);
+        assert_eq!(d.outcome, Outcome::Rejected);
+        assert_eq!(d.remaining, 0);
+        assert_eq!(d.estimate, 5);
+        assert!(d.admission.is_none());
+        // Next window at +1 ms: 5 * (W - 1) < 5 * W.
+        assert_eq!(d.retry_after_s, 51);
+        assert_eq!(t.peek(k, now).current, 5);
+        assert_eq!(
+            t.peek(t.hash_key(b"other"), now),
+            Snapshot {
+                window_index: win(MIN).index(now),
+                ..Snapshot::default()
+            }
+        );
+    }
+
+    #[test]
+    fn window_rolls_forward() {
+        let mut r = Region::new(small_bytes(64));
+        let t = table(&mut r, MIN);
+        let k = t.hash_key(b"k");
+        for _ in 0..10 {
+            assert_eq!(
+                t.acquire(k, T0 + 59_999, 10, FailPolicy::Open, 0).outcome,
+                Outcome::Admitted
+            );
+        }
+        // Boundary: at T0 + 60_000 the 10 are previous with full weight.
+        let d = t.acquire(k, T0 + MIN, 10, FailPolicy::Open, 0);
+        assert_eq!(d.outcome, Outcome::Rejected);
+        assert_eq!(d.estimate, 10);
+        // Half way: estimate 5, 5 more admitted.
+        let n = (0..10)
+            .filter(|_| {
+                t.acquire(k, T0 + MIN + 30_000, 10, FailPolicy::Open, 0)
+                    .outcome
+                    == Outcome::Admitted
+            })
+            .count();
+        assert_eq!(n, 5); // current * W + 10 * W / 2 < 10 * W  <=>  current < 5
+        let s = t.peek(k, T0 + MIN + 30_000);
+        assert_eq!((s.current, s.previous), (5, 10));
+        // Two windows later everything is forgotten.
+        let s = t.peek(k, T0 + 3 * MIN);
+        assert_eq!((s.current, s.previous, s.estimate), (0, 0, 0));
+        assert_eq!(
+            t.acquire(k, T0 + 3 * MIN, 10, FailPolicy::Open, 0)
+                .remaining,
+            9
+        );
+    }
+
+    #[test]
+    fn one_second_and_one_day_windows() {
+        let mut r = Region::new(small_bytes(64));
+        let t = table(&mut r, 1_000);
+        let k = t.hash_key(b"k");
+        assert_eq!(
+            t.acquire(k, T0 + 999, 1, FailPolicy::Open, 0).outcome,
+            Outcome::Admitted
+        );
+        let d = t.acquire(k, T0 + 999, 1, FailPolicy::Open, 0);
+        assert_eq!(
+            (d.outcome, d.reset_s, d.retry_after_s),
+            (Outcome::Rejected, 1, 1)
+        );
+        assert_eq!(
+            t.acquire(k, T0 + 1_999, 1, FailPolicy::Open, 0).outcome,
+            Outcome::Admitted
+        );
+        drop(t);
+        let mut r = Region::new(small_bytes(64));
+        let t = table(&mut r, MAX_WINDOW_MS);
+        let k = t.hash_key(b"k");
+        assert_eq!(
+            t.acquire(k, T0, 1, FailPolicy::Open, 0).outcome,
+            Outcome::Admitted
+        );
+        let d = t.acquire(k, T0 + 3_600_000, 1, FailPolicy::Open, 0);
+        assert_eq!(d.outcome, Outcome::Rejected);
+        assert_eq!(d.reset_s, 23 * 3600);
+        assert_eq!(d.retry_after_s, 23 * 3600 + 1); // 1 * (W - t) < W from t = 1 ms
+    }
+
+    #[test]
+    fn clock_backwards_keeps_counts() {
+        let mut r = Region::new(small_bytes(64));
+        let t = table(&mut r, MIN);
+        let k = t.hash_key(b"k");
+        for _ in 0..3 {
+            t.acquire(k, T0 + 2 * MIN + 5, 10, FailPolicy::Open, 0);
+        }
+        // A worker whose clock is one window behind.
+        let d = t.acquire(k, T0 + MIN + 59_000, 10, FailPolicy::Open, 1);
+        assert_eq!(d.outcome, Outcome::Admitted);
+        assert!(d.events.clock_backwards);
+        assert_eq!(t.counter(Counter::ClockBackwards), 1);
+        // Counted in the slot's (newest) window, nothing reset.
+        let s = t.peek(k, T0 + 2 * MIN + 5);
+        assert_eq!((s.window_index, s.current), (win(MIN).index(T0) + 2, 4));
+        let s = t.peek(k, T0);
+        assert_eq!((s.window_index, s.current), (win(MIN).index(T0) + 2, 4));
+        // Undo of the backwards admission hits the right window.
+        t.undo(&d.admission.unwrap());
+        assert_eq!(t.peek(k, T0 + 2 * MIN).current, 3);
+    }
+
+    #[test]
+    fn undo_same_and_next_window_never_underflows() {
+        let mut r = Region::new(small_bytes(64));
+        let t = table(&mut r, MIN);
+        let k = t.hash_key(b"k");
+        let a = t.acquire(k, T0, 10, FailPolicy::Open, 0).admission.unwrap();
+        let b = t.acquire(k, T0, 10, FailPolicy::Open, 0).admission.unwrap();
+        t.undo(&a);
+        assert_eq!(t.peek(k, T0).current, 1);
+        // Roll one window: b's count is now "previous".
+        t.acquire(k, T0 + MIN, 10, FailPolicy::Open, 0);
+        t.undo(&b);
+        let s = t.peek(k, T0 + MIN);
+        assert_eq!((s.current, s.previous), (1, 0));
+        t.undo(&b);
+        let s = t.peek(k, T0 + MIN);
+        assert_eq!((s.current, s.previous), (1, 0));
+    }
+
+    #[test]
+    fn limit_zero_never_admits_or_tracks() {
+        let mut r = Region::new(small_bytes(64));
+        let t = table(&mut r, MIN);
+        let d = t.acquire(t.hash_key(b"k"), T0 + 1_000, 0, FailPolicy::Open, 0);
+        assert_eq!(
+            (d.outcome, d.retry_after_s, d.remaining),
+            (Outcome::Rejected, 60, 0)
+        );
+        assert_eq!(t.slots_used(T0), 0);
+    }
+
+    fn fill(t: &Table<'_>, n: usize, now: u64, policy: FailPolicy) -> Vec<Decision> {
+        (0..n)
+            .map(|i| {
+                t.acquire(
+                    t.hash_key(format!("key{i}").as_bytes()),
+                    now,
+                    100,
+                    policy,
+                    i,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn full_table_open_evicts_least_recent() {
+        let mut r = Region::new(small_bytes(16));
+        let t = table(&mut r, MIN);
+        assert_eq!(t.capacity(), 16);
+        // 16 keys at increasing ticks.
+        for i in 0..16u64 {
+            let k = t.hash_key(format!("key{i}").as_bytes());
+            assert_eq!(
+                t.acquire(k, T0 + i * 1_000, 100, FailPolicy::Open, 0)
+                    .outcome,
+                Outcome::Admitted
+            );
+        }
+        assert_eq!(t.slots_used(T0 + 20_000), 16);
+        let d = t.acquire(t.hash_key(b"new"), T0 + 20_000, 100, FailPolicy::Open, 0);
+        assert_eq!(d.outcome, Outcome::Admitted);
+        assert!(d.events.evicted_live);
+        assert_eq!(t.counter(Counter::EvictLive), 1);
+        // The oldest (key0) was evicted, the others are remembered.
+        assert_eq!(t.peek(t.hash_key(b"key0"), T0 + 20_000).current, 0);
+        assert_eq!(t.peek(t.hash_key(b"key1"), T0 + 20_000).current, 1);
+        assert_eq!(t.peek(t.hash_key(b"new"), T0 + 20_000).current, 1);
+    }
+
+    #[test]
+    fn full_table_closed_fails_closed() {
+        let mut r = Region::new(small_bytes(16));
+        let t = table(&mut r, MIN);
+        let ds = fill(&t, 16, T0 + 30_000, FailPolicy::Closed);
+        assert!(ds.iter().all(|d| d.outcome == Outcome::Admitted));
+        let d = t.acquire(t.hash_key(b"new"), T0 + 30_000, 100, FailPolicy::Closed, 5);
+        assert_eq!(d.outcome, Outcome::FailClosed);
+        assert_eq!((d.remaining, d.retry_after_s, d.reset_s), (0, 30, 30));
+        assert_eq!(t.counter(Counter::FailClosed), 1);
+        assert_eq!(t.counter(Counter::EvictLive), 0);
+        // Known keys still work.
+        let d = t.acquire(t.hash_key(b"key3"), T0 + 30_000, 100, FailPolicy::Closed, 5);
+        assert_eq!(d.outcome, Outcome::Admitted);
+        // Two windows later the idle slots are reused.
+        let d = t.acquire(t.hash_key(b"new"), T0 + 3 * MIN, 100, FailPolicy::Closed, 5);
+        assert_eq!(d.outcome, Outcome::Admitted);
+        assert!(d.events.evicted_idle);
+        assert_eq!(t.counter(Counter::EvictIdle), 1);
+    }
+
+    #[test]
+    fn any_key_length() {
+        let mut r = Region::new(small_bytes(64));
+        let t = table(&mut r, MIN);
+        let long: Vec<u8> = (0..70_000u32).map(|i| (i * 7) as u8).collect();
+        let mut long2 = long.clone();
+        *long2.last_mut().unwrap() ^= 1;
+        let keys: [&[u8]; 5] = [b"", b"\0", &[0xff, 0, 0x80], &long, &long2];
+        for k in keys {
+            assert_eq!(
+                t.acquire(t.hash_key(k), T0, 1, FailPolicy::Open, 0).outcome,
+                Outcome::Admitted
+            );
+        }
+        for k in keys {
+            assert_eq!(
+                t.acquire(t.hash_key(k), T0, 1, FailPolicy::Open, 0).outcome,
+                Outcome::Rejected
+            );
+        }
+        assert_ne!(t.hash_key(&long), t.hash_key(&long2));
+        assert_eq!(t.slots_used(T0), 5);
+    }
+
+    #[test]
+    fn seeds_change_hashes() {
+        let a = hash_with_seed([1, 2], b"203.0.113.7");
+        let b = hash_with_seed([1, 3], b"203.0.113.7");
+        assert_ne!(a, b);
+        assert_eq!(a, hash_with_seed([1, 2], b"203.0.113.7"));
+        assert_ne!(hash_with_seed([0, 0], b""), hash_with_seed([0, 1], b""));
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "a million CAS loops")]
+    fn max_limit_is_exact() {
+        let mut r = Region::new(small_bytes(64));
+        let t = table(&mut r, MAX_WINDOW_MS);
+        let k = t.hash_key(b"k");
+        let n = (0..MAX_LIMIT + 10)
+            .filter(|_| {
+                t.acquire(k, T0 + 5, MAX_LIMIT, FailPolicy::Open, 0).outcome == Outcome::Admitted
+            })
+            .count();
+        assert_eq!(n, MAX_LIMIT as usize);
+        assert_eq!(t.peek(k, T0 + 5).current, MAX_LIMIT);
+    }
+
+    #[test]
+    fn counters_and_episodes() {
+        let mut r = Region::new(small_bytes(64));
+        let t = table(&mut r, MIN);
+        for (i, c) in Counter::ALL.into_iter().enumerate() {
+            t.add(i, c, 1);
+            t.add(i + SHARDS, c, i as u64);
+        }
+        for (i, c) in Counter::ALL.into_iter().enumerate() {
+            assert_eq!(t.counter(c), 1 + i as u64, "{}", c.name());
+        }
+        assert_eq!(Counter::EvictLive.name(), "evict_live");
+        assert!(t.note_episode(Counter::EvictLive, 0, 1_000));
+        assert!(!t.note_episode(Counter::EvictLive, 500, 1_000));
+        assert!(!t.note_episode(Counter::EvictLive, 1_500, 1_000));
+        assert!(t.note_episode(Counter::EvictLive, 2_501, 1_000));
+        assert!(t.note_episode(Counter::FailClosed, 2_501, 1_000));
+        // An older time does not start an episode nor move the stamp back.
+        assert!(!t.note_episode(Counter::EvictLive, 100, 1_000));
+        assert!(!t.note_episode(Counter::EvictLive, 3_000, 1_000));
+    }
+
+    #[test]
+    fn duplicate_claims_are_merged() {
+        let mut r = Region::new(small_bytes(64));
+        let t = table(&mut r, MIN);
+        let k = t.hash_key(b"dup");
+        let fp = k.fingerprint();
+        let now_idx = win(MIN).index(T0);
+        let order: Vec<usize> = t.scan_order(k).collect();
+        // Simulate two racing inserts that chose different slots.
+        let s = |current| {
+            Slot {
+                fp,
+                tick: 0,
+                idx24: now_idx & IDX_MASK,
+                previous: 0,
+                current,
+            }
+            .encode()
+        };
+        t.slots[order[0]].store(s(3), Ordering::SeqCst);
+        t.slots[order[20]].store(s(2), Ordering::SeqCst);
+        let kept = t.dedup(k, fp, order[20], now_idx, 0);
+        assert_eq!(kept, order[0]);
+        assert_eq!(t.peek(k, T0).current, 5);
+        assert!(Slot::decode(t.slots[order[20]].load(Ordering::SeqCst)).is_empty());
+    }
+
+    #[test]
+    fn table_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Table<'static>>();
+    }
+}

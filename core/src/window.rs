@@ -1,0 +1,308 @@
+//! Fixed windows on the UTC epoch timeline and the pure sliding-window-counter
+//! arithmetic.
+//!
+//! Every function here is a pure function of integers: counts in requests,
+//! times in milliseconds. Nothing reads a clock and nothing uses floats.
+//!
+//! The estimate of the number of requests in the sliding window that ends at
+//! `now` is `current + previous * (W - elapsed) / W`, where `current` and
+//! `previous` are the counts of the fixed window containing `now` and of the
+//! one before it, `W` is the window length and `elapsed` is the time since the
+//! current window began (all in ms). To stay exact the functions work with the
+//! *scaled* estimate `current * W + previous * (W - elapsed)`, in units of
+//! `1/W` request, and a request is admitted iff the scaled estimate is below
+//! `limit * W`.
+
+use core::fmt;
+
+/// Shortest accepted window, in ms (1 s).
+pub const MIN_WINDOW_MS: u64 = 1_000;
+/// Longest accepted window, in ms (24 h).
+pub const MAX_WINDOW_MS: u64 = 86_400_000;
+/// Window used when the configuration names none, in ms (1 min).
+pub const DEFAULT_WINDOW_MS: u64 = 60_000;
+/// Largest accepted limit, in requests per window. The table stores counts in
+/// 20 bits (up to 1_048_575), so any count up to this limit is exact.
+pub const MAX_LIMIT: u32 = 1_000_000;
+
+/// A validated window length in ms (between [`MIN_WINDOW_MS`] and
+/// [`MAX_WINDOW_MS`] inclusive).
+///
+/// Windows are aligned on the UTC unix epoch: window `i` covers
+/// `[i * ms, (i + 1) * ms)` in epoch milliseconds. Local time, time zones and
+/// DST never enter the computation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Window {
+    ms: u64,
+}
+
+/// The error returned by [`Window::from_ms`] for a length outside 1 s..=24 h.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowError {
+    /// The rejected length, in ms.
+    pub ms: u64,
+}
+
+impl fmt::Display for WindowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("window must be between 1s and 24h")
+    }
+}
+
+impl std::error::Error for WindowError {}
+
+impl Window {
+    /// Validates a window length in ms: `1_000..=86_400_000`.
+    pub fn from_ms(ms: u64) -> Result<Window, WindowError> {
+        if (MIN_WINDOW_MS..=MAX_WINDOW_MS).contains(&ms) {
+            Ok(Window { ms })
+        } else {
+            Err(WindowError { ms })
+        }
+    }
+
+    /// The window length, in ms.
+    pub fn ms(self) -> u64 {
+        self.ms
+    }
+
+    /// The UTC epoch window index of the instant `now_ms` (epoch ms):
+    /// `floor(now_ms / ms)`.
+    pub fn index(self, now_ms: u64) -> u64 {
+        now_ms / self.ms
+    }
+
+    /// Time since the start of the window containing `now_ms`, in ms
+    /// (`now_ms % ms`, always `< ms`).
+    pub fn elapsed_ms(self, now_ms: u64) -> u64 {
+        now_ms % self.ms
+    }
+
+    /// The epoch ms at which window `index` begins (saturating).
+    pub fn start_ms(self, index: u64) -> u64 {
+        index.saturating_mul(self.ms)
+    }
+}
+
+/// Request counts of a key in two consecutive fixed windows, in requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Counts {
+    /// Requests admitted in the window that contains `now`.
+    pub current: u32,
+    /// Requests admitted in the window just before it.
+    pub previous: u32,
+}
+
+/// `current * W + previous * (W - elapsed)` in u128; `elapsed` is clamped to
+/// `W`.
+fn scaled128(c: Counts, elapsed_ms: u64, window_ms: u64) -> u128 {
+    let w = u128::from(window_ms);
+    let rest = u128::from(window_ms.saturating_sub(elapsed_ms));
+    u128::from(c.current) * w + u128::from(c.previous) * rest
+}
+
+/// The scaled sliding estimate `current * W + previous * (W - elapsed)`, in
+/// units of `1/W` request (`W = window_ms`, `elapsed_ms` clamped to `W`).
+/// Saturates at `u64::MAX` (unreachable for `W <= MAX_WINDOW_MS`).
+pub fn estimate_scaled(c: Counts, elapsed_ms: u64, window_ms: u64) -> u64 {
+    u64::try_from(scaled128(c, elapsed_ms, window_ms)).unwrap_or(u64::MAX)
+}
+
+/// The sliding estimate rounded down, in requests.
+pub fn estimate(c: Counts, elapsed_ms: u64, window_ms: u64) -> u32 {
+    if window_ms == 0 {
+        return c.current;
+    }
+    let e = scaled128(c, elapsed_ms, window_ms) / u128::from(window_ms);
+    u32::try_from(e).unwrap_or(u32::MAX)
+}
+
+/// Whether one more request is admitted now: exactly
+/// `current * W + previous * (W - elapsed) < limit * W`, in integers.
+pub fn admits(c: Counts, elapsed_ms: u64, window_ms: u64, limit: u32) -> bool {
+    scaled128(c, elapsed_ms, window_ms) < u128::from(limit) * u128::from(window_ms)
+}
+
+/// How many more requests (in requests) would be admitted right now if sent
+/// back to back: the number of `i >= 0` with
+/// `(current + i) * W + previous * (W - elapsed) < limit * W`.
+pub fn remaining(c: Counts, elapsed_ms: u64, window_ms: u64, limit: u32) -> u32 {
+    if window_ms == 0 {
+        return 0;
+    }
+    let w = u128::from(window_ms);
+    let cap = u128::from(limit) * w;
+    let s = scaled128(c, elapsed_ms, window_ms);
+    if s >= cap {
+        return 0;
+    }
+    // i * W < cap - s  <=>  i < ceil((cap - s) / W)
+    let n = (cap - s).div_ceil(w);
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Smallest `x` in `1..=max_x` with `previous * x < budget` seen from the
+/// largest side: returns the largest admissible `x` (`previous * x < budget`),
+/// capped at `max_x`, or `None` if even `x = 1` is not admissible.
+fn largest_weight(previous: u128, budget: u128, max_x: u128) -> Option<u128> {
+    if budget == 0 {
+        return None;
+    }
+    if previous == 0 {
+        return Some(max_x);
+    }
+    let x = (budget - 1) / previous;
+    if x == 0 {
+        None
+    } else {
+        Some(x.min(max_x))
+    }
+}
+
+/// The smallest delay in ms after which one more request would be admitted,
+/// assuming no other traffic for the key (0 if it is admitted now).
+///
+/// The estimate never increases while no request arrives (the previous count
+/// decays, then the current count becomes the previous one with full weight,
+/// then both are forgotten), so admission is monotone in the delay and the
+/// result is exact: at `now + result` the request is admitted, at
+/// `now + result - 1` it is not.
+///
+/// With `limit == 0` nothing is ever admitted; the function then returns
+/// `(W - elapsed) + W` (the start of the window after next) as a finite
+/// stand-in for "never", which the caller should cap or replace.
+pub fn retry_after_ms(c: Counts, elapsed_ms: u64, window_ms: u64, limit: u32) -> u64 {
+    let e = elapsed_ms.min(window_ms.saturating_sub(1));
+    let w = window_ms;
+    if admits(c, e, w, limit) {
+        return 0;
+    }
+    let to_next = w - e;
+    if limit == 0 {
+        return to_next + w;
+    }
+    let w128 = u128::from(w);
+    let cap = u128::from(limit) * w128;
+    // Later in this window: delay d in [0, W - e) gives weight x = W - e - d
+    // in [1, W - e] on `previous`; need current*W + previous*x < cap.
+    let cur_w = u128::from(c.current) * w128;
+    if cur_w < cap {
+        if let Some(x) = largest_weight(u128::from(c.previous), cap - cur_w, u128::from(to_next)) {
+            // x < W - e here, since the request is not admitted now.
+            return to_next - x as u64;
+        }
+    }
+    // Next window: current becomes previous, delay d = (W - e) + t, weight
+    // x = W - t in [1, W]; need current * x < cap.
+    if let Some(x) = largest_weight(u128::from(c.current), cap, w128) {
+        return to_next + (w - x as u64);
+    }
+    // The window after next: nothing is remembered.
+    to_next + w
+}
+
+/// [`retry_after_ms`] rounded up to whole seconds: the smallest whole number
+/// of seconds `s` such that a request at `now + s * 1000` ms is admitted.
+/// With `limit == 0` it is the window length in seconds (rounded up).
+pub fn retry_after_secs(c: Counts, elapsed_ms: u64, window_ms: u64, limit: u32) -> u32 {
+    if limit == 0 {
+        return secs_ceil(window_ms);
+    }
+    secs_ceil(retry_after_ms(c, elapsed_ms, window_ms, limit))
+}
+
+/// Seconds (rounded up) until the next window boundary: `ceil((W - elapsed) /
+/// 1000)`.
+pub fn reset_secs(elapsed_ms: u64, window_ms: u64) -> u32 {
+    secs_ceil(window_ms.saturating_sub(elapsed_ms))
+}
+
+fn secs_ceil(ms: u64) -> u32 {
+    u32::try_from(ms.div_ceil(1000)).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: u64 = 60_000;
+
+    fn cs(current: u32, previous: u32) -> Counts {
+        Counts { current, previous }
+    }
+
+    #[test]
+    fn window_bounds() {
+        assert!(Window::from_ms(999).is_err());
+        assert!(Window::from_ms(0).is_err());
+        assert!(Window::from_ms(86_400_001).is_err());
+        assert_eq!(Window::from_ms(1_000).unwrap().ms(), 1_000);
+        assert_eq!(Window::from_ms(86_400_000).unwrap().ms(), 86_400_000);
+        assert_eq!(
+            Window::from_ms(5).unwrap_err().to_string(),
+            "window must be between 1s and 24h"
+        );
+    }
+
+    #[test]
+    fn index_and_elapsed() {
+        let w = Window::from_ms(W).unwrap();
+        assert_eq!(w.index(0), 0);
+        assert_eq!(w.index(59_999), 0);
+        assert_eq!(w.index(60_000), 1);
+        assert_eq!(w.elapsed_ms(60_000), 0);
+        assert_eq!(w.elapsed_ms(119_999), 59_999);
+        assert_eq!(w.start_ms(2), 120_000);
+        let day = Window::from_ms(MAX_WINDOW_MS).unwrap();
+        // 2026-01-01T00:00:00Z
+        let t = 1_767_225_600_000;
+        assert_eq!(day.elapsed_ms(t), 0);
+        assert_eq!(day.index(t - 1) + 1, day.index(t));
+    }
+
+    #[test]
+    fn estimate_values() {
+        assert_eq!(estimate_scaled(cs(3, 10), 15_000, W), 3 * W + 10 * 45_000);
+        assert_eq!(estimate(cs(3, 10), 15_000, W), 10); // 3 + 7.5
+        assert_eq!(estimate(cs(0, 10), 0, W), 10);
+        assert_eq!(estimate(cs(0, 10), 59_999, W), 0);
+    }
+
+    #[test]
+    fn admits_is_strict() {
+        assert!(admits(cs(4, 0), 0, W, 5));
+        assert!(!admits(cs(5, 0), 0, W, 5));
+        // 0 + 10 * 30000/60000 = 5 exactly: not below 5.
+        assert!(!admits(cs(0, 10), 30_000, W, 5));
+        assert!(admits(cs(0, 10), 30_001, W, 5));
+        assert!(!admits(cs(0, 0), 0, W, 0));
+    }
+
+    #[test]
+    fn remaining_countdown() {
+        let mut got = vec![];
+        for cur in 1..=5 {
+            got.push(remaining(cs(cur, 0), 0, W, 5));
+        }
+        assert_eq!(got, vec![4, 3, 2, 1, 0]);
+        // previous weight 45_000 of 60_000 * 4 = 3 requests.
+        assert_eq!(remaining(cs(0, 4), 15_000, W, 5), 2);
+        assert_eq!(remaining(cs(0, 4), 15_001, W, 5), 3);
+    }
+
+    #[test]
+    fn retry_after_examples() {
+        assert_eq!(retry_after_ms(cs(0, 0), 0, W, 5), 0);
+        // Full, no previous: next window.
+        assert_eq!(retry_after_ms(cs(5, 0), 10_000, W, 5), 50_000 + 1);
+        assert_eq!(retry_after_secs(cs(5, 0), 10_000, W, 5), 51);
+        // Full previous window, empty current: previous must decay below 5/10.
+        assert_eq!(retry_after_ms(cs(0, 10), 0, W, 5), 30_001);
+        assert_eq!(retry_after_ms(cs(0, 0), 0, W, 0), 120_000);
+        assert_eq!(retry_after_secs(cs(0, 0), 0, W, 0), 60);
+        assert_eq!(reset_secs(0, W), 60);
+        assert_eq!(reset_secs(59_001, W), 1);
+        assert_eq!(reset_secs(59_000, W), 1);
+        assert_eq!(reset_secs(58_999, W), 2);
+    }
+}

@@ -1,0 +1,595 @@
+//! Directives and configuration: the command table, the main and location
+//! configuration structs, parsing of every directive value, and merge.
+//!
+//! Messages follow nginx's own wording ("invalid zone size", "is too small",
+//! "is already bound to key") so that `nginx -t` reads like any stock module.
+
+use core::ffi::{c_char, c_void};
+use core::mem::offset_of;
+use core::ptr;
+
+use nginx_sys::{
+    ngx_command_t, ngx_conf_check_num_bounds, ngx_conf_enum_t, ngx_conf_num_bounds_t,
+    ngx_conf_set_enum_slot, ngx_conf_set_flag_slot, ngx_conf_set_num_slot, ngx_conf_t, ngx_flag_t,
+    ngx_http_compile_complex_value, ngx_http_compile_complex_value_t, ngx_http_complex_value_t,
+    ngx_int_t, ngx_pagesize, ngx_parse_size, ngx_parse_time, ngx_shared_memory_add, ngx_str_t,
+    ngx_uint_t, NGX_CONF_1MORE, NGX_CONF_FLAG, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_HTTP_LOC_CONF,
+    NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF, NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_SRV_CONF,
+    NGX_LOG_EMERG, NGX_LOG_ERR, NGX_LOG_INFO, NGX_LOG_NOTICE, NGX_LOG_WARN,
+};
+use ngx::core::{Pool, Status, NGX_CONF_ERROR, NGX_CONF_OK};
+use ngx::http::{
+    HttpModuleLocationConf, HttpModuleMainConf, Merge, MergeConfigError, NgxHttpCoreModule,
+};
+use ngx::{ngx_conf_log_error, ngx_string};
+use rate_limit_window_core::{FailPolicy, Window, DEFAULT_WINDOW_MS, MAX_LIMIT};
+
+use crate::zone::ZoneConf;
+use crate::Module;
+
+/// `ngx_conf_t`'s "unset" markers, as nginx's merge macros expect them.
+const UNSET: isize = -1;
+const UNSET_UINT: usize = usize::MAX;
+
+/// Default rejection status: 429 Too Many Requests (limit_req uses 503).
+pub const DEFAULT_STATUS: ngx_int_t = 429;
+
+/// `rate_limit_window_headers` values.
+pub const HEADERS_OFF: ngx_uint_t = 0;
+pub const HEADERS_ON: ngx_uint_t = 1;
+pub const HEADERS_IETF: ngx_uint_t = 2;
+
+/// Main (http{}) configuration: every zone declared or referenced.
+#[derive(Default)]
+pub struct MainConf {
+    /// Zones in declaration/reference order. Each points into the
+    /// configuration pool and lives as long as the cycle.
+    pub zones: Vec<*mut ZoneConf>,
+}
+
+impl MainConf {
+    /// Finds a zone by name.
+    pub fn zone(&self, name: &[u8]) -> Option<*mut ZoneConf> {
+        // SAFETY: zone pointers come from the configuration pool and stay
+        // valid for the cycle's lifetime.
+        self.zones
+            .iter()
+            .copied()
+            .find(|&z| unsafe { (*z).name.as_bytes() } == name)
+    }
+}
+
+/// The limit of one `rate_limit_window` directive.
+#[derive(Clone, Copy)]
+pub enum LimitValue {
+    /// A fixed number of requests per window.
+    Fixed(u32),
+    /// A complex value evaluated per request (`limit=$plan_limit`).
+    Variable(*mut ngx_http_complex_value_t),
+}
+
+/// One `rate_limit_window zone=NAME limit=…;` directive.
+#[derive(Clone, Copy)]
+pub struct Limit {
+    pub zone: *mut ZoneConf,
+    pub value: LimitValue,
+}
+
+/// Location configuration. `repr(C)` because nginx's stock slot setters
+/// write the first four fields by offset.
+#[repr(C)]
+pub struct LocConf {
+    /// `rate_limit_window_status`: HTTP status of a rejection.
+    pub status: ngx_int_t,
+    /// `rate_limit_window_headers`: HEADERS_OFF, HEADERS_ON or HEADERS_IETF.
+    pub headers: ngx_uint_t,
+    /// `rate_limit_window_dry_run`.
+    pub dry_run: ngx_flag_t,
+    /// `rate_limit_window_log_level`: an NGX_LOG_* level for rejections.
+    pub log_level: ngx_uint_t,
+    /// `rate_limit_window` directives; `None` inherits from the level above.
+    pub limits: Option<Vec<Limit>>,
+}
+
+impl Default for LocConf {
+    fn default() -> Self {
+        Self {
+            status: UNSET,
+            headers: UNSET_UINT,
+            dry_run: UNSET,
+            log_level: UNSET_UINT,
+            limits: None,
+        }
+    }
+}
+
+impl Merge for LocConf {
+    fn merge(&mut self, prev: &LocConf) -> Result<(), MergeConfigError> {
+        fn pick<T: PartialEq + Copy>(v: &mut T, prev: T, unset: T, default: T) {
+            if *v == unset {
+                *v = if prev == unset { default } else { prev };
+            }
+        }
+        pick(&mut self.status, prev.status, UNSET, DEFAULT_STATUS);
+        pick(&mut self.headers, prev.headers, UNSET_UINT, HEADERS_ON);
+        pick(&mut self.dry_run, prev.dry_run, UNSET, 0);
+        pick(
+            &mut self.log_level,
+            prev.log_level,
+            UNSET_UINT,
+            NGX_LOG_ERR as ngx_uint_t,
+        );
+        // Like limit_req: a level without any rate_limit_window inherits
+        // all of them from the level above.
+        if self.limits.is_none() {
+            self.limits.clone_from(&prev.limits);
+        }
+        Ok(())
+    }
+}
+
+static mut HEADERS_VALUES: [ngx_conf_enum_t; 4] = [
+    ngx_conf_enum_t {
+        name: ngx_string!("off"),
+        value: HEADERS_OFF,
+    },
+    ngx_conf_enum_t {
+        name: ngx_string!("on"),
+        value: HEADERS_ON,
+    },
+    ngx_conf_enum_t {
+        name: ngx_string!("ietf"),
+        value: HEADERS_IETF,
+    },
+    ngx_conf_enum_t {
+        name: ngx_str_t {
+            len: 0,
+            data: ptr::null_mut(),
+        },
+        value: 0,
+    },
+];
+
+static mut LOG_LEVELS: [ngx_conf_enum_t; 5] = [
+    ngx_conf_enum_t {
+        name: ngx_string!("info"),
+        value: NGX_LOG_INFO as ngx_uint_t,
+    },
+    ngx_conf_enum_t {
+        name: ngx_string!("notice"),
+        value: NGX_LOG_NOTICE as ngx_uint_t,
+    },
+    ngx_conf_enum_t {
+        name: ngx_string!("warn"),
+        value: NGX_LOG_WARN as ngx_uint_t,
+    },
+    ngx_conf_enum_t {
+        name: ngx_string!("error"),
+        value: NGX_LOG_ERR as ngx_uint_t,
+    },
+    ngx_conf_enum_t {
+        name: ngx_str_t {
+            len: 0,
+            data: ptr::null_mut(),
+        },
+        value: 0,
+    },
+];
+
+static mut STATUS_BOUNDS: ngx_conf_num_bounds_t = ngx_conf_num_bounds_t {
+    post_handler: Some(ngx_conf_check_num_bounds),
+    low: 400,
+    high: 599,
+};
+
+const ANY_LEVEL: u32 = NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF;
+
+/// The module's directives.
+pub static mut COMMANDS: [ngx_command_t; 8] = [
+    ngx_command_t {
+        name: ngx_string!("rate_limit_window_zone"),
+        type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE) as ngx_uint_t,
+        set: Some(set_zone),
+        conf: NGX_HTTP_MAIN_CONF_OFFSET,
+        offset: 0,
+        post: ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("rate_limit_window"),
+        type_: (ANY_LEVEL | NGX_CONF_1MORE) as ngx_uint_t,
+        set: Some(set_limit),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: 0,
+        post: ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("rate_limit_window_status"),
+        type_: (ANY_LEVEL | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(ngx_conf_set_num_slot),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: offset_of!(LocConf, status),
+        post: ptr::addr_of_mut!(STATUS_BOUNDS) as *mut c_void,
+    },
+    ngx_command_t {
+        name: ngx_string!("rate_limit_window_headers"),
+        type_: (ANY_LEVEL | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(ngx_conf_set_enum_slot),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: offset_of!(LocConf, headers),
+        post: ptr::addr_of_mut!(HEADERS_VALUES) as *mut c_void,
+    },
+    ngx_command_t {
+        name: ngx_string!("rate_limit_window_dry_run"),
+        type_: (ANY_LEVEL | NGX_CONF_FLAG) as ngx_uint_t,
+        set: Some(ngx_conf_set_flag_slot),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: offset_of!(LocConf, dry_run),
+        post: ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("rate_limit_window_log_level"),
+        type_: (ANY_LEVEL | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(ngx_conf_set_enum_slot),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: offset_of!(LocConf, log_level),
+        post: ptr::addr_of_mut!(LOG_LEVELS) as *mut c_void,
+    },
+    ngx_command_t {
+        name: ngx_string!("rate_limit_window_metrics"),
+        type_: (NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS) as ngx_uint_t,
+        set: Some(set_metrics),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: 0,
+        post: ptr::null_mut(),
+    },
+    ngx_command_t::empty(),
+];
+
+/// Logs an `[emerg]` in the context of the directive being parsed and
+/// returns NGX_CONF_ERROR.
+fn emerg(cf: *mut ngx_conf_t, msg: &str) -> *mut c_char {
+    ngx_conf_log_error!(NGX_LOG_EMERG, cf, "{}", msg);
+    NGX_CONF_ERROR
+}
+
+/// Shows bytes from the configuration in a message (lossy, for humans).
+fn show(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The directive's arguments, the directive name first.
+///
+/// # Safety
+/// `cf` must be the `ngx_conf_t` passed to a directive handler.
+unsafe fn args<'a>(cf: *mut ngx_conf_t) -> &'a [ngx_str_t] {
+    // SAFETY: nginx fills cf->args with the directive's words before calling
+    // the handler; they live in the configuration pool.
+    unsafe { (*(*cf).args).as_slice() }
+}
+
+/// Parses a window length such as `1m`, `30s` or `500ms` into a Window.
+pub fn parse_window(value: &[u8]) -> Result<Window, String> {
+    let mut s = ngx_str_t {
+        len: value.len(),
+        data: value.as_ptr() as *mut u8,
+    };
+    // SAFETY: ngx_parse_time only reads `len` bytes from `data`.
+    let ms = unsafe { ngx_parse_time(&mut s, 0) };
+    if ms < 0 {
+        return Err(format!("invalid window \"{}\"", show(value)));
+    }
+    Window::from_ms(ms as u64).map_err(|e| format!("invalid window \"{}\": {e}", show(value)))
+}
+
+/// Parses a fixed limit: an integer from 0 to MAX_LIMIT (requests per window).
+pub fn parse_limit(value: &[u8]) -> Result<u32, String> {
+    let err = || {
+        format!(
+            "invalid limit \"{}\": it must be an integer from 0 to {MAX_LIMIT}, or a variable",
+            show(value)
+        )
+    };
+    if value.is_empty() || value.len() > 10 || !value.iter().all(u8::is_ascii_digit) {
+        return Err(err());
+    }
+    let n: u64 = value.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0'));
+    if n > u64::from(MAX_LIMIT) {
+        return Err(err());
+    }
+    Ok(n as u32)
+}
+
+/// Compiles `value` into a complex value allocated from the configuration pool.
+///
+/// # Safety
+/// `cf` must be a valid configuration context.
+unsafe fn compile_complex(
+    cf: *mut ngx_conf_t,
+    value: &ngx_str_t,
+    cv: *mut ngx_http_complex_value_t,
+) -> Result<(), ()> {
+    let mut value = *value;
+    // SAFETY: a zeroed compile struct is what nginx's own modules start from.
+    let mut ccv: ngx_http_compile_complex_value_t = unsafe { core::mem::zeroed() };
+    ccv.cf = cf;
+    ccv.value = &mut value;
+    ccv.complex_value = cv;
+    // SAFETY: ccv is fully set up; nginx copies what it needs into the pool.
+    if unsafe { ngx_http_compile_complex_value(&mut ccv) } != Status::NGX_OK.into() {
+        return Err(());
+    }
+    Ok(())
+}
+
+/// Returns the zone called `name`, creating an undefined forward reference
+/// if no `rate_limit_window_zone` has declared it yet.
+///
+/// # Safety
+/// `cf` must be a valid configuration context inside http{}.
+unsafe fn zone_by_name(cf: *mut ngx_conf_t, name: &ngx_str_t) -> Option<*mut ZoneConf> {
+    // SAFETY: cf is a valid http configuration context.
+    let mcf = Module::main_conf_mut(unsafe { &*cf })?;
+    if let Some(z) = mcf.zone(name.as_bytes()) {
+        return Some(z);
+    }
+    // SAFETY: cf->pool is the cycle's configuration pool.
+    let pool = unsafe { Pool::from_ngx_pool((*cf).pool) };
+    // SAFETY: cf->conf_file is set while a file is being parsed.
+    let (file, line) = unsafe {
+        let f = (*cf).conf_file;
+        if f.is_null() {
+            (ngx_str_t::empty(), 0)
+        } else {
+            ((*f).file.name, (*f).line)
+        }
+    };
+    let z = pool.allocate(ZoneConf::new(*name, file, line));
+    if z.is_null() {
+        return None;
+    }
+    mcf.zones.push(z);
+    Some(z)
+}
+
+/// `rate_limit_window_zone KEY zone=NAME:SIZE [window=TIME] [fail=open|closed];`
+extern "C" fn set_zone(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    _conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: called by nginx's configuration parser with a valid cf.
+    let args = unsafe { args(cf) };
+    let key = args[1];
+    let mut name: Option<ngx_str_t> = None;
+    let mut size: usize = 0;
+    let mut window = Window::from_ms(DEFAULT_WINDOW_MS).expect("default window is valid");
+    let mut fail = FailPolicy::Open;
+
+    for arg in &args[2..] {
+        let a = arg.as_bytes();
+        if let Some(v) = a.strip_prefix(b"zone=") {
+            let Some(colon) = v.iter().rposition(|&c| c == b':') else {
+                return emerg(cf, &format!("invalid zone size \"{}\"", show(a)));
+            };
+            let mut s = ngx_str_t {
+                len: v.len() - colon - 1,
+                data: arg.data.wrapping_add(5 + colon + 1),
+            };
+            // SAFETY: s points into the argument, within its length.
+            let parsed = unsafe { ngx_parse_size(&mut s) };
+            if colon == 0 || parsed < 0 {
+                return emerg(cf, &format!("invalid zone size \"{}\"", show(a)));
+            }
+            // SAFETY: ngx_pagesize is set by nginx at startup, before parsing.
+            let min = 8 * unsafe { ngx_pagesize };
+            if (parsed as usize) < min {
+                return emerg(
+                    cf,
+                    &format!(
+                        "zone \"{}\" is too small: it must be at least {} bytes",
+                        show(&v[..colon]),
+                        min
+                    ),
+                );
+            }
+            name = Some(ngx_str_t {
+                len: colon,
+                data: arg.data.wrapping_add(5),
+            });
+            size = parsed as usize;
+        } else if let Some(v) = a.strip_prefix(b"window=") {
+            match parse_window(v) {
+                Ok(w) => window = w,
+                Err(e) => return emerg(cf, &e),
+            }
+        } else if a == b"fail=open" {
+            fail = FailPolicy::Open;
+        } else if a == b"fail=closed" {
+            fail = FailPolicy::Closed;
+        } else {
+            return emerg(cf, &format!("invalid parameter \"{}\"", show(a)));
+        }
+    }
+
+    let Some(name) = name else {
+        return emerg(
+            cf,
+            "\"rate_limit_window_zone\" must have \"zone\" parameter",
+        );
+    };
+
+    // SAFETY: cf is a valid http{} configuration context.
+    let Some(zp) = (unsafe { zone_by_name(cf, &name) }) else {
+        return NGX_CONF_ERROR;
+    };
+    // SAFETY: zp points into the configuration pool.
+    let zone = unsafe { &mut *zp };
+    if zone.defined {
+        if zone.key_src.as_bytes() != key.as_bytes() || zone.window != window {
+            return emerg(
+                cf,
+                &format!(
+                    "zone \"{}\" is already bound to key \"{}\" with window={}ms",
+                    show(name.as_bytes()),
+                    show(zone.key_src.as_bytes()),
+                    zone.window.ms()
+                ),
+            );
+        }
+        return emerg(cf, &format!("duplicate zone \"{}\"", show(name.as_bytes())));
+    }
+
+    // SAFETY: the complex value lives inside the pool-allocated ZoneConf.
+    if unsafe { compile_complex(cf, &key, &mut zone.key) }.is_err() {
+        return NGX_CONF_ERROR;
+    }
+    zone.key_src = key;
+    zone.window = window;
+    zone.fail = fail;
+    zone.size = size;
+    zone.defined = true;
+
+    let mut shm_name = name;
+    // SAFETY: registers (or finds) the named zone; nginx keeps the pointer.
+    let shm = unsafe {
+        ngx_shared_memory_add(
+            cf,
+            &mut shm_name,
+            size,
+            ptr::addr_of_mut!(crate::ngx_http_rate_limit_window_module).cast(),
+        )
+    };
+    if shm.is_null() {
+        return NGX_CONF_ERROR;
+    }
+    // SAFETY: shm is a valid zone descriptor owned by the cycle.
+    unsafe {
+        (*shm).init = Some(crate::zone::init_zone);
+        (*shm).data = zp.cast();
+    }
+    zone.shm_zone = shm;
+    NGX_CONF_OK
+}
+
+/// `rate_limit_window zone=NAME limit=NUMBER|$variable;`
+extern "C" fn set_limit(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: conf is this module's LocConf at the current level.
+    let lcf = unsafe { &mut *conf.cast::<LocConf>() };
+    // SAFETY: called by nginx's configuration parser with a valid cf.
+    let args = unsafe { args(cf) };
+    let mut zone_name: Option<ngx_str_t> = None;
+    let mut value: Option<LimitValue> = None;
+
+    for arg in &args[1..] {
+        let a = arg.as_bytes();
+        if let Some(v) = a.strip_prefix(b"zone=") {
+            if v.is_empty() {
+                return emerg(cf, &format!("invalid zone name \"{}\"", show(a)));
+            }
+            zone_name = Some(ngx_str_t {
+                len: v.len(),
+                data: arg.data.wrapping_add(5),
+            });
+        } else if let Some(v) = a.strip_prefix(b"limit=") {
+            if v.first() == Some(&b'$') {
+                // SAFETY: cf->pool is the configuration pool.
+                let pool = unsafe { Pool::from_ngx_pool((*cf).pool) };
+                let cv = pool.calloc_type::<ngx_http_complex_value_t>();
+                if cv.is_null() {
+                    return NGX_CONF_ERROR;
+                }
+                let s = ngx_str_t {
+                    len: v.len(),
+                    data: arg.data.wrapping_add(6),
+                };
+                // SAFETY: cv was just allocated from the configuration pool.
+                if unsafe { compile_complex(cf, &s, cv) }.is_err() {
+                    return NGX_CONF_ERROR;
+                }
+                value = Some(LimitValue::Variable(cv));
+            } else {
+                match parse_limit(v) {
+                    Ok(n) => value = Some(LimitValue::Fixed(n)),
+                    Err(e) => return emerg(cf, &e),
+                }
+            }
+        } else {
+            return emerg(cf, &format!("invalid parameter \"{}\"", show(a)));
+        }
+    }
+
+    let Some(zone_name) = zone_name else {
+        return emerg(cf, "\"rate_limit_window\" must have \"zone\" parameter");
+    };
+    let Some(value) = value else {
+        return emerg(cf, "\"rate_limit_window\" must have \"limit\" parameter");
+    };
+    // SAFETY: cf is a valid http configuration context.
+    let Some(zone) = (unsafe { zone_by_name(cf, &zone_name) }) else {
+        return NGX_CONF_ERROR;
+    };
+    let limits = lcf.limits.get_or_insert_with(Vec::new);
+    if limits.iter().any(|l| l.zone == zone) {
+        return emerg(
+            cf,
+            &format!(
+                "duplicate limit for zone \"{}\"",
+                show(zone_name.as_bytes())
+            ),
+        );
+    }
+    limits.push(Limit { zone, value });
+    NGX_CONF_OK
+}
+
+/// `rate_limit_window_metrics;` installs the metrics content handler.
+extern "C" fn set_metrics(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    _conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: cf is a valid location configuration context.
+    let Some(clcf) = NgxHttpCoreModule::location_conf_mut(unsafe { &*cf }) else {
+        return NGX_CONF_ERROR;
+    };
+    clcf.handler = Some(crate::metrics::handler);
+    NGX_CONF_OK
+}
+
+/// After http{} is parsed: every referenced zone must have been declared.
+///
+/// # Safety
+/// Called by nginx with this module's MainConf.
+pub unsafe fn init_main_conf(cf: *mut ngx_conf_t, conf: *mut c_void) -> *mut c_char {
+    // SAFETY: conf is the MainConf create_main_conf allocated.
+    let mcf = unsafe { &*conf.cast::<MainConf>() };
+    for &z in &mcf.zones {
+        // SAFETY: zone pointers live in the configuration pool.
+        let z = unsafe { &*z };
+        if !z.defined {
+            return emerg(
+                cf,
+                &format!(
+                    "zone \"{}\" used by \"rate_limit_window\" in {}:{} is not defined by any \"rate_limit_window_zone\"",
+                    show(z.name.as_bytes()),
+                    show(z.ref_file.as_bytes()),
+                    z.ref_line
+                ),
+            );
+        }
+    }
+    NGX_CONF_OK
+}
+
+/// This module's location configuration for a request.
+///
+/// # Safety
+/// `r` must be a valid request.
+pub unsafe fn loc_conf_raw(r: *mut nginx_sys::ngx_http_request_t) -> Option<&'static LocConf> {
+    // SAFETY: r is valid; loc_conf holds every HTTP module's configuration.
+    Module::location_conf(unsafe { &*r })
+}

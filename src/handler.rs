@@ -1,0 +1,314 @@
+//! The PREACCESS phase handler: evaluates every limit of the location,
+//! counts the request once per main request, and rejects it when any limit
+//! is exceeded.
+//!
+//! Order of work, so that nothing shared is held while we log or allocate:
+//! 1. evaluate keys and limits (request pool only);
+//! 2. one lock-free `acquire` per limit; on a rejection, `undo` the
+//!    admissions already made so that a rejected request is counted by none;
+//! 3. bump the zone counters, store the decision, log.
+
+use nginx_sys::{
+    ngx_array_push, ngx_conf_t, ngx_http_complex_value, ngx_http_handler_pt,
+    ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_http_request_t, ngx_int_t, ngx_str_t,
+    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_ERR, NGX_LOG_WARN,
+};
+use ngx::core::Status;
+use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
+use ngx::ngx_log_error;
+use rate_limit_window_core::{Counter, Decision as CoreDecision, FailPolicy, Outcome};
+
+use crate::conf::{self, LimitValue, LocConf};
+use crate::decision::{self, Applied, Verdict};
+use crate::util;
+use crate::zone::ZoneConf;
+
+/// How long a kind of degradation must stay quiet before its next
+/// occurrence is logged again as a new episode (ms).
+const EPISODE_QUIET_MS: u64 = 60_000;
+
+/// Pushes the handler onto the PREACCESS phase.
+///
+/// # Safety
+/// `cf` must be the configuration passed to postconfiguration.
+pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: cf is valid during postconfiguration.
+    let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(unsafe { &*cf }) else {
+        return Status::NGX_ERROR.into();
+    };
+    // SAFETY: the phase handler array is initialised by the core module.
+    let h = unsafe {
+        ngx_array_push(&mut cmcf.phases[ngx_http_phases_NGX_HTTP_PREACCESS_PHASE as usize].handlers)
+    }
+    .cast::<ngx_http_handler_pt>();
+    if h.is_null() {
+        return Status::NGX_ERROR.into();
+    }
+    // SAFETY: h is a fresh slot in the handler array.
+    unsafe { *h = Some(preaccess_handler) };
+    Status::NGX_OK.into()
+}
+
+/// What one limit said about the request.
+enum Step {
+    /// The key or the limit variable was empty: this limit does not apply.
+    Exempt,
+    /// The limit variable held garbage and the zone fails open.
+    Skipped,
+    /// The table decided.
+    Decided(CoreDecision),
+}
+
+/// Reads the limit for this request: Ok(None) = empty value (exempt).
+///
+/// # Safety
+/// `r` must be a valid request.
+unsafe fn eval_limit(
+    r: *mut ngx_http_request_t,
+    value: LimitValue,
+) -> Result<Option<u32>, Vec<u8>> {
+    match value {
+        LimitValue::Fixed(n) => Ok(Some(n)),
+        LimitValue::Variable(cv) => {
+            let mut s = ngx_str_t::empty();
+            // SAFETY: cv was compiled at configuration time; r is valid.
+            if unsafe { ngx_http_complex_value(r, cv, &mut s) } != Status::NGX_OK.into() {
+                return Err(b"(error)".to_vec());
+            }
+            let b = s.as_bytes();
+            if b.is_empty() {
+                return Ok(None);
+            }
+            conf::parse_limit(b).map(Some).map_err(|_| b.to_vec())
+        }
+    }
+}
+
+extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
+    // SAFETY: nginx calls phase handlers with a valid request.
+    unsafe { handle(r) }
+}
+
+/// # Safety
+/// `r` must be a valid request in the PREACCESS phase.
+unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
+    let declined: ngx_int_t = Status::NGX_DECLINED.into();
+
+    // Counted once per main request: an internal redirect, error_page or
+    // subrequest finds the decision already made.
+    // SAFETY: r is valid.
+    if unsafe { decision::find(r) }.is_some() {
+        return declined;
+    }
+    // SAFETY: r is valid; its loc_conf array holds our LocConf.
+    let Some(lcf) = (unsafe { conf::loc_conf_raw(r) }) else {
+        return declined;
+    };
+    let Some(limits) = lcf.limits.as_deref() else {
+        return declined;
+    };
+    if limits.is_empty() {
+        return declined;
+    }
+    // SAFETY: r is valid.
+    let log = unsafe { (*(*r).connection).log };
+    let now = util::now_ms();
+    let shard = util::shard();
+    let dry_run = lcf.dry_run != 0;
+
+    let mut steps: Vec<(&ZoneConf, u32, Step)> = Vec::with_capacity(limits.len());
+    let mut rejected_at: Option<usize> = None;
+
+    for l in limits {
+        // SAFETY: zones live in the configuration pool for the cycle.
+        let zone = unsafe { &*l.zone };
+        let Some(table) = zone.table.as_ref() else {
+            continue;
+        };
+        let mut key = ngx_str_t::empty();
+        // SAFETY: the key was compiled at configuration time.
+        if unsafe { ngx_http_complex_value(r, &zone.key as *const _ as *mut _, &mut key) }
+            != Status::NGX_OK.into()
+        {
+            undo_all(&steps);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+        }
+        if key.is_empty() {
+            steps.push((zone, 0, Step::Exempt));
+            continue;
+        }
+        // SAFETY: r is valid.
+        let limit = match unsafe { eval_limit(r, l.value) } {
+            Ok(Some(n)) => n,
+            Ok(None) => {
+                steps.push((zone, 0, Step::Exempt));
+                continue;
+            }
+            Err(bad) => {
+                ngx_log_error!(
+                    NGX_LOG_ERR,
+                    log,
+                    "rate_limit_window: invalid limit \"{}\" for zone \"{}\", applying fail={}",
+                    String::from_utf8_lossy(&bad[..bad.len().min(64)]),
+                    zone.name_str(),
+                    if zone.fail == FailPolicy::Closed {
+                        "closed"
+                    } else {
+                        "open"
+                    }
+                );
+                match zone.fail {
+                    FailPolicy::Open => {
+                        steps.push((zone, 0, Step::Skipped));
+                        continue;
+                    }
+                    // Fail closed: judge the request against a limit of 0.
+                    FailPolicy::Closed => 0,
+                }
+            }
+        };
+        let hash = table.hash_key(key.as_bytes());
+        let d = table.acquire(hash, now, limit, zone.fail, shard);
+        let admitted = d.outcome == Outcome::Admitted;
+        steps.push((zone, limit, Step::Decided(d)));
+        if !admitted {
+            rejected_at = Some(steps.len() - 1);
+            break;
+        }
+    }
+
+    // A request rejected by one limit is counted by none.
+    if let Some(i) = rejected_at {
+        undo_all(&steps[..i]);
+    }
+
+    // From here on nothing shared is held: count, record, log.
+    let mut applied: Vec<Applied> = Vec::with_capacity(steps.len());
+    let mut any_applied = false;
+    for (zone, limit, step) in &steps {
+        if let Step::Decided(d) = step {
+            any_applied = true;
+            applied.push(Applied {
+                zone: *zone,
+                limit: *limit,
+                remaining: d.remaining,
+                reset_s: d.reset_s,
+            });
+            log_episodes(log, zone, d, now);
+        }
+    }
+
+    let verdict = match rejected_at {
+        Some(_) if dry_run => Verdict::RejectedDryRun,
+        Some(_) => Verdict::Rejected,
+        None if any_applied => Verdict::Passed,
+        None => Verdict::Exempt,
+    };
+
+    let mut retry_after = 0;
+    for (i, (zone, limit, step)) in steps.iter().enumerate() {
+        let Some(table) = zone.table.as_ref() else {
+            continue;
+        };
+        match step {
+            Step::Exempt => table.add(shard, Counter::Exempt, 1),
+            Step::Skipped => {}
+            Step::Decided(d) => match verdict {
+                Verdict::Passed => table.add(shard, Counter::Passed, 1),
+                Verdict::Rejected | Verdict::RejectedDryRun if Some(i) == rejected_at => {
+                    let c = if dry_run {
+                        Counter::RejectedDryRun
+                    } else {
+                        Counter::Rejected
+                    };
+                    table.add(shard, c, 1);
+                    retry_after = d.retry_after_s;
+                    log_rejection(log, lcf, zone, *limit, d, dry_run);
+                }
+                _ => {}
+            },
+        }
+    }
+
+    // SAFETY: r is valid and no shared state is held.
+    if unsafe { decision::store(r, verdict, lcf.headers, retry_after, &applied) }.is_none() {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    }
+
+    if verdict == Verdict::Rejected {
+        return lcf.status;
+    }
+    declined
+}
+
+/// Gives back the admissions of the steps that were counted.
+fn undo_all(steps: &[(&ZoneConf, u32, Step)]) {
+    for (zone, _, step) in steps {
+        if let (Some(table), Step::Decided(d)) = (zone.table.as_ref(), step) {
+            if let Some(a) = d.admission.as_ref() {
+                table.undo(a);
+            }
+        }
+    }
+}
+
+/// The rejection log line. Never the raw key: it may be an API key.
+fn log_rejection(
+    log: *mut nginx_sys::ngx_log_t,
+    lcf: &LocConf,
+    zone: &ZoneConf,
+    limit: u32,
+    d: &CoreDecision,
+    dry_run: bool,
+) {
+    let what = match d.outcome {
+        Outcome::FailClosed => "zone is full, rejecting a new client (fail=closed)",
+        _ => "limiting requests",
+    };
+    ngx_log_error!(
+        lcf.log_level,
+        log,
+        "{}{} by zone \"{}\", estimate: {}, limit: {}, window: {}s",
+        if dry_run { "dry run, " } else { "" },
+        what,
+        zone.name_str(),
+        d.estimate,
+        limit,
+        zone.window.ms() / 1000
+    );
+}
+
+/// One warning per degradation episode, not one per request.
+fn log_episodes(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDecision, now: u64) {
+    let Some(table) = zone.table.as_ref() else {
+        return;
+    };
+    let episode = |c: Counter| table.note_episode(c, now, EPISODE_QUIET_MS);
+    if d.events.evicted_live && episode(Counter::EvictLive) {
+        ngx_log_error!(
+            NGX_LOG_WARN,
+            log,
+            "rate_limit_window_zone \"{}\" is full: evicting live clients to track new ones (fail=open); \
+             increase the zone size; further evictions are counted in metrics",
+            zone.name_str()
+        );
+    }
+    if d.outcome == Outcome::FailClosed && episode(Counter::FailClosed) {
+        ngx_log_error!(
+            NGX_LOG_WARN,
+            log,
+            "rate_limit_window_zone \"{}\" is full: rejecting new clients (fail=closed); \
+             increase the zone size; further rejections are counted in metrics",
+            zone.name_str()
+        );
+    }
+    if d.events.clock_backwards && episode(Counter::ClockBackwards) {
+        ngx_log_error!(
+            NGX_LOG_WARN,
+            log,
+            "rate_limit_window_zone \"{}\": the clock went backwards (request time is older than a \
+             client's window); counts are kept and the newest window wins",
+            zone.name_str()
+        );
+    }
+}

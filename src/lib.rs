@@ -1,0 +1,107 @@
+//! `ngx_http_rate_limit_window_module`: sliding-window rate limiting for nginx.
+//!
+//! This file holds only the module statics and the `HttpModule` glue. The
+//! algorithm and the shared-memory table live in the pure crate
+//! `rate_limit_window_core`; each nginx-facing job has a file of its own:
+//!
+//! | file           | job                                                    |
+//! |----------------|--------------------------------------------------------|
+//! | `conf.rs`      | directives, configuration structs, merge               |
+//! | `zone.rs`      | shared-memory zone init and reuse on reload            |
+//! | `handler.rs`   | the PREACCESS phase handler (the decision)             |
+//! | `decision.rs`  | the per-request decision, kept across redirects        |
+//! | `filter.rs`    | the header filter (Retry-After, RateLimit-*)           |
+//! | `variables.rs` | `$rate_limit_window_status`, `$rate_limit_window_remaining` |
+//! | `metrics.rs`   | the `rate_limit_window_metrics` content handler        |
+//! | `util.rs`      | small helpers: time, numbers into pool memory, logging |
+
+#![allow(clippy::missing_safety_doc)]
+
+mod conf;
+mod decision;
+mod filter;
+mod handler;
+mod metrics;
+mod util;
+mod variables;
+mod zone;
+
+use core::ffi::c_char;
+use core::ptr;
+
+use nginx_sys::{
+    ngx_conf_t, ngx_http_module_t, ngx_int_t, ngx_module_t, ngx_uint_t, NGX_HTTP_MODULE,
+};
+use ngx::core::Status;
+use ngx::http::{HttpModule, HttpModuleLocationConf, HttpModuleMainConf};
+
+/// The module type that carries the `HttpModule` callbacks.
+pub(crate) struct Module;
+
+impl HttpModule for Module {
+    fn module() -> &'static ngx_module_t {
+        // SAFETY: the module static is initialised at load time and only
+        // mutated by nginx itself (ctx_index, index) before workers start.
+        unsafe { &*ptr::addr_of!(ngx_http_rate_limit_window_module) }
+    }
+
+    unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+        variables::register(cf)
+    }
+
+    unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+        if handler::register(cf) != Status::NGX_OK.into() {
+            return Status::NGX_ERROR.into();
+        }
+        filter::register();
+        Status::NGX_OK.into()
+    }
+
+    unsafe extern "C" fn init_main_conf(
+        cf: *mut ngx_conf_t,
+        conf: *mut core::ffi::c_void,
+    ) -> *mut c_char
+    where
+        Self: HttpModuleMainConf,
+    {
+        conf::init_main_conf(cf, conf)
+    }
+}
+
+// SAFETY: MainConf is what create_main_conf allocates for this module.
+unsafe impl HttpModuleMainConf for Module {
+    type MainConf = conf::MainConf;
+}
+
+// SAFETY: LocationConf is what create_loc_conf allocates for this module.
+unsafe impl HttpModuleLocationConf for Module {
+    type LocationConf = conf::LocConf;
+}
+
+static NGX_HTTP_RATE_LIMIT_WINDOW_MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
+    preconfiguration: Some(Module::preconfiguration),
+    postconfiguration: Some(Module::postconfiguration),
+    create_main_conf: Some(Module::create_main_conf),
+    init_main_conf: Some(Module::init_main_conf),
+    create_srv_conf: None,
+    merge_srv_conf: None,
+    create_loc_conf: Some(Module::create_loc_conf),
+    merge_loc_conf: Some(Module::merge_loc_conf),
+};
+
+// Generate the `ngx_modules` table: required for a loadable cdylib built
+// outside nginx's own build system.
+#[cfg(feature = "export-modules")]
+ngx::ngx_modules!(ngx_http_rate_limit_window_module);
+
+/// The module descriptor nginx loads.
+#[used]
+#[allow(non_upper_case_globals)]
+#[cfg_attr(not(feature = "export-modules"), no_mangle)]
+pub static mut ngx_http_rate_limit_window_module: ngx_module_t = ngx_module_t {
+    ctx: ptr::addr_of!(NGX_HTTP_RATE_LIMIT_WINDOW_MODULE_CTX) as _,
+    // SAFETY: taking the address of a static array; nginx reads it at load.
+    commands: unsafe { ptr::addr_of_mut!(conf::COMMANDS[0]) },
+    type_: NGX_HTTP_MODULE as ngx_uint_t,
+    ..ngx_module_t::default()
+};
