@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# Installs the .deb from `make deb` next to the distribution's nginx and checks
+# that Debian's own /usr/sbin/nginx loads the module and limits requests.
+#
+#   scripts/test-deb.sh [PATH.deb]
+#
+# Installs nginx and curl if missing (scripts/deps.sh), dpkg -i's the package,
+# runs /usr/sbin/nginx -t and then a private nginx instance (-p <tmp prefix>,
+# free ports on 127.0.0.1; the system service and port 80 are not used) that
+# loads the module through /etc/nginx/modules-enabled, sends 5 requests and
+# expects 3 x 200 then 429. Then checks the maintainer scripts: remove
+# disables the module, a reinstall re-enables it, purge cleans up. The package
+# is left purged. Needs root (or sudo) for apt-get and dpkg.
+#
+# Prints PASS/FAIL per check and "N passed, M failed"; exits 1 on any failure.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+PKG=libnginx-mod-http-rate-limit-window
+MODULE=ngx_http_rate_limit_window_module
+NGINX=/usr/sbin/nginx
+AVAILABLE=/usr/share/nginx/modules-available/mod-http-rate-limit-window.conf
+LINK=/etc/nginx/modules-enabled/50-mod-http-rate-limit-window.conf
+SO=/usr/lib/nginx/modules/$MODULE.so
+SYSTEM_PID=/run/nginx.pid
+LIMIT=3
+REQUESTS=5
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+
+passed=0
+failed=0
+pass() { echo "PASS: $*"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+check() { # check DESCRIPTION COMMAND...
+  local what=$1; shift
+  if "$@"; then pass "$what"; else fail "$what"; fi
+}
+finish() {
+  echo "$passed passed, $failed failed"
+  [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
+  exit $?
+}
+abort() { fail "$*"; finish; }
+
+# --- the package -------------------------------------------------------------
+DEB=${1:-}
+if [ -z "$DEB" ]; then
+  version=$(awk '/^\[package\]/{p=1;next} /^\[/{p=0} p && /^version[[:space:]]*=/{gsub(/.*=[[:space:]]*"|".*/,"");print;exit}' Cargo.toml)
+  DEB="$ROOT/target/debian/${PKG}_${version}-${DEB_REVISION:-1}_$(dpkg --print-architecture).deb"
+fi
+[ -f "$DEB" ] || abort "package $DEB exists (run make deb)"
+pass "package $DEB exists"
+
+# --- nginx from the distribution -------------------------------------------
+system_nginx_running() {
+  [ -s "$SYSTEM_PID" ] && $SUDO kill -0 "$(cat "$SYSTEM_PID" 2>/dev/null)" 2>/dev/null
+}
+was_running=false
+system_nginx_running && was_running=true
+
+# If installing nginx (or our trigger) started the system service, stop it:
+# this test never uses the service or port 80.
+stop_system_nginx_if_we_started_it() {
+  $was_running && return 0
+  system_nginx_running || return 0
+  echo "note: stopping the nginx service that package installation started"
+  if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+    $SUDO systemctl stop nginx 2>/dev/null || true
+  fi
+  if system_nginx_running; then
+    $SUDO "$NGINX" -s quit 2>/dev/null || $SUDO kill -QUIT "$(cat "$SYSTEM_PID")" 2>/dev/null || true
+    for _ in $(seq 50); do system_nginx_running || break; sleep 0.1; done
+  fi
+  system_nginx_running && echo "warning: the system nginx (pid $(cat "$SYSTEM_PID")) is still running"
+  return 0
+}
+
+if scripts/deps.sh nginx curl; then pass "nginx and curl installed"; else abort "nginx and curl installed"; fi
+stop_system_nginx_if_we_started_it
+[ -x "$NGINX" ] || abort "$NGINX exists"
+echo "info: $("$NGINX" -v 2>&1), package nginx $(dpkg-query -W -f='${Version}' nginx 2>/dev/null)"
+
+# The ABI our package Depends on must be one the installed nginx Provides.
+abi=$(dpkg-deb -f "$DEB" Depends | tr ',' '\n' | sed 's/^ *//' | grep '^nginx-abi-' | head -n1)
+provides=$(dpkg-query -W -f='${Provides}\n' nginx nginx-core nginx-light nginx-full nginx-extras 2>/dev/null | tr ',' '\n' | sed 's/^ *//; s/ .*//')
+check "package depends on $abi, which the installed nginx provides" \
+  grep -qx -- "${abi:-none}" <<<"$provides"
+
+# --- install -----------------------------------------------------------------
+if $SUDO dpkg -i "$DEB"; then pass "dpkg -i $(basename "$DEB")"; else abort "dpkg -i $(basename "$DEB")"; fi
+stop_system_nginx_if_we_started_it
+check "$SO installed" test -f "$SO"
+check "$AVAILABLE loads the module" \
+  grep -qx "load_module modules/$MODULE.so;" "$AVAILABLE"
+check "/usr/share/doc/$PKG/copyright installed" test -f "/usr/share/doc/$PKG/copyright"
+check "postinst linked $LINK -> $AVAILABLE" \
+  test "$(readlink "$LINK" 2>/dev/null)" = "$AVAILABLE"
+
+# --- a private nginx on free ports -------------------------------------------
+T=$(mktemp -d /tmp/test-deb.XXXXXX)
+chmod 0755 "$T"
+test_pid=""
+cleanup() {
+  if [ -n "$test_pid" ] && kill -0 "$test_pid" 2>/dev/null; then
+    "$NGINX" -p "$T/" -c "$T/nginx.conf" -s stop 2>/dev/null || kill "$test_pid" 2>/dev/null
+  fi
+  rm -rf "$T"
+}
+trap cleanup EXIT
+
+port_free() {
+  if command -v ss >/dev/null; then
+    [ -z "$(ss -Htln "sport = :$1" 2>/dev/null)" ]
+  else
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+  fi
+}
+free_port() { # free_port EXCEPT
+  local p
+  for _ in $(seq 200); do
+    p=$((20000 + RANDOM % 30000))
+    [ "$p" != "${1:-}" ] && port_free "$p" && { echo "$p"; return 0; }
+  done
+  return 1
+}
+GW=$(free_port) || abort "found a free port"
+UP=$(free_port "$GW") || abort "found a second free port"
+
+# load_module paths are relative to the prefix: Debian's prefix
+# /usr/share/nginx has modules -> /usr/lib/nginx/modules; so does ours.
+ln -s /usr/lib/nginx/modules "$T/modules"
+mkdir -p "$T/logs" "$T/tmp"
+cat >"$T/nginx.conf" <<EOF
+# Loaded the Debian way: through the package's modules-enabled link.
+include /etc/nginx/modules-enabled/*.conf;
+
+worker_processes 2;
+pid $T/nginx.pid;
+error_log $T/logs/error.log info;
+
+events {
+    worker_connections 64;
+}
+
+http {
+    access_log $T/logs/access.log;
+    client_body_temp_path $T/tmp/body;
+    proxy_temp_path $T/tmp/proxy;
+    fastcgi_temp_path $T/tmp/fastcgi;
+    uwsgi_temp_path $T/tmp/uwsgi;
+    scgi_temp_path $T/tmp/scgi;
+
+    rate_limit_window_zone \$binary_remote_addr zone=t:1m window=1m;
+
+    # the upstream
+    server {
+        listen 127.0.0.1:$UP;
+        location / {
+            return 200 "upstream-ok\n";
+        }
+    }
+
+    # the limited gateway
+    server {
+        listen 127.0.0.1:$GW;
+        location / {
+            rate_limit_window zone=t limit=$LIMIT;
+            proxy_pass http://127.0.0.1:$UP;
+        }
+    }
+}
+EOF
+
+out=$("$NGINX" -t -p "$T/" -c "$T/nginx.conf" 2>&1)
+rc=$?
+echo "$out" | sed 's/^/  nginx -t: /'
+check "Debian's nginx -t accepts the config (module loaded via modules-enabled)" test "$rc" -eq 0
+check "nginx -t reports no binary incompatibility" \
+  eval '! grep -qi "not binary compatible" <<<"$out"'
+
+out=$($SUDO "$NGINX" -t -q 2>&1)
+rc=$?
+[ -n "$out" ] && echo "$out" | sed 's/^/  nginx -t (system config): /'
+check "nginx -t on the system /etc/nginx/nginx.conf with the module enabled" test "$rc" -eq 0
+
+# A sliding window: 3 requests late in one minute could be weighted below the
+# limit a second later. Keep the burst inside one UTC minute.
+sec=$((10#$(date -u +%S)))
+if [ "$sec" -ge 50 ]; then
+  echo "info: waiting $((61 - sec))s for the next UTC minute"
+  sleep $((61 - sec))
+fi
+
+if "$NGINX" -p "$T/" -c "$T/nginx.conf"; then
+  for _ in $(seq 50); do [ -s "$T/nginx.pid" ] && break; sleep 0.1; done
+  test_pid=$(cat "$T/nginx.pid" 2>/dev/null)
+  for _ in $(seq 50); do
+    curl -s -o /dev/null "http://127.0.0.1:$UP/" && break; sleep 0.1
+  done
+  pass "nginx started (pid $test_pid, gateway 127.0.0.1:$GW, upstream 127.0.0.1:$UP)"
+else
+  fail "nginx started"
+  sed 's/^/  error.log: /' "$T/logs/error.log" 2>/dev/null
+fi
+
+header() { # header NAME FILE -> value
+  tr -d '\r' <"$2" | sed -n "s/^$1: *//Ip" | head -n1
+}
+if [ -n "$test_pid" ]; then
+  for i in $(seq "$REQUESTS"); do
+    code=$(curl -s -D "$T/h$i" -o "$T/b$i" -w '%{http_code}' "http://127.0.0.1:$GW/")
+    echo "  request $i: $code" \
+      "RateLimit-Limit=$(header RateLimit-Limit "$T/h$i")" \
+      "RateLimit-Remaining=$(header RateLimit-Remaining "$T/h$i")" \
+      "RateLimit-Reset=$(header RateLimit-Reset "$T/h$i")" \
+      "Retry-After=$(header Retry-After "$T/h$i")"
+    if [ "$i" -le "$LIMIT" ]; then
+      check "request $i: 200 from the upstream" \
+        test "$code" = 200 -a "$(cat "$T/b$i")" = "upstream-ok"
+      check "request $i: RateLimit-Limit $LIMIT, RateLimit-Remaining $((LIMIT - i))" \
+        test "$(header RateLimit-Limit "$T/h$i")" = "$LIMIT" \
+          -a "$(header RateLimit-Remaining "$T/h$i")" = "$((LIMIT - i))"
+    else
+      check "request $i: 429" test "$code" = 429
+      ok=true
+      for h in Retry-After RateLimit-Limit RateLimit-Remaining RateLimit-Reset; do
+        [[ "$(header "$h" "$T/h$i")" =~ ^[0-9]+$ ]] || ok=false
+      done
+      check "request $i: Retry-After, RateLimit-Limit/Remaining/Reset present" $ok
+    fi
+  done
+
+  "$NGINX" -p "$T/" -c "$T/nginx.conf" -s quit
+  for _ in $(seq 100); do kill -0 "$test_pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$test_pid" 2>/dev/null; then
+    fail "nginx -s quit stopped the test nginx"
+  else
+    pass "nginx -s quit stopped the test nginx"
+    test_pid=""
+  fi
+  if grep -E '\[(alert|emerg|crit)\]' "$T/logs/error.log" >/dev/null; then
+    fail "no alert/crit/emerg in error.log"
+    grep -E '\[(alert|emerg|crit)\]' "$T/logs/error.log" | sed 's/^/  error.log: /'
+  else
+    pass "no alert/crit/emerg in error.log"
+  fi
+fi
+
+# --- maintainer scripts ------------------------------------------------------
+if $SUDO dpkg -r "$PKG" >/dev/null; then pass "dpkg -r $PKG"; else fail "dpkg -r $PKG"; fi
+stop_system_nginx_if_we_started_it
+check "remove: module disabled ($LINK gone)" test ! -e "$LINK" -a ! -L "$LINK"
+check "remove: $SO gone" test ! -e "$SO"
+
+if $SUDO dpkg -i "$DEB" >/dev/null; then pass "reinstall after remove"; else fail "reinstall after remove"; fi
+stop_system_nginx_if_we_started_it
+check "reinstall: module enabled again" test "$(readlink "$LINK" 2>/dev/null)" = "$AVAILABLE"
+
+if $SUDO dpkg --purge "$PKG" >/dev/null; then pass "dpkg --purge $PKG"; else fail "dpkg --purge $PKG"; fi
+stop_system_nginx_if_we_started_it
+check "purge: no link or .removed marker left in /etc/nginx/modules-enabled" \
+  eval '[ -z "$(ls -A /etc/nginx/modules-enabled 2>/dev/null | grep rate-limit-window)" ]'
+check "purge: package gone" \
+  eval '! dpkg-query -W -f="\${Status}" "$PKG" 2>/dev/null | grep -q "install ok installed"'
+
+finish
