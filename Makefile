@@ -14,7 +14,7 @@ RUN_DIR  := target/run
 
 BUILD_DEPS := libclang-dev libpcre2-dev libssl-dev zlib1g-dev make gcc pkg-config
 TEST_DEPS  := faketime curl
-BENCH_DEPS := wrk
+BENCH_DEPS := wrk valgrind python3 curl
 
 .PHONY: all deps build run test soak bench fuzz deb test-deb clean
 

@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Parsing and table formatting for scripts/bench.sh.
+
+  report.py wrk FILE           one wrk --latency output -> "rps requests non2xx p99_ms sockerr"
+  report.py throughput TSV     throughput results -> markdown
+  report.py capacity JSONL     capacity results -> markdown
+  report.py callgrind TSV      callgrind totals -> markdown
+  report.py criterion FILE     criterion stdout -> markdown
+  report.py accuracy FILE      accuracy bench stdout -> markdown
+"""
+import json
+import re
+import statistics
+import sys
+
+NAMES = {"none": "no limiter", "rlw": "rate_limit_window", "lr": "limit_req"}
+SCENARIOS = [
+    ("hot", "1 hot client (one key, every request admitted)",
+     {"rlw/none": "≥ 0.98", "rlw/lr": "≥ 1.00"}),
+    ("many", "1,000,000 distinct clients (wrk cycles X-Key through 1M keys, every request admitted)",
+     {"rlw/none": "≥ 0.97", "rlw/lr": "≥ 1.00"}),
+    ("rej", "every request rejected (one key over its limit, 429)",
+     {"rlw/none": "—", "rlw/lr": "—"}),
+]
+
+
+def unit_ms(v):
+    m = re.match(r"([\d.]+)(us|ms|s|m)$", v)
+    if not m:
+        return float("nan")
+    x, u = float(m.group(1)), m.group(2)
+    return {"us": x / 1000, "ms": x, "s": x * 1000, "m": x * 60000}[u]
+
+
+def cmd_wrk(path):
+    text = open(path).read()
+    rps = re.search(r"^Requests/sec:\s+([\d.]+)", text, re.M)
+    req = re.search(r"^\s*(\d+) requests in", text, re.M)
+    non = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    p99 = re.search(r"^\s+99%\s+(\S+)", text, re.M)
+    se = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    if not rps or not req:
+        print("parse-error")
+        return
+    print(rps.group(1), req.group(1), non.group(1) if non else 0,
+          "%.3f" % unit_ms(p99.group(1)) if p99 else "nan",
+          sum(int(x) for x in se.groups()) if se else 0)
+
+
+def fmt_int(x):
+    return "{:,.0f}".format(x)
+
+
+def cmd_throughput(path):
+    rows = [l.split() for l in open(path) if l.strip() and not l.startswith("#")]
+    # scenario rep variant rps requests non2xx p99ms sockerr
+    data = {}
+    for r in rows:
+        scen, rep, var = r[0], int(r[1]), r[2]
+        data.setdefault(scen, {}).setdefault(var, {})[rep] = {
+            "rps": float(r[3]), "p99": float(r[6]), "sockerr": int(r[7])}
+    out = []
+    for scen, title, targets in SCENARIOS:
+        if scen not in data:
+            continue
+        d = data[scen]
+        vars_ = [v for v in ("none", "rlw", "lr") if v in d]
+        reps = sorted(set.intersection(*(set(d[v]) for v in vars_)))
+        out.append("### %s\n" % title)
+        out.append("| variant | req/s (median) | req/s (min–max) | p99 latency (median) | socket errors |")
+        out.append("|---|---:|---:|---:|---:|")
+        for v in vars_:
+            rps = [d[v][i]["rps"] for i in reps]
+            p99 = [d[v][i]["p99"] for i in reps]
+            se = sum(d[v][i]["sockerr"] for i in reps)
+            out.append("| %s | %s | %s–%s | %.2f ms | %d |" % (
+                NAMES[v], fmt_int(statistics.median(rps)), fmt_int(min(rps)),
+                fmt_int(max(rps)), statistics.median(p99), se))
+        out.append("")
+        out.append("| ratio | median of per-rep ratios | min–max over %d reps | target |" % len(reps))
+        out.append("|---|---:|---:|---|")
+        for num, den in (("rlw", "none"), ("rlw", "lr")):
+            if num in d and den in d:
+                rs = [d[num][i]["rps"] / d[den][i]["rps"] for i in reps]
+                out.append("| %s / %s | %.3f | %.3f–%.3f | %s |" % (
+                    NAMES[num], NAMES[den], statistics.median(rs), min(rs), max(rs),
+                    targets.get("%s/%s" % (num, den), "—")))
+        out.append("")
+    print("\n".join(out))
+
+
+def cmd_capacity(path):
+    res = {}
+    for l in open(path):
+        if l.strip():
+            j = json.loads(l)
+            res.setdefault(j["variant"], {})[j["n"]] = j
+    ns = sorted(set(n for v in res.values() for n in v))
+    out = ["| N keys sent | rate_limit_window remembered | rate_limit_window slots used after pass 1 | limit_req remembered |",
+           "|---:|---:|---:|---:|"]
+    for n in ns:
+        cells = []
+        for v in ("rlw", "lr"):
+            j = res.get(v, {}).get(n)
+            if j is None:
+                cells.append("—")
+            else:
+                c = fmt_int(j["remembered"])
+                if j["pass1_rejected"]:
+                    c += " (%d rejected on first sight)" % j["pass1_rejected"]
+                cells.append(c)
+            if v == "rlw":
+                su = j.get("slots_used") if j else None
+                cells.append(fmt_int(su) if su is not None else "—")
+        out.append("| %s | %s | %s | %s |" % (fmt_int(n), cells[0], cells[1], cells[2]))
+    out.append("")
+    best = {v: max((j["remembered"] for j in res.get(v, {}).values()), default=0) for v in ("rlw", "lr")}
+    # largest N of the grid at which every key was still remembered
+    full = {v: max((n for n, j in res.get(v, {}).items() if j["remembered"] == n), default=0)
+            for v in ("rlw", "lr")}
+    out.append("| | clients remembered per 1 MB zone (max over N) | every key remembered up to N (of those tried) | expected order |")
+    out.append("|---|---:|---:|---|")
+    out.append("| rate_limit_window | %s | %s | ~60,000 |" % (fmt_int(best["rlw"]), fmt_int(full["rlw"])))
+    out.append("| limit_req | %s | %s | ~8,100 |" % (fmt_int(best["lr"]), fmt_int(full["lr"])))
+    if best["lr"]:
+        out.append("| ratio | %.1f× | | |" % (best["rlw"] / best["lr"]))
+    for v in ("rlw", "lr"):
+        ns_v = sorted(res.get(v, {}))
+        if ns_v and res[v][ns_v[-1]]["remembered"] >= best[v] and best[v] >= 0.99 * ns_v[-1]:
+            out.append("")
+            out.append("Note: %s still remembered every key at the largest N (%s): "
+                       "its capacity is at least this, raise N." % (NAMES[v], fmt_int(ns_v[-1])))
+    print("\n".join(out))
+
+
+def cmd_callgrind(path):
+    rows = [l.split() for l in open(path) if l.strip() and not l.startswith("#")]
+    # variant n_small ir_small n_big ir_big
+    per = {}
+    for r in rows:
+        v, ns, irs, nb, irb = r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4])
+        per[v] = (irb - irs) / (nb - ns)
+    labels = {"none": "no limiter", "rlw_hot": "rate_limit_window, 1 hot key",
+              "rlw_hot_noheaders": "rate_limit_window, 1 hot key, headers off",
+              "lr_hot": "limit_req, 1 hot key", "rlw_many": "rate_limit_window, a new key per request",
+              "lr_many": "limit_req, a new key per request"}
+    base = per.get("none")
+    out = ["| variant | instructions / request | over no limiter | ratio to no limiter |",
+           "|---|---:|---:|---:|"]
+    for v in ("none", "rlw_hot", "rlw_hot_noheaders", "lr_hot", "rlw_many", "lr_many"):
+        if v in per:
+            extra = "—" if base is None or v == "none" else fmt_int(per[v] - base)
+            ratio = "—" if base is None or v == "none" else "%.3f" % (per[v] / base)
+            out.append("| %s | %s | %s | %s |" % (labels[v], fmt_int(per[v]), extra, ratio))
+    print("\n".join(out))
+
+
+UNITS_NS = {"ps": 1e-3, "ns": 1.0, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def parse_criterion(text):
+    benches = []  # (name, [lo, mid, hi] in ns)
+    last = None
+    skip = ("Benchmarking", "Found", "Warning", "Gnuplot", "Running", "Compiling",
+            "Finished", "Analyzing", "WARNING", "Performance", "No change", "Change within",
+            "change:", "thrpt:", "time:")
+    for line in text.splitlines():
+        m = re.match(r"^(\S.*?)?\s+time:\s+\[(.+?)\]", line)
+        if m:
+            name = (m.group(1) or "").strip() or last
+            vals = m.group(2).split()
+            ns = [float(vals[i]) * UNITS_NS.get(vals[i + 1], float("nan")) for i in (0, 2, 4)]
+            benches.append([name, ns, None])
+            continue
+        m = re.match(r"^\s+thrpt:\s+\[(.+?)\]", line)
+        if m and benches:
+            vals = m.group(1).split()
+            unit = vals[3]
+            scale = {"elem/s": 1, "Kelem/s": 1e3, "Melem/s": 1e6, "Gelem/s": 1e9}.get(unit)
+            if scale:
+                benches[-1][2] = 1e9 / (float(vals[2]) * scale)
+            continue
+        s = line.strip()
+        if s and not line[0].isspace() and not s.startswith(skip):
+            last = s
+    return benches
+
+
+def cmd_criterion(path):
+    benches = parse_criterion(open(path, errors="replace").read())
+    if not benches:
+        print("_No criterion results in the output (the `decision` bench defines no benchmarks yet)._")
+        return
+    mutex = [b for b in benches if "mutex" in b[0].lower()]
+
+    def tokens(s):
+        return set(re.split(r"[_\-\s]+", s.lower())) - {"mutex", "table", ""}
+
+    def baseline(name):
+        # the mutex bench that differs in one path component only, preferring
+        # the one whose differing component shares most words
+        # (table_distinct_keys -> mutex_distinct_keys)
+        parts = name.split("/")
+        best, best_score = None, None
+        for m in mutex:
+            mp = m[0].split("/")
+            if m[0] == name or len(mp) != len(parts):
+                continue
+            same = sum(a == b for a, b in zip(parts, mp))
+            if same != len(parts) - 1:
+                continue
+            diff = [(a, b) for a, b in zip(parts, mp) if a != b][0]
+            score = len(tokens(diff[0]) & tokens(diff[1]))
+            if best_score is None or score > best_score:
+                best, best_score = m, score
+        if best is None and len(mutex) == 1 and mutex[0][0] != name:
+            best = mutex[0]
+        return best
+
+    def per_decision(b):
+        return b[2] if b[2] is not None else b[1][1]
+
+    has_thrpt = any(b[2] is not None for b in benches)
+    out = ["| benchmark | criterion time [low mid high] | ns / decision | mutex baseline | ratio to baseline |",
+           "|---|---|---:|---|---:|"]
+    for b in benches:
+        lo, mid, hi = b[1]
+        base = None if "mutex" in b[0].lower() else baseline(b[0])
+        out.append("| %s | %.2f / %.2f / %.2f ns | %.2f | %s | %s |" % (
+            b[0], lo, mid, hi, per_decision(b), base[0] if base else "—",
+            "%.2f" % (per_decision(b) / per_decision(base)) if base else "—"))
+    if has_thrpt:
+        out.append("")
+        out.append("ns / decision is taken from criterion's element throughput where the bench reports one.")
+    print("\n".join(out))
+
+
+def cmd_accuracy(path):
+    text = open(path, errors="replace").read()
+    lines = [l.rstrip() for l in text.splitlines()]
+    table = [l for l in lines if l.startswith("|")]
+    acc = [l for l in lines if re.match(r"^accuracy\b", l)]
+    if not table and not acc:
+        print("_The accuracy bench printed no `accuracy ...` lines (not written yet?)._")
+        return
+    out = []
+    if table:
+        out.extend(table)
+        out.append("")
+    if acc:
+        keys, rows = [], []
+        for l in acc:
+            row, label = {}, []
+            for tok in l.split()[1:]:
+                if "=" in tok:
+                    k, v = tok.split("=", 1)
+                    row[k] = v
+                    if k not in keys:
+                        keys.append(k)
+                else:
+                    label.append(tok)
+            row["_"] = " ".join(label)
+            rows.append(row)
+        has_label = any(r["_"] for r in rows)
+        cols = (["case"] if has_label else []) + keys
+        out.append("| " + " | ".join(cols) + " |")
+        out.append("|" + "---|" * len(cols))
+        for r in rows:
+            cells = ([r["_"]] if has_label else []) + [r.get(k, "") for k in keys]
+            out.append("| " + " | ".join(cells) + " |")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    {"wrk": cmd_wrk, "throughput": cmd_throughput, "capacity": cmd_capacity,
+     "callgrind": cmd_callgrind, "criterion": cmd_criterion,
+     "accuracy": cmd_accuracy}[sys.argv[1]](sys.argv[2])

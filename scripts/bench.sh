@@ -1,0 +1,568 @@
+#!/usr/bin/env bash
+# scripts/bench.sh: the `make bench` suite. Writes BENCHMARKS.md.
+#
+# Sections (BENCH_SECTIONS picks a subset, in any order):
+#   throughput  req/s of no limiter vs this module vs limit_req, in one nginx,
+#               runs alternated, medians of BENCH_REPS reps, ratios per rep
+#   capacity    clients remembered by a 1 MB zone, this module vs limit_req
+#   accuracy    core/benches/accuracy.rs output, copied
+#   micro       core/benches/decision.rs (criterion), ns/decision vs mutex
+#   callgrind   instructions per request under valgrind (repeatable)
+#   redis       hook for "sync on vs off"; skipped until the module has redis=
+#
+# Settings (environment):
+#   BENCH_SECS=10      seconds per measured wrk run
+#   BENCH_REPS=5       reps per variant (median and min-max are reported)
+#   BENCH_WARMUP=2     seconds of unrecorded warm-up per variant and scenario
+#   BENCH_CONNS=32     wrk connections;  BENCH_THREADS=1  wrk threads
+#   BENCH_QUICK=0      1: shorter criterion runs (1 s warm-up, 2 s measurement)
+#   BENCH_CG_REQS=2000 requests per callgrind measurement
+#   BENCH_CAP_RLW_N / BENCH_CAP_LR_N   key counts for the capacity section
+#   BENCH_SECTIONS="throughput capacity accuracy micro callgrind redis"
+#   BENCH_OUT=BENCHMARKS.md
+#
+# Raw outputs stay in target/bench/results/. Progress goes to stderr.
+# Exits non-zero (and leaves BENCHMARKS.md untouched) if nginx fails, a wrk
+# run fails, an "admit everything" run saw a non-2xx response, a "reject
+# everything" run saw anything but rejections, or a cargo bench fails.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+BENCH_SECS=${BENCH_SECS:-10}
+BENCH_REPS=${BENCH_REPS:-5}
+BENCH_WARMUP=${BENCH_WARMUP:-2}
+BENCH_CONNS=${BENCH_CONNS:-32}
+BENCH_THREADS=${BENCH_THREADS:-1}
+BENCH_QUICK=${BENCH_QUICK:-0}
+BENCH_CG_REQS=${BENCH_CG_REQS:-2000}
+BENCH_CAP_RLW_N=${BENCH_CAP_RLW_N:-"5000 10000 20000 40000 50000 55000 60000 65000 70000 80000 100000"}
+BENCH_CAP_LR_N=${BENCH_CAP_LR_N:-"2000 5000 7000 8000 9000 10000 20000"}
+BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput capacity accuracy micro callgrind redis"}
+BENCH_OUT=${BENCH_OUT:-BENCHMARKS.md}
+BENCH_KEYS=1000000
+CARGO=${CARGO:-cargo}
+
+DIST=target/dist
+WORK=$ROOT/target/bench
+RESULTS=$WORK/results
+PREFIX=$WORK/prefix
+BIN=$WORK/bin
+BENCH_DIR=$ROOT/bench
+
+NGINX_PID=""
+CHILD_PID=""
+START_TS=$(date +%s)
+
+log() { echo "[bench $(date +%H:%M:%S)] $*" >&2; }
+die() {
+    log "ERROR: $*"
+    log "BENCHMARKS.md not written; raw outputs in $RESULTS"
+    exit 1
+}
+
+stop_child() {
+    if [ -n "$CHILD_PID" ] && kill -0 "$CHILD_PID" 2>/dev/null; then
+        kill -TERM "$CHILD_PID" 2>/dev/null || true
+        wait "$CHILD_PID" 2>/dev/null || true
+    fi
+    CHILD_PID=""
+}
+
+stop_nginx() {
+    [ -n "$NGINX_PID" ] || return 0
+    if kill -0 "$NGINX_PID" 2>/dev/null; then
+        kill -"${1:-TERM}" "$NGINX_PID" 2>/dev/null || true
+        for _ in $(seq 100); do
+            kill -0 "$NGINX_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "$NGINX_PID" 2>/dev/null; then
+            log "nginx $NGINX_PID did not stop; killing it and its workers"
+            local workers
+            workers=$(pgrep -P "$NGINX_PID" || true)
+            kill -KILL "$NGINX_PID" $workers 2>/dev/null || true
+        fi
+    fi
+    wait "$NGINX_PID" 2>/dev/null || true
+    NGINX_PID=""
+}
+
+cleanup() {
+    local rc=$?
+    stop_child
+    stop_nginx TERM
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+section_on() { [[ " $BENCH_SECTIONS " == *" $1 "* ]]; }
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# render TEMPLATE OUT: fills @MODULE@ @PREFIX@ @PORT@.
+render() {
+    sed -e "s|@MODULE@|$BIN/ngx_http_rate_limit_window_module.so|g" \
+        -e "s|@PREFIX@|$PREFIX|g" -e "s|@PORT@|$PORT|g" "$1" >"$2"
+}
+
+fresh_prefix() {
+    rm -rf "$PREFIX"
+    mkdir -p "$PREFIX"/{conf,logs,tmp}
+}
+
+# start_nginx CONF [WRAPPER...]: nginx in the foreground of a background job
+# (daemon off), so that this script owns its pid. Waits until PORT answers.
+start_nginx() {
+    local conf=$1
+    shift
+    local out
+    if ! out=$("$BIN/nginx" -p "$PREFIX/" -c "$conf" -t 2>&1); then
+        echo "$out" >&2
+        die "nginx -t failed for $conf"
+    fi
+    "$@" "$BIN/nginx" -p "$PREFIX/" -c "$conf" >>"$PREFIX/logs/stdout.log" 2>&1 &
+    NGINX_PID=$!
+    local deadline=$((SECONDS + ${START_TIMEOUT:-20}))
+    while ! curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$PORT/none/ping"; do
+        if ! kill -0 "$NGINX_PID" 2>/dev/null; then
+            tail -n 20 "$PREFIX/logs/error.log" "$PREFIX/logs/stdout.log" >&2 2>/dev/null || true
+            NGINX_PID=""
+            die "nginx exited at start ($conf)"
+        fi
+        [ $SECONDS -lt $deadline ] || die "nginx did not answer on port $PORT ($conf)"
+        sleep 0.2
+    done
+}
+
+check_nginx_alive() {
+    kill -0 "$NGINX_PID" 2>/dev/null || die "nginx died during the run; see $PREFIX/logs/error.log"
+    if grep -q '\[alert\]\|\[emerg\]\|\[crit\]' "$PREFIX/logs/error.log" 2>/dev/null; then
+        grep '\[alert\]\|\[emerg\]\|\[crit\]' "$PREFIX/logs/error.log" | tail -n 5 >&2
+        die "nginx logged alert/crit/emerg; see $PREFIX/logs/error.log"
+    fi
+}
+
+status_of() { # status_of PATH KEY
+    curl -s -o /dev/null -w '%{http_code}' --max-time 5 -H "X-Key: $2" "http://127.0.0.1:$PORT$1"
+}
+
+# ---------------------------------------------------------------- preflight
+
+preflight() {
+    [ -x "$DIST/nginx" ] || die "$DIST/nginx missing: run make build (it copies the nginx the module was built against)"
+    [ -f "$DIST/ngx_http_rate_limit_window_module.so" ] || die "$DIST/ngx_http_rate_limit_window_module.so missing: run make build"
+    command -v python3 >/dev/null || die "python3 is required (bench/httpclient.py, bench/report.py)"
+    command -v curl >/dev/null || die "curl is required"
+    if section_on throughput; then command -v wrk >/dev/null || die "wrk is required (scripts/deps.sh wrk)"; fi
+    rm -rf "$RESULTS" "$BIN"
+    mkdir -p "$RESULTS" "$BIN"
+    # A private copy: other builds may replace target/dist while we run.
+    cp "$DIST/nginx" "$DIST/ngx_http_rate_limit_window_module.so" "$BIN/"
+    NGINX_VERSION=$("$BIN/nginx" -v 2>&1 | sed 's/^nginx version: //')
+    log "nginx: $NGINX_VERSION; sections: $BENCH_SECTIONS"
+    log "settings: BENCH_SECS=$BENCH_SECS BENCH_REPS=$BENCH_REPS BENCH_WARMUP=$BENCH_WARMUP BENCH_CONNS=$BENCH_CONNS BENCH_THREADS=$BENCH_THREADS BENCH_QUICK=$BENCH_QUICK"
+}
+
+# ---------------------------------------------------------------- throughput
+
+# wrk_run SCEN VARIANT SECS TAG: one wrk run; checks the statuses and sets
+# WRK_RESULT to "rps requests non2xx p99ms sockerr". (Not called in $(...),
+# so that die and the cleanup trap act on this shell.)
+wrk_run() {
+    local scen=$1 var=$2 secs=$3 tag=$4
+    local url="http://127.0.0.1:$PORT/$var/$scen"
+    local out="$RESULTS/wrk-$scen-$var-$tag.txt"
+    local args=(-t"$BENCH_THREADS" -c"$BENCH_CONNS" -d"${secs}s" --latency --timeout 10s)
+    case $scen in
+        hot | rej) args+=(-H "X-Key: hot" "$url") ;;
+        many) args+=(-s "$BENCH_DIR/keys.lua" "$url" -- "$BENCH_KEYS" $(((RANDOM * 32768 + RANDOM) % BENCH_KEYS))) ;;
+    esac
+    if [ "$scen" = rej ]; then
+        # prime the key (first request may be admitted), then it must be over
+        status_of "/$var/$scen" hot >/dev/null
+        if [ "$var" != none ]; then
+            local st
+            st=$(status_of "/$var/$scen" hot)
+            [ "$st" = 429 ] || die "$var/rej: expected 429 after priming, got $st"
+        fi
+    fi
+    timeout $((secs + 60)) wrk "${args[@]}" >"$out" 2>&1 &
+    CHILD_PID=$!
+    wait "$CHILD_PID" || { CHILD_PID=""; cat "$out" >&2; die "wrk failed ($scen/$var)"; }
+    CHILD_PID=""
+    check_nginx_alive
+    local f
+    f=$(python3 "$BENCH_DIR/report.py" wrk "$out")
+    [ "$f" != parse-error ] || { cat "$out" >&2; die "cannot parse wrk output $out"; }
+    local rps req non _p99 serr
+    read -r rps req non _p99 serr <<<"$f"
+    [ "$req" -gt 0 ] || die "$scen/$var: wrk completed no request"
+    if [ "$scen" = rej ] && [ "$var" != none ]; then
+        # limit_req (1r/m) admits one request a minute after priming, and the
+        # module (1 per sliding hour) may admit one as a UTC hour begins
+        local tolerated=$((1 + secs / 60))
+        [ $((req - non)) -le $tolerated ] \
+            || die "$scen/$var: $((req - non)) of $req responses were not rejections (see $out)"
+        [ "$non" -eq "$req" ] || log "note: $scen/$var: $((req - non)) of $req requests admitted (tolerated: $tolerated)"
+    else
+        [ "$non" -eq 0 ] || die "$scen/$var: $non of $req responses were non-2xx in an admit-everything run (see $out)"
+    fi
+    [ "$serr" -eq 0 ] || log "warning: $scen/$var: $serr socket errors (see $out)"
+    WRK_RESULT=$f
+}
+
+bench_throughput() {
+    log "== throughput: ${BENCH_REPS} reps x ${BENCH_SECS}s per variant, wrk -t$BENCH_THREADS -c$BENCH_CONNS"
+    fresh_prefix
+    PORT=$(free_port)
+    render "$BENCH_DIR/throughput.conf.in" "$PREFIX/conf/nginx.conf"
+    start_nginx "$PREFIX/conf/nginx.conf"
+    local tsv=$RESULTS/throughput.tsv
+    echo "# scenario rep variant rps requests non2xx p99ms sockerr" >"$tsv"
+    local scen vars rep i n v f
+    for scen in hot many rej; do
+        if [ "$scen" = rej ]; then vars=(rlw lr); else vars=(none rlw lr); fi
+        n=${#vars[@]}
+        if [ "$BENCH_WARMUP" != 0 ]; then
+            for v in "${vars[@]}"; do
+                log "$scen: warm-up $v ${BENCH_WARMUP}s"
+                wrk_run "$scen" "$v" "$BENCH_WARMUP" warmup
+            done
+        fi
+        for rep in $(seq 1 "$BENCH_REPS"); do
+            # alternate, and rotate the starting variant from rep to rep
+            for i in $(seq 0 $((n - 1))); do
+                v=${vars[$(((i + rep - 1) % n))]}
+                wrk_run "$scen" "$v" "$BENCH_SECS" "$rep"
+                f=$WRK_RESULT
+                log "$scen rep $rep/$BENCH_REPS $v: $(cut -d' ' -f1 <<<"$f") req/s"
+                echo "$scen $rep $v $f" >>"$tsv"
+            done
+        done
+    done
+    stop_nginx
+    THROUGHPUT_MD=$(python3 "$BENCH_DIR/report.py" throughput "$tsv")
+}
+
+# ---------------------------------------------------------------- capacity
+
+bench_capacity() {
+    log "== capacity: 1 MB zones; this module N = $BENCH_CAP_RLW_N; limit_req N = $BENCH_CAP_LR_N"
+    fresh_prefix
+    PORT=$(free_port)
+    local conf=$PREFIX/conf/nginx.conf n
+    render "$BENCH_DIR/capacity-head.conf.in" "$conf"
+    for n in $BENCH_CAP_RLW_N; do
+        echo "    rate_limit_window_zone \$http_x_key zone=cap_rlw_$n:1m window=1h;" >>"$conf"
+    done
+    for n in $BENCH_CAP_LR_N; do
+        echo "    limit_req_zone \$http_x_key zone=cap_lr_$n:1m rate=1r/m;" >>"$conf"
+    done
+    {
+        echo "    server {"
+        echo "        listen 127.0.0.1:$PORT;"
+        echo "        location /none/ { empty_gif; }"
+        echo "        location = /metrics { rate_limit_window_metrics; }"
+        for n in $BENCH_CAP_RLW_N; do
+            echo "        location = /rlw/$n { rate_limit_window zone=cap_rlw_$n limit=1; rate_limit_window_status 429; rate_limit_window_log_level info; rate_limit_window_headers off; empty_gif; }"
+        done
+        for n in $BENCH_CAP_LR_N; do
+            echo "        location = /lr/$n { limit_req zone=cap_lr_$n; limit_req_status 429; limit_req_log_level info; empty_gif; }"
+        done
+        echo "    }"
+        echo "}"
+    } >>"$conf"
+    start_nginx "$conf"
+    local jsonl=$RESULTS/capacity.jsonl j
+    : >"$jsonl"
+    local t0=$SECONDS
+    for n in $BENCH_CAP_LR_N; do
+        j=$(python3 "$BENCH_DIR/httpclient.py" capacity "$PORT" "/lr/$n" "$n") || die "capacity client failed (lr, N=$n)"
+        log "capacity limit_req N=$n: $j"
+        echo "{\"variant\": \"lr\", ${j#\{}" >>"$jsonl"
+        check_nginx_alive
+    done
+    for n in $BENCH_CAP_RLW_N; do
+        j=$(python3 "$BENCH_DIR/httpclient.py" capacity "$PORT" "/rlw/$n" "$n" 128 /metrics "cap_rlw_$n") || die "capacity client failed (rlw, N=$n)"
+        log "capacity rate_limit_window N=$n: $j"
+        echo "{\"variant\": \"rlw\", ${j#\{}" >>"$jsonl"
+        check_nginx_alive
+    done
+    # limit_req needs its 2nd pass within 60 s of the 1st (rate=1r/m); each
+    # N's two passes take well under a second here, but say so if not.
+    [ $((SECONDS - t0)) -lt 600 ] || log "warning: capacity section was slow ($((SECONDS - t0)) s)"
+    stop_nginx
+    CAPACITY_MD=$(python3 "$BENCH_DIR/report.py" capacity "$jsonl")
+}
+
+# ---------------------------------------------------------------- core benches
+
+has_bench() { grep -q "^name = \"$1\"" core/Cargo.toml && [ -f "core/benches/$1.rs" ]; }
+
+bench_accuracy() {
+    log "== accuracy: cargo bench -p rate_limit_window_core --bench accuracy"
+    local out=$RESULTS/accuracy.txt
+    if ! has_bench accuracy; then
+        ACCURACY_MD="_Not run: core/benches/accuracy.rs is not there yet. \`make bench\` runs it once it exists._"
+        log "accuracy bench not present; skipped"
+        return
+    fi
+    $CARGO bench -p rate_limit_window_core --bench accuracy >"$out" 2>"$RESULTS/accuracy.stderr" \
+        || { tail -n 30 "$RESULTS/accuracy.stderr" >&2; die "cargo bench --bench accuracy failed"; }
+    ACCURACY_MD=$(python3 "$BENCH_DIR/report.py" accuracy "$out")
+}
+
+bench_micro() {
+    local extra=()
+    [ "$BENCH_QUICK" = 1 ] && extra=(-- --warm-up-time 0.5 --measurement-time 1)
+    log "== micro: cargo bench -p rate_limit_window_core --bench decision ${extra[*]}"
+    local out=$RESULTS/criterion.txt
+    if ! has_bench decision; then
+        MICRO_MD="_Not run: core/benches/decision.rs is not there yet._"
+        return
+    fi
+    $CARGO bench -p rate_limit_window_core --bench decision "${extra[@]}" >"$out" 2>"$RESULTS/criterion.stderr" \
+        || { tail -n 30 "$RESULTS/criterion.stderr" >&2; die "cargo bench --bench decision failed"; }
+    # criterion prints part of its report on stderr when not on a terminal
+    cat "$RESULTS/criterion.stderr" >>"$out"
+    MICRO_MD=$(python3 "$BENCH_DIR/report.py" criterion "$out")
+}
+
+# ---------------------------------------------------------------- callgrind
+
+callgrind_total() { # FILE -> total Ir
+    awk '/^(summary|totals):/{print $2; exit}' "$1"
+}
+
+bench_callgrind() {
+    if ! command -v valgrind >/dev/null; then
+        CALLGRIND_MD="_Skipped: valgrind is not installed (apt-get install valgrind)._"
+        log "valgrind not installed; callgrind section skipped"
+        return
+    fi
+    local small=200 big=$((200 + BENCH_CG_REQS))
+    log "== callgrind: instructions per request, ($big - $small requests) difference, one nginx process"
+    local tsv=$RESULTS/callgrind.tsv v path mode n cnt f
+    echo "# variant n_small ir_small n_big ir_big" >"$tsv"
+    for v in none rlw_hot rlw_hot_noheaders lr_hot rlw_many lr_many; do
+        case $v in
+            none) path=/none/x mode=distinct ;;
+            rlw_hot_noheaders) path=/rlw/hot_noheaders mode=hot ;;
+            *_hot) path=/${v%_hot}/hot mode=hot ;;
+            *_many) path=/${v%_many}/many mode=distinct ;;
+        esac
+        local line="$v"
+        for n in $small $big; do
+            fresh_prefix
+            PORT=$(free_port)
+            render "$BENCH_DIR/callgrind.conf.in" "$PREFIX/conf/nginx.conf"
+            f=$RESULTS/callgrind-$v-$n.out
+            START_TIMEOUT=120 start_nginx "$PREFIX/conf/nginx.conf" \
+                valgrind --tool=callgrind --callgrind-out-file="$f" -q
+            # start_nginx's readiness probe was one request to /none/ping
+            cnt=$(python3 "$BENCH_DIR/httpclient.py" fixed "$PORT" "$path" "$n" "$mode") \
+                || die "callgrind client failed ($v)"
+            [ "$cnt" = "{\"200\": $n}" ] || die "callgrind $v: unexpected statuses $cnt"
+            stop_nginx QUIT
+            [ -s "$f" ] || die "callgrind wrote no $f"
+            line+=" $n $(callgrind_total "$f")"
+        done
+        echo "$line" >>"$tsv"
+        log "callgrind $v: $line"
+    done
+    CALLGRIND_MD=$(python3 "$BENCH_DIR/report.py" callgrind "$tsv")
+}
+
+# ---------------------------------------------------------------- redis hook
+
+# Redis "sync on vs off" throughput and p99. Not written yet: the module has
+# no redis= parameter. When it does, measure here (same alternation and
+# medians as bench_throughput, p99 from wrk --latency) with a local
+# redis-server, and set REDIS_MD. Until then: probe and skip, no numbers.
+bench_redis() {
+    fresh_prefix
+    PORT=$(free_port)
+    cat >"$PREFIX/conf/probe.conf" <<EOF
+load_module $BIN/ngx_http_rate_limit_window_module.so;
+error_log $PREFIX/logs/error.log warn;
+pid $PREFIX/logs/nginx.pid;
+events {}
+http {
+    rate_limit_window_zone \$http_x_key zone=probe:1m redis=127.0.0.1:6379;
+    server { listen 127.0.0.1:$PORT; }
+}
+EOF
+    if ! "$BIN/nginx" -p "$PREFIX/" -c "$PREFIX/conf/probe.conf" -t >"$RESULTS/redis-probe.txt" 2>&1; then
+        REDIS_MD="_Skipped: this build of the module does not accept \`redis=\` on \`rate_limit_window_zone\` ($(grep -o 'invalid parameter[^ ]* "[^"]*"' "$RESULTS/redis-probe.txt" | head -n1 || echo 'nginx -t failed'))._"
+        log "redis: module has no redis= yet; skipped"
+    else
+        REDIS_MD="_Not measured: the module accepts \`redis=\`, but this section of scripts/bench.sh (bench_redis) is still a stub._"
+        log "redis: module accepts redis= but bench_redis is a stub; skipped"
+    fi
+}
+
+# ---------------------------------------------------------------- report
+
+machine_md() {
+    local cpu cores mem kernel rev
+    cpu=$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo)
+    cores=$(nproc)
+    mem=$(awk '/^MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo)
+    kernel=$(uname -r)
+    rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then rev+=" (with uncommitted changes)"; fi
+    cat <<EOF
+| | |
+|---|---|
+| date | $(date -u '+%Y-%m-%d %H:%M UTC') |
+| CPU | ${cpu:-unknown}, $cores cores (nproc) |
+| memory | $mem |
+| kernel | $kernel |
+| nginx | $NGINX_VERSION (target/dist/nginx, the binary the module was built against) |
+| wrk | $(wrk --version 2>&1 | head -n1 | awk '{print $2}') |
+| commit | $rev |
+| load average at start | $LOAD_AT_START |
+| settings | BENCH_SECS=$BENCH_SECS BENCH_REPS=$BENCH_REPS BENCH_WARMUP=$BENCH_WARMUP BENCH_CONNS=$BENCH_CONNS BENCH_THREADS=$BENCH_THREADS BENCH_QUICK=$BENCH_QUICK |
+| total runtime | $(( $(date +%s) - START_TS )) s |
+EOF
+}
+
+write_report() {
+    local tmp=$BENCH_OUT.tmp
+    {
+        echo "# Benchmarks"
+        echo
+        echo "Generated by \`make bench\` (scripts/bench.sh); do not edit by hand."
+        echo "Every comparison below is a ratio of runs made side by side, in one"
+        echo "run of the script on the machine below; absolute numbers depend on"
+        echo "that machine and are given only for context."
+        echo
+        echo "## Machine"
+        echo
+        machine_md
+        echo
+        if section_on throughput; then
+            cat <<EOF
+## Throughput
+
+One nginx (2 workers, \`reuseport\`, \`access_log off\`) serves \`empty_gif\`
+from three kinds of location: no limiter, this module, and stock
+\`limit_req\`, both limiters keyed on \`\$http_x_key\`. wrk
+(\`-t$BENCH_THREADS -c$BENCH_CONNS\`, keep-alive, ${BENCH_SECS} s per run) runs the variants
+alternately, rotating which goes first in each rep, after a ${BENCH_WARMUP} s unrecorded
+warm-up of each; $BENCH_REPS reps. A ratio is computed per rep from its
+adjacent runs; the table gives the median and the range of those ratios.
+wrk and nginx share the same $(nproc) cores, so wrk's own CPU use is part of
+every number and differences between variants are diluted accordingly.
+
+* Admit-everything locations: this module \`limit=1000000\` per \`window=1s\`
+  (hot) or per \`window=1m\` (1M keys, 32m zone); limit_req
+  \`rate=10000000r/s burst=1000000 nodelay\` (1m and 256m zones). Every run
+  is checked to have had no non-2xx response.
+* Reject-everything locations: one key over its limit (this module
+  \`limit=1 window=1h\`, limit_req \`rate=1r/m\`, both primed with one request
+  and returning 429, rejections logged at \`info\`, below the error_log level).
+  Every response is checked to be a rejection.
+* The module runs with its default \`rate_limit_window_headers on\` (it adds
+  RateLimit-* headers to each response; limit_req adds none).
+
+Targets from the issue are printed for reference; they are not claims.
+
+$THROUGHPUT_MD
+
+EOF
+        fi
+        if section_on capacity; then
+            cat <<EOF
+## Capacity: clients remembered per MB
+
+One 1 MB zone per limiter and N. N distinct keys are sent once each (all
+admitted), then again newest first; a key whose second request is rejected
+was still remembered. This module: \`limit=1 window=1h\`; limit_req:
+\`rate=1r/m\`, no burst (both passes finish well within the minute). One
+keep-alive connection, requests in order (pipelined in batches of 128).
+
+Past capacity the second pass under-counts for this module: a forgotten
+key's second request is admitted and stored, and may evict a remembered
+key that the walk has not reached yet, which then counts as forgotten (the
+module's victim choice is an approximate LRU whose outcome depends on where
+in the window the run falls); limit_req's strict LRU evicts only keys the
+walk has already passed. The headline is therefore the
+maximum over N, as for limit_req. "slots used" is the module's own
+\`rate_limit_window_slots_used\` metric read between the two passes, a count
+that the second pass cannot disturb.
+
+$CAPACITY_MD
+
+EOF
+        fi
+        if section_on accuracy; then
+            cat <<EOF
+## Accuracy (core)
+
+Output of \`cargo bench -p rate_limit_window_core --bench accuracy\`.
+
+$ACCURACY_MD
+
+EOF
+        fi
+        if section_on micro; then
+            cat <<EOF
+## Core micro-benchmarks
+
+\`cargo bench -p rate_limit_window_core --bench decision\`$([ "$BENCH_QUICK" = 1 ] && echo " with \`--warm-up-time 0.5 --measurement-time 1\` (BENCH_QUICK=1)") (criterion; low/mid/high are
+the bounds and point estimate of its confidence interval).
+
+$MICRO_MD
+
+EOF
+        fi
+        if section_on callgrind; then
+            cat <<EOF
+## Instructions per request (callgrind)
+
+nginx as one process (\`master_process off\`) under \`valgrind --tool=callgrind\`,
+one keep-alive client sending requests one at a time. Each variant is run
+twice, with 200 and $((200 + BENCH_CG_REQS)) requests; instructions per request are the
+difference of the two totals divided by $BENCH_CG_REQS, so start-up and shutdown
+cancel out. "A new key per request" inserts a new key every time; "headers
+off" is \`rate_limit_window_headers off\` (the other module rows use the
+default, on). These are instruction counts, not time (no cache misses, no
+contention between workers), but unlike req/s they barely move on a busy
+machine (well under 1% between runs).
+
+$CALLGRIND_MD
+
+EOF
+        fi
+        if section_on redis; then
+            cat <<EOF
+## Redis sync on vs off
+
+$REDIS_MD
+
+EOF
+        fi
+    } >"$tmp"
+    mv "$tmp" "$BENCH_OUT"
+}
+
+# ---------------------------------------------------------------- main
+
+LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
+THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" CALLGRIND_MD="" REDIS_MD=""
+preflight
+[ "$BENCH_REPS" -ge 3 ] || log "warning: BENCH_REPS=$BENCH_REPS < 3: fine for trying the script, not for numbers to quote"
+section_on throughput && bench_throughput
+section_on capacity && bench_capacity
+section_on callgrind && bench_callgrind
+section_on redis && bench_redis
+section_on accuracy && bench_accuracy
+section_on micro && bench_micro
+write_report
+log "wrote $BENCH_OUT in $(($(date +%s) - START_TS)) s"
