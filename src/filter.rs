@@ -52,11 +52,10 @@ unsafe fn add_headers(r: *mut ngx_http_request_t) {
     if d.verdict == Verdict::Exempt {
         return;
     }
-    let mut buf = String::with_capacity(64);
+    let mut num = [0u8; 10];
     if d.verdict == Verdict::Rejected {
-        let _ = write!(buf, "{}", d.retry_after_s);
         // SAFETY: r is valid; headers are not sent yet.
-        unsafe { add_header(r, "Retry-After", buf.as_bytes()) };
+        unsafe { add_header(r, "Retry-After", decimal(d.retry_after_s, &mut num)) };
     }
     match d.headers {
         HEADERS_ON => {
@@ -66,17 +65,15 @@ unsafe fn add_headers(r: *mut ngx_http_request_t) {
                 ("RateLimit-Remaining", t.remaining),
                 ("RateLimit-Reset", t.reset_s),
             ] {
-                buf.clear();
-                let _ = write!(buf, "{v}");
                 // SAFETY: as above.
-                unsafe { add_header(r, name, buf.as_bytes()) };
+                unsafe { add_header(r, name, decimal(v, &mut num)) };
             }
         }
         HEADERS_IETF => {
             // draft-ietf-httpapi-ratelimit-headers-10: one list member per
             // applied limit, the policy name being the zone name.
             let mut policy = String::with_capacity(64);
-            buf.clear();
+            let mut buf = String::with_capacity(64);
             for (i, a) in d.applied().iter().enumerate() {
                 // SAFETY: zones live as long as the cycle.
                 let zone = unsafe { &*a.zone };
@@ -99,5 +96,18 @@ unsafe fn add_headers(r: *mut ngx_http_request_t) {
             }
         }
         _ => {}
+    }
+}
+
+/// Formats `n` in decimal into `buf` without allocating.
+fn decimal(mut n: u32, buf: &mut [u8; 10]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
     }
 }

@@ -17,6 +17,7 @@ use ngx::core::Status;
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
 use ngx::ngx_log_error;
 use rate_limit_window_core::{Counter, Decision as CoreDecision, FailPolicy, Outcome};
+use smallvec::SmallVec;
 
 use crate::conf::{self, LimitValue, LocConf};
 use crate::decision::{self, Applied, Verdict};
@@ -26,6 +27,9 @@ use crate::zone::ZoneConf;
 /// How long a kind of degradation must stay quiet before its next
 /// occurrence is logged again as a new episode (ms).
 const EPISODE_QUIET_MS: u64 = 60_000;
+
+/// Limits per location handled without a heap allocation.
+const INLINE_LIMITS: usize = 4;
 
 /// Pushes the handler onto the PREACCESS phase.
 ///
@@ -116,7 +120,8 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     let shard = util::shard();
     let dry_run = lcf.dry_run != 0;
 
-    let mut steps: Vec<(&ZoneConf, u32, Step)> = Vec::with_capacity(limits.len());
+    // Inline storage: a request must not touch the heap for the usual few limits.
+    let mut steps: SmallVec<[(&ZoneConf, u32, Step); INLINE_LIMITS]> = SmallVec::new();
     let mut rejected_at: Option<usize> = None;
 
     for l in limits {
@@ -183,7 +188,7 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     }
 
     // From here on nothing shared is held: count, record, log.
-    let mut applied: Vec<Applied> = Vec::with_capacity(steps.len());
+    let mut applied: SmallVec<[Applied; INLINE_LIMITS]> = SmallVec::new();
     let mut any_applied = false;
     for (zone, limit, step) in &steps {
         if let Step::Decided(d) = step {
