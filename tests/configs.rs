@@ -1,0 +1,269 @@
+//! `nginx -t` on the example configs and on every configuration error the
+//! module must refuse.
+mod common;
+
+use common::*;
+use std::fs;
+
+/// Every nginx-conf/*.conf passes `nginx -t` as shipped (in a prefix with
+/// modules/ and logs/; `nginx -t` does not bind the fixed ports).
+#[test]
+fn example_configs_pass_nginx_t() {
+    let mut files: Vec<_> = fs::read_dir(example_conf_dir())
+        .expect("nginx-conf/ exists")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().map_or(false, |e| e == "conf"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4, "expected the four example configs, found {files:?}");
+    let mut failures = vec![];
+    for f in &files {
+        let text = fs::read_to_string(f).unwrap();
+        let (ok, out) = test_config(&text);
+        if !ok || !out.contains("test is successful") {
+            failures.push(format!("{}:\n{out}", f.display()));
+        }
+    }
+    assert!(failures.is_empty(), "nginx -t failed for:\n{}", failures.join("\n"));
+}
+
+/// Conventions of the example configs: load_module first, relative pid and
+/// log paths, at least two workers.
+#[test]
+fn example_configs_follow_conventions() {
+    for name in ["gateway.conf", "api-tiers.conf", "multi.conf", "dry-run.conf"] {
+        let path = example_conf_dir().join(name);
+        let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let directives: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect();
+        assert_eq!(
+            directives.first().copied(),
+            Some("load_module modules/ngx_http_rate_limit_window_module.so;"),
+            "{name}: first directive"
+        );
+        let workers = directives
+            .iter()
+            .find_map(|l| l.strip_prefix("worker_processes "))
+            .unwrap_or_else(|| panic!("{name}: no worker_processes"));
+        let n: usize = workers.trim_end_matches(';').trim().parse().unwrap_or(0);
+        assert!(n >= 2, "{name}: worker_processes {workers}");
+        for l in &directives {
+            if l.starts_with("pid ") || l.starts_with("error_log ") || l.starts_with("access_log ") {
+                assert!(!l.contains(" /"), "{name}: absolute path in {l:?}");
+            }
+        }
+    }
+    let gw = fs::read_to_string(example_conf_dir().join("gateway.conf")).unwrap();
+    for needle in [
+        "listen 127.0.0.1:8080",
+        "listen 127.0.0.1:8081",
+        "rate_limit_window_zone $binary_remote_addr zone=per_ip:10m window=1m;",
+        "rate_limit_window zone=per_ip limit=10;",
+        "location = /metrics",
+        "rate_limit_window_metrics;",
+        "proxy_pass http://127.0.0.1:8081",
+    ] {
+        assert!(gw.contains(needle), "gateway.conf lacks {needle:?}");
+    }
+}
+
+/// A config whose http block is `body`, with a server on {{PORT}}.
+fn conf_with(http_level: &str, location: &str) -> String {
+    http_conf(&format!(
+        "{http_level}
+         server {{ listen 127.0.0.1:{{{{PORT}}}};
+           location / {{ {location} proxy_pass http://{{{{UPSTREAM}}}}; }} }}"
+    ))
+}
+
+const ZONE: &str = "rate_limit_window_zone $http_x_key zone=z:1m window=1m;";
+
+/// A valid config using every directive and edge values passes nginx -t.
+#[test]
+fn valid_config_with_every_directive() {
+    let conf = http_conf(
+        "rate_limit_window_zone $http_x_key zone=a:32k;
+         rate_limit_window_zone $binary_remote_addr zone=b:1m window=1s fail=closed;
+         rate_limit_window_zone \"global\" zone=c:64k window=24h fail=open;
+         rate_limit_window_zone $http_x_key$http_x_other zone=d:1m window=90s;
+         map $http_x_plan $lim { pro 1000000; default 0; }
+         rate_limit_window zone=a limit=10;
+         rate_limit_window_status 400;
+         rate_limit_window_headers on;
+         rate_limit_window_dry_run off;
+         rate_limit_window_log_level info;
+         server { listen 127.0.0.1:{{PORT}};
+           rate_limit_window zone=b limit=1000000;
+           rate_limit_window_status 599;
+           rate_limit_window_headers ietf;
+           rate_limit_window_log_level notice;
+           location / { rate_limit_window zone=a limit=0; rate_limit_window zone=b limit=$lim;
+                        rate_limit_window zone=c limit=5; rate_limit_window zone=d limit=7;
+                        rate_limit_window_headers off; rate_limit_window_dry_run on;
+                        rate_limit_window_log_level warn;
+                        add_header X-S $rate_limit_window_status;
+                        add_header X-R $rate_limit_window_remaining;
+                        proxy_pass http://{{UPSTREAM}}; }
+           location /e { rate_limit_window_log_level error; rate_limit_window_status 429; }
+           location = /metrics { rate_limit_window_metrics; } } ",
+    );
+    let (ok, out) = test_config(&conf);
+    assert!(ok, "{out}");
+}
+
+/// Each case: (name, config, substring the [emerg] must contain).
+fn error_cases() -> Vec<(&'static str, String, &'static str)> {
+    vec![
+        (
+            "undefined zone",
+            conf_with("", "rate_limit_window zone=nope limit=5;"),
+            "is not defined",
+        ),
+        (
+            "undefined zone next to a defined one",
+            conf_with(ZONE, "rate_limit_window zone=nope limit=5;"),
+            "is not defined",
+        ),
+        (
+            "zone too small",
+            conf_with("rate_limit_window_zone $http_x_key zone=z:16k;", "rate_limit_window zone=z limit=5;"),
+            "is too small",
+        ),
+        (
+            "zone without size",
+            conf_with("rate_limit_window_zone $http_x_key zone=z;", "rate_limit_window zone=z limit=5;"),
+            "invalid zone size",
+        ),
+        (
+            "zone with bad size",
+            conf_with("rate_limit_window_zone $http_x_key zone=z:lots;", "rate_limit_window zone=z limit=5;"),
+            "invalid zone size",
+        ),
+        (
+            "zone declaration without zone=",
+            conf_with("rate_limit_window_zone $http_x_key window=1m;", ""),
+            "must have \"zone\" parameter",
+        ),
+        (
+            "window=0s",
+            conf_with("rate_limit_window_zone $http_x_key zone=z:1m window=0s;", "rate_limit_window zone=z limit=5;"),
+            "invalid window",
+        ),
+        (
+            "window=abc",
+            conf_with("rate_limit_window_zone $http_x_key zone=z:1m window=abc;", "rate_limit_window zone=z limit=5;"),
+            "invalid window",
+        ),
+        (
+            "window=2d",
+            conf_with("rate_limit_window_zone $http_x_key zone=z:1m window=2d;", "rate_limit_window zone=z limit=5;"),
+            "invalid window",
+        ),
+        (
+            "window=86401s (over 24h)",
+            conf_with(
+                "rate_limit_window_zone $http_x_key zone=z:1m window=86401s;",
+                "rate_limit_window zone=z limit=5;",
+            ),
+            "invalid window",
+        ),
+        (
+            "window=500ms (under 1s)",
+            conf_with(
+                "rate_limit_window_zone $http_x_key zone=z:1m window=500ms;",
+                "rate_limit_window zone=z limit=5;",
+            ),
+            "invalid window",
+        ),
+        (
+            "same zone name, other key",
+            conf_with(
+                "rate_limit_window_zone $http_x_key zone=z:1m;
+                 rate_limit_window_zone $http_x_other zone=z:1m;",
+                "rate_limit_window zone=z limit=5;",
+            ),
+            "is already bound",
+        ),
+        ("limit=-1", conf_with(ZONE, "rate_limit_window zone=z limit=-1;"), "invalid limit"),
+        ("limit=abc", conf_with(ZONE, "rate_limit_window zone=z limit=abc;"), "invalid limit"),
+        ("limit=2000000", conf_with(ZONE, "rate_limit_window zone=z limit=2000000;"), "invalid limit"),
+        ("limit=1000001", conf_with(ZONE, "rate_limit_window zone=z limit=1000001;"), "invalid limit"),
+        ("no limit=", conf_with(ZONE, "rate_limit_window zone=z;"), "must have \"limit\" parameter"),
+        ("rate_limit_window without zone=", conf_with(ZONE, "rate_limit_window limit=5;"), "must have \"zone\" parameter"),
+        ("unknown parameter burst=5", conf_with(ZONE, "rate_limit_window zone=z limit=5 burst=5;"), "invalid parameter"),
+        (
+            "unknown zone parameter",
+            conf_with("rate_limit_window_zone $http_x_key zone=z:1m rate=5r/s;", "rate_limit_window zone=z limit=5;"),
+            "invalid parameter",
+        ),
+        (
+            "same zone twice in one location",
+            conf_with(ZONE, "rate_limit_window zone=z limit=5; rate_limit_window zone=z limit=6;"),
+            "duplicate",
+        ),
+        ("status 399", conf_with(ZONE, "rate_limit_window_status 399;"), "must be between 400 and 599"),
+        ("status 600", conf_with(ZONE, "rate_limit_window_status 600;"), "must be between 400 and 599"),
+        ("headers maybe", conf_with(ZONE, "rate_limit_window_headers maybe;"), "invalid value"),
+        ("dry_run maybe", conf_with(ZONE, "rate_limit_window_dry_run maybe;"), "invalid value"),
+        // Not listed in the spec with a message: any [emerg] is accepted.
+        ("log_level bogus", conf_with(ZONE, "rate_limit_window_log_level bogus;"), ""),
+        ("fail=maybe", conf_with("rate_limit_window_zone $http_x_key zone=z:1m fail=maybe;", ""), ""),
+        (
+            "zone directive outside http",
+            http_conf(
+                "server { listen 127.0.0.1:{{PORT}};
+                   rate_limit_window_zone $http_x_key zone=z:1m; }",
+            ),
+            "is not allowed here",
+        ),
+        (
+            "metrics directive outside location",
+            http_conf("rate_limit_window_metrics;"),
+            "is not allowed here",
+        ),
+    ]
+}
+
+/// Table of configuration errors; reports every case that misbehaves.
+#[test]
+fn config_errors_are_refused() {
+    let mut failures = vec![];
+    for (name, conf, needle) in error_cases() {
+        let (ok, out) = test_config(&conf);
+        let emerg_line = out.lines().find(|l| l.contains("[emerg]")).unwrap_or("");
+        if ok {
+            failures.push(format!("[{name}] nginx -t succeeded, expected failure with {needle:?}"));
+        } else if emerg_line.is_empty() || !emerg_line.contains(needle) {
+            failures.push(format!("[{name}] expected [emerg] containing {needle:?}, got:\n{out}"));
+        } else if emerg_line.contains("unknown directive") {
+            failures.push(format!("[{name}] directive not implemented: {emerg_line}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} config error cases failed:\n{}",
+        failures.len(),
+        error_cases().len(),
+        failures.join("\n")
+    );
+}
+
+/// The same key/zone declared twice identically is still a single zone use;
+/// a zone may be used from several locations and servers.
+#[test]
+fn zone_used_from_several_places() {
+    let conf = http_conf(
+        "rate_limit_window_zone $http_x_key zone=z:1m window=1m;
+         server { listen 127.0.0.1:{{PORT}}; rate_limit_window zone=z limit=3;
+           location /a { rate_limit_window zone=z limit=5; proxy_pass http://{{UPSTREAM}}; }
+           location /b { proxy_pass http://{{UPSTREAM}}; } }
+         server { listen 127.0.0.1:{{PORT2}};
+           location / { rate_limit_window zone=z limit=9; proxy_pass http://{{UPSTREAM}}; } }",
+    );
+    let (ok, out) = test_config(&conf);
+    assert!(ok, "{out}");
+}
