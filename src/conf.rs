@@ -24,7 +24,33 @@ use ngx::http::{
 use ngx::{ngx_conf_log_error, ngx_string};
 use rate_limit_window_core::{FailPolicy, Window, DEFAULT_WINDOW_MS, MAX_LIMIT};
 
-use crate::zone::ZoneConf;
+use crate::zone::{RedisConf, ZoneConf};
+
+/// Default `sync=` interval of a Redis-backed zone (ms).
+pub const DEFAULT_SYNC_MS: u64 = 100;
+
+/// Turns `redis=HOST:PORT` or `redis=unix:/path` into a client URL.
+pub fn redis_url(v: &[u8]) -> Result<String, String> {
+    let bad = || {
+        format!(
+            "invalid redis address \"{}\": use HOST:PORT or unix:/path",
+            show(v)
+        )
+    };
+    let s = core::str::from_utf8(v).map_err(|_| bad())?;
+    if let Some(path) = s.strip_prefix("unix:") {
+        if !path.starts_with('/') {
+            return Err(bad());
+        }
+        return Ok(format!("redis+unix://{path}"));
+    }
+    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    if host.is_empty() || port == 0 || host.contains('/') {
+        return Err(bad());
+    }
+    Ok(format!("redis://{host}:{port}/"))
+}
 use crate::Module;
 
 /// `ngx_conf_t`'s "unset" markers, as nginx's merge macros expect them.
@@ -364,6 +390,9 @@ extern "C" fn set_zone(
     let mut size: usize = 0;
     let mut window = Window::from_ms(DEFAULT_WINDOW_MS).expect("default window is valid");
     let mut fail = FailPolicy::Open;
+    let mut redis: Option<String> = None;
+    let mut sync_ms: u64 = DEFAULT_SYNC_MS;
+    let mut secret: Option<Vec<u8>> = None;
 
     for arg in &args[2..] {
         let a = arg.as_bytes();
@@ -402,6 +431,30 @@ extern "C" fn set_zone(
                 Ok(w) => window = w,
                 Err(e) => return emerg(cf, &e),
             }
+        } else if let Some(v) = a.strip_prefix(b"redis=") {
+            match redis_url(v) {
+                Ok(u) => redis = Some(u),
+                Err(e) => return emerg(cf, &e),
+            }
+        } else if let Some(v) = a.strip_prefix(b"sync=") {
+            let mut s = ngx_str_t {
+                len: v.len(),
+                data: v.as_ptr() as *mut u8,
+            };
+            // SAFETY: ngx_parse_time only reads `len` bytes from `data`.
+            let ms = unsafe { ngx_parse_time(&mut s, 0) };
+            if !(10..=60_000).contains(&ms) {
+                return emerg(
+                    cf,
+                    &format!(
+                        "invalid sync interval \"{}\": it must be between 10ms and 60s",
+                        show(v)
+                    ),
+                );
+            }
+            sync_ms = ms as u64;
+        } else if let Some(v) = a.strip_prefix(b"secret=") {
+            secret = Some(v.to_vec());
         } else if a == b"fail=open" {
             fail = FailPolicy::Open;
         } else if a == b"fail=closed" {
@@ -447,6 +500,11 @@ extern "C" fn set_zone(
     zone.window = window;
     zone.fail = fail;
     zone.size = size;
+    zone.redis = redis.map(|url| RedisConf {
+        url,
+        sync_ms,
+        secret: secret.unwrap_or_default(),
+    });
     zone.defined = true;
 
     let mut shm_name = name;

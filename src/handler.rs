@@ -8,6 +8,7 @@
 //!    admissions already made so that a rejected request is counted by none;
 //! 3. bump the zone counters, store the decision, log.
 
+use core::sync::atomic::Ordering;
 use nginx_sys::{
     ngx_array_push, ngx_conf_t, ngx_http_complex_value, ngx_http_handler_pt,
     ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_http_request_t, ngx_int_t, ngx_str_t,
@@ -16,7 +17,10 @@ use nginx_sys::{
 use ngx::core::Status;
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
 use ngx::ngx_log_error;
-use rate_limit_window_core::{Counter, Decision as CoreDecision, FailPolicy, Outcome};
+
+use rate_limit_window_core::{
+    window, Counter, Counts, Decision as CoreDecision, FailPolicy, KeyHash, Outcome, Table,
+};
 use smallvec::SmallVec;
 
 use crate::conf::{self, LimitValue, LocConf};
@@ -59,8 +63,83 @@ enum Step {
     Exempt,
     /// The limit variable held garbage and the zone fails open.
     Skipped,
-    /// The table decided.
-    Decided(CoreDecision),
+    /// The table decided. `invalid` marks a limit variable that held
+    /// garbage in a fail=closed zone (judged against a limit of 0).
+    Decided { d: CoreDecision, invalid: bool },
+}
+
+/// A limit made ready for the table: key hashed, limit evaluated.
+enum Judge {
+    Exempt,
+    /// Invalid limit value in a fail=open zone.
+    Skipped,
+    Limit {
+        hash: KeyHash,
+        limit: u32,
+        invalid: bool,
+    },
+}
+
+/// Evaluates one limit's key and value for the request. Err(()) means the
+/// key could not be evaluated (an nginx error).
+///
+/// # Safety
+/// `r` must be a valid request.
+unsafe fn judge(
+    r: *mut ngx_http_request_t,
+    zone: &ZoneConf,
+    table: &Table<'static>,
+    value: LimitValue,
+) -> Result<Judge, ()> {
+    let mut key = ngx_str_t::empty();
+    // SAFETY: the key was compiled at configuration time; r is valid.
+    if unsafe { ngx_http_complex_value(r, &zone.key as *const _ as *mut _, &mut key) }
+        != Status::NGX_OK.into()
+    {
+        return Err(());
+    }
+    if key.is_empty() {
+        return Ok(Judge::Exempt);
+    }
+    // SAFETY: r is valid.
+    let (limit, invalid) = match unsafe { eval_limit(r, value) } {
+        Ok(Some(n)) => (n, false),
+        Ok(None) => return Ok(Judge::Exempt),
+        Err(bad) => {
+            // SAFETY: r is valid.
+            let log = unsafe { (*(*r).connection).log };
+            ngx_log_error!(
+                NGX_LOG_ERR,
+                log,
+                "rate_limit_window: invalid limit \"{}\" for zone \"{}\", applying fail={}",
+                String::from_utf8_lossy(&bad[..bad.len().min(64)]),
+                zone.name_str(),
+                if zone.fail == FailPolicy::Closed {
+                    "closed"
+                } else {
+                    "open"
+                }
+            );
+            if !zone.header.is_null() {
+                // SAFETY: the header lives in the zone for the cycle.
+                unsafe {
+                    (*zone.header)
+                        .invalid_limits
+                        .fetch_add(1, Ordering::Relaxed)
+                };
+            }
+            match zone.fail {
+                FailPolicy::Open => return Ok(Judge::Skipped),
+                // Fail closed: judge the request against a limit of 0.
+                FailPolicy::Closed => (0, true),
+            }
+        }
+    };
+    Ok(Judge::Limit {
+        hash: table.hash_key(key.as_bytes()),
+        limit,
+        invalid,
+    })
 }
 
 /// Reads the limit for this request: Ok(None) = empty value (exempt).
@@ -124,60 +203,44 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     let mut steps: SmallVec<[(&ZoneConf, u32, Step); INLINE_LIMITS]> = SmallVec::new();
     let mut rejected_at: Option<usize> = None;
 
-    for l in limits {
+    for (n, l) in limits.iter().enumerate() {
         // SAFETY: zones live in the configuration pool for the cycle.
         let zone = unsafe { &*l.zone };
         let Some(table) = zone.table.as_ref() else {
             continue;
         };
-        let mut key = ngx_str_t::empty();
-        // SAFETY: the key was compiled at configuration time.
-        if unsafe { ngx_http_complex_value(r, &zone.key as *const _ as *mut _, &mut key) }
-            != Status::NGX_OK.into()
-        {
+        // SAFETY: r is valid.
+        let Ok(j) = (unsafe { judge(r, zone, table, l.value) }) else {
             undo_all(&steps);
             return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
-        }
-        if key.is_empty() {
-            steps.push((zone, 0, Step::Exempt));
-            continue;
-        }
-        // SAFETY: r is valid.
-        let limit = match unsafe { eval_limit(r, l.value) } {
-            Ok(Some(n)) => n,
-            Ok(None) => {
+        };
+        let (hash, limit, invalid) = match j {
+            Judge::Exempt => {
                 steps.push((zone, 0, Step::Exempt));
                 continue;
             }
-            Err(bad) => {
-                ngx_log_error!(
-                    NGX_LOG_ERR,
-                    log,
-                    "rate_limit_window: invalid limit \"{}\" for zone \"{}\", applying fail={}",
-                    String::from_utf8_lossy(&bad[..bad.len().min(64)]),
-                    zone.name_str(),
-                    if zone.fail == FailPolicy::Closed {
-                        "closed"
-                    } else {
-                        "open"
-                    }
-                );
-                match zone.fail {
-                    FailPolicy::Open => {
-                        steps.push((zone, 0, Step::Skipped));
-                        continue;
-                    }
-                    // Fail closed: judge the request against a limit of 0.
-                    FailPolicy::Closed => 0,
-                }
+            Judge::Skipped => {
+                steps.push((zone, 0, Step::Skipped));
+                continue;
             }
+            Judge::Limit {
+                hash,
+                limit,
+                invalid,
+            } => (hash, limit, invalid),
         };
-        let hash = table.hash_key(key.as_bytes());
         let d = table.acquire(hash, now, limit, zone.fail, shard);
         let admitted = d.outcome == Outcome::Admitted;
-        steps.push((zone, limit, Step::Decided(d)));
+        steps.push((zone, limit, Step::Decided { d, invalid }));
         if !admitted {
             rejected_at = Some(steps.len() - 1);
+            // A retry must wait for every limit, so Retry-After is the
+            // longest wait among the limits not judged yet, too.
+            // SAFETY: r is valid.
+            let rest = unsafe { longest_wait(r, &limits[n + 1..], now) };
+            if let Some((_, _, Step::Decided { d, .. })) = steps.last_mut() {
+                d.retry_after_s = d.retry_after_s.max(rest);
+            }
             break;
         }
     }
@@ -189,10 +252,8 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
 
     // From here on nothing shared is held: count, record, log.
     let mut applied: SmallVec<[Applied; INLINE_LIMITS]> = SmallVec::new();
-    let mut any_applied = false;
     for (zone, limit, step) in &steps {
-        if let Step::Decided(d) = step {
-            any_applied = true;
+        if let Step::Decided { d, .. } = step {
             applied.push(Applied {
                 zone: *zone,
                 limit: *limit,
@@ -206,7 +267,7 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     let verdict = match rejected_at {
         Some(_) if dry_run => Verdict::RejectedDryRun,
         Some(_) => Verdict::Rejected,
-        None if any_applied => Verdict::Passed,
+        None if !applied.is_empty() => Verdict::Passed,
         None => Verdict::Exempt,
     };
 
@@ -218,7 +279,7 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
         match step {
             Step::Exempt => table.add(shard, Counter::Exempt, 1),
             Step::Skipped => {}
-            Step::Decided(d) => match verdict {
+            Step::Decided { d, invalid } => match verdict {
                 Verdict::Passed => table.add(shard, Counter::Passed, 1),
                 Verdict::Rejected | Verdict::RejectedDryRun if Some(i) == rejected_at => {
                     let c = if dry_run {
@@ -227,8 +288,11 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
                         Counter::Rejected
                     };
                     table.add(shard, c, 1);
+                    if *invalid {
+                        table.add(shard, Counter::FailClosed, 1);
+                    }
                     retry_after = d.retry_after_s;
-                    log_rejection(log, lcf, zone, *limit, d, dry_run);
+                    log_rejection(log, lcf, zone, *limit, d, *invalid, dry_run);
                 }
                 _ => {}
             },
@@ -246,10 +310,43 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     declined
 }
 
+/// The longest Retry-After (whole seconds) among `limits`, read without
+/// counting anything: after a rejection, the limits not yet judged must
+/// also admit the retry.
+///
+/// # Safety
+/// `r` must be a valid request.
+unsafe fn longest_wait(r: *mut ngx_http_request_t, limits: &[conf::Limit], now: u64) -> u32 {
+    let mut longest = 0;
+    for l in limits {
+        // SAFETY: zones live in the configuration pool for the cycle.
+        let zone = unsafe { &*l.zone };
+        let Some(table) = zone.table.as_ref() else {
+            continue;
+        };
+        // SAFETY: r is valid.
+        if let Ok(Judge::Limit { hash, limit, .. }) = unsafe { judge(r, zone, table, l.value) } {
+            let snap = table.peek(hash, now);
+            let counts = Counts {
+                current: snap.current,
+                previous: snap.previous,
+            };
+            let w = zone.window;
+            longest = longest.max(window::retry_after_secs(
+                counts,
+                w.elapsed_ms(now),
+                w.ms(),
+                limit,
+            ));
+        }
+    }
+    longest
+}
+
 /// Gives back the admissions of the steps that were counted.
 fn undo_all(steps: &[(&ZoneConf, u32, Step)]) {
     for (zone, _, step) in steps {
-        if let (Some(table), Step::Decided(d)) = (zone.table.as_ref(), step) {
+        if let (Some(table), Step::Decided { d, .. }) = (zone.table.as_ref(), step) {
             if let Some(a) = d.admission.as_ref() {
                 table.undo(a);
             }
@@ -264,10 +361,12 @@ fn log_rejection(
     zone: &ZoneConf,
     limit: u32,
     d: &CoreDecision,
+    invalid: bool,
     dry_run: bool,
 ) {
     let what = match d.outcome {
         Outcome::FailClosed => "zone is full, rejecting a new client (fail=closed)",
+        _ if invalid => "invalid limit value, rejecting (fail=closed)",
         _ => "limiting requests",
     };
     ngx_log_error!(
@@ -288,6 +387,20 @@ fn log_episodes(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDecisio
     let Some(table) = zone.table.as_ref() else {
         return;
     };
+    if zone.redis.is_some() && !zone.header.is_null() {
+        // SAFETY: the header lives in the zone as long as the cycle.
+        let header = unsafe { &*zone.header };
+        if let Some(since) = header.outage_to_log() {
+            ngx_log_error!(
+                NGX_LOG_WARN,
+                log,
+                "rate_limit_window_zone \"{}\": redis sync failing for {} ms; deciding from this \
+                 gateway's counts only (fail-open for the cluster part); errors are counted in metrics",
+                zone.name_str(),
+                now.saturating_sub(since)
+            );
+        }
+    }
     let episode = |c: Counter| table.note_episode(c, now, EPISODE_QUIET_MS);
     if d.events.evicted_live && episode(Counter::EvictLive) {
         ngx_log_error!(

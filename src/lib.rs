@@ -13,6 +13,7 @@
 //! | `filter.rs`    | the header filter (Retry-After, RateLimit-*)           |
 //! | `variables.rs` | `$rate_limit_window_status`, `$rate_limit_window_remaining` |
 //! | `metrics.rs`   | the `rate_limit_window_metrics` content handler        |
+//! | `sync.rs`      | cluster sync through Redis (`redis=` zones)            |
 //! | `util.rs`      | small helpers: time, numbers into pool memory, logging |
 
 #![allow(clippy::missing_safety_doc)]
@@ -22,6 +23,7 @@ mod decision;
 mod filter;
 mod handler;
 mod metrics;
+mod sync;
 mod util;
 mod variables;
 mod zone;
@@ -30,7 +32,8 @@ use core::ffi::c_char;
 use core::ptr;
 
 use nginx_sys::{
-    ngx_conf_t, ngx_http_module_t, ngx_int_t, ngx_module_t, ngx_uint_t, NGX_HTTP_MODULE,
+    ngx_conf_t, ngx_cycle_t, ngx_http_module_t, ngx_int_t, ngx_module_t, ngx_process, ngx_uint_t,
+    ngx_worker, NGX_HTTP_MODULE, NGX_PROCESS_SINGLE, NGX_PROCESS_WORKER,
 };
 use ngx::core::Status;
 use ngx::http::{HttpModule, HttpModuleLocationConf, HttpModuleMainConf};
@@ -103,5 +106,29 @@ pub static mut ngx_http_rate_limit_window_module: ngx_module_t = ngx_module_t {
     // SAFETY: taking the address of a static array; nginx reads it at load.
     commands: unsafe { ptr::addr_of_mut!(conf::COMMANDS[0]) },
     type_: NGX_HTTP_MODULE as ngx_uint_t,
+    init_process: Some(init_process),
+    exit_process: Some(exit_process),
     ..ngx_module_t::default()
 };
+
+/// Worker start: worker 0 (or the single process) runs the Redis sync
+/// threads, one per Redis-backed zone. nginx respawns worker 0 with them.
+extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
+    // SAFETY: ngx_process and ngx_worker are set before init_process runs.
+    let (process, worker) = unsafe { (ngx_process, ngx_worker) };
+    let ours = (process == NGX_PROCESS_WORKER as ngx_uint_t && worker == 0)
+        || process == NGX_PROCESS_SINGLE as ngx_uint_t;
+    if !ours {
+        return Status::NGX_OK.into();
+    }
+    // SAFETY: the cycle is valid; its http main conf exists when http{} does.
+    if let Some(mcf) = Module::main_conf(unsafe { &*cycle }) {
+        sync::start_all(&mcf.zones);
+    }
+    Status::NGX_OK.into()
+}
+
+/// Worker exit (quit, reload, shutdown): stop and join the sync threads.
+extern "C" fn exit_process(_cycle: *mut ngx_cycle_t) {
+    sync::stop_all();
+}

@@ -8,6 +8,7 @@
 
 use core::fmt::Write as _;
 use core::ptr;
+use core::sync::atomic::Ordering;
 
 use nginx_sys::{
     ngx_chain_t, ngx_create_temp_buf, ngx_http_arg, ngx_http_discard_request_body,
@@ -17,10 +18,10 @@ use nginx_sys::{
 };
 use ngx::core::Status;
 use ngx::http::HttpModuleMainConf;
-use rate_limit_window_core::Counter;
+use rate_limit_window_core::{estimate_scaled, Counter, Counts};
 
 use crate::util::now_ms;
-use crate::zone::ZoneConf;
+use crate::zone::{ZoneConf, ZoneHeader};
 use crate::Module;
 
 /// Content handler installed by `rate_limit_window_metrics;`.
@@ -237,6 +238,66 @@ fn exposition(zones: &[&ZoneConf], now: u64) -> String {
     );
     family(
         &mut o,
+        "rate_limit_window_invalid_limit_total",
+        "counter",
+        "Requests whose limit variable held something other than an integer in range (the zone's fail policy applied).",
+        &|o, n, z| {
+            // SAFETY: the header lives in the zone for the cycle.
+            let v = if z.header.is_null() { 0 } else { unsafe { &*z.header }.invalid_limits.load(Ordering::Relaxed) };
+            let _ = writeln!(o, "rate_limit_window_invalid_limit_total{{zone=\"{n}\"}} {v}");
+        },
+    );
+    let redis_zones: Vec<&ZoneConf> = zones
+        .iter()
+        .copied()
+        .filter(|z| z.redis.is_some() && !z.header.is_null())
+        .collect();
+    if !redis_zones.is_empty() {
+        let sync_family = |o: &mut String,
+                           name: &str,
+                           kind: &str,
+                           help: &str,
+                           value: &dyn Fn(&ZoneHeader) -> String| {
+            let _ = writeln!(o, "# HELP {name} {help}");
+            let _ = writeln!(o, "# TYPE {name} {kind}");
+            for z in &redis_zones {
+                // SAFETY: zone headers live in the zone for the cycle.
+                let h = unsafe { &*z.header };
+                let _ = writeln!(
+                    o,
+                    "{name}{{zone=\"{}\"}} {}",
+                    label(&z.name_str()),
+                    value(h)
+                );
+            }
+        };
+        sync_family(
+            &mut o,
+            "rate_limit_window_sync_errors_total",
+            "counter",
+            "Failed Redis sync rounds (connect, I/O or protocol errors).",
+            &|h| h.sync_errors.load(Ordering::Relaxed).to_string(),
+        );
+        sync_family(
+            &mut o,
+            "rate_limit_window_sync_rounds_total",
+            "counter",
+            "Completed Redis sync rounds.",
+            &|h| h.sync_rounds.load(Ordering::Relaxed).to_string(),
+        );
+        sync_family(
+            &mut o,
+            "rate_limit_window_sync_lag_seconds",
+            "gauge",
+            "Seconds since the last completed Redis sync round (-1: none yet).",
+            &|h| match h.last_sync_ms.load(Ordering::Relaxed) {
+                0 => "-1".into(),
+                t => format!("{:.3}", now.saturating_sub(t) as f64 / 1000.0),
+            },
+        );
+    }
+    family(
+        &mut o,
         "rate_limit_window_window_seconds",
         "gauge",
         "Window length of the zone in seconds.",
@@ -258,9 +319,17 @@ fn key_json(zone: &ZoneConf, key: &[u8], now: u64) -> String {
     };
     let snap = t.peek(t.hash_key(key), now);
     let start_ms = zone.window.start_ms(snap.window_index);
+    // The estimate with three decimals (the decision compares it exactly).
+    let w = zone.window.ms();
+    let elapsed = now.saturating_sub(start_ms).min(w);
+    let counts = Counts {
+        current: snap.current,
+        previous: snap.previous,
+    };
+    let estimate = estimate_scaled(counts, elapsed, w) as f64 / w as f64;
     format!(
         "{{\"zone\":{},\"window_seconds\":{},\"window_index\":{},\"window_start_utc\":{},\
-         \"window_start_local\":{},\"current\":{},\"previous\":{},\"estimate\":{}}}\n",
+         \"window_start_local\":{},\"current\":{},\"previous\":{},\"estimate\":{:.3}}}\n",
         json_str(&zone.name_str()),
         zone.window.ms() as f64 / 1000.0,
         snap.window_index,
@@ -268,7 +337,7 @@ fn key_json(zone: &ZoneConf, key: &[u8], now: u64) -> String {
         json_str(&rfc3339(start_ms, local_offset_s(start_ms))),
         snap.current,
         snap.previous,
-        snap.estimate
+        estimate
     )
 }
 

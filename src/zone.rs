@@ -7,6 +7,7 @@
 
 use core::ffi::c_void;
 use core::ptr;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use nginx_sys::{
     ngx_http_complex_value_t, ngx_int_t, ngx_pagesize_shift, ngx_shm_zone_t, ngx_slab_alloc,
@@ -14,7 +15,7 @@ use nginx_sys::{
 };
 use ngx::core::Status;
 use ngx::ngx_log_error;
-use rate_limit_window_core::{FailPolicy, Table, Window, DEFAULT_WINDOW_MS};
+use rate_limit_window_core::{hash_with_seed, FailPolicy, Table, Window, DEFAULT_WINDOW_MS};
 
 /// One `rate_limit_window_zone`, allocated from the configuration pool.
 pub struct ZoneConf {
@@ -35,13 +36,51 @@ pub struct ZoneConf {
     pub fail: FailPolicy,
     /// Zone size in bytes, as configured.
     pub size: usize,
+    /// Cluster sync through Redis (`redis=`), if configured.
+    pub redis: Option<RedisConf>,
     pub shm_zone: *mut ngx_shm_zone_t,
-    /// The slot table region inside the zone (set by `init_zone`).
-    pub region: *mut u8,
-    /// Length of `region` in bytes.
-    pub region_len: usize,
-    /// The table over `region`; None until the zone is initialised.
+    /// The zone header (set by `init_zone`): where the table is, plus the
+    /// cluster-sync state shared by all workers.
+    pub header: *mut ZoneHeader,
+    /// The slot table inside the zone; None until the zone is initialised.
     pub table: Option<Table<'static>>,
+}
+
+/// `redis=` / `sync=` / `secret=` of a zone.
+pub struct RedisConf {
+    /// Connection URL for the client: `redis://HOST:PORT/` or `redis+unix:///path`.
+    pub url: String,
+    /// Push/pull interval in ms (`sync=`, default 100ms).
+    pub sync_ms: u64,
+    /// Optional `secret=` mixed into the hash seed that all gateways share.
+    pub secret: Vec<u8>,
+}
+
+/// `b"RLWZONE1"`: marks a zone header written by this module.
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE1");
+
+/// The first allocation in every zone. It outlives reloads with the zone,
+/// and tells a new cycle where the table is. Its sync fields are written by
+/// the sync thread (worker 0) and read by every worker.
+#[repr(C)]
+pub struct ZoneHeader {
+    magic: u64,
+    /// The slot table region and its length in bytes.
+    table: *mut u8,
+    table_len: usize,
+    /// Requests whose `limit=$variable` held something other than a number.
+    pub invalid_limits: AtomicU64,
+    /// Failed sync rounds (connect, I/O or protocol errors).
+    pub sync_errors: AtomicU64,
+    /// Completed sync rounds.
+    pub sync_rounds: AtomicU64,
+    /// Epoch ms of the last completed sync round (0: never).
+    pub last_sync_ms: AtomicU64,
+    /// Epoch ms at which the current outage began (0: no outage).
+    pub down_since_ms: AtomicU64,
+    /// `down_since_ms` of the outage already logged, so that each outage is
+    /// logged once, by whichever worker notices it first.
+    pub logged_down_ms: AtomicU64,
 }
 
 impl ZoneConf {
@@ -59,8 +98,8 @@ impl ZoneConf {
             fail: FailPolicy::Open,
             size: 0,
             shm_zone: ptr::null_mut(),
-            region: ptr::null_mut(),
-            region_len: 0,
+            redis: None,
+            header: ptr::null_mut(),
             table: None,
         }
     }
@@ -98,6 +137,34 @@ fn random_seed() -> [u64; 2] {
     ]
 }
 
+/// The hash seed of a Redis-backed zone, derived from its name and
+/// `secret=` so that every gateway of the cluster computes the same key
+/// fingerprints. Without a secret, someone who knows the zone name can
+/// compute fingerprints: set `secret=` where keys come from untrusted input.
+pub fn config_seed(name: &[u8], secret: &[u8]) -> [u64; 2] {
+    let mut material = Vec::with_capacity(name.len() + secret.len() + 1);
+    material.extend_from_slice(name);
+    material.push(0);
+    material.extend_from_slice(secret);
+    const K: [u64; 2] = [0x7261_7465_5f6c_696d, 0x6974_5f77_696e_646f]; // "rate_lim" "it_windo"
+    [
+        hash_with_seed(K, &material).0,
+        hash_with_seed([K[1], K[0]], &material).0,
+    ]
+}
+
+impl ZoneHeader {
+    /// Notes the start of an outage; returns true the first time a given
+    /// outage is seen by anyone (so it is logged once).
+    pub fn outage_to_log(&self) -> Option<u64> {
+        let down = self.down_since_ms.load(Ordering::Relaxed);
+        if down == 0 {
+            return None;
+        }
+        (self.logged_down_ms.swap(down, Ordering::Relaxed) != down).then_some(down)
+    }
+}
+
 /// `ngx_shm_zone_t.init`: formats a new zone, or adopts the previous
 /// cycle's table on reload (`data` is then the old cycle's ZoneConf).
 pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) -> ngx_int_t {
@@ -110,6 +177,18 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
     if !data.is_null() {
         // SAFETY: the old cycle (and its ZoneConf) is alive during init.
         let old = unsafe { &*data.cast::<ZoneConf>() };
+        let old_secret = old.redis.as_ref().map(|r| r.secret.as_slice());
+        let new_secret = zone.redis.as_ref().map(|r| r.secret.as_slice());
+        if old.redis.is_some() != zone.redis.is_some() || old_secret != new_secret {
+            ngx_log_error!(
+                NGX_LOG_EMERG,
+                log,
+                "rate_limit_window_zone \"{}\": adding or removing \"redis=\" or changing \"secret=\" \
+                 changes how keys are hashed; use a new zone name",
+                zone.name_str()
+            );
+            return Status::NGX_ERROR.into();
+        }
         if old.key_src.as_bytes() != zone.key_src.as_bytes() || old.window != zone.window {
             ngx_log_error!(
                 NGX_LOG_EMERG,
@@ -124,7 +203,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
             );
             return Status::NGX_ERROR.into();
         }
-        return adopt(zone, old.region, old.region_len, log);
+        return adopt(zone, old.header, log);
     }
 
     let shpool = shm_zone.shm.addr.cast::<ngx_slab_pool_t>();
@@ -132,10 +211,20 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
         // A zone inherited from a previous binary (Windows only): the
         // slab pool's data pointer leads to the table.
         // SAFETY: the pool header sits at the start of the zone.
-        let region = unsafe { (*shpool).data.cast::<u8>() };
-        // SAFETY: as above.
-        let len = unsafe { (*shpool).end.offset_from(region) } as usize;
-        return adopt(zone, region, len, log);
+        return adopt(zone, unsafe { (*shpool).data.cast() }, log);
+    }
+
+    // SAFETY: a small slab allocation; the pool is ours alone during init.
+    let header =
+        unsafe { ngx_slab_alloc(shpool, core::mem::size_of::<ZoneHeader>()) }.cast::<ZoneHeader>();
+    if header.is_null() {
+        ngx_log_error!(
+            NGX_LOG_EMERG,
+            log,
+            "rate_limit_window_zone \"{}\": no memory for the zone header",
+            zone.name_str()
+        );
+        return Status::NGX_ERROR.into();
     }
 
     // Take every free page of the slab pool for the table.
@@ -163,13 +252,31 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
         return Status::NGX_ERROR.into();
     }
 
+    let seed = match &zone.redis {
+        // Every gateway of a cluster must hash keys alike.
+        Some(r) => config_seed(zone.name.as_bytes(), &r.secret),
+        None => random_seed(),
+    };
     // SAFETY: region is `len` bytes of page-aligned zone memory, ours alone.
-    match unsafe { Table::init(region, len, zone.window, random_seed()) } {
+    match unsafe { Table::init(region, len, zone.window, seed) } {
         Ok(t) => {
-            // SAFETY: the pool header is ours during init.
-            unsafe { (*shpool).data = region.cast() };
-            zone.region = region;
-            zone.region_len = len;
+            // SAFETY: header is fresh zone memory sized for a ZoneHeader; the
+            // pool header is ours during init.
+            unsafe {
+                header.write(ZoneHeader {
+                    magic: ZONE_MAGIC,
+                    table: region,
+                    table_len: len,
+                    invalid_limits: AtomicU64::new(0),
+                    sync_errors: AtomicU64::new(0),
+                    sync_rounds: AtomicU64::new(0),
+                    last_sync_ms: AtomicU64::new(0),
+                    down_since_ms: AtomicU64::new(0),
+                    logged_down_ms: AtomicU64::new(0),
+                });
+                (*shpool).data = header.cast();
+            }
+            zone.header = header;
             zone.table = Some(t);
             Status::NGX_OK.into()
         }
@@ -186,20 +293,28 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
     }
 }
 
-/// Adopts a table formatted by an earlier cycle, after validating its
-/// header (magic, layout version, window).
+/// Adopts a zone formatted by an earlier cycle, after validating both
+/// headers (ours, then the table's magic, layout version and window).
 fn adopt(
     zone: &mut ZoneConf,
-    region: *mut u8,
-    len: usize,
+    header: *mut ZoneHeader,
     log: *mut nginx_sys::ngx_log_t,
 ) -> ngx_int_t {
-    // SAFETY: region/len describe the table an earlier init formatted in
-    // this same zone, which nginx kept mapped.
-    match unsafe { Table::attach(region, len, zone.window) } {
+    // SAFETY: header is the first allocation an earlier init made in this
+    // same zone, which nginx kept mapped at the same address.
+    if header.is_null() || unsafe { (*header).magic } != ZONE_MAGIC {
+        ngx_log_error!(
+            NGX_LOG_EMERG,
+            log,
+            "rate_limit_window_zone \"{}\": cannot reuse the zone: bad zone header; restart nginx or use a new zone name",
+            zone.name_str()
+        );
+        return Status::NGX_ERROR.into();
+    }
+    // SAFETY: as above; table/table_len describe the table it formatted.
+    match unsafe { Table::attach((*header).table, (*header).table_len, zone.window) } {
         Ok(t) => {
-            zone.region = region;
-            zone.region_len = len;
+            zone.header = header;
             zone.table = Some(t);
             Status::NGX_OK.into()
         }
