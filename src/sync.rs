@@ -12,6 +12,13 @@
 //! 2. the other gateways' share is `total − pushed here`; add what is new of
 //!    it to the client's current count in the local zone.
 //!
+//! What was pushed and what was added per key is kept in a ledger in the
+//! zone (core's `cluster::Ledger`), and only the holder of a lease in the
+//! zone header runs rounds: after a reload or a respawn, the new worker 0
+//! asks for the lease, the old thread hands it over at its next round (or
+//! is replaced after a timeout if it died), and the new one continues from
+//! the ledger without pushing anything twice.
+//!
 //! The estimate thus covers local and remote requests, for the current and
 //! (after the window rolls) the previous window. Over-admission is bounded by
 //! roughly one sync interval of the cluster's traffic for a key.
@@ -27,12 +34,12 @@
 //! blocking I/O off the request path is the simplest correct shape, and it
 //! can never delay a request.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use rate_limit_window_core::cluster::{Ledger, Push};
 use rate_limit_window_core::{Table, Window};
 
 use crate::zone::{ZoneConf, ZoneHeader};
@@ -132,27 +139,75 @@ fn nap(ms: u64, stop: &AtomicBool) -> bool {
     !stop.load(Ordering::Relaxed)
 }
 
-/// Per-client sync bookkeeping for the current window.
-#[derive(Clone, Copy)]
-struct Pushed {
-    /// Requests admitted here and pushed to Redis.
-    pushed: i64,
-    /// Requests of other gateways already added to the local count.
-    applied: i64,
+/// How long a lease holder may stay silent before another process takes
+/// the lease over (it died without releasing it), in ms.
+fn lease_timeout_ms(sync_ms: u64) -> u64 {
+    (sync_ms * 5).max(3_000)
+}
+
+/// Holds, takes, or asks for the sync lease. Returns true if this process
+/// may run a round now.
+fn hold_lease(header: &ZoneHeader, me: u64, now: u64, sync_ms: u64) -> bool {
+    let owner = header.sync_owner.load(Ordering::Acquire);
+    if owner == me {
+        return true;
+    }
+    if owner == 0 {
+        return header
+            .sync_owner
+            .compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+    }
+    // A newer generation (after a reload) asks the holder to step down at
+    // its next round; a holder that died is replaced after a timeout.
+    header.sync_handover.store(me, Ordering::Release);
+    let beat = header.sync_heartbeat_ms.load(Ordering::Acquire);
+    now.saturating_sub(beat) > lease_timeout_ms(sync_ms)
+        && header
+            .sync_owner
+            .compare_exchange(owner, me, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+}
+
+/// Gives the lease up if this process holds it.
+fn release_lease(header: &ZoneHeader, me: u64) {
+    let _ = header
+        .sync_owner
+        .compare_exchange(me, 0, Ordering::AcqRel, Ordering::Acquire);
 }
 
 fn run(job: Job, stop: &AtomicBool) {
     // SAFETY: see `Job`: both outlive this thread.
     let (table, header) = unsafe { (&*job.table, &*job.header) };
+    // SAFETY: the ledger region was carved out of the zone for this table.
+    let Some(ledger) =
+        (unsafe { Ledger::over(header.ledger, header.ledger_len, table.capacity()) })
+    else {
+        return;
+    };
+    let me = u64::from(std::process::id());
     let mut conn: Option<redis::Connection> = None;
-    let mut state: HashMap<(u32, u64), Pushed> = HashMap::new();
-    let mut state_window = 0u64;
     let mut backoff = BACKOFF_MIN_MS;
+    let mut pushes = Vec::new();
 
     while !stop.load(Ordering::Relaxed) {
         let started = epoch_ms();
+        if !hold_lease(header, me, started, job.sync_ms) {
+            if !nap(job.sync_ms, stop) {
+                break;
+            }
+            continue;
+        }
+        header.sync_heartbeat_ms.store(started, Ordering::Release);
+        let handover = header.sync_handover.load(Ordering::Acquire);
+        if handover != 0 && handover != me {
+            // A newer worker 0 (after a reload) takes over from here.
+            header.sync_handover.store(0, Ordering::Release);
+            release_lease(header, me);
+            break;
+        }
         let result = connect(&mut conn, &job.url)
-            .and_then(|c| round(c, table, &job, &mut state, &mut state_window, started));
+            .and_then(|c| round(c, table, &ledger, &job, &mut pushes, started));
         match result {
             Ok(()) => {
                 backoff = BACKOFF_MIN_MS;
@@ -180,6 +235,7 @@ fn run(job: Job, stop: &AtomicBool) {
             }
         }
     }
+    release_lease(header, me);
 }
 
 fn connect<'c>(
@@ -200,48 +256,24 @@ fn connect<'c>(
 fn round(
     conn: &mut redis::Connection,
     table: &Table<'static>,
+    ledger: &Ledger<'static>,
     job: &Job,
-    state: &mut HashMap<(u32, u64), Pushed>,
-    state_window: &mut u64,
+    pushes: &mut Vec<Push>,
     now: u64,
 ) -> redis::RedisResult<()> {
-    let index = job.window.index(now);
-    if *state_window != index {
-        state.clear();
-        *state_window = index;
-    }
-    let mut live: Vec<(u32, u64, u32)> = Vec::new();
-    table.for_each_current(now, |slot, fp, current| live.push((slot, fp, current)));
+    pushes.clear();
+    ledger.plan(table, now, pushes);
     let ttl_ms = job.window.ms() * 2;
-
-    for batch in live.chunks(BATCH) {
+    for batch in pushes.chunks(BATCH) {
         let mut pipe = redis::pipe();
-        let mut deltas = Vec::with_capacity(batch.len());
-        for &(slot, fp, current) in batch {
-            let st = state.get(&(slot, fp)).copied().unwrap_or(Pushed {
-                pushed: 0,
-                applied: 0,
-            });
-            let own = i64::from(current) - st.applied;
-            let delta = own - st.pushed;
-            let key = format!("rlw:{}:{}:{:014x}", job.name, index, fp);
-            pipe.cmd("INCRBY").arg(&key).arg(delta);
+        for p in batch {
+            let key = format!("rlw:{}:{}:{:014x}", job.name, p.window_index, p.fingerprint);
+            pipe.cmd("INCRBY").arg(&key).arg(p.delta);
             pipe.cmd("PEXPIRE").arg(&key).arg(ttl_ms).ignore();
-            deltas.push(delta);
         }
         let totals: Vec<i64> = pipe.query(conn)?;
-        for ((&(slot, fp, _), delta), total) in batch.iter().zip(deltas).zip(totals) {
-            let mut st = state.get(&(slot, fp)).copied().unwrap_or(Pushed {
-                pushed: 0,
-                applied: 0,
-            });
-            st.pushed += delta;
-            let others = (total - st.pushed).max(0);
-            let add = others - st.applied;
-            if add == 0 || table.add_current(slot, fp, now, add) {
-                st.applied = others;
-            }
-            state.insert((slot, fp), st);
+        for (p, total) in batch.iter().zip(totals) {
+            ledger.settle(table, p, total, now);
         }
     }
     Ok(())

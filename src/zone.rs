@@ -68,6 +68,17 @@ pub struct ZoneHeader {
     /// The slot table region and its length in bytes.
     table: *mut u8,
     table_len: usize,
+    /// The cluster-sync ledger of a Redis-backed zone (null otherwise) and
+    /// its length in bytes.
+    pub ledger: *mut u8,
+    pub ledger_len: usize,
+    /// pid of the process whose thread runs the sync rounds (0: nobody).
+    /// Only the holder of this lease writes the ledger.
+    pub sync_owner: AtomicU64,
+    /// Epoch ms at which the lease holder last showed it is alive.
+    pub sync_heartbeat_ms: AtomicU64,
+    /// pid of a newer sync thread (after a reload) asking for the lease.
+    pub sync_handover: AtomicU64,
     /// Requests whose `limit=$variable` held something other than a number.
     pub invalid_limits: AtomicU64,
     /// Failed sync rounds (connect, I/O or protocol errors).
@@ -257,8 +268,18 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
         Some(r) => config_seed(zone.name.as_bytes(), &r.secret),
         None => random_seed(),
     };
+    // A Redis-backed zone gives half of its memory to the sync ledger.
+    let (table_len, ledger, ledger_len) = if zone.redis.is_some() {
+        let t = len / 2 / 64 * 64;
+        let ledger = region.wrapping_add(t);
+        // SAFETY: the tail of our fresh region, ours alone during init.
+        unsafe { ptr::write_bytes(ledger, 0, len - t) };
+        (t, ledger, len - t)
+    } else {
+        (len, ptr::null_mut(), 0)
+    };
     // SAFETY: region is `len` bytes of page-aligned zone memory, ours alone.
-    match unsafe { Table::init(region, len, zone.window, seed) } {
+    match unsafe { Table::init(region, table_len, zone.window, seed) } {
         Ok(t) => {
             // SAFETY: header is fresh zone memory sized for a ZoneHeader; the
             // pool header is ours during init.
@@ -266,7 +287,12 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
                 header.write(ZoneHeader {
                     magic: ZONE_MAGIC,
                     table: region,
-                    table_len: len,
+                    table_len,
+                    ledger,
+                    ledger_len,
+                    sync_owner: AtomicU64::new(0),
+                    sync_heartbeat_ms: AtomicU64::new(0),
+                    sync_handover: AtomicU64::new(0),
                     invalid_limits: AtomicU64::new(0),
                     sync_errors: AtomicU64::new(0),
                     sync_rounds: AtomicU64::new(0),

@@ -62,6 +62,9 @@
 //! collision probability.
 #![warn(missing_docs)]
 
+mod atomic;
+pub mod cluster;
+pub mod parse;
 pub mod reference;
 pub mod table;
 pub mod window;
