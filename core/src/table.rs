@@ -28,8 +28,9 @@
 //!
 //! * fingerprint: the top 56 bits of the key hash, never 0 for a used slot;
 //!   0 means the slot was never used (and it never goes back to 0);
-//! * touch tick: `elapsed_ms * 256 / window_ms` at the last update, used to
-//!   pick the least recently active victim within a window;
+//! * touch tick: `elapsed_ms >> s` at the last update, with the smallest `s`
+//!   that maps the window into `0..=255` (128 to 256 steps per window), used
+//!   to pick the least recently active victim within a window;
 //! * counts: requests, saturating at `2^20 - 1` (>= [`MAX_LIMIT`]).
 //!
 //! Window indices are compared modulo 2^24 with a signed delta in
@@ -43,14 +44,27 @@
 //! # Placement
 //!
 //! A key has two candidate groups of [`PROBE`] consecutive slots (chosen from
-//! independent bits of its hash). A lookup scans group one, then group two,
-//! and the first slot with the key's fingerprint is the key's slot. Within a
-//! group, slots are claimed first-free in order, so the never-used slots of a
-//! group always form a suffix and a never-used slot ends the scan of that
-//! group. A new key goes to the first free slot of the candidate group with
-//! fewer live slots ("power of two choices"), which keeps a 1 MiB region
-//! (65_264 slots) free of evictions up to about 56_000 live keys, where a
-//! single bounded linear probe of 8 to 64 slots loses keys from ~40_000 on.
+//! independent bits of its hash) and a home offset in each (other bits of
+//! the same products, see `Table::place`). Each group is probed linearly
+//! from the key's home offset, wrapping around inside the group, and the two
+//! groups are probed side by side: `A[home_a], B[home_b], A[home_a + 1],
+//! B[home_b + 1], ...`; the first slot with the key's fingerprint is the
+//! key's slot. A new key takes the first free slot of its sequence in the
+//! candidate group with fewer live slots ("power of two choices"; the first
+//! group on a tie). Since a key never lies past a slot that was never used
+//! when it was placed, and used slots never become never-used again, a
+//! never-used slot ends the probe of its group. A key is therefore found
+//! after reading about 1 to 3 slots instead of scanning its groups from
+//! their start, and the second group's home slot is prefetched so that both
+//! cache misses of a large table overlap. A miss (new key) reads all
+//! `2 * PROBE` slots to count live slots per group. This keeps a 1 MiB
+//! region (65_264 slots) free of evictions up to about 57_000 live keys,
+//! where a single bounded linear probe of 8 to 64 slots loses keys from
+//! ~40_000 on. (Layout version 2: version 1 scanned each group from its
+//! first slot.)
+//!
+//! Slots are read with one 16-byte atomic load and changed with one 16-byte
+//! CAS, inlined where the CPU allows it (see the `atomic` module).
 //!
 //! When both groups are full of live slots, [`FailPolicy::Open`] evicts the
 //! least recently active of them (oldest window, then oldest tick) and
@@ -88,7 +102,8 @@ use core::mem::{align_of, size_of};
 use portable_atomic::{AtomicU128, AtomicU64, Ordering};
 use siphasher::sip::SipHasher13;
 
-use crate::window::{self, Counts, Window, MAX_LIMIT};
+use crate::atomic::Ops;
+use crate::window::{self, Counts, FastDiv, Window, MAX_LIMIT};
 
 /// Number of counter shards (one 64-byte cache line each).
 pub const SHARDS: usize = 64;
@@ -102,8 +117,12 @@ pub const SLOT_BYTES: usize = 16;
 /// `b"RLWINDOW"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RLWINDOW");
 /// Version of the region layout; bumped on any incompatible change.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 
+/// Slot arrays above this size prefetch the second candidate group (in a
+/// smaller table both groups are usually cached, and a needless prefetch
+/// only pulls lines away from other cores).
+const PREFETCH_BYTES: usize = 4 << 20;
 const COUNT_BITS: u32 = 20;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// Largest storable count, in requests.
@@ -471,6 +490,15 @@ pub struct Table<'a> {
     window: Window,
     seed: [u64; 2],
     groups: u64,
+    /// `tick = elapsed >> tick_shift` (see [`Table::tick`]).
+    tick_shift: u32,
+    /// How slots are loaded and CASed (see [`crate::atomic`]).
+    ops: Ops,
+    /// Division by the window length.
+    wdiv: FastDiv,
+    /// Prefetch the second group's home slot (tables larger than
+    /// [`PREFETCH_BYTES`], unlikely to stay in a core's caches).
+    prefetch: bool,
     _region: PhantomData<&'a [u8]>,
 }
 
@@ -491,6 +519,15 @@ fn check_lock_free() -> Result<(), TableError> {
     }
 }
 
+/// The smallest shift that maps `0..window_ms` into `0..=255`.
+fn tick_shift(window_ms: u64) -> u32 {
+    let mut shift = 0;
+    while (window_ms.saturating_sub(1) >> shift) > 255 {
+        shift += 1;
+    }
+    shift
+}
+
 /// Returns (offset of the 64-byte aligned table start, capacity in slots).
 fn geometry(region: *mut u8, len: usize) -> Result<(usize, usize), TableError> {
     let addr = region as usize;
@@ -503,6 +540,49 @@ fn geometry(region: *mut u8, len: usize) -> Result<(usize, usize), TableError> {
         return Err(TableError::TooSmall);
     }
     Ok((pad, cap))
+}
+
+/// Hints the CPU to bring `a`'s cache line in (no memory access in the
+/// language's sense: a prefetch never faults and changes nothing).
+#[inline(always)]
+fn prefetch(a: &AtomicU128) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: `_mm_prefetch` only hints the cache (SSE, baseline on x86_64);
+    // the pointer is valid anyway.
+    unsafe {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(a.as_ptr().cast::<i8>().cast_const());
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let _ = a;
+}
+
+/// The fingerprint stored in a slot value (0: never used).
+#[inline(always)]
+fn fp_of(value: u128) -> u64 {
+    (value >> 72) as u64
+}
+
+/// A key's candidate groups (see [`Table::place`]).
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    /// First slot of each group.
+    base: [usize; CHOICES],
+    /// Home offset of the key inside each group, `0..PROBE`.
+    home: [usize; CHOICES],
+    /// 2, or 1 when the table has a single group.
+    groups: usize,
+}
+
+impl Place {
+    /// The `i`-th slot of the key's sequence in group `j`: groups are probed
+    /// linearly from the home offset, wrapping around inside the group.
+    /// The probe order of the key is `(0, 0), (1, 0), (0, 1), (1, 1), ...`
+    /// (`(j, i)`): both groups are read side by side, home slots first.
+    #[inline(always)]
+    fn slot(&self, j: usize, i: usize) -> usize {
+        self.base[j] + (self.home[j] + i) % PROBE
+    }
 }
 
 /// Which group a tie or a free slot is found in, with its value.
@@ -660,6 +740,10 @@ impl<'a> Table<'a> {
             window,
             seed,
             groups: (cap / PROBE) as u64,
+            tick_shift: tick_shift(window.ms()),
+            ops: Ops::detect(),
+            wdiv: FastDiv::new(window.ms()),
+            prefetch: cap * SLOT_BYTES > PREFETCH_BYTES,
             _region: PhantomData,
         }
     }
@@ -684,69 +768,127 @@ impl<'a> Table<'a> {
         hash_with_seed(self.seed, key)
     }
 
-    /// First slots of the key's two candidate groups (equal only if the
-    /// table has a single group).
-    fn groups_of(&self, key: KeyHash) -> [usize; CHOICES] {
+    /// Where the key may live: its candidate groups and the home offset
+    /// inside each.
+    ///
+    /// The group index is `(h32 * groups) >> 32` ("fast range") of one 32-bit
+    /// half of the hash; the home offset is the top 4 bits of the fractional
+    /// part `(h32 * groups) mod 2^32`, which are independent of the group
+    /// index. The second half of the hash gives the second group (moved to
+    /// the next group if both are equal and the table has more than one).
+    #[inline]
+    fn place(&self, key: KeyHash) -> Place {
         let g = self.groups;
-        let a = ((key.0 & 0xffff_ffff) * g) >> 32;
-        let mut b = ((key.0 >> 32) * g) >> 32;
+        let xa = (key.0 & 0xffff_ffff) * g;
+        let xb = (key.0 >> 32) * g;
+        let a = xa >> 32;
+        let mut b = xb >> 32;
         if b == a && g > 1 {
             b = (a + 1) % g;
         }
-        [a as usize * PROBE, b as usize * PROBE]
+        Place {
+            base: [a as usize * PROBE, b as usize * PROBE],
+            home: [(xa >> 28) as usize % PROBE, (xb >> 28) as usize % PROBE],
+            groups: if a == b { 1 } else { CHOICES },
+        }
     }
 
     /// The first slot of each candidate group of `key` (for tests that need
     /// keys that share no group; not part of the stable API).
     #[doc(hidden)]
     pub fn candidate_groups(&self, key: KeyHash) -> [usize; CHOICES] {
-        self.groups_of(key)
+        self.place(key).base
     }
 
+    /// Every slot of the key's groups in probe order (see [`Place::slot`]).
     fn scan_order(&self, key: KeyHash) -> impl Iterator<Item = usize> {
-        let [a, b] = self.groups_of(key);
-        let second = if a == b { 0 } else { PROBE };
-        (a..a + PROBE).chain(b..b + second)
+        let p = self.place(key);
+        (0..PROBE).flat_map(move |i| (0..p.groups).map(move |j| p.slot(j, i)))
     }
 
+    #[inline(always)]
     fn load(&self, slot: usize) -> u128 {
-        self.slots[slot].load(Ordering::Acquire)
+        self.ops.load(&self.slots[slot])
     }
 
+    #[inline(always)]
     fn cas(&self, slot: usize, old: u128, new: u128) -> bool {
-        self.slots[slot]
-            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        self.ops.cas(&self.slots[slot], old, new)
+    }
+
+    /// The hit path: the first slot holding `fp` in probe order, reading
+    /// as few slots as possible. A group's sequence ends at its first
+    /// never-used slot (a key is always placed at the first free slot of its
+    /// sequence, and used slots never become never-used again).
+    #[inline]
+    fn lookup(&self, p: &Place, fp: u64) -> Option<(usize, u128)> {
+        let mut open = [true, p.groups == CHOICES];
+        for i in 0..PROBE {
+            for (j, open) in open.iter_mut().enumerate() {
+                if !*open {
+                    continue;
+                }
+                let slot = p.slot(j, i);
+                let value = self.load(slot);
+                let f = fp_of(value);
+                if f == fp {
+                    return Some((slot, value));
+                }
+                if f == 0 {
+                    *open = false;
+                }
+            }
+            if open == [false, false] {
+                break;
+            }
+        }
+        None
     }
 
     /// Looks the key up; if absent, also returns the slot a new key should
     /// take and the eviction victim.
+    #[inline]
     fn find(&self, key: KeyHash, fp: u64, now_idx: u64) -> Found {
-        let [a, b] = self.groups_of(key);
-        let mut best: Option<(usize, Candidate, bool)> = None; // (live, cand, used)
+        let p = self.place(key);
+        match self.lookup(&p, fp) {
+            Some((slot, value)) => Found::Key { slot, value },
+            None => self.survey(&p, fp, now_idx),
+        }
+    }
+
+    /// The miss path: reads every slot of both groups in the same probe
+    /// order as [`Table::lookup`] (so a key inserted meanwhile is still found
+    /// at its canonical slot), counting each group's live slots and noting
+    /// its first free slot in the key's sequence, and the least recently
+    /// active live slot. Never-used slots are not a suffix of the group
+    /// (keys start at different home offsets), so the whole group is read.
+    #[cold]
+    #[inline(never)]
+    fn survey(&self, p: &Place, fp: u64, now_idx: u64) -> Found {
+        let mut live = [0usize; CHOICES];
+        let mut free: [Option<(Candidate, bool)>; CHOICES] = [None; CHOICES];
+        // A key is never placed past a never-used slot of its sequence.
+        let mut open = [true; CHOICES];
         let mut victim: Option<(i64, u8, Candidate)> = None;
-        let groups: &[usize] = if a == b { &[a][..] } else { &[a, b][..] };
-        for &g in groups {
-            let mut live = 0usize;
-            let mut free: Option<(Candidate, bool)> = None;
-            for slot in g..g + PROBE {
+        for i in 0..PROBE {
+            for j in 0..p.groups {
+                let slot = p.slot(j, i);
                 let value = self.load(slot);
                 let s = Slot::decode(value);
-                if s.fp == fp {
+                if s.fp == fp && open[j] {
                     return Found::Key { slot, value };
                 }
                 if s.fp == 0 {
-                    if free.is_none() {
-                        free = Some((Candidate { slot, value }, false));
+                    if free[j].is_none() {
+                        free[j] = Some((Candidate { slot, value }, false));
                     }
-                    break;
-                }
-                if s.is_free(now_idx) {
-                    if free.is_none() {
-                        free = Some((Candidate { slot, value }, true));
+                    open[j] = false;
+                } else if s.is_free(now_idx) {
+                    if free[j].is_none() {
+                        free[j] = Some((Candidate { slot, value }, true));
                     }
                 } else {
-                    live += 1;
+                    live[j] += 1;
                     // Older = larger delta, then smaller tick.
                     let age = (s.delta(now_idx), u8::MAX - s.tick);
                     if victim.map_or(true, |(d, t, _)| age > (d, t)) {
@@ -754,9 +896,13 @@ impl<'a> Table<'a> {
                     }
                 }
             }
-            if let Some((cand, used)) = free {
-                if best.map_or(true, |(l, _, _)| live < l) {
-                    best = Some((live, cand, used));
+        }
+        // The group with fewer live slots; the first one on a tie.
+        let mut best: Option<(usize, Candidate, bool)> = None;
+        for j in 0..p.groups {
+            if let Some((cand, used)) = free[j] {
+                if best.map_or(true, |(l, _, _)| live[j] < l) {
+                    best = Some((live[j], cand, used));
                 }
             }
         }
@@ -767,8 +913,11 @@ impl<'a> Table<'a> {
         }
     }
 
+    /// The touch tick of a request `elapsed` ms into its window: `elapsed >>
+    /// tick_shift`, between 128 and 256 steps per window (no division).
+    #[inline]
     fn tick(&self, elapsed: u64) -> u8 {
-        ((u128::from(elapsed) * 256) / u128::from(self.window.ms())).min(255) as u8
+        (elapsed >> self.tick_shift).min(255) as u8
     }
 
     fn count(&self, shard: usize, c: Counter) {
@@ -791,10 +940,77 @@ impl<'a> Table<'a> {
         shard: usize,
     ) -> Decision {
         let w = self.window.ms();
-        let now_idx = self.window.index(now_ms);
-        let elapsed = self.window.elapsed_ms(now_ms);
+        let (now_idx, elapsed) = self.wdiv.divrem(now_ms);
         let reset_s = window::reset_secs(elapsed, w);
         let fp = key.fingerprint();
+        // Fast path: the key's slot already holds the current window (the
+        // common case). Same rule and same single CAS as the general path
+        // below, on the packed value: an admission adds 1 to the current
+        // count (bits 0..20; admitted means current < limit < COUNT_MAX, so
+        // nothing carries) and sets the touch tick. Anything else (absent
+        // key, new window, clock behind, lost CAS) takes the general path.
+        let p = self.place(key);
+        if self.prefetch && p.groups == CHOICES {
+            // The second group's home slot is read right after the first
+            // one's; start fetching it now so that a table larger than the
+            // caches pays one memory latency, not two in a row.
+            prefetch(&self.slots[p.slot(1, 0)]);
+        }
+        if let Some((slot, value)) = self.lookup(&p, fp) {
+            let lo = value as u64;
+            if now_idx.wrapping_sub(lo >> 40) & IDX_MASK == 0 {
+                let counts = Counts {
+                    current: (lo & COUNT_MASK) as u32,
+                    previous: ((lo >> COUNT_BITS) & COUNT_MASK) as u32,
+                };
+                let (ok, estimate, remaining) = window::decide(counts, elapsed, self.wdiv, limit);
+                if !ok {
+                    return Decision {
+                        outcome: Outcome::Rejected,
+                        remaining: 0,
+                        retry_after_s: window::retry_after_secs(counts, elapsed, w, limit),
+                        reset_s,
+                        estimate,
+                        admission: None,
+                        events: Events::default(),
+                    };
+                }
+                let new = ((value & !(0xff << 64)) | (u128::from(self.tick(elapsed)) << 64)) + 1;
+                if self.cas(slot, value, new) {
+                    return Decision {
+                        outcome: Outcome::Admitted,
+                        remaining,
+                        retry_after_s: 0,
+                        reset_s,
+                        estimate,
+                        admission: Some(Admission {
+                            slot: slot as u32,
+                            fingerprint: fp,
+                            window_index: now_idx,
+                        }),
+                        events: Events::default(),
+                    };
+                }
+            }
+        }
+        self.acquire_slow(key, fp, now_idx, elapsed, limit, policy, shard)
+    }
+
+    /// The general path of [`Table::acquire`].
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_slow(
+        &self,
+        key: KeyHash,
+        fp: u64,
+        now_idx: u64,
+        elapsed: u64,
+        limit: u32,
+        policy: FailPolicy,
+        shard: usize,
+    ) -> Decision {
+        let w = self.window.ms();
+        let reset_s = window::reset_secs(elapsed, w);
         let mut events = Events::default();
         let decision = loop {
             match self.find(key, fp, now_idx) {
@@ -802,8 +1018,9 @@ impl<'a> Table<'a> {
                     let s = Slot::decode(value);
                     let v = view(s, now_idx, elapsed);
                     events.clock_backwards |= v.backwards;
-                    let est = window::estimate(v.counts, v.elapsed, w);
-                    if !window::admits(v.counts, v.elapsed, w, limit) {
+                    let (ok, est, remaining) =
+                        window::decide(v.counts, v.elapsed, self.wdiv, limit);
+                    if !ok {
                         break Decision {
                             outcome: Outcome::Rejected,
                             remaining: 0,
@@ -814,6 +1031,7 @@ impl<'a> Table<'a> {
                             events,
                         };
                     }
+                    // Admitted: current < limit <= MAX_LIMIT < COUNT_MAX.
                     let after = Counts {
                         current: v.counts.current.saturating_add(1).min(COUNT_MAX),
                         previous: v.counts.previous,
@@ -832,7 +1050,7 @@ impl<'a> Table<'a> {
                     if self.cas(slot, value, new.encode()) {
                         break Decision {
                             outcome: Outcome::Admitted,
-                            remaining: window::remaining(after, v.elapsed, w, limit),
+                            remaining,
                             retry_after_s: 0,
                             reset_s,
                             estimate: est,
@@ -1019,11 +1237,12 @@ impl<'a> Table<'a> {
     /// same window, or its previous count if the slot has since moved on by
     /// exactly one window. Never underflows; otherwise does nothing.
     pub fn undo(&self, admission: &Admission) {
-        let Some(cell) = self.slots.get(admission.slot as usize) else {
+        let slot = admission.slot as usize;
+        if slot >= self.slots.len() {
             return;
-        };
+        }
         loop {
-            let value = cell.load(Ordering::Acquire);
+            let value = self.load(slot);
             let mut s = Slot::decode(value);
             if s.fp != admission.fingerprint {
                 return;
@@ -1033,11 +1252,62 @@ impl<'a> Table<'a> {
                 -1 => s.previous = s.previous.saturating_sub(1),
                 _ => return,
             }
-            if cell
-                .compare_exchange(value, s.encode(), Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
+            if self.cas(slot, value, s.encode()) {
                 return;
+            }
+        }
+    }
+
+    /// Visits every slot live in the window containing `now_ms` (its window
+    /// index equals the current one): `f(slot_index, fingerprint56,
+    /// current_count)`.
+    ///
+    /// A hook for a cluster sync: it reads each slot once (a full scan, an
+    /// instantaneous view of each slot, not of the whole table) and holds
+    /// nothing while `f` runs. Slots whose counts are both 0 (free) and
+    /// slots of older or later windows are skipped. The fingerprint is the
+    /// top 56 bits of the key's [`KeyHash`] under this zone's seed, so it
+    /// identifies a key across gateways only if they share the seed; pass it
+    /// back to [`Table::add_current`].
+    pub fn for_each_current(&self, now_ms: u64, mut f: impl FnMut(u32, u64, u32)) {
+        let now_idx = self.window.index(now_ms);
+        for slot in 0..self.slots.len() {
+            let s = Slot::decode(self.load(slot));
+            if s.fp != 0 && !s.is_empty() && s.delta(now_idx) == 0 {
+                f(slot as u32, s.fp, s.current);
+            }
+        }
+    }
+
+    /// Adds `n` (may be negative; the result is clamped to `0..=2^20 - 1`)
+    /// to the current count of `slot` if it still holds `fingerprint` and
+    /// its window index is the one containing `now_ms`; returns false
+    /// otherwise (out-of-range slot, another key, another window). One CAS
+    /// loop; the previous count and the touch tick are kept.
+    ///
+    /// A hook for a cluster sync, which adds other gateways' share of a key
+    /// into its slot (see [`Table::for_each_current`]).
+    pub fn add_current(&self, slot: u32, fingerprint: u64, now_ms: u64, n: i64) -> bool {
+        let slot = slot as usize;
+        if slot >= self.slots.len() || fingerprint == 0 {
+            return false;
+        }
+        let now_idx = self.window.index(now_ms);
+        loop {
+            let value = self.load(slot);
+            let mut s = Slot::decode(value);
+            if s.fp != fingerprint || s.delta(now_idx) != 0 {
+                return false;
+            }
+            let c = i64::from(s.current)
+                .saturating_add(n)
+                .clamp(0, i64::from(COUNT_MAX));
+            if c == i64::from(s.current) {
+                return true;
+            }
+            s.current = c as u32;
+            if self.cas(slot, value, s.encode()) {
+                return true;
             }
         }
     }
@@ -1084,7 +1354,7 @@ impl<'a> Table<'a> {
         self.slots
             .iter()
             .filter(|a| {
-                let s = Slot::decode(a.load(Ordering::Relaxed));
+                let s = Slot::decode(self.ops.load(a));
                 !s.is_free(now_idx)
             })
             .count() as u64
@@ -1566,6 +1836,74 @@ mod tests {
         assert_eq!(kept, order[0]);
         assert_eq!(t.peek(k, T0).current, 5);
         assert!(Slot::decode(t.slots[order[20]].load(Ordering::SeqCst)).is_empty());
+    }
+
+    #[test]
+    fn sync_hooks_visit_and_add_current() {
+        let mut r = Region::new(small_bytes(64));
+        let t = table(&mut r, MIN);
+        let (a, b, c) = (t.hash_key(b"a"), t.hash_key(b"b"), t.hash_key(b"c"));
+        for _ in 0..3 {
+            t.acquire(a, T0 + 1_000, 100, FailPolicy::Open, 0);
+        }
+        t.acquire(b, T0 + 2_000, 100, FailPolicy::Open, 0);
+        // c only in the previous window: not visited in the current one.
+        t.acquire(c, T0 - 1_000, 100, FailPolicy::Open, 0);
+        let mut seen = vec![];
+        t.for_each_current(T0 + 5_000, |slot, fp, n| seen.push((slot, fp, n)));
+        seen.sort_by_key(|&(_, _, n)| n);
+        assert_eq!(seen.len(), 2);
+        assert_eq!(
+            (seen[0].1, seen[0].2, seen[1].1, seen[1].2),
+            (b.fingerprint(), 1, a.fingerprint(), 3)
+        );
+        let (sa, fa) = (seen[1].0, seen[1].1);
+        // Another gateway's share: +40 on a, then the limit bites.
+        assert!(t.add_current(sa, fa, T0 + 6_000, 40));
+        assert_eq!(t.peek(a, T0 + 6_000).current, 43);
+        assert!(t.add_current(sa, fa, T0 + 6_000, -50));
+        assert_eq!(t.peek(a, T0 + 6_000).current, 0);
+        assert!(t.add_current(sa, fa, T0 + 6_000, i64::MAX));
+        assert_eq!(t.peek(a, T0 + 6_000).current, COUNT_MAX);
+        assert_eq!(
+            t.acquire(a, T0 + 6_000, MAX_LIMIT, FailPolicy::Open, 0)
+                .outcome,
+            Outcome::Rejected
+        );
+        assert!(t.add_current(sa, fa, T0 + 6_000, i64::MIN));
+        assert_eq!(t.peek(a, T0 + 6_000).current, 0);
+        // Wrong fingerprint, wrong window, out of range: nothing changes.
+        assert!(!t.add_current(sa, fa ^ 1, T0 + 6_000, 5));
+        assert!(!t.add_current(sa, fa, T0 + MIN, 5));
+        assert!(!t.add_current(sa, fa, T0 - 1, 5));
+        assert!(!t.add_current(u32::MAX, fa, T0 + 6_000, 5));
+        assert!(!t.add_current(sa, 0, T0 + 6_000, 5));
+        assert_eq!(t.peek(b, T0 + 6_000).current, 1);
+        // Nothing is current in a later window.
+        let mut n = 0;
+        t.for_each_current(T0 + 2 * MIN, |_, _, _| n += 1);
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn hit_path_reads_home_slots_first() {
+        // A half-full table: most keys sit at one of their two home slots.
+        let mut r = Region::new(small_bytes(4096));
+        let t = table(&mut r, MIN);
+        let keys: Vec<KeyHash> = (0..2048u32).map(|i| t.hash_key(&i.to_le_bytes())).collect();
+        for &k in &keys {
+            t.acquire(k, T0, 10, FailPolicy::Open, 0);
+        }
+        let at_home = keys
+            .iter()
+            .filter(|&&k| {
+                let p = t.place(k);
+                let (slot, _) = t.lookup(&p, k.fingerprint()).unwrap();
+                slot == p.slot(0, 0) || slot == p.slot(1, 0)
+            })
+            .count();
+        assert!(at_home > 2048 * 3 / 4, "{at_home}");
+        assert_eq!(t.slots_used(T0), 2048);
     }
 
     #[test]

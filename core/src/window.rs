@@ -101,10 +101,85 @@ fn scaled128(c: Counts, elapsed_ms: u64, window_ms: u64) -> u128 {
     u128::from(c.current) * w + u128::from(c.previous) * rest
 }
 
+/// Windows below this length (every valid [`Window`]: at most 2^27 ms) keep
+/// every product in u64: `count * W < 2^32 * 2^31 = 2^63`, and the sum of
+/// two such products, or `limit * W`, stays below 2^64. The u128 versions
+/// remain for arbitrary `window_ms` arguments; both give identical results.
+const FAST_W: u64 = 1 << 31;
+
+/// [`scaled128`] in u64 when `window_ms < FAST_W` (no overflow, see there).
+#[inline]
+fn scaled64(c: Counts, elapsed_ms: u64, window_ms: u64) -> u64 {
+    debug_assert!(window_ms < FAST_W);
+    u64::from(c.current) * window_ms + u64::from(c.previous) * window_ms.saturating_sub(elapsed_ms)
+}
+
+/// Division by a fixed `d >= 1` without a `div` instruction, exact for every
+/// u64 dividend: with `m = floor((2^64 - 1) / d)`, `2^64/d - 1 <= m <= 2^64/d`,
+/// so `q' = floor(n * m / 2^64)` is `floor(n / d)` or one less, and one
+/// compare fixes it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FastDiv {
+    d: u64,
+    m: u64,
+}
+
+impl FastDiv {
+    pub(crate) fn new(d: u64) -> FastDiv {
+        assert!(d > 0);
+        FastDiv { d, m: u64::MAX / d }
+    }
+
+    /// `(n / d, n % d)`.
+    #[inline(always)]
+    pub(crate) fn divrem(self, n: u64) -> (u64, u64) {
+        let mut q = ((u128::from(n) * u128::from(self.m)) >> 64) as u64;
+        let mut r = n - q * self.d;
+        if r >= self.d {
+            q += 1;
+            r -= self.d;
+        }
+        (q, r)
+    }
+}
+
+/// One request decided with a single division, for the table's hot path:
+/// `(admits, estimate, remaining after counting it if admitted)`, equal to
+/// `(admits(..), estimate(..), remaining(current + 1, ..))`.
+///
+/// Uses `ceil((limit*W - s) / W) = limit - floor(s / W)`, so the remaining
+/// count after one more request is `limit - (estimate + 1)`.
+#[inline]
+pub(crate) fn decide(c: Counts, elapsed_ms: u64, w: FastDiv, limit: u32) -> (bool, u32, u32) {
+    let window_ms = w.d;
+    if window_ms >= FAST_W {
+        let after = Counts {
+            current: c.current.saturating_add(1),
+            previous: c.previous,
+        };
+        let ok = admits(c, elapsed_ms, window_ms, limit);
+        let rem = if ok {
+            remaining(after, elapsed_ms, window_ms, limit)
+        } else {
+            0
+        };
+        return (ok, estimate(c, elapsed_ms, window_ms), rem);
+    }
+    let s = scaled64(c, elapsed_ms, window_ms);
+    let est = w.divrem(s).0;
+    let ok = s < u64::from(limit) * window_ms;
+    // ok implies est < limit, so est + 1 <= limit.
+    let rem = if ok { limit - (est as u32 + 1) } else { 0 };
+    (ok, u32::try_from(est).unwrap_or(u32::MAX), rem)
+}
+
 /// The scaled sliding estimate `current * W + previous * (W - elapsed)`, in
 /// units of `1/W` request (`W = window_ms`, `elapsed_ms` clamped to `W`).
 /// Saturates at `u64::MAX` (unreachable for `W <= MAX_WINDOW_MS`).
 pub fn estimate_scaled(c: Counts, elapsed_ms: u64, window_ms: u64) -> u64 {
+    if window_ms < FAST_W {
+        return scaled64(c, elapsed_ms, window_ms);
+    }
     u64::try_from(scaled128(c, elapsed_ms, window_ms)).unwrap_or(u64::MAX)
 }
 
@@ -113,6 +188,10 @@ pub fn estimate(c: Counts, elapsed_ms: u64, window_ms: u64) -> u32 {
     if window_ms == 0 {
         return c.current;
     }
+    if window_ms < FAST_W {
+        let e = scaled64(c, elapsed_ms, window_ms) / window_ms;
+        return u32::try_from(e).unwrap_or(u32::MAX);
+    }
     let e = scaled128(c, elapsed_ms, window_ms) / u128::from(window_ms);
     u32::try_from(e).unwrap_or(u32::MAX)
 }
@@ -120,6 +199,9 @@ pub fn estimate(c: Counts, elapsed_ms: u64, window_ms: u64) -> u32 {
 /// Whether one more request is admitted now: exactly
 /// `current * W + previous * (W - elapsed) < limit * W`, in integers.
 pub fn admits(c: Counts, elapsed_ms: u64, window_ms: u64, limit: u32) -> bool {
+    if window_ms < FAST_W {
+        return scaled64(c, elapsed_ms, window_ms) < u64::from(limit) * window_ms;
+    }
     scaled128(c, elapsed_ms, window_ms) < u128::from(limit) * u128::from(window_ms)
 }
 
@@ -129,6 +211,16 @@ pub fn admits(c: Counts, elapsed_ms: u64, window_ms: u64, limit: u32) -> bool {
 pub fn remaining(c: Counts, elapsed_ms: u64, window_ms: u64, limit: u32) -> u32 {
     if window_ms == 0 {
         return 0;
+    }
+    if window_ms < FAST_W {
+        let s = scaled64(c, elapsed_ms, window_ms);
+        let cap = u64::from(limit) * window_ms;
+        // ceil((cap - s) / W) = limit - floor(s / W) since cap = limit * W.
+        return if s >= cap {
+            0
+        } else {
+            limit - (s / window_ms) as u32
+        };
     }
     let w = u128::from(window_ms);
     let cap = u128::from(limit) * w;
@@ -288,6 +380,96 @@ mod tests {
         // previous weight 45_000 of 60_000 * 4 = 3 requests.
         assert_eq!(remaining(cs(0, 4), 15_000, W, 5), 2);
         assert_eq!(remaining(cs(0, 4), 15_001, W, 5), 3);
+    }
+
+    /// xorshift64*, for deterministic pseudo-random inputs.
+    fn rng(state: &mut u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    #[test]
+    fn fast_div_is_exact() {
+        let mut st = 7u64;
+        let ds = [
+            1,
+            2,
+            3,
+            7,
+            1_000,
+            1_024,
+            60_000,
+            86_400_000,
+            1 << 31,
+            u64::MAX,
+        ];
+        let random: Vec<u64> = (0..200).map(|_| 1 + rng(&mut st) % 100_000_000).collect();
+        for d in ds.into_iter().chain(random) {
+            let f = FastDiv::new(d);
+            let edge = [0, 1, d - 1, d, d.saturating_add(1), u64::MAX, u64::MAX - 1];
+            let mult = [
+                d.wrapping_mul(12345),
+                (u64::MAX / d) * d,
+                (u64::MAX / d) * d - 1,
+            ];
+            for n in edge
+                .into_iter()
+                .chain(mult)
+                .chain((0..500).map(|_| rng(&mut st)))
+            {
+                assert_eq!(f.divrem(n), (n / d, n % d), "{n} / {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn u64_fast_paths_match_u128() {
+        let mut st = 11u64;
+        for _ in 0..20_000 {
+            let w = MIN_WINDOW_MS + rng(&mut st) % (MAX_WINDOW_MS - MIN_WINDOW_MS + 1);
+            let small = rng(&mut st) % 4 != 0;
+            let count = |st: &mut u64| {
+                if small {
+                    (rng(st) % 2_000_000) as u32
+                } else {
+                    rng(st) as u32
+                }
+            };
+            let c = cs(count(&mut st), count(&mut st));
+            let e = rng(&mut st) % (w + 2);
+            let limit = if small {
+                (rng(&mut st) % 1_100_000) as u32
+            } else {
+                rng(&mut st) as u32
+            };
+            let s = scaled128(c, e, w);
+            assert_eq!(u128::from(estimate_scaled(c, e, w)), s);
+            assert_eq!(
+                u128::from(estimate(c, e, w)),
+                (s / u128::from(w)).min(u128::from(u32::MAX))
+            );
+            let ok = s < u128::from(limit) * u128::from(w);
+            assert_eq!(admits(c, e, w, limit), ok);
+            let rem = if ok {
+                (u128::from(limit) * u128::from(w) - s).div_ceil(u128::from(w))
+            } else {
+                0
+            };
+            assert_eq!(u128::from(remaining(c, e, w, limit)), rem);
+            if c.current < u32::MAX {
+                let after = cs(c.current + 1, c.previous);
+                assert_eq!(
+                    decide(c, e, FastDiv::new(w), limit),
+                    (
+                        ok,
+                        estimate(c, e, w),
+                        if ok { remaining(after, e, w, limit) } else { 0 }
+                    )
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,810 @@
+//! Parsers for every directive value, in pure Rust and nginx-compatible.
+//!
+//! [`parse_size`] and [`parse_time_ms`] mirror nginx's `ngx_parse_size` and
+//! `ngx_parse_time(line, 0)` from `src/core/ngx_parse.c` (nginx 1.28) byte for
+//! byte: they accept exactly the strings nginx accepts and return the same
+//! values, so the glue can call them instead of the C functions. The
+//! directive-level parsers ([`parse_zone_params`], [`parse_limit_params`])
+//! return the same messages the module has always logged with
+//! `ngx_conf_log_error` ("invalid zone size", "is too small", ...).
+//!
+//! Nothing here panics or allocates without bound on any input: the module
+//! fuzzes every function (see `fuzz/`). Bytes from the configuration quoted
+//! in a message go through [`escape`]: printable text is kept, control and
+//! invalid UTF-8 bytes become `\xNN`, and anything past 64 bytes is cut.
+
+use core::fmt;
+
+use crate::table::FailPolicy;
+use crate::window::{Window, DEFAULT_WINDOW_MS, MAX_LIMIT};
+
+/// `NGX_MAX_SIZE_T_VALUE`: the largest `ssize_t`.
+const MAX_SIZE: usize = isize::MAX as usize;
+/// `NGX_MAX_INT_T_VALUE` on 64-bit platforms: the largest `ngx_int_t`.
+const MAX_INT: u64 = i64::MAX as u64;
+
+/// How many bytes of a rejected value a message quotes.
+pub const SHOWN_BYTES: usize = 64;
+
+/// Shortest accepted `sync=` interval, in ms.
+pub const MIN_SYNC_MS: u64 = 10;
+/// Longest accepted `sync=` interval, in ms.
+pub const MAX_SYNC_MS: u64 = 60_000;
+/// `sync=` interval used when the zone names none, in ms.
+pub const DEFAULT_SYNC_MS: u64 = 100;
+
+/// Longest path accepted in `redis=unix:PATH`, in bytes: `sun_path` holds
+/// 108 bytes including the terminating NUL.
+pub const MAX_UNIX_PATH: usize = 107;
+
+/// Parses a size in bytes as `ngx_parse_size` does: decimal digits with an
+/// optional single suffix `k`/`K` (×1024) or `m`/`M` (×1024²).
+///
+/// Returns `None` for an empty string, any other character (no sign, no
+/// spaces, no `g` suffix: nginx's `ngx_parse_size` has none), a bare suffix,
+/// or a result above `isize::MAX` (nginx's `NGX_MAX_SIZE_T_VALUE`).
+///
+/// ```
+/// use rate_limit_window_core::parse::parse_size;
+/// assert_eq!(parse_size(b"1m"), Some(1_048_576));
+/// assert_eq!(parse_size(b"64K"), Some(65_536));
+/// assert_eq!(parse_size(b"k"), None);
+/// ```
+pub fn parse_size(s: &[u8]) -> Option<usize> {
+    let (&unit, head) = s.split_last()?;
+    let (digits, scale) = match unit {
+        b'k' | b'K' => (head, 1024),
+        b'm' | b'M' => (head, 1024 * 1024),
+        _ => (s, 1),
+    };
+    let value = atosz(digits)?;
+    if value > MAX_SIZE / scale {
+        return None;
+    }
+    Some(value * scale)
+}
+
+/// `ngx_atosz`: non-empty decimal digits up to `NGX_MAX_SIZE_T_VALUE`.
+fn atosz(s: &[u8]) -> Option<usize> {
+    if s.is_empty() {
+        return None;
+    }
+    let (cutoff, cutlim) = (MAX_SIZE / 10, MAX_SIZE % 10);
+    let mut value: usize = 0;
+    for &c in s {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        let d = usize::from(c - b'0');
+        if value >= cutoff && (value > cutoff || d > cutlim) {
+            return None;
+        }
+        value = value * 10 + d;
+    }
+    Some(value)
+}
+
+/// Parses a time in milliseconds as `ngx_parse_time(line, 0)` does (the
+/// parser behind every `*_timeout`-style directive that takes ms).
+///
+/// The value is a sequence of `NUMBER UNIT` parts, summed:
+/// `w` (week, 7 d), `d` (day), `h` (hour), `m` (minute), `s` (second),
+/// `ms` (millisecond). Units must come in this order, each at most once
+/// (`1h30m` is 5_400_000, `1s500ms` is 1_500, `1m1h` and `1s1s` are
+/// rejected). A final number without a unit is in **seconds**, not
+/// milliseconds (`30` is 30_000, `1m30` is 90_000), exactly as in nginx.
+/// Spaces may follow a unit; a space after a bare number ends it as seconds
+/// and allows only a bare number afterwards (nginx quirks, kept).
+/// A unit with no digits before it counts as 0 (`1hm` is 3_600_000), but the
+/// whole string must contain at least one digit.
+///
+/// `y` (year) and `M` (month) are rejected: nginx only allows them when
+/// parsing seconds. Returns `None` on any other character or when the
+/// total exceeds `i64::MAX` ms (nginx's `NGX_MAX_INT_T_VALUE`).
+///
+/// ```
+/// use rate_limit_window_core::parse::parse_time_ms;
+/// assert_eq!(parse_time_ms(b"10m"), Some(600_000));
+/// assert_eq!(parse_time_ms(b"500ms"), Some(500));
+/// assert_eq!(parse_time_ms(b"30"), Some(30_000));
+/// assert_eq!(parse_time_ms(b"1m1h"), None);
+/// ```
+pub fn parse_time_ms(s: &[u8]) -> Option<u64> {
+    ngx_parse_time(s, false)
+}
+
+/// `ngx_parse_time`, both flavours: `is_sec` returns seconds and accepts
+/// `y` and `M` but not `ms`.
+fn ngx_parse_time(s: &[u8], is_sec: bool) -> Option<u64> {
+    // nginx's `step` enum, in order.
+    const START: u8 = 0;
+    const YEAR: u8 = 1;
+    const MONTH: u8 = 2;
+    const WEEK: u8 = 3;
+    const DAY: u8 = 4;
+    const HOUR: u8 = 5;
+    const MIN: u8 = 6;
+    const SEC: u8 = 7;
+    const MSEC: u8 = 8;
+    const LAST: u8 = 9;
+
+    let (cutoff, cutlim) = (MAX_INT / 10, MAX_INT % 10);
+    let mut valid = false;
+    let mut value: u64 = 0;
+    let mut total: u64 = 0;
+    let mut step = if is_sec { START } else { MONTH };
+    let mut i = 0;
+
+    while i < s.len() {
+        let c = s[i];
+        i += 1;
+        if c.is_ascii_digit() {
+            let d = u64::from(c - b'0');
+            if value >= cutoff && (value > cutoff || d > cutlim) {
+                return None;
+            }
+            value = value * 10 + d;
+            valid = true;
+            continue;
+        }
+
+        let (mut max, mut scale): (u64, u64);
+        match c {
+            b'y' => {
+                if step > START {
+                    return None;
+                }
+                step = YEAR;
+                scale = 60 * 60 * 24 * 365;
+                max = MAX_INT / scale;
+            }
+            b'M' => {
+                if step >= MONTH {
+                    return None;
+                }
+                step = MONTH;
+                scale = 60 * 60 * 24 * 30;
+                max = MAX_INT / scale;
+            }
+            b'w' => {
+                if step >= WEEK {
+                    return None;
+                }
+                step = WEEK;
+                scale = 60 * 60 * 24 * 7;
+                max = MAX_INT / scale;
+            }
+            b'd' => {
+                if step >= DAY {
+                    return None;
+                }
+                step = DAY;
+                scale = 60 * 60 * 24;
+                max = MAX_INT / scale;
+            }
+            b'h' => {
+                if step >= HOUR {
+                    return None;
+                }
+                step = HOUR;
+                scale = 60 * 60;
+                max = MAX_INT / scale;
+            }
+            b'm' if s.get(i) == Some(&b's') => {
+                if is_sec || step >= MSEC {
+                    return None;
+                }
+                i += 1;
+                step = MSEC;
+                scale = 1;
+                max = MAX_INT;
+            }
+            b'm' => {
+                if step >= MIN {
+                    return None;
+                }
+                step = MIN;
+                scale = 60;
+                max = MAX_INT / scale;
+            }
+            b's' => {
+                if step >= SEC {
+                    return None;
+                }
+                step = SEC;
+                scale = 1;
+                max = MAX_INT;
+            }
+            b' ' => {
+                if step >= SEC {
+                    return None;
+                }
+                step = LAST;
+                scale = 1;
+                max = MAX_INT;
+            }
+            _ => return None,
+        }
+
+        if step != MSEC && !is_sec {
+            scale *= 1000;
+            max /= 1000;
+        }
+        if value > max {
+            return None;
+        }
+        value *= scale;
+        if total > MAX_INT - value {
+            return None;
+        }
+        total += value;
+        value = 0;
+
+        while s.get(i) == Some(&b' ') {
+            i += 1;
+        }
+    }
+
+    if !valid {
+        return None;
+    }
+    if !is_sec {
+        if value > MAX_INT / 1000 {
+            return None;
+        }
+        value *= 1000;
+    }
+    if total > MAX_INT - value {
+        return None;
+    }
+    Some(total + value)
+}
+
+/// Quotes configuration bytes in a message: at most [`SHOWN_BYTES`] bytes
+/// (then `...`), printable UTF-8 as is, `"` and `\` backslashed, control
+/// characters and invalid UTF-8 as `\xNN` (or `\u{N}` for non-ASCII
+/// controls). The result cannot break a log line.
+pub fn escape(bytes: &[u8]) -> Escaped<'_> {
+    Escaped(bytes)
+}
+
+/// The [`fmt::Display`] returned by [`escape`].
+#[derive(Clone, Copy, Debug)]
+pub struct Escaped<'a>(&'a [u8]);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cut = self.0.len() > SHOWN_BYTES;
+        let head = &self.0[..self.0.len().min(SHOWN_BYTES)];
+        for chunk in head.utf8_chunks() {
+            for ch in chunk.valid().chars() {
+                match ch {
+                    '"' | '\\' => write!(f, "\\{ch}")?,
+                    c if c.is_ascii_control() => write!(f, "\\x{:02x}", c as u32)?,
+                    c if c.is_control() => write!(f, "\\u{{{:x}}}", c as u32)?,
+                    c => write!(f, "{c}")?,
+                }
+            }
+            for b in chunk.invalid() {
+                write!(f, "\\x{b:02x}")?;
+            }
+        }
+        if cut {
+            f.write_str("...")?;
+        }
+        Ok(())
+    }
+}
+
+/// A rejected fixed limit. Holds a copy of at most [`SHOWN_BYTES`] bytes of
+/// the input, inline: building one never allocates, so the request path
+/// can parse `limit=$variable` values with it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct LimitError {
+    head: [u8; SHOWN_BYTES],
+    len: u8,
+    cut: bool,
+}
+
+impl LimitError {
+    fn new(input: &[u8]) -> LimitError {
+        let n = input.len().min(SHOWN_BYTES);
+        let mut head = [0; SHOWN_BYTES];
+        head[..n].copy_from_slice(&input[..n]);
+        LimitError {
+            head,
+            len: n as u8,
+            cut: input.len() > SHOWN_BYTES,
+        }
+    }
+
+    /// The first [`SHOWN_BYTES`] bytes of the rejected input.
+    pub fn input(&self) -> &[u8] {
+        &self.head[..usize::from(self.len)]
+    }
+
+    /// Whether the input was longer than [`SHOWN_BYTES`].
+    pub fn truncated(&self) -> bool {
+        self.cut
+    }
+}
+
+impl fmt::Display for LimitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid limit \"{}", escape(self.input()))?;
+        if self.cut {
+            f.write_str("...")?;
+        }
+        write!(
+            f,
+            "\": it must be an integer from 0 to {MAX_LIMIT}, or a variable"
+        )
+    }
+}
+
+impl fmt::Debug for LimitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LimitError({self})")
+    }
+}
+
+impl std::error::Error for LimitError {}
+
+/// Parses a fixed limit, in requests per window: decimal digits only (no
+/// sign, no spaces; leading zeros allowed), at most 10 of them, value
+/// `0..=`[`MAX_LIMIT`]. `0` is a valid limit that rejects everything.
+///
+/// Used at configuration time and on every request for `limit=$variable`
+/// values; it never allocates.
+pub fn parse_limit(s: &[u8]) -> Result<u32, LimitError> {
+    if s.is_empty() || s.len() > 10 || !s.iter().all(u8::is_ascii_digit) {
+        return Err(LimitError::new(s));
+    }
+    let n = s.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    if n > u64::from(MAX_LIMIT) {
+        return Err(LimitError::new(s));
+    }
+    Ok(n as u32)
+}
+
+/// Parses a window length (`window=TIME`) with [`parse_time_ms`] and
+/// validates it with [`Window::from_ms`]: 1 s to 24 h. A bare number is in
+/// seconds, as everywhere in nginx.
+///
+/// Errors: `invalid window "X"` when the time does not parse,
+/// `invalid window "X": window must be between 1s and 24h` when out of range.
+pub fn parse_window(s: &[u8]) -> Result<Window, String> {
+    let Some(ms) = parse_time_ms(s) else {
+        return Err(format!("invalid window \"{}\"", escape(s)));
+    };
+    Window::from_ms(ms).map_err(|e| format!("invalid window \"{}\": {e}", escape(s)))
+}
+
+/// Redis synchronisation settings of a zone (`redis=`, `sync=`, `secret=`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisParams {
+    /// Connection URL: `redis://HOST:PORT/` or `redis+unix:///PATH` (the path
+    /// percent-encoded outside `A-Za-z0-9-._~/`).
+    pub url: String,
+    /// Interval between synchronisations, in ms (`MIN_SYNC_MS..=MAX_SYNC_MS`).
+    pub sync_ms: u64,
+    /// Shared secret (`secret=`); empty when none was given.
+    pub secret: Vec<u8>,
+}
+
+/// The parameters of `rate_limit_window_zone KEY zone=NAME:SIZE
+/// [window=TIME] [fail=open|closed] [redis=ADDR [sync=TIME] [secret=S]];`
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneParams {
+    /// Zone name: `zone=` up to its last `:`, non-empty.
+    pub name: Vec<u8>,
+    /// Shared memory size, in bytes.
+    pub size: usize,
+    /// Window length (default [`DEFAULT_WINDOW_MS`]).
+    pub window: Window,
+    /// What to do when the zone is full (default [`FailPolicy::Open`]).
+    pub fail: FailPolicy,
+    /// Redis synchronisation, when `redis=` is given.
+    pub redis: Option<RedisParams>,
+}
+
+/// Parses the words of `rate_limit_window_zone` after KEY.
+///
+/// `min_size` is the smallest accepted zone size in bytes (it depends on
+/// the page size: the glue passes `8 * ngx_pagesize`). A parameter given
+/// twice keeps its last value, as the C glue did.
+///
+/// Errors (exact texts): `invalid zone size "zone=..."` (no `:`, empty name
+/// or a size [`parse_size`] rejects), `zone "NAME" is too small: it must be
+/// at least N bytes`, any [`parse_window`] error,
+/// `invalid redis address "X": use HOST:PORT or unix:/path`,
+/// `invalid sync interval "X": it must be between 10ms and 60s`,
+/// `invalid parameter "X"`, `"rate_limit_window_zone" must have "zone"
+/// parameter`, `"sync=" and "secret=" need "redis="`.
+pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, String> {
+    let mut zone: Option<(Vec<u8>, usize)> = None;
+    let mut window = None;
+    let mut fail = FailPolicy::Open;
+    let mut redis: Option<String> = None;
+    let mut sync_ms: Option<u64> = None;
+    let mut secret: Option<Vec<u8>> = None;
+
+    for &a in args {
+        if let Some(v) = a.strip_prefix(b"zone=") {
+            let bad = || format!("invalid zone size \"{}\"", escape(a));
+            let colon = v.iter().rposition(|&c| c == b':').ok_or_else(bad)?;
+            let size = parse_size(&v[colon + 1..]).ok_or_else(bad)?;
+            if colon == 0 {
+                return Err(bad());
+            }
+            let name = &v[..colon];
+            if size < min_size {
+                return Err(format!(
+                    "zone \"{}\" is too small: it must be at least {min_size} bytes",
+                    escape(name)
+                ));
+            }
+            zone = Some((name.to_vec(), size));
+        } else if let Some(v) = a.strip_prefix(b"window=") {
+            window = Some(parse_window(v)?);
+        } else if a == b"fail=open" {
+            fail = FailPolicy::Open;
+        } else if a == b"fail=closed" {
+            fail = FailPolicy::Closed;
+        } else if let Some(v) = a.strip_prefix(b"redis=") {
+            redis = Some(redis_url(v).ok_or_else(|| {
+                format!(
+                    "invalid redis address \"{}\": use HOST:PORT or unix:/path",
+                    escape(v)
+                )
+            })?);
+        } else if let Some(v) = a.strip_prefix(b"sync=") {
+            match parse_time_ms(v) {
+                Some(ms) if (MIN_SYNC_MS..=MAX_SYNC_MS).contains(&ms) => sync_ms = Some(ms),
+                _ => {
+                    return Err(format!(
+                        "invalid sync interval \"{}\": it must be between 10ms and 60s",
+                        escape(v)
+                    ))
+                }
+            }
+        } else if let Some(v) = a.strip_prefix(b"secret=") {
+            secret = Some(v.to_vec());
+        } else {
+            return Err(format!("invalid parameter \"{}\"", escape(a)));
+        }
+    }
+
+    let Some((name, size)) = zone else {
+        return Err("\"rate_limit_window_zone\" must have \"zone\" parameter".into());
+    };
+    let redis = match redis {
+        Some(url) => Some(RedisParams {
+            url,
+            sync_ms: sync_ms.unwrap_or(DEFAULT_SYNC_MS),
+            secret: secret.unwrap_or_default(),
+        }),
+        None if sync_ms.is_some() || secret.is_some() => {
+            return Err("\"sync=\" and \"secret=\" need \"redis=\"".into());
+        }
+        None => None,
+    };
+    let default_window = || Window::from_ms(DEFAULT_WINDOW_MS).expect("default window is valid");
+    Ok(ZoneParams {
+        name,
+        size,
+        window: window.unwrap_or_else(default_window),
+        fail,
+        redis,
+    })
+}
+
+/// `HOST:PORT` or `unix:/PATH` to a Redis URL, or `None`.
+///
+/// HOST is a name or IPv4 address (`A-Za-z0-9-._`) or an IPv6 address in
+/// brackets (`[::1]`); PORT is 1..=65535 (at most 5 digits). PATH is
+/// absolute, at most [`MAX_UNIX_PATH`] bytes, without NUL.
+fn redis_url(v: &[u8]) -> Option<String> {
+    if let Some(path) = v.strip_prefix(b"unix:") {
+        if path.first() != Some(&b'/') || path.len() > MAX_UNIX_PATH || path.contains(&0) {
+            return None;
+        }
+        let mut url = String::from("redis+unix://");
+        for &b in path {
+            if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+                url.push(char::from(b));
+            } else {
+                url.push_str(&format!("%{b:02X}"));
+            }
+        }
+        return Some(url);
+    }
+    let colon = v.iter().rposition(|&c| c == b':')?;
+    let (host, port) = (&v[..colon], &v[colon + 1..]);
+    if port.is_empty() || port.len() > 5 || !port.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let port = port.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0'));
+    if !(1..=65_535).contains(&port) {
+        return None;
+    }
+    let host_ok = match host {
+        [b'[', inner @ .., b']'] => {
+            !inner.is_empty()
+                && inner.contains(&b':')
+                && inner
+                    .iter()
+                    .all(|&c| c.is_ascii_hexdigit() || c == b':' || c == b'.')
+        }
+        _ => {
+            !host.is_empty()
+                && host
+                    .iter()
+                    .all(|&c| c.is_ascii_alphanumeric() || b"-._".contains(&c))
+        }
+    };
+    if !host_ok {
+        return None;
+    }
+    // Every byte of host is ASCII here.
+    Some(format!("redis://{}:{port}/", String::from_utf8_lossy(host)))
+}
+
+/// The limit of a `rate_limit_window` directive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LimitSpec {
+    /// `limit=N`: a fixed number of requests per window.
+    Fixed(u32),
+    /// `limit=$var...`: the raw value text (starting with `$`), to be
+    /// compiled as a complex value and parsed per request with
+    /// [`parse_limit`].
+    Variable(Vec<u8>),
+}
+
+/// The parameters of `rate_limit_window zone=NAME limit=N|$var;`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitParams {
+    /// Name of the zone (non-empty).
+    pub zone: Vec<u8>,
+    /// The limit, fixed or from a variable.
+    pub limit: LimitSpec,
+}
+
+/// Parses the words of `rate_limit_window` (all of them: there is no KEY).
+/// A parameter given twice keeps its last value.
+///
+/// Errors (exact texts): `invalid zone name "zone="`, any [`LimitError`]
+/// text, `invalid parameter "X"`, `"rate_limit_window" must have "zone"
+/// parameter`, `"rate_limit_window" must have "limit" parameter`.
+pub fn parse_limit_params(args: &[&[u8]]) -> Result<LimitParams, String> {
+    let mut zone = None;
+    let mut limit = None;
+    for &a in args {
+        if let Some(v) = a.strip_prefix(b"zone=") {
+            if v.is_empty() {
+                return Err(format!("invalid zone name \"{}\"", escape(a)));
+            }
+            zone = Some(v.to_vec());
+        } else if let Some(v) = a.strip_prefix(b"limit=") {
+            limit = Some(if v.first() == Some(&b'$') {
+                LimitSpec::Variable(v.to_vec())
+            } else {
+                LimitSpec::Fixed(parse_limit(v).map_err(|e| e.to_string())?)
+            });
+        } else {
+            return Err(format!("invalid parameter \"{}\"", escape(a)));
+        }
+    }
+    let Some(zone) = zone else {
+        return Err("\"rate_limit_window\" must have \"zone\" parameter".into());
+    };
+    let Some(limit) = limit else {
+        return Err("\"rate_limit_window\" must have \"limit\" parameter".into());
+    };
+    Ok(LimitParams { zone, limit })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_matches_ngx_parse_size() {
+        assert_eq!(parse_size(b"0"), Some(0));
+        assert_eq!(parse_size(b"1"), Some(1));
+        assert_eq!(parse_size(b"1k"), Some(1024));
+        assert_eq!(parse_size(b"1K"), Some(1024));
+        assert_eq!(parse_size(b"1m"), Some(1 << 20));
+        assert_eq!(parse_size(b"10M"), Some(10 << 20));
+        assert_eq!(parse_size(b"007k"), Some(7 * 1024));
+        for bad in [
+            &b""[..],
+            b"k",
+            b"M",
+            b"1g",
+            b"1G",
+            b"-1",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"1kk",
+            b"1.5m",
+            b"1km",
+            b"0x10",
+        ] {
+            assert_eq!(parse_size(bad), None, "{}", escape(bad));
+        }
+        let max = isize::MAX as usize;
+        assert_eq!(parse_size(max.to_string().as_bytes()), Some(max));
+        assert_eq!(parse_size((max as u128 + 1).to_string().as_bytes()), None);
+        let kmax = max / 1024;
+        assert_eq!(parse_size(format!("{kmax}k").as_bytes()), Some(kmax * 1024));
+        assert_eq!(parse_size(format!("{}k", kmax + 1).as_bytes()), None);
+        let mmax = max / (1 << 20);
+        assert_eq!(parse_size(format!("{mmax}m").as_bytes()), Some(mmax << 20));
+        assert_eq!(parse_size(format!("{}m", mmax + 1).as_bytes()), None);
+    }
+
+    #[test]
+    fn time_matches_ngx_parse_time() {
+        let ok: &[(&[u8], u64)] = &[
+            (b"10m", 600_000),
+            (b"1h30m", 5_400_000),
+            (b"30", 30_000),
+            (b"30s", 30_000),
+            (b"500ms", 500),
+            (b"1s500ms", 1_500),
+            (b"1m30", 90_000),
+            (b"1w", 604_800_000),
+            (b"1d", 86_400_000),
+            (
+                b"2w3d4h5m6s7ms",
+                ((((2 * 7 + 3) * 24 + 4) * 60 + 5) * 60 + 6) * 1000 + 7,
+            ),
+            (b"1h 30m", 5_400_000),
+            (b"1h  30m  ", 5_400_000),
+            (b"1 2", 3_000),
+            (b" 5", 5_000),
+            (b"5 ", 5_000),
+            (b"1hm", 3_600_000),
+            (b"h1", 1_000),
+            (b"0", 0),
+            (b"0ms", 0),
+            // A trailing bare number is seconds whatever came before it.
+            (b"1s 2", 3_000),
+            (b"1s2", 3_000),
+            (b"500ms2", 2_500),
+        ];
+        for &(s, ms) in ok {
+            assert_eq!(parse_time_ms(s), Some(ms), "{}", escape(s));
+        }
+        let bad: &[&[u8]] = &[
+            b"", b"h", b"ms", b" ", b"1y", b"1M", b"1m1h", b"1s1s", b"1ms1s", b"1ms1ms", b"1x",
+            b"-1s", b"1.5s", b"5 s", b"1 2 3", b"1 2s", b"1msms",
+        ];
+        for &s in bad {
+            assert_eq!(parse_time_ms(s), None, "{}", escape(s));
+        }
+        // Overflow: digits, unit scaling, the sum, the final bare seconds.
+        let max = i64::MAX as u64;
+        assert_eq!(parse_time_ms(format!("{max}ms").as_bytes()), Some(max));
+        assert_eq!(
+            parse_time_ms(format!("{}ms", max as u128 + 1).as_bytes()),
+            None
+        );
+        assert_eq!(
+            parse_time_ms(format!("{}", max / 1000).as_bytes()),
+            Some(max / 1000 * 1000)
+        );
+        assert_eq!(
+            parse_time_ms(format!("{}", max / 1000 + 1).as_bytes()),
+            None
+        );
+        let hmax = max / 1000 / 3600;
+        assert_eq!(
+            parse_time_ms(format!("{hmax}h").as_bytes()),
+            Some(hmax * 3_600_000)
+        );
+        assert_eq!(parse_time_ms(format!("{}h", hmax + 1).as_bytes()), None);
+        assert_eq!(parse_time_ms(format!("{hmax}h{max}ms").as_bytes()), None);
+    }
+
+    #[test]
+    fn seconds_flavour() {
+        assert_eq!(ngx_parse_time(b"1y", true), Some(31_536_000));
+        assert_eq!(ngx_parse_time(b"1M", true), Some(2_592_000));
+        assert_eq!(
+            ngx_parse_time(b"1y1M1w", true),
+            Some(31_536_000 + 2_592_000 + 604_800)
+        );
+        assert_eq!(ngx_parse_time(b"30", true), Some(30));
+        assert_eq!(ngx_parse_time(b"1ms", true), None);
+    }
+
+    #[test]
+    fn limit_values() {
+        assert_eq!(parse_limit(b"0"), Ok(0));
+        assert_eq!(parse_limit(b"1000000"), Ok(1_000_000));
+        assert_eq!(parse_limit(b"0000000010"), Ok(10));
+        for bad in [
+            &b""[..],
+            b"1000001",
+            b"-1",
+            b"+1",
+            b"1 ",
+            b"00000000001",
+            b"4294967296",
+            b"$x",
+        ] {
+            assert!(parse_limit(bad).is_err(), "{}", escape(bad));
+        }
+        assert_eq!(
+            parse_limit(b"12a").unwrap_err().to_string(),
+            "invalid limit \"12a\": it must be an integer from 0 to 1000000, or a variable"
+        );
+        let long = [b'9'; 100];
+        let e = parse_limit(&long).unwrap_err();
+        assert_eq!(e.input().len(), 64);
+        assert!(e.truncated());
+        assert!(e
+            .to_string()
+            .contains(&format!("\"{}...\"", "9".repeat(64))));
+    }
+
+    #[test]
+    fn escaping() {
+        assert_eq!(escape(b"a\"b\\c").to_string(), "a\\\"b\\\\c");
+        assert_eq!(escape(b"\n\x00\xff").to_string(), "\\x0a\\x00\\xff");
+        assert_eq!(escape("é".as_bytes()).to_string(), "é");
+        assert_eq!(
+            escape(&[b'x'; 65]).to_string(),
+            format!("{}...", "x".repeat(64))
+        );
+    }
+
+    #[test]
+    fn redis_urls() {
+        assert_eq!(
+            redis_url(b"127.0.0.1:6379").as_deref(),
+            Some("redis://127.0.0.1:6379/")
+        );
+        assert_eq!(
+            redis_url(b"redis.local:06379").as_deref(),
+            Some("redis://redis.local:6379/")
+        );
+        assert_eq!(
+            redis_url(b"[::1]:6379").as_deref(),
+            Some("redis://[::1]:6379/")
+        );
+        assert_eq!(
+            redis_url(b"unix:/run/redis.sock").as_deref(),
+            Some("redis+unix:///run/redis.sock")
+        );
+        assert_eq!(
+            redis_url(b"unix:/run/a b%").as_deref(),
+            Some("redis+unix:///run/a%20b%25")
+        );
+        for bad in [
+            &b""[..],
+            b":6379",
+            b"host",
+            b"host:",
+            b"host:0",
+            b"host:65536",
+            b"host:123456",
+            b"a/b:1",
+            b"::1:6379",
+            b"[]:1",
+            b"[x]:1",
+            b"u@h:1",
+            b"unix:",
+            b"unix:rel/path",
+            b"unix:/a\0b",
+            b"h:+1",
+        ] {
+            assert_eq!(redis_url(bad), None, "{}", escape(bad));
+        }
+        assert!(redis_url(format!("unix:/{}", "a".repeat(106)).as_bytes()).is_some());
+        assert!(redis_url(format!("unix:/{}", "a".repeat(107)).as_bytes()).is_none());
+    }
+}
