@@ -8,7 +8,7 @@
 #   accuracy    core/benches/accuracy.rs output, copied
 #   micro       core/benches/decision.rs (criterion), ns/decision vs mutex
 #   callgrind   instructions per request under valgrind (repeatable)
-#   redis       hook for "sync on vs off"; skipped until the module has redis=
+#   redis       sync on vs off: req/s and p99 with a local redis-server
 #
 # Settings (environment):
 #   BENCH_SECS=10      seconds per measured wrk run
@@ -93,6 +93,7 @@ cleanup() {
     local rc=$?
     stop_child
     stop_nginx TERM
+    [ -z "${REDIS_PID:-}" ] || kill "$REDIS_PID" 2>/dev/null || true
     exit $rc
 }
 trap cleanup EXIT
@@ -380,30 +381,84 @@ bench_callgrind() {
 
 # ---------------------------------------------------------------- redis hook
 
-# Redis "sync on vs off" throughput and p99. Not written yet: the module has
-# no redis= parameter. When it does, measure here (same alternation and
-# medians as bench_throughput, p99 from wrk --latency) with a local
-# redis-server, and set REDIS_MD. Until then: probe and skip, no numbers.
+# Redis "sync on vs off": the same module zone with and without redis=,
+# alternating reps as in bench_throughput, req/s and p99 from wrk --latency,
+# against a local redis-server. Scenarios: one hot client, and 10,000
+# clients (every one of them active, so every sync round pushes 10,000
+# keys). The run is refused unless the sync really ran (rounds > 0, no
+# errors).
 bench_redis() {
+    command -v redis-server >/dev/null || { REDIS_MD="_Skipped: redis-server is not installed._"; log "redis: no redis-server; skipped"; return; }
     fresh_prefix
     PORT=$(free_port)
-    cat >"$PREFIX/conf/probe.conf" <<EOF
+    local rport
+    rport=$(free_port)
+    redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no >"$RESULTS/redis-server.log" 2>&1 &
+    REDIS_PID=$!
+    local deadline=$((SECONDS + 10))
+    until redis-cli -p "$rport" ping >/dev/null 2>&1; do
+        [ $SECONDS -lt $deadline ] || die "redis-server did not start"
+        sleep 0.1
+    done
+    cat >"$PREFIX/conf/nginx.conf" <<EOF
 load_module $BIN/ngx_http_rate_limit_window_module.so;
+worker_processes 2;
+daemon off;
+master_process on;
 error_log $PREFIX/logs/error.log warn;
 pid $PREFIX/logs/nginx.pid;
-events {}
+events { worker_connections 4096; }
 http {
-    rate_limit_window_zone \$http_x_key zone=probe:1m redis=127.0.0.1:6379;
-    server { listen 127.0.0.1:$PORT; }
+    access_log off;
+    keepalive_requests 10000000;
+    client_body_temp_path $PREFIX/tmp/body;
+    proxy_temp_path $PREFIX/tmp/proxy;
+    fastcgi_temp_path $PREFIX/tmp/fastcgi;
+    uwsgi_temp_path $PREFIX/tmp/uwsgi;
+    scgi_temp_path $PREFIX/tmp/scgi;
+    rate_limit_window_zone \$http_x_key zone=off_hot:1m window=1m;
+    rate_limit_window_zone \$http_x_key zone=off_many:4m window=1m;
+    rate_limit_window_zone \$http_x_key zone=on_hot:1m window=1m redis=127.0.0.1:$rport sync=100ms;
+    rate_limit_window_zone \$http_x_key zone=on_many:4m window=1m redis=127.0.0.1:$rport sync=100ms;
+    server {
+        listen 127.0.0.1:$PORT reuseport;
+        location /none/ { empty_gif; }
+        location /off/hot { rate_limit_window zone=off_hot limit=1000000; empty_gif; }
+        location /off/many { rate_limit_window zone=off_many limit=1000000; empty_gif; }
+        location /on/hot { rate_limit_window zone=on_hot limit=1000000; empty_gif; }
+        location /on/many { rate_limit_window zone=on_many limit=1000000; empty_gif; }
+        location = /metrics { rate_limit_window_metrics; }
+    }
 }
 EOF
-    if ! "$BIN/nginx" -p "$PREFIX/" -c "$PREFIX/conf/probe.conf" -t >"$RESULTS/redis-probe.txt" 2>&1; then
-        REDIS_MD="_Skipped: this build of the module does not accept \`redis=\` on \`rate_limit_window_zone\` ($(grep -o 'invalid parameter[^ ]* "[^"]*"' "$RESULTS/redis-probe.txt" | head -n1 || echo 'nginx -t failed'))._"
-        log "redis: module has no redis= yet; skipped"
-    else
-        REDIS_MD="_Not measured: the module accepts \`redis=\`, but this section of scripts/bench.sh (bench_redis) is still a stub._"
-        log "redis: module accepts redis= but bench_redis is a stub; skipped"
-    fi
+    start_nginx "$PREFIX/conf/nginx.conf"
+    local saved_keys=$BENCH_KEYS
+    BENCH_KEYS=10000
+    local tsv=$RESULTS/redis.tsv scen rep v i f vars=(off on)
+    echo "# scenario rep variant rps requests non2xx p99ms sockerr" >"$tsv"
+    for scen in hot many; do
+        for rep in $(seq 1 "$BENCH_REPS"); do
+            for i in 0 1; do
+                v=${vars[$(((i + rep - 1) % 2))]}
+                wrk_run "$scen" "$v" "$BENCH_SECS" "redis$rep"
+                f=$WRK_RESULT
+                log "redis $scen rep $rep/$BENCH_REPS sync $v: $(cut -d' ' -f1 <<<"$f") req/s, p99 $(cut -d' ' -f4 <<<"$f") ms"
+                echo "$scen $rep $v $f" >>"$tsv"
+            done
+        done
+    done
+    BENCH_KEYS=$saved_keys
+    local metrics rounds errors
+    metrics=$(curl -s "http://127.0.0.1:$PORT/metrics")
+    echo "$metrics" >"$RESULTS/redis-metrics.txt"
+    stop_nginx
+    kill "$REDIS_PID" 2>/dev/null; wait "$REDIS_PID" 2>/dev/null || true
+    REDIS_PID=""
+    rounds=$(awk '/^rate_limit_window_sync_rounds_total\{zone="on_many"\}/ {print $2}' <<<"$metrics")
+    errors=$(awk '/^rate_limit_window_sync_errors_total/ {s += $2} END {print s + 0}' <<<"$metrics")
+    [ "${rounds:-0}" -gt 0 ] || die "redis: the sync never completed a round (see $RESULTS/redis-metrics.txt)"
+    [ "$errors" -eq 0 ] || die "redis: $errors sync errors during the run (see $RESULTS/redis-metrics.txt)"
+    REDIS_MD=$(python3 "$BENCH_DIR/report.py" redis "$tsv" "$rounds")
 }
 
 # ---------------------------------------------------------------- report
