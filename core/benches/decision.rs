@@ -110,24 +110,6 @@ impl<S: BuildHasher + Default> MutexBaseline<S> {
 type SipBaseline = MutexBaseline<std::collections::hash_map::RandomState>;
 type FxBaseline = MutexBaseline<BuildHasherDefault<FxU64>>;
 
-fn orig_table(keys: usize, num: usize, den: usize) -> (Vec<Line>, rlw_orig::Table<'static>) {
-    // ORIG
-    let slots = (keys * num / den).max(64) + 64; // ORIG
-    let bytes = Table::HEADER_BYTES + slots * SLOT_BYTES; // ORIG
-    let mut buf: Vec<Line> = (0..bytes.div_ceil(64)).map(|_| Line([0; 64])).collect(); // ORIG
-    let len = buf.len() * 64; // ORIG
-    let t = unsafe {
-        rlw_orig::Table::init(
-            buf.as_mut_ptr().cast(),
-            len,
-            rlw_orig::Window::from_ms(W).unwrap(),
-            [9, 9],
-        )
-    }
-    .unwrap(); // ORIG
-    (buf, t) // ORIG
-} // ORIG
-
 fn key_bytes(i: usize) -> [u8; 8] {
     (i as u64).to_le_bytes()
 }
@@ -170,24 +152,8 @@ fn single_thread(c: &mut Criterion) {
             })
         });
         drop(owned);
-        {
-            // ORIG
-            let (_b, ot) = orig_table(n, num, den); // ORIG
-            let oh: Vec<rlw_orig::KeyHash> = (0..n).map(|i| ot.hash_key(&key_bytes(i))).collect(); // ORIG
-            for &h in &oh {
-                ot.acquire(h, T0, MAX_LIMIT, rlw_orig::FailPolicy::Open, 0);
-            } // ORIG
-            g.bench_function(BenchmarkId::new("ORIG_table_prehashed", label), |b| {
-                // ORIG
-                b.iter(|| {
-                    i = if i + 1 == n { 0 } else { i + 1 };
-                    now += 1; // ORIG
-                    black_box(ot.acquire(oh[i], now, MAX_LIMIT, rlw_orig::FailPolicy::Open, 0))
-                }) // ORIG
-            }); // ORIG
-        } // ORIG
-          // The baselines' load factor is their own (std HashMap); one run
-          // per key count is enough.
+        // The baselines' load factor is their own (std HashMap); one run
+        // per key count is enough.
         if num == 4 {
             let sip = SipBaseline::new(n);
             let fx = FxBaseline::new(n);
