@@ -4,7 +4,7 @@
 #               (gateway on 127.0.0.1:8080, demo app on 127.0.0.1:8081)
 #   make test   build, then run every unit and integration test
 #
-# Other targets: build, bench, soak, fuzz, deb, test-deb, clean.
+# Other targets: build, bench, soak, fuzz, memcheck, deb, test-deb, clean.
 
 SHELL    := /bin/bash
 CARGO    ?= cargo
@@ -16,7 +16,7 @@ BUILD_DEPS := libclang-dev libpcre2-dev libssl-dev zlib1g-dev make gcc pkg-confi
 TEST_DEPS  := faketime curl redis-server
 BENCH_DEPS := wrk valgrind python3 curl
 
-.PHONY: all deps build run test soak bench fuzz deb test-deb clean
+.PHONY: all deps build run test soak bench fuzz memcheck deb test-deb clean
 
 all: build
 
@@ -55,6 +55,11 @@ bench: build
 
 fuzz:
 	@scripts/fuzz.sh
+
+# The core's tests under valgrind memcheck (Miri needs a nightly toolchain).
+memcheck:
+	@scripts/deps.sh valgrind
+	@scripts/memcheck.sh
 
 deb:
 	@scripts/deb.sh
