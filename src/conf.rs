@@ -12,45 +12,20 @@ use nginx_sys::{
     ngx_command_t, ngx_conf_check_num_bounds, ngx_conf_enum_t, ngx_conf_num_bounds_t,
     ngx_conf_set_enum_slot, ngx_conf_set_flag_slot, ngx_conf_set_num_slot, ngx_conf_t, ngx_flag_t,
     ngx_http_compile_complex_value, ngx_http_compile_complex_value_t, ngx_http_complex_value_t,
-    ngx_int_t, ngx_pagesize, ngx_parse_size, ngx_parse_time, ngx_shared_memory_add, ngx_str_t,
-    ngx_uint_t, NGX_CONF_1MORE, NGX_CONF_FLAG, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_HTTP_LOC_CONF,
-    NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF, NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_SRV_CONF,
-    NGX_LOG_EMERG, NGX_LOG_ERR, NGX_LOG_INFO, NGX_LOG_NOTICE, NGX_LOG_WARN,
+    ngx_int_t, ngx_pagesize, ngx_shared_memory_add, ngx_str_t, ngx_uint_t, NGX_CONF_1MORE,
+    NGX_CONF_FLAG, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET,
+    NGX_HTTP_MAIN_CONF, NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_SRV_CONF, NGX_LOG_EMERG, NGX_LOG_ERR,
+    NGX_LOG_INFO, NGX_LOG_NOTICE, NGX_LOG_WARN,
 };
 use ngx::core::{Pool, Status, NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::http::{
     HttpModuleLocationConf, HttpModuleMainConf, Merge, MergeConfigError, NgxHttpCoreModule,
 };
 use ngx::{ngx_conf_log_error, ngx_string};
-use rate_limit_window_core::{FailPolicy, Window, DEFAULT_WINDOW_MS, MAX_LIMIT};
+use rate_limit_window_core::parse::{escape, parse_limit_params, parse_zone_params, LimitSpec};
 
-use crate::zone::{RedisConf, ZoneConf};
-
-/// Default `sync=` interval of a Redis-backed zone (ms).
-pub const DEFAULT_SYNC_MS: u64 = 100;
-
-/// Turns `redis=HOST:PORT` or `redis=unix:/path` into a client URL.
-pub fn redis_url(v: &[u8]) -> Result<String, String> {
-    let bad = || {
-        format!(
-            "invalid redis address \"{}\": use HOST:PORT or unix:/path",
-            show(v)
-        )
-    };
-    let s = core::str::from_utf8(v).map_err(|_| bad())?;
-    if let Some(path) = s.strip_prefix("unix:") {
-        if !path.starts_with('/') {
-            return Err(bad());
-        }
-        return Ok(format!("redis+unix://{path}"));
-    }
-    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
-    let port: u16 = port.parse().map_err(|_| bad())?;
-    if host.is_empty() || port == 0 || host.contains('/') {
-        return Err(bad());
-    }
-    Ok(format!("redis://{host}:{port}/"))
-}
+use crate::util::pool_str;
+use crate::zone::ZoneConf;
 use crate::Module;
 
 /// `ngx_conf_t`'s "unset" markers, as nginx's merge macros expect them.
@@ -278,9 +253,9 @@ fn emerg(cf: *mut ngx_conf_t, msg: &str) -> *mut c_char {
     NGX_CONF_ERROR
 }
 
-/// Shows bytes from the configuration in a message (lossy, for humans).
+/// Shows bytes from the configuration in a message.
 fn show(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    escape(b).to_string()
 }
 
 /// The directive's arguments, the directive name first.
@@ -291,38 +266,6 @@ unsafe fn args<'a>(cf: *mut ngx_conf_t) -> &'a [ngx_str_t] {
     // SAFETY: nginx fills cf->args with the directive's words before calling
     // the handler; they live in the configuration pool.
     unsafe { (*(*cf).args).as_slice() }
-}
-
-/// Parses a window length such as `1m`, `30s` or `500ms` into a Window.
-pub fn parse_window(value: &[u8]) -> Result<Window, String> {
-    let mut s = ngx_str_t {
-        len: value.len(),
-        data: value.as_ptr() as *mut u8,
-    };
-    // SAFETY: ngx_parse_time only reads `len` bytes from `data`.
-    let ms = unsafe { ngx_parse_time(&mut s, 0) };
-    if ms < 0 {
-        return Err(format!("invalid window \"{}\"", show(value)));
-    }
-    Window::from_ms(ms as u64).map_err(|e| format!("invalid window \"{}\": {e}", show(value)))
-}
-
-/// Parses a fixed limit: an integer from 0 to MAX_LIMIT (requests per window).
-pub fn parse_limit(value: &[u8]) -> Result<u32, String> {
-    let err = || {
-        format!(
-            "invalid limit \"{}\": it must be an integer from 0 to {MAX_LIMIT}, or a variable",
-            show(value)
-        )
-    };
-    if value.is_empty() || value.len() > 10 || !value.iter().all(u8::is_ascii_digit) {
-        return Err(err());
-    }
-    let n: u64 = value.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0'));
-    if n > u64::from(MAX_LIMIT) {
-        return Err(err());
-    }
-    Ok(n as u32)
 }
 
 /// Compiles `value` into a complex value allocated from the configuration pool.
@@ -377,98 +320,37 @@ unsafe fn zone_by_name(cf: *mut ngx_conf_t, name: &ngx_str_t) -> Option<*mut Zon
     Some(z)
 }
 
-/// `rate_limit_window_zone KEY zone=NAME:SIZE [window=TIME] [fail=open|closed];`
+/// The words of the directive being parsed, from `from` on, as byte slices.
+///
+/// # Safety
+/// `cf` must be the `ngx_conf_t` passed to a directive handler.
+unsafe fn words<'a>(cf: *mut ngx_conf_t, from: usize) -> Vec<&'a [u8]> {
+    // SAFETY: as for `args`.
+    let all = unsafe { args(cf) };
+    all[from..].iter().map(|a| a.as_bytes()).collect()
+}
+
+/// `rate_limit_window_zone KEY zone=NAME:SIZE [window=TIME] [fail=open|closed]
+/// [redis=HOST:PORT|unix:/path [sync=TIME] [secret=STRING]];`
+///
+/// The parameters are parsed by the core's pure (and fuzzed) parser.
 extern "C" fn set_zone(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
     _conf: *mut c_void,
 ) -> *mut c_char {
     // SAFETY: called by nginx's configuration parser with a valid cf.
-    let args = unsafe { args(cf) };
-    let key = args[1];
-    let mut name: Option<ngx_str_t> = None;
-    let mut size: usize = 0;
-    let mut window = Window::from_ms(DEFAULT_WINDOW_MS).expect("default window is valid");
-    let mut fail = FailPolicy::Open;
-    let mut redis: Option<String> = None;
-    let mut sync_ms: u64 = DEFAULT_SYNC_MS;
-    let mut secret: Option<Vec<u8>> = None;
-
-    for arg in &args[2..] {
-        let a = arg.as_bytes();
-        if let Some(v) = a.strip_prefix(b"zone=") {
-            let Some(colon) = v.iter().rposition(|&c| c == b':') else {
-                return emerg(cf, &format!("invalid zone size \"{}\"", show(a)));
-            };
-            let mut s = ngx_str_t {
-                len: v.len() - colon - 1,
-                data: arg.data.wrapping_add(5 + colon + 1),
-            };
-            // SAFETY: s points into the argument, within its length.
-            let parsed = unsafe { ngx_parse_size(&mut s) };
-            if colon == 0 || parsed < 0 {
-                return emerg(cf, &format!("invalid zone size \"{}\"", show(a)));
-            }
-            // SAFETY: ngx_pagesize is set by nginx at startup, before parsing.
-            let min = 8 * unsafe { ngx_pagesize };
-            if (parsed as usize) < min {
-                return emerg(
-                    cf,
-                    &format!(
-                        "zone \"{}\" is too small: it must be at least {} bytes",
-                        show(&v[..colon]),
-                        min
-                    ),
-                );
-            }
-            name = Some(ngx_str_t {
-                len: colon,
-                data: arg.data.wrapping_add(5),
-            });
-            size = parsed as usize;
-        } else if let Some(v) = a.strip_prefix(b"window=") {
-            match parse_window(v) {
-                Ok(w) => window = w,
-                Err(e) => return emerg(cf, &e),
-            }
-        } else if let Some(v) = a.strip_prefix(b"redis=") {
-            match redis_url(v) {
-                Ok(u) => redis = Some(u),
-                Err(e) => return emerg(cf, &e),
-            }
-        } else if let Some(v) = a.strip_prefix(b"sync=") {
-            let mut s = ngx_str_t {
-                len: v.len(),
-                data: v.as_ptr() as *mut u8,
-            };
-            // SAFETY: ngx_parse_time only reads `len` bytes from `data`.
-            let ms = unsafe { ngx_parse_time(&mut s, 0) };
-            if !(10..=60_000).contains(&ms) {
-                return emerg(
-                    cf,
-                    &format!(
-                        "invalid sync interval \"{}\": it must be between 10ms and 60s",
-                        show(v)
-                    ),
-                );
-            }
-            sync_ms = ms as u64;
-        } else if let Some(v) = a.strip_prefix(b"secret=") {
-            secret = Some(v.to_vec());
-        } else if a == b"fail=open" {
-            fail = FailPolicy::Open;
-        } else if a == b"fail=closed" {
-            fail = FailPolicy::Closed;
-        } else {
-            return emerg(cf, &format!("invalid parameter \"{}\"", show(a)));
-        }
-    }
-
-    let Some(name) = name else {
-        return emerg(
-            cf,
-            "\"rate_limit_window_zone\" must have \"zone\" parameter",
-        );
+    let key = unsafe { args(cf) }[1];
+    // SAFETY: ngx_pagesize is set by nginx at startup, before parsing.
+    let min_size = 8 * unsafe { ngx_pagesize };
+    // SAFETY: as above.
+    let params = match parse_zone_params(&unsafe { words(cf, 2) }, min_size) {
+        Ok(p) => p,
+        Err(e) => return emerg(cf, &e),
+    };
+    // SAFETY: cf->pool is the configuration pool.
+    let Some(name) = (unsafe { pool_str((*cf).pool, &params.name) }) else {
+        return NGX_CONF_ERROR;
     };
 
     // SAFETY: cf is a valid http{} configuration context.
@@ -478,18 +360,18 @@ extern "C" fn set_zone(
     // SAFETY: zp points into the configuration pool.
     let zone = unsafe { &mut *zp };
     if zone.defined {
-        if zone.key_src.as_bytes() != key.as_bytes() || zone.window != window {
+        if zone.key_src.as_bytes() != key.as_bytes() || zone.window != params.window {
             return emerg(
                 cf,
                 &format!(
                     "zone \"{}\" is already bound to key \"{}\" with window={}ms",
-                    show(name.as_bytes()),
-                    show(zone.key_src.as_bytes()),
+                    escape(&params.name),
+                    escape(zone.key_src.as_bytes()),
                     zone.window.ms()
                 ),
             );
         }
-        return emerg(cf, &format!("duplicate zone \"{}\"", show(name.as_bytes())));
+        return emerg(cf, &format!("duplicate zone \"{}\"", escape(&params.name)));
     }
 
     // SAFETY: the complex value lives inside the pool-allocated ZoneConf.
@@ -497,14 +379,10 @@ extern "C" fn set_zone(
         return NGX_CONF_ERROR;
     }
     zone.key_src = key;
-    zone.window = window;
-    zone.fail = fail;
-    zone.size = size;
-    zone.redis = redis.map(|url| RedisConf {
-        url,
-        sync_ms,
-        secret: secret.unwrap_or_default(),
-    });
+    zone.window = params.window;
+    zone.fail = params.fail;
+    zone.size = params.size;
+    zone.redis = params.redis;
     zone.defined = true;
 
     let mut shm_name = name;
@@ -513,7 +391,7 @@ extern "C" fn set_zone(
         ngx_shared_memory_add(
             cf,
             &mut shm_name,
-            size,
+            params.size,
             ptr::addr_of_mut!(crate::ngx_http_rate_limit_window_module).cast(),
         )
     };
@@ -538,53 +416,30 @@ extern "C" fn set_limit(
     // SAFETY: conf is this module's LocConf at the current level.
     let lcf = unsafe { &mut *conf.cast::<LocConf>() };
     // SAFETY: called by nginx's configuration parser with a valid cf.
-    let args = unsafe { args(cf) };
-    let mut zone_name: Option<ngx_str_t> = None;
-    let mut value: Option<LimitValue> = None;
-
-    for arg in &args[1..] {
-        let a = arg.as_bytes();
-        if let Some(v) = a.strip_prefix(b"zone=") {
-            if v.is_empty() {
-                return emerg(cf, &format!("invalid zone name \"{}\"", show(a)));
-            }
-            zone_name = Some(ngx_str_t {
-                len: v.len(),
-                data: arg.data.wrapping_add(5),
-            });
-        } else if let Some(v) = a.strip_prefix(b"limit=") {
-            if v.first() == Some(&b'$') {
-                // SAFETY: cf->pool is the configuration pool.
-                let pool = unsafe { Pool::from_ngx_pool((*cf).pool) };
-                let cv = pool.calloc_type::<ngx_http_complex_value_t>();
-                if cv.is_null() {
-                    return NGX_CONF_ERROR;
-                }
-                let s = ngx_str_t {
-                    len: v.len(),
-                    data: arg.data.wrapping_add(6),
-                };
-                // SAFETY: cv was just allocated from the configuration pool.
-                if unsafe { compile_complex(cf, &s, cv) }.is_err() {
-                    return NGX_CONF_ERROR;
-                }
-                value = Some(LimitValue::Variable(cv));
-            } else {
-                match parse_limit(v) {
-                    Ok(n) => value = Some(LimitValue::Fixed(n)),
-                    Err(e) => return emerg(cf, &e),
-                }
-            }
-        } else {
-            return emerg(cf, &format!("invalid parameter \"{}\"", show(a)));
-        }
-    }
-
-    let Some(zone_name) = zone_name else {
-        return emerg(cf, "\"rate_limit_window\" must have \"zone\" parameter");
+    let params = match parse_limit_params(&unsafe { words(cf, 1) }) {
+        Ok(p) => p,
+        Err(e) => return emerg(cf, &e),
     };
-    let Some(value) = value else {
-        return emerg(cf, "\"rate_limit_window\" must have \"limit\" parameter");
+    // SAFETY: cf->pool is the configuration pool.
+    let pool = unsafe { Pool::from_ngx_pool((*cf).pool) };
+    let value = match &params.limit {
+        LimitSpec::Fixed(n) => LimitValue::Fixed(*n),
+        LimitSpec::Variable(text) => {
+            let cv = pool.calloc_type::<ngx_http_complex_value_t>();
+            // SAFETY: cf->pool is valid.
+            let Some(s) = (unsafe { pool_str((*cf).pool, text) }) else {
+                return NGX_CONF_ERROR;
+            };
+            // SAFETY: cv was just allocated from the configuration pool.
+            if cv.is_null() || unsafe { compile_complex(cf, &s, cv) }.is_err() {
+                return NGX_CONF_ERROR;
+            }
+            LimitValue::Variable(cv)
+        }
+    };
+    // SAFETY: cf->pool is valid.
+    let Some(zone_name) = (unsafe { pool_str((*cf).pool, &params.zone) }) else {
+        return NGX_CONF_ERROR;
     };
     // SAFETY: cf is a valid http configuration context.
     let Some(zone) = (unsafe { zone_by_name(cf, &zone_name) }) else {
@@ -594,10 +449,7 @@ extern "C" fn set_limit(
     if limits.iter().any(|l| l.zone == zone) {
         return emerg(
             cf,
-            &format!(
-                "duplicate limit for zone \"{}\"",
-                show(zone_name.as_bytes())
-            ),
+            &format!("duplicate limit for zone \"{}\"", escape(&params.zone)),
         );
     }
     limits.push(Limit { zone, value });

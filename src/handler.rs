@@ -18,6 +18,7 @@ use ngx::core::Status;
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
 use ngx::ngx_log_error;
 
+use rate_limit_window_core::parse::{escape, parse_limit, LimitError};
 use rate_limit_window_core::{
     window, Counter, Counts, Decision as CoreDecision, FailPolicy, KeyHash, Outcome, Table,
 };
@@ -102,17 +103,17 @@ unsafe fn judge(
         return Ok(Judge::Exempt);
     }
     // SAFETY: r is valid.
-    let (limit, invalid) = match unsafe { eval_limit(r, value) } {
-        Ok(Some(n)) => (n, false),
-        Ok(None) => return Ok(Judge::Exempt),
-        Err(bad) => {
+    let (limit, invalid) = match unsafe { eval_limit(r, value) }? {
+        LimitRead::Limit(n) => (n, false),
+        LimitRead::Empty => return Ok(Judge::Exempt),
+        LimitRead::Invalid(bad) => {
             // SAFETY: r is valid.
             let log = unsafe { (*(*r).connection).log };
             ngx_log_error!(
                 NGX_LOG_ERR,
                 log,
                 "rate_limit_window: invalid limit \"{}\" for zone \"{}\", applying fail={}",
-                String::from_utf8_lossy(&bad[..bad.len().min(64)]),
+                escape(bad.input()),
                 zone.name_str(),
                 if zone.fail == FailPolicy::Closed {
                     "closed"
@@ -142,27 +143,34 @@ unsafe fn judge(
     })
 }
 
-/// Reads the limit for this request: Ok(None) = empty value (exempt).
+/// The limit of one request, read from its `limit=` value.
+enum LimitRead {
+    Limit(u32),
+    /// An empty variable: the request is exempt from this limit.
+    Empty,
+    /// Not an integer in range (the error keeps the start of the value).
+    Invalid(LimitError),
+}
+
+/// Reads the limit for this request. Err(()) is an nginx error while
+/// evaluating the variable.
 ///
 /// # Safety
 /// `r` must be a valid request.
-unsafe fn eval_limit(
-    r: *mut ngx_http_request_t,
-    value: LimitValue,
-) -> Result<Option<u32>, Vec<u8>> {
+unsafe fn eval_limit(r: *mut ngx_http_request_t, value: LimitValue) -> Result<LimitRead, ()> {
     match value {
-        LimitValue::Fixed(n) => Ok(Some(n)),
+        LimitValue::Fixed(n) => Ok(LimitRead::Limit(n)),
         LimitValue::Variable(cv) => {
             let mut s = ngx_str_t::empty();
             // SAFETY: cv was compiled at configuration time; r is valid.
             if unsafe { ngx_http_complex_value(r, cv, &mut s) } != Status::NGX_OK.into() {
-                return Err(b"(error)".to_vec());
+                return Err(());
             }
             let b = s.as_bytes();
             if b.is_empty() {
-                return Ok(None);
+                return Ok(LimitRead::Empty);
             }
-            conf::parse_limit(b).map(Some).map_err(|_| b.to_vec())
+            Ok(parse_limit(b).map_or_else(LimitRead::Invalid, LimitRead::Limit))
         }
     }
 }

@@ -15,6 +15,7 @@ use nginx_sys::{
 };
 use ngx::core::Status;
 use ngx::ngx_log_error;
+use rate_limit_window_core::parse::RedisParams;
 use rate_limit_window_core::{hash_with_seed, FailPolicy, Table, Window, DEFAULT_WINDOW_MS};
 
 /// One `rate_limit_window_zone`, allocated from the configuration pool.
@@ -37,23 +38,13 @@ pub struct ZoneConf {
     /// Zone size in bytes, as configured.
     pub size: usize,
     /// Cluster sync through Redis (`redis=`), if configured.
-    pub redis: Option<RedisConf>,
+    pub redis: Option<RedisParams>,
     pub shm_zone: *mut ngx_shm_zone_t,
     /// The zone header (set by `init_zone`): where the table is, plus the
     /// cluster-sync state shared by all workers.
     pub header: *mut ZoneHeader,
     /// The slot table inside the zone; None until the zone is initialised.
     pub table: Option<Table<'static>>,
-}
-
-/// `redis=` / `sync=` / `secret=` of a zone.
-pub struct RedisConf {
-    /// Connection URL for the client: `redis://HOST:PORT/` or `redis+unix:///path`.
-    pub url: String,
-    /// Push/pull interval in ms (`sync=`, default 100ms).
-    pub sync_ms: u64,
-    /// Optional `secret=` mixed into the hash seed that all gateways share.
-    pub secret: Vec<u8>,
 }
 
 /// `b"RLWZONE1"`: marks a zone header written by this module.
