@@ -194,7 +194,7 @@ fn exposition(zones: &[&ZoneConf], now: u64) -> String {
         &mut o,
         "rate_limit_window_fail_closed_total",
         "counter",
-        "Requests rejected because the zone could not track a new client (fail=closed).",
+        "Requests rejected by fail=closed: a new client while the zone was full, or an invalid limit value.",
         &|o, n, z| {
             let _ = writeln!(
                 o,

@@ -1,5 +1,7 @@
 //! Long-running checks, run by `make soak` (which passes --include-ignored).
 mod common;
+#[path = "common/scenarios.rs"]
+mod scenarios;
 
 use common::*;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -90,4 +92,40 @@ fn sliding_window_bound_under_continuous_load() {
         assert!(**n <= 52, "window {w} admitted {n} > 50 (+2 tolerance): {per_window:?}");
         assert!(**n >= 40, "window {w} admitted only {n}: {per_window:?}");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Long variants of tests/reliability.rs (scenarios in tests/common/scenarios.rs)
+// ---------------------------------------------------------------------------
+
+/// Reload every 200 ms for 10 s under load: no failed request, exactly
+/// `limit` admitted in all.
+#[test]
+#[ignore = "soak: 10 s of reloads every 200 ms under load"]
+fn reload_every_200ms_for_10s_keeps_counts() {
+    let n = scenarios::reload_under_load(60_000, 16, Duration::from_secs(10));
+    assert!(n >= 10, "only {n} reloads while admitting: the limit was exhausted too fast");
+}
+
+/// A random worker SIGKILLed every 300 ms for 10 s under load: never above
+/// the limit, the shared count ends at exactly the limit, nothing hangs.
+#[test]
+#[ignore = "soak: 10 s of worker kills under load"]
+fn killed_workers_for_10s_never_over_admit() {
+    let run = scenarios::kill_workers_under_load(50_000, 32, Duration::from_secs(10), Duration::from_millis(300));
+    assert!(run.kills_while_admitting >= 5, "only {} kills while admitting", run.kills_while_admitting);
+}
+
+/// 120,000 distinct clients flood a 32k zone, fail=open.
+#[test]
+#[ignore = "soak: 120k-client flood (fail=open)"]
+fn flood_120k_clients_fail_open() {
+    scenarios::flood_fail_open(120_000);
+}
+
+/// 120,000 distinct clients flood a 32k zone, fail=closed.
+#[test]
+#[ignore = "soak: 120k-client flood (fail=closed)"]
+fn flood_120k_clients_fail_closed() {
+    scenarios::flood_fail_closed(120_000);
 }

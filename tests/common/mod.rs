@@ -1160,3 +1160,387 @@ pub fn faketime_str(secs: i64) -> String {
     let (y, mo, d, h, mi, s) = civil(secs);
     format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}")
 }
+
+// ---------------------------------------------------------------------------
+// Reliability helpers (tests/reliability.rs, tests/soak.rs)
+// ---------------------------------------------------------------------------
+
+/// A request that got no complete response.
+#[derive(Debug)]
+pub struct RequestFailure {
+    /// The connection failed before any byte of the response arrived.
+    pub before_any_byte: bool,
+    pub error: io::Error,
+}
+
+impl RequestFailure {
+    /// The read or write timed out (IO_TIMEOUT, 10 s): a hang, not a close.
+    pub fn timed_out(&self) -> bool {
+        matches!(
+            self.error.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        )
+    }
+}
+
+impl Conn {
+    /// Like `request`, but on failure says whether any response byte had
+    /// arrived: a keep-alive connection closed by a gracefully exiting
+    /// worker fails before any byte, and only then is a retry safe.
+    pub fn request_checked(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &[u8])],
+    ) -> Result<Response, RequestFailure> {
+        let mut req: Vec<u8> = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+            req.extend_from_slice(b"Host: localhost\r\n");
+        }
+        for (k, v) in headers {
+            req.extend_from_slice(k.as_bytes());
+            req.extend_from_slice(b": ");
+            req.extend_from_slice(v);
+            req.extend_from_slice(b"\r\n");
+        }
+        req.extend_from_slice(b"\r\n");
+        let early = |error| RequestFailure {
+            before_any_byte: true,
+            error,
+        };
+        if let Err(e) = self.stream.write_all(&req) {
+            self.closed = true;
+            return Err(early(e));
+        }
+        match self.reader.fill_buf() {
+            Ok([]) => {
+                self.closed = true;
+                return Err(early(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed before any response byte",
+                )));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                self.closed = true;
+                return Err(early(e));
+            }
+        }
+        match read_response(&mut self.reader, method == "HEAD") {
+            Ok(resp) => {
+                if !resp.keep_alive() {
+                    self.closed = true;
+                }
+                Ok(resp)
+            }
+            Err(error) => {
+                self.closed = true;
+                Err(RequestFailure {
+                    before_any_byte: false,
+                    error,
+                })
+            }
+        }
+    }
+}
+
+/// Sends `total` GETs over `connections` parallel keep-alive connections
+/// and returns (status, value of `header`) per request. Unlike `hammer`, it
+/// never retries: any failed request panics (none is expected here).
+pub fn hammer_collect<F>(
+    port: u16,
+    total: usize,
+    connections: usize,
+    header: &str,
+    f: F,
+) -> Vec<(u16, Option<String>)>
+where
+    F: Fn(usize) -> (String, Vec<(String, Vec<u8>)>) + Send + Sync + 'static,
+{
+    let next = Arc::new(AtomicU64::new(0));
+    let f = Arc::new(f);
+    let out = Arc::new(Mutex::new(Vec::with_capacity(total)));
+    let header = header.to_string();
+    let mut hs = vec![];
+    for _ in 0..connections.max(1) {
+        let (next, f, out, header) = (next.clone(), f.clone(), out.clone(), header.clone());
+        hs.push(thread::spawn(move || {
+            let mut conn: Option<Conn> = None;
+            loop {
+                let i = next.fetch_add(1, Ordering::SeqCst) as usize;
+                if i >= total {
+                    break;
+                }
+                let (path, headers) = f(i);
+                let hdrs: Vec<(&str, &[u8])> = headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_slice()))
+                    .collect();
+                if conn.as_ref().map_or(true, |c| c.closed) {
+                    conn = Some(Conn::connect(port).expect("connect"));
+                }
+                let r = conn
+                    .as_mut()
+                    .unwrap()
+                    .request_checked("GET", &path, &hdrs)
+                    .unwrap_or_else(|e| panic!("request {i} failed: {e:?}"));
+                let v = r.header(&header).map(String::from);
+                out.lock().unwrap().push((r.status, v));
+            }
+        }));
+    }
+    for h in hs {
+        h.join().expect("hammer thread panicked");
+    }
+    let v = out.lock().unwrap().clone();
+    v
+}
+
+/// What a `load_until` run saw.
+#[derive(Debug, Default, Clone)]
+pub struct LoadStats {
+    /// Responses by status.
+    pub statuses: std::collections::BTreeMap<u16, usize>,
+    /// Keep-alive connections closed before any response byte, each retried
+    /// once on a fresh connection (only with `retry_benign`).
+    pub benign_retries: usize,
+    /// Requests that got no response (not retried), with the reason.
+    pub lost: Vec<String>,
+    /// Of those, lost before any response byte arrived.
+    pub lost_before_any_byte: usize,
+    /// Of those, lost on a connection that had not served a request yet.
+    pub lost_on_fresh_connection: usize,
+    /// Requests that timed out (a hang).
+    pub timeouts: usize,
+    /// Connections that could not be opened.
+    pub connect_errors: usize,
+}
+
+impl LoadStats {
+    pub fn count(&self, status: u16) -> usize {
+        self.statuses.get(&status).copied().unwrap_or(0)
+    }
+    pub fn responses(&self) -> usize {
+        self.statuses.values().sum()
+    }
+    fn merge(&mut self, o: LoadStats) {
+        for (k, v) in o.statuses {
+            *self.statuses.entry(k).or_insert(0) += v;
+        }
+        self.benign_retries += o.benign_retries;
+        self.lost.extend(o.lost);
+        self.lost_before_any_byte += o.lost_before_any_byte;
+        self.lost_on_fresh_connection += o.lost_on_fresh_connection;
+        self.timeouts += o.timeouts;
+        self.connect_errors += o.connect_errors;
+    }
+}
+
+/// `connections` threads send GET `path` with `headers` on keep-alive
+/// connections until `stop` is set. A failed request is reconnected and
+/// recorded as lost; with `retry_benign`, a reused keep-alive connection
+/// that closes before any response byte (a gracefully exiting worker) is
+/// retried once on a fresh connection instead.
+pub fn load_until(
+    port: u16,
+    connections: usize,
+    path: &str,
+    headers: &[(&str, &[u8])],
+    stop: Arc<AtomicBool>,
+    retry_benign: bool,
+) -> LoadStats {
+    let owned: Vec<(String, Vec<u8>)> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_vec()))
+        .collect();
+    let mut hs = vec![];
+    for _ in 0..connections.max(1) {
+        let (stop, owned, path) = (stop.clone(), owned.clone(), path.to_string());
+        hs.push(thread::spawn(move || {
+            let hdrs: Vec<(&str, &[u8])> = owned
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_slice()))
+                .collect();
+            let mut st = LoadStats::default();
+            let mut conn: Option<(Conn, usize)> = None;
+            while !stop.load(Ordering::SeqCst) {
+                if conn.as_ref().map_or(true, |(c, _)| c.closed) {
+                    match Conn::connect(port) {
+                        Ok(c) => conn = Some((c, 0)),
+                        Err(_) => {
+                            st.connect_errors += 1;
+                            conn = None;
+                            thread::sleep(Duration::from_millis(5));
+                            continue;
+                        }
+                    }
+                }
+                let (c, served) = conn.as_mut().unwrap();
+                let mut res = c.request_checked("GET", &path, &hdrs);
+                if let Err(e) = &res {
+                    if retry_benign && e.before_any_byte && *served > 0 && !e.timed_out() {
+                        st.benign_retries += 1;
+                        match Conn::connect(port) {
+                            Ok(fresh) => {
+                                conn = Some((fresh, 0));
+                                let (c, _) = conn.as_mut().unwrap();
+                                res = c.request_checked("GET", &path, &hdrs);
+                            }
+                            Err(_) => {
+                                st.connect_errors += 1;
+                                conn = None;
+                                continue;
+                            }
+                        }
+                    }
+                }
+                let (c, served) = conn.as_mut().unwrap();
+                match res {
+                    Ok(r) => {
+                        *st.statuses.entry(r.status).or_insert(0) += 1;
+                        *served += 1;
+                    }
+                    Err(e) => {
+                        if e.timed_out() {
+                            st.timeouts += 1;
+                        }
+                        if e.before_any_byte {
+                            st.lost_before_any_byte += 1;
+                        }
+                        if *served == 0 {
+                            st.lost_on_fresh_connection += 1;
+                        }
+                        st.lost.push(format!(
+                            "{} (before any byte: {}, after {} requests on the connection)",
+                            e.error, e.before_any_byte, served
+                        ));
+                        c.closed = true;
+                    }
+                }
+            }
+            st
+        }));
+    }
+    let mut all = LoadStats::default();
+    for h in hs {
+        all.merge(h.join().expect("load thread panicked"));
+    }
+    all
+}
+
+/// VmRSS of a process in KiB (None when it is gone).
+pub fn vm_rss_kb(pid: i32) -> Option<u64> {
+    let s = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// VmRSS (KiB) of each current worker, by pid.
+pub fn worker_rss_kb(ng: &Nginx) -> std::collections::BTreeMap<i32, u64> {
+    ng.worker_pids()
+        .into_iter()
+        .filter_map(|p| vm_rss_kb(p).map(|r| (p, r)))
+        .collect()
+}
+
+/// Sends SIGKILL to a process.
+pub fn sigkill(pid: i32) {
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+}
+
+/// Sends SIGHUP to the master (what `nginx -s reload` does) without waiting.
+pub fn sighup(ng: &Nginx) {
+    let m = ng.master_pid();
+    assert!(m > 0, "no master pid");
+    unsafe {
+        libc::kill(m, libc::SIGHUP);
+    }
+}
+
+/// Removes from error.log the master's "worker process PID exited on signal
+/// 9" lines for workers the test killed itself, so that `Nginx`'s drop check
+/// still fails on any other crash. Returns the lines that say a worker
+/// exited on a signal and were NOT explained by `killed` (real crashes).
+pub fn forget_killed_workers(ng: &Nginx, killed: &[i32]) -> Vec<String> {
+    let path = ng.prefix().join("logs/error.log");
+    let text = read_lossy(&path);
+    let ours = |l: &str| {
+        killed
+            .iter()
+            .any(|p| l.contains(&format!("worker process {p} exited on signal 9")))
+    };
+    let unexplained: Vec<String> = text
+        .lines()
+        .filter(|l| l.contains("exited on signal") && !ours(l))
+        .map(String::from)
+        .collect();
+    let kept: String = text
+        .lines()
+        .filter(|l| !ours(l))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    fs::write(&path, kept).unwrap();
+    unexplained
+}
+
+/// The value of one Prometheus sample, matched by name and exact label set
+/// (in any order). None when absent.
+pub fn prom_value(text: &str, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    for line in text.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        let Some((head, val)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let (name, lbl) = match head.split_once('{') {
+            Some((n, rest)) => (n, rest.trim_end_matches('}')),
+            None => (head, ""),
+        };
+        if name != metric {
+            continue;
+        }
+        let got: BTreeSet<(String, String)> = lbl
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.trim_matches('"').to_string()))
+            .collect();
+        let want: BTreeSet<(String, String)> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        if got == want {
+            return val.parse().ok();
+        }
+    }
+    None
+}
+
+/// GET /metrics and return the exposition text.
+pub fn metrics_text(port: u16) -> String {
+    let r = get(port, "/metrics");
+    assert_eq!(r.status, 200, "{}", r.describe());
+    r.text()
+}
+
+/// The JSON view of one key: GET /metrics?zone=ZONE&key=<percent-encoded>.
+pub fn key_json(port: u16, zone: &str, key: &[u8]) -> serde_json::Value {
+    let r = get(
+        port,
+        &format!("/metrics?zone={}&key={}", url_encode(zone.as_bytes()), url_encode(key)),
+    );
+    assert_eq!(r.status, 200, "{}", r.describe());
+    serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("bad JSON {e}: {}", r.text()))
+}
+
+/// Lines of `log` containing `needle`.
+pub fn count_lines(log: &str, needle: &str) -> usize {
+    log.lines().filter(|l| l.contains(needle)).count()
+}
