@@ -86,7 +86,9 @@ fn json(ng: &Nginx, zone: &str, key: &str) -> serde_json::Value {
 }
 
 fn f(v: &serde_json::Value, field: &str) -> f64 {
-    v[field].as_f64().unwrap_or_else(|| panic!("{field} in {v}"))
+    v[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{field} in {v}"))
 }
 
 /// Admits requests until the first rejection; returns (admitted, the
@@ -114,20 +116,33 @@ fn sliding_window_exact() {
         &clock,
         &up,
         "UTC",
-        &conf("rate_limit_window_zone $http_x_key zone=z:1m window=4s;", "rate_limit_window zone=z limit=10;"),
+        &conf(
+            "rate_limit_window_zone $http_x_key zone=z:1m window=4s;",
+            "rate_limit_window zone=z limit=10;",
+        ),
     ) else {
         return;
     };
     // The clock really is faked for the workers.
-    assert_eq!(k(&ng).header("X-Msec"), Some(format!("{}.000", T0 + 1).as_str()));
+    assert_eq!(
+        k(&ng).header("X-Msec"),
+        Some(format!("{}.000", T0 + 1).as_str())
+    );
 
     // Window [T0, T0+4), elapsed 1 s: 1 already admitted above, 9 more.
     let (n, rej, ok) = fill(&ng);
     assert_eq!(n, 9);
-    let rem: Vec<i64> = ok.iter().map(|r| r.header_num("RateLimit-Remaining")).collect();
+    let rem: Vec<i64> = ok
+        .iter()
+        .map(|r| r.header_num("RateLimit-Remaining"))
+        .collect();
     assert_eq!(rem, [8, 7, 6, 5, 4, 3, 2, 1, 0]);
     for r in ok.iter().chain([&rej]) {
-        assert_eq!(r.header_num("RateLimit-Reset"), 3, "seconds to the next boundary");
+        assert_eq!(
+            r.header_num("RateLimit-Reset"),
+            3,
+            "seconds to the next boundary"
+        );
         assert_eq!(r.header_num("RateLimit-Limit"), 10);
     }
     // A retry at T0+4 (3 s later) sees 0 + 10*4/4 = 10, not < 10: rejected;
@@ -141,17 +156,27 @@ fn sliding_window_exact() {
     assert_eq!(r.header_num("RateLimit-Reset"), 4);
     let v = json(&ng, "z", "k");
     assert_eq!(f(&v, "window_index") as i64, (T0 + 4) / 4);
-    assert_eq!(strip_zero_fraction(v["window_start_utc"].as_str().unwrap()), "2024-01-01T00:00:04Z");
+    assert_eq!(
+        strip_zero_fraction(v["window_start_utc"].as_str().unwrap()),
+        "2024-01-01T00:00:04Z"
+    );
     // TZ=UTC: the local time carries offset Z (or the equivalent +00:00).
-    let local = strip_zero_fraction(v["window_start_local"].as_str().unwrap()).replace("+00:00", "Z");
+    let local =
+        strip_zero_fraction(v["window_start_local"].as_str().unwrap()).replace("+00:00", "Z");
     assert_eq!(local, "2024-01-01T00:00:04Z");
-    assert_eq!((f(&v, "current"), f(&v, "previous"), f(&v, "estimate")), (0.0, 10.0, 10.0));
+    assert_eq!(
+        (f(&v, "current"), f(&v, "previous"), f(&v, "estimate")),
+        (0.0, 10.0, 10.0)
+    );
 
     // T0+5: previous weighs 3/4 -> 7.5; admits at 7.5, 8.5, 9.5; then 10.5.
     clock.set(T0 + 5);
     let (n, rej, ok) = fill(&ng);
     assert_eq!(n, 3);
-    let rem: Vec<i64> = ok.iter().map(|r| r.header_num("RateLimit-Remaining")).collect();
+    let rem: Vec<i64> = ok
+        .iter()
+        .map(|r| r.header_num("RateLimit-Remaining"))
+        .collect();
     assert_eq!(rem, [2, 1, 0], "remaining = requests still admissible now");
     // 3 + 10*(4-e)/4 < 10  <=>  e > 1.2: 0.2 s away.
     assert_eq!(rej.header_num("Retry-After"), 1);
@@ -245,7 +270,14 @@ fn windows_are_utc_aligned_in_any_time_zone() {
         clock.set(T0 + offset);
         let r = k(&ng);
         assert_eq!(r.status, 200);
-        let now: i64 = r.header("X-Msec").unwrap().split('.').next().unwrap().parse().unwrap();
+        let now: i64 = r
+            .header("X-Msec")
+            .unwrap()
+            .split('.')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
         let rl = r.header("RateLimit").expect("RateLimit header");
         for (zone, w) in [("m", 60i64), ("h", 3600), ("d", 86400)] {
             let expect = w - now.rem_euclid(w);
@@ -254,11 +286,17 @@ fn windows_are_utc_aligned_in_any_time_zone() {
                 .map(str::trim)
                 .find(|m| m.starts_with(&format!("\"{zone}\";")))
                 .unwrap_or_else(|| panic!("no member for {zone} in {rl}"));
-            assert!(member.ends_with(&format!(";t={expect}")), "zone {zone} at {now}: {member} (expected t={expect})");
+            assert!(
+                member.ends_with(&format!(";t={expect}")),
+                "zone {zone} at {now}: {member} (expected t={expect})"
+            );
         }
         let v = json(&ng, "d", "k");
         let start = now - now.rem_euclid(86400);
-        assert_eq!(strip_zero_fraction(v["window_start_utc"].as_str().unwrap()), rfc3339_utc(start));
+        assert_eq!(
+            strip_zero_fraction(v["window_start_utc"].as_str().unwrap()),
+            rfc3339_utc(start)
+        );
         assert_eq!(
             strip_zero_fraction(v["window_start_local"].as_str().unwrap()),
             rfc3339_offset(start, 19800),
@@ -276,7 +314,10 @@ fn clock_going_backwards_is_counted() {
         &clock,
         &up,
         "UTC",
-        &conf("rate_limit_window_zone $http_x_key zone=z:1m window=4s;", "rate_limit_window zone=z limit=10;"),
+        &conf(
+            "rate_limit_window_zone $http_x_key zone=z:1m window=4s;",
+            "rate_limit_window zone=z limit=10;",
+        ),
     ) else {
         return;
     };
@@ -291,7 +332,9 @@ fn clock_going_backwards_is_counted() {
     let m = get(ng.port, "/metrics").text();
     let line = m
         .lines()
-        .find(|l| l.starts_with("rate_limit_window_clock_backwards_total{") && l.contains("zone=\"z\""))
+        .find(|l| {
+            l.starts_with("rate_limit_window_clock_backwards_total{") && l.contains("zone=\"z\"")
+        })
         .unwrap_or_else(|| panic!("no clock_backwards sample:\n{m}"));
     let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(v >= 1.0, "{line}");

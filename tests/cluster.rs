@@ -17,14 +17,26 @@ struct RedisServer {
 impl RedisServer {
     fn start_on(port: u16) -> RedisServer {
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server not found: `make test` installs the redis-server package");
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start on port {port}");
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start on port {port}"
+            );
             sleep(Duration::from_millis(20));
         }
         RedisServer { child, port }
@@ -60,13 +72,18 @@ fn gateway(redis_port: u16, upstream: &Upstream, limit: u32) -> Nginx {
             location = /metrics {{ rate_limit_window_metrics; }}
         }}"#
     ));
-    Nginx::builder().workers(2).upstream_of(upstream).start(&conf)
+    Nginx::builder()
+        .workers(2)
+        .upstream_of(upstream)
+        .start(&conf)
 }
 
 /// Waits, if needed, so that a run of `secs` seconds stays inside one
 /// epoch minute (the counts of a window boundary are not what we test).
 fn stay_in_one_minute(secs: u64) {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
     let into = now.as_secs() % 60;
     if into + secs + 2 >= 60 {
         sleep(Duration::from_millis((60 - into) * 1000 + 200));
@@ -76,13 +93,23 @@ fn stay_in_one_minute(secs: u64) {
 /// Sum of the values of the keys matching `pattern`, read with redis-cli.
 fn redis_total(port: u16, pattern: &str) -> i64 {
     let cli = |args: &[&str]| {
-        let out = Command::new("redis-cli").arg("-p").arg(port.to_string()).args(args).output().expect("redis-cli");
+        let out = Command::new("redis-cli")
+            .arg("-p")
+            .arg(port.to_string())
+            .args(args)
+            .output()
+            .expect("redis-cli");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     cli(&["--scan", "--pattern", pattern])
         .lines()
         .filter(|k| !k.is_empty())
-        .map(|k| cli(&["GET", k]).trim().parse::<i64>().unwrap_or_else(|_| panic!("bad value for {k}")))
+        .map(|k| {
+            cli(&["GET", k])
+                .trim()
+                .parse::<i64>()
+                .unwrap_or_else(|_| panic!("bad value for {k}"))
+        })
         .sum()
 }
 
@@ -120,15 +147,27 @@ fn two_gateways_share_one_limit() {
     eprintln!("admitted {admitted:?} = {total}, rejected {rejected}");
     // Without the sync each gateway would admit 40 (80 in all). The bound
     // is about one sync interval of traffic: 100 ms x 20 req/s = 2.
-    assert!((40..=44).contains(&total), "cluster admitted {total} for limit 40 (per gateway {admitted:?})");
+    assert!(
+        (40..=44).contains(&total),
+        "cluster admitted {total} for limit 40 (per gateway {admitted:?})"
+    );
     assert!(admitted[0] > 0 && admitted[1] > 0);
-    assert_eq!(up.received(), u64::from(total), "the upstream saw exactly the admitted requests");
+    assert_eq!(
+        up.received(),
+        u64::from(total),
+        "the upstream saw exactly the admitted requests"
+    );
 
     // Both gateways' counts agree within a sync interval.
     sleep(Duration::from_millis(400));
-    let ja: serde_json::Value = serde_json::from_slice(&get(a.port, "/metrics?zone=c&key=client-1").body).unwrap();
-    let jb: serde_json::Value = serde_json::from_slice(&get(b.port, "/metrics?zone=c&key=client-1").body).unwrap();
-    let (ca, cb) = (ja["current"].as_f64().unwrap(), jb["current"].as_f64().unwrap());
+    let ja: serde_json::Value =
+        serde_json::from_slice(&get(a.port, "/metrics?zone=c&key=client-1").body).unwrap();
+    let jb: serde_json::Value =
+        serde_json::from_slice(&get(b.port, "/metrics?zone=c&key=client-1").body).unwrap();
+    let (ca, cb) = (
+        ja["current"].as_f64().unwrap(),
+        jb["current"].as_f64().unwrap(),
+    );
     assert_eq!(ca, cb, "gateways disagree after sync: {ja} vs {jb}");
     assert_eq!(ca, f64::from(total), "{ja}");
     assert!(metric(a.port, "rate_limit_window_sync_rounds_total") > 0.0);
@@ -143,7 +182,10 @@ fn redis_outage_keeps_serving_and_is_visible() {
     let a = gateway(redis_port, &up, 1000);
     let b = gateway(redis_port, &up, 1000);
     for i in 0..20 {
-        assert_eq!(get_key(if i % 2 == 0 { a.port } else { b.port }, "/", "k").status, 200);
+        assert_eq!(
+            get_key(if i % 2 == 0 { a.port } else { b.port }, "/", "k").status,
+            200
+        );
     }
     sleep(Duration::from_millis(300));
     assert_eq!(metric(a.port, "rate_limit_window_sync_errors_total"), 0.0);
@@ -156,16 +198,27 @@ fn redis_outage_keeps_serving_and_is_visible() {
             let t = Instant::now();
             statuses.push(get_key(port, "/", "k").status);
             // Requests never wait for Redis.
-            assert!(t.elapsed() < Duration::from_millis(500), "a request waited {:?}", t.elapsed());
+            assert!(
+                t.elapsed() < Duration::from_millis(500),
+                "a request waited {:?}",
+                t.elapsed()
+            );
         }
         sleep(Duration::from_millis(20));
     }
-    assert!(statuses.iter().all(|&s| s == 200), "statuses during the outage: {statuses:?}");
+    assert!(
+        statuses.iter().all(|&s| s == 200),
+        "statuses during the outage: {statuses:?}"
+    );
     let errors = metric(a.port, "rate_limit_window_sync_errors_total");
     assert!(errors > 0.0, "sync errors not counted");
     assert!(metric(a.port, "rate_limit_window_sync_lag_seconds") >= 0.5);
     let log = a.error_log();
-    assert_eq!(log.matches("redis sync failing").count(), 1, "one log line per outage:\n{log}");
+    assert_eq!(
+        log.matches("redis sync failing").count(),
+        1,
+        "one log line per outage:\n{log}"
+    );
 
     // Redis comes back: the sync resumes.
     let _redis = RedisServer::start_on(redis_port);
@@ -175,7 +228,10 @@ fn redis_outage_keeps_serving_and_is_visible() {
         if metric(a.port, "rate_limit_window_sync_lag_seconds") < 0.5 {
             break;
         }
-        assert!(Instant::now() < deadline, "sync did not resume after redis came back");
+        assert!(
+            Instant::now() < deadline,
+            "sync did not resume after redis came back"
+        );
         sleep(Duration::from_millis(100));
     }
 }
@@ -192,12 +248,20 @@ fn sync_thread_stops_on_reload_and_quit() {
     for _ in 0..3 {
         let t = Instant::now();
         a.reload();
-        assert!(t.elapsed() < Duration::from_secs(5), "reload took {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "reload took {:?}",
+            t.elapsed()
+        );
     }
     // The new worker 0 took the sync over without pushing anything twice:
     // the cluster total is still the 3 admitted requests.
     sleep(Duration::from_millis(500));
-    assert_eq!(redis_total(redis.port, "rlw:c:*"), 3, "cluster total after reloads");
+    assert_eq!(
+        redis_total(redis.port, "rlw:c:*"),
+        3,
+        "cluster total after reloads"
+    );
     // Counts survived the reloads: 2 left of 5.
     assert_eq!(get_key(a.port, "/", "r").status, 200);
     assert_eq!(get_key(a.port, "/", "r").status, 200);
@@ -208,5 +272,9 @@ fn sync_thread_stops_on_reload_and_quit() {
     // SAFETY: kill with signal 0 only checks that the process exists.
     let alive = unsafe { libc::kill(master, 0) } == 0;
     assert!(!alive, "nginx master still running after quit");
-    assert!(t.elapsed() < Duration::from_secs(5), "quit took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "quit took {:?}",
+        t.elapsed()
+    );
 }

@@ -13,10 +13,13 @@ fn example_configs_pass_nginx_t() {
         .expect("nginx-conf/ exists")
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.extension().map_or(false, |e| e == "conf"))
+        .filter(|p| p.extension().is_some_and(|e| e == "conf"))
         .collect();
     files.sort();
-    assert!(files.len() >= 4, "expected the four example configs, found {files:?}");
+    assert!(
+        files.len() >= 4,
+        "expected the four example configs, found {files:?}"
+    );
     let mut failures = vec![];
     for f in &files {
         let text = fs::read_to_string(f).unwrap();
@@ -25,14 +28,23 @@ fn example_configs_pass_nginx_t() {
             failures.push(format!("{}:\n{out}", f.display()));
         }
     }
-    assert!(failures.is_empty(), "nginx -t failed for:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "nginx -t failed for:\n{}",
+        failures.join("\n")
+    );
 }
 
 /// Conventions of the example configs: load_module first, relative pid and
 /// log paths, at least two workers.
 #[test]
 fn example_configs_follow_conventions() {
-    for name in ["gateway.conf", "api-tiers.conf", "multi.conf", "dry-run.conf"] {
+    for name in [
+        "gateway.conf",
+        "api-tiers.conf",
+        "multi.conf",
+        "dry-run.conf",
+    ] {
         let path = example_conf_dir().join(name);
         let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let directives: Vec<&str> = text
@@ -52,7 +64,8 @@ fn example_configs_follow_conventions() {
         let n: usize = workers.trim_end_matches(';').trim().parse().unwrap_or(0);
         assert!(n >= 2, "{name}: worker_processes {workers}");
         for l in &directives {
-            if l.starts_with("pid ") || l.starts_with("error_log ") || l.starts_with("access_log ") {
+            if l.starts_with("pid ") || l.starts_with("error_log ") || l.starts_with("access_log ")
+            {
                 assert!(!l.contains(" /"), "{name}: absolute path in {l:?}");
             }
         }
@@ -130,17 +143,26 @@ fn error_cases() -> Vec<(&'static str, String, &'static str)> {
         ),
         (
             "zone too small",
-            conf_with("rate_limit_window_zone $http_x_key zone=z:16k;", "rate_limit_window zone=z limit=5;"),
+            conf_with(
+                "rate_limit_window_zone $http_x_key zone=z:16k;",
+                "rate_limit_window zone=z limit=5;",
+            ),
             "is too small",
         ),
         (
             "zone without size",
-            conf_with("rate_limit_window_zone $http_x_key zone=z;", "rate_limit_window zone=z limit=5;"),
+            conf_with(
+                "rate_limit_window_zone $http_x_key zone=z;",
+                "rate_limit_window zone=z limit=5;",
+            ),
             "invalid zone size",
         ),
         (
             "zone with bad size",
-            conf_with("rate_limit_window_zone $http_x_key zone=z:lots;", "rate_limit_window zone=z limit=5;"),
+            conf_with(
+                "rate_limit_window_zone $http_x_key zone=z:lots;",
+                "rate_limit_window zone=z limit=5;",
+            ),
             "invalid zone size",
         ),
         (
@@ -150,17 +172,26 @@ fn error_cases() -> Vec<(&'static str, String, &'static str)> {
         ),
         (
             "window=0s",
-            conf_with("rate_limit_window_zone $http_x_key zone=z:1m window=0s;", "rate_limit_window zone=z limit=5;"),
+            conf_with(
+                "rate_limit_window_zone $http_x_key zone=z:1m window=0s;",
+                "rate_limit_window zone=z limit=5;",
+            ),
             "invalid window",
         ),
         (
             "window=abc",
-            conf_with("rate_limit_window_zone $http_x_key zone=z:1m window=abc;", "rate_limit_window zone=z limit=5;"),
+            conf_with(
+                "rate_limit_window_zone $http_x_key zone=z:1m window=abc;",
+                "rate_limit_window zone=z limit=5;",
+            ),
             "invalid window",
         ),
         (
             "window=2d",
-            conf_with("rate_limit_window_zone $http_x_key zone=z:1m window=2d;", "rate_limit_window zone=z limit=5;"),
+            conf_with(
+                "rate_limit_window_zone $http_x_key zone=z:1m window=2d;",
+                "rate_limit_window zone=z limit=5;",
+            ),
             "invalid window",
         ),
         (
@@ -188,30 +219,91 @@ fn error_cases() -> Vec<(&'static str, String, &'static str)> {
             ),
             "is already bound",
         ),
-        ("limit=-1", conf_with(ZONE, "rate_limit_window zone=z limit=-1;"), "invalid limit"),
-        ("limit=abc", conf_with(ZONE, "rate_limit_window zone=z limit=abc;"), "invalid limit"),
-        ("limit=2000000", conf_with(ZONE, "rate_limit_window zone=z limit=2000000;"), "invalid limit"),
-        ("limit=1000001", conf_with(ZONE, "rate_limit_window zone=z limit=1000001;"), "invalid limit"),
-        ("no limit=", conf_with(ZONE, "rate_limit_window zone=z;"), "must have \"limit\" parameter"),
-        ("rate_limit_window without zone=", conf_with(ZONE, "rate_limit_window limit=5;"), "must have \"zone\" parameter"),
-        ("unknown parameter burst=5", conf_with(ZONE, "rate_limit_window zone=z limit=5 burst=5;"), "invalid parameter"),
+        (
+            "limit=-1",
+            conf_with(ZONE, "rate_limit_window zone=z limit=-1;"),
+            "invalid limit",
+        ),
+        (
+            "limit=abc",
+            conf_with(ZONE, "rate_limit_window zone=z limit=abc;"),
+            "invalid limit",
+        ),
+        (
+            "limit=2000000",
+            conf_with(ZONE, "rate_limit_window zone=z limit=2000000;"),
+            "invalid limit",
+        ),
+        (
+            "limit=1000001",
+            conf_with(ZONE, "rate_limit_window zone=z limit=1000001;"),
+            "invalid limit",
+        ),
+        (
+            "no limit=",
+            conf_with(ZONE, "rate_limit_window zone=z;"),
+            "must have \"limit\" parameter",
+        ),
+        (
+            "rate_limit_window without zone=",
+            conf_with(ZONE, "rate_limit_window limit=5;"),
+            "must have \"zone\" parameter",
+        ),
+        (
+            "unknown parameter burst=5",
+            conf_with(ZONE, "rate_limit_window zone=z limit=5 burst=5;"),
+            "invalid parameter",
+        ),
         (
             "unknown zone parameter",
-            conf_with("rate_limit_window_zone $http_x_key zone=z:1m rate=5r/s;", "rate_limit_window zone=z limit=5;"),
+            conf_with(
+                "rate_limit_window_zone $http_x_key zone=z:1m rate=5r/s;",
+                "rate_limit_window zone=z limit=5;",
+            ),
             "invalid parameter",
         ),
         (
             "same zone twice in one location",
-            conf_with(ZONE, "rate_limit_window zone=z limit=5; rate_limit_window zone=z limit=6;"),
+            conf_with(
+                ZONE,
+                "rate_limit_window zone=z limit=5; rate_limit_window zone=z limit=6;",
+            ),
             "duplicate",
         ),
-        ("status 399", conf_with(ZONE, "rate_limit_window_status 399;"), "must be between 400 and 599"),
-        ("status 600", conf_with(ZONE, "rate_limit_window_status 600;"), "must be between 400 and 599"),
-        ("headers maybe", conf_with(ZONE, "rate_limit_window_headers maybe;"), "invalid value"),
-        ("dry_run maybe", conf_with(ZONE, "rate_limit_window_dry_run maybe;"), "invalid value"),
+        (
+            "status 399",
+            conf_with(ZONE, "rate_limit_window_status 399;"),
+            "must be between 400 and 599",
+        ),
+        (
+            "status 600",
+            conf_with(ZONE, "rate_limit_window_status 600;"),
+            "must be between 400 and 599",
+        ),
+        (
+            "headers maybe",
+            conf_with(ZONE, "rate_limit_window_headers maybe;"),
+            "invalid value",
+        ),
+        (
+            "dry_run maybe",
+            conf_with(ZONE, "rate_limit_window_dry_run maybe;"),
+            "invalid value",
+        ),
         // Not listed in the spec with a message: any [emerg] is accepted.
-        ("log_level bogus", conf_with(ZONE, "rate_limit_window_log_level bogus;"), ""),
-        ("fail=maybe", conf_with("rate_limit_window_zone $http_x_key zone=z:1m fail=maybe;", ""), ""),
+        (
+            "log_level bogus",
+            conf_with(ZONE, "rate_limit_window_log_level bogus;"),
+            "",
+        ),
+        (
+            "fail=maybe",
+            conf_with(
+                "rate_limit_window_zone $http_x_key zone=z:1m fail=maybe;",
+                "",
+            ),
+            "",
+        ),
         (
             "zone directive outside http",
             http_conf(
@@ -236,9 +328,13 @@ fn config_errors_are_refused() {
         let (ok, out) = test_config(&conf);
         let emerg_line = out.lines().find(|l| l.contains("[emerg]")).unwrap_or("");
         if ok {
-            failures.push(format!("[{name}] nginx -t succeeded, expected failure with {needle:?}"));
+            failures.push(format!(
+                "[{name}] nginx -t succeeded, expected failure with {needle:?}"
+            ));
         } else if emerg_line.is_empty() || !emerg_line.contains(needle) {
-            failures.push(format!("[{name}] expected [emerg] containing {needle:?}, got:\n{out}"));
+            failures.push(format!(
+                "[{name}] expected [emerg] containing {needle:?}, got:\n{out}"
+            ));
         } else if emerg_line.contains("unknown directive") {
             failures.push(format!("[{name}] directive not implemented: {emerg_line}"));
         }

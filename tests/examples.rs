@@ -27,7 +27,11 @@ fn gateway_limits_per_ip_and_serves_metrics() {
     for i in 0..10 {
         let r = get(ng.port, "/demo");
         assert_eq!(r.status, 200, "request {i}: {}", r.describe());
-        assert!(r.text().contains("demo"), "answered by the demo app: {}", r.text());
+        assert!(
+            r.text().contains("demo"),
+            "answered by the demo app: {}",
+            r.text()
+        );
         assert_eq!(r.header_num("RateLimit-Limit"), 10);
         assert_eq!(r.header_num("RateLimit-Remaining"), 9 - i);
     }
@@ -37,19 +41,32 @@ fn gateway_limits_per_ip_and_serves_metrics() {
     // The app itself is not limited.
     assert_eq!(get(ng.port2, "/").status, 200);
     let m = get(ng.port, "/metrics");
-    assert_eq!(m.status, 200, "metrics are not limited and allowed from 127.0.0.1");
-    assert!(m.text().contains("rate_limit_window_requests_total{zone=\"per_ip\""), "{}", m.text());
+    assert_eq!(
+        m.status, 200,
+        "metrics are not limited and allowed from 127.0.0.1"
+    );
+    assert!(
+        m.text()
+            .contains("rate_limit_window_requests_total{zone=\"per_ip\""),
+        "{}",
+        m.text()
+    );
 }
 
 #[test]
 fn api_tiers_exempts_internal_and_limits_by_plan() {
     let up = Upstream::start();
     // As shipped, 127.0.0.1 is an internal (exempt) client.
-    let ng = Nginx::builder().upstream_of(&up).start(&example("api-tiers.conf"));
+    let ng = Nginx::builder()
+        .upstream_of(&up)
+        .start(&example("api-tiers.conf"));
     for _ in 0..110 {
         let r = request(ng.port, "GET", "/v1/x", &[("X-API-Key", b"k1")]);
         assert_eq!(r.status, 200);
-        assert!(r.header("RateLimit").is_none(), "exempt client got limit headers");
+        assert!(
+            r.header("RateLimit").is_none(),
+            "exempt client got limit headers"
+        );
     }
     drop(ng);
     // Without the 127.0.0.1 exemption, the plans apply.
@@ -60,8 +77,19 @@ fn api_tiers_exempts_internal_and_limits_by_plan() {
     assert_eq!(tally(&st).get(&200), Some(&100), "{:?}", tally(&st));
     let r = request(ng.port, "GET", "/v1/x", &[("X-API-Key", b"free-key")]);
     assert_eq!(r.status, 429);
-    assert!(r.header("RateLimit-Policy").map_or(false, |p| p.contains("\"api\";q=100;w=60")), "{}", r.describe());
-    let st = hammer(ng.port, "/v1/x", &[("X-API-Key", b"pro-key"), ("X-Plan", b"pro")], 300, 4);
+    assert!(
+        r.header("RateLimit-Policy")
+            .is_some_and(|p| p.contains("\"api\";q=100;w=60")),
+        "{}",
+        r.describe()
+    );
+    let st = hammer(
+        ng.port,
+        "/v1/x",
+        &[("X-API-Key", b"pro-key"), ("X-Plan", b"pro")],
+        300,
+        4,
+    );
     assert_eq!(tally(&st).get(&200), Some(&300), "pro plan has 5000/min");
     // Anonymous clients are limited by address, not exempt.
     let st = hammer(ng.port, "/v1/x", &[], 120, 4);
@@ -71,7 +99,9 @@ fn api_tiers_exempts_internal_and_limits_by_plan() {
 #[test]
 fn multi_per_client_limit_answers_503() {
     let up = Upstream::start();
-    let ng = Nginx::builder().upstream_of(&up).start(&example("multi.conf"));
+    let ng = Nginx::builder()
+        .upstream_of(&up)
+        .start(&example("multi.conf"));
     clear_of_boundary(60_000, 4_000);
     let st = hammer(ng.port, "/search?q=x", &[], 70, 2);
     let t = tally(&st);
@@ -82,14 +112,16 @@ fn multi_per_client_limit_answers_503() {
 #[test]
 fn dry_run_logs_would_be_rejections() {
     let up = Upstream::start();
-    let ng = Nginx::builder().upstream_of(&up).start(&example("dry-run.conf"));
+    let ng = Nginx::builder()
+        .upstream_of(&up)
+        .start(&example("dry-run.conf"));
     clear_of_boundary(60_000, 4_000);
     let st = hammer(ng.port, "/", &[], 125, 2);
     assert_eq!(tally(&st).get(&200), Some(&125));
     assert_eq!(up.received(), 125);
     let log_path = ng.prefix().join("logs/rate_limit.log");
     let ok = wait_for(std::time::Duration::from_secs(3), || {
-        std::fs::read_to_string(&log_path).map_or(false, |l| l.lines().count() == 125)
+        std::fs::read_to_string(&log_path).is_ok_and(|l| l.lines().count() == 125)
     });
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     assert!(ok, "rate_limit.log:\n{log}");

@@ -126,7 +126,11 @@ fn faketime_file_controls_worker_clock() {
 /// master pid, and the instance stops cleanly.
 #[test]
 fn wrapper_command_is_supported() {
-    if std::process::Command::new("faketime").arg("--help").output().is_err() {
+    if std::process::Command::new("faketime")
+        .arg("--help")
+        .output()
+        .is_err()
+    {
         eprintln!("faketime not installed (make test installs it): skipped");
         return;
     }
@@ -134,14 +138,23 @@ fn wrapper_command_is_supported() {
         "server { listen 127.0.0.1:{{PORT}}; location / { root html; add_header X-T $time_iso8601 always; } }",
     ));
     let r = get(ng.port, "/");
-    assert!(r.header("X-T").unwrap_or("").starts_with("2024-01-01T00:00:"), "{}", r.describe());
+    assert!(
+        r.header("X-T")
+            .unwrap_or("")
+            .starts_with("2024-01-01T00:00:"),
+        "{}",
+        r.describe()
+    );
     let master = ng.master_pid();
     let workers = ng.worker_pids();
     assert_eq!(workers.len(), 2);
     drop(ng);
     for p in std::iter::once(master).chain(workers) {
-        assert!(!std::path::Path::new(&format!("/proc/{p}")).exists()
-            || std::fs::read_to_string(format!("/proc/{p}/stat")).map_or(true, |s| s.contains(") Z")),
-            "process {p} left running");
+        assert!(
+            !std::path::Path::new(&format!("/proc/{p}")).exists()
+                || std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .map_or(true, |s| s.contains(") Z")),
+            "process {p} left running"
+        );
     }
 }

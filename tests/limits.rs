@@ -48,19 +48,29 @@ fn key(ng: &Nginx, k: &str) -> Response {
 #[test]
 fn rejects_with_429_and_retry_after() {
     let up = Upstream::start();
-    let ng = start(&up, &conf(&zone("window=1h"), "rate_limit_window zone=z limit=3;"));
+    let ng = start(
+        &up,
+        &conf(&zone("window=1h"), "rate_limit_window zone=z limit=3;"),
+    );
     clear_of_boundary(HOUR_MS, 20_000);
     for i in 0..3 {
         let r = key(&ng, "alice");
         assert_eq!(r.status, 200, "request {i}: {}", r.describe());
         assert_eq!(r.body, b"upstream ok\n");
-        assert!(r.header("Retry-After").is_none(), "admitted response has Retry-After");
+        assert!(
+            r.header("Retry-After").is_none(),
+            "admitted response has Retry-After"
+        );
     }
     let r = key(&ng, "alice");
     assert_eq!(r.status, 429, "{}", r.describe());
     let ra = r.header_num("Retry-After");
-    assert!(ra >= 1 && ra <= 3600, "Retry-After {ra}");
-    assert!(r.text().contains("429"), "default error page expected: {}", r.text());
+    assert!((1..=3600).contains(&ra), "Retry-After {ra}");
+    assert!(
+        r.text().contains("429"),
+        "default error page expected: {}",
+        r.text()
+    );
     assert_eq!(up.received(), 3, "rejected request reached the upstream");
     // Another client is unaffected.
     assert_eq!(key(&ng, "bob").status, 200);
@@ -78,7 +88,10 @@ fn rejects_with_429_and_retry_after() {
 #[test]
 fn retry_after_is_exact() {
     let up = Upstream::start();
-    let ng = start(&up, &conf(&zone("window=3s"), "rate_limit_window zone=z limit=3;"));
+    let ng = start(
+        &up,
+        &conf(&zone("window=3s"), "rate_limit_window zone=z limit=3;"),
+    );
     sleep_until_window_offset(3000, 500);
     for _ in 0..3 {
         assert_eq!(key(&ng, "k").status, 200);
@@ -93,10 +106,18 @@ fn retry_after_is_exact() {
     }
     sleep(Duration::from_secs(2).saturating_sub(t0.elapsed()));
     let r = key(&ng, "k");
-    assert_eq!(r.status, 429, "retry after Retry-After-1 s must be rejected");
+    assert_eq!(
+        r.status, 429,
+        "retry after Retry-After-1 s must be rejected"
+    );
     sleep(Duration::from_secs(3).saturating_sub(t0.elapsed()));
     let r = key(&ng, "k");
-    assert_eq!(r.status, 200, "retry after Retry-After s must be admitted: {}", r.describe());
+    assert_eq!(
+        r.status,
+        200,
+        "retry after Retry-After s must be admitted: {}",
+        r.describe()
+    );
     let r = key(&ng, "k");
     assert_eq!(r.status, 429, "{}", r.describe());
     assert_eq!(r.header_num("Retry-After"), 1, "{}", r.describe());
@@ -109,19 +130,34 @@ fn retry_after_is_exact() {
 #[test]
 fn remaining_counts_down() {
     let up = Upstream::start();
-    let ng = start(&up, &conf(&zone("window=1h"), "rate_limit_window zone=z limit=5;"));
+    let ng = start(
+        &up,
+        &conf(&zone("window=1h"), "rate_limit_window zone=z limit=5;"),
+    );
     clear_of_boundary(HOUR_MS, 20_000);
     for expect in [4, 3, 2, 1, 0] {
         let r = key(&ng, "c");
         assert_eq!(r.status, 200);
         assert_eq!(r.header_num("RateLimit-Limit"), 5);
-        assert_eq!(r.header_num("RateLimit-Remaining"), expect, "{}", r.describe());
-        assert_eq!(r.header_num("X-RLW-Remaining"), expect, "$rate_limit_window_remaining");
+        assert_eq!(
+            r.header_num("RateLimit-Remaining"),
+            expect,
+            "{}",
+            r.describe()
+        );
+        assert_eq!(
+            r.header_num("X-RLW-Remaining"),
+            expect,
+            "$rate_limit_window_remaining"
+        );
         assert_eq!(r.header("X-RLW-Status"), Some("PASSED"));
         let reset = r.header_num("RateLimit-Reset");
         assert!((0..=3600).contains(&reset), "RateLimit-Reset {reset}");
         let to_boundary = ((HOUR_MS - now_ms() % HOUR_MS) / 1000) as i64;
-        assert!((reset - to_boundary).abs() <= 1, "Reset {reset} vs {to_boundary} s to the hour");
+        assert!(
+            (reset - to_boundary).abs() <= 1,
+            "Reset {reset} vs {to_boundary} s to the hour"
+        );
     }
     let r = key(&ng, "c");
     assert_eq!(r.status, 429);
@@ -169,33 +205,57 @@ fn headers_off_mode() {
     let up = Upstream::start();
     let ng = start(
         &up,
-        &conf(&zone("window=1h"), "rate_limit_window zone=z limit=1; rate_limit_window_headers off;"),
+        &conf(
+            &zone("window=1h"),
+            "rate_limit_window zone=z limit=1; rate_limit_window_headers off;",
+        ),
     );
     clear_of_boundary(HOUR_MS, 20_000);
     let ok = key(&ng, "o");
     let rej = key(&ng, "o");
     assert_eq!((ok.status, rej.status), (200, 429));
     for r in [&ok, &rej] {
-        for h in ["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "RateLimit", "RateLimit-Policy"] {
-            assert!(r.header(h).is_none(), "{h} sent in off mode: {}", r.describe());
+        for h in [
+            "RateLimit-Limit",
+            "RateLimit-Remaining",
+            "RateLimit-Reset",
+            "RateLimit",
+            "RateLimit-Policy",
+        ] {
+            assert!(
+                r.header(h).is_none(),
+                "{h} sent in off mode: {}",
+                r.describe()
+            );
         }
     }
-    assert!(rej.header_num("Retry-After") >= 1, "Retry-After stays in off mode");
+    assert!(
+        rej.header_num("Retry-After") >= 1,
+        "Retry-After stays in off mode"
+    );
 }
 
 /// Splits a structured-field list header into members.
 fn members(v: &str) -> Vec<String> {
-    v.split(',').map(|m| m.trim().to_string()).filter(|m| !m.is_empty()).collect()
+    v.split(',')
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty())
+        .collect()
 }
 
 /// `"name";a=1;b=2` -> (name, [(a,1),(b,2)])
 fn parse_member(m: &str) -> (String, Vec<(String, String)>) {
     let mut parts = m.split(';').map(str::trim);
     let name = parts.next().unwrap();
-    assert!(name.starts_with('"') && name.ends_with('"') && name.len() >= 2, "member name {name:?} in {m:?}");
+    assert!(
+        name.starts_with('"') && name.ends_with('"') && name.len() >= 2,
+        "member name {name:?} in {m:?}"
+    );
     let params = parts
         .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or_else(|| panic!("param {p:?} in {m:?}"));
+            let (k, v) = p
+                .split_once('=')
+                .unwrap_or_else(|| panic!("param {p:?} in {m:?}"));
             (k.to_string(), v.to_string())
         })
         .collect();
@@ -221,18 +281,28 @@ fn ietf_headers_format() {
     for h in ["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"] {
         assert!(r.header(h).is_none(), "{h} sent in ietf mode");
     }
-    let policy = r.header("RateLimit-Policy").unwrap_or_else(|| panic!("no RateLimit-Policy: {}", r.describe()));
+    let policy = r
+        .header("RateLimit-Policy")
+        .unwrap_or_else(|| panic!("no RateLimit-Policy: {}", r.describe()));
     let mut pol: Vec<_> = members(policy).iter().map(|m| parse_member(m)).collect();
     pol.sort();
     assert_eq!(
         pol,
         vec![
-            ("za".into(), vec![("q".into(), "5".into()), ("w".into(), "3600".into())]),
-            ("zb".into(), vec![("q".into(), "3".into()), ("w".into(), "60".into())]),
+            (
+                "za".into(),
+                vec![("q".into(), "5".into()), ("w".into(), "3600".into())]
+            ),
+            (
+                "zb".into(),
+                vec![("q".into(), "3".into()), ("w".into(), "60".into())]
+            ),
         ],
         "RateLimit-Policy: {policy}"
     );
-    let rl = r.header("RateLimit").unwrap_or_else(|| panic!("no RateLimit: {}", r.describe()));
+    let rl = r
+        .header("RateLimit")
+        .unwrap_or_else(|| panic!("no RateLimit: {}", r.describe()));
     let mut got: Vec<_> = members(rl).iter().map(|m| parse_member(m)).collect();
     got.sort();
     assert_eq!(got.len(), 2, "RateLimit: {rl}");
@@ -240,7 +310,11 @@ fn ietf_headers_format() {
     for ((name, params), (ename, er, wmax)) in got.iter().zip(expect) {
         assert_eq!(name, ename, "RateLimit: {rl}");
         assert_eq!(params.len(), 2, "RateLimit: {rl}");
-        assert_eq!(params[0], ("r".to_string(), er.to_string()), "RateLimit: {rl}");
+        assert_eq!(
+            params[0],
+            ("r".to_string(), er.to_string()),
+            "RateLimit: {rl}"
+        );
         assert_eq!(params[1].0, "t", "RateLimit: {rl}");
         let t: i64 = params[1].1.parse().unwrap();
         assert!((0..=wmax).contains(&t), "t={t} for {name}");
@@ -251,7 +325,11 @@ fn ietf_headers_format() {
     let r = key(&ng, "i");
     assert_eq!(r.status, 429);
     assert!(r.header("Retry-After").is_some());
-    assert!(r.header("RateLimit").is_some() && r.header("RateLimit-Policy").is_some(), "{}", r.describe());
+    assert!(
+        r.header("RateLimit").is_some() && r.header("RateLimit-Policy").is_some(),
+        "{}",
+        r.describe()
+    );
 }
 
 /// With several limits, the RateLimit-* trio is the one with the fewest
@@ -269,7 +347,11 @@ fn several_limits_trio_is_fewest_remaining() {
     );
     clear_of_boundary(HOUR_MS, 20_000);
     let trio = |r: &Response| {
-        (r.status, r.header_num("RateLimit-Limit"), r.header_num("RateLimit-Remaining"))
+        (
+            r.status,
+            r.header_num("RateLimit-Limit"),
+            r.header_num("RateLimit-Remaining"),
+        )
     };
     // Remaining per zone after each admission; the trio is the smaller.
     for (k, exp) in [
@@ -316,7 +398,14 @@ fn tiers_via_map() {
     let free: Vec<u16> = (0..4).map(|_| key(&ng, "free-user").status).collect();
     assert_eq!(free, [200, 200, 429, 429]);
     let pro: Vec<Response> = (0..7)
-        .map(|_| request(ng.port, "GET", "/", &[("X-Key", b"pro-user"), ("X-Plan", b"pro")]))
+        .map(|_| {
+            request(
+                ng.port,
+                "GET",
+                "/",
+                &[("X-Key", b"pro-user"), ("X-Plan", b"pro")],
+            )
+        })
         .collect();
     let st: Vec<u16> = pro.iter().map(|r| r.status).collect();
     assert_eq!(st, [200, 200, 200, 200, 200, 429, 429]);
@@ -327,29 +416,51 @@ fn tiers_via_map() {
 #[test]
 fn empty_key_is_exempt() {
     let up = Upstream::start();
-    let ng = start(&up, &conf(&zone("window=1h"), "rate_limit_window zone=z limit=1;"));
+    let ng = start(
+        &up,
+        &conf(&zone("window=1h"), "rate_limit_window zone=z limit=1;"),
+    );
     for _ in 0..20 {
         let r = get(ng.port, "/");
         assert_eq!(r.status, 200, "{}", r.describe());
         assert_eq!(r.header("X-RLW-Status"), Some("EXEMPT"));
-        assert!(r.header("RateLimit-Limit").is_none(), "exempt request got limit headers");
+        assert!(
+            r.header("RateLimit-Limit").is_none(),
+            "exempt request got limit headers"
+        );
     }
     assert_eq!(up.received(), 20);
     // An empty limit variable exempts too.
     let ng2 = start(
         &up,
-        &conf(&zone("window=1h"), "rate_limit_window zone=z limit=$http_x_limit;"),
+        &conf(
+            &zone("window=1h"),
+            "rate_limit_window zone=z limit=$http_x_limit;",
+        ),
     );
     for _ in 0..5 {
         let r = key(&ng2, "someone");
         assert_eq!(r.status, 200);
         assert_eq!(r.header("X-RLW-Status"), Some("EXEMPT"));
     }
-    let r = request(ng2.port, "GET", "/", &[("X-Key", b"someone"), ("X-Limit", b"1")]);
+    let r = request(
+        ng2.port,
+        "GET",
+        "/",
+        &[("X-Key", b"someone"), ("X-Limit", b"1")],
+    );
     assert_eq!(r.status, 200);
     assert_eq!(r.header("X-RLW-Status"), Some("PASSED"));
-    let r = request(ng2.port, "GET", "/", &[("X-Key", b"someone"), ("X-Limit", b"1")]);
-    assert_eq!(r.status, 429, "exempt requests must not have been counted either way");
+    let r = request(
+        ng2.port,
+        "GET",
+        "/",
+        &[("X-Key", b"someone"), ("X-Limit", b"1")],
+    );
+    assert_eq!(
+        r.status, 429,
+        "exempt requests must not have been counted either way"
+    );
 }
 
 /// Keys are compared as bytes: binary and 70 KB values are distinct
@@ -359,11 +470,12 @@ fn binary_and_huge_keys() {
     let up = Upstream::start();
     let ng = start(
         &up,
-        &format!(
-            "{}",
-            conf(&zone("window=1h"), "rate_limit_window zone=z limit=2;")
-                .replace("access_log logs/access.log;", "access_log logs/access.log; large_client_header_buffers 4 128k;")
-        ),
+        &conf(&zone("window=1h"), "rate_limit_window zone=z limit=2;")
+            .replace(
+                "access_log logs/access.log;",
+                "access_log logs/access.log; large_client_header_buffers 4 128k;",
+            )
+            .to_string(),
     );
     clear_of_boundary(HOUR_MS, 20_000);
     let huge_a = vec![b'a'; 70 * 1024];
@@ -372,7 +484,9 @@ fn binary_and_huge_keys() {
     let bin1: Vec<u8> = (0x80u8..=0xff).chain([b'x', 0x01, 0x7f]).collect();
     let bin2: Vec<u8> = (0x80u8..=0xff).chain([b'y', 0x01, 0x7f]).collect();
     for k in [&huge_a, &huge_b, &bin1, &bin2] {
-        let st: Vec<u16> = (0..3).map(|_| request(ng.port, "GET", "/", &[("X-Key", k)]).status).collect();
+        let st: Vec<u16> = (0..3)
+            .map(|_| request(ng.port, "GET", "/", &[("X-Key", k)]).status)
+            .collect();
         assert_eq!(st, [200, 200, 429], "key of {} bytes", k.len());
     }
     assert_eq!(up.received(), 8);
@@ -421,27 +535,54 @@ fn dry_run_counts_but_passes() {
     let up = Upstream::start();
     let ng = start(
         &up,
-        &conf(&zone("window=1h"), "rate_limit_window zone=z limit=2; rate_limit_window_dry_run on;")
-            .replace(
-                "access_log logs/access.log;",
-                "log_format rlw '$request_uri $status rlw=$rate_limit_window_status';
+        &conf(
+            &zone("window=1h"),
+            "rate_limit_window zone=z limit=2; rate_limit_window_dry_run on;",
+        )
+        .replace(
+            "access_log logs/access.log;",
+            "log_format rlw '$request_uri $status rlw=$rate_limit_window_status';
                  access_log logs/access.log rlw;",
-            ),
+        ),
     );
     clear_of_boundary(HOUR_MS, 20_000);
     let rs: Vec<Response> = (0..5).map(|_| key(&ng, "d")).collect();
     let statuses: Vec<u16> = rs.iter().map(|r| r.status).collect();
     assert_eq!(statuses, [200; 5]);
-    let st: Vec<&str> = rs.iter().map(|r| r.header("X-RLW-Status").unwrap_or("")).collect();
-    assert_eq!(st, ["PASSED", "PASSED", "REJECTED_DRY_RUN", "REJECTED_DRY_RUN", "REJECTED_DRY_RUN"]);
+    let st: Vec<&str> = rs
+        .iter()
+        .map(|r| r.header("X-RLW-Status").unwrap_or(""))
+        .collect();
+    assert_eq!(
+        st,
+        [
+            "PASSED",
+            "PASSED",
+            "REJECTED_DRY_RUN",
+            "REJECTED_DRY_RUN",
+            "REJECTED_DRY_RUN"
+        ]
+    );
     for r in &rs {
-        assert!(r.header("Retry-After").is_none(), "dry run must not send Retry-After");
+        assert!(
+            r.header("Retry-After").is_none(),
+            "dry run must not send Retry-After"
+        );
         assert_eq!(r.body, b"upstream ok\n");
     }
     assert_eq!(up.received(), 5);
     // The access log shows the verdicts.
-    assert!(wait_for(Duration::from_secs(2), || ng.access_log().matches("rlw=REJECTED_DRY_RUN").count() == 3));
-    assert_eq!(ng.access_log().matches("rlw=PASSED").count(), 2, "{}", ng.access_log());
+    assert!(wait_for(Duration::from_secs(2), || ng
+        .access_log()
+        .matches("rlw=REJECTED_DRY_RUN")
+        .count()
+        == 3));
+    assert_eq!(
+        ng.access_log().matches("rlw=PASSED").count(),
+        2,
+        "{}",
+        ng.access_log()
+    );
     // would-be rejections are logged at the log level (default error).
     assert!(ng.error_log().contains("zone \"z\""), "{}", ng.error_log());
 }
@@ -451,7 +592,10 @@ fn custom_status_503() {
     let up = Upstream::start();
     let ng = start(
         &up,
-        &conf(&zone("window=1h"), "rate_limit_window zone=z limit=1; rate_limit_window_status 503;"),
+        &conf(
+            &zone("window=1h"),
+            "rate_limit_window zone=z limit=1; rate_limit_window_status 503;",
+        ),
     );
     clear_of_boundary(HOUR_MS, 20_000);
     assert_eq!(key(&ng, "s").status, 200);
@@ -464,7 +608,10 @@ fn custom_status_503() {
 #[test]
 fn limit_zero_rejects_everything() {
     let up = Upstream::start();
-    let ng = start(&up, &conf(&zone("window=1h"), "rate_limit_window zone=z limit=0;"));
+    let ng = start(
+        &up,
+        &conf(&zone("window=1h"), "rate_limit_window zone=z limit=0;"),
+    );
     for k in ["a", "b", "a"] {
         let r = key(&ng, k);
         assert_eq!(r.status, 429, "{}", r.describe());
@@ -485,7 +632,10 @@ fn rejection_log_line_level_and_no_key() {
     let up = Upstream::start();
     let ng = start(
         &up,
-        &conf(&zone("window=1h"), "rate_limit_window zone=z limit=1; rate_limit_window_log_level warn;"),
+        &conf(
+            &zone("window=1h"),
+            "rate_limit_window zone=z limit=1; rate_limit_window_log_level warn;",
+        ),
     );
     clear_of_boundary(HOUR_MS, 20_000);
     let off = ng.error_log_len();
@@ -511,7 +661,10 @@ fn rejection_log_line_level_and_no_key() {
     // Level notice: lines at [notice].
     let ng2 = start(
         &up,
-        &conf(&zone("window=1h"), "rate_limit_window zone=z limit=0; rate_limit_window_log_level notice;"),
+        &conf(
+            &zone("window=1h"),
+            "rate_limit_window zone=z limit=0; rate_limit_window_log_level notice;",
+        ),
     );
     assert_eq!(key(&ng2, "x").status, 429);
     assert!(wait_for(Duration::from_secs(2), || ng2
@@ -558,14 +711,25 @@ fn error_page_keeps_retry_after_and_counts_once() {
     assert_eq!(get_key(ng.port, "/", "e").status, 200);
     let r = get_key(ng.port, "/", "e");
     assert_eq!(r.status, 429, "{}", r.describe());
-    assert!(r.text().contains("slow down"), "custom error page: {}", r.describe());
-    assert!(r.header_num("Retry-After") >= 1, "Retry-After on custom error page");
+    assert!(
+        r.text().contains("slow down"),
+        "custom error page: {}",
+        r.describe()
+    );
+    assert!(
+        r.header_num("Retry-After") >= 1,
+        "Retry-After on custom error page"
+    );
     assert_eq!(r.header_num("RateLimit-Remaining"), 0);
     // error_page to a named location.
     let r = get_key(ng.port, "/named/x", "e");
     assert_eq!(r.status, 429, "{}", r.describe());
     assert_eq!(r.text(), "named page\n");
-    assert!(r.header_num("Retry-After") >= 1, "Retry-After after named error_page: {}", r.describe());
+    assert!(
+        r.header_num("Retry-After") >= 1,
+        "Retry-After after named error_page: {}",
+        r.describe()
+    );
     assert_eq!(up.received(), 2);
 }
 
@@ -588,7 +752,10 @@ fn try_files_and_rewrite_count_once() {
         let rs: Vec<Response> = (0..5).map(|_| get_key(ng.port, path, k)).collect();
         let st: Vec<u16> = rs.iter().map(|r| r.status).collect();
         assert_eq!(st, [200, 200, 200, 429, 429], "{path}");
-        let rem: Vec<i64> = rs[..3].iter().map(|r| r.header_num("RateLimit-Remaining")).collect();
+        let rem: Vec<i64> = rs[..3]
+            .iter()
+            .map(|r| r.header_num("RateLimit-Remaining"))
+            .collect();
         assert_eq!(rem, [2, 1, 0], "{path}");
         assert_eq!(rs[0].header("X-Upstream"), Some("1"));
     }
@@ -618,7 +785,9 @@ fn limits_inherit_like_limit_req() {
         }"#,
     ));
     clear_of_boundary(HOUR_MS, 20_000);
-    let st = |port, path: &str, k: &str| -> Vec<u16> { (0..4).map(|_| get_key(port, path, k).status).collect() };
+    let st = |port, path: &str, k: &str| -> Vec<u16> {
+        (0..4).map(|_| get_key(port, path, k).status).collect()
+    };
     assert_eq!(st(ng.port, "/inherit/", "i"), [200, 429, 429, 429]);
     assert_eq!(st(ng.port, "/own/", "o"), [200, 200, 200, 429]);
     assert_eq!(st(ng.port2, "/", "s"), [200, 200, 429, 429]);
@@ -661,21 +830,53 @@ fn invalid_limit_variable_follows_fail_policy() {
     ));
     let off = ng.error_log_len();
     for bad in ["abc", "-1", "12x", "99999999999999999999"] {
-        let r = request(ng.port, "GET", "/open/", &[("X-Key", b"v"), ("X-Limit", bad.as_bytes())]);
+        let r = request(
+            ng.port,
+            "GET",
+            "/open/",
+            &[("X-Key", b"v"), ("X-Limit", bad.as_bytes())],
+        );
         assert_eq!(r.status, 200, "fail=open, limit {bad:?}: {}", r.describe());
-        let r = request(ng.port, "GET", "/closed/", &[("X-Key", b"v"), ("X-Limit", bad.as_bytes())]);
-        assert_eq!(r.status, 429, "fail=closed, limit {bad:?}: {}", r.describe());
+        let r = request(
+            ng.port,
+            "GET",
+            "/closed/",
+            &[("X-Key", b"v"), ("X-Limit", bad.as_bytes())],
+        );
+        assert_eq!(
+            r.status,
+            429,
+            "fail=closed, limit {bad:?}: {}",
+            r.describe()
+        );
     }
     assert_eq!(up.received(), 4);
-    assert!(wait_for(Duration::from_secs(2), || {
-        let log = ng.error_log_since(off);
-        log.lines().any(|l| l.contains("[error]") && l.contains("zopen"))
-            && log.lines().any(|l| l.contains("[error]") && l.contains("zclosed"))
-    }), "an [error] line naming each zone expected:\n{}", ng.error_log_since(off));
+    assert!(
+        wait_for(Duration::from_secs(2), || {
+            let log = ng.error_log_since(off);
+            log.lines()
+                .any(|l| l.contains("[error]") && l.contains("zopen"))
+                && log
+                    .lines()
+                    .any(|l| l.contains("[error]") && l.contains("zclosed"))
+        }),
+        "an [error] line naming each zone expected:\n{}",
+        ng.error_log_since(off)
+    );
     // A valid value applies normally.
-    let r = request(ng.port, "GET", "/open/", &[("X-Key", b"w"), ("X-Limit", b"1")]);
+    let r = request(
+        ng.port,
+        "GET",
+        "/open/",
+        &[("X-Key", b"w"), ("X-Limit", b"1")],
+    );
     assert_eq!((r.status, r.header("X-RLW-Status")), (200, Some("PASSED")));
-    let r = request(ng.port, "GET", "/open/", &[("X-Key", b"w"), ("X-Limit", b"1")]);
+    let r = request(
+        ng.port,
+        "GET",
+        "/open/",
+        &[("X-Key", b"w"), ("X-Limit", b"1")],
+    );
     assert_eq!(r.status, 429);
 }
 
@@ -731,13 +932,20 @@ fn reload_with_changed_key_or_window_fails_and_old_config_serves() {
         ("key", reload_conf("$http_x_other", "1h", 2, 2)),
         ("window", reload_conf("$http_x_key", "30m", 2, 2)),
     ] {
-        let err = ng.try_reload_with(&bad).expect_err(&format!("reload with changed {what} must fail"));
+        let err = ng
+            .try_reload_with(&bad)
+            .expect_err(&format!("reload with changed {what} must fail"));
         assert!(
-            err.lines().any(|l| l.contains("[emerg]") && l.contains("is already bound")),
+            err.lines()
+                .any(|l| l.contains("[emerg]") && l.contains("is already bound")),
             "changed {what}: {err}"
         );
         let r = key(&ng, "k");
-        assert_eq!((r.status, r.header("X-Gen")), (429, Some("1")), "old config must keep limiting");
+        assert_eq!(
+            (r.status, r.header("X-Gen")),
+            (429, Some("1")),
+            "old config must keep limiting"
+        );
         let other = format!("other-{what}");
         let st: Vec<u16> = (0..3).map(|_| key(&ng, &other).status).collect();
         assert_eq!(st, [200, 200, 429], "old config, fresh key");

@@ -58,7 +58,10 @@ impl Metrics {
             .unwrap_or_else(|| panic!("no sample {metric}{labels:?} in\n{:#?}", self.samples))
     }
     fn requests(&self, zone: &str, result: &str) -> f64 {
-        self.val("rate_limit_window_requests_total", &[("zone", zone), ("result", result)])
+        self.val(
+            "rate_limit_window_requests_total",
+            &[("zone", zone), ("result", result)],
+        )
     }
 }
 
@@ -66,7 +69,10 @@ fn scrape(port: u16) -> Metrics {
     let r = get(port, "/metrics");
     assert_eq!(r.status, 200, "{}", r.describe());
     let ct = r.header("Content-Type").unwrap_or("");
-    assert!(ct.starts_with("text/plain; version=0.0.4"), "Content-Type {ct:?}");
+    assert!(
+        ct.starts_with("text/plain; version=0.0.4"),
+        "Content-Type {ct:?}"
+    );
     let text = r.text();
     let s = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
         .unwrap_or_else(|e| panic!("unparsable exposition: {e}\n{text}"));
@@ -81,24 +87,36 @@ fn scrape(port: u16) -> Metrics {
     ] {
         let base = fam.0.trim_end_matches("_total");
         assert!(
-            text.lines().any(|l| l.starts_with(&format!("# HELP {} ", fam.0))
-                || l.starts_with(&format!("# HELP {base} "))),
+            text.lines()
+                .any(|l| l.starts_with(&format!("# HELP {} ", fam.0))
+                    || l.starts_with(&format!("# HELP {base} "))),
             "no # HELP for {}:\n{text}",
             fam.0
         );
         assert!(
-            text.lines().any(|l| l == format!("# TYPE {} {}", fam.0, fam.1)
-                || l == format!("# TYPE {base} {}", fam.1)),
+            text.lines()
+                .any(|l| l == format!("# TYPE {} {}", fam.0, fam.1)
+                    || l == format!("# TYPE {base} {}", fam.1)),
             "no # TYPE {} {}:\n{text}",
             fam.0,
             fam.1
         );
     }
-    Metrics { samples: s.samples, docs: s.docs }
+    Metrics {
+        samples: s.samples,
+        docs: s.docs,
+    }
 }
 
 fn lookup(port: u16, zone: &str, key: &[u8]) -> (u16, serde_json::Value) {
-    let r = get(port, &format!("/metrics?zone={}&key={}", url_encode(zone.as_bytes()), url_encode(key)));
+    let r = get(
+        port,
+        &format!(
+            "/metrics?zone={}&key={}",
+            url_encode(zone.as_bytes()),
+            url_encode(key)
+        ),
+    );
     let v = if r.status == 200 {
         let ct = r.header("Content-Type").unwrap_or("");
         assert!(ct.starts_with("application/json"), "Content-Type {ct:?}");
@@ -149,10 +167,22 @@ fn prometheus_counts_passed_and_rejected() {
     assert!(m.val("rate_limit_window_slots", &[("zone", "z")]) > 0.0);
     assert_eq!(m.val("rate_limit_window_slots_used", &[("zone", "z")]), 1.0);
     for kind in ["idle", "live"] {
-        assert_eq!(m.val("rate_limit_window_evictions_total", &[("zone", "z"), ("kind", kind)]), 0.0);
+        assert_eq!(
+            m.val(
+                "rate_limit_window_evictions_total",
+                &[("zone", "z"), ("kind", kind)]
+            ),
+            0.0
+        );
     }
-    assert_eq!(m.val("rate_limit_window_fail_closed_total", &[("zone", "z")]), 0.0);
-    assert_eq!(m.val("rate_limit_window_clock_backwards_total", &[("zone", "z")]), 0.0);
+    assert_eq!(
+        m.val("rate_limit_window_fail_closed_total", &[("zone", "z")]),
+        0.0
+    );
+    assert_eq!(
+        m.val("rate_limit_window_clock_backwards_total", &[("zone", "z")]),
+        0.0
+    );
     assert!(!m.docs.is_empty());
     // Scraping is not itself counted.
     assert_eq!(scrape(ng.port).requests("z", "passed"), 6.0);
@@ -167,21 +197,36 @@ fn json_lookup() {
     ));
     clear_of_boundary(HOUR_MS, 20_000);
     let key = b"a b/c?&=%\xff";
-    let st: Vec<u16> = (0..5).map(|_| request(ng.port, "GET", "/", &[("X-Key", key)]).status).collect();
+    let st: Vec<u16> = (0..5)
+        .map(|_| request(ng.port, "GET", "/", &[("X-Key", key)]).status)
+        .collect();
     assert_eq!(st, [200, 200, 200, 429, 429]);
     let (status, v) = lookup(ng.port, "z", key);
     assert_eq!(status, 200);
     assert_eq!(v["zone"], "z");
     assert_eq!(num(&v, "window_seconds"), 3600.0);
-    assert_eq!(num(&v, "current"), 3.0, "admitted count; rejected ones not counted: {v}");
+    assert_eq!(
+        num(&v, "current"),
+        3.0,
+        "admitted count; rejected ones not counted: {v}"
+    );
     assert_eq!(num(&v, "previous"), 0.0);
     assert!((num(&v, "estimate") - 3.0).abs() < 1e-9, "{v}");
     let idx = num(&v, "window_index") as u128;
     let now_idx = now_ms() / HOUR_MS;
-    assert!(idx == now_idx || idx + 1 == now_idx, "window_index {idx} vs {now_idx}");
+    assert!(
+        idx == now_idx || idx + 1 == now_idx,
+        "window_index {idx} vs {now_idx}"
+    );
     let utc = v["window_start_utc"].as_str().expect("window_start_utc");
-    assert_eq!(strip_zero_fraction(utc), rfc3339_utc((idx * 3600) as i64), "{v}");
-    let local = v["window_start_local"].as_str().expect("window_start_local");
+    assert_eq!(
+        strip_zero_fraction(utc),
+        rfc3339_utc((idx * 3600) as i64),
+        "{v}"
+    );
+    let local = v["window_start_local"]
+        .as_str()
+        .expect("window_start_local");
     assert!(
         local.ends_with('Z') || local.contains('+') || local[10..].contains('-'),
         "window_start_local {local:?} must carry an offset"
@@ -223,7 +268,11 @@ fn accounting_with_two_limits() {
     assert_eq!(m.requests("all", "rejected"), 1.0, "C's 2nd");
     assert_eq!(num(&lookup(ng.port, "all", b"global").1, "current"), 5.0);
     assert_eq!(num(&lookup(ng.port, "per", b"A").1, "current"), 2.0);
-    assert_eq!(num(&lookup(ng.port, "per", b"C").1, "current"), 1.0, "undone admission");
+    assert_eq!(
+        num(&lookup(ng.port, "per", b"C").1, "current"),
+        1.0,
+        "undone admission"
+    );
 }
 
 #[test]
@@ -245,14 +294,23 @@ fn dry_run_and_fail_closed_counters() {
         assert_eq!(get_key(ng.port, "/dry/", "d").status, 200);
     }
     for _ in 0..2 {
-        let r = request(ng.port, "GET", "/fc/", &[("X-Key", b"f"), ("X-Limit", b"lots")]);
+        let r = request(
+            ng.port,
+            "GET",
+            "/fc/",
+            &[("X-Key", b"f"), ("X-Limit", b"lots")],
+        );
         assert_eq!(r.status, 429);
     }
     let m = scrape(ng.port);
     assert_eq!(m.requests("dry", "passed"), 1.0);
     assert_eq!(m.requests("dry", "rejected_dry_run"), 2.0);
     assert_eq!(m.requests("dry", "rejected"), 0.0);
-    assert_eq!(num(&lookup(ng.port, "dry", b"d").1, "current"), 1.0, "dry run counts like enforcement");
+    assert_eq!(
+        num(&lookup(ng.port, "dry", b"d").1, "current"),
+        1.0,
+        "dry run counts like enforcement"
+    );
     assert_eq!(
         m.val("rate_limit_window_fail_closed_total", &[("zone", "fc")]),
         2.0,
@@ -293,19 +351,30 @@ fn evictions_after_flooding_small_zone() {
     clear_of_boundary(HOUR_MS, 30_000);
     let port = ng.port;
     let st = hammer_with(port, 3000, 8, |i| {
-        ("/".to_string(), vec![("X-Key".to_string(), format!("client-{i}").into_bytes())])
+        (
+            "/".to_string(),
+            vec![("X-Key".to_string(), format!("client-{i}").into_bytes())],
+        )
     });
     assert_eq!(tally(&st).get(&200), Some(&3000), "{:?}", tally(&st));
     let m = scrape(port);
-    let ev = m.val("rate_limit_window_evictions_total", &[("zone", "tiny"), ("kind", "idle")])
-        + m.val("rate_limit_window_evictions_total", &[("zone", "tiny"), ("kind", "live")]);
+    let ev = m.val(
+        "rate_limit_window_evictions_total",
+        &[("zone", "tiny"), ("kind", "idle")],
+    ) + m.val(
+        "rate_limit_window_evictions_total",
+        &[("zone", "tiny"), ("kind", "live")],
+    );
     assert!(ev > 0.0, "no evictions after 3000 keys in 32k");
     let slots = m.val("rate_limit_window_slots", &[("zone", "tiny")]);
     let used = m.val("rate_limit_window_slots_used", &[("zone", "tiny")]);
     assert!(slots > 0.0 && slots < 3000.0, "slots {slots}");
     assert!(used <= slots && used > 0.0, "used {used} of {slots}");
     assert_eq!(m.requests("tiny", "passed"), 3000.0);
-    assert!(ev + used >= 3000.0 - 1e-9, "every key took a slot: evictions {ev} + used {used}");
+    assert!(
+        ev + used >= 3000.0 - 1e-9,
+        "every key took a slot: evictions {ev} + used {used}"
+    );
 }
 
 #[test]
@@ -332,24 +401,40 @@ fn window_start_local_uses_tz() {
         return;
     }
     let up = Upstream::start();
-    let ng = Nginx::builder().upstream_of(&up).env("TZ", "Asia/Kolkata").start(&conf(
-        "rate_limit_window_zone $http_x_key zone=z:1m window=1h;",
-        "rate_limit_window zone=z limit=3;",
-    ));
+    let ng = Nginx::builder()
+        .upstream_of(&up)
+        .env("TZ", "Asia/Kolkata")
+        .start(&conf(
+            "rate_limit_window_zone $http_x_key zone=z:1m window=1h;",
+            "rate_limit_window zone=z limit=3;",
+        ));
     clear_of_boundary(HOUR_MS, 20_000);
     let (_, v) = lookup(ng.port, "z", b"x");
     let idx = num(&v, "window_index") as i64;
     let utc = v["window_start_utc"].as_str().unwrap();
     let local = v["window_start_local"].as_str().unwrap();
     assert_eq!(strip_zero_fraction(utc), rfc3339_utc(idx * 3600));
-    assert_eq!(strip_zero_fraction(local), rfc3339_offset(idx * 3600, 5 * 3600 + 30 * 60), "{v}");
+    assert_eq!(
+        strip_zero_fraction(local),
+        rfc3339_offset(idx * 3600, 5 * 3600 + 30 * 60),
+        "{v}"
+    );
 }
 
 #[test]
 fn rfc3339_helpers() {
     assert_eq!(rfc3339_utc(1704067204), "2024-01-01T00:00:04Z");
-    assert_eq!(rfc3339_offset(1704067204, 19800), "2024-01-01T05:30:04+05:30");
-    assert_eq!(rfc3339_offset(1704067204, -3600), "2023-12-31T23:00:04-01:00");
-    assert_eq!(strip_zero_fraction("2024-01-01T00:00:04.000Z"), "2024-01-01T00:00:04Z");
+    assert_eq!(
+        rfc3339_offset(1704067204, 19800),
+        "2024-01-01T05:30:04+05:30"
+    );
+    assert_eq!(
+        rfc3339_offset(1704067204, -3600),
+        "2023-12-31T23:00:04-01:00"
+    );
+    assert_eq!(
+        strip_zero_fraction("2024-01-01T00:00:04.000Z"),
+        "2024-01-01T00:00:04Z"
+    );
     let _ = Duration::from_secs(0);
 }

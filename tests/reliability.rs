@@ -24,7 +24,10 @@ use std::time::Duration;
 #[test]
 fn exact_admission_across_four_workers() {
     let up = Upstream::start();
-    let ng = Nginx::builder().workers(4).upstream_of(&up).start(&one_key_conf(1000));
+    let ng = Nginx::builder()
+        .workers(4)
+        .upstream_of(&up)
+        .start(&one_key_conf(1000));
     clear_of_boundary(HOUR_MS, 60_000);
     let res = hammer_collect(ng.port, 5000, 40, "X-Worker", |_| {
         ("/".into(), vec![("X-Key".into(), b"one".to_vec())])
@@ -32,7 +35,11 @@ fn exact_admission_across_four_workers() {
     let st: Vec<u16> = res.iter().map(|r| r.0).collect();
     let t = tally(&st);
     let workers: BTreeSet<String> = res.iter().filter_map(|r| r.1.clone()).collect();
-    let admitted_by: BTreeSet<String> = res.iter().filter(|r| r.0 == 200).filter_map(|r| r.1.clone()).collect();
+    let admitted_by: BTreeSet<String> = res
+        .iter()
+        .filter(|r| r.0 == 200)
+        .filter_map(|r| r.1.clone())
+        .collect();
     eprintln!(
         "exact: limit 1000, {t:?}, upstream {}, workers serving {workers:?} (admitting {admitted_by:?})",
         up.received()
@@ -41,11 +48,31 @@ fn exact_admission_across_four_workers() {
     assert_eq!(t.get(&429).copied().unwrap_or(0), 4000, "{t:?}");
     assert_eq!(st.len(), 5000);
     assert_eq!(up.received(), 1000);
-    assert!(workers.len() >= 2, "only workers {workers:?} served: reuseport did not spread the load");
-    assert!(admitted_by.len() >= 2, "only {admitted_by:?} admitted: the test did not race workers");
+    assert!(
+        workers.len() >= 2,
+        "only workers {workers:?} served: reuseport did not spread the load"
+    );
+    assert!(
+        admitted_by.len() >= 2,
+        "only {admitted_by:?} admitted: the test did not race workers"
+    );
     assert_eq!(current(ng.port, "z", b"one"), 1000);
-    assert_eq!(metric(ng.port, "rate_limit_window_requests_total", &[("zone", "z"), ("result", "passed")]), 1000.0);
-    assert_eq!(metric(ng.port, "rate_limit_window_requests_total", &[("zone", "z"), ("result", "rejected")]), 4000.0);
+    assert_eq!(
+        metric(
+            ng.port,
+            "rate_limit_window_requests_total",
+            &[("zone", "z"), ("result", "passed")]
+        ),
+        1000.0
+    );
+    assert_eq!(
+        metric(
+            ng.port,
+            "rate_limit_window_requests_total",
+            &[("zone", "z"), ("result", "rejected")]
+        ),
+        4000.0
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -71,7 +98,10 @@ fn killed_workers_never_over_admit() {
 #[test]
 fn reload_under_load_keeps_counts() {
     let n = reload_under_load(20_000, 16, Duration::from_secs(3));
-    assert!(n >= 3, "only {n} reloads while admitting: the limit was exhausted too fast");
+    assert!(
+        n >= 3,
+        "only {n} reloads while admitting: the limit was exhausted too fast"
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -133,7 +163,13 @@ fn clock_conf(window: &str, limit: u32) -> String {
 }
 
 fn msec_secs(r: &Response) -> i64 {
-    r.header("X-Msec").unwrap_or_else(|| panic!("no X-Msec: {}", r.describe())).split('.').next().unwrap().parse().unwrap()
+    r.header("X-Msec")
+        .unwrap_or_else(|| panic!("no X-Msec: {}", r.describe()))
+        .split('.')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 /// The incident, replayed in nginx: TZ=America/New_York, 2026-11-01 during
@@ -158,7 +194,11 @@ fn incident_replay_dst_fall_back() {
     let v = key_json(ng.port, "z", key);
     let r = get(ng.port, "/metrics?zone=z&key=x");
     assert_eq!(msec_secs(&r), E0, "nginx does not see the faked instant");
-    assert_eq!(strip_zero_fraction(v["window_start_utc"].as_str().unwrap()), "2026-11-01T06:47:00Z", "{v}");
+    assert_eq!(
+        strip_zero_fraction(v["window_start_utc"].as_str().unwrap()),
+        "2026-11-01T06:47:00Z",
+        "{v}"
+    );
     assert_eq!(
         strip_zero_fraction(v["window_start_local"].as_str().unwrap()),
         "2026-11-01T01:47:00-05:00",
@@ -177,12 +217,26 @@ fn incident_replay_dst_fall_back() {
     eprintln!("incident replay: limit 600, first burst at 01:47:55 EST {first:?}, second at 01:48:05 EST {second:?}; {v}");
     assert_eq!(first.get(&200).copied().unwrap_or(0), 550, "{first:?}");
     let admitted = second.get(&200).copied().unwrap_or(0);
-    assert!(admitted >= 1 && admitted <= 96, "second burst admitted {admitted} (must be at most 96)");
-    assert_eq!(admitted, 96, "frozen clock: 550*55/60 = 504.2, so exactly 96 fit under 600");
+    assert!(
+        (1..=96).contains(&admitted),
+        "second burst admitted {admitted} (must be at most 96)"
+    );
+    assert_eq!(
+        admitted, 96,
+        "frozen clock: 550*55/60 = 504.2, so exactly 96 fit under 600"
+    );
     assert_eq!(second.get(&429).copied().unwrap_or(0), 454, "{second:?}");
     assert_eq!(up.received(), 550 + 96);
-    assert_eq!(strip_zero_fraction(v["window_start_local"].as_str().unwrap()), "2026-11-01T01:48:00-05:00", "{v}");
-    assert_eq!((v["current"].as_f64(), v["previous"].as_f64()), (Some(96.0), Some(550.0)), "{v}");
+    assert_eq!(
+        strip_zero_fraction(v["window_start_local"].as_str().unwrap()),
+        "2026-11-01T01:48:00-05:00",
+        "{v}"
+    );
+    assert_eq!(
+        (v["current"].as_f64(), v["previous"].as_f64()),
+        (Some(96.0), Some(550.0)),
+        "{v}"
+    );
 }
 
 /// 2024-01-01T00:00:00Z.
@@ -219,7 +273,11 @@ fn clock_step_back_keeps_counts() {
             assert_eq!(r.status, 429, "{}", r.describe());
         }
     }
-    let backwards = metric(ng.port, "rate_limit_window_clock_backwards_total", &[("zone", "z")]);
+    let backwards = metric(
+        ng.port,
+        "rate_limit_window_clock_backwards_total",
+        &[("zone", "z")],
+    );
     // Forward again, same window as before the step.
     clock.set(t + 1);
     let fwd = admit_until_rejected(ng.port, "/", b"k", 10);
@@ -229,12 +287,25 @@ fn clock_step_back_keeps_counts() {
         "clock step back: limit 10, 6 admitted before, {back} while 2 min back ({statuses:?}), {fwd} after \
          returning; clock_backwards_total {backwards}; {lines} log line(s)"
     );
-    assert!(back <= 4, "the step back reset the key: {back} admitted with 4 left");
-    assert_eq!(6 + back + fwd, 10, "the window admitted {} in all (limit 10)", 6 + back + fwd);
-    assert!(backwards > 0.0, "rate_limit_window_clock_backwards_total = {backwards}");
+    assert!(
+        back <= 4,
+        "the step back reset the key: {back} admitted with 4 left"
+    );
+    assert_eq!(
+        6 + back + fwd,
+        10,
+        "the window admitted {} in all (limit 10)",
+        6 + back + fwd
+    );
+    assert!(
+        backwards > 0.0,
+        "rate_limit_window_clock_backwards_total = {backwards}"
+    );
     assert_eq!(lines, 1, "one warning per episode, not per request:\n{log}");
     assert!(
-        log.lines().any(|l| l.contains("the clock went backwards") && l.contains("[warn]") && l.contains("\"z\"")),
+        log.lines().any(|l| l.contains("the clock went backwards")
+            && l.contains("[warn]")
+            && l.contains("\"z\"")),
         "{log}"
     );
     assert_eq!(up.received(), 10);
@@ -245,7 +316,10 @@ fn clock_step_back_keeps_counts() {
 // ---------------------------------------------------------------------------
 
 fn big_headers(c: String) -> String {
-    c.replace("access_log logs/access.log;", "access_log logs/access.log; large_client_header_buffers 4 128k;")
+    c.replace(
+        "access_log logs/access.log;",
+        "access_log logs/access.log; large_client_header_buffers 4 128k;",
+    )
 }
 
 /// 70 KB keys are hashed whole: limited exactly like short ones, and two
@@ -323,20 +397,53 @@ fn odd_byte_keys_limited_and_found_in_metrics() {
         b"\xc3\xa9t\xc3\xa9 \xe2\x82\xac".to_vec(),
     ];
     for k in &keys {
-        let st: Vec<u16> = (0..4).map(|_| request(ng.port, "GET", "/", &[("X-Key", k)]).status).collect();
-        assert_eq!(st, [200, 200, 200, 429], "key {:?}", String::from_utf8_lossy(k));
+        let st: Vec<u16> = (0..4)
+            .map(|_| request(ng.port, "GET", "/", &[("X-Key", k)]).status)
+            .collect();
+        assert_eq!(
+            st,
+            [200, 200, 200, 429],
+            "key {:?}",
+            String::from_utf8_lossy(k)
+        );
     }
     for k in &keys {
         let v = key_json(ng.port, "z", k);
-        assert_eq!(v["current"].as_f64(), Some(3.0), "lookup of {:?} ({}): {v}", String::from_utf8_lossy(k), url_encode(k));
+        assert_eq!(
+            v["current"].as_f64(),
+            Some(3.0),
+            "lookup of {:?} ({}): {v}",
+            String::from_utf8_lossy(k),
+            url_encode(k)
+        );
     }
     // A key never sent reads as zero (not another key's count).
-    assert_eq!(key_json(ng.port, "z", b"%41%00%zz")["current"].as_f64(), Some(0.0));
-    eprintln!("odd keys: {} keys, each 3 x 200 then 429 (limit 3), each found by the metrics lookup", keys.len());
+    assert_eq!(
+        key_json(ng.port, "z", b"%41%00%zz")["current"].as_f64(),
+        Some(0.0)
+    );
+    eprintln!(
+        "odd keys: {} keys, each 3 x 200 then 429 (limit 3), each found by the metrics lookup",
+        keys.len()
+    );
     assert_eq!(up.received(), 3 * keys.len() as u64);
     let text = metrics_text(ng.port);
-    assert_eq!(prom_value(&text, "rate_limit_window_requests_total", &[("zone", "z"), ("result", "passed")]), Some(3.0 * keys.len() as f64));
-    assert_eq!(prom_value(&text, "rate_limit_window_requests_total", &[("zone", "z"), ("result", "rejected")]), Some(keys.len() as f64));
+    assert_eq!(
+        prom_value(
+            &text,
+            "rate_limit_window_requests_total",
+            &[("zone", "z"), ("result", "passed")]
+        ),
+        Some(3.0 * keys.len() as f64)
+    );
+    assert_eq!(
+        prom_value(
+            &text,
+            "rate_limit_window_requests_total",
+            &[("zone", "z"), ("result", "rejected")]
+        ),
+        Some(keys.len() as f64)
+    );
 }
 
 #[test]
@@ -373,27 +480,87 @@ fn invalid_limit_values_apply_fail_policy() {
     ));
     clear_of_boundary(HOUR_MS, 60_000);
     let off = ng.error_log_len();
-    let bad = [("abc", "abc"), ("neg", "-5"), ("exp", "1e3"), ("big", "99999999999"), ("lsp", " 5"), ("tsp", "5 "), ("hex", "0x10")];
+    let bad = [
+        ("abc", "abc"),
+        ("neg", "-5"),
+        ("exp", "1e3"),
+        ("big", "99999999999"),
+        ("lsp", " 5"),
+        ("tsp", "5 "),
+        ("hex", "0x10"),
+    ];
     for (case, value) in bad {
         for _ in 0..2 {
-            let r = request(ng.port, "GET", "/open/", &[("X-Key", b"v"), ("X-Case", case.as_bytes())]);
-            assert_eq!(r.status, 200, "fail=open, limit {value:?}: {}", r.describe());
-            let r = request(ng.port, "GET", "/closed/", &[("X-Key", b"v"), ("X-Case", case.as_bytes())]);
-            assert_eq!(r.status, 429, "fail=closed, limit {value:?}: {}", r.describe());
+            let r = request(
+                ng.port,
+                "GET",
+                "/open/",
+                &[("X-Key", b"v"), ("X-Case", case.as_bytes())],
+            );
+            assert_eq!(
+                r.status,
+                200,
+                "fail=open, limit {value:?}: {}",
+                r.describe()
+            );
+            let r = request(
+                ng.port,
+                "GET",
+                "/closed/",
+                &[("X-Key", b"v"), ("X-Case", case.as_bytes())],
+            );
+            assert_eq!(
+                r.status,
+                429,
+                "fail=closed, limit {value:?}: {}",
+                r.describe()
+            );
         }
     }
     let n_bad = 2 * bad.len();
     // Empty: exempt in both zones, whatever the fail policy.
     for loc in ["/open/", "/closed/"] {
-        let r = request(ng.port, "GET", loc, &[("X-Key", b"v"), ("X-Case", b"empty")]);
-        assert_eq!((r.status, r.header("X-RLW-Status")), (200, Some("EXEMPT")), "{loc}: {}", r.describe());
+        let r = request(
+            ng.port,
+            "GET",
+            loc,
+            &[("X-Key", b"v"), ("X-Case", b"empty")],
+        );
+        assert_eq!(
+            (r.status, r.header("X-RLW-Status")),
+            (200, Some("EXEMPT")),
+            "{loc}: {}",
+            r.describe()
+        );
     }
     // A valid value still limits.
-    let good: Vec<u16> = (0..6).map(|_| request(ng.port, "GET", "/closed/", &[("X-Key", b"g"), ("X-Case", b"good")]).status).collect();
+    let good: Vec<u16> = (0..6)
+        .map(|_| {
+            request(
+                ng.port,
+                "GET",
+                "/closed/",
+                &[("X-Key", b"g"), ("X-Case", b"good")],
+            )
+            .status
+        })
+        .collect();
     assert_eq!(good, [200, 200, 200, 200, 200, 429]);
     let text = metrics_text(ng.port);
-    let inv = |z| prom_value(&text, "rate_limit_window_invalid_limit_total", &[("zone", z)]);
-    let ex = |z| prom_value(&text, "rate_limit_window_requests_total", &[("zone", z), ("result", "exempt")]);
+    let inv = |z| {
+        prom_value(
+            &text,
+            "rate_limit_window_invalid_limit_total",
+            &[("zone", z)],
+        )
+    };
+    let ex = |z| {
+        prom_value(
+            &text,
+            "rate_limit_window_requests_total",
+            &[("zone", z), ("result", "exempt")],
+        )
+    };
     let log = ng.error_log_since(off);
     eprintln!(
         "invalid limits: {} bad values x2 per zone; invalid_limit_total open {:?} closed {:?}; exempt open {:?} closed {:?}",
@@ -401,7 +568,11 @@ fn invalid_limit_values_apply_fail_policy() {
     );
     eprintln!(
         "invalid limits: fail_closed_total zclosed {:?} (README: zone-full rejections only)",
-        prom_value(&text, "rate_limit_window_fail_closed_total", &[("zone", "zclosed")])
+        prom_value(
+            &text,
+            "rate_limit_window_fail_closed_total",
+            &[("zone", "zclosed")]
+        )
     );
     assert_eq!(inv("zopen"), Some(n_bad as f64), "{text}");
     assert_eq!(inv("zclosed"), Some(n_bad as f64), "{text}");
@@ -410,7 +581,10 @@ fn invalid_limit_values_apply_fail_policy() {
     for (_, value) in bad {
         for zone in ["zopen", "zclosed"] {
             let needle = format!("invalid limit \"{value}\" for zone \"{zone}\"");
-            let n = log.lines().filter(|l| l.contains("[error]") && l.contains(&needle)).count();
+            let n = log
+                .lines()
+                .filter(|l| l.contains("[error]") && l.contains(&needle))
+                .count();
             assert_eq!(n, 2, "[error] lines with {needle}: {n}\n{log}");
         }
     }

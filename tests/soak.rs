@@ -89,7 +89,10 @@ fn sliding_window_bound_under_continuous_load() {
     let windows: Vec<_> = per_window.iter().collect();
     // Drop the first and last (partial) windows.
     for (w, n) in &windows[1..windows.len() - 1] {
-        assert!(**n <= 52, "window {w} admitted {n} > 50 (+2 tolerance): {per_window:?}");
+        assert!(
+            **n <= 52,
+            "window {w} admitted {n} > 50 (+2 tolerance): {per_window:?}"
+        );
         assert!(**n >= 40, "window {w} admitted only {n}: {per_window:?}");
     }
 }
@@ -104,7 +107,10 @@ fn sliding_window_bound_under_continuous_load() {
 #[ignore = "soak: 10 s of reloads every 200 ms under load"]
 fn reload_every_200ms_for_10s_keeps_counts() {
     let n = scenarios::reload_under_load(60_000, 16, Duration::from_secs(10));
-    assert!(n >= 10, "only {n} reloads while admitting: the limit was exhausted too fast");
+    assert!(
+        n >= 10,
+        "only {n} reloads while admitting: the limit was exhausted too fast"
+    );
 }
 
 /// A random worker SIGKILLed every 300 ms for 10 s under load: never above
@@ -112,8 +118,17 @@ fn reload_every_200ms_for_10s_keeps_counts() {
 #[test]
 #[ignore = "soak: 10 s of worker kills under load"]
 fn killed_workers_for_10s_never_over_admit() {
-    let run = scenarios::kill_workers_under_load(50_000, 32, Duration::from_secs(10), Duration::from_millis(300));
-    assert!(run.kills_while_admitting >= 5, "only {} kills while admitting", run.kills_while_admitting);
+    let run = scenarios::kill_workers_under_load(
+        50_000,
+        32,
+        Duration::from_secs(10),
+        Duration::from_millis(300),
+    );
+    assert!(
+        run.kills_while_admitting >= 5,
+        "only {} kills while admitting",
+        run.kills_while_admitting
+    );
 }
 
 /// 120,000 distinct clients flood a 32k zone, fail=open.

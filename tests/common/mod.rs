@@ -499,7 +499,7 @@ impl Nginx {
             }
         }
         for w in workers {
-            if pid_alive(w) && parent_of(w).map_or(false, |p| p == master || p == 1) {
+            if pid_alive(w) && parent_of(w).is_some_and(|p| p == master || p == 1) {
                 let d = Instant::now() + Duration::from_secs(1);
                 while pid_alive(w) && Instant::now() < d {
                     thread::sleep(Duration::from_millis(10));
@@ -528,7 +528,10 @@ impl Drop for Nginx {
         if !crashed.is_empty() && !thread::panicking() {
             let log = self.error_log();
             self.stop();
-            panic!("nginx worker crashed:\n{}\n===== error.log =====\n{log}", crashed.join("\n"));
+            panic!(
+                "nginx worker crashed:\n{}\n===== error.log =====\n{log}",
+                crashed.join("\n")
+            );
         }
         if thread::panicking() {
             eprintln!(
@@ -795,7 +798,7 @@ impl Response {
     fn keep_alive(&self) -> bool {
         !self
             .header("connection")
-            .map_or(false, |v| v.eq_ignore_ascii_case("close"))
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
     }
 }
 
@@ -905,7 +908,7 @@ fn read_response(r: &mut BufReader<TcpStream>, head: bool) -> io::Result<Respons
     }
     let chunked = resp
         .header("transfer-encoding")
-        .map_or(false, |v| v.to_ascii_lowercase().contains("chunked"));
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
     if chunked {
         loop {
             let mut sz = String::new();
@@ -1118,7 +1121,10 @@ pub fn libfaketime() -> Option<PathBuf> {
 pub fn strip_zero_fraction(s: &str) -> String {
     // "…:05.000Z" -> "…:05Z"
     if let Some(dot) = s.find('.') {
-        let end = s[dot + 1..].find(|c: char| !c.is_ascii_digit()).map(|i| dot + 1 + i).unwrap_or(s.len());
+        let end = s[dot + 1..]
+            .find(|c: char| !c.is_ascii_digit())
+            .map(|i| dot + 1 + i)
+            .unwrap_or(s.len());
         if s[dot + 1..end].chars().all(|c| c == '0') {
             return format!("{}{}", &s[..dot], &s[end..]);
         }
@@ -1140,7 +1146,14 @@ pub fn civil(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
     let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let y = if m <= 2 { y + 1 } else { y };
-    (y, m, d, (rem / 3600) as u32, (rem % 3600 / 60) as u32, (rem % 60) as u32)
+    (
+        y,
+        m,
+        d,
+        (rem / 3600) as u32,
+        (rem % 3600 / 60) as u32,
+        (rem % 60) as u32,
+    )
 }
 
 pub fn rfc3339_utc(secs: i64) -> String {
@@ -1152,7 +1165,11 @@ pub fn rfc3339_offset(secs: i64, offset: i64) -> String {
     let (y, mo, d, h, mi, s) = civil(secs + offset);
     let sign = if offset < 0 { '-' } else { '+' };
     let o = offset.abs();
-    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}{sign}{:02}:{:02}", o / 3600, o % 3600 / 60)
+    format!(
+        "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}{sign}{:02}:{:02}",
+        o / 3600,
+        o % 3600 / 60
+    )
 }
 
 /// "YYYY-MM-DD hh:mm:ss" (UTC) for a libfaketime timestamp file.
@@ -1534,7 +1551,11 @@ pub fn metrics_text(port: u16) -> String {
 pub fn key_json(port: u16, zone: &str, key: &[u8]) -> serde_json::Value {
     let r = get(
         port,
-        &format!("/metrics?zone={}&key={}", url_encode(zone.as_bytes()), url_encode(key)),
+        &format!(
+            "/metrics?zone={}&key={}",
+            url_encode(zone.as_bytes()),
+            url_encode(key)
+        ),
     );
     assert_eq!(r.status, 200, "{}", r.describe());
     serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("bad JSON {e}: {}", r.text()))

@@ -50,7 +50,9 @@ pub fn one_key_conf(limit: u32) -> String {
 
 pub fn current(port: u16, zone: &str, key: &[u8]) -> u64 {
     let v = key_json(port, zone, key);
-    v["current"].as_f64().unwrap_or_else(|| panic!("current in {v}")) as u64
+    v["current"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("current in {v}")) as u64
 }
 
 pub fn metric(port: u16, name: &str, labels: &[(&str, &str)]) -> f64 {
@@ -91,9 +93,17 @@ pub struct KillRun {
 /// connections send one key (limit `limit` per 1h). The key is never
 /// admitted above its limit, the shared count ends at exactly `limit`, and
 /// nothing hangs.
-pub fn kill_workers_under_load(limit: u32, conns: usize, duration: Duration, every: Duration) -> KillRun {
+pub fn kill_workers_under_load(
+    limit: u32,
+    conns: usize,
+    duration: Duration,
+    every: Duration,
+) -> KillRun {
     let up = Upstream::start();
-    let ng = Nginx::builder().workers(4).upstream_of(&up).start(&one_key_conf(limit));
+    let ng = Nginx::builder()
+        .workers(4)
+        .upstream_of(&up)
+        .start(&one_key_conf(limit));
     clear_of_boundary(HOUR_MS, 60_000);
     let stop = Arc::new(AtomicBool::new(false));
     let port = ng.port;
@@ -117,7 +127,7 @@ pub fn kill_workers_under_load(limit: u32, conns: usize, duration: Duration, eve
         let victim = ws[(seed % ws.len() as u64) as usize];
         sigkill(victim);
         killed.push(victim);
-        if (up.received() as u64) < limit as u64 {
+        if up.received() < limit as u64 {
             kills_while_admitting += 1;
         }
     }
@@ -127,7 +137,10 @@ pub fn kill_workers_under_load(limit: u32, conns: usize, duration: Duration, eve
     while !load.is_finished() && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(20));
     }
-    assert!(load.is_finished(), "load threads hung 15 s after the kills stopped");
+    assert!(
+        load.is_finished(),
+        "load threads hung 15 s after the kills stopped"
+    );
     let stats = load.join().unwrap();
     let elapsed = t0.elapsed();
 
@@ -154,9 +167,17 @@ pub fn kill_workers_under_load(limit: u32, conns: usize, duration: Duration, eve
         eprintln!("  lost: {l}");
     }
     let unexplained = forget_killed_workers(&ng, &killed);
-    assert!(unexplained.is_empty(), "workers died on their own:\n{}", unexplained.join("\n"));
+    assert!(
+        unexplained.is_empty(),
+        "workers died on their own:\n{}",
+        unexplained.join("\n")
+    );
     let bad = serious_log_lines(&ng.error_log());
-    assert!(bad.is_empty(), "serious error.log lines besides the kills:\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "serious error.log lines besides the kills:\n{}",
+        bad.join("\n")
+    );
     assert_eq!(stats.timeouts, 0, "requests hung");
     assert!(killed.len() >= 5, "only {} kills", killed.len());
     assert!(
@@ -164,7 +185,10 @@ pub fn kill_workers_under_load(limit: u32, conns: usize, duration: Duration, eve
         "unexpected statuses {:?}",
         stats.statuses
     );
-    assert!(admitted_during <= limit as usize, "over-admission: {admitted_during} > {limit}");
+    assert!(
+        admitted_during <= limit as usize,
+        "over-admission: {admitted_during} > {limit}"
+    );
 
     // Top up until the limit rejects: the shared count is exactly `limit`;
     // only admissions whose response died with a worker are unseen.
@@ -176,16 +200,30 @@ pub fn kill_workers_under_load(limit: u32, conns: usize, duration: Duration, eve
          shared count {count}, limit {limit}, upstream {}",
         up.received()
     );
-    assert_eq!(count, limit as u64, "the shared count must end at exactly the limit");
+    assert_eq!(
+        count, limit as u64,
+        "the shared count must end at exactly the limit"
+    );
     assert!(seen <= limit as usize, "over-admission: {seen} > {limit}");
     assert!(
         seen + stats.lost.len() >= limit as usize,
         "admissions lost beyond the requests that died with a worker: {seen} + {} < {limit}",
         stats.lost.len()
     );
-    assert!(up.received() as usize >= seen && up.received() <= limit as u64, "upstream {}", up.received());
+    assert!(
+        up.received() as usize >= seen && up.received() <= limit as u64,
+        "upstream {}",
+        up.received()
+    );
     assert_eq!(admit_until_rejected(port, "/", b"crash", 0), 0);
-    KillRun { limit, admitted_during, admitted_after, kills: killed.len(), kills_while_admitting, stats }
+    KillRun {
+        limit,
+        admitted_during,
+        admitted_after,
+        kills: killed.len(),
+        kills_while_admitting,
+        stats,
+    }
 }
 
 /// SIGHUP (nginx -s reload) every 200 ms for `duration` while `conns`
@@ -195,7 +233,10 @@ pub fn kill_workers_under_load(limit: u32, conns: usize, duration: Duration, eve
 /// admitted in all.
 pub fn reload_under_load(limit: u32, conns: usize, duration: Duration) -> usize {
     let up = Upstream::start();
-    let ng = Nginx::builder().workers(2).upstream_of(&up).start(&one_key_conf(limit));
+    let ng = Nginx::builder()
+        .workers(2)
+        .upstream_of(&up)
+        .start(&one_key_conf(limit));
     clear_of_boundary(HOUR_MS, 60_000);
     let port = ng.port;
     let stop = Arc::new(AtomicBool::new(false));
@@ -250,14 +291,34 @@ pub fn reload_under_load(limit: u32, conns: usize, duration: Duration) -> usize 
     }
     let log = ng.error_log();
     let bad = serious_log_lines(&log);
-    assert!(bad.is_empty(), "serious error.log lines during reloads:\n{}", bad.join("\n"));
-    assert!(count_lines(&log, "reconfiguring") >= 3, "reloads did not happen:\n{log}");
+    assert!(
+        bad.is_empty(),
+        "serious error.log lines during reloads:\n{}",
+        bad.join("\n")
+    );
+    assert!(
+        count_lines(&log, "reconfiguring") >= 3,
+        "reloads did not happen:\n{log}"
+    );
     assert!(pids.len() > 4, "no new workers were started: {pids:?}");
-    assert!(stats.lost.is_empty(), "{} requests failed: {:?}", stats.lost.len(), &stats.lost[..stats.lost.len().min(5)]);
+    assert!(
+        stats.lost.is_empty(),
+        "{} requests failed: {:?}",
+        stats.lost.len(),
+        &stats.lost[..stats.lost.len().min(5)]
+    );
     assert_eq!(stats.connect_errors, 0);
-    assert!(stats.statuses.keys().all(|s| *s == 200 || *s == 429), "{:?}", stats.statuses);
+    assert!(
+        stats.statuses.keys().all(|s| *s == 200 || *s == 429),
+        "{:?}",
+        stats.statuses
+    );
     assert!(during > 0, "nothing admitted during the reloads");
-    assert_eq!(during + after, limit as usize, "counts lost or doubled across reloads");
+    assert_eq!(
+        during + after,
+        limit as usize,
+        "counts lost or doubled across reloads"
+    );
     assert_eq!(up.received(), limit as u64);
     assert_eq!(current(port, "z", b"reload"), limit as u64);
     reloads_while_admitting
@@ -265,8 +326,16 @@ pub fn reload_under_load(limit: u32, conns: usize, duration: Duration) -> usize 
 
 /// Sum of the workers' RSS growth (KiB) and the largest per-worker growth.
 pub fn rss_growth(before: &BTreeMap<i32, u64>, after: &BTreeMap<i32, u64>) -> i64 {
-    assert_eq!(before.keys().collect::<Vec<_>>(), after.keys().collect::<Vec<_>>(), "workers changed");
-    before.iter().map(|(p, b)| after[p] as i64 - *b as i64).max().unwrap_or(0)
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "workers changed"
+    );
+    before
+        .iter()
+        .map(|(p, b)| after[p] as i64 - *b as i64)
+        .max()
+        .unwrap_or(0)
 }
 
 /// What a flood saw.
@@ -293,10 +362,17 @@ pub fn flood_small_zone(fail: &str, clients: usize) -> Flood {
     ));
     clear_of_boundary(HOUR_MS, 90_000);
     let port = ng.port;
-    let hot: Vec<u16> = (0..3).map(|_| get_key(port, "/hot", "hot").status).collect();
+    let hot: Vec<u16> = (0..3)
+        .map(|_| get_key(port, "/hot", "hot").status)
+        .collect();
     assert_eq!(hot, [200, 200, 200]);
     // Warm the workers (buffers, pools) before measuring memory.
-    let st = hammer_with(port, 500, 8, |i| ("/".into(), vec![("X-Key".into(), format!("warm-{i}").into_bytes())]));
+    let st = hammer_with(port, 500, 8, |i| {
+        (
+            "/".into(),
+            vec![("X-Key".into(), format!("warm-{i}").into_bytes())],
+        )
+    });
     assert_eq!(st.len(), 500);
     let rss_before = worker_rss_kb(&ng);
     let off = ng.error_log_len();
@@ -319,7 +395,10 @@ pub fn flood_small_zone(fail: &str, clients: usize) -> Flood {
     };
     let t0 = Instant::now();
     let st = hammer_with(port, clients, 32, |i| {
-        ("/".into(), vec![("X-Key".into(), format!("flood-client-{i}").into_bytes())])
+        (
+            "/".into(),
+            vec![("X-Key".into(), format!("flood-client-{i}").into_bytes())],
+        )
     });
     let elapsed = t0.elapsed();
     stop.store(true, Ordering::SeqCst);
@@ -334,62 +413,140 @@ pub fn flood_small_zone(fail: &str, clients: usize) -> Flood {
          = {hot_admitted} admitted; worker VmRSS before {rss_before:?} after {rss_after:?} KiB (max growth {} KiB)",
         rss_growth(&rss_before, &rss_after)
     );
-    for m in ["rate_limit_window_evictions_total", "rate_limit_window_fail_closed_total", "rate_limit_window_slots"] {
+    for m in [
+        "rate_limit_window_evictions_total",
+        "rate_limit_window_fail_closed_total",
+        "rate_limit_window_slots",
+    ] {
         for l in metrics.lines().filter(|l| l.starts_with(m)) {
             eprintln!("  {l}");
         }
     }
     assert_eq!(st.len(), clients);
-    Flood { flood, hot_admitted, hot_statuses, rss_before, rss_after, metrics, log, elapsed }
+    Flood {
+        flood,
+        hot_admitted,
+        hot_statuses,
+        rss_before,
+        rss_after,
+        metrics,
+        log,
+        elapsed,
+    }
 }
 
 pub fn m(f: &Flood, name: &str, labels: &[(&str, &str)]) -> f64 {
-    prom_value(&f.metrics, name, labels).unwrap_or_else(|| panic!("no {name}{labels:?}:\n{}", f.metrics))
+    prom_value(&f.metrics, name, labels)
+        .unwrap_or_else(|| panic!("no {name}{labels:?}:\n{}", f.metrics))
 }
 
 /// Checks common to both policies: answers are 200/429, the zone stays
 /// bounded, memory flat.
 pub fn flood_common(f: &Flood) {
-    assert!(f.flood.keys().all(|s| *s == 200 || *s == 429), "{:?}", f.flood);
-    assert!(f.hot_statuses.keys().all(|s| *s == 200 || *s == 429), "{:?}", f.hot_statuses);
+    assert!(
+        f.flood.keys().all(|s| *s == 200 || *s == 429),
+        "{:?}",
+        f.flood
+    );
+    assert!(
+        f.hot_statuses.keys().all(|s| *s == 200 || *s == 429),
+        "{:?}",
+        f.hot_statuses
+    );
     let slots = m(f, "rate_limit_window_slots", &[("zone", "tiny")]);
     let used = m(f, "rate_limit_window_slots_used", &[("zone", "tiny")]);
-    assert!(slots > 0.0 && slots <= 2048.0, "a 32k zone holds {slots} slots");
+    assert!(
+        slots > 0.0 && slots <= 2048.0,
+        "a 32k zone holds {slots} slots"
+    );
     assert!(used <= slots, "slots_used {used} > slots {slots}");
     let growth = rss_growth(&f.rss_before, &f.rss_after);
-    assert!(growth < 4096, "a worker grew by {growth} KiB during the flood");
+    assert!(
+        growth < 4096,
+        "a worker grew by {growth} KiB during the flood"
+    );
 }
 
 pub fn flood_fail_open(clients: usize) {
     let f = flood_small_zone("open", clients);
     flood_common(&f);
     // New clients are tracked (their first request is admitted).
-    assert_eq!(f.flood.get(&200).copied().unwrap_or(0), clients, "{:?}", f.flood);
-    let live = m(&f, "rate_limit_window_evictions_total", &[("zone", "tiny"), ("kind", "live")]);
-    assert!(live > 0.0, "no live evictions after {clients} clients in 32k");
-    assert_eq!(m(&f, "rate_limit_window_fail_closed_total", &[("zone", "tiny")]), 0.0);
+    assert_eq!(
+        f.flood.get(&200).copied().unwrap_or(0),
+        clients,
+        "{:?}",
+        f.flood
+    );
+    let live = m(
+        &f,
+        "rate_limit_window_evictions_total",
+        &[("zone", "tiny"), ("kind", "live")],
+    );
+    assert!(
+        live > 0.0,
+        "no live evictions after {clients} clients in 32k"
+    );
+    assert_eq!(
+        m(
+            &f,
+            "rate_limit_window_fail_closed_total",
+            &[("zone", "tiny")]
+        ),
+        0.0
+    );
     let n = count_lines(&f.log, "evicting live clients");
-    assert_eq!(n, 1, "one warning per episode, got {n}:\n{}", f.log.lines().filter(|l| l.contains("[warn]")).take(5).collect::<Vec<_>>().join("\n"));
-    assert!(f.log.lines().any(|l| l.contains("[warn]") && l.contains("evicting live clients") && l.contains("\"tiny\"")));
+    assert_eq!(
+        n,
+        1,
+        "one warning per episode, got {n}:\n{}",
+        f.log
+            .lines()
+            .filter(|l| l.contains("[warn]"))
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(f.log.lines().any(|l| l.contains("[warn]")
+        && l.contains("evicting live clients")
+        && l.contains("\"tiny\"")));
 }
 
 pub fn flood_fail_closed(clients: usize) {
     let f = flood_small_zone("closed", clients);
     flood_common(&f);
     let rejected = f.flood.get(&429).copied().unwrap_or(0);
-    let fc = m(&f, "rate_limit_window_fail_closed_total", &[("zone", "tiny")]);
+    let fc = m(
+        &f,
+        "rate_limit_window_fail_closed_total",
+        &[("zone", "tiny")],
+    );
     assert!(rejected > 0, "no new client rejected: {:?}", f.flood);
     assert!(fc > 0.0, "fail_closed_total = 0");
     // Every flood key is new and sends once: each 429 is a fail-closed one.
-    assert_eq!(fc, rejected as f64, "fail_closed_total vs new clients rejected");
-    assert_eq!(m(&f, "rate_limit_window_evictions_total", &[("zone", "tiny"), ("kind", "live")]), 0.0);
+    assert_eq!(
+        fc, rejected as f64,
+        "fail_closed_total vs new clients rejected"
+    );
+    assert_eq!(
+        m(
+            &f,
+            "rate_limit_window_evictions_total",
+            &[("zone", "tiny"), ("kind", "live")]
+        ),
+        0.0
+    );
     // The hot key, tracked before the flood, keeps its count and its limit.
-    assert_eq!(f.hot_admitted, 5, "hot key admitted {} (limit 5): {:?}", f.hot_admitted, f.hot_statuses);
+    assert_eq!(
+        f.hot_admitted, 5,
+        "hot key admitted {} (limit 5): {:?}",
+        f.hot_admitted, f.hot_statuses
+    );
     let n = count_lines(&f.log, "rejecting new clients (fail=closed)");
     assert_eq!(n, 1, "one warning per episode, got {n}");
-    assert!(f.log.lines().any(|l| l.contains("[warn]") && l.contains("rejecting new clients") && l.contains("\"tiny\"")));
+    assert!(f.log.lines().any(|l| l.contains("[warn]")
+        && l.contains("rejecting new clients")
+        && l.contains("\"tiny\"")));
 }
-
 
 /// [alert], [crit] and [emerg] lines of an error log.
 pub fn serious_log_lines(log: &str) -> Vec<String> {
