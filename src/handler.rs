@@ -185,20 +185,17 @@ extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
 unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     let declined: ngx_int_t = Status::NGX_DECLINED.into();
 
-    // Counted once per main request: an internal redirect, error_page or
-    // subrequest finds the decision already made.
-    // SAFETY: r is valid.
-    if unsafe { decision::find(r) }.is_some() {
-        return declined;
-    }
     // SAFETY: r is valid; its loc_conf array holds our LocConf.
     let Some(lcf) = (unsafe { conf::loc_conf_raw(r) }) else {
         return declined;
     };
-    let Some(limits) = lcf.limits.as_deref() else {
+    let Some(limits) = lcf.limits.as_deref().filter(|l| !l.is_empty()) else {
         return declined;
     };
-    if limits.is_empty() {
+    // Counted once per main request: an internal redirect, error_page or
+    // subrequest finds the decision already made.
+    // SAFETY: r is valid.
+    if unsafe { decision::find(r) }.is_some() {
         return declined;
     }
     // SAFETY: r is valid.
