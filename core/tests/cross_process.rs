@@ -1,44 +1,46 @@
 //! Several processes (fork) on one MAP_SHARED region, as nginx workers are.
 //!
-//! memmap2's `map_anon` maps MAP_PRIVATE (copy-on-write after fork), so the
-//! region is mapped with `libc::mmap(MAP_SHARED | MAP_ANONYMOUS)`, which is
-//! what nginx does for shared zones.
+//! The region is a memmap2 mapping of a temporary file, which memmap2 maps
+//! MAP_SHARED (its `map_anon` would be MAP_PRIVATE: copy-on-write after
+//! fork), so writes by one child are seen by all, as in an nginx zone.
 #![cfg(unix)]
 
 use core::sync::atomic::{AtomicU32, Ordering};
+use memmap2::MmapMut;
 use rate_limit_window_core::*;
 
 const T0: u64 = 1_767_225_600_000;
 const CHILDREN: usize = 4;
 const LEN: usize = 1 << 20;
 
+/// A MAP_SHARED mapping of an unlinked temporary file.
 struct Shared {
+    /// Keeps the mapping alive (unmapped on drop).
+    _map: MmapMut,
     ptr: *mut u8,
-    len: usize,
 }
 
 impl Shared {
     fn new(len: usize) -> Shared {
-        // SAFETY: anonymous shared mapping; arguments are valid.
-        let p = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        Shared { ptr: p.cast(), len }
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly what `new` mapped, after all users.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "rlw-cross-process-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .expect("temporary file");
+        file.set_len(len as u64).expect("size the file");
+        // SAFETY: the file was created above and is unlinked right after
+        // mapping, so nothing else can change its size or contents.
+        let mut map = unsafe { MmapMut::map_mut(&file) }.expect("MAP_SHARED mapping");
+        std::fs::remove_file(&path).expect("unlink");
+        let ptr = map.as_mut_ptr();
+        Shared { _map: map, ptr }
     }
 }
 
