@@ -253,11 +253,6 @@ fn emerg(cf: *mut ngx_conf_t, msg: &str) -> *mut c_char {
     NGX_CONF_ERROR
 }
 
-/// Shows bytes from the configuration in a message.
-fn show(b: &[u8]) -> String {
-    escape(b).to_string()
-}
-
 /// The directive's arguments, the directive name first.
 ///
 /// # Safety
@@ -485,8 +480,8 @@ pub unsafe fn init_main_conf(cf: *mut ngx_conf_t, conf: *mut c_void) -> *mut c_c
                 cf,
                 &format!(
                     "zone \"{}\" used by \"rate_limit_window\" in {}:{} is not defined by any \"rate_limit_window_zone\"",
-                    show(z.name.as_bytes()),
-                    show(z.ref_file.as_bytes()),
+                    escape(z.name.as_bytes()),
+                    escape(z.ref_file.as_bytes()),
                     z.ref_line
                 ),
             );

@@ -11,8 +11,6 @@ mod scenarios;
 use common::*;
 use scenarios::*;
 use std::collections::BTreeSet;
-use std::fs;
-use std::path::PathBuf;
 use std::time::Duration;
 
 // ---------------------------------------------------------------------------
@@ -108,48 +106,6 @@ fn reload_under_load_keeps_counts() {
 // Clock (libfaketime)
 // ---------------------------------------------------------------------------
 
-/// A frozen clock for nginx, set by rewriting a libfaketime timestamp file
-/// that holds Unix seconds (FAKETIME_FMT=%s), so the time is the same
-/// instant whatever TZ says (the default format would be read as local
-/// time, which is ambiguous in a repeated DST hour).
-struct Clock {
-    _dir: tempfile::TempDir,
-    file: PathBuf,
-}
-
-impl Clock {
-    fn new(start: i64) -> Clock {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("faketime.rc");
-        let c = Clock { _dir: dir, file };
-        c.set(start);
-        c
-    }
-    fn set(&self, secs: i64) {
-        let tmp = self.file.with_extension("tmp");
-        fs::write(&tmp, format!("{secs}\n")).unwrap();
-        fs::rename(&tmp, &self.file).unwrap();
-    }
-}
-
-fn faked(clock: &Clock, up: &Upstream, tz: &str, conf: &str) -> Option<Nginx> {
-    let Some(lib) = libfaketime() else {
-        eprintln!("libfaketime not installed (make test installs it): skipped");
-        return None;
-    };
-    Some(
-        Nginx::builder()
-            .upstream_of(up)
-            .env("LD_PRELOAD", lib.to_str().unwrap())
-            .env("FAKETIME_TIMESTAMP_FILE", clock.file.to_str().unwrap())
-            .env("FAKETIME_FMT", "%s")
-            .env("FAKETIME_NO_CACHE", "1")
-            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-            .env("TZ", tz)
-            .start(conf),
-    )
-}
-
 fn clock_conf(window: &str, limit: u32) -> String {
     http_conf(&format!(
         "rate_limit_window_zone $http_x_key zone=z:1m window={window};
@@ -186,10 +142,8 @@ fn incident_replay_dst_fall_back() {
     const E0: i64 = 1_793_515_672;
     assert_eq!(rfc3339_utc(E0), "2026-11-01T06:47:52Z");
     let up = Upstream::start();
-    let clock = Clock::new(E0);
-    let Some(ng) = faked(&clock, &up, "America/New_York", &clock_conf("1m", 600)) else {
-        return;
-    };
+    let clock = FakeClock::new(E0);
+    let ng = start_faked(&clock, &up, "America/New_York", &clock_conf("1m", 600));
     let key = b"198.51.100.9";
     let v = key_json(ng.port, "z", key);
     let r = get(ng.port, "/metrics?zone=z&key=x");
@@ -248,10 +202,8 @@ const T0: i64 = 1_704_067_200;
 fn clock_step_back_keeps_counts() {
     let up = Upstream::start();
     let t = T0 + 90; // 30 s into a 1m window
-    let clock = Clock::new(t);
-    let Some(ng) = faked(&clock, &up, "UTC", &clock_conf("1m", 10)) else {
-        return;
-    };
+    let clock = FakeClock::new(t);
+    let ng = start_faked(&clock, &up, "UTC", &clock_conf("1m", 10));
     let off = ng.error_log_len();
     for i in 0..6 {
         let r = get_key(ng.port, "/", "k");

@@ -981,17 +981,21 @@ pub fn hammer(
     })
 }
 
-/// Like `hammer`, but request i's path and headers come from `f(i)`.
-pub fn hammer_with<F>(port: u16, total: usize, connections: usize, f: F) -> Vec<u16>
+/// Runs `total` requests over `connections` threads, each with its own
+/// keep-alive connection slot: `send(conn, i, path, headers)` sends request
+/// i (whose path and headers come from `f(i)`) and returns what to collect.
+fn fan_out<F, T, S>(total: usize, connections: usize, f: F, send: S) -> Vec<T>
 where
     F: Fn(usize) -> (String, Vec<(String, Vec<u8>)>) + Send + Sync + 'static,
+    S: Fn(&mut Option<Conn>, usize, &str, &[(&str, &[u8])]) -> T + Send + Sync + 'static,
+    T: Send + Clone + 'static,
 {
     let next = Arc::new(AtomicU64::new(0));
-    let f = Arc::new(f);
+    let (f, send) = (Arc::new(f), Arc::new(send));
     let out = Arc::new(Mutex::new(Vec::with_capacity(total)));
     let mut hs = vec![];
     for _ in 0..connections.max(1) {
-        let (next, f, out) = (next.clone(), f.clone(), out.clone());
+        let (next, f, send, out) = (next.clone(), f.clone(), send.clone(), out.clone());
         hs.push(thread::spawn(move || {
             let mut conn: Option<Conn> = None;
             loop {
@@ -1004,23 +1008,8 @@ where
                     .iter()
                     .map(|(k, v)| (k.as_str(), v.as_slice()))
                     .collect();
-                let mut attempts = 0;
-                let status = loop {
-                    attempts += 1;
-                    if conn.as_ref().map_or(true, |c| c.closed) {
-                        conn = Some(Conn::connect(port).expect("connect"));
-                    }
-                    match conn.as_mut().unwrap().request("GET", &path, &hdrs) {
-                        Ok(r) => break r.status,
-                        Err(e) => {
-                            conn = None;
-                            if attempts > 3 {
-                                panic!("request {i} failed: {e}");
-                            }
-                        }
-                    }
-                };
-                out.lock().unwrap().push(status);
+                let v = send(&mut conn, i, &path, &hdrs);
+                out.lock().unwrap().push(v);
             }
         }));
     }
@@ -1029,6 +1018,31 @@ where
     }
     let v = out.lock().unwrap().clone();
     v
+}
+
+/// Like `hammer`, but request i's path and headers come from `f(i)`.
+pub fn hammer_with<F>(port: u16, total: usize, connections: usize, f: F) -> Vec<u16>
+where
+    F: Fn(usize) -> (String, Vec<(String, Vec<u8>)>) + Send + Sync + 'static,
+{
+    fan_out(total, connections, f, move |conn, i, path, hdrs| {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            if conn.as_ref().map_or(true, |c| c.closed) {
+                *conn = Some(Conn::connect(port).expect("connect"));
+            }
+            match conn.as_mut().unwrap().request("GET", path, hdrs) {
+                Ok(r) => break r.status,
+                Err(e) => {
+                    *conn = None;
+                    if attempts > 3 {
+                        panic!("request {i} failed: {e}");
+                    }
+                }
+            }
+        }
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -1172,10 +1186,48 @@ pub fn rfc3339_offset(secs: i64, offset: i64) -> String {
     )
 }
 
-/// "YYYY-MM-DD hh:mm:ss" (UTC) for a libfaketime timestamp file.
-pub fn faketime_str(secs: i64) -> String {
-    let (y, mo, d, h, mi, s) = civil(secs);
-    format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}")
+/// A frozen clock for nginx under libfaketime, set by rewriting a
+/// timestamp file that holds Unix seconds (`FAKETIME_FMT=%s`), so the time
+/// is the same instant whatever TZ says (a formatted date would be read as
+/// local time, which is ambiguous in a repeated DST hour).
+pub struct FakeClock {
+    _dir: tempfile::TempDir,
+    file: PathBuf,
+}
+
+impl FakeClock {
+    pub fn new(start: i64) -> FakeClock {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("faketime.rc");
+        let c = FakeClock { _dir: dir, file };
+        c.set(start);
+        c
+    }
+
+    /// Freezes the clock nginx sees at `secs` (Unix time, UTC).
+    pub fn set(&self, secs: i64) {
+        let tmp = self.file.with_extension("tmp");
+        fs::write(&tmp, format!("{secs}\n")).unwrap();
+        fs::rename(&tmp, &self.file).unwrap();
+    }
+}
+
+/// Starts nginx with libfaketime preloaded, reading `clock` on every clock
+/// read (FAKETIME_NO_CACHE), with real monotonic time so nginx's timers
+/// work, and TZ set to `tz`. Panics if libfaketime is missing (`make test`
+/// installs the faketime package).
+pub fn start_faked(clock: &FakeClock, up: &Upstream, tz: &str, conf: &str) -> Nginx {
+    let lib = libfaketime()
+        .expect("libfaketime not installed: `make test` installs the faketime package");
+    Nginx::builder()
+        .upstream_of(up)
+        .env("LD_PRELOAD", lib.to_str().unwrap())
+        .env("FAKETIME_TIMESTAMP_FILE", clock.file.to_str().unwrap())
+        .env("FAKETIME_FMT", "%s")
+        .env("FAKETIME_NO_CACHE", "1")
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .env("TZ", tz)
+        .start(conf)
 }
 
 // ---------------------------------------------------------------------------
@@ -1274,43 +1326,18 @@ pub fn hammer_collect<F>(
 where
     F: Fn(usize) -> (String, Vec<(String, Vec<u8>)>) + Send + Sync + 'static,
 {
-    let next = Arc::new(AtomicU64::new(0));
-    let f = Arc::new(f);
-    let out = Arc::new(Mutex::new(Vec::with_capacity(total)));
     let header = header.to_string();
-    let mut hs = vec![];
-    for _ in 0..connections.max(1) {
-        let (next, f, out, header) = (next.clone(), f.clone(), out.clone(), header.clone());
-        hs.push(thread::spawn(move || {
-            let mut conn: Option<Conn> = None;
-            loop {
-                let i = next.fetch_add(1, Ordering::SeqCst) as usize;
-                if i >= total {
-                    break;
-                }
-                let (path, headers) = f(i);
-                let hdrs: Vec<(&str, &[u8])> = headers
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_slice()))
-                    .collect();
-                if conn.as_ref().map_or(true, |c| c.closed) {
-                    conn = Some(Conn::connect(port).expect("connect"));
-                }
-                let r = conn
-                    .as_mut()
-                    .unwrap()
-                    .request_checked("GET", &path, &hdrs)
-                    .unwrap_or_else(|e| panic!("request {i} failed: {e:?}"));
-                let v = r.header(&header).map(String::from);
-                out.lock().unwrap().push((r.status, v));
-            }
-        }));
-    }
-    for h in hs {
-        h.join().expect("hammer thread panicked");
-    }
-    let v = out.lock().unwrap().clone();
-    v
+    fan_out(total, connections, f, move |conn, i, path, hdrs| {
+        if conn.as_ref().map_or(true, |c| c.closed) {
+            *conn = Some(Conn::connect(port).expect("connect"));
+        }
+        let r = conn
+            .as_mut()
+            .unwrap()
+            .request_checked("GET", path, hdrs)
+            .unwrap_or_else(|e| panic!("request {i} failed: {e:?}"));
+        (r.status, r.header(&header).map(String::from))
+    })
 }
 
 /// What a `load_until` run saw.
