@@ -23,7 +23,7 @@ fn example(name: &str) -> String {
 #[test]
 fn gateway_limits_per_ip_and_serves_metrics() {
     let ng = Nginx::start(&example("gateway.conf"));
-    clear_of_boundary(60_000, 4_000);
+    clear_of_boundary(60_000, 20_000);
     for i in 0..10 {
         let r = get(ng.port, "/demo");
         assert_eq!(r.status, 200, "request {i}: {}", r.describe());
@@ -72,7 +72,7 @@ fn api_tiers_exempts_internal_and_limits_by_plan() {
     // Without the 127.0.0.1 exemption, the plans apply.
     let conf = example("api-tiers.conf").replace("127.0.0.1/32  1;", "");
     let ng = Nginx::builder().upstream_of(&up).start(&conf);
-    clear_of_boundary(60_000, 4_000);
+    clear_of_boundary(60_000, 20_000);
     let st = hammer(ng.port, "/v1/x", &[("X-API-Key", b"free-key")], 120, 4);
     assert_eq!(tally(&st).get(&200), Some(&100), "{:?}", tally(&st));
     let r = request(ng.port, "GET", "/v1/x", &[("X-API-Key", b"free-key")]);
@@ -102,7 +102,7 @@ fn multi_per_client_limit_answers_503() {
     let ng = Nginx::builder()
         .upstream_of(&up)
         .start(&example("multi.conf"));
-    clear_of_boundary(60_000, 4_000);
+    clear_of_boundary(60_000, 20_000);
     let st = hammer(ng.port, "/search?q=x", &[], 70, 2);
     let t = tally(&st);
     assert_eq!(t.get(&200), Some(&60), "{t:?}");
@@ -115,7 +115,7 @@ fn dry_run_logs_would_be_rejections() {
     let ng = Nginx::builder()
         .upstream_of(&up)
         .start(&example("dry-run.conf"));
-    clear_of_boundary(60_000, 4_000);
+    clear_of_boundary(60_000, 20_000);
     let st = hammer(ng.port, "/", &[], 125, 2);
     assert_eq!(tally(&st).get(&200), Some(&125));
     assert_eq!(up.received(), 125);
