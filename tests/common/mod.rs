@@ -336,7 +336,9 @@ impl Nginx {
             }
             if probe(self.port) {
                 // Wait for the master's pid file so master_pid() is reliable.
-                if self.pid_file().exists() && !self.worker_pids().is_empty() {
+                // and for every worker: the first one may answer before the
+                // master has forked the others.
+                if self.pid_file().exists() && self.worker_pids().len() >= self.expected_workers() {
                     return Ok(());
                 }
             }
@@ -373,6 +375,17 @@ impl Nginx {
             }
         }
         self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
+    }
+
+    /// `worker_processes` of the configuration file (nginx's default, 1, if
+    /// the directive is absent or not a number).
+    pub fn expected_workers(&self) -> usize {
+        let conf = fs::read_to_string(self.conf_path()).unwrap_or_default();
+        conf.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix("worker_processes"))
+            .and_then(|v| v.trim().trim_end_matches(';').trim().parse().ok())
+            .unwrap_or(1)
     }
 
     /// Current children of the master (workers, old and new).
@@ -450,7 +463,7 @@ impl Nginx {
                 return Err(self.error_log_since(off));
             }
             let now: BTreeSet<i32> = self.worker_pids().into_iter().collect();
-            if !now.is_empty() && now.is_disjoint(&old) && probe(self.port) {
+            if now.len() >= self.expected_workers() && now.is_disjoint(&old) && probe(self.port) {
                 return Ok(());
             }
             if Instant::now() > deadline {
