@@ -801,6 +801,7 @@ impl<'a> Table<'a> {
     }
 
     /// Every slot of the key's groups in probe order (see [`Place::slot`]).
+    #[cfg(test)]
     fn scan_order(&self, key: KeyHash) -> impl Iterator<Item = usize> {
         let p = self.place(key);
         (0..PROBE).flat_map(move |i| (0..p.groups).map(move |j| p.slot(j, i)))
@@ -822,20 +823,21 @@ impl<'a> Table<'a> {
     /// sequence, and used slots never become never-used again).
     #[inline]
     fn lookup(&self, p: &Place, fp: u64) -> Option<(usize, u128)> {
+        let groups = [self.group(p.base[0]), self.group(p.base[1])];
         let mut open = [true, p.groups == CHOICES];
         for i in 0..PROBE {
-            for (j, open) in open.iter_mut().enumerate() {
-                if !*open {
+            for j in 0..CHOICES {
+                if !open[j] {
                     continue;
                 }
-                let slot = p.slot(j, i);
-                let value = self.load(slot);
+                let at = (p.home[j] + i) % PROBE;
+                let value = self.ops.load(&groups[j][at]);
                 let f = fp_of(value);
                 if f == fp {
-                    return Some((slot, value));
+                    return Some((p.base[j] + at, value));
                 }
                 if f == 0 {
-                    *open = false;
+                    open[j] = false;
                 }
             }
             if open == [false, false] {
@@ -856,44 +858,67 @@ impl<'a> Table<'a> {
         }
     }
 
-    /// The miss path: reads every slot of both groups in the same probe
-    /// order as [`Table::lookup`] (so a key inserted meanwhile is still found
-    /// at its canonical slot), counting each group's live slots and noting
-    /// its first free slot in the key's sequence, and the least recently
-    /// active live slot. Never-used slots are not a suffix of the group
-    /// (keys start at different home offsets), so the whole group is read.
+    /// The `PROBE` slots of the group starting at slot `base`.
+    #[inline(always)]
+    fn group(&self, base: usize) -> &[AtomicU128; PROBE] {
+        self.slots[base..base + PROBE]
+            .try_into()
+            .expect("a group is PROBE slots")
+    }
+
+    /// The miss path: reads every slot of both groups, counting each
+    /// group's live slots and noting its first free slot in the key's
+    /// sequence, and the least recently active live slot. A key inserted
+    /// meanwhile is still found (at or before its sequence's first
+    /// never-used slot, as in [`Table::lookup`]). Never-used slots are not a
+    /// suffix of the group (keys start at different home offsets), so the
+    /// whole group is read.
     #[cold]
     #[inline(never)]
     fn survey(&self, p: &Place, fp: u64, now_idx: u64) -> Found {
         let mut live = [0usize; CHOICES];
         let mut free: [Option<(Candidate, bool)>; CHOICES] = [None; CHOICES];
-        // A key is never placed past a never-used slot of its sequence.
-        let mut open = [true; CHOICES];
-        let mut victim: Option<(i64, u8, Candidate)> = None;
-        for i in 0..PROBE {
-            for j in 0..p.groups {
-                let slot = p.slot(j, i);
-                let value = self.load(slot);
-                let s = Slot::decode(value);
-                if s.fp == fp && open[j] {
-                    return Found::Key { slot, value };
-                }
-                if s.fp == 0 {
+        // Age of a live slot as one integer, larger is older: the signed
+        // window delta (biased to be non-negative), then 255 - tick.
+        let mut victim: Option<(u64, Candidate)> = None;
+        for j in 0..p.groups {
+            let g = self.group(p.base[j]);
+            // A key is never placed past a never-used slot of its sequence.
+            let mut open = true;
+            for i in 0..PROBE {
+                let at = (p.home[j] + i) % PROBE;
+                let value = self.ops.load(&g[at]);
+                let f = fp_of(value);
+                if f == 0 {
                     if free[j].is_none() {
+                        let slot = p.base[j] + at;
                         free[j] = Some((Candidate { slot, value }, false));
                     }
-                    open[j] = false;
-                } else if s.is_free(now_idx) {
+                    open = false;
+                    continue;
+                }
+                if f == fp && open {
+                    let slot = p.base[j] + at;
+                    return Found::Key { slot, value };
+                }
+                // Slot::is_free without decoding the whole slot: no counts,
+                // or last active two windows ago or more.
+                let lo = value as u64;
+                let d = now_idx.wrapping_sub(lo >> 40) & IDX_MASK;
+                if lo & ((1 << 40) - 1) == 0 || (2..IDX_HALF).contains(&d) {
                     if free[j].is_none() {
+                        let slot = p.base[j] + at;
                         free[j] = Some((Candidate { slot, value }, true));
                     }
-                } else {
-                    live[j] += 1;
-                    // Older = larger delta, then smaller tick.
-                    let age = (s.delta(now_idx), u8::MAX - s.tick);
-                    if victim.map_or(true, |(d, t, _)| age > (d, t)) {
-                        victim = Some((age.0, age.1, Candidate { slot, value }));
-                    }
+                    continue;
+                }
+                live[j] += 1;
+                // d is the delta mod 2^24; XOR with 2^23 maps the signed
+                // range [-2^23, 2^23) monotonically onto [0, 2^24).
+                let age = ((d ^ IDX_HALF) << 8) | u64::from(u8::MAX - (value >> 64) as u8);
+                if victim.map_or(true, |(a, _)| age > a) {
+                    let slot = p.base[j] + at;
+                    victim = Some((age, Candidate { slot, value }));
                 }
             }
         }
@@ -909,7 +934,7 @@ impl<'a> Table<'a> {
         Found::Absent {
             free: best.map(|(_, c, _)| c),
             free_is_used: best.is_some_and(|(_, _, u)| u),
-            victim: victim.map(|(_, _, c)| c),
+            victim: victim.map(|(_, c)| c),
         }
     }
 
@@ -1152,29 +1177,51 @@ impl<'a> Table<'a> {
 
     /// After claiming `ours` for a new key, makes sure no other slot holds
     /// the same key (a concurrent insert that chose another slot). The
-    /// later-positioned duplicate is retired and its counts are moved into
-    /// the earlier one. Returns the slot now holding our admission.
+    /// later-positioned duplicate (in probe order) is retired and its counts
+    /// are moved into the earlier one. Returns the slot now holding our
+    /// admission.
+    ///
+    /// Each group is read up to its first never-used slot in the key's
+    /// sequence, as in [`Table::lookup`]: a racing insert of the same key
+    /// took the first free slot of that sequence, which lay at or before
+    /// the first never-used one, and never-used slots only ever become used,
+    /// so that boundary only moves later. (An insert that evicts a live slot
+    /// anywhere in a group only happens when neither group had a free slot,
+    /// hence no never-used one: then the whole group is read.) Whichever of
+    /// two racing inserts claims its slot last sees the other's slot here.
     fn dedup(&self, key: KeyHash, fp: u64, ours: usize, now_idx: u64, elapsed: u64) -> usize {
+        let p = self.place(key);
+        let groups = [self.group(p.base[0]), self.group(p.base[1])];
+        let mut open = [true, p.groups == CHOICES];
         let mut first: Option<usize> = None;
         let mut result = ours;
-        for slot in self.scan_order(key) {
-            let s = Slot::decode(self.load(slot));
-            if s.fp == 0 {
-                // Never-used slots are a suffix of their group; the second
-                // group may still hold a duplicate, so keep scanning.
-                continue;
-            }
-            if s.fp != fp {
-                continue;
-            }
-            match first {
-                None => first = Some(slot),
-                Some(winner) => {
-                    self.merge(fp, slot, winner, now_idx, elapsed);
-                    if slot == ours {
-                        result = winner;
+        for i in 0..PROBE {
+            for j in 0..CHOICES {
+                if !open[j] {
+                    continue;
+                }
+                let at = (p.home[j] + i) % PROBE;
+                let f = fp_of(self.ops.load(&groups[j][at]));
+                if f == 0 {
+                    open[j] = false;
+                    continue;
+                }
+                if f != fp {
+                    continue;
+                }
+                let slot = p.base[j] + at;
+                match first {
+                    None => first = Some(slot),
+                    Some(winner) => {
+                        self.merge(fp, slot, winner, now_idx, elapsed);
+                        if slot == ours {
+                            result = winner;
+                        }
                     }
                 }
+            }
+            if open == [false, false] {
+                break;
             }
         }
         result
@@ -1830,6 +1877,18 @@ mod tests {
             }
             .encode()
         };
+        // A racing insert takes the first free slot of the key's sequence,
+        // so the slots before the later duplicate are in use (other keys).
+        for (n, &slot) in order[1..20].iter().enumerate() {
+            let other = Slot {
+                fp: fp ^ (n as u64 + 1),
+                tick: 0,
+                idx24: now_idx & IDX_MASK,
+                previous: 0,
+                current: 1,
+            };
+            t.slots[slot].store(other.encode(), Ordering::SeqCst);
+        }
         t.slots[order[0]].store(s(3), Ordering::SeqCst);
         t.slots[order[20]].store(s(2), Ordering::SeqCst);
         let kept = t.dedup(k, fp, order[20], now_idx, 0);
