@@ -12,17 +12,19 @@ use nginx_sys::{
     ngx_command_t, ngx_conf_check_num_bounds, ngx_conf_enum_t, ngx_conf_num_bounds_t,
     ngx_conf_set_enum_slot, ngx_conf_set_flag_slot, ngx_conf_set_num_slot, ngx_conf_t, ngx_flag_t,
     ngx_http_compile_complex_value, ngx_http_compile_complex_value_t, ngx_http_complex_value_t,
-    ngx_int_t, ngx_pagesize, ngx_shared_memory_add, ngx_str_t, ngx_uint_t, NGX_CONF_1MORE,
-    NGX_CONF_FLAG, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET,
-    NGX_HTTP_MAIN_CONF, NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_SRV_CONF, NGX_LOG_EMERG, NGX_LOG_ERR,
-    NGX_LOG_INFO, NGX_LOG_NOTICE, NGX_LOG_WARN,
+    ngx_http_get_variable_index, ngx_int_t, ngx_pagesize, ngx_shared_memory_add, ngx_str_t,
+    ngx_uint_t, NGX_CONF_1MORE, NGX_CONF_FLAG, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_HTTP_LOC_CONF,
+    NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF, NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_SRV_CONF,
+    NGX_LOG_EMERG, NGX_LOG_ERR, NGX_LOG_INFO, NGX_LOG_NOTICE, NGX_LOG_WARN,
 };
 use ngx::core::{Pool, Status, NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::http::{
     HttpModuleLocationConf, HttpModuleMainConf, Merge, MergeConfigError, NgxHttpCoreModule,
 };
 use ngx::{ngx_conf_log_error, ngx_string};
-use rate_limit_window_core::parse::{escape, parse_limit_params, parse_zone_params, LimitSpec};
+use rate_limit_window_core::parse::{
+    escape, parse_limit_params, parse_zone_params, single_variable, LimitSpec,
+};
 
 use crate::util::pool_str;
 use crate::zone::ZoneConf;
@@ -374,6 +376,19 @@ extern "C" fn set_zone(
         return NGX_CONF_ERROR;
     }
     zone.key_src = key;
+    if let Some(var) = single_variable(key.as_bytes()) {
+        let mut var = ngx_str_t {
+            len: var.len(),
+            data: var.as_ptr().cast_mut(),
+        };
+        // SAFETY: cf is valid; nginx copies the name (lowercased) into its
+        // own pool, and the complex value above already registered it.
+        let index = unsafe { ngx_http_get_variable_index(cf, &mut var) };
+        match ngx_uint_t::try_from(index) {
+            Ok(i) => zone.key_index = Some(i),
+            Err(_) => return NGX_CONF_ERROR,
+        }
+    }
     zone.window = params.window;
     zone.fail = params.fail;
     zone.size = params.size;

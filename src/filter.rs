@@ -7,11 +7,12 @@ use core::fmt::Write as _;
 
 use nginx_sys::{
     ngx_http_output_header_filter_pt, ngx_http_request_t, ngx_http_top_header_filter, ngx_int_t,
+    ngx_pnalloc, ngx_str_t,
 };
 
 use crate::conf::{HEADERS_IETF, HEADERS_ON};
-use crate::decision::{self, Verdict};
-use crate::util::add_header;
+use crate::decision::{self, Decision, Verdict};
+use crate::util::{add_header, add_pooled_header};
 
 /// The next header filter in the chain.
 static mut NEXT_HEADER_FILTER: ngx_http_output_header_filter_pt = None;
@@ -52,62 +53,104 @@ unsafe fn add_headers(r: *mut ngx_http_request_t) {
     if d.verdict == Verdict::Exempt {
         return;
     }
-    let mut num = [0u8; 10];
-    if d.verdict == Verdict::Rejected {
-        // SAFETY: r is valid; headers are not sent yet.
-        unsafe { add_header(r, "Retry-After", decimal(d.retry_after_s, &mut num)) };
+    if d.verdict == Verdict::Rejected || d.headers == HEADERS_ON {
+        // SAFETY: as above.
+        unsafe { add_numbers(r, d) };
     }
-    match d.headers {
-        HEADERS_ON => {
-            let Some(t) = d.tightest() else { return };
-            for (name, v) in [
-                ("RateLimit-Limit", t.limit),
-                ("RateLimit-Remaining", t.remaining),
-                ("RateLimit-Reset", t.reset_s),
-            ] {
-                // SAFETY: as above.
-                unsafe { add_header(r, name, decimal(v, &mut num)) };
+    if d.headers == HEADERS_IETF {
+        // draft-ietf-httpapi-ratelimit-headers-10: one list member per
+        // applied limit, the policy name being the zone name.
+        let mut policy = String::with_capacity(64);
+        let mut buf = String::with_capacity(64);
+        for (i, a) in d.applied().iter().enumerate() {
+            // SAFETY: zones live as long as the cycle.
+            let zone = unsafe { &*a.zone };
+            let sep = if i == 0 { "" } else { ", " };
+            let name = zone.name_str();
+            let _ = write!(
+                policy,
+                "{sep}\"{name}\";q={};w={}",
+                a.limit,
+                zone.window.ms() / 1000
+            );
+            let _ = write!(buf, "{sep}\"{name}\";r={};t={}", a.remaining, a.reset_s);
+        }
+        if !policy.is_empty() {
+            // SAFETY: as above.
+            unsafe {
+                add_header(r, "RateLimit-Policy", policy.as_bytes());
+                add_header(r, "RateLimit", buf.as_bytes());
             }
         }
-        HEADERS_IETF => {
-            // draft-ietf-httpapi-ratelimit-headers-10: one list member per
-            // applied limit, the policy name being the zone name.
-            let mut policy = String::with_capacity(64);
-            let mut buf = String::with_capacity(64);
-            for (i, a) in d.applied().iter().enumerate() {
-                // SAFETY: zones live as long as the cycle.
-                let zone = unsafe { &*a.zone };
-                let sep = if i == 0 { "" } else { ", " };
-                let name = zone.name_str();
-                let _ = write!(
-                    policy,
-                    "{sep}\"{name}\";q={};w={}",
-                    a.limit,
-                    zone.window.ms() / 1000
-                );
-                let _ = write!(buf, "{sep}\"{name}\";r={};t={}", a.remaining, a.reset_s);
-            }
-            if !policy.is_empty() {
-                // SAFETY: as above.
-                unsafe {
-                    add_header(r, "RateLimit-Policy", policy.as_bytes());
-                    add_header(r, "RateLimit", buf.as_bytes());
-                }
-            }
-        }
-        _ => {}
     }
 }
 
-/// Formats `n` in decimal into `buf` without allocating.
-fn decimal(mut n: u32, buf: &mut [u8; 10]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
+/// Retry-After on a rejection, and the RateLimit-* numbers of the tightest
+/// limit with `rate_limit_window_headers on`. Every number is formatted
+/// straight into one pool buffer, which the headers then point at.
+///
+/// # Safety
+/// `r` must be a valid request whose headers are being sent.
+unsafe fn add_numbers(r: *mut ngx_http_request_t, d: &Decision) {
+    // SAFETY: r is valid; its pool lives as long as the request.
+    let buf = unsafe { ngx_pnalloc((*r).pool, NUMBERS * 10) }.cast::<[u8; 10]>();
+    if buf.is_null() {
+        return;
+    }
+    // SAFETY: buf has room for NUMBERS arrays of 10 bytes (alignment 1),
+    // fresh pool memory that nothing else refers to.
+    let mut slots = unsafe { core::slice::from_raw_parts_mut(buf, NUMBERS) }.iter_mut();
+    let mut add = |name: &'static str, n: u32| {
+        if let Some(slot) = slots.next() {
+            let digits = decimal(n, slot);
+            let value = ngx_str_t {
+                len: digits.len(),
+                data: digits.as_ptr().cast_mut(),
+            };
+            // SAFETY: r is valid and its headers are not sent yet; the
+            // digits live in its pool.
+            unsafe { add_pooled_header(r, name, value) };
+        }
+    };
+    if d.verdict == Verdict::Rejected {
+        add("Retry-After", d.retry_after_s);
+    }
+    if d.headers == HEADERS_ON {
+        if let Some(t) = d.tightest() {
+            add("RateLimit-Limit", t.limit);
+            add("RateLimit-Remaining", t.remaining);
+            add("RateLimit-Reset", t.reset_s);
         }
     }
+}
+
+/// Numbers a response can carry: Retry-After and three RateLimit-* values.
+const NUMBERS: usize = 4;
+
+/// "00" to "99", for formatting two digits per division.
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Formats `n` in decimal at the end of `buf` without allocating, two digits
+/// per step; returns the digits.
+fn decimal(mut n: u32, buf: &mut [u8; 10]) -> &[u8] {
+    let mut i = buf.len();
+    while n >= 100 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if n >= 10 {
+        let pair = n as usize * 2;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
+        i -= 1;
+        buf[i] = b'0' + n as u8;
+    }
+    &buf[i..]
 }

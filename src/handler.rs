@@ -10,9 +10,9 @@
 
 use core::sync::atomic::Ordering;
 use nginx_sys::{
-    ngx_array_push, ngx_conf_t, ngx_http_complex_value, ngx_http_handler_pt,
-    ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_http_request_t, ngx_int_t, ngx_str_t,
-    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_ERR, NGX_LOG_WARN,
+    ngx_array_push, ngx_conf_t, ngx_http_complex_value, ngx_http_get_flushed_variable,
+    ngx_http_handler_pt, ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_http_request_t, ngx_int_t,
+    ngx_str_t, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_ERR, NGX_LOG_WARN,
 };
 use ngx::core::Status;
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
@@ -92,13 +92,8 @@ unsafe fn judge(
     table: &Table<'static>,
     value: LimitValue,
 ) -> Result<Judge, ()> {
-    let mut key = ngx_str_t::empty();
-    // SAFETY: the key was compiled at configuration time; r is valid.
-    if unsafe { ngx_http_complex_value(r, &zone.key as *const _ as *mut _, &mut key) }
-        != Status::NGX_OK.into()
-    {
-        return Err(());
-    }
+    // SAFETY: r is valid.
+    let key = unsafe { eval_key(r, zone) }?;
     if key.is_empty() {
         return Ok(Judge::Exempt);
     }
@@ -137,10 +132,44 @@ unsafe fn judge(
         }
     };
     Ok(Judge::Limit {
-        hash: table.hash_key(key.as_bytes()),
+        hash: table.hash_key(key),
         limit,
         invalid,
     })
+}
+
+/// The zone's key for the request (empty: the limit does not apply).
+/// Err(()) is an nginx error while evaluating it.
+///
+/// # Safety
+/// `r` must be a valid request; the bytes live in its pool or its headers.
+unsafe fn eval_key<'r>(r: *mut ngx_http_request_t, zone: &ZoneConf) -> Result<&'r [u8], ()> {
+    if let Some(index) = zone.key_index {
+        // A key that is one variable: the same value the script engine
+        // would copy out (a cacheable variable is evaluated once per
+        // request, a non-cacheable one again), without the copy.
+        // SAFETY: the index was obtained at configuration time; r is valid.
+        let v = unsafe { ngx_http_get_flushed_variable(r, index) };
+        // SAFETY: a non-null result is the request's variable value.
+        return match unsafe { v.as_ref() } {
+            None => Err(()),
+            Some(v) if v.not_found() != 0 || v.len() == 0 || v.data.is_null() => Ok(&[]),
+            // SAFETY: data holds len bytes for the life of the request.
+            Some(v) => Ok(unsafe { core::slice::from_raw_parts(v.data, v.len() as usize) }),
+        };
+    }
+    let mut key = ngx_str_t::empty();
+    // SAFETY: the key was compiled at configuration time; r is valid.
+    if unsafe { ngx_http_complex_value(r, &zone.key as *const _ as *mut _, &mut key) }
+        != Status::NGX_OK.into()
+    {
+        return Err(());
+    }
+    if key.is_empty() {
+        return Ok(&[]);
+    }
+    // SAFETY: the value lives in the request pool.
+    Ok(unsafe { core::slice::from_raw_parts(key.data, key.len) })
 }
 
 /// The limit of one request, read from its `limit=` value.

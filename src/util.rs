@@ -56,6 +56,21 @@ pub unsafe fn add_header(
 ) -> Option<()> {
     // SAFETY: r is valid; its pool lives as long as the request.
     let value = unsafe { pool_str((*r).pool, value) }?;
+    // SAFETY: r is valid; value is in its pool.
+    unsafe { add_pooled_header(r, name, value) }
+}
+
+/// Appends an output header whose value already lives in the request's
+/// pool (no copy).
+///
+/// # Safety
+/// `r` must be a valid request whose headers have not been sent, and
+/// `value` must live as long as its pool.
+pub unsafe fn add_pooled_header(
+    r: *mut nginx_sys::ngx_http_request_t,
+    name: &'static str,
+    value: ngx_str_t,
+) -> Option<()> {
     // SAFETY: headers_out.headers is an initialised ngx_list_t of ngx_table_elt_t.
     let h = unsafe { ngx_list_push(&mut (*r).headers_out.headers) }.cast::<ngx_table_elt_t>();
     if h.is_null() {

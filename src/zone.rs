@@ -30,6 +30,9 @@ pub struct ZoneConf {
     /// The compiled key, and its source text (compared on reload).
     pub key: ngx_http_complex_value_t,
     pub key_src: ngx_str_t,
+    /// The variable's index when the key is exactly one variable (the usual
+    /// `$binary_remote_addr`): read directly, without the script engine.
+    pub key_index: Option<ngx_uint_t>,
     /// Window length; windows are aligned to the UTC epoch.
     pub window: Window,
     /// What happens when a new client cannot be tracked, or a limit
@@ -96,6 +99,7 @@ impl ZoneConf {
             // SAFETY: an all-zero complex value is nginx's "unset" state.
             key: unsafe { core::mem::zeroed() },
             key_src: ngx_str_t::empty(),
+            key_index: None,
             window: Window::from_ms(DEFAULT_WINDOW_MS).expect("default window is valid"),
             fail: FailPolicy::Open,
             size: 0,

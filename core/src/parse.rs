@@ -604,9 +604,47 @@ pub fn parse_limit_params(args: &[&[u8]]) -> Result<LimitParams, String> {
     Ok(LimitParams { zone, limit })
 }
 
+/// The variable name when `src` is exactly one nginx variable, `$name` or
+/// `${name}` (letters, digits and `_`, as nginx's script compiler reads
+/// them), with no literal text around it; None for anything else. Such a key
+/// can be read with one variable lookup instead of the script engine.
+pub fn single_variable(src: &[u8]) -> Option<&[u8]> {
+    let rest = src.strip_prefix(b"$")?;
+    let name = match rest.strip_prefix(b"{") {
+        Some(braced) => braced.strip_suffix(b"}")?,
+        None => rest,
+    };
+    let ok = !name.is_empty() && name.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_');
+    ok.then_some(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn single_variable_keys() {
+        assert_eq!(
+            single_variable(b"$binary_remote_addr"),
+            Some(&b"binary_remote_addr"[..])
+        );
+        assert_eq!(single_variable(b"${http_x_key}"), Some(&b"http_x_key"[..]));
+        assert_eq!(single_variable(b"$arg_1"), Some(&b"arg_1"[..]));
+        for not_one in [
+            &b""[..],
+            b"$",
+            b"${}",
+            b"${x",
+            b"x$y",
+            b"$a$b",
+            b"$a:$b",
+            b"$http_x-key",
+            b"${a}b",
+            b"literal",
+        ] {
+            assert_eq!(single_variable(not_one), None, "{}", escape(not_one));
+        }
+    }
 
     #[test]
     fn size_matches_ngx_parse_size() {
