@@ -489,7 +489,7 @@ fn binary_and_huge_keys() {
             .collect();
         assert_eq!(st, [200, 200, 429], "key of {} bytes", k.len());
     }
-    assert_eq!(up.received(), 8);
+    assert_eq!(up.received(), 9);
 }
 
 // ---------------------------------------------------------------------------
@@ -954,4 +954,46 @@ fn reload_with_changed_key_or_window_fails_and_old_config_serves() {
         assert_eq!(key(&ng, "k").status, 429);
         assert_eq!(key(&ng, &other).status, 429);
     }
+}
+
+// ---------------------------------------------------------------------------
+// Key forms: one variable (read directly) and composite keys (script engine)
+// ---------------------------------------------------------------------------
+
+#[test]
+fn composite_and_braced_keys_limit_per_value_and_empty_is_exempt() {
+    let up = Upstream::start();
+    let ng = start(
+        &up,
+        &conf(
+            "rate_limit_window_zone $http_x_a:$http_x_b zone=pair:1m window=1h;
+             rate_limit_window_zone ${http_x_key} zone=braced:1m window=1h;
+             rate_limit_window_zone $http_x_c$http_x_d zone=joined:1m window=1h;",
+            "rate_limit_window zone=pair limit=2;
+             rate_limit_window zone=braced limit=3;
+             rate_limit_window zone=joined limit=1;",
+        ),
+    );
+    clear_of_boundary(HOUR_MS, 20_000);
+    let send = |h: &[(&str, &[u8])]| request(ng.port, "GET", "/", h).status;
+    // "1:1" twice, then rejected by the pair zone; "1:2" is another client.
+    assert_eq!(send(&[("X-A", b"1"), ("X-B", b"1")]), 200);
+    assert_eq!(send(&[("X-A", b"1"), ("X-B", b"1")]), 200);
+    assert_eq!(send(&[("X-A", b"1"), ("X-B", b"1")]), 429);
+    assert_eq!(send(&[("X-A", b"1"), ("X-B", b"2")]), 200);
+    // No headers at all: the pair key is ":" (one client), the others empty.
+    assert_eq!(send(&[]), 200);
+    assert_eq!(send(&[]), 200);
+    assert_eq!(send(&[]), 429);
+    // ${http_x_key} is the same key as $http_x_key; 3 per value. The pair
+    // zone also applies: vary X-A so that it never trips.
+    for (i, want) in [200, 200, 200, 429].into_iter().enumerate() {
+        let a = format!("k{i}");
+        let st = send(&[("X-Key", b"k"), ("X-A", a.as_bytes())]);
+        assert_eq!(st, want, "request {i} for X-Key k");
+    }
+    // $http_x_c$http_x_d concatenates: "ab" + "" and "a" + "b" are one client.
+    assert_eq!(send(&[("X-C", b"ab"), ("X-A", b"j1")]), 200);
+    assert_eq!(send(&[("X-C", b"a"), ("X-D", b"b"), ("X-A", b"j2")]), 429);
+    assert_eq!(up.received(), 9);
 }
