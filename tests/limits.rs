@@ -489,7 +489,7 @@ fn binary_and_huge_keys() {
             .collect();
         assert_eq!(st, [200, 200, 429], "key of {} bytes", k.len());
     }
-    assert_eq!(up.received(), 9);
+    assert_eq!(up.received(), 8);
 }
 
 // ---------------------------------------------------------------------------
