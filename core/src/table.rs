@@ -119,10 +119,13 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RLWINDOW");
 /// Version of the region layout; bumped on any incompatible change.
 pub const LAYOUT_VERSION: u32 = 2;
 
-/// Slot arrays above this size prefetch the second candidate group (in a
+/// Slot arrays above this size prefetch the second candidate group's home
+/// slot, and every line of both groups before a new key's survey (in a
 /// smaller table both groups are usually cached, and a needless prefetch
 /// only pulls lines away from other cores).
 const PREFETCH_BYTES: usize = 4 << 20;
+/// Slots per 64-byte cache line.
+const SLOTS_PER_LINE: usize = 64 / SLOT_BYTES;
 const COUNT_BITS: u32 = 20;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// Largest storable count, in requests.
@@ -557,6 +560,15 @@ fn prefetch(a: &AtomicU128) {
     let _ = a;
 }
 
+/// [`Slot::is_free`] of a used slot's packed value, without decoding it:
+/// no counts, or last active two windows or more before `now_idx`.
+#[inline(always)]
+fn is_free_value(value: u128, now_idx: u64) -> bool {
+    let lo = value as u64;
+    let d = now_idx.wrapping_sub(lo >> 40) & IDX_MASK;
+    lo & ((1 << 40) - 1) == 0 || (2..IDX_HALF).contains(&d)
+}
+
 /// The fingerprint stored in a slot value (0: never used).
 #[inline(always)]
 fn fp_of(value: u128) -> u64 {
@@ -878,9 +890,16 @@ impl<'a> Table<'a> {
     fn survey(&self, p: &Place, fp: u64, now_idx: u64) -> Found {
         let mut live = [0usize; CHOICES];
         let mut free: [Option<(Candidate, bool)>; CHOICES] = [None; CHOICES];
-        // Age of a live slot as one integer, larger is older: the signed
-        // window delta (biased to be non-negative), then 255 - tick.
-        let mut victim: Option<(u64, Candidate)> = None;
+        if self.prefetch {
+            // Every line of both groups is read below: ask for all of them
+            // at once, so that a table larger than the caches pays about
+            // one memory latency here rather than one per line.
+            for j in 0..p.groups {
+                for line in self.group(p.base[j]).iter().step_by(SLOTS_PER_LINE) {
+                    prefetch(line);
+                }
+            }
+        }
         for j in 0..p.groups {
             let g = self.group(p.base[j]);
             // A key is never placed past a never-used slot of its sequence.
@@ -901,24 +920,13 @@ impl<'a> Table<'a> {
                     let slot = p.base[j] + at;
                     return Found::Key { slot, value };
                 }
-                // Slot::is_free without decoding the whole slot: no counts,
-                // or last active two windows ago or more.
-                let lo = value as u64;
-                let d = now_idx.wrapping_sub(lo >> 40) & IDX_MASK;
-                if lo & ((1 << 40) - 1) == 0 || (2..IDX_HALF).contains(&d) {
+                if is_free_value(value, now_idx) {
                     if free[j].is_none() {
                         let slot = p.base[j] + at;
                         free[j] = Some((Candidate { slot, value }, true));
                     }
-                    continue;
-                }
-                live[j] += 1;
-                // d is the delta mod 2^24; XOR with 2^23 maps the signed
-                // range [-2^23, 2^23) monotonically onto [0, 2^24).
-                let age = ((d ^ IDX_HALF) << 8) | u64::from(u8::MAX - (value >> 64) as u8);
-                if victim.map_or(true, |(a, _)| age > a) {
-                    let slot = p.base[j] + at;
-                    victim = Some((age, Candidate { slot, value }));
+                } else {
+                    live[j] += 1;
                 }
             }
         }
@@ -934,8 +942,43 @@ impl<'a> Table<'a> {
         Found::Absent {
             free: best.map(|(_, c, _)| c),
             free_is_used: best.is_some_and(|(_, _, u)| u),
-            victim: victim.map(|(_, c)| c),
+            // Only a full pair of groups needs a victim (rare): look for it
+            // then, in a second pass over the now cached lines.
+            victim: if best.is_none() {
+                self.oldest(p, now_idx)
+            } else {
+                None
+            },
         }
+    }
+
+    /// The least recently active live slot of the key's groups: the oldest
+    /// window, then the smallest touch tick; the first one in group order
+    /// on a tie.
+    #[cold]
+    fn oldest(&self, p: &Place, now_idx: u64) -> Option<Candidate> {
+        // Age as one integer, larger is older: the signed window delta
+        // (biased to be non-negative), then 255 - tick.
+        let mut victim: Option<(u64, Candidate)> = None;
+        for j in 0..p.groups {
+            let g = self.group(p.base[j]);
+            for i in 0..PROBE {
+                let at = (p.home[j] + i) % PROBE;
+                let value = self.ops.load(&g[at]);
+                if fp_of(value) == 0 || is_free_value(value, now_idx) {
+                    continue;
+                }
+                let d = now_idx.wrapping_sub((value as u64) >> 40) & IDX_MASK;
+                // d is the delta mod 2^24; XOR with 2^23 maps the signed
+                // range [-2^23, 2^23) monotonically onto [0, 2^24).
+                let age = ((d ^ IDX_HALF) << 8) | u64::from(u8::MAX - (value >> 64) as u8);
+                if victim.map_or(true, |(a, _)| age > a) {
+                    let slot = p.base[j] + at;
+                    victim = Some((age, Candidate { slot, value }));
+                }
+            }
+        }
+        victim.map(|(_, c)| c)
     }
 
     /// The touch tick of a request `elapsed` ms into its window: `elapsed >>
