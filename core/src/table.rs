@@ -1024,9 +1024,17 @@ impl<'a> Table<'a> {
             // caches pays one memory latency, not two in a row.
             prefetch(&self.slots[p.slot(1, 0)]);
         }
-        if let Some((slot, value)) = self.lookup(&p, fp) {
-            let lo = value as u64;
-            if now_idx.wrapping_sub(lo >> 40) & IDX_MASK == 0 {
+        // What the general path starts from, so that it does not read the
+        // key's groups again: the key's slot when it holds another window (a
+        // client's first request in a new window), or the survey for a new
+        // key. None after a lost CAS: look again.
+        let first = match self.lookup(&p, fp) {
+            None => Some(self.survey(&p, fp, now_idx)),
+            Some((slot, value)) if now_idx.wrapping_sub((value as u64) >> 40) & IDX_MASK != 0 => {
+                Some(Found::Key { slot, value })
+            }
+            Some((slot, value)) => {
+                let lo = value as u64;
                 let counts = Counts {
                     current: (lo & COUNT_MASK) as u32,
                     previous: ((lo >> COUNT_BITS) & COUNT_MASK) as u32,
@@ -1059,18 +1067,21 @@ impl<'a> Table<'a> {
                         events: Events::default(),
                     };
                 }
+                None
             }
-        }
-        self.acquire_slow(key, fp, now_idx, elapsed, limit, policy, shard)
+        };
+        self.acquire_slow(key, fp, first, now_idx, elapsed, limit, policy, shard)
     }
 
-    /// The general path of [`Table::acquire`].
+    /// The general path of [`Table::acquire`], starting from `first` (what
+    /// the fast path already read) when given, else from a fresh lookup.
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     fn acquire_slow(
         &self,
         key: KeyHash,
         fp: u64,
+        mut first: Option<Found>,
         now_idx: u64,
         elapsed: u64,
         limit: u32,
@@ -1081,7 +1092,8 @@ impl<'a> Table<'a> {
         let reset_s = window::reset_secs(elapsed, w);
         let mut events = Events::default();
         let decision = loop {
-            match self.find(key, fp, now_idx) {
+            let found = first.take().unwrap_or_else(|| self.find(key, fp, now_idx));
+            match found {
                 Found::Key { slot, value } => {
                     let s = Slot::decode(value);
                     let v = view(s, now_idx, elapsed);
