@@ -14,20 +14,12 @@ use common::*;
 const T0: i64 = 1_704_067_200;
 
 fn conf(zones: &str, loc: &str) -> String {
-    http_conf(
-        &r#"
-        ZONES
-        server {
-            listen 127.0.0.1:{{PORT}};
-            add_header X-Msec $msec always;
-            location / {
-                LOC
-                proxy_pass http://{{UPSTREAM}};
-            }
-            location = /metrics { rate_limit_window_metrics; }
-        }"#
-        .replace("ZONES", zones)
-        .replace("LOC", loc),
+    proxy_conf(
+        zones,
+        "",
+        "add_header X-Msec $msec always;
+         location = /metrics { rate_limit_window_metrics; }",
+        loc,
     )
 }
 

@@ -12,20 +12,12 @@ const HOUR_MS: u128 = 3_600_000;
 /// holds `loc` and proxies to the upstream. Every response carries the
 /// module's variables as X-RLW-Status / X-RLW-Remaining.
 fn conf(zones: &str, loc: &str) -> String {
-    http_conf(
-        &r#"
-        ZONES
-        server {
-            listen 127.0.0.1:{{PORT}};
-            add_header X-RLW-Status $rate_limit_window_status always;
-            add_header X-RLW-Remaining $rate_limit_window_remaining always;
-            location / {
-                LOC
-                proxy_pass http://{{UPSTREAM}};
-            }
-        }"#
-        .replace("ZONES", zones)
-        .replace("LOC", loc),
+    proxy_conf(
+        zones,
+        "",
+        "add_header X-RLW-Status $rate_limit_window_status always;
+         add_header X-RLW-Remaining $rate_limit_window_remaining always;",
+        loc,
     )
 }
 

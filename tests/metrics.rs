@@ -11,20 +11,12 @@ const HOUR_MS: u128 = 3_600_000;
 /// reuseport spreads connections over both workers, so the counters are
 /// checked as sums over workers.
 fn conf(zones: &str, loc: &str) -> String {
-    http_conf(
-        &r#"
-        ZONES
-        server {
-            listen 127.0.0.1:{{PORT}} reuseport;
-            add_header X-Worker $pid always;
-            location / {
-                LOC
-                proxy_pass http://{{UPSTREAM}};
-            }
-            location = /metrics { rate_limit_window_metrics; }
-        }"#
-        .replace("ZONES", zones)
-        .replace("LOC", loc),
+    proxy_conf(
+        zones,
+        "reuseport",
+        "add_header X-Worker $pid always;
+         location = /metrics { rate_limit_window_metrics; }",
+        loc,
     )
 }
 

@@ -82,6 +82,45 @@ pub fn http_conf(http_body: &str) -> String {
     )
 }
 
+/// http{} with `zones` and one server on {{PORT}}, with `listen` options
+/// after the address (`reuseport`, or nothing), `server` holding
+/// server-level directives and further locations, and `location /` holding
+/// `loc` and proxying to the upstream.
+pub fn proxy_conf(zones: &str, listen: &str, server: &str, loc: &str) -> String {
+    http_conf(
+        &r#"
+        ZONES
+        server {
+            listen 127.0.0.1:{{PORT}} LISTEN;
+            SERVER
+            location / {
+                LOC
+                proxy_pass http://{{UPSTREAM}};
+            }
+        }"#
+        .replace("ZONES", zones)
+        .replace("LISTEN", listen)
+        .replace("SERVER", server)
+        .replace("LOC", loc),
+    )
+}
+
+/// An HTTP/1.1 request without a body (`Host: localhost` unless given).
+fn request_bytes(method: &str, path: &str, headers: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut req: Vec<u8> = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.extend_from_slice(b"Host: localhost\r\n");
+    }
+    for (k, v) in headers {
+        req.extend_from_slice(k.as_bytes());
+        req.extend_from_slice(b": ");
+        req.extend_from_slice(v);
+        req.extend_from_slice(b"\r\n");
+    }
+    req.extend_from_slice(b"\r\n");
+    req
+}
+
 /// A free TCP port on 127.0.0.1 (bound and released: a tiny race is accepted).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -846,17 +885,7 @@ impl Conn {
         path: &str,
         headers: &[(&str, &[u8])],
     ) -> io::Result<Response> {
-        let mut req: Vec<u8> = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
-        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-            req.extend_from_slice(b"Host: localhost\r\n");
-        }
-        for (k, v) in headers {
-            req.extend_from_slice(k.as_bytes());
-            req.extend_from_slice(b": ");
-            req.extend_from_slice(v);
-            req.extend_from_slice(b"\r\n");
-        }
-        req.extend_from_slice(b"\r\n");
+        let req = request_bytes(method, path, headers);
         self.stream.write_all(&req)?;
         let resp = read_response(&mut self.reader, method == "HEAD")?;
         if !resp.keep_alive() {
@@ -1275,17 +1304,7 @@ impl Conn {
         path: &str,
         headers: &[(&str, &[u8])],
     ) -> Result<Response, RequestFailure> {
-        let mut req: Vec<u8> = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
-        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-            req.extend_from_slice(b"Host: localhost\r\n");
-        }
-        for (k, v) in headers {
-            req.extend_from_slice(k.as_bytes());
-            req.extend_from_slice(b": ");
-            req.extend_from_slice(v);
-            req.extend_from_slice(b"\r\n");
-        }
-        req.extend_from_slice(b"\r\n");
+        let req = request_bytes(method, path, headers);
         let early = |error| RequestFailure {
             before_any_byte: true,
             error,

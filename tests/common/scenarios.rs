@@ -17,26 +17,16 @@ pub const HOUR_MS: u128 = 3_600_000;
 /// zones), `/metrics`, on a reuseport listener so that connections spread
 /// over the workers; every response names its worker.
 pub fn conf(zones: &str, loc: &str, hot: &str) -> String {
-    http_conf(
-        &r#"
-        ZONES
-        server {
-            listen 127.0.0.1:{{PORT}} reuseport;
-            add_header X-Worker $pid always;
-            add_header X-RLW-Status $rate_limit_window_status always;
-            location / {
-                LOC
-                proxy_pass http://{{UPSTREAM}};
-            }
-            location = /hot {
-                HOT
-                proxy_pass http://{{UPSTREAM}};
-            }
-            location = /metrics { rate_limit_window_metrics; }
-        }"#
-        .replace("ZONES", zones)
-        .replace("LOC", loc)
-        .replace("HOT", hot),
+    proxy_conf(
+        zones,
+        "reuseport",
+        &format!(
+            "add_header X-Worker $pid always;
+             add_header X-RLW-Status $rate_limit_window_status always;
+             location = /hot {{ {hot} proxy_pass http://{{{{UPSTREAM}}}}; }}
+             location = /metrics {{ rate_limit_window_metrics; }}"
+        ),
+        loc,
     )
 }
 
