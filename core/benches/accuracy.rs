@@ -44,6 +44,9 @@ use rate_limit_window_core::reference::SlidingLog;
 use rate_limit_window_core::*;
 use std::collections::{HashMap, VecDeque};
 
+mod support;
+use support::heap_table;
+
 const W: u64 = 60_000;
 const LIMIT: u32 = 100;
 const T0: u64 = 1_767_225_600_000;
@@ -74,9 +77,6 @@ impl XorShift {
         -self.unit().ln() * mean
     }
 }
-
-#[repr(C, align(64))]
-struct Line([u8; 64]);
 
 /// (time offset ms, key) pairs, sorted.
 fn trace(scenario: &str, rng: &mut XorShift) -> Vec<(u64, u32)> {
@@ -181,20 +181,8 @@ fn main() {
         let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
         let ev = trace(scenario, &mut rng);
         let slots = 65_536;
-        let mut buf: Vec<Line> = (0..(Table::HEADER_BYTES + slots * SLOT_BYTES) / 64)
-            .map(|_| Line([0; 64]))
-            .collect();
-        let len = buf.len() * 64;
-        // SAFETY: exclusive, aligned buffer that outlives the table.
-        let table = unsafe {
-            Table::init(
-                buf.as_mut_ptr().cast(),
-                len,
-                Window::from_ms(W).unwrap(),
-                [1, 1],
-            )
-        }
-        .unwrap();
+        let owned = heap_table(slots, W, [1, 1]);
+        let table = &owned.table;
         // Independent histories: the exact log keeps its own admissions.
         let mut logs: HashMap<u32, SlidingLog> = HashMap::new();
         let mut log_admitted: HashMap<u32, Vec<u64>> = HashMap::new();

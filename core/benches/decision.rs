@@ -22,36 +22,15 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use rate_limit_window_core::*;
 
+mod support;
+use support::{heap_table, HeapTable};
+
 const W: u64 = 60_000;
 const T0: u64 = 1_767_225_600_000;
 
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
-struct Owned {
-    _buf: Vec<Line>,
-    table: Table<'static>,
-}
-
 /// A table with `num / den` slots per key (at least 64 slots).
-fn table_for(keys: usize, num: usize, den: usize) -> Owned {
-    let slots = (keys * num / den).max(64) + 64;
-    let bytes = Table::HEADER_BYTES + slots * SLOT_BYTES;
-    let mut buf: Vec<Line> = (0..bytes.div_ceil(64)).map(|_| Line([0; 64])).collect();
-    let len = buf.len() * 64;
-    // SAFETY: the heap buffer never moves and lives as long as `Owned`,
-    // which drops the table first (field order is irrelevant: Table has no
-    // Drop and is never used after `_buf` is freed).
-    let table = unsafe {
-        Table::init(
-            buf.as_mut_ptr().cast(),
-            len,
-            Window::from_ms(W).unwrap(),
-            [9, 9],
-        )
-    }
-    .unwrap();
-    Owned { _buf: buf, table }
+fn table_for(keys: usize, num: usize, den: usize) -> HeapTable {
+    heap_table((keys * num / den).max(64) + 64, W, [9, 9])
 }
 
 /// A one-multiply hasher for u64 keys (FxHash-like).
