@@ -148,83 +148,33 @@ fn ngx_parse_time(s: &[u8], is_sec: bool) -> Option<u64> {
             continue;
         }
 
-        let (mut max, mut scale): (u64, u64);
-        match c {
-            b'y' => {
-                if step > START {
-                    return None;
-                }
-                step = YEAR;
-                scale = 60 * 60 * 24 * 365;
-                max = MAX_INT / scale;
-            }
-            b'M' => {
-                if step >= MONTH {
-                    return None;
-                }
-                step = MONTH;
-                scale = 60 * 60 * 24 * 30;
-                max = MAX_INT / scale;
-            }
-            b'w' => {
-                if step >= WEEK {
-                    return None;
-                }
-                step = WEEK;
-                scale = 60 * 60 * 24 * 7;
-                max = MAX_INT / scale;
-            }
-            b'd' => {
-                if step >= DAY {
-                    return None;
-                }
-                step = DAY;
-                scale = 60 * 60 * 24;
-                max = MAX_INT / scale;
-            }
-            b'h' => {
-                if step >= HOUR {
-                    return None;
-                }
-                step = HOUR;
-                scale = 60 * 60;
-                max = MAX_INT / scale;
-            }
+        // The unit's step and its length in seconds (ms: 1 ms).
+        let (unit, mut scale): (u8, u64) = match c {
+            b'y' => (YEAR, 60 * 60 * 24 * 365),
+            b'M' => (MONTH, 60 * 60 * 24 * 30),
+            b'w' => (WEEK, 60 * 60 * 24 * 7),
+            b'd' => (DAY, 60 * 60 * 24),
+            b'h' => (HOUR, 60 * 60),
             b'm' if s.get(i) == Some(&b's') => {
-                if is_sec || step >= MSEC {
+                if is_sec {
                     return None;
                 }
                 i += 1;
-                step = MSEC;
-                scale = 1;
-                max = MAX_INT;
+                (MSEC, 1)
             }
-            b'm' => {
-                if step >= MIN {
-                    return None;
-                }
-                step = MIN;
-                scale = 60;
-                max = MAX_INT / scale;
-            }
-            b's' => {
-                if step >= SEC {
-                    return None;
-                }
-                step = SEC;
-                scale = 1;
-                max = MAX_INT;
-            }
-            b' ' => {
-                if step >= SEC {
-                    return None;
-                }
-                step = LAST;
-                scale = 1;
-                max = MAX_INT;
-            }
+            b'm' => (MIN, 60),
+            b's' => (SEC, 1),
+            // A space ends the value; it may follow anything up to minutes.
+            b' ' => (LAST, 1),
             _ => return None,
+        };
+        // Units come in decreasing order, each at most once.
+        let after = if c == b' ' { SEC } else { unit };
+        if step >= after {
+            return None;
         }
+        step = unit;
+        let mut max = MAX_INT / scale;
 
         if step != MSEC && !is_sec {
             scale *= 1000;
