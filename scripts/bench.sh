@@ -348,25 +348,32 @@ bench_callgrind() {
     fi
     local small=200 big=$((200 + BENCH_CG_REQS))
     log "== callgrind: instructions per request, ($big - $small requests) difference, one nginx process"
-    local tsv=$RESULTS/callgrind.tsv v path mode n cnt f
+    local tsv=$RESULTS/callgrind.tsv v limiter mode n cnt f
     echo "# variant n_small ir_small n_big ir_big" >"$tsv"
+    # Every variant requests /t from its own nginx: only the directives in
+    # that location differ, not the URI or the location lookup.
     for v in none rlw_hot rlw_hot_noheaders lr_hot rlw_many lr_many; do
         case $v in
-            none) path=/none/x mode=distinct ;;
-            rlw_hot_noheaders) path=/rlw/hot_noheaders mode=hot ;;
-            *_hot) path=/${v%_hot}/hot mode=hot ;;
-            *_many) path=/${v%_many}/many mode=distinct ;;
+            none) limiter="" mode=distinct ;;
+            rlw_hot) limiter="rate_limit_window zone=rlw_hot limit=1000000;" mode=hot ;;
+            rlw_hot_noheaders)
+                limiter="rate_limit_window zone=rlw_hot limit=1000000; rate_limit_window_headers off;"
+                mode=hot ;;
+            lr_hot) limiter="limit_req zone=lr_hot burst=1000000 nodelay;" mode=hot ;;
+            rlw_many) limiter="rate_limit_window zone=rlw_many limit=1000000;" mode=distinct ;;
+            lr_many) limiter="limit_req zone=lr_many burst=1000000 nodelay;" mode=distinct ;;
         esac
         local line="$v"
         for n in $small $big; do
             fresh_prefix
             PORT=$(free_port)
             render "$BENCH_DIR/callgrind.conf.in" "$PREFIX/conf/nginx.conf"
+            sed -i "s|@LIMITER@|$limiter|" "$PREFIX/conf/nginx.conf"
             f=$RESULTS/callgrind-$v-$n.out
             START_TIMEOUT=120 start_nginx "$PREFIX/conf/nginx.conf" \
                 valgrind --tool=callgrind --callgrind-out-file="$f" -q
             # start_nginx's readiness probe was one request to /none/ping
-            cnt=$(python3 "$BENCH_DIR/httpclient.py" fixed "$PORT" "$path" "$n" "$mode") \
+            cnt=$(python3 "$BENCH_DIR/httpclient.py" fixed "$PORT" /t "$n" "$mode") \
                 || die "callgrind client failed ($v)"
             [ "$cnt" = "{\"200\": $n}" ] || die "callgrind $v: unexpected statuses $cnt"
             stop_nginx QUIT
@@ -583,8 +590,9 @@ EOF
 ## Instructions per request (callgrind)
 
 nginx as one process (\`master_process off\`) under \`valgrind --tool=callgrind\`,
-one keep-alive client sending requests one at a time. Each variant is run
-twice, with 200 and $((200 + BENCH_CG_REQS)) requests; instructions per request are the
+one keep-alive client sending requests one at a time to \`location = /t\`,
+whose only directives are the variant's limiter (so every variant has the
+same URI and the same location lookup). Each variant is run twice, with 200 and $((200 + BENCH_CG_REQS)) requests; instructions per request are the
 difference of the two totals divided by $BENCH_CG_REQS, so start-up and shutdown
 cancel out. "A new key per request" inserts a new key every time; "headers
 off" is \`rate_limit_window_headers off\` (the other module rows use the
