@@ -2,7 +2,8 @@
 # scripts/bench.sh: the `make bench` suite. Writes BENCHMARKS.md.
 #
 # Sections (BENCH_SECTIONS picks a subset, in any order):
-#   throughput  req/s of no limiter vs this module vs limit_req, in one nginx,
+#   throughput  req/s of no limiter vs this module vs limit_req, in one nginx
+#               (one server per variant),
 #               runs alternated, medians of BENCH_REPS reps, ratios per rep
 #   capacity    clients remembered by a 1 MB zone, this module vs limit_req
 #   accuracy    core/benches/accuracy.rs output, copied
@@ -148,8 +149,8 @@ check_nginx_alive() {
     fi
 }
 
-status_of() { # status_of PATH KEY
-    curl -s -o /dev/null -w '%{http_code}' --max-time 5 -H "X-Key: $2" "http://127.0.0.1:$PORT$1"
+status_of() { # status_of PATH KEY [PORT]
+    curl -s -o /dev/null -w '%{http_code}' --max-time 5 -H "X-Key: $2" "http://127.0.0.1:${3:-$PORT}$1"
 }
 
 # ---------------------------------------------------------------- preflight
@@ -175,8 +176,13 @@ preflight() {
 # WRK_RESULT to "rps requests non2xx p99ms sockerr". (Not called in $(...),
 # so that die and the cleanup trap act on this shell.)
 wrk_run() {
-    local scen=$1 var=$2 secs=$3 tag=$4
-    local url="http://127.0.0.1:$PORT/$var/$scen"
+    local scen=$1 var=$2 secs=$3 tag=$4 port
+    case $var in
+        none) port=$PORT ;;
+        rlw) port=$PORT_RLW ;;
+        lr) port=$PORT_LR ;;
+    esac
+    local url="http://127.0.0.1:$port/$scen"
     local out="$RESULTS/wrk-$scen-$var-$tag.txt"
     local args=(-t"$BENCH_THREADS" -c"$BENCH_CONNS" -d"${secs}s" --latency --timeout 10s)
     case $scen in
@@ -185,10 +191,10 @@ wrk_run() {
     esac
     if [ "$scen" = rej ]; then
         # prime the key (first request may be admitted), then it must be over
-        status_of "/$var/$scen" hot >/dev/null
+        status_of "/$scen" hot "$port" >/dev/null
         if [ "$var" != none ]; then
             local st
-            st=$(status_of "/$var/$scen" hot)
+            st=$(status_of "/$scen" hot "$port")
             [ "$st" = 429 ] || die "$var/rej: expected 429 after priming, got $st"
         fi
     fi
@@ -221,7 +227,14 @@ bench_throughput() {
     log "== throughput: ${BENCH_REPS} reps x ${BENCH_SECS}s per variant, wrk -t$BENCH_THREADS -c$BENCH_CONNS"
     fresh_prefix
     PORT=$(free_port)
+    PORT_RLW=$(free_port)
+    PORT_LR=$(free_port)
+    while [ "$PORT_RLW" = "$PORT" ] || [ "$PORT_LR" = "$PORT" ] || [ "$PORT_LR" = "$PORT_RLW" ]; do
+        PORT_RLW=$(free_port)
+        PORT_LR=$(free_port)
+    done
     render "$BENCH_DIR/throughput.conf.in" "$PREFIX/conf/nginx.conf"
+    sed -i -e "s|@PORT_RLW@|$PORT_RLW|g" -e "s|@PORT_LR@|$PORT_LR|g" "$PREFIX/conf/nginx.conf"
     start_nginx "$PREFIX/conf/nginx.conf"
     local tsv=$RESULTS/throughput.tsv
     echo "# scenario rep variant rps requests non2xx p99ms sockerr" >"$tsv"
@@ -514,8 +527,10 @@ write_report() {
 ## Throughput
 
 One nginx (2 workers, \`reuseport\`, \`access_log off\`) serves \`empty_gif\`
-from three kinds of location: no limiter, this module, and stock
-\`limit_req\`, both limiters keyed on \`\$http_x_key\`. wrk
+from three servers (ports), one per variant: no limiter, this module, and
+stock \`limit_req\`, both limiters keyed on \`\$http_x_key\`. Each server has
+the same locations (\`/hot\`, \`/many\`, \`/rej\`), so every variant is sent
+the same requests and pays the same location lookup. wrk
 (\`-t$BENCH_THREADS -c$BENCH_CONNS\`, keep-alive, ${BENCH_SECS} s per run) runs the variants
 alternately, rotating which goes first in each rep, after a ${BENCH_WARMUP} s unrecorded
 warm-up of each; $BENCH_REPS reps. A ratio is computed per rep from its
