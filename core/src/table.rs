@@ -881,10 +881,10 @@ impl<'a> Table<'a> {
     /// The miss path: reads every slot of both groups, counting each
     /// group's live slots and noting its first free slot in the key's
     /// sequence, and the least recently active live slot. A key inserted
-    /// meanwhile is still found (at or before its sequence's first
-    /// never-used slot, as in [`Table::lookup`]). Never-used slots are not a
-    /// suffix of the group (keys start at different home offsets), so the
-    /// whole group is read.
+    /// meanwhile is still found where [`Table::lookup`] would find it (the
+    /// first match in probe order, at or before its sequence's first
+    /// never-used slot). Never-used slots are not a suffix of the group
+    /// (keys start at different home offsets), so the whole group is read.
     #[cold]
     #[inline(never)]
     fn survey(&self, p: &Place, fp: u64, now_idx: u64) -> Found {
@@ -900,6 +900,10 @@ impl<'a> Table<'a> {
                 }
             }
         }
+        // The key, if a racing insert placed it meanwhile: (probe order,
+        // slot, value) of its first slot in the probe order of both groups,
+        // (0, 0), (1, 0), (0, 1), ..., as `lookup` would find it.
+        let mut hit: Option<(usize, Found)> = None;
         for j in 0..p.groups {
             let g = self.group(p.base[j]);
             // A key is never placed past a never-used slot of its sequence.
@@ -917,8 +921,12 @@ impl<'a> Table<'a> {
                     continue;
                 }
                 if f == fp && open {
-                    let slot = p.base[j] + at;
-                    return Found::Key { slot, value };
+                    let order = i * CHOICES + j;
+                    if hit.as_ref().map_or(true, |(o, _)| order < *o) {
+                        let slot = p.base[j] + at;
+                        hit = Some((order, Found::Key { slot, value }));
+                    }
+                    break;
                 }
                 if is_free_value(value, now_idx) {
                     if free[j].is_none() {
@@ -929,6 +937,9 @@ impl<'a> Table<'a> {
                     live[j] += 1;
                 }
             }
+        }
+        if let Some((_, found)) = hit {
+            return found;
         }
         // The group with fewer live slots, counting one more for a free
         // slot that is not the key's home slot; the first group on a tie.
@@ -2086,6 +2097,82 @@ mod tests {
             .count();
         assert!(at_home > 2048 * 3 / 4, "{at_home}");
         assert_eq!(t.slots_used(T0), 2048);
+    }
+
+    #[test]
+    fn new_key_goes_to_the_group_with_fewer_live_slots() {
+        let mut r = Region::new(small_bytes(4096));
+        let t = table(&mut r, MIN);
+        let k = t.hash_key(b"newcomer");
+        let p = t.place(k);
+        assert_eq!(p.groups, CHOICES);
+        // Other clients' slots, written directly; the key's home slots stay
+        // free. Group 0: 6 live; group 1: 4 live and 6 idle (two windows
+        // old, so not live: the key must go to group 1).
+        let now_idx = T0 / MIN;
+        let put = |j: usize, i: usize, idx: u64| {
+            let v = Slot {
+                fp: 1000 + (j * PROBE + i) as u64,
+                tick: 0,
+                idx24: idx & IDX_MASK,
+                previous: 0,
+                current: 1,
+            };
+            assert!(t.cas(p.slot(j, i), 0, v.encode()));
+        };
+        for i in 1..=6 {
+            put(0, i, now_idx);
+        }
+        for i in 1..=4 {
+            put(1, i, now_idx);
+        }
+        for i in 5..=10 {
+            put(1, i, now_idx - 2);
+        }
+        let d = t.acquire(k, T0, 10, FailPolicy::Open, 0);
+        assert_eq!(d.admission.unwrap().slot as usize, p.slot(1, 0));
+        assert_eq!(t.counter(Counter::EvictIdle), 0);
+    }
+
+    #[test]
+    fn survey_finds_the_first_duplicate_in_probe_order() {
+        // Two slots holding one key (a racing insert not merged yet): the
+        // survey must agree with `lookup` on which one is the key's.
+        let now_idx = T0 / MIN;
+        let live = |fp: u64, n: u32| Slot {
+            fp,
+            tick: 0,
+            idx24: now_idx & IDX_MASK,
+            previous: 0,
+            current: n,
+        };
+        // (group, position) of the two copies; the first one in probe order
+        // (0, 0), (1, 0), (0, 1), (1, 1), ... wins.
+        for (a, b) in [((0, 1), (1, 0)), ((0, 0), (1, 1))] {
+            let mut r = Region::new(small_bytes(4096));
+            let t = table(&mut r, MIN);
+            let k = t.hash_key(b"twice");
+            let p = t.place(k);
+            let fp = k.fingerprint();
+            // Fill every slot before the copies with other live keys.
+            for (j, i) in [(0, 0), (1, 0)] {
+                if (j, i) != a && (j, i) != b {
+                    assert!(t.cas(p.slot(j, i), 0, live(7000 + j as u64, 1).encode()));
+                }
+            }
+            assert!(t.cas(p.slot(a.0, a.1), 0, live(fp, 3).encode()));
+            assert!(t.cas(p.slot(b.0, b.1), 0, live(fp, 5).encode()));
+            let want = if a.1 * CHOICES + a.0 < b.1 * CHOICES + b.0 {
+                p.slot(a.0, a.1)
+            } else {
+                p.slot(b.0, b.1)
+            };
+            assert_eq!(t.lookup(&p, fp).unwrap().0, want);
+            match t.survey(&p, fp, now_idx) {
+                Found::Key { slot, .. } => assert_eq!(slot, want, "{a:?} {b:?}"),
+                Found::Absent { .. } => panic!("the key was not found"),
+            }
+        }
     }
 
     #[test]
