@@ -11,7 +11,7 @@
 use core::ffi::c_void;
 use core::ptr;
 
-use nginx_sys::{ngx_http_request_t, ngx_palloc, ngx_pool_cleanup_add, ngx_uint_t};
+use nginx_sys::{ngx_http_request_t, ngx_pool_cleanup_add, ngx_uint_t};
 
 use crate::zone::ZoneConf;
 
@@ -121,7 +121,7 @@ pub unsafe fn find(r: *mut ngx_http_request_t) -> Option<&'static Decision> {
 }
 
 /// Records the decision for `r`'s main request. Copies `applied` into the
-/// main pool. Returns None if the pool is out of memory.
+/// main pool, next to the decision. Returns None if the pool is out of memory.
 ///
 /// # Safety
 /// `r` must be a valid request. Call only after every shared-memory
@@ -137,32 +137,31 @@ pub unsafe fn store(
     let main = unsafe { (*r).main };
     // SAFETY: as above.
     let pool = unsafe { (*main).pool };
-    let mut arr: *mut Applied = ptr::null_mut();
-    if !applied.is_empty() {
-        // SAFETY: pool is the main request's pool.
-        arr = unsafe { ngx_palloc(pool, core::mem::size_of_val(applied)) }.cast();
-        if arr.is_null() {
-            return None;
-        }
-        // SAFETY: arr has room for applied.len() entries.
-        unsafe { ptr::copy_nonoverlapping(applied.as_ptr(), arr, applied.len()) };
-    }
-    // SAFETY: pool is valid; the entry's data is sized for a Decision.
-    let cln = unsafe { ngx_pool_cleanup_add(pool, core::mem::size_of::<Decision>()) };
+    // One allocation: the Decision, then its `applied` entries.
+    const _: () = assert!(size_of::<Decision>() % align_of::<Applied>() == 0);
+    let size = size_of::<Decision>() + size_of_val(applied);
+    // SAFETY: pool is valid; the entry's data is sized for both parts.
+    let cln = unsafe { ngx_pool_cleanup_add(pool, size) };
     if cln.is_null() {
         return None;
     }
-    let d = Decision {
-        verdict,
-        headers,
-        retry_after_s,
-        applied: arr,
-        n_applied: applied.len(),
-    };
-    // SAFETY: cln->data has room for a Decision (ngx_palloc alignment is
-    // NGX_ALIGNMENT, enough for its fields).
+    // SAFETY: cln->data has room for a Decision followed by the entries;
+    // ngx_palloc's alignment (NGX_ALIGNMENT) suits the Decision, and the
+    // Decision's size keeps the entries aligned (asserted above).
     unsafe {
-        ptr::write((*cln).data.cast::<Decision>(), d);
+        let data = (*cln).data.cast::<Decision>();
+        let arr = data.add(1).cast::<Applied>();
+        ptr::copy_nonoverlapping(applied.as_ptr(), arr, applied.len());
+        ptr::write(
+            data,
+            Decision {
+                verdict,
+                headers,
+                retry_after_s,
+                applied: if applied.is_empty() { ptr::null() } else { arr },
+                n_applied: applied.len(),
+            },
+        );
         (*cln).handler = Some(marker);
         *(*main).ctx.add(ctx_index()) = (*cln).data;
     }

@@ -103,27 +103,7 @@ unsafe fn judge(
         LimitRead::Empty => return Ok(Judge::Exempt),
         LimitRead::Invalid(bad) => {
             // SAFETY: r is valid.
-            let log = unsafe { (*(*r).connection).log };
-            ngx_log_error!(
-                NGX_LOG_ERR,
-                log,
-                "rate_limit_window: invalid limit \"{}\" for zone \"{}\", applying fail={}",
-                escape(bad.input()),
-                zone.name_str(),
-                if zone.fail == FailPolicy::Closed {
-                    "closed"
-                } else {
-                    "open"
-                }
-            );
-            if !zone.header.is_null() {
-                // SAFETY: the header lives in the zone for the cycle.
-                unsafe {
-                    (*zone.header)
-                        .invalid_limits
-                        .fetch_add(1, Ordering::Relaxed)
-                };
-            }
+            unsafe { invalid_limit(r, zone, &bad) };
             match zone.fail {
                 FailPolicy::Open => return Ok(Judge::Skipped),
                 // Fail closed: judge the request against a limit of 0.
@@ -138,6 +118,38 @@ unsafe fn judge(
     })
 }
 
+/// Logs and counts a limit variable that held garbage (out of line: the
+/// request path is the valid limit).
+///
+/// # Safety
+/// `r` must be a valid request.
+#[cold]
+#[inline(never)]
+unsafe fn invalid_limit(r: *mut ngx_http_request_t, zone: &ZoneConf, bad: &LimitError) {
+    // SAFETY: r is valid.
+    let log = unsafe { (*(*r).connection).log };
+    ngx_log_error!(
+        NGX_LOG_ERR,
+        log,
+        "rate_limit_window: invalid limit \"{}\" for zone \"{}\", applying fail={}",
+        escape(bad.input()),
+        zone.name_str(),
+        if zone.fail == FailPolicy::Closed {
+            "closed"
+        } else {
+            "open"
+        }
+    );
+    if !zone.header.is_null() {
+        // SAFETY: the header lives in the zone for the cycle.
+        unsafe {
+            (*zone.header)
+                .invalid_limits
+                .fetch_add(1, Ordering::Relaxed)
+        };
+    }
+}
+
 /// The zone's key for the request (empty: the limit does not apply).
 /// Err(()) is an nginx error while evaluating it.
 ///
@@ -150,12 +162,12 @@ unsafe fn eval_key<'r>(r: *mut ngx_http_request_t, zone: &ZoneConf) -> Result<&'
         // request, a non-cacheable one again), without the copy.
         // SAFETY: the index was obtained at configuration time; r is valid.
         let v = unsafe { ngx_http_get_flushed_variable(r, index) };
-        // SAFETY: a non-null result is the request's variable value.
+        // SAFETY: a non-null result is the request's variable value, whose
+        // data lives as long as the request.
         return match unsafe { v.as_ref() } {
             None => Err(()),
-            Some(v) if v.not_found() != 0 || v.len() == 0 || v.data.is_null() => Ok(&[]),
-            // SAFETY: data holds len bytes for the life of the request.
-            Some(v) => Ok(unsafe { core::slice::from_raw_parts(v.data, v.len() as usize) }),
+            // SAFETY: as above.
+            Some(v) => Ok(unsafe { util::variable_bytes(v) }),
         };
     }
     let mut key = ngx_str_t::empty();

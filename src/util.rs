@@ -4,7 +4,8 @@
 use core::ptr;
 
 use nginx_sys::{
-    ngx_cached_time, ngx_list_push, ngx_palloc, ngx_pool_t, ngx_str_t, ngx_table_elt_t, ngx_worker,
+    ngx_cached_time, ngx_list_push, ngx_palloc, ngx_pool_t, ngx_str_t, ngx_table_elt_t,
+    ngx_variable_value_t, ngx_worker,
 };
 
 /// Current time as UTC unix epoch milliseconds, from nginx's cached clock
@@ -89,3 +90,37 @@ pub unsafe fn add_pooled_header(
     }
     Some(())
 }
+
+/// The bytes of a variable's value; empty when the variable was not found.
+///
+/// nginx declares the value's flags as C bitfields, `unsigned len:28;
+/// valid:1; no_cacheable:1; not_found:1; escape:1;`, first in the struct.
+/// bindgen's getters assemble such fields one bit at a time (about 60
+/// instructions for `len` and `not_found`, on every request); on
+/// little-endian targets the C ABIs (x86_64, AArch64 ELF) allocate the
+/// fields from the least significant bit of the first 32-bit word, so both
+/// are read here with one load.
+///
+/// # Safety
+/// `v` must be a value nginx filled in, whose data lives as long as `v`.
+pub unsafe fn variable_bytes(v: &ngx_variable_value_t) -> &[u8] {
+    #[cfg(target_endian = "little")]
+    let (len, not_found) = {
+        // SAFETY: the struct is repr(C) and starts with the 32-bit
+        // bitfield unit (checked at compile time below).
+        let word = unsafe { ptr::from_ref(v).cast::<u32>().read() };
+        ((word & 0x0fff_ffff) as usize, word & (1 << 30) != 0)
+    };
+    #[cfg(not(target_endian = "little"))]
+    let (len, not_found) = (v.len() as usize, v.not_found() != 0);
+    if not_found || len == 0 || v.data.is_null() {
+        return &[];
+    }
+    // SAFETY: data holds len bytes for as long as the value lives.
+    unsafe { core::slice::from_raw_parts(v.data, len) }
+}
+
+// The layout `variable_bytes` reads: a 4-byte bitfield unit, then (after
+// padding) the data pointer.
+const _: () = assert!(size_of::<ngx_variable_value_t>() == 2 * size_of::<usize>());
+const _: () = assert!(core::mem::offset_of!(ngx_variable_value_t, data) == size_of::<usize>());
