@@ -176,13 +176,16 @@ preflight() {
 # WRK_RESULT to "rps requests non2xx p99ms sockerr". (Not called in $(...),
 # so that die and the cleanup trap act on this shell.)
 wrk_run() {
-    local scen=$1 var=$2 secs=$3 tag=$4 port
+    local scen=$1 var=$2 secs=$3 tag=$4 port path=/$1
+    # The throughput variants have a server each; others (the redis
+    # section's) are locations /VARIANT/SCEN of the one server on $PORT.
     case $var in
         none) port=$PORT ;;
         rlw) port=$PORT_RLW ;;
         lr) port=$PORT_LR ;;
+        *) port=$PORT path=/$var/$scen ;;
     esac
-    local url="http://127.0.0.1:$port/$scen"
+    local url="http://127.0.0.1:$port$path"
     local out="$RESULTS/wrk-$scen-$var-$tag.txt"
     local args=(-t"$BENCH_THREADS" -c"$BENCH_CONNS" -d"${secs}s" --latency --timeout 10s)
     case $scen in
@@ -191,10 +194,10 @@ wrk_run() {
     esac
     if [ "$scen" = rej ]; then
         # prime the key (first request may be admitted), then it must be over
-        status_of "/$scen" hot "$port" >/dev/null
+        status_of "$path" hot "$port" >/dev/null
         if [ "$var" != none ]; then
             local st
-            st=$(status_of "/$scen" hot "$port")
+            st=$(status_of "$path" hot "$port")
             [ "$st" = 429 ] || die "$var/rej: expected 429 after priming, got $st"
         fi
     fi
