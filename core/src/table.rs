@@ -50,13 +50,15 @@
 //! groups are probed side by side: `A[home_a], B[home_b], A[home_a + 1],
 //! B[home_b + 1], ...`; the first slot with the key's fingerprint is the
 //! key's slot. A new key takes the first free slot of its sequence in the
-//! candidate group with fewer live slots ("power of two choices"; the first
-//! group on a tie). Since a key never lies past a slot that was never used
+//! candidate group with fewer live slots ("power of two choices"; a free
+//! slot that is not the key's home counts as one more live slot, so that
+//! most keys sit at a home slot; the first group on a tie). Since a key never lies past a slot that was never used
 //! when it was placed, and used slots never become never-used again, a
 //! never-used slot ends the probe of its group. A key is therefore found
 //! after reading about 1 to 3 slots instead of scanning its groups from
-//! their start, and the second group's home slot is prefetched so that both
-//! cache misses of a large table overlap. A miss (new key) reads all
+//! their start (`acquire` reads the two home slots inline and calls the
+//! general lookup only for the rest), and the second group's home slot is
+//! prefetched so that both cache misses of a large table overlap. A miss (new key) reads all
 //! `2 * PROBE` slots to count live slots per group. This keeps a 1 MiB
 //! region (65_264 slots) free of evictions up to about 57_000 live keys,
 //! where a single bounded linear probe of 8 to 64 slots loses keys from
