@@ -52,13 +52,14 @@
 //! key's slot. A new key takes the first free slot of its sequence in the
 //! candidate group with fewer live slots ("power of two choices"; a free
 //! slot that is not the key's home counts as one more live slot, so that
-//! most keys sit at a home slot; the first group on a tie). Since a key never lies past a slot that was never used
-//! when it was placed, and used slots never become never-used again, a
-//! never-used slot ends the probe of its group. A key is therefore found
-//! after reading about 1 to 3 slots instead of scanning its groups from
-//! their start (`acquire` reads the two home slots inline and calls the
-//! general lookup only for the rest), and the second group's home slot is
-//! prefetched so that both cache misses of a large table overlap. A miss (new key) reads all
+//! most keys sit at a home slot; the first group on a tie). Since a key
+//! never lies past a slot that was never used when it was placed, and used
+//! slots never become never-used again, a never-used slot ends the probe of
+//! its group. A key is therefore found after reading about 1 to 3 slots
+//! instead of scanning its groups from their start (`acquire` reads the two
+//! home slots inline and calls the general lookup only for the rest), and
+//! the second group's home slot is prefetched so that both cache misses of a
+//! large table overlap. A miss (new key) reads all
 //! `2 * PROBE` slots to count live slots per group. This keeps a 1 MiB
 //! region (65_264 slots) free of evictions up to about 57_000 live keys,
 //! where a single bounded linear probe of 8 to 64 slots loses keys from
@@ -414,7 +415,7 @@ impl Slot {
 
     /// Signed window delta `now - slot` modulo 2^24, in `[-2^23, 2^23)`.
     fn delta(self, now_idx: u64) -> i64 {
-        let d = now_idx.wrapping_sub(self.idx24) & IDX_MASK;
+        let d = idx_delta(now_idx, self.idx24);
         if d >= IDX_HALF {
             d as i64 - (1 << IDX_BITS)
         } else {
@@ -562,12 +563,19 @@ fn prefetch(a: &AtomicU128) {
     let _ = a;
 }
 
+/// Windows from a slot's 24-bit window index `idx24` to `now_idx`, mod 2^24
+/// (read as signed by the callers: `>= IDX_HALF` is a slot ahead of now).
+#[inline(always)]
+fn idx_delta(now_idx: u64, idx24: u64) -> u64 {
+    now_idx.wrapping_sub(idx24) & IDX_MASK
+}
+
 /// [`Slot::is_free`] of a used slot's packed value, without decoding it:
 /// no counts, or last active two windows or more before `now_idx`.
 #[inline(always)]
 fn is_free_value(value: u128, now_idx: u64) -> bool {
     let lo = value as u64;
-    let d = now_idx.wrapping_sub(lo >> 40) & IDX_MASK;
+    let d = idx_delta(now_idx, lo >> 40);
     lo & ((1 << 40) - 1) == 0 || (2..IDX_HALF).contains(&d)
 }
 
@@ -595,7 +603,13 @@ impl Place {
     /// (`(j, i)`): both groups are read side by side, home slots first.
     #[inline(always)]
     fn slot(&self, j: usize, i: usize) -> usize {
-        self.base[j] + (self.home[j] + i) % PROBE
+        self.base[j] + self.at(j, i)
+    }
+
+    /// The offset inside group `j` of the key's `i`-th slot there.
+    #[inline(always)]
+    fn at(&self, j: usize, i: usize) -> usize {
+        (self.home[j] + i) % PROBE
     }
 }
 
@@ -844,7 +858,7 @@ impl<'a> Table<'a> {
                 if !open[j] {
                     continue;
                 }
-                let at = (p.home[j] + i) % PROBE;
+                let at = p.at(j, i);
                 let value = self.ops.load(&groups[j][at]);
                 let f = fp_of(value);
                 if f == fp {
@@ -911,7 +925,7 @@ impl<'a> Table<'a> {
             // A key is never placed past a never-used slot of its sequence.
             let mut open = true;
             for i in 0..PROBE {
-                let at = (p.home[j] + i) % PROBE;
+                let at = p.at(j, i);
                 let value = self.ops.load(&g[at]);
                 let f = fp_of(value);
                 if f == 0 {
@@ -983,12 +997,12 @@ impl<'a> Table<'a> {
         for j in 0..p.groups {
             let g = self.group(p.base[j]);
             for i in 0..PROBE {
-                let at = (p.home[j] + i) % PROBE;
+                let at = p.at(j, i);
                 let value = self.ops.load(&g[at]);
                 if fp_of(value) == 0 || is_free_value(value, now_idx) {
                     continue;
                 }
-                let d = now_idx.wrapping_sub((value as u64) >> 40) & IDX_MASK;
+                let d = idx_delta(now_idx, (value as u64) >> 40);
                 // d is the delta mod 2^24; XOR with 2^23 maps the signed
                 // range [-2^23, 2^23) monotonically onto [0, 2^24).
                 let age = ((d ^ IDX_HALF) << 8) | u64::from(u8::MAX - (value >> 64) as u8);
@@ -1084,7 +1098,7 @@ impl<'a> Table<'a> {
         let lo = value as u64;
         let current = (lo & COUNT_MASK) as u32;
         // Windows from the slot's to now, mod 2^24 (as in `Slot::delta`).
-        let d = now_idx.wrapping_sub(lo >> 40) & IDX_MASK;
+        let d = idx_delta(now_idx, lo >> 40);
         let counts = match d {
             0 => Counts {
                 current,
@@ -1336,7 +1350,7 @@ impl<'a> Table<'a> {
                 if !open[j] {
                     continue;
                 }
-                let at = (p.home[j] + i) % PROBE;
+                let at = p.at(j, i);
                 let f = fp_of(self.ops.load(&groups[j][at]));
                 if f == 0 {
                     open[j] = false;
