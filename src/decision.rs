@@ -11,7 +11,8 @@
 use core::ffi::c_void;
 use core::ptr;
 
-use nginx_sys::{ngx_http_request_t, ngx_pool_cleanup_add, ngx_uint_t};
+use nginx_sys::{ngx_http_request_t, ngx_pool_cleanup_add, ngx_pool_cleanup_t, ngx_uint_t};
+use rate_limit_window_core::Admission;
 
 use crate::zone::ZoneConf;
 
@@ -46,6 +47,9 @@ pub struct Applied {
     pub remaining: u32,
     /// Seconds to the next window boundary.
     pub reset_s: u32,
+    /// The admission to take back if a later limit rejects the request
+    /// (None when this limit did not admit it).
+    pub admission: Option<Admission>,
 }
 
 /// The decision for a main request. Plain data: it lives in pool memory.
@@ -97,7 +101,7 @@ pub unsafe fn find(r: *mut ngx_http_request_t) -> Option<&'static Decision> {
     // SAFETY: ctx has ngx_http_max_module slots.
     let cached = unsafe { *(*main).ctx.add(ctx_index()) };
     if !cached.is_null() {
-        // SAFETY: only `store` writes this slot, with a Decision pointer.
+        // SAFETY: only `commit` writes this slot, with a Decision pointer.
         return Some(unsafe { &*cached.cast::<Decision>() });
     }
     // SAFETY: walking the main pool's cleanup list; entries are valid until
@@ -106,7 +110,7 @@ pub unsafe fn find(r: *mut ngx_http_request_t) -> Option<&'static Decision> {
     while !c.is_null() {
         // SAFETY: c is a live cleanup entry.
         unsafe {
-            // Both the store and this comparison name `marker` from this
+            // Both `commit` and this comparison name `marker` from this
             // one module, so they see the same address.
             #[allow(unpredictable_function_pointer_comparisons)]
             let ours = (*c).handler == Some(marker as unsafe extern "C" fn(*mut c_void));
@@ -120,50 +124,90 @@ pub unsafe fn find(r: *mut ngx_http_request_t) -> Option<&'static Decision> {
     None
 }
 
-/// Records the decision for `r`'s main request. Copies `applied` into the
-/// main pool, next to the decision. Returns None if the pool is out of memory.
+/// A decision being made: its record in the main request's pool, with room
+/// for one [`Applied`] per limit of the location. [`find`] cannot see it
+/// until [`commit`].
+pub struct Pending {
+    cln: *mut ngx_pool_cleanup_t,
+    applied: *mut Applied,
+    capacity: usize,
+    len: usize,
+}
+
+impl Pending {
+    /// Records a limit that applied.
+    pub fn push(&mut self, a: Applied) {
+        if self.len < self.capacity {
+            // SAFETY: `applied` has room for `capacity` entries (reserve).
+            unsafe { self.applied.add(self.len).write(a) };
+            self.len += 1;
+        }
+    }
+
+    /// The limits recorded so far.
+    pub fn applied(&self) -> &[Applied] {
+        // SAFETY: the first `len` entries were written by `push`.
+        unsafe { core::slice::from_raw_parts(self.applied, self.len) }
+    }
+}
+
+/// Reserves the record of a decision for `r`'s main request, with room for
+/// `limits` applied limits, in one pool allocation. Call it before any
+/// shared-memory operation: it allocates. None if the pool is out of memory.
 ///
 /// # Safety
-/// `r` must be a valid request. Call only after every shared-memory
-/// operation for the request is finished.
-pub unsafe fn store(
-    r: *mut ngx_http_request_t,
-    verdict: Verdict,
-    headers: ngx_uint_t,
-    retry_after_s: u32,
-    applied: &[Applied],
-) -> Option<()> {
+/// `r` must be a valid request.
+pub unsafe fn reserve(r: *mut ngx_http_request_t, limits: usize) -> Option<Pending> {
     // SAFETY: r and its main request are valid.
-    let main = unsafe { (*r).main };
-    // SAFETY: as above.
-    let pool = unsafe { (*main).pool };
-    // One allocation: the Decision, then its `applied` entries.
+    let pool = unsafe { (*(*r).main).pool };
+    // The Decision, then its `applied` entries.
     const _: () = assert!(size_of::<Decision>() % align_of::<Applied>() == 0);
-    let size = size_of::<Decision>() + size_of_val(applied);
-    // SAFETY: pool is valid; the entry's data is sized for both parts.
+    let size = size_of::<Decision>() + limits * size_of::<Applied>();
+    // SAFETY: pool is valid. The entry's handler stays NULL (nginx skips
+    // it) until `commit`, so an abandoned reservation is inert.
     let cln = unsafe { ngx_pool_cleanup_add(pool, size) };
     if cln.is_null() {
         return None;
     }
-    // SAFETY: cln->data has room for a Decision followed by the entries;
-    // ngx_palloc's alignment (NGX_ALIGNMENT) suits the Decision, and the
-    // Decision's size keeps the entries aligned (asserted above).
+    Some(Pending {
+        cln,
+        // SAFETY: the data has room for a Decision followed by `limits`
+        // entries; ngx_palloc's alignment (NGX_ALIGNMENT) suits the
+        // Decision, and its size keeps the entries aligned (asserted above).
+        applied: unsafe { (*cln).data.cast::<Decision>().add(1).cast::<Applied>() },
+        capacity: limits,
+        len: 0,
+    })
+}
+
+/// Completes the record reserved for `r`'s main request: from now on
+/// [`find`] returns it, for this request and every internal redirect or
+/// subrequest of it.
+///
+/// # Safety
+/// `r` must be the request `p` was reserved for.
+pub unsafe fn commit(
+    r: *mut ngx_http_request_t,
+    p: Pending,
+    verdict: Verdict,
+    headers: ngx_uint_t,
+    retry_after_s: u32,
+) {
+    // SAFETY: the entry's data has room for a Decision (reserve), and the
+    // main request is valid.
     unsafe {
-        let data = (*cln).data.cast::<Decision>();
-        let arr = data.add(1).cast::<Applied>();
-        ptr::copy_nonoverlapping(applied.as_ptr(), arr, applied.len());
+        let data = (*p.cln).data.cast::<Decision>();
         ptr::write(
             data,
             Decision {
                 verdict,
                 headers,
                 retry_after_s,
-                applied: if applied.is_empty() { ptr::null() } else { arr },
-                n_applied: applied.len(),
+                applied: if p.len == 0 { ptr::null() } else { p.applied },
+                n_applied: p.len,
             },
         );
-        (*cln).handler = Some(marker);
-        *(*main).ctx.add(ctx_index()) = (*cln).data;
+        (*p.cln).handler = Some(marker);
+        *(*(*r).main).ctx.add(ctx_index()) = data.cast();
     }
-    Some(())
 }

@@ -2,11 +2,14 @@
 //! counts the request once per main request, and rejects it when any limit
 //! is exceeded.
 //!
-//! Order of work, so that nothing shared is held while we log or allocate:
-//! 1. evaluate keys and limits (request pool only);
-//! 2. one lock-free `acquire` per limit; on a rejection, `undo` the
-//!    admissions already made so that a rejected request is counted by none;
-//! 3. bump the zone counters, store the decision, log.
+//! Order of work. Nothing shared is ever held: the table is lock-free, so
+//! once `acquire` returns, logging and the request pool are safe to use.
+//! 1. reserve the decision's record in the main request's pool (the only
+//!    allocation), before anything is counted;
+//! 2. per limit: evaluate its key and limit, one `acquire`, record it;
+//! 3. on a rejection, `undo` the admissions already made so that a
+//!    rejected request is counted by none;
+//! 4. bump the zone counters, log, and commit the decision.
 
 use core::sync::atomic::Ordering;
 use nginx_sys::{
@@ -22,7 +25,6 @@ use rate_limit_window_core::parse::{escape, parse_limit, LimitError};
 use rate_limit_window_core::{
     window, Counter, Counts, Decision as CoreDecision, FailPolicy, KeyHash, Outcome, Table,
 };
-use smallvec::SmallVec;
 
 use crate::conf::{self, LimitValue, LocConf};
 use crate::decision::{self, Applied, Verdict};
@@ -32,9 +34,6 @@ use crate::zone::ZoneConf;
 /// How long a kind of degradation must stay quiet before its next
 /// occurrence is logged again as a new episode (ms).
 const EPISODE_QUIET_MS: u64 = 60_000;
-
-/// Limits per location handled without a heap allocation.
-const INLINE_LIMITS: usize = 4;
 
 /// Pushes the handler onto the PREACCESS phase.
 ///
@@ -56,17 +55,6 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
     // SAFETY: h is a fresh slot in the handler array.
     unsafe { *h = Some(preaccess_handler) };
     Status::NGX_OK.into()
-}
-
-/// What one limit said about the request.
-enum Step {
-    /// The key or the limit variable was empty: this limit does not apply.
-    Exempt,
-    /// The limit variable held garbage and the zone fails open.
-    Skipped,
-    /// The table decided. `invalid` marks a limit variable that held
-    /// garbage in a fail=closed zone (judged against a limit of 0).
-    Decided { d: CoreDecision, invalid: bool },
 }
 
 /// A limit made ready for the table: key hashed, limit evaluated.
@@ -225,6 +213,7 @@ extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
 /// `r` must be a valid request in the PREACCESS phase.
 unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     let declined: ngx_int_t = Status::NGX_DECLINED.into();
+    let server_error = NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
 
     // SAFETY: r is valid; its loc_conf array holds our LocConf.
     let Some(lcf) = (unsafe { conf::loc_conf_raw(r) }) else {
@@ -239,16 +228,20 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     if unsafe { decision::find(r) }.is_some() {
         return declined;
     }
+    // The decision's record, allocated before anything is counted.
+    // SAFETY: r is valid.
+    let Some(mut pending) = (unsafe { decision::reserve(r, limits.len()) }) else {
+        return server_error;
+    };
     // SAFETY: r is valid.
     let log = unsafe { (*(*r).connection).log };
     let now = util::now_ms();
     let shard = util::shard();
     let dry_run = lcf.dry_run != 0;
 
-    // Inline storage: a request must not touch the heap for the usual few limits.
-    let mut steps: SmallVec<[(&ZoneConf, u32, Step); INLINE_LIMITS]> = SmallVec::new();
-    let mut rejected_at: Option<usize> = None;
-
+    // The limit that rejected the request: its zone, limit, the table's
+    // decision, and whether its limit variable held garbage.
+    let mut rejection: Option<(&ZoneConf, u32, CoreDecision, bool)> = None;
     for (n, l) in limits.iter().enumerate() {
         // SAFETY: zones live in the configuration pool for the cycle.
         let zone = unsafe { &*l.zone };
@@ -257,98 +250,81 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
         };
         // SAFETY: r is valid.
         let Ok(j) = (unsafe { judge(r, zone, table, l.value) }) else {
-            undo_all(&steps);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+            undo_all(pending.applied());
+            return server_error;
         };
         let (hash, limit, invalid) = match j {
             Judge::Exempt => {
-                steps.push((zone, 0, Step::Exempt));
+                table.add(shard, Counter::Exempt, 1);
                 continue;
             }
-            Judge::Skipped => {
-                steps.push((zone, 0, Step::Skipped));
-                continue;
-            }
+            Judge::Skipped => continue,
             Judge::Limit {
                 hash,
                 limit,
                 invalid,
             } => (hash, limit, invalid),
         };
-        let d = table.acquire(hash, now, limit, zone.fail, shard);
-        let admitted = d.outcome == Outcome::Admitted;
-        steps.push((zone, limit, Step::Decided { d, invalid }));
-        if !admitted {
-            rejected_at = Some(steps.len() - 1);
+        // Lock-free: nothing shared is held once it returns, so logging
+        // and the pool are safe to use from here on.
+        let mut d = table.acquire(hash, now, limit, zone.fail, shard);
+        pending.push(Applied {
+            zone,
+            limit,
+            remaining: d.remaining,
+            reset_s: d.reset_s,
+            admission: d.admission,
+        });
+        log_episodes(log, zone, &d, now);
+        if d.outcome != Outcome::Admitted {
             // A retry must wait for every limit, so Retry-After is the
             // longest wait among the limits not judged yet, too.
             // SAFETY: r is valid.
             let rest = unsafe { longest_wait(r, &limits[n + 1..], now) };
-            if let Some((_, _, Step::Decided { d, .. })) = steps.last_mut() {
-                d.retry_after_s = d.retry_after_s.max(rest);
-            }
+            d.retry_after_s = d.retry_after_s.max(rest);
+            rejection = Some((zone, limit, d, invalid));
             break;
         }
     }
 
-    // A request rejected by one limit is counted by none.
-    if let Some(i) = rejected_at {
-        undo_all(&steps[..i]);
-    }
-
-    // From here on nothing shared is held: count, record, log.
-    let mut applied: SmallVec<[Applied; INLINE_LIMITS]> = SmallVec::new();
-    for (zone, limit, step) in &steps {
-        if let Step::Decided { d, .. } = step {
-            applied.push(Applied {
-                zone: *zone,
-                limit: *limit,
-                remaining: d.remaining,
-                reset_s: d.reset_s,
-            });
-            log_episodes(log, zone, d, now);
+    let mut retry_after = 0;
+    let verdict = match rejection {
+        Some((zone, limit, d, invalid)) => {
+            // A request rejected by one limit is counted by none.
+            undo_all(pending.applied());
+            if let Some(table) = zone.table.as_ref() {
+                let c = if dry_run {
+                    Counter::RejectedDryRun
+                } else {
+                    Counter::Rejected
+                };
+                table.add(shard, c, 1);
+                if invalid {
+                    table.add(shard, Counter::FailClosed, 1);
+                }
+            }
+            retry_after = d.retry_after_s;
+            log_rejection(log, lcf, zone, limit, &d, invalid, dry_run);
+            if dry_run {
+                Verdict::RejectedDryRun
+            } else {
+                Verdict::Rejected
+            }
         }
-    }
-
-    let verdict = match rejected_at {
-        Some(_) if dry_run => Verdict::RejectedDryRun,
-        Some(_) => Verdict::Rejected,
-        None if !applied.is_empty() => Verdict::Passed,
-        None => Verdict::Exempt,
+        None if pending.applied().is_empty() => Verdict::Exempt,
+        None => {
+            for a in pending.applied() {
+                // SAFETY: zones live in the configuration pool for the cycle.
+                if let Some(table) = unsafe { &*a.zone }.table.as_ref() {
+                    table.add(shard, Counter::Passed, 1);
+                }
+            }
+            Verdict::Passed
+        }
     };
 
-    let mut retry_after = 0;
-    for (i, (zone, limit, step)) in steps.iter().enumerate() {
-        let Some(table) = zone.table.as_ref() else {
-            continue;
-        };
-        match step {
-            Step::Exempt => table.add(shard, Counter::Exempt, 1),
-            Step::Skipped => {}
-            Step::Decided { d, invalid } => match verdict {
-                Verdict::Passed => table.add(shard, Counter::Passed, 1),
-                Verdict::Rejected | Verdict::RejectedDryRun if Some(i) == rejected_at => {
-                    let c = if dry_run {
-                        Counter::RejectedDryRun
-                    } else {
-                        Counter::Rejected
-                    };
-                    table.add(shard, c, 1);
-                    if *invalid {
-                        table.add(shard, Counter::FailClosed, 1);
-                    }
-                    retry_after = d.retry_after_s;
-                    log_rejection(log, lcf, zone, *limit, d, *invalid, dry_run);
-                }
-                _ => {}
-            },
-        }
-    }
-
-    // SAFETY: r is valid and no shared state is held.
-    if unsafe { decision::store(r, verdict, lcf.headers, retry_after, &applied) }.is_none() {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
-    }
+    // SAFETY: pending was reserved for r.
+    unsafe { decision::commit(r, pending, verdict, lcf.headers, retry_after) };
 
     if verdict == Verdict::Rejected {
         return lcf.status;
@@ -389,12 +365,13 @@ unsafe fn longest_wait(r: *mut ngx_http_request_t, limits: &[conf::Limit], now: 
     longest
 }
 
-/// Gives back the admissions of the steps that were counted.
-fn undo_all(steps: &[(&ZoneConf, u32, Step)]) {
-    for (zone, _, step) in steps {
-        if let (Some(table), Step::Decided { d, .. }) = (zone.table.as_ref(), step) {
-            if let Some(a) = d.admission.as_ref() {
-                table.undo(a);
+/// Gives back the admissions recorded so far.
+fn undo_all(applied: &[Applied]) {
+    for a in applied {
+        if let Some(adm) = a.admission.as_ref() {
+            // SAFETY: zones live in the configuration pool for the cycle.
+            if let Some(table) = unsafe { &*a.zone }.table.as_ref() {
+                table.undo(adm);
             }
         }
     }

@@ -11,10 +11,14 @@
 //! Baselines: `mutex_siphash` is `Mutex<HashMap<u64, _>>` with std's default
 //! SipHash-1-3 (what a typical implementation uses); `mutex_fxhash` uses a
 //! one-multiply hasher for the u64 keys (the strongest single-lock
-//! baseline).
+//! baseline). `mutex_siphash_with_hashing` is the pair of
+//! `table_with_hashing`: both are given the same raw 8-byte keys, which
+//! the baseline keeps as `[u8; 8]` (std hashes them as a byte string: a
+//! length, then the bytes), as a limiter keyed by request bytes (an
+//! address, a header) would.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::hint::black_box;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -52,18 +56,18 @@ impl Hasher for FxU64 {
 }
 
 /// The same rule behind one mutex: key -> (window index, current, previous).
-struct MutexBaseline<S> {
-    map: Mutex<HashMap<u64, (u64, u32, u32), S>>,
+struct MutexBaseline<S, K = u64> {
+    map: Mutex<HashMap<K, (u64, u32, u32), S>>,
 }
 
-impl<S: BuildHasher + Default> MutexBaseline<S> {
+impl<S: BuildHasher + Default, K: Hash + Eq> MutexBaseline<S, K> {
     fn new(keys: usize) -> Self {
         MutexBaseline {
             map: Mutex::new(HashMap::with_capacity_and_hasher(keys, S::default())),
         }
     }
 
-    fn acquire(&self, key: u64, now_ms: u64, limit: u32) -> bool {
+    fn acquire(&self, key: K, now_ms: u64, limit: u32) -> bool {
         let idx = now_ms / W;
         let e = now_ms % W;
         let mut m = self.map.lock().unwrap();
@@ -87,6 +91,7 @@ impl<S: BuildHasher + Default> MutexBaseline<S> {
 }
 
 type SipBaseline = MutexBaseline<std::collections::hash_map::RandomState>;
+type SipBytesBaseline = MutexBaseline<std::collections::hash_map::RandomState, [u8; 8]>;
 type FxBaseline = MutexBaseline<BuildHasherDefault<FxU64>>;
 
 fn key_bytes(i: usize) -> [u8; 8] {
@@ -135,9 +140,11 @@ fn single_thread(c: &mut Criterion) {
         // per key count is enough.
         if num == 4 {
             let sip = SipBaseline::new(n);
+            let sip_bytes = SipBytesBaseline::new(n);
             let fx = FxBaseline::new(n);
-            for &h in &hashes {
+            for (&h, &k) in hashes.iter().zip(&raw) {
                 sip.acquire(h.0, T0, MAX_LIMIT);
+                sip_bytes.acquire(k, T0, MAX_LIMIT);
                 fx.acquire(h.0, T0, MAX_LIMIT);
             }
             let label = label.trim_end_matches("_load75");
@@ -146,6 +153,13 @@ fn single_thread(c: &mut Criterion) {
                     i = if i + 1 == n { 0 } else { i + 1 };
                     now += 1;
                     black_box(sip.acquire(hashes[i].0, now, MAX_LIMIT))
+                })
+            });
+            g.bench_function(BenchmarkId::new("mutex_siphash_with_hashing", label), |b| {
+                b.iter(|| {
+                    i = if i + 1 == n { 0 } else { i + 1 };
+                    now += 1;
+                    black_box(sip_bytes.acquire(*black_box(&raw[i]), now, MAX_LIMIT))
                 })
             });
             g.bench_function(BenchmarkId::new("mutex_fxhash", label), |b| {

@@ -1033,6 +1033,7 @@ impl<'a> Table<'a> {
     /// The table counts `EvictIdle`, `EvictLive`, `FailClosed` and
     /// `ClockBackwards` itself; the caller counts `Passed`, `Rejected`,
     /// `RejectedDryRun` and `Exempt`.
+    #[inline]
     pub fn acquire(
         &self,
         key: KeyHash,
