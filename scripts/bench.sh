@@ -12,8 +12,8 @@
 #   redis       sync on vs off: req/s and p99 with a local redis-server
 #
 # Settings (environment):
-#   BENCH_SECS=10      seconds per measured wrk run
-#   BENCH_REPS=5       reps per variant (median and min-max are reported)
+#   BENCH_SECS=5       seconds per measured wrk run
+#   BENCH_REPS=10      reps per variant (median and min-max are reported)
 #   BENCH_WARMUP=2     seconds of unrecorded warm-up per variant and scenario
 #   BENCH_CONNS=32     wrk connections;  BENCH_THREADS=1  wrk threads
 #   BENCH_QUICK=0      1: shorter criterion runs (1 s warm-up, 2 s measurement)
@@ -31,8 +31,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-BENCH_SECS=${BENCH_SECS:-10}
-BENCH_REPS=${BENCH_REPS:-5}
+BENCH_SECS=${BENCH_SECS:-5}
+BENCH_REPS=${BENCH_REPS:-10}
 BENCH_WARMUP=${BENCH_WARMUP:-2}
 BENCH_CONNS=${BENCH_CONNS:-32}
 BENCH_THREADS=${BENCH_THREADS:-1}
