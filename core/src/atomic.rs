@@ -71,7 +71,6 @@ impl Ops {
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod x86 {
     use core::arch::asm;
-    use core::arch::x86_64::__m128i;
 
     /// # Safety
     /// `src` is valid, 16-byte aligned, only accessed atomically, and the
@@ -79,18 +78,24 @@ mod x86 {
     #[inline(always)]
     pub(super) unsafe fn load_vmovdqa(src: *mut u128) -> u128 {
         debug_assert!(src as usize % 16 == 0);
-        let out: __m128i;
-        // SAFETY: per the contract. No `readonly`/`nomem`: the asm is also
-        // a compiler barrier (the load is SeqCst).
+        let (lo, hi): (u64, u64);
+        // SAFETY: per the contract. One 16-byte load; the two halves are
+        // then copied out of the register (VEX `vmovq`/`vpextrq`, AVX
+        // implies them). No `readonly`/`nomem`: the asm is also a compiler
+        // barrier (the load is SeqCst).
         unsafe {
             asm!(
-                "vmovdqa {out}, xmmword ptr [{src}]",
+                "vmovdqa {x}, xmmword ptr [{src}]",
+                "vmovq {lo}, {x}",
+                "vpextrq {hi}, {x}, 1",
                 src = in(reg) src,
-                out = out(xmm_reg) out,
+                x = out(xmm_reg) _,
+                lo = out(reg) lo,
+                hi = out(reg) hi,
                 options(nostack, preserves_flags),
             );
-            core::mem::transmute::<__m128i, u128>(out)
         }
+        u128::from(lo) | u128::from(hi) << 64
     }
 
     /// # Safety
