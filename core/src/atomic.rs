@@ -30,16 +30,41 @@ pub(crate) struct Ops {
     /// Inline `vmovdqa` / `lock cmpxchg16b` (x86_64 with AVX and CMPXCHG16B).
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     inline: bool,
+    /// `inline`, and the CPU has AVX2 (for [`crate::scan`]).
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    avx2: bool,
 }
 
 impl Ops {
     /// Detects the CPU's features (once per table; `std` caches them).
     pub(crate) fn detect() -> Ops {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        let inline = std::arch::is_x86_feature_detected!("avx")
+            && std::arch::is_x86_feature_detected!("cmpxchg16b");
         Ops {
             #[cfg(all(target_arch = "x86_64", not(miri)))]
-            inline: std::arch::is_x86_feature_detected!("avx")
-                && std::arch::is_x86_feature_detected!("cmpxchg16b"),
+            inline,
+            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            avx2: inline && std::arch::is_x86_feature_detected!("avx2"),
         }
+    }
+
+    /// The same operations without the AVX2 group scan (tests compare the
+    /// two scans).
+    #[cfg(test)]
+    pub(crate) fn without_avx2(self) -> Ops {
+        Ops {
+            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            avx2: false,
+            ..self
+        }
+    }
+
+    /// Whether [`crate::scan`] may use its AVX2 code (x86_64 only).
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    #[inline(always)]
+    pub(crate) fn avx2(self) -> bool {
+        self.avx2
     }
 
     /// Atomic (SeqCst) load of a slot.
@@ -52,6 +77,19 @@ impl Ops {
             return unsafe { x86::load_vmovdqa(a.as_ptr()) };
         }
         a.load(Ordering::Acquire)
+    }
+
+    /// Atomic (SeqCst) load of a slot into an SSE register, for the AVX2
+    /// group scan.
+    ///
+    /// # Safety
+    /// Only when [`Ops::avx2`] is true.
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    #[inline(always)]
+    pub(crate) unsafe fn load_m128(self, a: &AtomicU128) -> core::arch::x86_64::__m128i {
+        debug_assert!(self.avx2);
+        // SAFETY: as in `load`; the caller guarantees AVX.
+        unsafe { x86::load_m128(a.as_ptr()) }
     }
 
     /// Atomic (SeqCst) compare-and-swap of a slot; true if it held `old` and
@@ -71,6 +109,26 @@ impl Ops {
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod x86 {
     use core::arch::asm;
+    use core::arch::x86_64::__m128i;
+
+    /// # Safety
+    /// As [`load_vmovdqa`].
+    #[inline(always)]
+    pub(super) unsafe fn load_m128(src: *mut u128) -> __m128i {
+        debug_assert!(src as usize % 16 == 0);
+        let out: __m128i;
+        // SAFETY: per the contract. No `readonly`/`nomem`: the asm is also
+        // a compiler barrier (the load is SeqCst).
+        unsafe {
+            asm!(
+                "vmovdqa {out}, xmmword ptr [{src}]",
+                src = in(reg) src,
+                out = out(xmm_reg) out,
+                options(nostack, preserves_flags),
+            );
+        }
+        out
+    }
 
     /// # Safety
     /// `src` is valid, 16-byte aligned, only accessed atomically, and the

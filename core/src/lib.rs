@@ -66,6 +66,7 @@ mod atomic;
 pub mod cluster;
 pub mod parse;
 pub mod reference;
+mod scan;
 pub mod table;
 pub mod window;
 

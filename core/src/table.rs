@@ -106,6 +106,7 @@ use portable_atomic::{AtomicU128, AtomicU64, Ordering};
 use siphasher::sip::SipHasher13;
 
 use crate::atomic::Ops;
+use crate::scan;
 use crate::window::{self, Counts, FastDiv, Window, MAX_LIMIT};
 
 /// Number of counter shards (one 64-byte cache line each).
@@ -134,8 +135,8 @@ const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// Largest storable count, in requests.
 const COUNT_MAX: u32 = COUNT_MASK as u32;
 const IDX_BITS: u32 = 24;
-const IDX_MASK: u64 = (1 << IDX_BITS) - 1;
-const IDX_HALF: u64 = 1 << (IDX_BITS - 1);
+pub(crate) const IDX_MASK: u64 = (1 << IDX_BITS) - 1;
+pub(crate) const IDX_HALF: u64 = 1 << (IDX_BITS - 1);
 const COUNTERS: usize = 8;
 
 const _: () = assert!(COUNT_MAX >= MAX_LIMIT);
@@ -573,7 +574,7 @@ fn idx_delta(now_idx: u64, idx24: u64) -> u64 {
 /// [`Slot::is_free`] of a used slot's packed value, without decoding it:
 /// no counts, or last active two windows or more before `now_idx`.
 #[inline(always)]
-fn is_free_value(value: u128, now_idx: u64) -> bool {
+pub(crate) fn is_free_value(value: u128, now_idx: u64) -> bool {
     let lo = value as u64;
     let d = idx_delta(now_idx, lo >> 40);
     lo & ((1 << 40) - 1) == 0 || (2..IDX_HALF).contains(&d)
@@ -581,7 +582,7 @@ fn is_free_value(value: u128, now_idx: u64) -> bool {
 
 /// The fingerprint stored in a slot value (0: never used).
 #[inline(always)]
-fn fp_of(value: u128) -> u64 {
+pub(crate) fn fp_of(value: u128) -> u64 {
     (value >> 72) as u64
 }
 
@@ -920,38 +921,33 @@ impl<'a> Table<'a> {
         // slot, value) of its first slot in the probe order of both groups,
         // (0, 0), (1, 0), (0, 1), ..., as `lookup` would find it.
         let mut hit: Option<(usize, Found)> = None;
+        let mut values = [0u128; PROBE];
         for j in 0..p.groups {
-            let g = self.group(p.base[j]);
+            let m = scan::scan(self.ops, self.group(p.base[j]), fp, now_idx, &mut values);
+            // Bit i of a rotated mask: position i of the key's probe order.
+            let home = p.home[j] as u32;
+            let (empty, idle) = (m.empty.rotate_right(home), m.idle.rotate_right(home));
             // A key is never placed past a never-used slot of its sequence.
-            let mut open = true;
-            for i in 0..PROBE {
+            let i = m.hit.rotate_right(home).trailing_zeros() as usize;
+            if i < empty.trailing_zeros() as usize {
+                let order = i * CHOICES + j;
+                if hit.as_ref().map_or(true, |(o, _)| order < *o) {
+                    let at = p.at(j, i);
+                    let (slot, value) = (p.base[j] + at, values[at]);
+                    hit = Some((order, Found::Key { slot, value }));
+                }
+                continue;
+            }
+            live[j] = (!(m.empty | m.idle)).count_ones() as usize;
+            // The first free slot in probe order: never used, or idle.
+            let i = (empty | idle).trailing_zeros() as usize;
+            if i < PROBE {
                 let at = p.at(j, i);
-                let value = self.ops.load(&g[at]);
-                let f = fp_of(value);
-                if f == 0 {
-                    if free[j].is_none() {
-                        let slot = p.base[j] + at;
-                        free[j] = Some((Candidate { slot, value }, false));
-                    }
-                    open = false;
-                    continue;
-                }
-                if f == fp && open {
-                    let order = i * CHOICES + j;
-                    if hit.as_ref().map_or(true, |(o, _)| order < *o) {
-                        let slot = p.base[j] + at;
-                        hit = Some((order, Found::Key { slot, value }));
-                    }
-                    break;
-                }
-                if is_free_value(value, now_idx) {
-                    if free[j].is_none() {
-                        let slot = p.base[j] + at;
-                        free[j] = Some((Candidate { slot, value }, true));
-                    }
-                } else {
-                    live[j] += 1;
-                }
+                let cand = Candidate {
+                    slot: p.base[j] + at,
+                    value: values[at],
+                };
+                free[j] = Some((cand, idle & (1 << i) != 0));
             }
         }
         if let Some((_, found)) = hit {

@@ -1,0 +1,245 @@
+//! Reading one group of [`PROBE`] slots for a new key's survey: every slot
+//! is loaded once (one 16-byte atomic load each) and classified into bit
+//! masks, bit `k` for slot `k` of the group in memory order. The survey
+//! then answers its questions (is the key there after all, the first free
+//! slot in the key's probe order, how many slots are live) with rotations
+//! and bit counts instead of a branch per slot.
+//!
+//! On x86_64 CPUs with AVX2 the classification runs four slots at a time;
+//! elsewhere a plain loop computes the same masks. Either way each slot is
+//! read with one 16-byte atomic load (`vmovdqa` where [`Ops`] inlines it),
+//! as every other access to a slot is: the vector code only works on the
+//! copies in registers and in `values`.
+
+use portable_atomic::AtomicU128;
+
+use crate::atomic::Ops;
+use crate::table::{fp_of, is_free_value, PROBE};
+
+/// What one group holds, one bit per slot (bit `k`: slot `k` of the group).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct GroupMasks {
+    /// Never used (fingerprint 0).
+    pub empty: u16,
+    /// Holds the fingerprint looked for.
+    pub hit: u16,
+    /// Used, but free to take: no counts, or idle two windows or more.
+    pub idle: u16,
+}
+
+/// Loads the group's slots into `values` and classifies them for the key
+/// fingerprint `fp` (never 0) at window `now_idx`.
+#[inline]
+pub(crate) fn scan(
+    ops: Ops,
+    group: &[AtomicU128; PROBE],
+    fp: u64,
+    now_idx: u64,
+    values: &mut [u128; PROBE],
+) -> GroupMasks {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    if ops.avx2() {
+        // SAFETY: `avx2()` is true only when the CPU has AVX2 (and AVX, which
+        // the inline loads need).
+        return unsafe { avx2::scan(ops, group, fp, now_idx, values) };
+    }
+    scan_scalar(ops, group, fp, now_idx, values)
+}
+
+/// [`scan`], one slot at a time.
+pub(crate) fn scan_scalar(
+    ops: Ops,
+    group: &[AtomicU128; PROBE],
+    fp: u64,
+    now_idx: u64,
+    values: &mut [u128; PROBE],
+) -> GroupMasks {
+    let mut m = GroupMasks::default();
+    for (k, (slot, out)) in group.iter().zip(values.iter_mut()).enumerate() {
+        let value = ops.load(slot);
+        *out = value;
+        let bit = 1u16 << k;
+        let f = fp_of(value);
+        if f == 0 {
+            m.empty |= bit;
+            continue;
+        }
+        if f == fp {
+            m.hit |= bit;
+        }
+        if is_free_value(value, now_idx) {
+            m.idle |= bit;
+        }
+    }
+    m
+}
+
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod avx2 {
+    use core::arch::x86_64::*;
+
+    use portable_atomic::AtomicU128;
+
+    use super::GroupMasks;
+    use crate::atomic::Ops;
+    use crate::table::{IDX_HALF, IDX_MASK, PROBE};
+
+    /// [`super::scan`] four slots at a time. Slot layout (see `Slot`): high
+    /// half `fingerprint << 8 | tick`, low half `idx24 << 40 | previous << 20
+    /// | current`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, and `ops` must use the inline loads.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn scan(
+        ops: Ops,
+        group: &[AtomicU128; PROBE],
+        fp: u64,
+        now_idx: u64,
+        values: &mut [u128; PROBE],
+    ) -> GroupMasks {
+        let fpv = _mm256_set1_epi64x(fp as i64);
+        let now = _mm256_set1_epi64x(now_idx as i64);
+        let idx_mask = _mm256_set1_epi64x(IDX_MASK as i64);
+        let counts_mask = _mm256_set1_epi64x(((1u64 << 40) - 1) as i64);
+        let one = _mm256_set1_epi64x(1);
+        let half = _mm256_set1_epi64x(IDX_HALF as i64);
+        let zero = _mm256_setzero_si256();
+        let mut m = GroupMasks::default();
+        for q in 0..PROBE / 4 {
+            // One atomic 16-byte load per slot, kept for the caller too.
+            let [a, b, c, d]: [__m128i; 4] = core::array::from_fn(|k| {
+                let i = 4 * q + k;
+                // SAFETY: the caller guarantees AVX2 (so `Ops::avx2`);
+                // `values` has room for PROBE (16-byte) values, and an
+                // unaligned store needs no alignment.
+                unsafe {
+                    let x = ops.load_m128(&group[i]);
+                    _mm_storeu_si128(values.as_mut_ptr().add(i).cast::<__m128i>(), x);
+                    x
+                }
+            });
+            // Lanes 0..4 = slots 4q..4q+4.
+            let lo = _mm256_set_m128i(_mm_unpacklo_epi64(c, d), _mm_unpacklo_epi64(a, b));
+            let hi = _mm256_set_m128i(_mm_unpackhi_epi64(c, d), _mm_unpackhi_epi64(a, b));
+            let f = _mm256_srli_epi64::<8>(hi);
+            let empty = _mm256_cmpeq_epi64(f, zero);
+            let hit = _mm256_cmpeq_epi64(f, fpv);
+            let no_counts = _mm256_cmpeq_epi64(_mm256_and_si256(lo, counts_mask), zero);
+            // Windows since the slot's: (now - idx24) mod 2^24, below 2^24,
+            // so the signed compares are exact. Idle: 2 <= delta < HALF.
+            let delta =
+                _mm256_and_si256(_mm256_sub_epi64(now, _mm256_srli_epi64::<40>(lo)), idx_mask);
+            let old = _mm256_and_si256(
+                _mm256_cmpgt_epi64(delta, one),
+                _mm256_cmpgt_epi64(half, delta),
+            );
+            let idle = _mm256_andnot_si256(empty, _mm256_or_si256(no_counts, old));
+            // One bit per lane (its sign bit), lane i -> bit 4q + i.
+            let shift = 4 * q;
+            m.empty |= (_mm256_movemask_pd(_mm256_castsi256_pd(empty)) as u16) << shift;
+            let hit = _mm256_andnot_si256(empty, hit);
+            m.hit |= (_mm256_movemask_pd(_mm256_castsi256_pd(hit)) as u16) << shift;
+            m.idle |= (_mm256_movemask_pd(_mm256_castsi256_pd(idle)) as u16) << shift;
+        }
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::IDX_MASK;
+
+    /// A raw slot value: high half `fp << 8 | tick`, low half
+    /// `idx24 << 40 | previous << 20 | current`.
+    fn raw(fp: u64, tick: u8, idx24: u64, previous: u64, current: u64) -> u128 {
+        u128::from(fp << 8 | u64::from(tick)) << 64
+            | u128::from(idx24 << 40 | previous << 20 | current)
+    }
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// Groups mixing never-used slots, the key, other keys, and every kind
+    /// of window delta (current, previous, idle, far past, the clock
+    /// behind), with and without counts.
+    #[test]
+    fn the_vector_scan_equals_the_scalar_scan() {
+        let ops = Ops::detect();
+        let scalar = ops.without_avx2();
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let fp = 0x00ab_cdef_0123_4567;
+        let mut kinds = [0u32; 3];
+        for round in 0..20_000 {
+            let now_idx = if round % 2 == 0 {
+                29_000_000
+            } else {
+                5 + rng.below(1 << 30)
+            };
+            let group: [AtomicU128; PROBE] = core::array::from_fn(|_| {
+                let value = match rng.below(4) {
+                    0 => 0,
+                    kind => {
+                        let f = if kind == 1 {
+                            fp
+                        } else {
+                            1 + rng.below((1 << 56) - 1)
+                        };
+                        let back = [0, 1, 2, 3, IDX_MASK, (1 << 23) - 1, 1 << 23, rng.next()];
+                        let idx24 = now_idx.wrapping_sub(back[rng.below(8) as usize]) & IDX_MASK;
+                        let (previous, current) = match rng.below(3) {
+                            0 => (0, 0),
+                            1 => (rng.below(1 << 20), 0),
+                            _ => (rng.below(1 << 20), rng.below(1 << 20)),
+                        };
+                        raw(f, rng.below(256) as u8, idx24, previous, current)
+                    }
+                };
+                AtomicU128::new(value)
+            });
+            let (mut a, mut b) = ([0u128; PROBE], [0u128; PROBE]);
+            let ma = scan(ops, &group, fp, now_idx, &mut a);
+            let mb = scan_scalar(scalar, &group, fp, now_idx, &mut b);
+            assert_eq!(ma, mb, "round {round}");
+            assert_eq!(a, b, "round {round}");
+            kinds[0] += ma.empty.count_ones();
+            kinds[1] += ma.hit.count_ones();
+            kinds[2] += ma.idle.count_ones();
+        }
+        // Every class occurred often.
+        assert!(kinds.iter().all(|&n| n > 10_000), "{kinds:?}");
+    }
+
+    #[test]
+    fn masks_name_the_slots_in_memory_order() {
+        let ops = Ops::detect();
+        let now_idx = 1_000;
+        let fp = 77;
+        let mut group: [AtomicU128; PROBE] = core::array::from_fn(|_| AtomicU128::new(0));
+        // Slot 3: the key, live; slot 9: another key, idle two windows;
+        // slot 14: another key with no counts; the rest never used.
+        group[3] = AtomicU128::new(raw(fp, 1, now_idx, 0, 5));
+        group[9] = AtomicU128::new(raw(78, 1, now_idx - 2, 4, 4));
+        group[14] = AtomicU128::new(raw(79, 1, now_idx, 0, 0));
+        for ops in [ops, ops.without_avx2()] {
+            let mut v = [0u128; PROBE];
+            let m = scan(ops, &group, fp, now_idx, &mut v);
+            assert_eq!(m.hit, 1 << 3);
+            assert_eq!(m.idle, 1 << 9 | 1 << 14);
+            assert_eq!(m.empty, !(1u16 << 3 | 1 << 9 | 1 << 14));
+            assert_eq!(v[3], raw(fp, 1, now_idx, 0, 5));
+        }
+    }
+}
