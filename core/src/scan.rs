@@ -1,15 +1,15 @@
-//! Reading one group of [`PROBE`] slots for a new key's survey: every slot
-//! is loaded once (one 16-byte atomic load each) and classified into bit
-//! masks, bit `k` for slot `k` of the group in memory order. The survey
-//! then answers its questions (is the key there after all, the first free
-//! slot in the key's probe order, how many slots are live) with rotations
-//! and bit counts instead of a branch per slot.
+//! Reading one group of [`PROBE`] slots for a new key's survey, in two
+//! steps: [`load`] reads every slot once (one 16-byte atomic load each,
+//! `vmovdqa` where [`Ops`] inlines it, as every other access to a slot is)
+//! into a local copy; then, once the caller has read how far ahead of its
+//! clock a slot may be (which must come after the loads), [`classify`]
+//! turns the copy into bit masks, bit `k` for slot `k` of the group in
+//! memory order. The survey answers its questions (is the key there after
+//! all, the first free slot in the key's probe order, how many slots are
+//! live) with rotations and bit counts instead of a branch per slot.
 //!
 //! On x86_64 CPUs with AVX2 the classification runs four slots at a time;
-//! elsewhere a plain loop computes the same masks. Either way each slot is
-//! read with one 16-byte atomic load (`vmovdqa` where [`Ops`] inlines it),
-//! as every other access to a slot is: the vector code only works on the
-//! copies in registers and in `values`.
+//! elsewhere a plain loop computes the same masks.
 
 use portable_atomic::AtomicU128;
 
@@ -27,37 +27,56 @@ pub(crate) struct GroupMasks {
     pub idle: u16,
 }
 
-/// Loads the group's slots into `values` and classifies them for the key
-/// fingerprint `fp` (never 0) at window `now_idx`.
+/// Loads a group's slots into `values`: one 16-byte atomic load per slot.
 #[inline]
-pub(crate) fn scan(
+pub(crate) fn load(ops: Ops, group: &[AtomicU128; PROBE], values: &mut [u128; PROBE]) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    if ops.avx2() {
+        for (slot, out) in group.iter().zip(values.iter_mut()) {
+            // SAFETY: `avx2()` implies AVX, which `load_m128` needs; `out` is
+            // one 16-byte value, and an unaligned store needs no alignment
+            // (SSE2, baseline on x86_64).
+            unsafe {
+                let x = ops.load_m128(slot);
+                core::arch::x86_64::_mm_storeu_si128(core::ptr::from_mut(out).cast(), x);
+            }
+        }
+        return;
+    }
+    for (slot, out) in group.iter().zip(values.iter_mut()) {
+        *out = ops.load(slot);
+    }
+}
+
+/// Classifies loaded slot values for the key fingerprint `fp` (never 0) at
+/// window `now_idx`, given that no slot is ahead of it by more than
+/// `ahead` windows (see `Table::ahead`; read after [`load`]).
+#[inline]
+pub(crate) fn classify(
     ops: Ops,
-    group: &[AtomicU128; PROBE],
+    values: &[u128; PROBE],
     fp: u64,
     now_idx: u64,
-    values: &mut [u128; PROBE],
+    ahead: u64,
 ) -> GroupMasks {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     if ops.avx2() {
-        // SAFETY: `avx2()` is true only when the CPU has AVX2 (and AVX, which
-        // the inline loads need).
-        return unsafe { avx2::scan(ops, group, fp, now_idx, values) };
+        // SAFETY: `avx2()` is true only when the CPU has AVX2.
+        return unsafe { avx2::classify(values, fp, now_idx, ahead) };
     }
-    scan_scalar(ops, group, fp, now_idx, values)
+    let _ = ops;
+    classify_scalar(values, fp, now_idx, ahead)
 }
 
-/// [`scan`], one slot at a time.
-pub(crate) fn scan_scalar(
-    ops: Ops,
-    group: &[AtomicU128; PROBE],
+/// [`classify`], one slot at a time.
+pub(crate) fn classify_scalar(
+    values: &[u128; PROBE],
     fp: u64,
     now_idx: u64,
-    values: &mut [u128; PROBE],
+    ahead: u64,
 ) -> GroupMasks {
     let mut m = GroupMasks::default();
-    for (k, (slot, out)) in group.iter().zip(values.iter_mut()).enumerate() {
-        let value = ops.load(slot);
-        *out = value;
+    for (k, &value) in values.iter().enumerate() {
         let bit = 1u16 << k;
         let f = fp_of(value);
         if f == 0 {
@@ -67,7 +86,7 @@ pub(crate) fn scan_scalar(
         if f == fp {
             m.hit |= bit;
         }
-        if is_free_value(value, now_idx) {
+        if is_free_value(value, now_idx, ahead) {
             m.idle |= bit;
         }
     }
@@ -78,67 +97,63 @@ pub(crate) fn scan_scalar(
 mod avx2 {
     use core::arch::x86_64::*;
 
-    use portable_atomic::AtomicU128;
-
     use super::GroupMasks;
-    use crate::atomic::Ops;
-    use crate::table::{IDX_HALF, IDX_MASK, PROBE};
+    use crate::table::{IDX_BITS, IDX_MASK, PROBE};
 
-    /// [`super::scan`] four slots at a time. Slot layout (see `Slot`): high
-    /// half `fingerprint << 8 | tick`, low half `idx24 << 40 | previous << 20
-    /// | current`.
+    /// [`super::classify`] four slots at a time. Slot layout (see `Slot`):
+    /// high half `fingerprint << 8 | tick`, low half `idx24 << 40 |
+    /// previous << 20 | current`.
     ///
     /// # Safety
-    /// The CPU must have AVX2, and `ops` must use the inline loads.
+    /// The CPU must have AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn scan(
-        ops: Ops,
-        group: &[AtomicU128; PROBE],
+    pub(super) unsafe fn classify(
+        values: &[u128; PROBE],
         fp: u64,
         now_idx: u64,
-        values: &mut [u128; PROBE],
+        ahead: u64,
     ) -> GroupMasks {
         let fpv = _mm256_set1_epi64x(fp as i64);
         let now = _mm256_set1_epi64x(now_idx as i64);
         let idx_mask = _mm256_set1_epi64x(IDX_MASK as i64);
         let counts_mask = _mm256_set1_epi64x(((1u64 << 40) - 1) as i64);
         let one = _mm256_set1_epi64x(1);
-        let half = _mm256_set1_epi64x(IDX_HALF as i64);
+        // A delta at or above this is a slot ahead of now (`is_ahead`).
+        let ahead_from = _mm256_set1_epi64x(((1u64 << IDX_BITS) - ahead) as i64);
         let zero = _mm256_setzero_si256();
         let mut m = GroupMasks::default();
         for q in 0..PROBE / 4 {
-            // One atomic 16-byte load per slot, kept for the caller too.
-            let [a, b, c, d]: [__m128i; 4] = core::array::from_fn(|k| {
-                let i = 4 * q + k;
-                // SAFETY: the caller guarantees AVX2 (so `Ops::avx2`);
-                // `values` has room for PROBE (16-byte) values, and an
-                // unaligned store needs no alignment.
-                unsafe {
-                    let x = ops.load_m128(&group[i]);
-                    _mm_storeu_si128(values.as_mut_ptr().add(i).cast::<__m128i>(), x);
-                    x
-                }
-            });
+            // SAFETY: `values` holds PROBE u128s, so 4q..4q+4 are in bounds;
+            // unaligned loads need no alignment. This is the local copy.
+            let (a, b, c, d) = unsafe {
+                let p = values.as_ptr().add(4 * q).cast::<__m128i>();
+                (
+                    _mm_loadu_si128(p),
+                    _mm_loadu_si128(p.add(1)),
+                    _mm_loadu_si128(p.add(2)),
+                    _mm_loadu_si128(p.add(3)),
+                )
+            };
             // Lanes 0..4 = slots 4q..4q+4.
             let lo = _mm256_set_m128i(_mm_unpacklo_epi64(c, d), _mm_unpacklo_epi64(a, b));
             let hi = _mm256_set_m128i(_mm_unpackhi_epi64(c, d), _mm_unpackhi_epi64(a, b));
             let f = _mm256_srli_epi64::<8>(hi);
             let empty = _mm256_cmpeq_epi64(f, zero);
-            let hit = _mm256_cmpeq_epi64(f, fpv);
+            let hit = _mm256_andnot_si256(empty, _mm256_cmpeq_epi64(f, fpv));
             let no_counts = _mm256_cmpeq_epi64(_mm256_and_si256(lo, counts_mask), zero);
             // Windows since the slot's: (now - idx24) mod 2^24, below 2^24,
-            // so the signed compares are exact. Idle: 2 <= delta < HALF.
+            // so the signed compares are exact. Stale: 2 <= delta and not
+            // ahead of now.
             let delta =
                 _mm256_and_si256(_mm256_sub_epi64(now, _mm256_srli_epi64::<40>(lo)), idx_mask);
             let old = _mm256_and_si256(
                 _mm256_cmpgt_epi64(delta, one),
-                _mm256_cmpgt_epi64(half, delta),
+                _mm256_cmpgt_epi64(ahead_from, delta),
             );
             let idle = _mm256_andnot_si256(empty, _mm256_or_si256(no_counts, old));
             // One bit per lane (its sign bit), lane i -> bit 4q + i.
             let shift = 4 * q;
             m.empty |= (_mm256_movemask_pd(_mm256_castsi256_pd(empty)) as u16) << shift;
-            let hit = _mm256_andnot_si256(empty, hit);
             m.hit |= (_mm256_movemask_pd(_mm256_castsi256_pd(hit)) as u16) << shift;
             m.idle |= (_mm256_movemask_pd(_mm256_castsi256_pd(idle)) as u16) << shift;
         }
@@ -149,7 +164,7 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::IDX_MASK;
+    use crate::table::{IDX_HALF, IDX_MASK};
 
     /// A raw slot value: high half `fp << 8 | tick`, low half
     /// `idx24 << 40 | previous << 20 | current`.
@@ -178,7 +193,6 @@ mod tests {
     #[test]
     fn the_vector_scan_equals_the_scalar_scan() {
         let ops = Ops::detect();
-        let scalar = ops.without_avx2();
         let mut rng = Rng(0x2545_f491_4f6c_dd1d);
         let fp = 0x00ab_cdef_0123_4567;
         let mut kinds = [0u32; 3];
@@ -188,6 +202,7 @@ mod tests {
             } else {
                 5 + rng.below(1 << 30)
             };
+            let ahead = [0, 1, 3, IDX_HALF, rng.below(IDX_HALF)][round % 5];
             let group: [AtomicU128; PROBE] = core::array::from_fn(|_| {
                 let value = match rng.below(4) {
                     0 => 0,
@@ -210,13 +225,14 @@ mod tests {
                 AtomicU128::new(value)
             });
             let (mut a, mut b) = ([0u128; PROBE], [0u128; PROBE]);
-            let ma = scan(ops, &group, fp, now_idx, &mut a);
-            let mb = scan_scalar(scalar, &group, fp, now_idx, &mut b);
-            assert_eq!(ma, mb, "round {round}");
+            load(ops, &group, &mut a);
+            load(ops.without_avx2(), &group, &mut b);
             assert_eq!(a, b, "round {round}");
-            kinds[0] += ma.empty.count_ones();
-            kinds[1] += ma.hit.count_ones();
-            kinds[2] += ma.idle.count_ones();
+            let m = classify(ops, &a, fp, now_idx, ahead);
+            assert_eq!(m, classify_scalar(&a, fp, now_idx, ahead), "round {round}");
+            kinds[0] += m.empty.count_ones();
+            kinds[1] += m.hit.count_ones();
+            kinds[2] += m.idle.count_ones();
         }
         // Every class occurred often.
         assert!(kinds.iter().all(|&n| n > 10_000), "{kinds:?}");
@@ -229,17 +245,23 @@ mod tests {
         let fp = 77;
         let mut group: [AtomicU128; PROBE] = core::array::from_fn(|_| AtomicU128::new(0));
         // Slot 3: the key, live; slot 9: another key, idle two windows;
-        // slot 14: another key with no counts; the rest never used.
+        // slot 14: another key with no counts; slot 15: another key two
+        // windows ahead of now; the rest never used.
         group[3] = AtomicU128::new(raw(fp, 1, now_idx, 0, 5));
         group[9] = AtomicU128::new(raw(78, 1, now_idx - 2, 4, 4));
         group[14] = AtomicU128::new(raw(79, 1, now_idx, 0, 0));
+        group[15] = AtomicU128::new(raw(80, 1, now_idx + 2, 0, 1));
         for ops in [ops, ops.without_avx2()] {
             let mut v = [0u128; PROBE];
-            let m = scan(ops, &group, fp, now_idx, &mut v);
+            load(ops, &group, &mut v);
+            assert_eq!(v[3], raw(fp, 1, now_idx, 0, 5));
+            let m = classify(ops, &v, fp, now_idx, 2);
             assert_eq!(m.hit, 1 << 3);
             assert_eq!(m.idle, 1 << 9 | 1 << 14);
-            assert_eq!(m.empty, !(1u16 << 3 | 1 << 9 | 1 << 14));
-            assert_eq!(v[3], raw(fp, 1, now_idx, 0, 5));
+            assert_eq!(m.empty, !(1u16 << 3 | 1 << 9 | 1 << 14 | 1 << 15));
+            // Nothing can be ahead: slot 15 is 2^24 - 2 windows old.
+            let m = classify(ops, &v, fp, now_idx, 0);
+            assert_eq!(m.idle, 1 << 9 | 1 << 14 | 1 << 15);
         }
     }
 }

@@ -6,7 +6,8 @@
 //! ```text
 //! offset 0                  Header (repr(C), 64-byte aligned, HEADER_BYTES = 4224)
 //!   line 0: magic u64 | layout version u32 | pad u32 | window_ms u64 |
-//!           seed [u64; 2] | capacity u64 | reserved [u64; 2]
+//!           seed [u64; 2] | capacity u64 | newest window index u64 |
+//!           reserved u64
 //!   line 1: last_event_ms [AtomicU64; 8]     (one per Counter, for episodes)
 //!   lines 2..66: SHARDS shards of [AtomicU64; 8] (one cache line each)
 //! offset HEADER_BYTES       capacity slots of SLOT_BYTES = 16 bytes
@@ -33,13 +34,23 @@
 //!   to pick the least recently active victim within a window;
 //! * counts: requests, saturating at `2^20 - 1` (>= [`MAX_LIMIT`]).
 //!
-//! Window indices are compared modulo 2^24 with a signed delta in
-//! `[-2^23, 2^23)`: 0 is the same window, 1 means the slot holds the previous
-//! window, 2 or more means the counts are stale (the slot is free for reuse),
-//! and a negative delta means this caller's clock is behind the slot's: the
+//! Window indices are compared modulo 2^24 as a signed delta `now - slot`:
+//! 0 is the same window, 1 means the slot holds the previous window, 2 or
+//! more means the counts are stale (the slot is free for reuse), and a
+//! negative delta means this caller's clock is behind the slot's: the
 //! slot's (newest) window wins, nothing is reset, and the decision uses the
 //! slot's window with `elapsed = 0` (full weight on its previous count, the
 //! conservative choice). A slot whose counts are both 0 is free as well.
+//!
+//! A slot can only be ahead of `now` by as much as the newest window the
+//! zone has counted in is (the header keeps that index, raised before any
+//! slot is written with a newer window, and read after the slots it
+//! judges), at most 2^23 windows. Every other residue is a past window, so a
+//! slot left untouched for more than 2^23 windows is stale, not "ahead" (it
+//! was read as ahead, with its old counts, before the header kept the
+//! newest index). Only an untouched slot whose age is within one window of
+//! a multiple of 2^24 windows (194 days at `window=1s`) still reads as
+//! current or previous.
 //!
 //! # Placement
 //!
@@ -134,7 +145,7 @@ const COUNT_BITS: u32 = 20;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// Largest storable count, in requests.
 const COUNT_MAX: u32 = COUNT_MASK as u32;
-const IDX_BITS: u32 = 24;
+pub(crate) const IDX_BITS: u32 = 24;
 pub(crate) const IDX_MASK: u64 = (1 << IDX_BITS) - 1;
 pub(crate) const IDX_HALF: u64 = 1 << (IDX_BITS - 1);
 const COUNTERS: usize = 8;
@@ -374,7 +385,11 @@ struct Header {
     window_ms: u64,
     seed: [u64; 2],
     capacity: u64,
-    _reserved: [u64; 2],
+    /// The newest window index any slot was counted in (0: none yet).
+    /// Raised before a slot is written with a newer index, so no slot is
+    /// ever ahead of it.
+    newest: AtomicU64,
+    _reserved: u64,
     last_event_ms: [AtomicU64; COUNTERS],
     shards: [Shard; SHARDS],
 }
@@ -414,10 +429,12 @@ impl Slot {
         (u128::from(hi) << 64) | u128::from(lo)
     }
 
-    /// Signed window delta `now - slot` modulo 2^24, in `[-2^23, 2^23)`.
-    fn delta(self, now_idx: u64) -> i64 {
+    /// Signed window delta `now - slot` from the slot's index modulo 2^24:
+    /// negative (the slot ahead of `now_idx`) by at most `ahead` windows
+    /// (see [`Table::ahead`]), otherwise in `[0, 2^24 - ahead)`.
+    fn delta(self, now_idx: u64, ahead: u64) -> i64 {
         let d = idx_delta(now_idx, self.idx24);
-        if d >= IDX_HALF {
+        if is_ahead(d, ahead) {
             d as i64 - (1 << IDX_BITS)
         } else {
             d as i64
@@ -430,8 +447,8 @@ impl Slot {
 
     /// Whether the slot is free for another key at window `now_idx`:
     /// never used, no counts, or idle for two windows or more.
-    fn is_free(self, now_idx: u64) -> bool {
-        self.fp == 0 || self.is_empty() || self.delta(now_idx) >= 2
+    fn is_free(self, now_idx: u64, ahead: u64) -> bool {
+        self.fp == 0 || self.is_empty() || self.delta(now_idx, ahead) >= 2
     }
 }
 
@@ -447,7 +464,7 @@ struct View {
     backwards: bool,
 }
 
-fn view(s: Slot, now_idx: u64, elapsed: u64) -> View {
+fn view(s: Slot, now_idx: u64, ahead: u64, elapsed: u64) -> View {
     let fresh = View {
         counts: Counts::default(),
         elapsed,
@@ -457,7 +474,7 @@ fn view(s: Slot, now_idx: u64, elapsed: u64) -> View {
     if s.is_empty() {
         return fresh;
     }
-    let d = s.delta(now_idx);
+    let d = s.delta(now_idx, ahead);
     match d {
         0 => View {
             counts: Counts {
@@ -565,7 +582,7 @@ fn prefetch(a: &AtomicU128) {
 }
 
 /// Windows from a slot's 24-bit window index `idx24` to `now_idx`, mod 2^24
-/// (read as signed by the callers: `>= IDX_HALF` is a slot ahead of now).
+/// (a slot ahead of now when [`is_ahead`] says so).
 #[inline(always)]
 fn idx_delta(now_idx: u64, idx24: u64) -> u64 {
     now_idx.wrapping_sub(idx24) & IDX_MASK
@@ -574,10 +591,18 @@ fn idx_delta(now_idx: u64, idx24: u64) -> u64 {
 /// [`Slot::is_free`] of a used slot's packed value, without decoding it:
 /// no counts, or last active two windows or more before `now_idx`.
 #[inline(always)]
-pub(crate) fn is_free_value(value: u128, now_idx: u64) -> bool {
+pub(crate) fn is_free_value(value: u128, now_idx: u64, ahead: u64) -> bool {
     let lo = value as u64;
     let d = idx_delta(now_idx, lo >> 40);
-    lo & ((1 << 40) - 1) == 0 || (2..IDX_HALF).contains(&d)
+    lo & ((1 << 40) - 1) == 0 || (d >= 2 && !is_ahead(d, ahead))
+}
+
+/// Whether a window delta `d` (mod 2^24, as [`idx_delta`] gives it) is a
+/// slot ahead of the caller's window, given that no slot is ahead by more
+/// than `ahead` (at most 2^23) windows.
+#[inline(always)]
+fn is_ahead(d: u64, ahead: u64) -> bool {
+    d != 0 && (1 << IDX_BITS) - d <= ahead
 }
 
 /// The fingerprint stored in a slot value (0: never used).
@@ -921,9 +946,15 @@ impl<'a> Table<'a> {
         // slot, value) of its first slot in the probe order of both groups,
         // (0, 0), (1, 0), (0, 1), ..., as `lookup` would find it.
         let mut hit: Option<(usize, Found)> = None;
-        let mut values = [0u128; PROBE];
+        let mut loaded = [[0u128; PROBE]; CHOICES];
+        for (values, &base) in loaded.iter_mut().zip(&p.base).take(p.groups) {
+            scan::load(self.ops, self.group(base), values);
+        }
+        // After the loads (see `ahead`).
+        let ahead = self.ahead(now_idx);
         for j in 0..p.groups {
-            let m = scan::scan(self.ops, self.group(p.base[j]), fp, now_idx, &mut values);
+            let values = &loaded[j];
+            let m = scan::classify(self.ops, values, fp, now_idx, ahead);
             // Bit i of a rotated mask: position i of the key's probe order.
             let home = p.home[j] as u32;
             let (empty, idle) = (m.empty.rotate_right(home), m.idle.rotate_right(home));
@@ -973,35 +1004,42 @@ impl<'a> Table<'a> {
             free: best.map(|(_, c, _)| c),
             free_is_used: best.is_some_and(|(_, _, u)| u),
             // Only a full pair of groups needs a victim (rare): look for it
-            // then, in a second pass over the now cached lines.
+            // then, among the values loaded above.
             victim: if best.is_none() {
-                self.oldest(p, now_idx)
+                self.oldest(p, &loaded, now_idx, ahead)
             } else {
                 None
             },
         }
     }
 
-    /// The least recently active live slot of the key's groups: the oldest
-    /// window, then the smallest touch tick; the first one in group order
-    /// on a tie.
+    /// The least recently active live slot of the key's groups, from the
+    /// slot values the survey loaded: the oldest window, then the smallest
+    /// touch tick; the first one in probe order on a tie.
     #[cold]
-    fn oldest(&self, p: &Place, now_idx: u64) -> Option<Candidate> {
+    fn oldest(
+        &self,
+        p: &Place,
+        loaded: &[[u128; PROBE]; CHOICES],
+        now_idx: u64,
+        ahead: u64,
+    ) -> Option<Candidate> {
         // Age as one integer, larger is older: the signed window delta
         // (biased to be non-negative), then 255 - tick.
         let mut victim: Option<(u64, Candidate)> = None;
-        for j in 0..p.groups {
-            let g = self.group(p.base[j]);
+        for (j, values) in loaded.iter().enumerate().take(p.groups) {
             for i in 0..PROBE {
                 let at = p.at(j, i);
-                let value = self.ops.load(&g[at]);
-                if fp_of(value) == 0 || is_free_value(value, now_idx) {
+                let value = values[at];
+                if fp_of(value) == 0 || is_free_value(value, now_idx, ahead) {
                     continue;
                 }
                 let d = idx_delta(now_idx, (value as u64) >> 40);
-                // d is the delta mod 2^24; XOR with 2^23 maps the signed
-                // range [-2^23, 2^23) monotonically onto [0, 2^24).
-                let age = ((d ^ IDX_HALF) << 8) | u64::from(u8::MAX - (value >> 64) as u8);
+                // Adding `ahead` mod 2^24 maps the slots ahead of now,
+                // [2^24 - ahead, 2^24), onto [0, ahead) (the youngest) and
+                // every other delta d onto d + ahead, keeping the order.
+                let age =
+                    (((d + ahead) & IDX_MASK) << 8) | u64::from(u8::MAX - (value >> 64) as u8);
                 if victim.map_or(true, |(a, _)| age > a) {
                     let slot = p.base[j] + at;
                     victim = Some((age, Candidate { slot, value }));
@@ -1022,6 +1060,31 @@ impl<'a> Table<'a> {
         self.add(shard, c, 1);
     }
 
+    /// How many windows a slot can be ahead of `now_idx`: the zone's newest
+    /// window minus `now_idx` (0 unless some clock stepped back), at most
+    /// 2^23. Read it *after* loading the slots it judges: a slot written with
+    /// a newer window was preceded by [`Table::raise_newest`], so the load
+    /// that saw the slot makes this one see the raise.
+    #[inline]
+    fn ahead(&self, now_idx: u64) -> u64 {
+        self.header
+            .newest
+            .load(Ordering::SeqCst)
+            .saturating_sub(now_idx)
+            .min(IDX_HALF)
+    }
+
+    /// Makes the zone's newest window at least `now_idx`; called before
+    /// anything is counted in window `now_idx`. One load when it already is
+    /// (every request but the first of each window).
+    #[inline]
+    fn raise_newest(&self, now_idx: u64) {
+        let newest = &self.header.newest;
+        if newest.load(Ordering::Relaxed) < now_idx {
+            newest.fetch_max(now_idx, Ordering::SeqCst);
+        }
+    }
+
     /// Decides one request of `key` at `now_ms` (epoch ms) against `limit`
     /// (requests per window) and counts it if admitted, in one CAS. `shard`
     /// is the caller's worker number (taken mod [`SHARDS`]) for counters.
@@ -1039,6 +1102,8 @@ impl<'a> Table<'a> {
         shard: usize,
     ) -> Decision {
         let (now_idx, elapsed) = self.wdiv.divrem(now_ms);
+        // Before anything can be counted in window `now_idx`.
+        self.raise_newest(now_idx);
         let fp = key.fingerprint();
         let p = self.place(key);
         if self.prefetch && p.groups == CHOICES {
@@ -1106,9 +1171,9 @@ impl<'a> Table<'a> {
                 current: 0,
                 previous: current,
             },
-            // Two windows or more ago: forgotten.
-            d if d < IDX_HALF => Counts::default(),
-            // The clock is behind the slot.
+            // Two windows or more ago (forgotten), unless the slot is ahead
+            // of this clock (read after the slot's load, see `ahead`).
+            d if !is_ahead(d, self.ahead(now_idx)) => Counts::default(),
             _ => {
                 let first = Some(Found::Key { slot, value });
                 return self.acquire_slow(key, fp, first, now_idx, elapsed, limit, policy, shard);
@@ -1188,7 +1253,8 @@ impl<'a> Table<'a> {
             match found {
                 Found::Key { slot, value } => {
                     let s = Slot::decode(value);
-                    let v = view(s, now_idx, elapsed);
+                    // After the slot's load (see `ahead`).
+                    let v = view(s, now_idx, self.ahead(now_idx), elapsed);
                     events.clock_backwards |= v.backwards;
                     let (ok, est, remaining) =
                         window::decide(v.counts, v.elapsed, self.wdiv, limit);
@@ -1383,7 +1449,7 @@ impl<'a> Table<'a> {
             if s.fp != fp {
                 return;
             }
-            let v = view(s, now_idx, elapsed);
+            let v = view(s, now_idx, self.ahead(now_idx), elapsed);
             let retired = Slot {
                 fp,
                 tick: 0,
@@ -1404,7 +1470,7 @@ impl<'a> Table<'a> {
             if s.fp != fp {
                 return;
             }
-            let v = view(s, now_idx, elapsed);
+            let v = view(s, now_idx, self.ahead(now_idx), elapsed);
             let new = Slot {
                 fp,
                 tick: self.tick(elapsed),
@@ -1441,7 +1507,7 @@ impl<'a> Table<'a> {
             if s.fp != admission.fingerprint {
                 return;
             }
-            match s.delta(admission.window_index) {
+            match s.delta(admission.window_index, self.ahead(admission.window_index)) {
                 0 => s.current = s.current.saturating_sub(1),
                 -1 => s.previous = s.previous.saturating_sub(1),
                 _ => return,
@@ -1467,7 +1533,8 @@ impl<'a> Table<'a> {
         let now_idx = self.window.index(now_ms);
         for slot in 0..self.slots.len() {
             let s = Slot::decode(self.load(slot));
-            if s.fp != 0 && !s.is_empty() && s.delta(now_idx) == 0 {
+            // Delta 0 is the current window whatever `ahead` is.
+            if s.fp != 0 && !s.is_empty() && s.delta(now_idx, 0) == 0 {
                 f(slot as u32, s.fp, s.current);
             }
         }
@@ -1490,7 +1557,7 @@ impl<'a> Table<'a> {
         loop {
             let value = self.load(slot);
             let mut s = Slot::decode(value);
-            if s.fp != fingerprint || s.delta(now_idx) != 0 {
+            if s.fp != fingerprint || s.delta(now_idx, 0) != 0 {
                 return false;
             }
             let c = i64::from(s.current)
@@ -1514,7 +1581,7 @@ impl<'a> Table<'a> {
         let fp = key.fingerprint();
         match self.find(key, fp, now_idx) {
             Found::Key { value, .. } => {
-                let v = view(Slot::decode(value), now_idx, elapsed);
+                let v = view(Slot::decode(value), now_idx, self.ahead(now_idx), elapsed);
                 Snapshot {
                     window_index: v.index,
                     current: v.counts.current,
@@ -1545,11 +1612,14 @@ impl<'a> Table<'a> {
     /// `now_ms` (a full scan; an estimate under concurrent updates).
     pub fn slots_used(&self, now_ms: u64) -> u64 {
         let now_idx = self.window.index(now_ms);
+        // Read once, before the scan: a slot counted in a newer window
+        // meanwhile may be missed, as any update during the scan may.
+        let ahead = self.ahead(now_idx);
         self.slots
             .iter()
             .filter(|a| {
                 let s = Slot::decode(self.ops.load(a));
-                !s.is_free(now_idx)
+                !s.is_free(now_idx, ahead)
             })
             .count() as u64
     }
@@ -1620,7 +1690,7 @@ mod tests {
         assert_eq!(Slot::decode(s.encode()), s);
         let z = Slot::decode(0);
         assert_eq!(z.fp, 0);
-        assert!(z.is_free(7));
+        assert!(z.is_free(7, 0));
         // Saturation, never overflow into neighbouring fields.
         let big = Slot {
             previous: u32::MAX,
@@ -1643,15 +1713,50 @@ mod tests {
             previous: 0,
             current: 1,
         };
-        assert_eq!(s.delta(5), 0);
-        assert_eq!(s.delta(6), 1);
-        assert_eq!(s.delta(4), -1);
-        assert_eq!(s.delta(5 + (1 << 24)), 0);
+        // No slot is ahead by more than `ahead` windows.
+        assert_eq!(s.delta(5, 1), 0);
+        assert_eq!(s.delta(6, 1), 1);
+        assert_eq!(s.delta(4, 1), -1);
+        assert_eq!(s.delta(4, 0), (1 << 24) - 1); // not ahead: 2^24 - 1 old
+        assert_eq!(s.delta(3, 1), (1 << 24) - 2);
+        assert_eq!(s.delta(3, 2), -2);
+        assert_eq!(s.delta(5 + (1 << 24), 0), 0);
         let w = Slot {
             idx24: IDX_MASK,
             ..s
         };
-        assert_eq!(w.delta(1 << 24), 1); // wrapped
+        assert_eq!(w.delta(1 << 24, 0), 1); // wrapped
+                                            // At most 2^23 ahead, as before the newest index was kept.
+        let far = 5 + (1u64 << 24);
+        assert_eq!(s.delta(far - (1 << 23), IDX_HALF), -(1 << 23));
+        assert_eq!(s.delta(far - (1 << 23) - 1, IDX_HALF), (1 << 23) - 1);
+    }
+
+    #[test]
+    fn a_slot_idle_past_2_pow_23_windows_is_stale_not_ahead() {
+        // A 1 s window: a client that used its limit, back 2^23 + 10
+        // windows (97 days) later, is a new client (it was read as ahead of
+        // the clock, its old counts back, and rejected).
+        let mut r = Region::new(small_bytes(4096));
+        let t = table(&mut r, 1_000);
+        let h = t.hash_key(b"k");
+        for _ in 0..3 {
+            t.acquire(h, T0, 3, FailPolicy::Open, 0);
+        }
+        assert_eq!(
+            t.acquire(h, T0, 3, FailPolicy::Open, 0).outcome,
+            Outcome::Rejected
+        );
+        let later = T0 + ((1 << 23) + 10) * 1_000;
+        let d = t.acquire(h, later, 3, FailPolicy::Open, 0);
+        assert_eq!(d.outcome, Outcome::Admitted);
+        assert!(!d.events.clock_backwards);
+        assert_eq!(d.remaining, 2);
+        assert_eq!(t.counter(Counter::ClockBackwards), 0);
+        // A real step back is still seen as one, and counts are kept.
+        let back = t.acquire(h, later - 5_000, 3, FailPolicy::Open, 0);
+        assert!(back.events.clock_backwards);
+        assert_eq!(t.peek(h, later).current, 2);
     }
 
     #[test]
