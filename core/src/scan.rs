@@ -164,13 +164,18 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::{IDX_HALF, IDX_MASK};
+    use crate::table::{Slot, IDX_HALF, IDX_MASK};
 
-    /// A raw slot value: high half `fp << 8 | tick`, low half
-    /// `idx24 << 40 | previous << 20 | current`.
-    fn raw(fp: u64, tick: u8, idx24: u64, previous: u64, current: u64) -> u128 {
-        u128::from(fp << 8 | u64::from(tick)) << 64
-            | u128::from(idx24 << 40 | previous << 20 | current)
+    /// A slot value, packed by the table's own encoder.
+    fn raw(fp: u64, tick: u8, idx24: u64, previous: u32, current: u32) -> u128 {
+        Slot {
+            fp,
+            tick,
+            idx24,
+            previous,
+            current,
+        }
+        .encode()
     }
 
     struct Rng(u64);
@@ -214,10 +219,12 @@ mod tests {
                         };
                         let back = [0, 1, 2, 3, IDX_MASK, (1 << 23) - 1, 1 << 23, rng.next()];
                         let idx24 = now_idx.wrapping_sub(back[rng.below(8) as usize]) & IDX_MASK;
-                        let (previous, current) = match rng.below(3) {
+                        let which = rng.below(3);
+                        let mut count = || rng.below(1 << 20) as u32;
+                        let (previous, current) = match which {
                             0 => (0, 0),
-                            1 => (rng.below(1 << 20), 0),
-                            _ => (rng.below(1 << 20), rng.below(1 << 20)),
+                            1 => (count(), 0),
+                            _ => (count(), count()),
                         };
                         raw(f, rng.below(256) as u8, idx24, previous, current)
                     }

@@ -400,12 +400,12 @@ const _: () = assert!(align_of::<AtomicU128>() == 16);
 
 /// The decoded content of a slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Slot {
-    fp: u64,
-    tick: u8,
-    idx24: u64,
-    previous: u32,
-    current: u32,
+pub(crate) struct Slot {
+    pub(crate) fp: u64,
+    pub(crate) tick: u8,
+    pub(crate) idx24: u64,
+    pub(crate) previous: u32,
+    pub(crate) current: u32,
 }
 
 impl Slot {
@@ -421,7 +421,7 @@ impl Slot {
         }
     }
 
-    fn encode(self) -> u128 {
+    pub(crate) fn encode(self) -> u128 {
         let hi = (self.fp << 8) | u64::from(self.tick);
         let lo = ((self.idx24 & IDX_MASK) << 40)
             | (u64::from(self.previous.min(COUNT_MAX)) << COUNT_BITS)
@@ -1074,9 +1074,10 @@ impl<'a> Table<'a> {
             .min(IDX_HALF)
     }
 
-    /// Makes the zone's newest window at least `now_idx`; called before
-    /// anything is counted in window `now_idx`. One load when it already is
-    /// (every request but the first of each window).
+    /// Makes the zone's newest window at least `now_idx`; called before a
+    /// slot is written with window `now_idx` by a slot that held another
+    /// one (a slot already in `now_idx` needs nothing). One load when it
+    /// already is.
     #[inline]
     fn raise_newest(&self, now_idx: u64) {
         let newest = &self.header.newest;
@@ -1102,8 +1103,6 @@ impl<'a> Table<'a> {
         shard: usize,
     ) -> Decision {
         let (now_idx, elapsed) = self.wdiv.divrem(now_ms);
-        // Before anything can be counted in window `now_idx`.
-        self.raise_newest(now_idx);
         let fp = key.fingerprint();
         let p = self.place(key);
         if self.prefetch && p.groups == CHOICES {
@@ -1185,6 +1184,11 @@ impl<'a> Table<'a> {
             return self.rejected(counts, elapsed, limit, estimate);
         }
         let tick = u128::from(self.tick(elapsed)) << 64;
+        if d != 0 {
+            // The slot moves to window `now_idx` (a slot already in it was
+            // raised by its writer, so the common case reads nothing more).
+            self.raise_newest(now_idx);
+        }
         let new = if d == 0 {
             // Admitted means current < limit < COUNT_MAX: the +1 on bits
             // 0..20 carries nowhere.
@@ -1245,6 +1249,8 @@ impl<'a> Table<'a> {
         policy: FailPolicy,
         shard: usize,
     ) -> Decision {
+        // Before any slot below is written with window `now_idx`.
+        self.raise_newest(now_idx);
         let w = self.window.ms();
         let reset_s = window::reset_secs(elapsed, w);
         let mut events = Events::default();
