@@ -7,6 +7,7 @@
   report.py callgrind TSV      callgrind totals -> markdown
   report.py criterion FILE     criterion stdout -> markdown
   report.py accuracy FILE      accuracy bench stdout -> markdown
+  report.py selftest           checks the statistics helpers (bench.sh runs it first)
 """
 import json
 import re
@@ -77,16 +78,80 @@ def cmd_throughput(path):
                 NAMES[v], fmt_int(statistics.median(rps)), fmt_int(min(rps)),
                 fmt_int(max(rps)), statistics.median(p99), se))
         out.append("")
-        out.append("| ratio | median of per-rep ratios | min–max over %d reps | target |" % len(reps))
-        out.append("|---|---:|---:|---|")
+        out.append("| ratio | median of per-rep ratios | 95%% CI of the median | min–max over %d reps | target | verdict |"
+                   % len(reps))
+        out.append("|---|---:|---:|---:|---|---|")
         for num, den in (("rlw", "none"), ("rlw", "lr")):
             if num in d and den in d:
                 rs = [d[num][i]["rps"] / d[den][i]["rps"] for i in reps]
-                out.append("| %s / %s | %.3f | %.3f–%.3f | %s |" % (
-                    NAMES[num], NAMES[den], statistics.median(rs), min(rs), max(rs),
-                    targets.get("%s/%s" % (num, den), "—")))
+                target = targets.get("%s/%s" % (num, den), "—")
+                ci = median_ci(rs)
+                out.append("| %s / %s | %.3f | %s | %.3f–%.3f | %s | %s |" % (
+                    NAMES[num], NAMES[den], statistics.median(rs),
+                    "%.3f–%.3f" % ci if ci else "—", min(rs), max(rs), target,
+                    verdict(ci, target)))
         out.append("")
+    out.append("The confidence interval is distribution-free: the pair of order statistics "
+               "of the per-rep ratios that covers the true median with probability ≥ 95% "
+               "(binomial, no assumption about the noise). A target is *met* when the whole "
+               "interval is at or above it, *missed* when the whole interval is below it, "
+               "and *not resolved* when the interval straddles it: this machine's noise "
+               "is then larger than the distance to the target.")
     print("\n".join(out))
+
+
+def median_ci(xs, level=0.95):
+    """(low, high) order statistics bracketing the median with probability
+    >= level, from the binomial(n, 1/2) distribution of the number of
+    samples below it; None when n is too small for the level."""
+    xs = sorted(xs)
+    n = len(xs)
+    best = None
+    # P(X(k) <= m <= X(n+1-k)) = 1 - 2 P(Bin(n, 1/2) <= k - 1), k = 1, 2, ...
+    tail = 0.0
+    for k in range(1, n // 2 + 1):
+        tail += comb(n, k - 1) / 2.0 ** n
+        if 1 - 2 * tail >= level:
+            best = (xs[k - 1], xs[n - k])
+        else:
+            break
+    return best
+
+
+def comb(n, k):
+    r = 1
+    for i in range(k):
+        r = r * (n - i) // (i + 1)
+    return r
+
+
+def cmd_selftest():
+    # n = 10: X(2) and X(9), coverage 1 - 2 * 11/1024 = 0.979 (X(3), X(8)
+    # would cover only 0.891).
+    assert median_ci([float(x) for x in range(10, 0, -1)]) == (2.0, 9.0)
+    # n = 5 cannot reach 95% (at best 1 - 2/32 = 0.9375); n = 6 can, with the extremes.
+    assert median_ci([1, 2, 3, 4, 5]) is None
+    assert median_ci([6, 5, 4, 3, 2, 1]) == (1, 6)
+    # n = 20: X(6) and X(15), coverage 0.959.
+    assert median_ci(list(range(1, 21))) == (6, 15)
+    assert verdict((0.99, 1.02), "≥ 0.98") == "met"
+    assert verdict((0.90, 0.97), "≥ 0.98") == "missed"
+    assert verdict((0.95, 1.01), "≥ 0.98") == "not resolved"
+    assert verdict((0.95, 1.01), "—") == "—"
+    assert verdict(None, "≥ 0.98") == "—"
+    print("report.py selftest: ok")
+
+
+def verdict(ci, target):
+    m = re.match(r"≥ ([\d.]+)$", target)
+    if not m or not ci:
+        return "—"
+    t = float(m.group(1))
+    if ci[0] >= t:
+        return "met"
+    if ci[1] < t:
+        return "missed"
+    return "not resolved"
 
 
 def cmd_capacity(path):
@@ -292,4 +357,4 @@ def cmd_redis(path, rounds="?"):
 if __name__ == "__main__":
     {"wrk": cmd_wrk, "throughput": cmd_throughput, "capacity": cmd_capacity,
      "callgrind": cmd_callgrind, "criterion": cmd_criterion,
-     "accuracy": cmd_accuracy, "redis": cmd_redis}[sys.argv[1]](*sys.argv[2:])
+     "accuracy": cmd_accuracy, "redis": cmd_redis, "selftest": cmd_selftest}[sys.argv[1]](*sys.argv[2:])

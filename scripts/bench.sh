@@ -12,8 +12,8 @@
 #   redis       sync on vs off: req/s and p99 with a local redis-server
 #
 # Settings (environment):
-#   BENCH_SECS=5       seconds per measured wrk run
-#   BENCH_REPS=10      reps per variant (median and min-max are reported)
+#   BENCH_SECS=3       seconds per measured wrk run
+#   BENCH_REPS=20      reps per variant (median, its 95% CI and min-max are reported)
 #   BENCH_WARMUP=2     seconds of unrecorded warm-up per variant and scenario
 #   BENCH_CONNS=32     wrk connections;  BENCH_THREADS=1  wrk threads
 #   BENCH_QUICK=0      1: shorter criterion runs (1 s warm-up, 2 s measurement)
@@ -31,8 +31,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-BENCH_SECS=${BENCH_SECS:-5}
-BENCH_REPS=${BENCH_REPS:-10}
+BENCH_SECS=${BENCH_SECS:-3}
+BENCH_REPS=${BENCH_REPS:-20}
 BENCH_WARMUP=${BENCH_WARMUP:-2}
 BENCH_CONNS=${BENCH_CONNS:-32}
 BENCH_THREADS=${BENCH_THREADS:-1}
@@ -160,6 +160,7 @@ preflight() {
     [ -f "$DIST/ngx_http_rate_limit_window_module.so" ] || die "$DIST/ngx_http_rate_limit_window_module.so missing: run make build"
     command -v python3 >/dev/null || die "python3 is required (bench/httpclient.py, bench/report.py)"
     command -v curl >/dev/null || die "curl is required"
+    python3 "$BENCH_DIR/report.py" selftest >/dev/null || die "bench/report.py selftest failed"
     if section_on throughput; then command -v wrk >/dev/null || die "wrk is required (scripts/deps.sh wrk)"; fi
     rm -rf "$RESULTS" "$BIN"
     mkdir -p "$RESULTS" "$BIN"
