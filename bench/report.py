@@ -200,23 +200,30 @@ def cmd_capacity(path):
 
 def cmd_callgrind(path):
     rows = [l.split() for l in open(path) if l.strip() and not l.startswith("#")]
-    # variant n_small ir_small n_big ir_big
-    per = {}
+    # variant n_small ir_small i1mr_small n_big ir_big i1mr_big
+    per, i1 = {}, {}
     for r in rows:
-        v, ns, irs, nb, irb = r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4])
+        v, ns, irs, i1s, nb, irb, i1b = r[0], int(r[1]), int(r[2]), r[3], int(r[4]), int(r[5]), r[6]
         per[v] = (irb - irs) / (nb - ns)
+        if i1s != "nan" and i1b != "nan":
+            i1[v] = (int(i1b) - int(i1s)) / (nb - ns)
     labels = {"none": "no limiter", "rlw_hot": "rate_limit_window, 1 hot key",
               "rlw_hot_noheaders": "rate_limit_window, 1 hot key, headers off",
               "lr_hot": "limit_req, 1 hot key", "rlw_many": "rate_limit_window, a new key per request",
               "lr_many": "limit_req, a new key per request"}
     base = per.get("none")
-    out = ["| variant | instructions / request | over no limiter | ratio to no limiter |",
-           "|---|---:|---:|---:|"]
+    i1base = i1.get("none")
+    out = ["| variant | instructions / request | over no limiter | ratio to no limiter "
+           "| L1i misses / request (simulated) | over no limiter |",
+           "|---|---:|---:|---:|---:|---:|"]
     for v in ("none", "rlw_hot", "rlw_hot_noheaders", "lr_hot", "rlw_many", "lr_many"):
         if v in per:
             extra = "—" if base is None or v == "none" else fmt_int(per[v] - base)
             ratio = "—" if base is None or v == "none" else "%.3f" % (per[v] / base)
-            out.append("| %s | %s | %s | %s |" % (labels[v], fmt_int(per[v]), extra, ratio))
+            miss = fmt_int(i1[v]) if v in i1 else "—"
+            mextra = "—" if v not in i1 or i1base is None or v == "none" else fmt_int(i1[v] - i1base)
+            out.append("| %s | %s | %s | %s | %s | %s |" % (
+                labels[v], fmt_int(per[v]), extra, ratio, miss, mextra))
     print("\n".join(out))
 
 
