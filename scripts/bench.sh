@@ -355,7 +355,7 @@ bench_micro() {
 
 callgrind_total() { # FILE -> "Ir I1mr" totals (the events line names the columns)
     awk '/^events:/ { for (i = 2; i <= NF; i++) col[$i] = i }
-         /^(summary|totals):/ { print $(col["Ir"]), (("I1mr" in col) ? $(col["I1mr"]) : "nan"); exit }' "$1"
+         /^(summary|totals):/ { print $(col["Ir"]), $(col["I1mr"]); exit }' "$1"
 }
 
 bench_callgrind() {
