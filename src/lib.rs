@@ -14,6 +14,7 @@
 //! | `variables.rs` | `$rate_limit_window_status`, `$rate_limit_window_remaining` |
 //! | `metrics.rs`   | the `rate_limit_window_metrics` content handler        |
 //! | `sync.rs`      | cluster sync through Redis (`redis=` zones)            |
+//! | `sweep.rs`     | the timer that clears long-idle slots (worker 0)       |
 //! | `util.rs`      | small helpers: time, numbers into pool memory, logging |
 
 #![allow(clippy::missing_safety_doc)]
@@ -23,6 +24,7 @@ mod decision;
 mod filter;
 mod handler;
 mod metrics;
+mod sweep;
 mod sync;
 mod util;
 mod variables;
@@ -112,7 +114,8 @@ pub static mut ngx_http_rate_limit_window_module: ngx_module_t = ngx_module_t {
 };
 
 /// Worker start: worker 0 (or the single process) runs the Redis sync
-/// threads, one per Redis-backed zone. nginx respawns worker 0 with them.
+/// threads, one per Redis-backed zone, and the sweep of stale slots. nginx
+/// respawns worker 0 with them.
 extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     // SAFETY: ngx_process and ngx_worker are set before init_process runs.
     let (process, worker) = unsafe { (ngx_process, ngx_worker) };
@@ -122,8 +125,10 @@ extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
         return Status::NGX_OK.into();
     }
     // SAFETY: the cycle is valid; its http main conf exists when http{} does.
-    if let Some(mcf) = Module::main_conf(unsafe { &*cycle }) {
+    let cycle = unsafe { &*cycle };
+    if let Some(mcf) = Module::main_conf(cycle) {
         sync::start_all(&mcf.zones);
+        sweep::start(cycle, &mcf.zones);
     }
     Status::NGX_OK.into()
 }

@@ -247,6 +247,17 @@ fn exposition(zones: &[&ZoneConf], now: u64) -> String {
             let _ = writeln!(o, "rate_limit_window_invalid_limit_total{{zone=\"{n}\"}} {v}");
         },
     );
+    family(
+        &mut o,
+        "rate_limit_window_swept_total",
+        "counter",
+        "Slots of clients silent for 2+ windows whose counts the sweep cleared (harmless; it keeps long-idle clients from coming back with old counts).",
+        &|o, n, z| {
+            // SAFETY: the header lives in the zone for the cycle.
+            let v = if z.header.is_null() { 0 } else { unsafe { &*z.header }.swept.load(Ordering::Relaxed) };
+            let _ = writeln!(o, "rate_limit_window_swept_total{{zone=\"{n}\"}} {v}");
+        },
+    );
     let redis_zones: Vec<&ZoneConf> = zones
         .iter()
         .copied()

@@ -86,6 +86,10 @@ pub struct ZoneHeader {
     /// `down_since_ms` of the outage already logged, so that each outage is
     /// logged once, by whichever worker notices it first.
     pub logged_down_ms: AtomicU64,
+    /// The next slot the sweep of stale slots visits (see `sweep.rs`).
+    pub sweep_next: AtomicU64,
+    /// Stale slots whose counts the sweep cleared.
+    pub swept: AtomicU64,
 }
 
 impl ZoneConf {
@@ -294,6 +298,8 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
                     last_sync_ms: AtomicU64::new(0),
                     down_since_ms: AtomicU64::new(0),
                     logged_down_ms: AtomicU64::new(0),
+                    sweep_next: AtomicU64::new(0),
+                    swept: AtomicU64::new(0),
                 });
                 (*shpool).data = header.cast();
             }

@@ -282,3 +282,54 @@ fn clock_going_backwards_is_counted() {
     clock.set(T0 + 100);
     assert_eq!(fill(&ng).0, 10);
 }
+
+/// A client idle for exactly 2^24 windows (194 days at `window=1s`) comes
+/// back to its old window index modulo 2^24. Worker 0's sweep cleared its
+/// stale counts meanwhile, so it is a new client, not one still over its
+/// limit; the sweep leaves a client of the previous window its counts.
+#[test]
+fn long_idle_clients_are_swept_not_revived() {
+    let up = Upstream::start();
+    let clock = FakeClock::new(T0 + 10);
+    let ng = start_faked(
+        &clock,
+        &up,
+        "UTC",
+        &conf(
+            // 256 KiB: one sweep tick covers the whole table.
+            "rate_limit_window_zone $http_x_key zone=z:256k window=1s;",
+            "rate_limit_window zone=z limit=3;",
+        ),
+    );
+    let use_up = |key: &str| {
+        for _ in 0..3 {
+            let r = get_key(ng.port, "/", key);
+            assert_eq!(r.status, 200, "{key}: {}", r.describe());
+        }
+        assert_eq!(get_key(ng.port, "/", key).status, 429, "{key}");
+    };
+    use_up("idle");
+    clock.set(T0 + 11);
+    use_up("previous");
+    // "idle" is two windows old; give the sweep (once a second) two ticks.
+    clock.set(T0 + 12);
+    std::thread::sleep(std::time::Duration::from_millis(2_500));
+    // At the start of its window, the previous window weighs in full.
+    assert_eq!(get_key(ng.port, "/", "previous").status, 429);
+    // Only "idle" was stale when the sweep ran.
+    let m = get(ng.port, "/metrics").text();
+    assert!(
+        m.lines()
+            .any(|l| l == "rate_limit_window_swept_total{zone=\"z\"} 1"),
+        "{m}"
+    );
+    clock.set(T0 + 10 + (1 << 24));
+    let r = get_key(ng.port, "/", "idle");
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert_eq!(
+        r.header("RateLimit-Remaining"),
+        Some("2"),
+        "{}",
+        r.describe()
+    );
+}

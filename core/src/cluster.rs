@@ -7,9 +7,15 @@
 //! add only what is *new* of the remote share, the ledger keeps per slot:
 //!
 //! ```text
-//! word 0: fingerprint of the key it describes (56 bits; 0 = nothing)
+//! word 0: fingerprint of the key it describes (bits 8..64; 0 = nothing)
+//!         | window index bits 24..32 (bits 0..8)
 //! word 1: window index mod 2^24 (bits 40..64) | pushed (bits 20..40) | applied (bits 0..20)
 //! ```
+//!
+//! An entry thus names its window modulo 2^32 (136 years at `window=1s`):
+//! an entry left from a window a multiple of 2^24 windows ago (194 days at
+//! `window=1s`), when the key comes back to the same slot, is not taken
+//! for the current window's.
 //!
 //! * `pushed`: requests of this gateway already added to the cluster total;
 //! * `applied`: requests of other gateways already added to the slot.
@@ -37,8 +43,15 @@ pub const LEDGER_BYTES_PER_SLOT: usize = 16;
 
 #[repr(C)]
 struct Entry {
-    fp: AtomicU64,
+    /// `fingerprint << 8 | (window index >> 24) & 0xff` (see [`tag`]).
+    tag: AtomicU64,
     state: AtomicU64,
+}
+
+/// Word 0 of the entry for fingerprint `fp` (56 bits) in window `index`:
+/// the bits of the index that word 1 has no room for.
+fn tag(fp: u64, index: u64) -> u64 {
+    (fp << 8) | ((index >> IDX_BITS) & 0xff)
 }
 
 /// One key's push in a sync round.
@@ -85,7 +98,9 @@ impl<'a> Ledger<'a> {
     fn read(&self, slot: usize, fp: u64, index: u64) -> (i64, i64) {
         let e = &self.entries[slot];
         let state = e.state.load(Ordering::Acquire);
-        if e.fp.load(Ordering::Acquire) != fp || (state >> (2 * FIELD_BITS)) != (index & IDX_MASK) {
+        if e.tag.load(Ordering::Acquire) != tag(fp, index)
+            || (state >> (2 * FIELD_BITS)) != (index & IDX_MASK)
+        {
             return (0, 0);
         }
         (
@@ -100,7 +115,7 @@ impl<'a> Ledger<'a> {
             | (clamp(pushed) << FIELD_BITS)
             | clamp(applied);
         let e = &self.entries[slot];
-        e.fp.store(fp, Ordering::Release);
+        e.tag.store(tag(fp, index), Ordering::Release);
         e.state.store(state, Ordering::Release);
     }
 
@@ -283,5 +298,29 @@ mod tests {
         let mut totals: Vec<i64> = store.values().copied().collect();
         totals.sort();
         assert_eq!(totals, vec![1, 1], "one request pushed in each window");
+    }
+
+    #[test]
+    fn an_entry_2_pow_24_windows_old_is_not_this_windows() {
+        let a = gateway([7, 8]);
+        let mut store = HashMap::new();
+        let key = a.table.hash_key(b"back");
+        for i in 0..5 {
+            a.table.acquire(key, T0 + i, 10, FailPolicy::Open, 0);
+        }
+        round(&a, &mut store, T0 + 10);
+        // The zone's sweep clears the stale slot; the key comes back to the
+        // same slot 2^24 windows (32 years of minutes) later, to the same
+        // window index mod 2^24.
+        let cap = a.table.capacity();
+        assert_eq!(a.table.sweep(T0 + 120_000, 0, cap).1, 1);
+        let back = T0 + (1 << 24) * 60_000;
+        a.table.acquire(key, back, 10, FailPolicy::Open, 0);
+        let mut p = vec![];
+        a.ledger.plan(&a.table, back + 10, &mut p);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].delta, 1, "one new request, not 1 - 5 already pushed");
+        round(&a, &mut store, back + 10);
+        assert_eq!(a.table.peek(key, back + 10).current, 1);
     }
 }

@@ -50,7 +50,8 @@
 //! was read as ahead, with its old counts, before the header kept the
 //! newest index). Only an untouched slot whose age is within one window of
 //! a multiple of 2^24 windows (194 days at `window=1s`) still reads as
-//! current or previous.
+//! current or previous, unless [`Table::sweep`] cleared its counts
+//! meanwhile (the module sweeps every zone at least once an hour).
 //!
 //! # Placement
 //!
@@ -1614,6 +1615,50 @@ impl<'a> Table<'a> {
         })
     }
 
+    /// Clears the counts of the stale slots (two windows or more old at
+    /// `now_ms`, and not ahead of it) among `count` slots from `start`,
+    /// wrapping around the end of the table. Returns the slot to start from
+    /// next time and the number of slots cleared.
+    ///
+    /// A stale slot already reads as empty, so this changes no decision at
+    /// `now_ms` or later. (A clock stepped back by more than a window
+    /// afterwards no longer sees the counts cleared, as when another key
+    /// reuses an idle slot; see [Concurrency](self#concurrency).) The sweep
+    /// is there because a slot keeps its window index modulo 2^24: one
+    /// left untouched for a multiple of 2^24 windows (194 days at
+    /// `window=1s`) would read as current again, old counts and all. A
+    /// caller that sweeps the whole table at least once every 2^24 - 3
+    /// windows leaves no slot that old with counts. A cleared slot keeps
+    /// its fingerprint (a used slot never becomes never-used, see
+    /// [Placement](self#placement)) and its window index; one CAS per
+    /// cleared slot, and a slot changed meanwhile is left alone.
+    pub fn sweep(&self, now_ms: u64, start: usize, count: usize) -> (usize, usize) {
+        const COUNTS: u128 = (1 << (2 * COUNT_BITS)) - 1;
+        let n = self.slots.len();
+        let now_idx = self.window.index(now_ms);
+        let mut at = start % n;
+        let mut cleared = 0;
+        for _ in 0..count.min(n) {
+            let value = self.load(at);
+            let d = idx_delta(now_idx, (value as u64) >> 40);
+            // `ahead` is read after the slot (see `Table::ahead`), and only
+            // for a slot that would be cleared.
+            if fp_of(value) != 0
+                && value & COUNTS != 0
+                && d >= 2
+                && !is_ahead(d, self.ahead(now_idx))
+                && self.cas(at, value, value & !COUNTS)
+            {
+                cleared += 1;
+            }
+            at += 1;
+            if at == n {
+                at = 0;
+            }
+        }
+        (at, cleared)
+    }
+
     /// Counts the slots holding counts of the current or previous window at
     /// `now_ms` (a full scan; an estimate under concurrent updates).
     pub fn slots_used(&self, now_ms: u64) -> u64 {
@@ -1763,6 +1808,112 @@ mod tests {
         let back = t.acquire(h, later - 5_000, 3, FailPolicy::Open, 0);
         assert!(back.events.clock_backwards);
         assert_eq!(t.peek(h, later).current, 2);
+    }
+
+    /// Admits `limit` requests of `h` at `now`, then checks the next is
+    /// rejected.
+    fn use_up(t: &Table<'_>, h: KeyHash, now: u64, limit: u32) {
+        for _ in 0..limit {
+            let d = t.acquire(h, now, limit, FailPolicy::Open, 0);
+            assert_eq!(d.outcome, Outcome::Admitted);
+        }
+        let d = t.acquire(h, now, limit, FailPolicy::Open, 0);
+        assert_eq!(d.outcome, Outcome::Rejected);
+    }
+
+    #[test]
+    fn a_slot_idle_for_2_pow_24_windows_reads_as_current_unless_swept() {
+        // A 1 s window: a client that used its limit and comes back exactly
+        // 2^24 windows (194 days) later lands on its old window index mod
+        // 2^24. Unswept, its old counts are read as this window's.
+        let mut r = Region::new(small_bytes(4096));
+        let t = table(&mut r, 1_000);
+        let h = t.hash_key(b"k");
+        use_up(&t, h, T0, 3);
+        let alias = T0 + (1 << 24) * 1_000;
+        assert_eq!(
+            t.acquire(h, alias, 3, FailPolicy::Open, 0).outcome,
+            Outcome::Rejected
+        );
+
+        // Swept once while stale (any time from 2 windows on), it is a new
+        // client at the alias.
+        let mut r = Region::new(small_bytes(4096));
+        let t = table(&mut r, 1_000);
+        use_up(&t, h, T0, 3);
+        let cap = t.capacity();
+        assert_eq!(t.sweep(T0 + 2_000, 0, cap), (0, 1));
+        assert_eq!(t.peek(h, T0).current, 0);
+        let d = t.acquire(h, alias, 3, FailPolicy::Open, 0);
+        assert_eq!(d.outcome, Outcome::Admitted);
+        assert_eq!(d.remaining, 2);
+    }
+
+    #[test]
+    fn sweep_leaves_live_and_ahead_slots_alone() {
+        let mut r = Region::new(small_bytes(4096));
+        let t = table(&mut r, MIN);
+        let cap = t.capacity();
+        let (cur, prev, stale, ahead) = (
+            t.hash_key(b"current"),
+            t.hash_key(b"previous"),
+            t.hash_key(b"stale"),
+            t.hash_key(b"ahead"),
+        );
+        // At the start of a window, the previous count weighs in full.
+        let now = T0 + 10 * MIN;
+        use_up(&t, cur, now, 2);
+        use_up(&t, prev, now - MIN, 2);
+        use_up(&t, stale, now - 2 * MIN, 2);
+        // Counted by a worker whose clock is 3 windows ahead of `now`.
+        use_up(&t, ahead, now + 3 * MIN, 2);
+        let before = |h| t.peek(h, now);
+        let (c0, p0) = (before(cur), before(prev));
+        assert_eq!(t.sweep(now, 0, cap), (0, 1));
+        assert_eq!(before(cur), c0);
+        assert_eq!(before(prev), p0);
+        assert_eq!(p0.previous, 2);
+        assert_eq!(t.peek(stale, now - 2 * MIN).current, 0);
+        assert_eq!(t.peek(ahead, now + 3 * MIN).current, 2);
+        // Nothing left to clear; the live keys decide as before.
+        assert_eq!(t.sweep(now, 0, cap).1, 0);
+        assert_eq!(
+            t.acquire(cur, now, 2, FailPolicy::Open, 0).outcome,
+            Outcome::Rejected
+        );
+        assert_eq!(
+            t.acquire(prev, now, 2, FailPolicy::Open, 0).outcome,
+            Outcome::Rejected
+        );
+    }
+
+    #[test]
+    fn sweep_wraps_and_visits_count_slots() {
+        let mut r = Region::new(small_bytes(4096));
+        let t = table(&mut r, MIN);
+        let cap = t.capacity();
+        let keys: Vec<KeyHash> = (0u32..200).map(|i| t.hash_key(&i.to_le_bytes())).collect();
+        for &h in &keys {
+            t.acquire(h, T0, 5, FailPolicy::Open, 0);
+        }
+        let later = T0 + 5 * MIN;
+        // Chunks of 1000 from near the end: each call moves the cursor by
+        // exactly the chunk, wrapping; one full lap clears every key.
+        let mut at = cap - 10;
+        let mut cleared = 0;
+        let mut visited = 0;
+        while visited < cap {
+            let (next, c) = t.sweep(later, at, 1000);
+            assert_eq!(next, (at + 1000) % cap);
+            at = next;
+            cleared += c;
+            visited += 1000;
+        }
+        assert_eq!(cleared, keys.len());
+        assert_eq!(t.slots_used(T0), 0);
+        // A count larger than the table visits each slot once.
+        assert_eq!(t.sweep(later, 7, 10 * cap), (7, 0));
+        assert_eq!(t.sweep(later, cap + 7, 0), (7, 0));
     }
 
     #[test]

@@ -1,0 +1,98 @@
+//! The sweep of stale slots: a timer in worker 0 (or the single process)
+//! that clears, once a second, the counts of idle slots in a chunk of each
+//! zone, so that every slot of every zone is visited at least once an hour.
+//!
+//! No decision depends on it: a slot idle for two windows or more already
+//! reads as empty. It exists because a slot keeps its window index modulo
+//! 2^24, and a slot left untouched for a multiple of 2^24 windows (194 days
+//! at `window=1s`) would otherwise read as current again, its old counts
+//! and all (see `Table::sweep`). A pass takes an hour at most, far inside
+//! 2^24 windows of the shortest window (1 s).
+//!
+//! The timer is cancelable: a worker shutting down gracefully does not wait
+//! for it. The cursor of each zone is in its zone header, so a respawned
+//! worker 0, or the new one after a reload, continues where the last one
+//! stopped.
+
+use core::ptr;
+use core::sync::atomic::Ordering;
+
+use nginx_sys::{
+    ngx_add_timer, ngx_cycle, ngx_cycle_t, ngx_event_t, ngx_exiting, ngx_msec_t, ngx_quit,
+    ngx_terminate,
+};
+use ngx::http::HttpModuleMainConf;
+
+use crate::util;
+use crate::zone::ZoneConf;
+use crate::Module;
+
+/// How often the timer fires (ms).
+const TICK_MS: ngx_msec_t = 1000;
+/// A full pass over a zone takes at most this many ticks (one hour).
+const PASS_TICKS: usize = 3600;
+/// The fewest slots swept per zone and tick: 16 bytes each, so 256 KiB of
+/// sequential reads (tens of microseconds). A zone of 256 KiB is swept
+/// whole at every tick, a 1 MiB one every 4 ticks.
+const MIN_CHUNK: usize = 16_384;
+
+/// The timer event of this process (only worker 0 arms it).
+// SAFETY (of the zeroed value): an all-zero ngx_event_t is an idle event,
+// which is how nginx allocates its own (ngx_pcalloc).
+static mut EVENT: ngx_event_t = unsafe { core::mem::zeroed() };
+
+/// Arms the sweep timer, if any zone is configured. Called from
+/// `init_process` of the process that sweeps.
+pub fn start(cycle: &ngx_cycle_t, zones: &[*mut ZoneConf]) {
+    if zones.is_empty() {
+        return;
+    }
+    // SAFETY: EVENT is only touched by this process's event loop thread:
+    // here at process start and in `tick`, which nginx calls from that loop.
+    unsafe {
+        let ev = ptr::addr_of_mut!(EVENT);
+        (*ev).handler = Some(tick);
+        (*ev).log = cycle.log;
+        (*ev).set_cancelable(1);
+        ngx_add_timer(ev, TICK_MS);
+    }
+}
+
+/// Number of slots to sweep per tick in a table of `capacity` slots.
+fn chunk(capacity: usize) -> usize {
+    capacity.div_ceil(PASS_TICKS).max(MIN_CHUNK)
+}
+
+/// The timer handler: sweeps one chunk of every zone, then re-arms unless
+/// the process is exiting.
+extern "C" fn tick(ev: *mut ngx_event_t) {
+    // SAFETY: ngx_cycle is this worker's cycle, alive while it runs; its
+    // http main conf exists since `start` was called with its zones.
+    if let Some(mcf) = Module::main_conf(unsafe { &*ngx_cycle }) {
+        let now = util::now_ms();
+        for &z in &mcf.zones {
+            // SAFETY: zones live in the configuration pool of the cycle.
+            let zone = unsafe { &*z };
+            let Some(table) = zone.table.as_ref() else {
+                continue;
+            };
+            if zone.header.is_null() {
+                continue;
+            }
+            // SAFETY: the header is zone memory set by init_zone; the
+            // cursor is an atomic, written only by the sweeping process.
+            let header = unsafe { &*zone.header };
+            let start = header.sweep_next.load(Ordering::Relaxed) as usize;
+            let (next, cleared) = table.sweep(now, start, chunk(table.capacity()));
+            header.sweep_next.store(next as u64, Ordering::Relaxed);
+            header.swept.fetch_add(cleared as u64, Ordering::Relaxed);
+        }
+    }
+    // SAFETY: process-wide flags, written by the signal handler or the
+    // event loop of this same process; ev is EVENT.
+    unsafe {
+        if ngx_exiting == 0 && ngx_quit == 0 && ngx_terminate == 0 {
+            ngx_add_timer(ev, TICK_MS);
+        }
+    }
+}
