@@ -296,8 +296,8 @@ fn long_idle_clients_are_swept_not_revived() {
         &up,
         "UTC",
         &conf(
-            // 256 KiB: one sweep tick covers the whole table.
-            "rate_limit_window_zone $http_x_key zone=z:256k window=1s;",
+            // The smallest zone: two sweep ticks (1,024 slots each) cover it.
+            "rate_limit_window_zone $http_x_key zone=z:32k window=1s;",
             "rate_limit_window zone=z limit=3;",
         ),
     );
@@ -308,12 +308,20 @@ fn long_idle_clients_are_swept_not_revived() {
         }
         assert_eq!(get_key(ng.port, "/", key).status, 429, "{key}");
     };
+    let m = get(ng.port, "/metrics").text();
+    let slots: usize = m
+        .lines()
+        .find_map(|l| l.strip_prefix("rate_limit_window_slots{zone=\"z\"} "))
+        .unwrap_or_else(|| panic!("{m}"))
+        .parse()
+        .unwrap();
+    assert!(slots <= 2_048, "{slots} slots: more than two sweep ticks");
     use_up("idle");
     clock.set(T0 + 11);
     use_up("previous");
-    // "idle" is two windows old; give the sweep (once a second) two ticks.
+    // "idle" is two windows old; give the sweep (once a second) three ticks.
     clock.set(T0 + 12);
-    std::thread::sleep(std::time::Duration::from_millis(2_500));
+    std::thread::sleep(std::time::Duration::from_millis(3_500));
     // At the start of its window, the previous window weighs in full.
     assert_eq!(get_key(ng.port, "/", "previous").status, 429);
     // Only "idle" was stale when the sweep ran.
