@@ -5,7 +5,7 @@
 //! fork), so writes by one child are seen by all, as in an nginx zone.
 #![cfg(unix)]
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use memmap2::MmapMut;
 use rate_limit_window_core::*;
 
@@ -144,4 +144,56 @@ fn processes_share_one_table() {
         unsafe { Table::attach(shm.ptr.add(64), LEN, Window::from_ms(60_000).unwrap()) }.unwrap();
     assert_eq!(again.peek(hot, T0 + 1_000).current, 1_000);
     assert_eq!(again.counter(Counter::Passed), 1_000);
+
+    // (c) Two windows later, one process sweeps while three count new
+    // keys: the sweep clears stale slots only, and no count of the new
+    // window is lost to it (a slot claimed meanwhile fails the sweep's CAS,
+    // a slot cleared first makes the claimer retry).
+    let later = T0 + 120_000 + 500;
+    // SAFETY: bytes 8..24 of the flag area, 8-byte aligned, zeroed.
+    let (admitted_all, swept) = unsafe {
+        (
+            &*shm.ptr.add(8).cast::<AtomicU64>(),
+            &*shm.ptr.add(16).cast::<AtomicU64>(),
+        )
+    };
+    let fresh: Vec<KeyHash> = (0..1_000u32)
+        .map(|i| table.hash_key(&(i + 1_000_000).to_le_bytes()))
+        .collect();
+    let fresh = &fresh;
+    let per_child = 30_000u64;
+    run_children(start, |child| {
+        if child == 0 {
+            let (mut at, mut n) = (0, 0);
+            for _ in 0..2_000 {
+                let (next, c) = table.sweep(later, at, 512);
+                at = next;
+                n += c as u64;
+            }
+            swept.store(n, Ordering::Relaxed);
+            return;
+        }
+        let mut admitted = 0;
+        for i in 0..per_child {
+            let k = fresh[((i * 7 + child as u64 * 13) % fresh.len() as u64) as usize];
+            let d = table.acquire(k, later, 1_000_000, FailPolicy::Closed, child);
+            if d.outcome == Outcome::Admitted {
+                admitted += 1;
+            }
+        }
+        admitted_all.fetch_add(admitted, Ordering::Relaxed);
+    });
+    let expected = per_child * (CHILDREN as u64 - 1);
+    assert_eq!(admitted_all.load(Ordering::Relaxed), expected);
+    let sum: u64 = fresh
+        .iter()
+        .map(|&k| u64::from(table.peek(k, later).current))
+        .sum();
+    assert_eq!(sum, expected);
+    // The sweep cleared the stale slots the new keys did not take over, and
+    // nothing is left for another pass.
+    let n = swept.load(Ordering::Relaxed);
+    assert!(n > 0 && n <= keys.len() as u64 + 1, "swept {n}");
+    assert_eq!(table.sweep(later, 0, table.capacity()).1, 0);
+    assert_eq!(table.slots_used(later), fresh.len() as u64);
 }
