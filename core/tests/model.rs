@@ -16,8 +16,20 @@ fn region(bytes: usize) -> Vec<Line> {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Acquire { key: u8, dt: i64, limit: u32 },
-    Undo { nth: usize },
+    Acquire {
+        key: u8,
+        dt: i64,
+        limit: u32,
+    },
+    Undo {
+        nth: usize,
+    },
+    /// `Table::sweep` of `count` slots from `start`, at the earliest time
+    /// any later operation uses (no decision may change).
+    Sweep {
+        start: usize,
+        count: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -29,6 +41,7 @@ fn op() -> impl Strategy<Value = Op> {
             ], 0u32..12)
             .prop_map(|(key, dt, limit)| Op::Acquire { key, dt, limit }),
         1 => (0usize..64).prop_map(|nth| Op::Undo { nth }),
+        1 => (0usize..8192, 0usize..8192).prop_map(|(start, count)| Op::Sweep { start, count }),
     ]
 }
 
@@ -80,10 +93,23 @@ proptest! {
             }
         }
         let mut model = Model::new(w);
+        // The clock after each operation, and the earliest from each on.
+        let mut times = Vec::with_capacity(ops.len());
+        let mut t = T0;
+        for op in &ops {
+            if let Op::Acquire { dt, .. } = op {
+                t = t.saturating_add_signed(*dt);
+            }
+            times.push(t);
+        }
+        let mut earliest = times.clone();
+        for i in (0..earliest.len().saturating_sub(1)).rev() {
+            earliest[i] = earliest[i].min(earliest[i + 1]);
+        }
         let mut now = T0;
         let mut admissions: Vec<(u8, Admission)> = vec![];
         let mut backwards = 0;
-        for op in ops {
+        for (i, op) in ops.into_iter().enumerate() {
             match op {
                 Op::Acquire { key, dt, limit } => {
                     now = now.saturating_add_signed(dt);
@@ -109,6 +135,9 @@ proptest! {
                         table.undo(&a);
                         model.undo(u64::from(key), a.window_index());
                     }
+                }
+                Op::Sweep { start, count } => {
+                    table.sweep(earliest[i], start, count);
                 }
             }
             for key in 0u8..12 {
