@@ -848,6 +848,14 @@ impl<'a> Table<'a> {
         }
     }
 
+    /// `self.place(key).slot(0, 0)`, the key's home slot in its first group,
+    /// computed alone (the hot path's first read).
+    #[inline(always)]
+    fn home_slot(&self, key: KeyHash) -> usize {
+        let xa = (key.0 & 0xffff_ffff) * self.groups;
+        (xa >> 32) as usize * PROBE + (xa >> 28) as usize % PROBE
+    }
+
     /// The first slot of each candidate group of `key` (for tests that need
     /// keys that share no group; not part of the stable API).
     #[doc(hidden)]
@@ -1105,20 +1113,31 @@ impl<'a> Table<'a> {
     ) -> Decision {
         let (now_idx, elapsed) = self.wdiv.divrem(now_ms);
         let fp = key.fingerprint();
-        let p = self.place(key);
-        if self.prefetch && p.groups == CHOICES {
-            // The second group's home slot is read right after the first
-            // one's; start fetching it now so that a table larger than the
-            // caches pays one memory latency, not two in a row.
-            prefetch(&self.slots[p.slot(1, 0)]);
+        if self.prefetch {
+            let p = self.place(key);
+            if p.groups == CHOICES {
+                // The second group's home slot is read right after the
+                // first one's if the key is not there; start fetching it
+                // now so that a table larger than the caches pays one
+                // memory latency, not two in a row.
+                prefetch(&self.slots[p.slot(1, 0)]);
+            }
         }
-        // The first two slots of the key's probe order (its home slot in
-        // each group) are read inline: most keys live there. Then the rest
-        // of the lookup; an absent key gets the survey of its groups, which
+        // Most keys live at their home slot in their first group: read it
+        // before working out the rest of the placement.
+        let home = self.home_slot(key);
+        let value = self.load(home);
+        if fp_of(value) == fp {
+            return self
+                .acquire_found(key, fp, home, value, now_idx, elapsed, limit, policy, shard);
+        }
+        // Then the home slot of the second group, inline, and the rest of
+        // the lookup; an absent key gets the survey of its groups, which
         // the general path starts from rather than reading them again.
+        let p = self.place(key);
         let found = 'probe: {
-            for j in 0..p.groups {
-                let slot = p.slot(j, 0);
+            if p.groups == CHOICES {
+                let slot = p.slot(1, 0);
                 let value = self.load(slot);
                 if fp_of(value) == fp {
                     break 'probe Some((slot, value));
@@ -1914,6 +1933,19 @@ mod tests {
         // A count larger than the table visits each slot once.
         assert_eq!(t.sweep(later, 7, 10 * cap), (7, 0));
         assert_eq!(t.sweep(later, cap + 7, 0), (7, 0));
+    }
+
+    #[test]
+    fn home_slot_is_the_first_slot_of_the_probe_order() {
+        for slots in [16, 40, 4096, 65_264] {
+            let mut r = Region::new(small_bytes(slots));
+            let t = table(&mut r, MIN);
+            for i in 0u32..5_000 {
+                let h = t.hash_key(&i.to_le_bytes());
+                assert_eq!(t.home_slot(h), t.place(h).slot(0, 0));
+                assert_eq!(t.home_slot(h), t.scan_order(h).next().unwrap());
+            }
+        }
     }
 
     #[test]
