@@ -68,10 +68,11 @@
 //! never lies past a slot that was never used when it was placed, and used
 //! slots never become never-used again, a never-used slot ends the probe of
 //! its group. A key is therefore found after reading about 1 to 3 slots
-//! instead of scanning its groups from their start (`acquire` reads the two
-//! home slots inline and calls the general lookup only for the rest), and
-//! the second group's home slot is prefetched so that both cache misses of a
-//! large table overlap. A miss (new key) reads all
+//! instead of scanning its groups from their start (`acquire` reads the
+//! first group's home slot before working out the rest of the placement,
+//! then the second group's home slot, and calls the general lookup only
+//! for the rest), and in a table larger than the caches the second group's
+//! home slot is prefetched so that both cache misses overlap. A miss (new key) reads all
 //! `2 * PROBE` slots to count live slots per group. This keeps a 1 MiB
 //! region (65_264 slots) free of evictions up to about 57_000 live keys,
 //! where a single bounded linear probe of 8 to 64 slots loses keys from
