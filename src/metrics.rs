@@ -8,7 +8,7 @@
 
 use core::fmt::Write as _;
 use core::ptr;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use nginx_sys::{
     ngx_chain_t, ngx_create_temp_buf, ngx_http_arg, ngx_http_discard_request_body,
@@ -242,8 +242,7 @@ fn exposition(zones: &[&ZoneConf], now: u64) -> String {
         "counter",
         "Requests whose limit variable held something other than an integer in range (the zone's fail policy applied).",
         &|o, n, z| {
-            // SAFETY: the header lives in the zone for the cycle.
-            let v = if z.header.is_null() { 0 } else { unsafe { &*z.header }.invalid_limits.load(Ordering::Relaxed) };
+            let v = header_count(z, |h| &h.invalid_limits);
             let _ = writeln!(o, "rate_limit_window_invalid_limit_total{{zone=\"{n}\"}} {v}");
         },
     );
@@ -253,8 +252,7 @@ fn exposition(zones: &[&ZoneConf], now: u64) -> String {
         "counter",
         "Slots of clients silent for 2+ windows whose counts the sweep cleared (harmless; it keeps long-idle clients from coming back with old counts).",
         &|o, n, z| {
-            // SAFETY: the header lives in the zone for the cycle.
-            let v = if z.header.is_null() { 0 } else { unsafe { &*z.header }.swept.load(Ordering::Relaxed) };
+            let v = header_count(z, |h| &h.swept);
             let _ = writeln!(o, "rate_limit_window_swept_total{{zone=\"{n}\"}} {v}");
         },
     );
@@ -321,6 +319,15 @@ fn exposition(zones: &[&ZoneConf], now: u64) -> String {
         },
     );
     o
+}
+
+/// A counter of the zone header (0 before the zone is initialised).
+fn header_count(z: &ZoneConf, counter: impl Fn(&ZoneHeader) -> &AtomicU64) -> u64 {
+    if z.header.is_null() {
+        return 0;
+    }
+    // SAFETY: the header lives in the zone for the cycle.
+    counter(unsafe { &*z.header }).load(Ordering::Relaxed)
 }
 
 /// JSON for one client of one zone.

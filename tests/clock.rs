@@ -308,14 +308,10 @@ fn long_idle_clients_are_swept_not_revived() {
         }
         assert_eq!(get_key(ng.port, "/", key).status, 429, "{key}");
     };
-    let m = get(ng.port, "/metrics").text();
-    let slots: usize = m
-        .lines()
-        .find_map(|l| l.strip_prefix("rate_limit_window_slots{zone=\"z\"} "))
-        .unwrap_or_else(|| panic!("{m}"))
-        .parse()
-        .unwrap();
-    assert!(slots <= 2_048, "{slots} slots: more than two sweep ticks");
+    let m = metrics_text(ng.port);
+    let slots = prom_value(&m, "rate_limit_window_slots", &[("zone", "z")])
+        .unwrap_or_else(|| panic!("{m}"));
+    assert!(slots <= 2_048.0, "{slots} slots: more than two sweep ticks");
     use_up("idle");
     clock.set(T0 + 11);
     use_up("previous");
@@ -325,10 +321,10 @@ fn long_idle_clients_are_swept_not_revived() {
     // At the start of its window, the previous window weighs in full.
     assert_eq!(get_key(ng.port, "/", "previous").status, 429);
     // Only "idle" was stale when the sweep ran.
-    let m = get(ng.port, "/metrics").text();
-    assert!(
-        m.lines()
-            .any(|l| l == "rate_limit_window_swept_total{zone=\"z\"} 1"),
+    let m = metrics_text(ng.port);
+    assert_eq!(
+        prom_value(&m, "rate_limit_window_swept_total", &[("zone", "z")]),
+        Some(1.0),
         "{m}"
     );
     clock.set(T0 + 10 + (1 << 24));

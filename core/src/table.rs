@@ -147,6 +147,8 @@ const COUNT_BITS: u32 = 20;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// Largest storable count, in requests.
 const COUNT_MAX: u32 = COUNT_MASK as u32;
+/// Both counts of a slot's low word (previous and current, bits 0..40).
+const COUNTS_MASK: u64 = (1 << (2 * COUNT_BITS)) - 1;
 pub(crate) const IDX_BITS: u32 = 24;
 pub(crate) const IDX_MASK: u64 = (1 << IDX_BITS) - 1;
 pub(crate) const IDX_HALF: u64 = 1 << (IDX_BITS - 1);
@@ -596,7 +598,7 @@ fn idx_delta(now_idx: u64, idx24: u64) -> u64 {
 pub(crate) fn is_free_value(value: u128, now_idx: u64, ahead: u64) -> bool {
     let lo = value as u64;
     let d = idx_delta(now_idx, lo >> 40);
-    lo & ((1 << 40) - 1) == 0 || (d >= 2 && !is_ahead(d, ahead))
+    lo & COUNTS_MASK == 0 || (d >= 2 && !is_ahead(d, ahead))
 }
 
 /// Whether a window delta `d` (mod 2^24, as [`idx_delta`] gives it) is a
@@ -1653,7 +1655,6 @@ impl<'a> Table<'a> {
     /// [Placement](self#placement)) and its window index; one CAS per
     /// cleared slot, and a slot changed meanwhile is left alone.
     pub fn sweep(&self, now_ms: u64, start: usize, count: usize) -> (usize, usize) {
-        const COUNTS: u128 = (1 << (2 * COUNT_BITS)) - 1;
         let n = self.slots.len();
         let now_idx = self.window.index(now_ms);
         let mut at = start % n;
@@ -1664,10 +1665,10 @@ impl<'a> Table<'a> {
             // `ahead` is read after the slot (see `Table::ahead`), and only
             // for a slot that would be cleared.
             if fp_of(value) != 0
-                && value & COUNTS != 0
+                && value as u64 & COUNTS_MASK != 0
                 && d >= 2
                 && !is_ahead(d, self.ahead(now_idx))
-                && self.cas(at, value, value & !COUNTS)
+                && self.cas(at, value, value & !u128::from(COUNTS_MASK))
             {
                 cleared += 1;
             }
