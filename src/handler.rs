@@ -237,7 +237,6 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     let log = unsafe { (*(*r).connection).log };
     let now = util::now_ms();
     let shard = util::shard();
-    let dry_run = lcf.dry_run != 0;
 
     // The limit that rejected the request: its zone, limit, the table's
     // decision, and whether its limit variable held garbage.
@@ -290,26 +289,14 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     let mut retry_after = 0;
     let verdict = match rejection {
         Some((zone, limit, d, invalid)) => {
-            // A request rejected by one limit is counted by none.
-            undo_all(pending.applied());
-            if let Some(table) = zone.table.as_ref() {
-                let c = if dry_run {
-                    Counter::RejectedDryRun
-                } else {
-                    Counter::Rejected
-                };
-                table.add(shard, c, 1);
-                if invalid {
-                    table.add(shard, Counter::FailClosed, 1);
-                }
-            }
             retry_after = d.retry_after_s;
-            log_rejection(log, lcf, zone, limit, &d, invalid, dry_run);
-            if dry_run {
-                Verdict::RejectedDryRun
-            } else {
-                Verdict::Rejected
-            }
+            let rejected = Rejected {
+                zone,
+                limit,
+                d,
+                invalid,
+            };
+            reject(log, lcf, pending.applied(), &rejected, shard)
         }
         None if pending.applied().is_empty() => Verdict::Exempt,
         None => {
@@ -332,12 +319,55 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     declined
 }
 
+/// The limit that rejected a request.
+struct Rejected<'a> {
+    zone: &'a ZoneConf,
+    /// Requests per window.
+    limit: u32,
+    d: CoreDecision,
+    /// Its limit variable held garbage (fail=closed).
+    invalid: bool,
+}
+
+/// A request rejected by one limit is counted by none: gives back the
+/// admissions of the other limits, counts and logs the rejection. Out of
+/// line, so that the admitting path's code stays together.
+#[inline(never)]
+fn reject(
+    log: *mut nginx_sys::ngx_log_t,
+    lcf: &LocConf,
+    applied: &[Applied],
+    rejected: &Rejected,
+    shard: usize,
+) -> Verdict {
+    let dry_run = lcf.dry_run != 0;
+    undo_all(applied);
+    if let Some(table) = rejected.zone.table.as_ref() {
+        let c = if dry_run {
+            Counter::RejectedDryRun
+        } else {
+            Counter::Rejected
+        };
+        table.add(shard, c, 1);
+        if rejected.invalid {
+            table.add(shard, Counter::FailClosed, 1);
+        }
+    }
+    log_rejection(log, lcf, rejected, dry_run);
+    if dry_run {
+        Verdict::RejectedDryRun
+    } else {
+        Verdict::Rejected
+    }
+}
+
 /// The longest Retry-After (whole seconds) among `limits`, read without
 /// counting anything: after a rejection, the limits not yet judged must
 /// also admit the retry.
 ///
 /// # Safety
 /// `r` must be a valid request.
+#[inline(never)]
 unsafe fn longest_wait(r: *mut ngx_http_request_t, limits: &[conf::Limit], now: u64) -> u32 {
     let mut longest = 0;
     for l in limits {
@@ -381,15 +411,18 @@ fn undo_all(applied: &[Applied]) {
 fn log_rejection(
     log: *mut nginx_sys::ngx_log_t,
     lcf: &LocConf,
-    zone: &ZoneConf,
-    limit: u32,
-    d: &CoreDecision,
-    invalid: bool,
+    rejected: &Rejected,
     dry_run: bool,
 ) {
+    let Rejected {
+        zone,
+        limit,
+        d,
+        invalid,
+    } = rejected;
     let what = match d.outcome {
         Outcome::FailClosed => "zone is full, rejecting a new client (fail=closed)",
-        _ if invalid => "invalid limit value, rejecting (fail=closed)",
+        _ if *invalid => "invalid limit value, rejecting (fail=closed)",
         _ => "limiting requests",
     };
     ngx_log_error!(
@@ -405,8 +438,24 @@ fn log_rejection(
     );
 }
 
-/// One warning per degradation episode, not one per request.
+/// One warning per degradation episode, not one per request. The common
+/// case, nothing to report, is one test here; the logging is out of line so
+/// that its code does not sit between the request path's instructions.
+#[inline]
 fn log_episodes(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDecision, now: u64) {
+    let e = &d.events;
+    if e.evicted_live
+        || e.clock_backwards
+        || d.outcome == Outcome::FailClosed
+        || zone.redis.is_some()
+    {
+        log_episodes_slow(log, zone, d, now);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDecision, now: u64) {
     let Some(table) = zone.table.as_ref() else {
         return;
     };

@@ -153,17 +153,7 @@ impl FastDiv {
 pub(crate) fn decide(c: Counts, elapsed_ms: u64, w: FastDiv, limit: u32) -> (bool, u32, u32) {
     let window_ms = w.d;
     if window_ms >= FAST_W {
-        let after = Counts {
-            current: c.current.saturating_add(1),
-            previous: c.previous,
-        };
-        let ok = admits(c, elapsed_ms, window_ms, limit);
-        let rem = if ok {
-            remaining(after, elapsed_ms, window_ms, limit)
-        } else {
-            0
-        };
-        return (ok, estimate(c, elapsed_ms, window_ms), rem);
+        return decide_wide(c, elapsed_ms, window_ms, limit);
     }
     let s = scaled64(c, elapsed_ms, window_ms);
     let est = w.divrem(s).0;
@@ -171,6 +161,25 @@ pub(crate) fn decide(c: Counts, elapsed_ms: u64, w: FastDiv, limit: u32) -> (boo
     // ok implies est < limit, so est + 1 <= limit.
     let rem = if ok { limit - (est as u32 + 1) } else { 0 };
     (ok, u32::try_from(est).unwrap_or(u32::MAX), rem)
+}
+
+/// [`decide`] for windows of `FAST_W` or more, in u128. No valid [`Window`]
+/// is that long; out of line so that its code stays off the hot path's
+/// cache lines.
+#[cold]
+#[inline(never)]
+fn decide_wide(c: Counts, elapsed_ms: u64, window_ms: u64, limit: u32) -> (bool, u32, u32) {
+    let after = Counts {
+        current: c.current.saturating_add(1),
+        previous: c.previous,
+    };
+    let ok = admits(c, elapsed_ms, window_ms, limit);
+    let rem = if ok {
+        remaining(after, elapsed_ms, window_ms, limit)
+    } else {
+        0
+    };
+    (ok, estimate(c, elapsed_ms, window_ms), rem)
 }
 
 /// The scaled sliding estimate `current * W + previous * (W - elapsed)`, in
@@ -471,6 +480,33 @@ mod tests {
                     )
                 );
             }
+        }
+    }
+
+    #[test]
+    fn decide_beyond_fast_windows_matches_u128() {
+        // Windows of 2^31 ms or more take the out-of-line u128 path.
+        let mut st = 5u64;
+        for _ in 0..5_000 {
+            let w = FAST_W + rng(&mut st) % (1 << 40);
+            let c = cs(rng(&mut st) as u32 >> 1, rng(&mut st) as u32);
+            let e = rng(&mut st) % (w + 2);
+            let limit = rng(&mut st) as u32;
+            let s = scaled128(c, e, w);
+            let cap = u128::from(limit) * u128::from(w);
+            let ok = s < cap;
+            let after = scaled128(cs(c.current + 1, c.previous), e, w);
+            let rem = if ok && after < cap {
+                (cap - after).div_ceil(u128::from(w))
+            } else {
+                0
+            };
+            let est = (s / u128::from(w)).min(u128::from(u32::MAX));
+            assert_eq!(
+                decide(c, e, FastDiv::new(w), limit),
+                (ok, est as u32, rem as u32),
+                "{c:?} e={e} w={w} limit={limit}"
+            );
         }
     }
 
