@@ -1134,26 +1134,9 @@ impl<'a> Table<'a> {
             return self
                 .acquire_found(key, fp, home, value, now_idx, elapsed, limit, policy, shard);
         }
-        self.acquire_elsewhere(key, fp, now_idx, elapsed, limit, policy, shard)
-    }
-
-    /// [`Table::acquire`] for a key not at its first home slot: the home
-    /// slot of its second group, then the rest of the lookup; an absent key
-    /// gets the survey of its groups, which the general path starts from
-    /// rather than reading them again. Out of line, so that the code of the
-    /// common case (the key at home) stays on few cache lines.
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    fn acquire_elsewhere(
-        &self,
-        key: KeyHash,
-        fp: u64,
-        now_idx: u64,
-        elapsed: u64,
-        limit: u32,
-        policy: FailPolicy,
-        shard: usize,
-    ) -> Decision {
+        // Then the home slot of the second group, inline, and the rest of
+        // the lookup; an absent key gets the survey of its groups, which
+        // the general path starts from rather than reading them again.
         let p = self.place(key);
         let found = 'probe: {
             if p.groups == CHOICES {
