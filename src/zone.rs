@@ -175,6 +175,27 @@ impl ZoneHeader {
     }
 }
 
+/// Asks Linux to back the table's `len` bytes at `region` (page-aligned)
+/// with transparent huge pages, before `Table::init` first writes them.
+///
+/// A zone larger than the TLB's reach (a few MB of 4 KB pages) otherwise
+/// costs a page walk on most lookups of a client not seen recently. The
+/// kernel honours the advice only when
+/// `/sys/kernel/mm/transparent_hugepage/shmem_enabled` is `advise` (or
+/// `always`/`within_size`); with `never`, the default of most distributions,
+/// it is a no-op, and a kernel without THP refuses it: either way the zone
+/// works as before, so the result is not checked.
+fn advise_huge_pages(region: *mut u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: madvise only changes how the kernel backs these pages of our
+    // own mapping; it does not touch their contents.
+    unsafe {
+        libc::madvise(region.cast(), len, libc::MADV_HUGEPAGE);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (region, len);
+}
+
 /// `ngx_shm_zone_t.init`: formats a new zone, or adopts the previous
 /// cycle's table on reload (`data` is then the old cycle's ZoneConf).
 pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) -> ngx_int_t {
@@ -261,6 +282,8 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
         );
         return Status::NGX_ERROR.into();
     }
+
+    advise_huge_pages(region, len);
 
     let seed = match &zone.redis {
         // Every gateway of a cluster must hash keys alike.
