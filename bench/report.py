@@ -7,6 +7,7 @@
   report.py callgrind TSV      callgrind totals -> markdown
   report.py criterion FILE     criterion stdout -> markdown
   report.py accuracy FILE      accuracy bench stdout -> markdown
+  report.py hugepages TSV      1M clients, table on 4 KB vs huge pages -> markdown
   report.py selftest           checks the statistics helpers (bench.sh runs it first)
 """
 import json
@@ -335,6 +336,43 @@ def cmd_accuracy(path):
     print("\n".join(out))
 
 
+def cmd_hugepages(path):
+    names = {"none": "no limiter",
+             "rlw4k": "rate_limit_window, table on 4 KB pages",
+             "rlwthp": "rate_limit_window, table on huge pages"}
+    kb = {}
+    data = {}
+    for l in open(path):
+        if l.startswith("#"):
+            kb = dict(kv.split("=") for kv in l.split()[2:])
+            continue
+        r = l.split()
+        if r:
+            data.setdefault(r[2], {})[int(r[1])] = float(r[3])
+    vars_ = [v for v in names if v in data]
+    reps = sorted(set.intersection(*(set(data[v]) for v in vars_)))
+    out = ["| variant | req/s (median) | req/s (min–max) |", "|---|---:|---:|"]
+    for v in vars_:
+        rps = [data[v][i] for i in reps]
+        out.append("| %s | %s | %s–%s |" % (names[v], fmt_int(statistics.median(rps)),
+                                           fmt_int(min(rps)), fmt_int(max(rps))))
+    out += ["", "| ratio | median of per-rep ratios | 95%% CI of the median | min–max over %d reps |"
+            % len(reps), "|---|---:|---:|---:|"]
+    for num, den in (("rlwthp", "rlw4k"), ("rlw4k", "none"), ("rlwthp", "none")):
+        if num in data and den in data:
+            rs = [data[num][i] / data[den][i] for i in reps]
+            ci = median_ci(rs)
+            out.append("| %s / %s | %.3f | %s | %.3f–%.3f |" % (
+                names[num], names[den], statistics.median(rs),
+                "%.3f–%.3f" % ci if ci else "—", min(rs), max(rs)))
+    if kb:
+        out += ["", "`ShmemHugePages` in /proc/meminfo: %s kB before, %s kB after starting "
+                "the first nginx, %s kB after starting the second." % (
+                    fmt_int(int(kb["before"])), fmt_int(int(kb["after_4k"])),
+                    fmt_int(int(kb["after_thp"])))]
+    print("\n".join(out))
+
+
 def cmd_redis(path, rounds="?"):
     """Redis sync on vs off: median req/s and p99 per scenario."""
     rows = [l.split() for l in open(path) if l.strip() and not l.startswith("#")]
@@ -356,4 +394,5 @@ def cmd_redis(path, rounds="?"):
 if __name__ == "__main__":
     {"wrk": cmd_wrk, "throughput": cmd_throughput, "capacity": cmd_capacity,
      "callgrind": cmd_callgrind, "criterion": cmd_criterion,
-     "accuracy": cmd_accuracy, "redis": cmd_redis, "selftest": cmd_selftest}[sys.argv[1]](*sys.argv[2:])
+     "accuracy": cmd_accuracy, "redis": cmd_redis, "hugepages": cmd_hugepages,
+     "selftest": cmd_selftest}[sys.argv[1]](*sys.argv[2:])

@@ -10,6 +10,9 @@
 #   micro       core/benches/decision.rs (criterion), ns/decision vs mutex
 #   callgrind   instructions per request under valgrind (repeatable)
 #   redis       sync on vs off: req/s and p99 with a local redis-server
+#   hugepages   1M clients: the module's table on 4 KB pages vs on transparent
+#               huge pages (two nginx, started with shmem_enabled never and
+#               advise; needs a writable /sys/kernel/mm/transparent_hugepage)
 #
 # Settings (environment):
 #   BENCH_SECS=3       seconds per measured wrk run
@@ -19,7 +22,7 @@
 #   BENCH_QUICK=0      1: shorter criterion runs (1 s warm-up, 2 s measurement)
 #   BENCH_CG_REQS=2000 requests per callgrind measurement
 #   BENCH_CAP_RLW_N / BENCH_CAP_LR_N   key counts for the capacity section
-#   BENCH_SECTIONS="throughput capacity accuracy micro callgrind redis"
+#   BENCH_SECTIONS="throughput capacity accuracy micro callgrind redis hugepages"
 #   BENCH_OUT=BENCHMARKS.md
 #
 # Raw outputs stay in target/bench/results/. Progress goes to stderr.
@@ -40,7 +43,7 @@ BENCH_QUICK=${BENCH_QUICK:-0}
 BENCH_CG_REQS=${BENCH_CG_REQS:-2000}
 BENCH_CAP_RLW_N=${BENCH_CAP_RLW_N:-"5000 10000 20000 40000 50000 55000 60000 65000 70000 80000 100000"}
 BENCH_CAP_LR_N=${BENCH_CAP_LR_N:-"2000 5000 7000 8000 9000 10000 20000"}
-BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput capacity accuracy micro callgrind redis"}
+BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput capacity accuracy micro callgrind redis hugepages"}
 BENCH_OUT=${BENCH_OUT:-BENCHMARKS.md}
 BENCH_KEYS=1000000
 CARGO=${CARGO:-cargo}
@@ -94,6 +97,10 @@ cleanup() {
     local rc=$?
     stop_child
     stop_nginx TERM
+    if [ -n "${OTHER_NGINX_PID:-}" ]; then
+        NGINX_PID=$OTHER_NGINX_PID stop_nginx TERM
+    fi
+    [ -z "${THP_SAVED:-}" ] || echo "$THP_SAVED" >"$THP_CTL" 2>/dev/null || true
     [ -z "${REDIS_PID:-}" ] || kill "$REDIS_PID" 2>/dev/null || true
     exit $rc
 }
@@ -184,6 +191,8 @@ wrk_run() {
         none) port=$PORT ;;
         rlw) port=$PORT_RLW ;;
         lr) port=$PORT_LR ;;
+        rlw4k) port=$PORT_RLW_4K ;;
+        rlwthp) port=$PORT_RLW_THP ;;
         *) port=$PORT path=/$var/$scen ;;
     esac
     local url="http://127.0.0.1:$port$path"
@@ -404,6 +413,78 @@ bench_callgrind() {
         log "callgrind $v: $line"
     done
     CALLGRIND_MD=$(python3 "$BENCH_DIR/report.py" callgrind "$tsv")
+}
+
+# ---------------------------------------------------------------- huge pages
+
+THP_CTL=/sys/kernel/mm/transparent_hugepage/shmem_enabled
+
+shmem_huge_kb() { awk '/^ShmemHugePages:/ { print $2 }' /proc/meminfo; }
+
+# start_throughput_nginx PORT_RLW_VAR: a copy of the throughput nginx in
+# the current $PREFIX, its module server on a fresh port stored in the
+# named variable; $PORT is its no-limiter server.
+start_throughput_nginx() {
+    fresh_prefix
+    PORT=$(free_port)
+    printf -v "$1" '%s' "$(free_port)"
+    PORT_LR=$(free_port)
+    render "$BENCH_DIR/throughput.conf.in" "$PREFIX/conf/nginx.conf"
+    sed -i -e "s|@PORT_RLW@|${!1}|g" -e "s|@PORT_LR@|$PORT_LR|g" "$PREFIX/conf/nginx.conf"
+    start_nginx "$PREFIX/conf/nginx.conf"
+}
+
+# The module advises THP for its tables; whether Linux takes the advice is
+# the host's shmem_enabled setting. Two copies of the throughput nginx: A
+# started with `never` (4 KB pages), B with `advise` (2 MB pages for the
+# advised tables only); the setting is put back right after. The 1M-client
+# scenario then alternates no limiter (A), the module on A and on B.
+bench_hugepages() {
+    if ! [ -w "$THP_CTL" ]; then
+        HUGEPAGES_MD="_Skipped: $THP_CTL is not writable here (it needs root, on Linux with transparent huge pages)._"
+        log "huge pages: $THP_CTL not writable; section skipped"
+        return
+    fi
+    THP_SAVED=$(sed 's/.*\[\(.*\)\].*/\1/' "$THP_CTL")
+    log "== huge pages: 1M clients, the module's table on 4 KB vs 2 MB pages (shmem_enabled was $THP_SAVED)"
+    local kb0 kb_a kb_b port_none
+    kb0=$(shmem_huge_kb)
+    echo never >"$THP_CTL"
+    PREFIX=$WORK/prefix-4k
+    start_throughput_nginx PORT_RLW_4K
+    kb_a=$(shmem_huge_kb)
+    OTHER_NGINX_PID=$NGINX_PID
+    NGINX_PID=""
+    port_none=$PORT
+    echo advise >"$THP_CTL"
+    PREFIX=$WORK/prefix-thp
+    start_throughput_nginx PORT_RLW_THP
+    kb_b=$(shmem_huge_kb)
+    echo "$THP_SAVED" >"$THP_CTL"
+    THP_SAVED=""
+    PREFIX=$WORK/prefix
+    PORT=$port_none
+    log "huge pages: ShmemHugePages before $kb0 kB, after A (never) $kb_a kB, after B (advise) $kb_b kB"
+    local tsv=$RESULTS/hugepages.tsv vars=(none rlw4k rlwthp) n=3 rep i v f
+    echo "# shmem_huge_kb before=$kb0 after_4k=$kb_a after_thp=$kb_b" >"$tsv"
+    if [ "$BENCH_WARMUP" != 0 ]; then
+        for v in "${vars[@]}"; do
+            wrk_run many "$v" "$BENCH_WARMUP" warmup
+        done
+    fi
+    for rep in $(seq 1 "$BENCH_REPS"); do
+        for i in $(seq 0 $((n - 1))); do
+            v=${vars[$(((i + rep - 1) % n))]}
+            wrk_run many "$v" "$BENCH_SECS" "thp$rep"
+            f=$WRK_RESULT
+            log "huge pages rep $rep/$BENCH_REPS $v: $(cut -d' ' -f1 <<<"$f") req/s"
+            echo "many $rep $v $f" >>"$tsv"
+        done
+    done
+    NGINX_PID=$OTHER_NGINX_PID stop_nginx
+    OTHER_NGINX_PID=""
+    stop_nginx
+    HUGEPAGES_MD=$(python3 "$BENCH_DIR/report.py" hugepages "$tsv")
 }
 
 # ---------------------------------------------------------------- redis hook
@@ -635,6 +716,26 @@ $CALLGRIND_MD
 
 EOF
         fi
+        if section_on hugepages; then
+            cat <<EOF
+## 1M clients with the table on huge pages
+
+The module advises transparent huge pages for its tables
+(\`madvise(MADV_HUGEPAGE)\`); Linux takes the advice only when
+\`/sys/kernel/mm/transparent_hugepage/shmem_enabled\` allows it, and the
+throughput section above ran with this machine's setting. Here two copies
+of the throughput nginx run side by side: one started with \`never\` (4 KB
+pages), one with \`advise\` (2 MB pages for the advised tables only;
+\`limit_req\`'s zones and all other memory keep 4 KB pages); the setting
+is restored right after. wrk cycles through the same 1M keys as above,
+alternating no limiter (first nginx), the module with its table on 4 KB
+pages (first nginx) and on huge pages (second nginx): $BENCH_REPS reps of
+${BENCH_SECS} s, ratios per rep, as above.
+
+$HUGEPAGES_MD
+
+EOF
+        fi
         if section_on redis; then
             cat <<EOF
 ## Redis sync on vs off
@@ -650,13 +751,14 @@ EOF
 # ---------------------------------------------------------------- main
 
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
-THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" CALLGRIND_MD="" REDIS_MD=""
+THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" CALLGRIND_MD="" REDIS_MD="" HUGEPAGES_MD=""
 preflight
 [ "$BENCH_REPS" -ge 3 ] || log "warning: BENCH_REPS=$BENCH_REPS < 3: fine for trying the script, not for numbers to quote"
 section_on throughput && bench_throughput
 section_on capacity && bench_capacity
 section_on callgrind && bench_callgrind
 section_on redis && bench_redis
+section_on hugepages && bench_hugepages
 section_on accuracy && bench_accuracy
 section_on micro && bench_micro
 write_report
