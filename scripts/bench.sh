@@ -236,8 +236,9 @@ wrk_run() {
     WRK_RESULT=$f
 }
 
-bench_throughput() {
-    log "== throughput: ${BENCH_REPS} reps x ${BENCH_SECS}s per variant, wrk -t$BENCH_THREADS -c$BENCH_CONNS"
+# start_throughput_nginx: the throughput nginx in $PREFIX, its three
+# servers on distinct free ports: $PORT (no limiter), $PORT_RLW, $PORT_LR.
+start_throughput_nginx() {
     fresh_prefix
     PORT=$(free_port)
     PORT_RLW=$(free_port)
@@ -249,6 +250,11 @@ bench_throughput() {
     render "$BENCH_DIR/throughput.conf.in" "$PREFIX/conf/nginx.conf"
     sed -i -e "s|@PORT_RLW@|$PORT_RLW|g" -e "s|@PORT_LR@|$PORT_LR|g" "$PREFIX/conf/nginx.conf"
     start_nginx "$PREFIX/conf/nginx.conf"
+}
+
+bench_throughput() {
+    log "== throughput: ${BENCH_REPS} reps x ${BENCH_SECS}s per variant, wrk -t$BENCH_THREADS -c$BENCH_CONNS"
+    start_throughput_nginx
     local tsv=$RESULTS/throughput.tsv
     echo "# scenario rep variant rps requests non2xx p99ms sockerr" >"$tsv"
     local scen vars rep i n v f
@@ -421,19 +427,6 @@ THP_CTL=/sys/kernel/mm/transparent_hugepage/shmem_enabled
 
 shmem_huge_kb() { awk '/^ShmemHugePages:/ { print $2 }' /proc/meminfo; }
 
-# start_throughput_nginx PORT_RLW_VAR: a copy of the throughput nginx in
-# the current $PREFIX, its module server on a fresh port stored in the
-# named variable; $PORT is its no-limiter server.
-start_throughput_nginx() {
-    fresh_prefix
-    PORT=$(free_port)
-    printf -v "$1" '%s' "$(free_port)"
-    PORT_LR=$(free_port)
-    render "$BENCH_DIR/throughput.conf.in" "$PREFIX/conf/nginx.conf"
-    sed -i -e "s|@PORT_RLW@|${!1}|g" -e "s|@PORT_LR@|$PORT_LR|g" "$PREFIX/conf/nginx.conf"
-    start_nginx "$PREFIX/conf/nginx.conf"
-}
-
 # The module advises THP for its tables; whether Linux takes the advice is
 # the host's shmem_enabled setting. Two copies of the throughput nginx: A
 # started with `never` (4 KB pages), B with `advise` (2 MB pages for the
@@ -451,14 +444,16 @@ bench_hugepages() {
     kb0=$(shmem_huge_kb)
     echo never >"$THP_CTL"
     PREFIX=$WORK/prefix-4k
-    start_throughput_nginx PORT_RLW_4K
+    start_throughput_nginx
+    PORT_RLW_4K=$PORT_RLW
     kb_a=$(shmem_huge_kb)
     OTHER_NGINX_PID=$NGINX_PID
     NGINX_PID=""
     port_none=$PORT
     echo advise >"$THP_CTL"
     PREFIX=$WORK/prefix-thp
-    start_throughput_nginx PORT_RLW_THP
+    start_throughput_nginx
+    PORT_RLW_THP=$PORT_RLW
     kb_b=$(shmem_huge_kb)
     echo "$THP_SAVED" >"$THP_CTL"
     THP_SAVED=""
