@@ -8,6 +8,7 @@
   report.py criterion FILE     criterion stdout -> markdown
   report.py accuracy FILE      accuracy bench stdout -> markdown
   report.py hugepages TSV      1M clients, table on 4 KB vs huge pages -> markdown
+  report.py scaling TSV        req/s per worker count -> markdown
   report.py selftest           checks the statistics helpers (bench.sh runs it first)
 """
 import json
@@ -134,6 +135,8 @@ def cmd_selftest():
     assert verdict((0.95, 1.01), 0.98) == "not resolved"
     assert verdict((0.95, 1.01), None) == "—"
     assert verdict(None, 0.98) == "—"
+    d = scaling_table([("hot", 2, 1, "rlw", 9.0), ("hot", 1, 1, "rlw", 5.0), ("hot", 2, 2, "rlw", 7.0)])
+    assert d == {"hot": {1: {"rlw": {1: 5.0}}, 2: {"rlw": {1: 9.0, 2: 7.0}}}}
     print("report.py selftest: ok")
 
 
@@ -373,6 +376,59 @@ def cmd_hugepages(path):
     print("\n".join(out))
 
 
+def scaling_table(rows):
+    """rows: (scenario, workers, rep, variant, rps) -> {scenario: {workers:
+    {variant: {rep: rps}}}}."""
+    data = {}
+    for scen, w, rep, var, rps in rows:
+        data.setdefault(scen, {}).setdefault(w, {}).setdefault(var, {})[rep] = rps
+    return data
+
+
+def cmd_scaling(path):
+    rows = []
+    for l in open(path):
+        r = l.split()
+        if r and not l.startswith("#"):
+            rows.append((r[0], int(r[1]), int(r[2]), r[3], float(r[4])))
+    data = scaling_table(rows)
+    out = []
+    for scen, title, _targets in SCENARIOS:
+        if scen not in data:
+            continue
+        d = data[scen]
+        counts = sorted(d)
+        base = {v: statistics.median(d[counts[0]][v].values()) for v in ("none", "rlw", "lr")
+                if v in d[counts[0]]}
+        out.append("### %s\n" % title)
+        out.append("| workers | no limiter req/s | rate_limit_window req/s | limit_req req/s "
+                   "| rate_limit_window / no limiter | rate_limit_window / limit_req "
+                   "| no limiter × %d worker | rate_limit_window × %d worker | limit_req × %d worker |"
+                   % (counts[0], counts[0], counts[0]))
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for w in counts:
+            row = d[w]
+            med = {v: statistics.median(row[v].values()) for v in ("none", "rlw", "lr") if v in row}
+
+            def ratio(num, den):
+                if num not in row or den not in row:
+                    return "—"
+                reps = sorted(set(row[num]) & set(row[den]))
+                rs = [row[num][i] / row[den][i] for i in reps]
+                return "%.3f (%.3f–%.3f)" % (statistics.median(rs), min(rs), max(rs))
+
+            def speedup(v):
+                return "%.2f" % (med[v] / base[v]) if v in med and v in base else "—"
+
+            out.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                w, *(fmt_int(med[v]) if v in med else "—" for v in ("none", "rlw", "lr")),
+                ratio("rlw", "none"), ratio("rlw", "lr"),
+                speedup("none"), speedup("rlw"), speedup("lr")))
+        out.append("")
+    out.append("Ratios: median of per-rep ratios (min–max in parentheses).")
+    print("\n".join(out))
+
+
 def cmd_redis(path, rounds="?"):
     """Redis sync on vs off: median req/s and p99 per scenario."""
     rows = [l.split() for l in open(path) if l.strip() and not l.startswith("#")]
@@ -395,4 +451,5 @@ if __name__ == "__main__":
     {"wrk": cmd_wrk, "throughput": cmd_throughput, "capacity": cmd_capacity,
      "callgrind": cmd_callgrind, "criterion": cmd_criterion,
      "accuracy": cmd_accuracy, "redis": cmd_redis, "hugepages": cmd_hugepages,
+     "scaling": cmd_scaling,
      "selftest": cmd_selftest}[sys.argv[1]](*sys.argv[2:])

@@ -13,6 +13,9 @@
 #   hugepages   1M clients: the module's table on 4 KB pages vs on transparent
 #               huge pages (two nginx, started with shmem_enabled never and
 #               advise; needs a writable /sys/kernel/mm/transparent_hugepage)
+#   scaling     the throughput nginx with 1, 2, 4, ... workers (up to nproc):
+#               req/s of no limiter, this module and limit_req per worker
+#               count, hot and 1M clients (on a 2-core machine: 1 and 2)
 #
 # Settings (environment):
 #   BENCH_SECS=3       seconds per measured wrk run
@@ -21,8 +24,13 @@
 #   BENCH_CONNS=32     wrk connections;  BENCH_THREADS=1  wrk threads
 #   BENCH_QUICK=0      1: shorter criterion runs (1 s warm-up, 2 s measurement)
 #   BENCH_CG_REQS=2000 requests per callgrind measurement
+#   BENCH_SCALE_WORKERS="1 2 4 ..." worker counts for the scaling section
+#                      (default: powers of two below nproc, then nproc)
+#   BENCH_SCALE_REPS=5 reps per variant and worker count
+#   BENCH_SCALE_THREADS wrk threads there (default: nproc/4, at least 1)
+#   BENCH_SCALE_CONNS=32 wrk connections per nginx worker there
 #   BENCH_CAP_RLW_N / BENCH_CAP_LR_N   key counts for the capacity section
-#   BENCH_SECTIONS="throughput capacity accuracy micro callgrind redis hugepages"
+#   BENCH_SECTIONS="throughput capacity accuracy micro callgrind redis hugepages scaling"
 #   BENCH_OUT=BENCHMARKS.md
 #
 # Raw outputs stay in target/bench/results/. Progress goes to stderr.
@@ -43,7 +51,9 @@ BENCH_QUICK=${BENCH_QUICK:-0}
 BENCH_CG_REQS=${BENCH_CG_REQS:-2000}
 BENCH_CAP_RLW_N=${BENCH_CAP_RLW_N:-"5000 10000 20000 40000 50000 55000 60000 65000 70000 80000 100000"}
 BENCH_CAP_LR_N=${BENCH_CAP_LR_N:-"2000 5000 7000 8000 9000 10000 20000"}
-BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput capacity accuracy micro callgrind redis hugepages"}
+BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput capacity accuracy micro callgrind redis hugepages scaling"}
+BENCH_SCALE_REPS=${BENCH_SCALE_REPS:-5}
+BENCH_SCALE_CONNS=${BENCH_SCALE_CONNS:-32}
 BENCH_OUT=${BENCH_OUT:-BENCHMARKS.md}
 BENCH_KEYS=1000000
 CARGO=${CARGO:-cargo}
@@ -113,10 +123,12 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-# render TEMPLATE OUT: fills @MODULE@ @PREFIX@ @PORT@.
+# render TEMPLATE OUT: fills @MODULE@ @PREFIX@ @PORT@ and @WORKERS@
+# (worker processes: $WORKERS, default 2).
 render() {
     sed -e "s|@MODULE@|$BIN/ngx_http_rate_limit_window_module.so|g" \
-        -e "s|@PREFIX@|$PREFIX|g" -e "s|@PORT@|$PORT|g" "$1" >"$2"
+        -e "s|@PREFIX@|$PREFIX|g" -e "s|@PORT@|$PORT|g" \
+        -e "s|@WORKERS@|${WORKERS:-2}|g" "$1" >"$2"
 }
 
 fresh_prefix() {
@@ -168,7 +180,9 @@ preflight() {
     command -v python3 >/dev/null || die "python3 is required (bench/httpclient.py, bench/report.py)"
     command -v curl >/dev/null || die "curl is required"
     python3 "$BENCH_DIR/report.py" selftest >/dev/null || die "bench/report.py selftest failed"
-    if section_on throughput; then command -v wrk >/dev/null || die "wrk is required (scripts/deps.sh wrk)"; fi
+    if section_on throughput || section_on scaling || section_on hugepages || section_on redis; then
+        command -v wrk >/dev/null || die "wrk is required (scripts/deps.sh wrk)"
+    fi
     rm -rf "$RESULTS" "$BIN"
     mkdir -p "$RESULTS" "$BIN"
     # A private copy: other builds may replace target/dist while we run.
@@ -565,6 +579,64 @@ EOF
     REDIS_MD=$(python3 "$BENCH_DIR/report.py" redis "$tsv" "$rounds")
 }
 
+# ---------------------------------------------------------------- scaling
+
+# Worker counts for the scaling section: powers of two below nproc, then nproc.
+default_scale_workers() {
+    local n w=1 out=""
+    n=$(nproc)
+    while [ $w -lt "$n" ]; do
+        out+="$w "
+        w=$((w * 2))
+    done
+    echo "$out$n"
+}
+
+# The throughput nginx (same servers, locations and zones) started once per
+# worker count; hot and 1M-client scenarios, the three variants alternated
+# as in bench_throughput, BENCH_SCALE_REPS reps. wrk keeps the same number
+# of threads for every count and opens BENCH_SCALE_CONNS connections per
+# worker.
+bench_scaling() {
+    local list=${BENCH_SCALE_WORKERS:-$(default_scale_workers)}
+    local threads=${BENCH_SCALE_THREADS:-$(($(nproc) / 4))}
+    [ "$threads" -ge 1 ] || threads=1
+    log "== scaling: workers $list; wrk -t$threads, $BENCH_SCALE_CONNS connections per worker; $BENCH_SCALE_REPS reps x ${BENCH_SECS}s"
+    local tsv=$RESULTS/scaling.tsv saved_t=$BENCH_THREADS saved_c=$BENCH_CONNS
+    local w scen rep i v f got vars=(none rlw lr) n=3
+    echo "# scenario workers rep variant rps requests non2xx p99ms sockerr" >"$tsv"
+    BENCH_THREADS=$threads
+    for w in $list; do
+        WORKERS=$w start_throughput_nginx
+        got=$(pgrep -P "$NGINX_PID" | wc -l)
+        [ "$got" -eq "$w" ] || die "scaling: nginx runs $got worker processes, expected $w"
+        BENCH_CONNS=$((BENCH_SCALE_CONNS * w))
+        [ "$BENCH_CONNS" -ge "$threads" ] || BENCH_CONNS=$threads
+        for scen in hot many; do
+            if [ "$BENCH_WARMUP" != 0 ]; then
+                for v in "${vars[@]}"; do
+                    wrk_run "$scen" "$v" "$BENCH_WARMUP" "w$w-warmup"
+                done
+            fi
+            for rep in $(seq 1 "$BENCH_SCALE_REPS"); do
+                for i in $(seq 0 $((n - 1))); do
+                    v=${vars[$(((i + rep - 1) % n))]}
+                    wrk_run "$scen" "$v" "$BENCH_SECS" "w$w-$rep"
+                    f=$WRK_RESULT
+                    log "scaling $w workers, $scen rep $rep/$BENCH_SCALE_REPS $v: $(cut -d' ' -f1 <<<"$f") req/s"
+                    echo "$scen $w $rep $v $f" >>"$tsv"
+                done
+            done
+        done
+        stop_nginx
+    done
+    BENCH_THREADS=$saved_t
+    BENCH_CONNS=$saved_c
+    SCALING_LIST=$list
+    SCALING_WRK="-t$threads -c$BENCH_SCALE_CONNS×workers"
+    SCALING_MD=$(python3 "$BENCH_DIR/report.py" scaling "$tsv")
+}
+
 # ---------------------------------------------------------------- report
 
 machine_md() {
@@ -731,6 +803,25 @@ $HUGEPAGES_MD
 
 EOF
         fi
+        if section_on scaling; then
+            cat <<EOF
+## Worker scaling
+
+The throughput nginx (same three servers, locations and zones) started
+once per worker count (\`worker_processes\` $SCALING_LIST) on this
+$(nproc)-core machine. For each count, the hot and 1M-client scenarios run
+the three variants alternately as above ($BENCH_SCALE_REPS reps of ${BENCH_SECS} s after a
+${BENCH_WARMUP} s warm-up of each), with wrk \`$SCALING_WRK\` on the same
+machine. wrk keeps the same threads for every count, so where req/s stops
+growing with workers the client, or the cores it shares with nginx, may be
+the limit rather than nginx. "× 1 worker" is a variant's median req/s over
+its own median with one worker; the ratios are medians of per-rep ratios,
+as above. A worker count above the core count only shows oversubscription.
+
+$SCALING_MD
+
+EOF
+        fi
         if section_on redis; then
             cat <<EOF
 ## Redis sync on vs off
@@ -747,6 +838,7 @@ EOF
 
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
 THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" CALLGRIND_MD="" REDIS_MD="" HUGEPAGES_MD=""
+SCALING_MD="" SCALING_WRK=""
 preflight
 [ "$BENCH_REPS" -ge 3 ] || log "warning: BENCH_REPS=$BENCH_REPS < 3: fine for trying the script, not for numbers to quote"
 section_on throughput && bench_throughput
@@ -754,6 +846,7 @@ section_on capacity && bench_capacity
 section_on callgrind && bench_callgrind
 section_on redis && bench_redis
 section_on hugepages && bench_hugepages
+section_on scaling && bench_scaling
 section_on accuracy && bench_accuracy
 section_on micro && bench_micro
 write_report
