@@ -415,7 +415,10 @@ def cmd_scaling(path):
                     return "—"
                 reps = sorted(set(row[num]) & set(row[den]))
                 rs = [row[num][i] / row[den][i] for i in reps]
-                return "%.3f (%.3f–%.3f)" % (statistics.median(rs), min(rs), max(rs))
+                ci = median_ci(rs)
+                if ci:
+                    return "%.3f (95%% CI %.3f–%.3f)" % (statistics.median(rs), *ci)
+                return "%.3f (range %.3f–%.3f)" % (statistics.median(rs), min(rs), max(rs))
 
             def speedup(v):
                 return "%.2f" % (med[v] / base[v]) if v in med and v in base else "—"
@@ -425,7 +428,9 @@ def cmd_scaling(path):
                 ratio("rlw", "none"), ratio("rlw", "lr"),
                 speedup("none"), speedup("rlw"), speedup("lr")))
         out.append("")
-    out.append("Ratios: median of per-rep ratios (min–max in parentheses).")
+    out.append("Ratios: median of per-rep ratios, with the 95% confidence interval of the "
+               "median as in the throughput section where there are 6 reps or more, else "
+               "the range.")
     print("\n".join(out))
 
 
