@@ -8,6 +8,12 @@
 //! per key (the ~40% load an operator sizing the zone per the README,
 //! 1 MB for about 65k clients, typically sees).
 //!
+//! `between_requests` puts 64 KiB of writes to other memory before each
+//! decision, as the rest of an nginx request (and whatever else runs on the
+//! core) does: the key's slot, and the page-table entries that locate it,
+//! are then no longer cached. `between_requests/other_work` is those writes
+//! alone; a decision's cost there is the difference.
+//!
 //! Baselines: `mutex_siphash` is `Mutex<HashMap<u64, _>>` with std's default
 //! SipHash-1-3 (what a typical implementation uses); `mutex_fxhash` uses a
 //! one-multiply hasher for the u64 keys (the strongest single-lock
@@ -246,12 +252,71 @@ fn two_thread(c: &mut Criterion) {
     g.finish();
 }
 
+/// Bytes of other memory written before each decision in `between_requests`
+/// (one byte per 64-byte line, continuing through a 16 MiB buffer).
+const OTHER_WORK_BYTES: usize = 64 << 10;
+
+/// Writes one byte in each of the next `OTHER_WORK_BYTES / 64` lines of `buf`
+/// from `*at`, wrapping around.
+fn other_work(buf: &mut [u8], at: &mut usize) {
+    for _ in 0..OTHER_WORK_BYTES / 64 {
+        // SAFETY: `*at` < buf.len() (wrapped below); a volatile write so that
+        // the loop is not optimised away.
+        unsafe { std::ptr::write_volatile(buf.as_mut_ptr().add(*at), 1) };
+        *at += 64;
+        if *at >= buf.len() {
+            *at = 0;
+        }
+    }
+}
+
+fn between_requests(c: &mut Criterion) {
+    let mut g = c.benchmark_group("between_requests");
+    let mut buf = vec![0u8; 16 << 20];
+    let mut at = 0usize;
+    g.bench_function("other_work", |b| b.iter(|| other_work(&mut buf, &mut at)));
+    for &(n, label) in &[(10_000usize, "10k"), (1_000_000, "1M")] {
+        let owned = table_for(n, 5, 2);
+        let t = &owned.table;
+        let raw: Vec<[u8; 8]> = (0..n).map(key_bytes).collect();
+        for k in &raw {
+            t.acquire(t.hash_key(k), T0, MAX_LIMIT, FailPolicy::Open, 0);
+        }
+        let sip_bytes = SipBytesBaseline::new(n);
+        for &k in &raw {
+            sip_bytes.acquire(k, T0, MAX_LIMIT);
+        }
+        // Keys in a scattered order, the same for both.
+        let mut i = 0usize;
+        let step = 7_919 % n;
+        let mut now = T0;
+        g.bench_function(BenchmarkId::new("table_with_hashing", label), |b| {
+            b.iter(|| {
+                other_work(&mut buf, &mut at);
+                i = (i + step) % n;
+                now += 1;
+                let h = t.hash_key(black_box(&raw[i]));
+                black_box(t.acquire(h, now, MAX_LIMIT, FailPolicy::Open, 0))
+            })
+        });
+        g.bench_function(BenchmarkId::new("mutex_siphash_with_hashing", label), |b| {
+            b.iter(|| {
+                other_work(&mut buf, &mut at);
+                i = (i + step) % n;
+                now += 1;
+                black_box(sip_bytes.acquire(*black_box(&raw[i]), now, MAX_LIMIT))
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(20)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = single_thread, two_thread
+    targets = single_thread, two_thread, between_requests
 }
 criterion_main!(benches);
