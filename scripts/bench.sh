@@ -266,31 +266,41 @@ start_throughput_nginx() {
     start_nginx "$PREFIX/conf/nginx.conf"
 }
 
+# alternate_reps SCEN REPS TAG TSV LINE LABEL VARIANT...: after a
+# BENCH_WARMUP s warm-up of each variant, REPS reps of one BENCH_SECS wrk run
+# per variant, alternated, the first variant rotating from rep to rep.
+# Appends "LINE REP VARIANT RESULT" to TSV for each run; TAG prefixes the
+# raw outputs' names, LABEL the progress lines.
+alternate_reps() {
+    local scen=$1 reps=$2 tag=$3 tsv=$4 line=$5 label=$6
+    shift 6
+    local vars=("$@") n=$# rep i v f
+    if [ "$BENCH_WARMUP" != 0 ]; then
+        for v in "${vars[@]}"; do
+            log "$label: warm-up $v ${BENCH_WARMUP}s"
+            wrk_run "$scen" "$v" "$BENCH_WARMUP" "${tag}warmup"
+        done
+    fi
+    for rep in $(seq 1 "$reps"); do
+        for i in $(seq 0 $((n - 1))); do
+            v=${vars[$(((i + rep - 1) % n))]}
+            wrk_run "$scen" "$v" "$BENCH_SECS" "$tag$rep"
+            f=$WRK_RESULT
+            log "$label rep $rep/$reps $v: $(cut -d' ' -f1 <<<"$f") req/s"
+            echo "$line $rep $v $f" >>"$tsv"
+        done
+    done
+}
+
 bench_throughput() {
     log "== throughput: ${BENCH_REPS} reps x ${BENCH_SECS}s per variant, wrk -t$BENCH_THREADS -c$BENCH_CONNS"
     start_throughput_nginx
     local tsv=$RESULTS/throughput.tsv
     echo "# scenario rep variant rps requests non2xx p99ms sockerr" >"$tsv"
-    local scen vars rep i n v f
+    local scen vars
     for scen in hot many rej; do
         if [ "$scen" = rej ]; then vars=(rlw lr); else vars=(none rlw lr); fi
-        n=${#vars[@]}
-        if [ "$BENCH_WARMUP" != 0 ]; then
-            for v in "${vars[@]}"; do
-                log "$scen: warm-up $v ${BENCH_WARMUP}s"
-                wrk_run "$scen" "$v" "$BENCH_WARMUP" warmup
-            done
-        fi
-        for rep in $(seq 1 "$BENCH_REPS"); do
-            # alternate, and rotate the starting variant from rep to rep
-            for i in $(seq 0 $((n - 1))); do
-                v=${vars[$(((i + rep - 1) % n))]}
-                wrk_run "$scen" "$v" "$BENCH_SECS" "$rep"
-                f=$WRK_RESULT
-                log "$scen rep $rep/$BENCH_REPS $v: $(cut -d' ' -f1 <<<"$f") req/s"
-                echo "$scen $rep $v $f" >>"$tsv"
-            done
-        done
+        alternate_reps "$scen" "$BENCH_REPS" "" "$tsv" "$scen" "$scen" "${vars[@]}"
     done
     stop_nginx
     THROUGHPUT_MD=$(python3 "$BENCH_DIR/report.py" throughput "$tsv")
@@ -474,22 +484,9 @@ bench_hugepages() {
     PREFIX=$WORK/prefix
     PORT=$port_none
     log "huge pages: ShmemHugePages before $kb0 kB, after A (never) $kb_a kB, after B (advise) $kb_b kB"
-    local tsv=$RESULTS/hugepages.tsv vars=(none rlw4k rlwthp) n=3 rep i v f
+    local tsv=$RESULTS/hugepages.tsv
     echo "# shmem_huge_kb before=$kb0 after_4k=$kb_a after_thp=$kb_b" >"$tsv"
-    if [ "$BENCH_WARMUP" != 0 ]; then
-        for v in "${vars[@]}"; do
-            wrk_run many "$v" "$BENCH_WARMUP" warmup
-        done
-    fi
-    for rep in $(seq 1 "$BENCH_REPS"); do
-        for i in $(seq 0 $((n - 1))); do
-            v=${vars[$(((i + rep - 1) % n))]}
-            wrk_run many "$v" "$BENCH_SECS" "thp$rep"
-            f=$WRK_RESULT
-            log "huge pages rep $rep/$BENCH_REPS $v: $(cut -d' ' -f1 <<<"$f") req/s"
-            echo "many $rep $v $f" >>"$tsv"
-        done
-    done
+    alternate_reps many "$BENCH_REPS" thp "$tsv" many "huge pages" none rlw4k rlwthp
     NGINX_PID=$OTHER_NGINX_PID stop_nginx
     OTHER_NGINX_PID=""
     stop_nginx
@@ -603,7 +600,7 @@ bench_scaling() {
     [ "$threads" -ge 1 ] || threads=1
     log "== scaling: workers $list; wrk -t$threads, $BENCH_SCALE_CONNS connections per worker; $BENCH_SCALE_REPS reps x ${BENCH_SECS}s"
     local tsv=$RESULTS/scaling.tsv saved_t=$BENCH_THREADS saved_c=$BENCH_CONNS
-    local w scen rep i v f got vars=(none rlw lr) n=3
+    local w scen got
     echo "# scenario workers rep variant rps requests non2xx p99ms sockerr" >"$tsv"
     BENCH_THREADS=$threads
     for w in $list; do
@@ -613,20 +610,8 @@ bench_scaling() {
         BENCH_CONNS=$((BENCH_SCALE_CONNS * w))
         [ "$BENCH_CONNS" -ge "$threads" ] || BENCH_CONNS=$threads
         for scen in hot many; do
-            if [ "$BENCH_WARMUP" != 0 ]; then
-                for v in "${vars[@]}"; do
-                    wrk_run "$scen" "$v" "$BENCH_WARMUP" "w$w-warmup"
-                done
-            fi
-            for rep in $(seq 1 "$BENCH_SCALE_REPS"); do
-                for i in $(seq 0 $((n - 1))); do
-                    v=${vars[$(((i + rep - 1) % n))]}
-                    wrk_run "$scen" "$v" "$BENCH_SECS" "w$w-$rep"
-                    f=$WRK_RESULT
-                    log "scaling $w workers, $scen rep $rep/$BENCH_SCALE_REPS $v: $(cut -d' ' -f1 <<<"$f") req/s"
-                    echo "$scen $w $rep $v $f" >>"$tsv"
-                done
-            done
+            alternate_reps "$scen" "$BENCH_SCALE_REPS" "w$w-" "$tsv" "$scen $w" \
+                "scaling $w workers, $scen" none rlw lr
         done
         stop_nginx
     done

@@ -270,6 +270,31 @@ fn other_work(buf: &mut [u8], at: &mut usize) {
     }
 }
 
+/// `iters` decisions `decide(i, now)`, each after `other_work`, with `i`
+/// stepping through `0..n` in a scattered order and `now` advancing 1 ms;
+/// returns the time of the decisions alone. `pos` is `(i, now)`, kept from
+/// one call to the next.
+fn timed_after_other_work(
+    iters: u64,
+    buf: &mut [u8],
+    at: &mut usize,
+    pos: &mut (usize, u64),
+    n: usize,
+    decide: impl Fn(usize, u64),
+) -> Duration {
+    let step = 7_919 % n;
+    let mut spent = Duration::ZERO;
+    for _ in 0..iters {
+        other_work(buf, at);
+        pos.0 = (pos.0 + step) % n;
+        pos.1 += 1;
+        let start = Instant::now();
+        decide(pos.0, pos.1);
+        spent += start.elapsed();
+    }
+    spent
+}
+
 fn between_requests(c: &mut Criterion) {
     let mut g = c.benchmark_group("between_requests");
     let mut buf = vec![0u8; 16 << 20];
@@ -286,36 +311,20 @@ fn between_requests(c: &mut Criterion) {
             sip_bytes.acquire(k, T0, MAX_LIMIT);
         }
         // Keys in a scattered order, the same for both.
-        let mut i = 0usize;
-        let step = 7_919 % n;
-        let mut now = T0;
+        let mut pos = (0usize, T0);
         g.bench_function(BenchmarkId::new("table_with_hashing", label), |b| {
             b.iter_custom(|iters| {
-                let mut spent = Duration::ZERO;
-                for _ in 0..iters {
-                    other_work(&mut buf, &mut at);
-                    i = (i + step) % n;
-                    now += 1;
-                    let start = Instant::now();
+                timed_after_other_work(iters, &mut buf, &mut at, &mut pos, n, |i, now| {
                     let h = t.hash_key(black_box(&raw[i]));
                     black_box(t.acquire(h, now, MAX_LIMIT, FailPolicy::Open, 0));
-                    spent += start.elapsed();
-                }
-                spent
+                })
             })
         });
         g.bench_function(BenchmarkId::new("mutex_siphash_with_hashing", label), |b| {
             b.iter_custom(|iters| {
-                let mut spent = Duration::ZERO;
-                for _ in 0..iters {
-                    other_work(&mut buf, &mut at);
-                    i = (i + step) % n;
-                    now += 1;
-                    let start = Instant::now();
+                timed_after_other_work(iters, &mut buf, &mut at, &mut pos, n, |i, now| {
                     black_box(sip_bytes.acquire(*black_box(&raw[i]), now, MAX_LIMIT));
-                    spent += start.elapsed();
-                }
-                spent
+                })
             })
         });
     }
