@@ -680,10 +680,11 @@ adjacent runs; the table gives the median and the range of those ratios.
 wrk and nginx share the same $(nproc) cores, so wrk's own CPU use is part of
 every number and differences between variants are diluted accordingly. In
 the 1M-client scenario each wrk thread cycles through its own slice of the
-keys. (Runs before 2026-11-30 19:00 UTC used one wrk thread, \`-t1\`: that
-thread then used 73–89% of a core, the setup served 12–37% fewer requests
-per second, and the ratios at 1M clients came out lower for both limiters;
-see the README.)
+keys. On the 2-core VM this benchmark was developed on, two wrk threads and
+two workers kept both cores busy (under 1% idle in /proc/stat); runs there
+before commit 9737615 used one wrk thread, which left 15–21% of the machine
+idle and made every limiter's cost weigh more (see the README, *One wrk
+thread or two*).
 
 * Admit-everything locations: this module \`limit=1000000\` per \`window=1s\`
   (hot) or per \`window=1m\` (1M keys, 32m zone); limit_req
