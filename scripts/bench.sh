@@ -683,8 +683,8 @@ the 1M-client scenario each wrk thread cycles through its own slice of the
 keys. On the 2-core VM this benchmark was developed on, two wrk threads and
 two workers kept both cores busy (under 1% idle in /proc/stat); runs there
 before commit 9737615 used one wrk thread, which left 15–21% of the machine
-idle and made every limiter's cost weigh more (see the README, *One wrk
-thread or two*).
+idle and under which this module measured lower against no limiter (see
+the README, *One wrk thread or two*).
 
 * Admit-everything locations: this module \`limit=1000000\` per \`window=1s\`
   (hot) or per \`window=1m\` (1M keys, 32m zone); limit_req
