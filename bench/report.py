@@ -57,12 +57,13 @@ def fmt_int(x):
 
 def cmd_throughput(path):
     rows = [l.split() for l in open(path) if l.strip() and not l.startswith("#")]
-    # scenario rep variant rps requests non2xx p99ms sockerr
+    # scenario rep variant rps requests non2xx p99ms sockerr [idlepct]
     data = {}
     for r in rows:
         scen, rep, var = r[0], int(r[1]), r[2]
         data.setdefault(scen, {}).setdefault(var, {})[rep] = {
-            "rps": float(r[3]), "p99": float(r[6]), "sockerr": int(r[7])}
+            "rps": float(r[3]), "p99": float(r[6]), "sockerr": int(r[7]),
+            "idle": float(r[8]) if len(r) > 8 else None}
     out = []
     for scen, title, targets in SCENARIOS:
         if scen not in data:
@@ -71,15 +72,19 @@ def cmd_throughput(path):
         vars_ = [v for v in ("none", "rlw", "lr") if v in d]
         reps = sorted(set.intersection(*(set(d[v]) for v in vars_)))
         out.append("### %s\n" % title)
-        out.append("| variant | req/s (median) | req/s (min–max) | p99 latency (median) | socket errors |")
-        out.append("|---|---:|---:|---:|---:|")
+        out.append("| variant | req/s (median) | req/s (min–max) | p99 latency (median) | socket errors "
+                   "| CPU idle during the runs (median, min–max) |")
+        out.append("|---|---:|---:|---:|---:|---:|")
         for v in vars_:
             rps = [d[v][i]["rps"] for i in reps]
             p99 = [d[v][i]["p99"] for i in reps]
             se = sum(d[v][i]["sockerr"] for i in reps)
-            out.append("| %s | %s | %s–%s | %.2f ms | %d |" % (
+            idle = [d[v][i]["idle"] for i in reps if d[v][i]["idle"] is not None]
+            out.append("| %s | %s | %s–%s | %.2f ms | %d | %s |" % (
                 NAMES[v], fmt_int(statistics.median(rps)), fmt_int(min(rps)),
-                fmt_int(max(rps)), statistics.median(p99), se))
+                fmt_int(max(rps)), statistics.median(p99), se,
+                "%.1f%% (%.1f–%.1f%%)" % (statistics.median(idle), min(idle), max(idle))
+                if idle else "—"))
         out.append("")
         out.append("| ratio | median of per-rep ratios | 95%% CI of the median | min–max over %d reps | target | verdict |"
                    % len(reps))
@@ -386,11 +391,13 @@ def scaling_table(rows):
 
 
 def cmd_scaling(path):
-    rows = []
+    rows, idle = [], {}
     for l in open(path):
         r = l.split()
         if r and not l.startswith("#"):
             rows.append((r[0], int(r[1]), int(r[2]), r[3], float(r[4])))
+            if len(r) > 9:  # % of the CPU idle during the run
+                idle.setdefault((r[0], int(r[1])), []).append(float(r[9]))
     data = scaling_table(rows)
     out = []
     for scen, title, _targets in SCENARIOS:
@@ -403,9 +410,10 @@ def cmd_scaling(path):
         out.append("### %s\n" % title)
         out.append("| workers | no limiter req/s | rate_limit_window req/s | limit_req req/s "
                    "| rate_limit_window / no limiter | rate_limit_window / limit_req "
-                   "| no limiter × %d worker | rate_limit_window × %d worker | limit_req × %d worker |"
+                   "| no limiter × %d worker | rate_limit_window × %d worker | limit_req × %d worker "
+                   "| CPU idle (median of all runs) |"
                    % (counts[0], counts[0], counts[0]))
-        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for w in counts:
             row = d[w]
             med = {v: statistics.median(row[v].values()) for v in ("none", "rlw", "lr") if v in row}
@@ -423,10 +431,12 @@ def cmd_scaling(path):
             def speedup(v):
                 return "%.2f" % (med[v] / base[v]) if v in med and v in base else "—"
 
-            out.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            idl = idle.get((scen, w))
+            out.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 w, *(fmt_int(med[v]) if v in med else "—" for v in ("none", "rlw", "lr")),
                 ratio("rlw", "none"), ratio("rlw", "lr"),
-                speedup("none"), speedup("rlw"), speedup("lr")))
+                speedup("none"), speedup("rlw"), speedup("lr"),
+                "%.1f%%" % statistics.median(idl) if idl else "—"))
         out.append("")
     out.append("Ratios: median of per-rep ratios, with the 95% confidence interval of the "
                "median as in the throughput section where there are 6 reps or more, else "

@@ -195,9 +195,17 @@ preflight() {
 
 # ---------------------------------------------------------------- throughput
 
+# cpu_times: "idle total" jiffies of the whole machine, from /proc/stat
+# (idle counts iowait too).
+cpu_times() {
+    awk '/^cpu /{print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9; exit}' /proc/stat
+}
+
 # wrk_run SCEN VARIANT SECS TAG: one wrk run; checks the statuses and sets
-# WRK_RESULT to "rps requests non2xx p99ms sockerr". (Not called in $(...),
-# so that die and the cleanup trap act on this shell.)
+# WRK_RESULT to "rps requests non2xx p99ms sockerr idlepct", idlepct being
+# the % of the machine's CPU time left idle during the run (whether the
+# setup saturated the cores). (Not called in $(...), so that die and the
+# cleanup trap act on this shell.)
 wrk_run() {
     local scen=$1 var=$2 secs=$3 tag=$4 port path=/$1
     # The throughput variants have a server each; others (the redis
@@ -226,10 +234,13 @@ wrk_run() {
             [ "$st" = 429 ] || die "$var/rej: expected 429 after priming, got $st"
         fi
     fi
+    local idle0 total0 idle1 total1
+    read -r idle0 total0 < <(cpu_times)
     timeout $((secs + 60)) wrk "${args[@]}" >"$out" 2>&1 &
     CHILD_PID=$!
     wait "$CHILD_PID" || { CHILD_PID=""; cat "$out" >&2; die "wrk failed ($scen/$var)"; }
     CHILD_PID=""
+    read -r idle1 total1 < <(cpu_times)
     check_nginx_alive
     local f
     f=$(python3 "$BENCH_DIR/report.py" wrk "$out")
@@ -248,7 +259,8 @@ wrk_run() {
         [ "$non" -eq 0 ] || die "$scen/$var: $non of $req responses were non-2xx in an admit-everything run (see $out)"
     fi
     [ "$serr" -eq 0 ] || log "warning: $scen/$var: $serr socket errors (see $out)"
-    WRK_RESULT=$f
+    WRK_RESULT="$f $(awk -v i=$((idle1 - idle0)) -v t=$((total1 - total0)) \
+        'BEGIN { printf "%.1f", (t > 0 ? 100 * i / t : 0) }')"
 }
 
 # start_throughput_nginx: the throughput nginx in $PREFIX, its three
@@ -297,7 +309,7 @@ bench_throughput() {
     log "== throughput: ${BENCH_REPS} reps x ${BENCH_SECS}s per variant, wrk -t$BENCH_THREADS -c$BENCH_CONNS"
     start_throughput_nginx
     local tsv=$RESULTS/throughput.tsv
-    echo "# scenario rep variant rps requests non2xx p99ms sockerr" >"$tsv"
+    echo "# scenario rep variant rps requests non2xx p99ms sockerr idlepct" >"$tsv"
     local scen vars
     for scen in hot many rej; do
         if [ "$scen" = rej ]; then vars=(rlw lr); else vars=(none rlw lr); fi
@@ -551,7 +563,7 @@ EOF
     local saved_keys=$BENCH_KEYS
     BENCH_KEYS=10000
     local tsv=$RESULTS/redis.tsv scen rep v i f vars=(off on)
-    echo "# scenario rep variant rps requests non2xx p99ms sockerr" >"$tsv"
+    echo "# scenario rep variant rps requests non2xx p99ms sockerr idlepct" >"$tsv"
     for scen in hot many; do
         for rep in $(seq 1 "$BENCH_REPS"); do
             for i in 0 1; do
@@ -603,7 +615,7 @@ bench_scaling() {
     log "== scaling: workers $list; wrk -t$threads, $BENCH_SCALE_CONNS connections per worker; $BENCH_SCALE_REPS reps x ${BENCH_SECS}s"
     local tsv=$RESULTS/scaling.tsv saved_t=$BENCH_THREADS saved_c=$BENCH_CONNS
     local w scen got
-    echo "# scenario workers rep variant rps requests non2xx p99ms sockerr" >"$tsv"
+    echo "# scenario workers rep variant rps requests non2xx p99ms sockerr idlepct" >"$tsv"
     BENCH_THREADS=$threads
     for w in $list; do
         WORKERS=$w start_throughput_nginx
@@ -684,7 +696,9 @@ keys. On the 2-core VM this benchmark was developed on, two wrk threads and
 two workers kept both cores busy (under 1% idle in /proc/stat); runs there
 before commit 9737615 used one wrk thread, which left 15–21% of the machine
 idle and under which this module measured lower against no limiter (see
-the README, *One wrk thread or two*).
+the README, *One wrk thread or two*). The last column of each table below
+is the share of the machine's CPU time left idle during the runs
+(\`/proc/stat\`); near 0 means the cores were saturated.
 
 * Admit-everything locations: this module \`limit=1000000\` per \`window=1s\`
   (hot) or per \`window=1m\` (1M keys, 32m zone); limit_req
