@@ -7,9 +7,8 @@
 -- The key space is cut into NTHREADS equal slices (pass wrk's -t), and
 -- thread t cycles through slice t mod NTHREADS, so that with NTHREADS = -t
 -- no two threads send the same key (default 1: all threads share the whole
--- space). A thread starts OFFSET keys
--- into its slice (pass a different one per run so that successive runs keep
--- meeting keys that have not been seen for a while).
+-- space). A thread starts OFFSET keys into its slice (pass a different one
+-- per run so that successive runs keep meeting keys not seen for a while).
 -- No response() callback: defining one makes wrk parse every header into Lua
 -- and slows the client down; wrk's own "Non-2xx or 3xx responses" count is
 -- what bench.sh checks.

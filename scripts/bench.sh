@@ -22,7 +22,7 @@
 #   BENCH_REPS=20      reps per variant (median, its 95% CI and min-max are reported)
 #   BENCH_WARMUP=2     seconds of unrecorded warm-up per variant and scenario
 #   BENCH_CONNS=32     wrk connections;  BENCH_THREADS=2  wrk threads (wrk's
-#                      own default; one thread saturates before nginx does)
+#                      own default; with one, a fifth of 2 cores sat idle)
 #   BENCH_QUICK=0      1: shorter criterion runs (1 s warm-up, 2 s measurement)
 #   BENCH_CG_REQS=2000 requests per callgrind measurement
 #   BENCH_SCALE_WORKERS="1 2 4 ..." worker counts for the scaling section
@@ -609,8 +609,8 @@ default_scale_workers() {
 # worker.
 bench_scaling() {
     local list=${BENCH_SCALE_WORKERS:-$(default_scale_workers)}
-    local threads=${BENCH_SCALE_THREADS:-$(($(nproc) / 4))}
-    [ -n "${BENCH_SCALE_THREADS:-}" ] || [ "$threads" -ge 2 ] || threads=2
+    local quarter=$(($(nproc) / 4))
+    local threads=${BENCH_SCALE_THREADS:-$((quarter > 2 ? quarter : 2))}
     [ "$threads" -ge 1 ] || threads=1
     log "== scaling: workers $list; wrk -t$threads, $BENCH_SCALE_CONNS connections per worker; $BENCH_SCALE_REPS reps x ${BENCH_SECS}s"
     local tsv=$RESULTS/scaling.tsv saved_t=$BENCH_THREADS saved_c=$BENCH_CONNS
