@@ -21,9 +21,11 @@
 //! Fields: `wrong_pct` = disagreements / all requests; `over_pct` /
 //! `under_pct` = the counter admitted / rejected where the exact rule says
 //! otherwise (% of all requests); `abuser_wrong_pct` = disagreements among
-//! the abusers' requests / abusers' requests; `worst_over` = max over keys
-//! and over every W-long interval of (requests the counter admitted in it) -
-//! limit (negative: never reached the limit); `decisions` = requests.
+//! the abusers' requests / abusers' requests; `well_behaved_wrong` =
+//! disagreements on the other clients' requests (a count); `worst_over` =
+//! max over keys and over every W-long interval of (requests the counter
+//! admitted in it) - limit (negative: never reached the limit);
+//! `decisions` = requests.
 //!
 //! Traces:
 //!
@@ -221,11 +223,12 @@ fn main() {
                 String::new()
             };
             println!(
-                "accuracy scenario={scenario} method={method} wrong_pct={:.4} over_pct={:.4} under_pct={:.4} abuser_wrong_pct={:.4} worst_over={worst} decisions={n} abuser_decisions={abuser_requests}{extra}",
+                "accuracy scenario={scenario} method={method} wrong_pct={:.4} over_pct={:.4} under_pct={:.4} abuser_wrong_pct={:.4} well_behaved_wrong={} worst_over={worst} decisions={n} abuser_decisions={abuser_requests}{extra}",
                 pct(tl.wrong, n),
                 pct(tl.over, n),
                 pct(tl.under, n),
                 pct(tl.abuser_wrong, abuser_requests),
+                tl.wrong - tl.abuser_wrong,
             );
         }
     }
