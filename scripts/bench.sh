@@ -753,12 +753,8 @@ sliding log (at most \`limit\` admitted in any \`W\`-long span):
 history, and \`shared_history\` (the measure Cloudflare published for its
 sliding-window counter, 0.003% of 400M requests), where each decision is
 compared with what the exact rule says given what the table actually
-admitted. \`wrong_pct\` is the share of all requests decided differently
-(\`over_pct\`: admitted where the exact rule rejects; \`under_pct\`: the
-reverse); \`abuser_wrong_pct\` the share among the abusers' requests;
-\`worst_over\` the most requests of one key the table admitted in any
-\`W\`-long span, minus the limit; \`well_behaved_wrong\` the number of
-wrong decisions on the other clients' requests. Where that is 0, every
+admitted. The traces and every column are described at the top of
+\`core/benches/accuracy.rs\`. Where \`well_behaved_wrong\` is 0, every
 wrong decision is an abuser's, where the counter's assumption that the
 previous window's requests were spread evenly does not hold.
 
