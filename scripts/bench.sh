@@ -696,7 +696,7 @@ keys. On the 2-core VM this benchmark was developed on, two wrk threads and
 two workers kept both cores busy (under 1% idle in /proc/stat); runs there
 before commit 9737615 used one wrk thread, which left 15–21% of the machine
 idle and under which this module measured lower against no limiter (see
-docs/performance.md, *One wrk thread or two*). The last column of each table below
+[docs/performance.md](docs/performance.md#one-wrk-thread-or-two)). The last column of each table below
 is the share of the machine's CPU time left idle during the runs
 (\`/proc/stat\`); near 0 means the cores were saturated.
 
