@@ -558,3 +558,54 @@ fn base64(input: &[u8]) -> String {
     }
     out
 }
+
+/// Several limits in postaccess: all must pass, and a request rejected by
+/// one is counted by none (a per-user limit and a shared one).
+#[test]
+fn postaccess_several_limits_all_apply() {
+    let up = Upstream::start();
+    let auth = AuthServer::start(&accounts());
+    let conf = auth_conf(&auth, "postaccess", "", "").replace(
+        "rate_limit_window zone=per_user limit=$plan_limit;",
+        "rate_limit_window zone=per_user limit=$plan_limit;
+         rate_limit_window zone=all limit=4;",
+    );
+    let conf = conf.replace(
+        "rate_limit_window_zone $auth_user",
+        "rate_limit_window_zone $server_port zone=all:1m window=1h;
+         rate_limit_window_zone $auth_user",
+    );
+    let ng = start_auth(&up, &conf);
+    clear_of_boundary(HOUR_MS, 30_000);
+    let st: Vec<u16> = (0..4)
+        .map(|_| as_token(ng.port, "/api/a", "tok-alice").status)
+        .collect();
+    assert_eq!(st, [200, 200, 200, 429], "alice is held to her own 3");
+    let rs: Vec<Response> = (0..2)
+        .map(|_| as_token(ng.port, "/api/b", "tok-bob"))
+        .collect();
+    assert_eq!(statuses(&rs), [200, 429], "the shared 4 is spent");
+    assert_eq!(rs[0].header_num("RateLimit-Remaining"), 0);
+    // bob's rejection by the shared limit did not spend his own quota.
+    assert_eq!(requests_total(ng.port2, "per_user", "passed"), 4.0);
+    assert_eq!(requests_total(ng.port2, "all", "passed"), 4.0);
+}
+
+#[test]
+fn phase_directive_values_are_checked() {
+    let conf = |v: &str| {
+        http_conf(&format!(
+            "rate_limit_window_phase {v};
+             server {{ listen 127.0.0.1:{{{{PORT}}}}; rate_limit_window_phase preaccess;
+                       location / {{ rate_limit_window_phase postaccess; }} }}"
+        ))
+    };
+    let (ok, out) = test_config(&conf("postaccess"));
+    assert!(ok, "{out}");
+    let (ok, out) = test_config(&conf("access"));
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("[emerg] invalid value \"access\" in "),
+        "{out}"
+    );
+}
