@@ -85,7 +85,7 @@ pub struct Limit {
 }
 
 /// Location configuration. `repr(C)` because nginx's stock slot setters
-/// write the first four fields by offset.
+/// write the first four fields and `phase` by offset.
 #[repr(C)]
 pub struct LocConf {
     /// `rate_limit_window_status`: HTTP status of a rejection.
