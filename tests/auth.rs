@@ -609,3 +609,12 @@ fn phase_directive_values_are_checked() {
         "{out}"
     );
 }
+
+/// The nginx `make build` produces has the module these tests use.
+#[test]
+fn built_nginx_has_auth_request() {
+    let out = Command::new(nginx_bin()).arg("-V").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("--with-http_auth_request_module"), "{text}");
+    assert!(text.contains("--with-http_v2_module"), "{text}");
+}
