@@ -42,6 +42,12 @@ pub const HEADERS_OFF: ngx_uint_t = 0;
 pub const HEADERS_ON: ngx_uint_t = 1;
 pub const HEADERS_IETF: ngx_uint_t = 2;
 
+/// `rate_limit_window_phase` values: decide in nginx's PREACCESS phase,
+/// before the access checks, or in PRECONTENT, after every access check
+/// (auth_request, auth_basic, allow/deny, satisfy) has passed.
+pub const PHASE_PREACCESS: ngx_uint_t = 0;
+pub const PHASE_POSTACCESS: ngx_uint_t = 1;
+
 /// Main (http{}) configuration: every zone declared or referenced.
 #[derive(Default)]
 pub struct MainConf {
@@ -79,7 +85,7 @@ pub struct Limit {
 }
 
 /// Location configuration. `repr(C)` because nginx's stock slot setters
-/// write the first four fields by offset.
+/// write the first four fields and `phase` by offset.
 #[repr(C)]
 pub struct LocConf {
     /// `rate_limit_window_status`: HTTP status of a rejection.
@@ -92,6 +98,8 @@ pub struct LocConf {
     pub log_level: ngx_uint_t,
     /// `rate_limit_window` directives; `None` inherits from the level above.
     pub limits: Option<Vec<Limit>>,
+    /// `rate_limit_window_phase`: PHASE_PREACCESS or PHASE_POSTACCESS.
+    pub phase: ngx_uint_t,
 }
 
 impl Default for LocConf {
@@ -102,6 +110,7 @@ impl Default for LocConf {
             dry_run: UNSET,
             log_level: UNSET_UINT,
             limits: None,
+            phase: UNSET_UINT,
         }
     }
 }
@@ -127,6 +136,7 @@ impl Merge for LocConf {
         if self.limits.is_none() {
             self.limits.clone_from(&prev.limits);
         }
+        pick(&mut self.phase, prev.phase, UNSET_UINT, PHASE_PREACCESS);
         Ok(())
     }
 }
@@ -179,6 +189,24 @@ static mut LOG_LEVELS: [ngx_conf_enum_t; 5] = [
     },
 ];
 
+static mut PHASE_VALUES: [ngx_conf_enum_t; 3] = [
+    ngx_conf_enum_t {
+        name: ngx_string!("preaccess"),
+        value: PHASE_PREACCESS,
+    },
+    ngx_conf_enum_t {
+        name: ngx_string!("postaccess"),
+        value: PHASE_POSTACCESS,
+    },
+    ngx_conf_enum_t {
+        name: ngx_str_t {
+            len: 0,
+            data: ptr::null_mut(),
+        },
+        value: 0,
+    },
+];
+
 static mut STATUS_BOUNDS: ngx_conf_num_bounds_t = ngx_conf_num_bounds_t {
     post_handler: Some(ngx_conf_check_num_bounds),
     low: 400,
@@ -188,7 +216,7 @@ static mut STATUS_BOUNDS: ngx_conf_num_bounds_t = ngx_conf_num_bounds_t {
 const ANY_LEVEL: u32 = NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF;
 
 /// The module's directives.
-pub static mut COMMANDS: [ngx_command_t; 8] = [
+pub static mut COMMANDS: [ngx_command_t; 9] = [
     ngx_command_t {
         name: ngx_string!("rate_limit_window_zone"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE) as ngx_uint_t,
@@ -244,6 +272,14 @@ pub static mut COMMANDS: [ngx_command_t; 8] = [
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: 0,
         post: ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("rate_limit_window_phase"),
+        type_: (ANY_LEVEL | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(ngx_conf_set_enum_slot),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: offset_of!(LocConf, phase),
+        post: ptr::addr_of_mut!(PHASE_VALUES) as *mut c_void,
     },
     ngx_command_t::empty(),
 ];

@@ -63,6 +63,9 @@ pub struct Decision {
     /// Limits that applied (pool array of `n_applied` entries).
     pub applied: *const Applied,
     pub n_applied: usize,
+    /// Bit n set: the key of the location's limit n (n < 64) was empty when
+    /// the request was decided, so that limit did not apply.
+    pub empty_keys: u64,
 }
 
 impl Decision {
@@ -132,6 +135,7 @@ pub struct Pending {
     applied: *mut Applied,
     capacity: usize,
     len: usize,
+    empty_keys: u64,
 }
 
 impl Pending {
@@ -141,6 +145,13 @@ impl Pending {
             // SAFETY: `applied` has room for `capacity` entries (reserve).
             unsafe { self.applied.add(self.len).write(a) };
             self.len += 1;
+        }
+    }
+
+    /// Records that the key of the location's limit `n` was empty.
+    pub fn key_empty(&mut self, n: usize) {
+        if n < 64 {
+            self.empty_keys |= 1 << n;
         }
     }
 
@@ -177,6 +188,7 @@ pub unsafe fn reserve(r: *mut ngx_http_request_t, limits: usize) -> Option<Pendi
         applied: unsafe { (*cln).data.cast::<Decision>().add(1).cast::<Applied>() },
         capacity: limits,
         len: 0,
+        empty_keys: 0,
     })
 }
 
@@ -205,6 +217,7 @@ pub unsafe fn commit(
                 retry_after_s,
                 applied: if p.len == 0 { ptr::null() } else { p.applied },
                 n_applied: p.len,
+                empty_keys: p.empty_keys,
             },
         );
         (*p.cln).handler = Some(marker);

@@ -1,6 +1,13 @@
-//! The PREACCESS phase handler: evaluates every limit of the location,
-//! counts the request once per main request, and rejects it when any limit
-//! is exceeded.
+//! The phase handler: evaluates every limit of the location, counts the
+//! request once per main request, and rejects it when any limit is
+//! exceeded.
+//!
+//! The same handler runs in two of nginx's phases, and each location
+//! decides in the one its `rate_limit_window_phase` names: PREACCESS, before
+//! the access checks, or PRECONTENT ("postaccess"), after every access check
+//! has passed and before `try_files` and `mirror` (this module's
+//! postconfiguration runs after theirs, and nginx runs a phase's handlers in
+//! the reverse order of registration).
 //!
 //! Order of work. Nothing shared is ever held: the table is lock-free, so
 //! once `acquire` returns, logging and the request pool are safe to use.
@@ -13,20 +20,22 @@
 
 use core::sync::atomic::Ordering;
 use nginx_sys::{
-    ngx_array_push, ngx_conf_t, ngx_http_complex_value, ngx_http_get_flushed_variable,
-    ngx_http_handler_pt, ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_http_request_t, ngx_int_t,
-    ngx_str_t, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_ERR, NGX_LOG_WARN,
+    ngx_array_push, ngx_conf_t, ngx_http_complex_value, ngx_http_core_main_conf_t,
+    ngx_http_get_flushed_variable, ngx_http_handler_pt, ngx_http_phases,
+    ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE,
+    ngx_http_request_t, ngx_int_t, ngx_str_t, ngx_uint_t, NGX_HTTP_INTERNAL_SERVER_ERROR,
+    NGX_LOG_ERR, NGX_LOG_WARN,
 };
 use ngx::core::Status;
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
-use ngx::ngx_log_error;
+use ngx::{ngx_log_debug_mask, ngx_log_error};
 
 use rate_limit_window_core::parse::{escape, parse_limit, LimitError};
 use rate_limit_window_core::{
     window, Counter, Counts, Decision as CoreDecision, FailPolicy, KeyHash, Outcome, Table,
 };
 
-use crate::conf::{self, LimitValue, LocConf};
+use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
 use crate::decision::{self, Applied, Verdict};
 use crate::util;
 use crate::zone::ZoneConf;
@@ -35,7 +44,26 @@ use crate::zone::ZoneConf;
 /// occurrence is logged again as a new episode (ms).
 const EPISODE_QUIET_MS: u64 = 60_000;
 
-/// Pushes the handler onto the PREACCESS phase.
+/// The nginx phase an invocation of the handler runs in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// NGX_HTTP_PREACCESS_PHASE: `rate_limit_window_phase preaccess`.
+    Preaccess,
+    /// NGX_HTTP_PRECONTENT_PHASE: `rate_limit_window_phase postaccess`.
+    Postaccess,
+}
+
+impl Phase {
+    /// The `rate_limit_window_phase` value that decides in this phase.
+    fn conf_value(self) -> ngx_uint_t {
+        match self {
+            Phase::Preaccess => PHASE_PREACCESS,
+            Phase::Postaccess => PHASE_POSTACCESS,
+        }
+    }
+}
+
+/// Pushes the handler onto the PREACCESS and the PRECONTENT phases.
 ///
 /// # Safety
 /// `cf` must be the configuration passed to postconfiguration.
@@ -44,21 +72,47 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
     let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(unsafe { &*cf }) else {
         return Status::NGX_ERROR.into();
     };
-    // SAFETY: the phase handler array is initialised by the core module.
-    let h = unsafe {
-        ngx_array_push(&mut cmcf.phases[ngx_http_phases_NGX_HTTP_PREACCESS_PHASE as usize].handlers)
+    let phases: [(
+        ngx_http_phases,
+        extern "C" fn(*mut ngx_http_request_t) -> ngx_int_t,
+    ); 2] = [
+        (ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, preaccess_handler),
+        (
+            ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE,
+            precontent_handler,
+        ),
+    ];
+    for (phase, handler) in phases {
+        if push_handler(cmcf, phase, handler).is_err() {
+            return Status::NGX_ERROR.into();
+        }
     }
-    .cast::<ngx_http_handler_pt>();
+    Status::NGX_OK.into()
+}
+
+/// Appends `handler` to `phase`'s handler array.
+fn push_handler(
+    cmcf: &mut ngx_http_core_main_conf_t,
+    phase: ngx_http_phases,
+    handler: extern "C" fn(*mut ngx_http_request_t) -> ngx_int_t,
+) -> Result<(), ()> {
+    // SAFETY: the phase handler arrays are initialised by the core module
+    // before any postconfiguration runs.
+    let h = unsafe { ngx_array_push(&mut cmcf.phases[phase as usize].handlers) }
+        .cast::<ngx_http_handler_pt>();
     if h.is_null() {
-        return Status::NGX_ERROR.into();
+        return Err(());
     }
     // SAFETY: h is a fresh slot in the handler array.
-    unsafe { *h = Some(preaccess_handler) };
-    Status::NGX_OK.into()
+    unsafe { *h = Some(handler) };
+    Ok(())
 }
 
 /// A limit made ready for the table: key hashed, limit evaluated.
 enum Judge {
+    /// The key is empty: the limit does not apply.
+    EmptyKey,
+    /// The limit variable is empty: the limit does not apply.
     Exempt,
     /// Invalid limit value in a fail=open zone.
     Skipped,
@@ -83,7 +137,7 @@ unsafe fn judge(
     // SAFETY: r is valid.
     let key = unsafe { eval_key(r, zone) }?;
     if key.is_empty() {
-        return Ok(Judge::Exempt);
+        return Ok(Judge::EmptyKey);
     }
     // SAFETY: r is valid.
     let (limit, invalid) = match unsafe { eval_limit(r, value) }? {
@@ -206,14 +260,21 @@ unsafe fn eval_limit(r: *mut ngx_http_request_t, value: LimitValue) -> Result<Li
 
 extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     // SAFETY: nginx calls phase handlers with a valid request.
-    unsafe { handle(r) }
+    unsafe { handle(r, Phase::Preaccess) }
 }
 
+extern "C" fn precontent_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
+    // SAFETY: nginx calls phase handlers with a valid request.
+    unsafe { handle(r, Phase::Postaccess) }
+}
+
+/// Decides the request if its location decides in `phase` and nothing has
+/// decided it yet.
+///
 /// # Safety
-/// `r` must be a valid request in the PREACCESS phase.
-unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
+/// `r` must be a valid request in the phase `phase` names.
+unsafe fn handle(r: *mut ngx_http_request_t, phase: Phase) -> ngx_int_t {
     let declined: ngx_int_t = Status::NGX_DECLINED.into();
-    let server_error = NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
 
     // SAFETY: r is valid; its loc_conf array holds our LocConf.
     let Some(lcf) = (unsafe { conf::loc_conf_raw(r) }) else {
@@ -222,12 +283,74 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     let Some(limits) = lcf.limits.as_deref().filter(|l| !l.is_empty()) else {
         return declined;
     };
+    if lcf.phase != phase.conf_value() {
+        if phase == Phase::Postaccess {
+            // SAFETY: r is valid and past its access checks.
+            unsafe { warn_on_late_keys(r, limits) };
+        }
+        return declined;
+    }
     // Counted once per main request: an internal redirect, error_page or
     // subrequest finds the decision already made.
     // SAFETY: r is valid.
     if unsafe { decision::find(r) }.is_some() {
         return declined;
     }
+    // SAFETY: r is valid.
+    if unsafe { main_decides_later(r) } {
+        return declined;
+    }
+    // An error_page redirect of a request not decided yet: in postaccess,
+    // a request that failed an access check (401, 403) is never counted,
+    // whatever page answers it.
+    // SAFETY: r is valid.
+    if phase == Phase::Postaccess && unsafe { (*r).error_page() } != 0 {
+        return declined;
+    }
+    // SAFETY: r is valid.
+    let log = unsafe { (*(*r).connection).log };
+    ngx_log_debug_mask!(
+        DebugMask::Http,
+        log,
+        "rate_limit_window: deciding in the {} phase",
+        if phase == Phase::Postaccess {
+            "postaccess (precontent)"
+        } else {
+            "preaccess"
+        }
+    );
+    // SAFETY: r is valid and in the phase its location decides in.
+    unsafe { decide(r, lcf, limits) }
+}
+
+/// A subrequest started before its main request has decided, while the
+/// main request's location decides in postaccess (an `auth_request`
+/// subrequest, made in the access phase): the main request decides later,
+/// so the subrequest must neither decide for it nor be counted.
+///
+/// # Safety
+/// `r` must be a valid request.
+unsafe fn main_decides_later(r: *mut ngx_http_request_t) -> bool {
+    // SAFETY: r and its main request are valid.
+    let main = unsafe { (*r).main };
+    if main == r {
+        return false;
+    }
+    // SAFETY: the main request is valid; its loc_conf holds our LocConf.
+    let Some(mcf) = (unsafe { conf::loc_conf_raw(main) }) else {
+        return false;
+    };
+    mcf.phase == PHASE_POSTACCESS && mcf.limits.as_ref().is_some_and(|l| !l.is_empty())
+}
+
+/// Makes and commits the decision for `r`: the location's limits, in order.
+///
+/// # Safety
+/// `r` must be a valid request not decided yet; `limits` are its location's.
+unsafe fn decide(r: *mut ngx_http_request_t, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
+    let declined: ngx_int_t = Status::NGX_DECLINED.into();
+    let server_error = NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+
     // The decision's record, allocated before anything is counted.
     // SAFETY: r is valid.
     let Some(mut pending) = (unsafe { decision::reserve(r, limits.len()) }) else {
@@ -253,6 +376,11 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
             return server_error;
         };
         let (hash, limit, invalid) = match j {
+            Judge::EmptyKey => {
+                pending.key_empty(n);
+                table.add(shard, Counter::Exempt, 1);
+                continue;
+            }
             Judge::Exempt => {
                 table.add(shard, Counter::Exempt, 1);
                 continue;
@@ -500,5 +628,98 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
              client's window); counts are kept and the newest window wins",
             zone.name_str()
         );
+    }
+}
+
+/// Never silent about a limit that is off: in a location that decides in
+/// preaccess, a key that was empty then (so the limit did not apply) but is
+/// set now, after the access checks, comes from authentication
+/// (`auth_request_set`, `$remote_user` from a later module...). One `warn`
+/// per zone and episode names the zone and the phase to use; the requests
+/// are counted as `exempt` in the metrics either way.
+///
+/// # Safety
+/// `r` must be a valid request in the PRECONTENT phase; `limits` are its
+/// location's.
+unsafe fn warn_on_late_keys(r: *mut ngx_http_request_t, limits: &[conf::Limit]) {
+    // Only the request decided in this very location: after an internal
+    // redirect the recorded keys belong to another location's limits.
+    // SAFETY: r is valid.
+    if unsafe { (*r).main != r || (*r).internal() != 0 } {
+        return;
+    }
+    // SAFETY: r is valid.
+    let Some(d) = (unsafe { decision::find(r) }) else {
+        return;
+    };
+    if d.empty_keys == 0 {
+        return;
+    }
+    // SAFETY: r is valid.
+    unsafe { warn_on_late_keys_slow(r, limits, d.empty_keys) };
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn warn_on_late_keys_slow(r: *mut ngx_http_request_t, limits: &[conf::Limit], empty: u64) {
+    let now = util::now_ms();
+    for (n, l) in limits.iter().enumerate().take(64) {
+        if empty & (1 << n) == 0 {
+            continue;
+        }
+        // SAFETY: zones live in the configuration pool for the cycle.
+        let zone = unsafe { &*l.zone };
+        let Some(table) = zone.table.as_ref() else {
+            continue;
+        };
+        // SAFETY: r is valid.
+        if !unsafe { key_set_now(r, zone) } {
+            continue;
+        }
+        if table.note_episode(Counter::Exempt, now, EPISODE_QUIET_MS) {
+            // SAFETY: r is valid.
+            let log = unsafe { (*(*r).connection).log };
+            ngx_log_error!(
+                NGX_LOG_WARN,
+                log,
+                "rate_limit_window_zone \"{}\": the key is empty in the preaccess phase, where \
+                 this location decides, and set only after the access checks (auth_request, \
+                 auth_basic...): these requests are not limited (counted as exempt); use \
+                 \"rate_limit_window_phase postaccess;\"",
+                zone.name_str()
+            );
+        }
+    }
+}
+
+/// Whether the zone's key evaluates to something now. A one-variable key
+/// is read as cached first (`auth_request_set` writes the request's value
+/// directly), then evaluated afresh (a `map` of it, cached empty in
+/// preaccess, would hide the authenticated value), and the request's cached
+/// value is put back.
+///
+/// # Safety
+/// `r` must be a valid request.
+unsafe fn key_set_now(r: *mut ngx_http_request_t, zone: &ZoneConf) -> bool {
+    // SAFETY: r is valid.
+    if unsafe { eval_key(r, zone) }.is_ok_and(|k| !k.is_empty()) {
+        return true;
+    }
+    let Some(index) = zone.key_index else {
+        return false;
+    };
+    // SAFETY: the index was obtained at configuration time, so it is within
+    // the request's variables array; the entry is restored before return.
+    unsafe {
+        let slot = (*r).variables.add(index);
+        let saved = *slot;
+        (*slot).set_valid(0);
+        (*slot).set_not_found(0);
+        let v = ngx_http_get_flushed_variable(r, index);
+        let set = v
+            .as_ref()
+            .is_some_and(|v| !util::variable_bytes(v).is_empty());
+        *slot = saved;
+        set
     }
 }

@@ -8,7 +8,7 @@
 //! |----------------|--------------------------------------------------------|
 //! | `conf.rs`      | directives, configuration structs, merge               |
 //! | `zone.rs`      | shared-memory zone init and reuse on reload            |
-//! | `handler.rs`   | the PREACCESS phase handler (the decision)             |
+//! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
 //! | `decision.rs`  | the per-request decision, kept across redirects        |
 //! | `filter.rs`    | the header filter (Retry-After, RateLimit-*)           |
 //! | `variables.rs` | `$rate_limit_window_status`, `$rate_limit_window_remaining` |

@@ -128,3 +128,64 @@ fn dry_run_logs_would_be_rejections() {
     assert_eq!(log.matches("rlw=REJECTED_DRY_RUN").count(), 5, "{log}");
     assert_eq!(log.matches("rlw=PASSED").count(), 120);
 }
+
+#[test]
+fn auth_gateway_limits_logins_by_ip_and_users_by_plan() {
+    use common::auth_server::{Account, AuthServer};
+    let up = Upstream::start();
+    let auth = AuthServer::start(&[
+        Account::new("tok-alice", "alice", "free"),
+        Account::new("tok-carol", "carol", "pro"),
+    ]);
+    let conf = example("auth-gateway.conf").replace("127.0.0.1:9001", &auth.addr());
+    let ng = Nginx::builder().upstream_of(&up).start(&conf);
+    clear_of_boundary(60_000, 20_000);
+    let bearer = |token: &str| format!("Bearer {token}");
+    // The login is limited by address, before any check.
+    let st = hammer(ng.port, "/login", &[], 8, 2);
+    assert_eq!(tally(&st).get(&200), Some(&5), "{:?}", tally(&st));
+    assert_eq!(tally(&st).get(&429), Some(&3), "{:?}", tally(&st));
+    // Failed authentication costs no one anything.
+    let bad = bearer("tok-guess");
+    let st = hammer(
+        ng.port,
+        "/api/x",
+        &[("Authorization", bad.as_bytes())],
+        20,
+        2,
+    );
+    assert_eq!(tally(&st).get(&401), Some(&20), "{:?}", tally(&st));
+    // A free user gets 60 a minute, whatever the address's login count.
+    let alice = bearer("tok-alice");
+    let st = hammer(
+        ng.port,
+        "/api/x",
+        &[("Authorization", alice.as_bytes())],
+        70,
+        2,
+    );
+    assert_eq!(tally(&st).get(&200), Some(&60), "{:?}", tally(&st));
+    assert_eq!(tally(&st).get(&429), Some(&10), "{:?}", tally(&st));
+    // A pro user, 600: the plan comes from the auth server's answer.
+    let carol = bearer("tok-carol");
+    let r = request(
+        ng.port,
+        "GET",
+        "/api/x",
+        &[("Authorization", carol.as_bytes())],
+    );
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert_eq!(r.header_num("RateLimit-Limit"), 600);
+    assert_eq!(auth.refused(), 20);
+    assert_eq!(up.received(), 5 + 60 + 1);
+    let m = get(ng.port, "/metrics").text();
+    assert_eq!(
+        prom_value(
+            &m,
+            "rate_limit_window_requests_total",
+            &[("zone", "per_user"), ("result", "exempt")]
+        ),
+        Some(0.0),
+        "{m}"
+    );
+}

@@ -6,6 +6,8 @@
 //! `RLW_NGINX` / `RLW_MODULE` point elsewhere.
 #![allow(dead_code)]
 
+pub mod auth_server;
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
