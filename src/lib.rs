@@ -14,6 +14,7 @@
 //! | `variables.rs` | `$rate_limit_window_status`, `$rate_limit_window_remaining` |
 //! | `metrics.rs`   | the `rate_limit_window_metrics` content handler        |
 //! | `sync.rs`      | cluster sync through Redis (`redis=` zones)            |
+//! | `redis_link.rs`| one Redis connection with bounded waits (sync thread)  |
 //! | `sweep.rs`     | the timer that clears long-idle slots (worker 0)       |
 //! | `util.rs`      | small helpers: time, numbers into pool memory, logging |
 
@@ -24,6 +25,7 @@ mod decision;
 mod filter;
 mod handler;
 mod metrics;
+mod redis_link;
 mod sweep;
 mod sync;
 mod util;
