@@ -66,7 +66,6 @@ mod atomic;
 pub mod cluster;
 pub mod parse;
 pub mod reference;
-mod scan;
 pub mod table;
 pub mod window;
 
