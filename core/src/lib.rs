@@ -67,7 +67,6 @@ pub mod cluster;
 pub mod delay;
 pub mod parse;
 pub mod reference;
-mod scan;
 pub mod strict;
 pub mod table;
 pub mod window;
