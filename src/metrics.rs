@@ -117,7 +117,7 @@ pub fn percent_decode(s: &[u8]) -> Vec<u8> {
 }
 
 /// Escapes a Prometheus label value.
-fn label(s: &str) -> String {
+pub(crate) fn label(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
@@ -318,6 +318,7 @@ fn exposition(zones: &[&ZoneConf], now: u64) -> String {
             );
         },
     );
+    crate::delay::exposition(&mut o, zones);
     o
 }
 

@@ -50,8 +50,9 @@ pub struct ZoneConf {
     pub table: Option<Table<'static>>,
 }
 
-/// `b"RLWZONE1"`: marks a zone header written by this module.
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE1");
+/// `b"RLWZONE2"`: marks a zone header written by this module (2: the
+/// `delay` counters were added).
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE2");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -90,6 +91,8 @@ pub struct ZoneHeader {
     pub sweep_next: AtomicU64,
     /// Stale slots whose counts the sweep cleared.
     pub swept: AtomicU64,
+    /// Requests held by `delay=` (see delay.rs).
+    pub delay: crate::delay::DelayStats,
 }
 
 impl ZoneConf {
@@ -323,6 +326,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
                     logged_down_ms: AtomicU64::new(0),
                     sweep_next: AtomicU64::new(0),
                     swept: AtomicU64::new(0),
+                    delay: Default::default(),
                 });
                 (*shpool).data = header.cast();
             }
