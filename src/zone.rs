@@ -50,8 +50,10 @@ pub struct ZoneConf {
     pub table: Option<Table<'static>>,
 }
 
-/// `b"RLWZONE1"`: marks a zone header written by this module.
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE1");
+/// Marks a zone header written by this module, and its layout: bump the
+/// digit whenever `ZoneHeader` changes (2: the sweep's `slots_used` count),
+/// so that a reload onto a zone of another layout is refused, not misread.
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE2");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -90,6 +92,12 @@ pub struct ZoneHeader {
     pub sweep_next: AtomicU64,
     /// Stale slots whose counts the sweep cleared.
     pub swept: AtomicU64,
+    /// The next slot the sweep's count of used slots visits, and what it
+    /// has counted so far in this pass (see `sweep::count_used`).
+    pub used_next: AtomicU64,
+    pub used_acc: AtomicU64,
+    /// Slots used, as of the sweep's last complete pass (`slots_used`).
+    pub slots_used: AtomicU64,
 }
 
 impl ZoneConf {
@@ -117,6 +125,18 @@ impl ZoneConf {
     /// Zone name for messages.
     pub fn name_str(&self) -> std::borrow::Cow<'_, str> {
         String::from_utf8_lossy(self.name.as_bytes())
+    }
+
+    /// The zone header, once the zone is initialised.
+    pub fn header(&self) -> Option<&ZoneHeader> {
+        // SAFETY: `header` is null or points at the header `init_zone` or
+        // `adopt` found in the zone, mapped for as long as this cycle.
+        unsafe { self.header.as_ref() }
+    }
+
+    /// The table and the header of an initialised zone.
+    pub fn live(&self) -> Option<(&Table<'static>, &ZoneHeader)> {
+        Some((self.table.as_ref()?, self.header()?))
     }
 }
 
@@ -323,6 +343,9 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
                     logged_down_ms: AtomicU64::new(0),
                     sweep_next: AtomicU64::new(0),
                     swept: AtomicU64::new(0),
+                    used_next: AtomicU64::new(0),
+                    used_acc: AtomicU64::new(0),
+                    slots_used: AtomicU64::new(0),
                 });
                 (*shpool).data = header.cast();
             }
