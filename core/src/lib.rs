@@ -67,6 +67,7 @@ pub mod cluster;
 pub mod parse;
 pub mod reference;
 mod scan;
+pub mod seed;
 pub mod table;
 pub mod window;
 
