@@ -58,6 +58,14 @@ pub struct MainConf {
 }
 
 impl MainConf {
+    /// Every zone, as references for the cycle (the one place the zone
+    /// pointers are dereferenced at run time).
+    pub fn zones(&self) -> impl Iterator<Item = &'static ZoneConf> + '_ {
+        // SAFETY: zone pointers come from the configuration pool and stay
+        // valid (and unchanged after configuration) for the cycle.
+        self.zones.iter().map(|&z| unsafe { &*z })
+    }
+
     /// Finds a zone by name.
     pub fn zone(&self, name: &[u8]) -> Option<*mut ZoneConf> {
         // SAFETY: zone pointers come from the configuration pool and stay
