@@ -75,7 +75,7 @@ where
         let mut attempts = 0;
         loop {
             attempts += 1;
-            if conn.as_ref().map_or(true, |c| c.closed) {
+            if conn.as_ref().is_none_or(|c| c.closed) {
                 *conn = Some(Conn::connect(port).expect("connect"));
             }
             match conn.as_mut().unwrap().request("GET", path, hdrs) {
@@ -115,7 +115,7 @@ where
 {
     let header = header.to_string();
     fan_out(total, connections, f, move |conn, i, path, hdrs| {
-        if conn.as_ref().map_or(true, |c| c.closed) {
+        if conn.as_ref().is_none_or(|c| c.closed) {
             *conn = Some(Conn::connect(port).expect("connect"));
         }
         let r = conn
@@ -195,7 +195,7 @@ pub fn load_until(
             let mut st = LoadStats::default();
             let mut conn: Option<(Conn, usize)> = None;
             while !stop.load(Ordering::SeqCst) {
-                if conn.as_ref().map_or(true, |(c, _)| c.closed) {
+                if conn.as_ref().is_none_or(|(c, _)| c.closed) {
                     match Conn::connect(port) {
                         Ok(c) => conn = Some((c, 0)),
                         Err(_) => {
