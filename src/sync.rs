@@ -39,10 +39,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rate_limit_window_core::cluster::{Ledger, Push};
+use rate_limit_window_core::cluster::{gateway_field, others_share, redis_key, Ledger, Push};
 use rate_limit_window_core::{Table, Window};
+use redis::Value;
 
-use crate::redis_link::{Link, LinkError, RedisTarget};
+use crate::redis_link::{Link, LinkError, LinkErrorKind, RedisTarget};
 use crate::zone::{ZoneConf, ZoneHeader};
 
 /// Largest number of keys per pipelined batch.
@@ -220,9 +221,9 @@ fn run(job: Job, stop: &AtomicBool) {
                     break;
                 }
             }
-            Err(_) => {
+            Err(e) => {
                 conn = None;
-                header.sync_errors.fetch_add(1, Ordering::Relaxed);
+                count_error(header, &e);
                 let _ = header.down_since_ms.compare_exchange(
                     0,
                     started.max(1),
@@ -239,6 +240,17 @@ fn run(job: Job, stop: &AtomicBool) {
     release_lease(header, me);
 }
 
+/// Counts a failed round, by kind.
+fn count_error(header: &ZoneHeader, e: &LinkError) {
+    header.sync_errors.fetch_add(1, Ordering::Relaxed);
+    let by_kind = match e.kind {
+        LinkErrorKind::Timeout => &header.sync_err_timeout,
+        LinkErrorKind::Connection => &header.sync_err_connection,
+        LinkErrorKind::Reply => &header.sync_err_reply,
+    };
+    by_kind.fetch_add(1, Ordering::Relaxed);
+}
+
 fn connect<'c>(
     conn: &'c mut Option<Link>,
     target: &RedisTarget,
@@ -250,7 +262,14 @@ fn connect<'c>(
     Ok(conn.as_mut().expect("connection was just set"))
 }
 
-/// One push/pull round for every client active in the current window.
+/// Longest one pipelined batch may wait for its replies (ms): also the
+/// longest a stop waits for a round in flight.
+const BATCH_MS: u64 = 1_000;
+
+/// One write/read round for every client active in the current window:
+/// per key, `HSET` of this gateway's own count (when it changed) with a
+/// `PEXPIRE` of two windows, and `HGETALL` for the other gateways' share.
+/// A key whose replies are errors is counted and left for the next round.
 fn round(
     conn: &mut Link,
     table: &Table<'static>,
@@ -261,21 +280,76 @@ fn round(
 ) -> Result<(), LinkError> {
     pushes.clear();
     ledger.plan(table, now, pushes);
+    // SAFETY: see `Job`.
+    let header = unsafe { &*job.header };
+    let me = gateway_field(header.gateway_id);
     let ttl_ms = job.window.ms() * 2;
-    let deadline = Instant::now() + Duration::from_millis(job.sync_ms.max(1_000));
+    let round_deadline = Instant::now() + Duration::from_millis(job.sync_ms.max(BATCH_MS));
     for batch in pushes.chunks(BATCH) {
         let mut pipe = redis::pipe();
         for p in batch {
-            let key = format!("rlw:{}:{}:{:014x}", job.name, p.window_index, p.fingerprint);
-            pipe.cmd("INCRBY").arg(&key).arg(p.delta);
-            pipe.cmd("PEXPIRE").arg(&key).arg(ttl_ms);
-        }
-        let replies = conn.exec(&pipe, deadline)?;
-        for (p, reply) in batch.iter().zip(replies.chunks(2)) {
-            if let redis::Value::Int(total) = reply[0] {
-                ledger.settle(table, p, total, now);
+            let key = redis_key(&job.name, p.window_index, p.fingerprint);
+            if p.write {
+                pipe.cmd("HSET").arg(&key).arg(&me).arg(p.own);
+                pipe.cmd("PEXPIRE").arg(&key).arg(ttl_ms);
             }
+            pipe.cmd("HGETALL").arg(&key);
         }
+        let deadline = round_deadline.min(Instant::now() + Duration::from_millis(BATCH_MS));
+        let replies = conn.exec(&pipe, deadline)?;
+        settle_batch(table, ledger, header, batch, replies, &me, now);
     }
     Ok(())
+}
+
+/// Settles each key of a batch whose replies are good; counts the others.
+fn settle_batch(
+    table: &Table<'static>,
+    ledger: &Ledger<'static>,
+    header: &ZoneHeader,
+    batch: &[Push],
+    replies: Vec<Value>,
+    me: &str,
+    now: u64,
+) {
+    let mut replies = replies.into_iter();
+    let (mut pushed, mut bad) = (0u64, 0u64);
+    for p in batch {
+        let wrote = !p.write
+            || [replies.next(), replies.next()]
+                .iter()
+                .all(|r| matches!(r, Some(Value::Int(_))));
+        match (wrote, replies.next().as_ref().and_then(fields)) {
+            (true, Some(f)) => {
+                pushed += u64::from(p.write);
+                let others = others_share(f.iter().map(|(k, v)| (*k, *v)), me);
+                ledger.settle(table, p, others, now);
+            }
+            _ => bad += 1,
+        }
+    }
+    header.sync_keys_pushed.fetch_add(pushed, Ordering::Relaxed);
+    header.sync_err_key.fetch_add(bad, Ordering::Relaxed);
+}
+
+fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b.as_slice()),
+        _ => None,
+    }
+}
+
+/// The `(field, value)` pairs of an `HGETALL` reply (RESP2 or RESP3).
+fn fields(v: &Value) -> Option<Vec<(&[u8], &[u8])>> {
+    match v {
+        Value::Array(items) => items
+            .chunks(2)
+            .map(|kv| Some((bytes(&kv[0])?, bytes(kv.get(1)?)?)))
+            .collect(),
+        Value::Map(pairs) => pairs
+            .iter()
+            .map(|(k, v)| Some((bytes(k)?, bytes(v)?)))
+            .collect(),
+        _ => None,
+    }
 }

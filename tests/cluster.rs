@@ -78,7 +78,8 @@ fn gateway(redis_port: u16, upstream: &Upstream, limit: u32) -> Nginx {
         .start(&conf)
 }
 
-/// Sum of the values of the keys matching `pattern`, read with redis-cli.
+/// Sum of every gateway's count in the hashes whose keys match `pattern`,
+/// read with redis-cli.
 fn redis_total(port: u16, pattern: &str) -> i64 {
     let cli = |args: &[&str]| {
         let out = Command::new("redis-cli")
@@ -93,10 +94,14 @@ fn redis_total(port: u16, pattern: &str) -> i64 {
         .lines()
         .filter(|k| !k.is_empty())
         .map(|k| {
-            cli(&["GET", k])
-                .trim()
-                .parse::<i64>()
-                .unwrap_or_else(|_| panic!("bad value for {k}"))
+            cli(&["HVALS", k])
+                .lines()
+                .map(|v| {
+                    v.trim()
+                        .parse::<i64>()
+                        .unwrap_or_else(|_| panic!("bad value {v:?} in a hash"))
+                })
+                .sum::<i64>()
         })
         .sum()
 }
@@ -159,6 +164,11 @@ fn two_gateways_share_one_limit() {
     );
     assert_eq!(ca, cb, "gateways disagree after sync: {ja} vs {jb}");
     assert_eq!(ca, f64::from(total), "{ja}");
+    assert_eq!(
+        redis_total(redis.port, "rlw:{c:*"),
+        i64::from(total),
+        "the store holds each gateway's admitted count once"
+    );
     assert!(metric(a.port, "rate_limit_window_sync_rounds_total") > 0.0);
     assert_eq!(metric(a.port, "rate_limit_window_sync_errors_total"), 0.0);
 }
@@ -250,7 +260,7 @@ fn sync_thread_stops_on_reload_and_quit() {
     // the cluster total is still the 3 admitted requests.
     sleep(Duration::from_millis(500));
     assert_eq!(
-        redis_total(redis.port, "rlw:c:*"),
+        redis_total(redis.port, "rlw:{c:*"),
         3,
         "cluster total after reloads"
     );
