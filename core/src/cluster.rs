@@ -103,6 +103,52 @@ pub fn others_share<'f>(fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>, 
         .fold(0i64, i64::saturating_add)
 }
 
+/// What a sync thread of generation `me` may do, from the ownership words
+/// of the zone (see [`claim`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// `me` owns the sync: run rounds.
+    Held,
+    /// The sync is free, or its owner is older and silent for too long:
+    /// take it with a compare-and-swap from `from` to `me`.
+    Take {
+        /// The owner to replace (0: nobody).
+        from: u64,
+    },
+    /// An older owner is alive: wait for it to step down.
+    Wait,
+    /// A newer generation owns or asks for the sync: step down (release it
+    /// if held) and stop for good.
+    Lost,
+}
+
+/// The ownership rule of a zone's sync. `owner` is the owning generation
+/// (0: nobody), `handover` the highest generation that asked for it,
+/// `beat_ms` the owner's last heartbeat (epoch ms), `me` the asking
+/// thread's generation, `timeout_ms` how long an owner may stay silent.
+///
+/// Generations only grow, and an owner is only ever replaced by a newer
+/// one: an older process, however late it wakes, can never take the sync
+/// back, and any thread older than the newest asker stops.
+pub fn claim(
+    owner: u64,
+    handover: u64,
+    beat_ms: u64,
+    me: u64,
+    now_ms: u64,
+    timeout_ms: u64,
+) -> Claim {
+    if handover > me || owner > me {
+        Claim::Lost
+    } else if owner == me {
+        Claim::Held
+    } else if owner == 0 || now_ms.saturating_sub(beat_ms) > timeout_ms {
+        Claim::Take { from: owner }
+    } else {
+        Claim::Wait
+    }
+}
+
 /// The per-slot sync ledger.
 pub struct Ledger<'a> {
     entries: &'a [Entry],
@@ -471,5 +517,27 @@ mod tests {
             (b"00000000000000dd".as_slice(), b"4".as_slice()),
         ];
         assert_eq!(others_share(f, &me), 7);
+    }
+
+    #[test]
+    fn ownership_only_moves_to_newer_generations() {
+        let t = 3_000;
+        // Free: the first asker takes it.
+        assert_eq!(claim(0, 1, 0, 1, 10, t), Claim::Take { from: 0 });
+        assert_eq!(claim(1, 1, 10, 1, 20, t), Claim::Held);
+        // A reload: generation 2 asks; the owner steps down, 2 waits.
+        assert_eq!(claim(1, 2, 10, 1, 20, t), Claim::Lost);
+        assert_eq!(claim(1, 2, 10, 2, 20, t), Claim::Wait);
+        assert_eq!(claim(0, 2, 10, 2, 30, t), Claim::Take { from: 0 });
+        // An owner that died is replaced after the timeout, by a newer one.
+        assert_eq!(claim(2, 3, 30, 3, 30 + t, t), Claim::Wait);
+        assert_eq!(claim(2, 3, 30, 3, 31 + t, t), Claim::Take { from: 2 });
+        // The old owner wakes after a long stall: it never takes it back,
+        // however stale the new owner's heartbeat looks.
+        assert_eq!(claim(3, 3, 40, 2, 40 + 10 * t, t), Claim::Lost);
+        assert_eq!(claim(0, 3, 40, 2, 50, t), Claim::Lost, "nor when free");
+        // Two reloads in a row: the middle generation gives way too.
+        assert_eq!(claim(0, 5, 0, 4, 60, t), Claim::Lost);
+        assert_eq!(claim(0, 5, 0, 5, 60, t), Claim::Take { from: 0 });
     }
 }
