@@ -29,7 +29,7 @@
 //! **Bounded waits.** Connects (name resolution included) and each batch's
 //! replies have deadlines (`redis_link.rs`), the whole round has one, and
 //! the stop flag and ownership are checked between batches: a stop (quit,
-//! reload) waits about 1 s at most. The threads block every signal.
+//! reload) waits about half a second at most. The threads block every signal.
 //!
 //! The thread touches only shared-memory atomics (through the core's table
 //! and the zone header) and its own socket: never an nginx API. When Redis
@@ -64,8 +64,9 @@ const BATCH: usize = 1000;
 /// Reconnect backoff bounds (ms).
 const BACKOFF_MIN_MS: u64 = 100;
 const BACKOFF_MAX_MS: u64 = 1_000;
-/// Longest a connect (name resolution included) may take (ms).
-const CONNECT_MS: u64 = 1_000;
+/// Longest a connect (name resolution included) may take (ms): also about
+/// the longest a stop waits for a connect in flight.
+const CONNECT_MS: u64 = 500;
 /// How often a waiting thread, or a napping owner, checks the stop flag
 /// and the ownership words, and the owner beats its heartbeat (ms).
 const POLL_MS: u64 = 50;
@@ -392,7 +393,9 @@ struct RoundCtx<'a> {
 
 /// Longest one pipelined batch may wait for its replies (ms): also about
 /// the longest a stop waits for a round in flight.
-const BATCH_MS: u64 = 1_000;
+const BATCH_MS: u64 = 500;
+/// Shortest whole-round deadline (ms); it is twice `sync=` when longer.
+const ROUND_MIN_MS: u64 = 2_000;
 
 /// One write/read round for every client active in the current window:
 /// per key, `HSET` of this gateway's own count (when it changed) with a
@@ -412,7 +415,7 @@ fn round(
     let header = ctx.owner.header;
     let me = gateway_field(header.gateway_id);
     let ttl_ms = ctx.job.window.ms() * 2;
-    let round_ms = (ctx.job.sync_ms * 2).max(2 * BATCH_MS);
+    let round_ms = (ctx.job.sync_ms * 2).max(ROUND_MIN_MS);
     let round_deadline = Instant::now() + Duration::from_millis(round_ms);
     for batch in pushes.chunks(BATCH) {
         if !ctx.owner.keep_on(ctx.stop) {
