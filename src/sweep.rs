@@ -59,12 +59,6 @@ pub fn start(cycle: &ngx_cycle_t, zones: &[*mut ZoneConf]) {
     }
 }
 
-/// The log of the timer event (the cycle's, set in `start`).
-fn ev_log(ev: *mut ngx_event_t) -> *mut nginx_sys::ngx_log_t {
-    // SAFETY: ev is EVENT, whose log `start` set to the cycle's log.
-    unsafe { (*ev).log }
-}
-
 /// Number of slots to sweep per tick in a table of `capacity` slots.
 fn chunk(capacity: usize) -> usize {
     capacity.div_ceil(PASS_TICKS).max(MIN_CHUNK)
@@ -90,7 +84,10 @@ extern "C" fn tick(ev: *mut ngx_event_t) {
             // SAFETY: the header is zone memory set by init_zone; the
             // cursor is an atomic, written only by the sweeping process.
             let header = unsafe { &*zone.header };
-            crate::sync::log_changes(ev_log(ev), zone, now);
+            // The running cycle's log: after a single-process reload the
+            // event's (the first cycle's) may be closed.
+            // SAFETY: ngx_cycle is this process's running cycle.
+            crate::sync::log_changes(unsafe { (*ngx_cycle).log }, zone, now);
             let start = header.sweep_next.load(Ordering::Relaxed) as usize;
             let (next, cleared) = table.sweep(now, start, chunk(table.capacity()));
             header.sweep_next.store(next as u64, Ordering::Relaxed);

@@ -67,10 +67,18 @@ fn gateway(redis_port: u16, upstream: &Upstream, limit: u32) -> Nginx {
 /// As `gateway`, with `/slow` proxied to `slow` (an upstream that answers
 /// late) when given.
 fn gateway_with(redis_port: u16, upstream: &Upstream, limit: u32, slow: Option<&str>) -> Nginx {
+    Nginx::builder()
+        .workers(2)
+        .upstream_of(upstream)
+        .start(&gateway_conf(redis_port, limit, slow))
+}
+
+/// The configuration of `gateway_with`.
+fn gateway_conf(redis_port: u16, limit: u32, slow: Option<&str>) -> String {
     let slow = slow
         .map(|a| format!("location = /slow {{ proxy_pass http://{a}; proxy_read_timeout 60s; }}"))
         .unwrap_or_default();
-    let conf = http_conf(&format!(
+    http_conf(&format!(
         r#"
         rate_limit_window_zone $http_x_key zone=c:1m window=1m redis=127.0.0.1:{redis_port} sync=100ms secret=cluster-test-secret-0123;
         server {{
@@ -82,11 +90,20 @@ fn gateway_with(redis_port: u16, upstream: &Upstream, limit: u32, slow: Option<&
             {slow}
             location = /metrics {{ rate_limit_window_metrics; }}
         }}"#
-    ));
-    Nginx::builder()
-        .workers(2)
-        .upstream_of(upstream)
-        .start(&conf)
+    ))
+}
+
+/// Thread ids of process `pid` whose name starts with `prefix`.
+fn threads_named(pid: i32, prefix: &str) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return vec![];
+    };
+    dir.flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
+        })
+        .map(|t| t.file_name().to_string_lossy().into_owned())
+        .collect()
 }
 
 /// redis-cli against `port`, stdout.
@@ -530,4 +547,54 @@ fn a_redis_zone_needs_a_long_secret() {
         "rate_limit_window_zone $http_x_key zone=c:1m redis=127.0.0.1:6379 secret=0123456789abcdef;",
     ));
     assert!(ok, "{out}");
+}
+
+#[test]
+fn single_process_reloads_replace_the_sync_thread() {
+    clear_of_boundary(60_000, 20_000);
+    let redis = RedisServer::start();
+    let up = Upstream::start();
+    // No workers: the single process runs the sync itself, and a reload
+    // loads the new configuration in that same process. (nginx itself
+    // serves HTTP unreliably after a reload in this mode, so the test
+    // watches the process's threads and Redis, not HTTP.)
+    let conf =
+        gateway_conf(redis.port, 5, None).replace("master_process on;", "master_process off;");
+    let a = Nginx::builder().workers(0).upstream_of(&up).start(&conf);
+    let pid = a.master_pid();
+    assert_eq!(send(a.port, "r", 3), 3);
+    assert!(wait_for(Duration::from_secs(5), || hash_total(redis.port) == 3));
+    for _ in 0..3 {
+        let before = threads_named(pid, "rlw-sync");
+        assert_eq!(before.len(), 1, "{before:?}");
+        sighup(&a);
+        // The old thread is joined before its configuration is freed, and
+        // one new thread syncs the new configuration.
+        assert!(
+            wait_for(Duration::from_secs(5), || {
+                let now = threads_named(pid, "rlw-sync");
+                now.len() == 1 && now != before
+            }),
+            "sync threads after the reload: {:?}",
+            threads_named(pid, "rlw-sync")
+        );
+    }
+    sleep(Duration::from_millis(500));
+    assert_eq!(hash_total(redis.port), 3, "nothing written twice");
+    let k = keys(redis.port, "rlw:{c:*");
+    assert_eq!(
+        cli(redis.port, &["HLEN", &k[0]]).trim(),
+        "1",
+        "one gateway id"
+    );
+    let t = Instant::now();
+    // SAFETY: a signal to the process this test started.
+    unsafe { libc::kill(pid, libc::SIGQUIT) };
+    assert!(wait_for(Duration::from_secs(10), || pid_gone(pid)));
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "quit took {:?}",
+        t.elapsed()
+    );
+    drop(a);
 }
