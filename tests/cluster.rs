@@ -598,3 +598,22 @@ fn single_process_reloads_replace_the_sync_thread() {
     );
     drop(a);
 }
+
+#[test]
+fn three_gateways_round_robin_at_three_times_the_limit() {
+    let redis = RedisServer::start();
+    let up = Upstream::start();
+    let gws: Vec<Nginx> = (0..3).map(|_| gateway(redis.port, &up, 60)).collect();
+    clear_of_boundary(60_000, 12_000);
+    // One client at 20 requests/s, round-robin: 180 requests, 3x the limit.
+    let mut admitted = [0i64; 3];
+    for i in 0..180 {
+        admitted[i % 3] += send(gws[i % 3].port, "rr", 1);
+        sleep(Duration::from_millis(50));
+    }
+    let total: i64 = admitted.iter().sum();
+    eprintln!("3 gateways, limit 60, 180 requests round-robin: admitted {total} {admitted:?}");
+    // The bound: 3 gateways x 20 requests/s x (100 ms + a round trip) = 6.
+    assert!((60..=66).contains(&total), "admitted {total} for limit 60");
+    assert!(wait_for(Duration::from_secs(3), || hash_total(redis.port) == total));
+}
