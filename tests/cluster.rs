@@ -279,6 +279,15 @@ fn redis_outage_keeps_serving_and_is_visible() {
         );
         sleep(Duration::from_millis(100));
     }
+    // The new Redis started empty: both gateways wrote their counts again,
+    // and it holds every admitted request once.
+    assert!(
+        wait_for(Duration::from_secs(5), || hash_total(redis_port)
+            == up.received() as i64),
+        "Redis holds {} of {} admitted",
+        hash_total(redis_port),
+        up.received()
+    );
 }
 
 #[test]
