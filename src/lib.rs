@@ -10,6 +10,7 @@
 //! | `zone.rs`      | shared-memory zone init and reuse on reload            |
 //! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
 //! | `decision.rs`  | the per-request decision, kept across redirects        |
+//! | `delay.rs`     | `delay=`: holding a request on a timer, then again     |
 //! | `filter.rs`    | the header filter (Retry-After, RateLimit-*)           |
 //! | `variables.rs` | `$rate_limit_window_status`, `$rate_limit_window_remaining` |
 //! | `metrics.rs`   | the `rate_limit_window_metrics` content handler        |
@@ -22,6 +23,7 @@
 
 mod conf;
 mod decision;
+mod delay;
 mod filter;
 mod handler;
 mod metrics;
@@ -53,7 +55,10 @@ impl HttpModule for Module {
     }
 
     unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-        variables::register(cf)
+        if variables::register(cf) != Status::NGX_OK.into() {
+            return Status::NGX_ERROR.into();
+        }
+        delay::register_variable(cf)
     }
 
     unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
