@@ -13,6 +13,7 @@
 #![allow(dead_code)]
 
 pub mod auth_server;
+pub mod fault_proxy;
 mod clock;
 mod conf;
 mod http;
