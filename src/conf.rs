@@ -26,7 +26,6 @@ use rate_limit_window_core::parse::{
     escape, parse_limit_params, parse_zone_params, single_variable, LimitSpec,
 };
 
-use crate::util::pool_str;
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -390,7 +389,7 @@ extern "C" fn set_zone(
         Err(e) => return emerg(cf, &e),
     };
     // SAFETY: cf->pool is the configuration pool.
-    let Some(name) = (unsafe { pool_str((*cf).pool, &params.name) }) else {
+    let Some(name) = (unsafe { ngx_str_t::from_bytes((*cf).pool, &params.name) }) else {
         return NGX_CONF_ERROR;
     };
 
@@ -481,7 +480,7 @@ extern "C" fn set_limit(
         LimitSpec::Variable(text) => {
             let cv = pool.calloc_type::<ngx_http_complex_value_t>();
             // SAFETY: cf->pool is valid.
-            let Some(s) = (unsafe { pool_str((*cf).pool, text) }) else {
+            let Some(s) = (unsafe { ngx_str_t::from_bytes((*cf).pool, text) }) else {
                 return NGX_CONF_ERROR;
             };
             // SAFETY: cv was just allocated from the configuration pool.
@@ -492,7 +491,7 @@ extern "C" fn set_limit(
         }
     };
     // SAFETY: cf->pool is valid.
-    let Some(zone_name) = (unsafe { pool_str((*cf).pool, &params.zone) }) else {
+    let Some(zone_name) = (unsafe { ngx_str_t::from_bytes((*cf).pool, &params.zone) }) else {
         return NGX_CONF_ERROR;
     };
     // SAFETY: cf is a valid http configuration context.

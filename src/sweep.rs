@@ -82,18 +82,8 @@ extern "C" fn tick(ev: *mut ngx_event_t) {
     // http main conf exists since `start` was called with its zones.
     if let Some(mcf) = Module::main_conf(unsafe { &*ngx_cycle }) {
         let now = util::now_ms();
-        for &z in &mcf.zones {
-            // SAFETY: zones live in the configuration pool of the cycle.
-            let zone = unsafe { &*z };
-            let Some(table) = zone.table.as_ref() else {
-                continue;
-            };
-            if zone.header.is_null() {
-                continue;
-            }
-            // SAFETY: the header is zone memory set by init_zone; the
-            // cursor is an atomic, written only by the sweeping process.
-            let header = unsafe { &*zone.header };
+        for (table, header) in mcf.zones().filter_map(ZoneConf::live) {
+            // The cursor is an atomic, written only by the sweeping process.
             let start = header.sweep_next.load(Ordering::Relaxed) as usize;
             let (next, cleared) = table.sweep(now, start, chunk(table.capacity()));
             header.sweep_next.store(next as u64, Ordering::Relaxed);
