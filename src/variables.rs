@@ -46,7 +46,7 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
 }
 
 /// Sets `v` to `bytes` copied into the request pool.
-fn set(r: &Request, v: &mut ngx_http_variable_value_t, bytes: &[u8]) -> ngx_int_t {
+pub fn set(r: &Request, v: &mut ngx_http_variable_value_t, bytes: &[u8]) -> ngx_int_t {
     // SAFETY: the request's pool is valid for the request's lifetime.
     let Some(s) = (unsafe { ngx_str_t::from_bytes(r.as_ref().pool, bytes) }) else {
         return Status::NGX_ERROR.into();
@@ -63,7 +63,7 @@ fn set(r: &Request, v: &mut ngx_http_variable_value_t, bytes: &[u8]) -> ngx_int_
 ///
 /// # Safety
 /// `r` and `v` must be what nginx passes to a variable's get handler.
-unsafe fn args<'a>(
+pub unsafe fn args<'a>(
     r: *mut ngx_http_request_t,
     v: *mut ngx_http_variable_value_t,
 ) -> (&'a mut Request, &'a mut ngx_http_variable_value_t) {

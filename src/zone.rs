@@ -54,9 +54,10 @@ pub struct ZoneConf {
 }
 
 /// Marks a zone header written by this module, and its layout: bump the
-/// digit whenever `ZoneHeader` changes (2: the sweep's `slots_used` count),
-/// so that a reload onto a zone of another layout is refused, not misread.
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE2");
+/// digit whenever `ZoneHeader` changes (3: the sweep's `slots_used` count
+/// and the `delay` counters), so that a reload onto a zone of another
+/// layout is refused, not misread.
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE3");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -95,6 +96,8 @@ pub struct ZoneHeader {
     pub sweep_next: AtomicU64,
     /// Stale slots whose counts the sweep cleared.
     pub swept: AtomicU64,
+    /// Requests held by `delay=` (see delay.rs).
+    pub delay: crate::delay::DelayStats,
     /// The next slot the sweep's count of used slots visits, and what it
     /// has counted so far in this pass (see `sweep::count_used`).
     pub used_next: AtomicU64,
@@ -415,6 +418,7 @@ impl ZoneHeader {
             logged_down_ms: zero(),
             sweep_next: zero(),
             swept: zero(),
+            delay: Default::default(),
             used_next: zero(),
             used_acc: zero(),
             slots_used: zero(),

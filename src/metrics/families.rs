@@ -46,6 +46,8 @@ enum Samples {
     One(Read),
     /// One sample per value of one more label.
     By(&'static str, &'static [(&'static str, Read)]),
+    /// A summary without quantiles: `NAME_sum` and `NAME_count`.
+    SumCount(Read, Read),
 }
 
 struct Family {
@@ -186,6 +188,35 @@ const FAMILIES: &[Family] = &[
         "Window length of the zone in seconds.",
         Samples::One(|l| Value::Float(l.zone.window.ms() as f64 / 1000.0)),
     ),
+    family(
+        "rate_limit_window_delayed_total",
+        "counter",
+        "Requests held by delay=, by how the hold ended.",
+        Samples::By(
+            "result",
+            &[
+                ("admitted", |l| atomic(&l.header.delay.admitted)),
+                ("rejected", |l| atomic(&l.header.delay.rejected)),
+                ("abandoned", |l| atomic(&l.header.delay.abandoned)),
+                ("dry_run", |l| atomic(&l.header.delay.dry_run)),
+            ],
+        ),
+    ),
+    family(
+        "rate_limit_window_delay_seconds",
+        "summary",
+        "Time held requests waited before they were admitted.",
+        Samples::SumCount(
+            |l| Value::Float(l.header.delay.wait_ms.load(Ordering::Relaxed) as f64 / 1000.0),
+            |l| atomic(&l.header.delay.admitted),
+        ),
+    ),
+    family(
+        "rate_limit_window_delay_held",
+        "gauge",
+        "Requests held by delay= now, by every worker.",
+        Samples::One(|l| atomic(&l.header.delay.held)),
+    ),
 ];
 
 /// The Prometheus text exposition (format 0.0.4) of every initialised zone.
@@ -203,6 +234,10 @@ pub fn exposition(zones: &[Live]) -> String {
             match &f.samples {
                 Samples::One(read) => {
                     let _ = writeln!(o, "{}{{zone=\"{zone}\"}} {}", f.name, read(l));
+                }
+                Samples::SumCount(sum, count) => {
+                    let _ = writeln!(o, "{}_sum{{zone=\"{zone}\"}} {}", f.name, sum(l));
+                    let _ = writeln!(o, "{}_count{{zone=\"{zone}\"}} {}", f.name, count(l));
                 }
                 Samples::By(label, values) => {
                     for (v, read) in *values {
