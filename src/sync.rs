@@ -243,7 +243,7 @@ fn connect<'c>(
     conn: &'c mut Option<Link>,
     target: &RedisTarget,
 ) -> Result<&'c mut Link, LinkError> {
-    if conn.as_ref().map_or(true, Link::is_broken) {
+    if conn.as_ref().is_none_or(Link::is_broken) {
         let deadline = Instant::now() + Duration::from_millis(CONNECT_MS);
         *conn = Some(Link::open(target, deadline)?);
     }

@@ -86,7 +86,7 @@ impl<'a> Ledger<'a> {
     /// `region` must be 8-byte aligned, valid for `len` bytes for `'a`,
     /// and used only as a ledger (possibly by other processes).
     pub unsafe fn over(region: *mut u8, len: usize, capacity: usize) -> Option<Ledger<'a>> {
-        if (region as usize) % 8 != 0 || len < Self::bytes_for(capacity) {
+        if !(region as usize).is_multiple_of(8) || len < Self::bytes_for(capacity) {
             return None;
         }
         // SAFETY: the caller guarantees `len` valid, aligned bytes; Entry is

@@ -207,7 +207,7 @@ impl Table<'_> {
             let i = m.hit.rotate_right(home).trailing_zeros() as usize;
             if i < empty.trailing_zeros() as usize {
                 let order = i * CHOICES + j;
-                if hit.as_ref().map_or(true, |(o, _)| order < *o) {
+                if hit.as_ref().is_none_or(|(o, _)| order < *o) {
                     let at = p.at(j, i);
                     let (slot, value) = (p.base[j] + at, values[at]);
                     hit = Some((order, Found::Key { slot, value }));
@@ -270,7 +270,7 @@ impl Table<'_> {
                 // every other delta d onto d + ahead, keeping the order.
                 let age =
                     (((d + ahead) & IDX_MASK) << 8) | u64::from(u8::MAX - (value >> 64) as u8);
-                if victim.map_or(true, |(a, _)| age > a) {
+                if victim.is_none_or(|(a, _)| age > a) {
                     let slot = p.base[j] + at;
                     victim = Some((age, Candidate { slot, value }));
                 }
@@ -335,7 +335,7 @@ fn fewest_live(
     for j in 0..p.groups {
         if let Some((cand, used)) = free[j] {
             let rank = live[j] + usize::from(cand.slot != p.slot(j, 0));
-            if best.map_or(true, |(l, _, _)| rank < l) {
+            if best.is_none_or(|(l, _, _)| rank < l) {
                 best = Some((rank, cand, used));
             }
         }
