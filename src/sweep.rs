@@ -48,8 +48,8 @@ pub const SCAN_AT_SCRAPE: usize = 65_536;
 const COUNT_CHUNK: usize = 1 << 20;
 
 /// The timer event of this process (only worker 0 arms it).
-// SAFETY (of the zeroed value): an all-zero ngx_event_t is an idle event,
-// which is how nginx allocates its own (ngx_pcalloc).
+// SAFETY: an all-zero ngx_event_t is an idle event, which is how nginx
+// allocates its own (ngx_pcalloc).
 static mut EVENT: ngx_event_t = unsafe { core::mem::zeroed() };
 
 /// Arms the sweep timer, if any zone is configured. Called from
