@@ -421,23 +421,9 @@ extern "C" fn set_zone(
         return emerg(cf, &format!("duplicate zone \"{}\"", escape(&params.name)));
     }
 
-    // SAFETY: the complex value lives inside the pool-allocated ZoneConf.
-    if unsafe { compile_complex(cf, &key, &mut zone.key) }.is_err() {
+    // SAFETY: cf is the directive's valid configuration context.
+    if unsafe { compile_key(cf, zone, key) }.is_err() {
         return NGX_CONF_ERROR;
-    }
-    zone.key_src = key;
-    if let Some(var) = single_variable(key.as_bytes()) {
-        let mut var = ngx_str_t {
-            len: var.len(),
-            data: var.as_ptr().cast_mut(),
-        };
-        // SAFETY: cf is valid; nginx copies the name (lowercased) into its
-        // own pool, and the complex value above already registered it.
-        let index = unsafe { ngx_http_get_variable_index(cf, &mut var) };
-        match ngx_uint_t::try_from(index) {
-            Ok(i) => zone.key_index = Some(i),
-            Err(_) => return NGX_CONF_ERROR,
-        }
     }
     zone.window = params.window;
     zone.fail = params.fail;
@@ -465,6 +451,28 @@ extern "C" fn set_zone(
     }
     zone.shm_zone = shm;
     NGX_CONF_OK
+}
+
+/// Compiles the zone's key, and notes its variable's index when the key
+/// is exactly one variable (read directly on the request path).
+///
+/// # Safety
+/// `cf` must be the configuration context of the directive being parsed.
+unsafe fn compile_key(cf: *mut ngx_conf_t, zone: &mut ZoneConf, key: ngx_str_t) -> Result<(), ()> {
+    // SAFETY: the complex value lives inside the pool-allocated ZoneConf.
+    unsafe { compile_complex(cf, &key, &mut zone.key) }?;
+    zone.key_src = key;
+    if let Some(var) = single_variable(key.as_bytes()) {
+        let mut var = ngx_str_t {
+            len: var.len(),
+            data: var.as_ptr().cast_mut(),
+        };
+        // SAFETY: cf is valid; nginx copies the name (lowercased) into its
+        // own pool, and the complex value above already registered it.
+        let index = unsafe { ngx_http_get_variable_index(cf, &mut var) };
+        zone.key_index = Some(ngx_uint_t::try_from(index).map_err(|_| ())?);
+    }
+    Ok(())
 }
 
 /// `rate_limit_window zone=NAME limit=NUMBER|$variable [delay=TIME]
