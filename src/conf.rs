@@ -94,6 +94,15 @@ pub struct Limit {
     pub delay_ms: u64,
 }
 
+impl Limit {
+    /// The limit's zone, for the cycle.
+    pub fn zone(&self) -> &'static ZoneConf {
+        // SAFETY: `zone` comes from the configuration pool (zone_by_name)
+        // and stays valid, unchanged after configuration, for the cycle.
+        unsafe { &*self.zone }
+    }
+}
+
 /// Location configuration. `repr(C)` because nginx's stock slot setters
 /// write the first four fields and `phase` by offset.
 #[repr(C)]
@@ -576,13 +585,4 @@ pub unsafe fn init_main_conf(cf: *mut ngx_conf_t, conf: *mut c_void) -> *mut c_c
         }
     }
     NGX_CONF_OK
-}
-
-/// This module's location configuration for a request.
-///
-/// # Safety
-/// `r` must be a valid request.
-pub unsafe fn loc_conf_raw(r: *mut nginx_sys::ngx_http_request_t) -> Option<&'static LocConf> {
-    // SAFETY: r is valid; loc_conf holds every HTTP module's configuration.
-    Module::location_conf(unsafe { &*r })
 }

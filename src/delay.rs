@@ -37,6 +37,7 @@ use nginx_sys::{
     NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_VAR_NOCACHEABLE, NGX_LOG_DEBUG,
 };
 use ngx::core::Status;
+use ngx::http::Request;
 use ngx::{ngx_log_debug_mask, ngx_log_error, ngx_string};
 use rate_limit_window_core::delay::{plan, LimitWait, Plan, DEFAULT_MAX_HELD};
 use rate_limit_window_core::{Counts, Outcome};
@@ -220,9 +221,9 @@ unsafe fn waits(r: *mut ngx_http_request_t, rej: &Rejection) -> Vec<LimitWait> {
         let Some(table) = zone.table.as_ref() else {
             continue;
         };
-        // SAFETY: r is valid.
-        let Ok(Judge::Limit { hash, limit, .. }) = (unsafe { judge(r, zone, table, l.value) })
-        else {
+        // SAFETY: r is valid and shares the representation of `Request`.
+        let req = unsafe { Request::from_ngx_http_request(r) };
+        let Ok(Judge::Limit { hash, limit, .. }) = judge(req, zone, table, l.value) else {
             continue;
         };
         let snap = table.peek(hash, rej.now);
@@ -518,12 +519,13 @@ unsafe extern "C" fn get_delay(
     _: usize,
 ) -> ngx_int_t {
     // SAFETY: nginx passes a valid request.
-    let text = match unsafe { (decision::find(r), find(r)) } {
-        (None, _) => String::new(),
-        (Some(_), None) => "0".into(),
-        (Some(_), Some(h)) => h.waited_ms.to_string(),
-    };
+    let hold = unsafe { find(r) }.map(|h| h.waited_ms);
     // SAFETY: called by nginx as a get handler.
     let (r, v) = unsafe { crate::variables::args(r, v) };
+    let text = match (decision::find(r), hold) {
+        (None, _) => String::new(),
+        (Some(_), None) => "0".into(),
+        (Some(_), Some(ms)) => ms.to_string(),
+    };
     crate::variables::set(r, v, text.as_bytes())
 }

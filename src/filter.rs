@@ -46,8 +46,7 @@ fn add_headers(r: &mut Request) {
     if !r.is_main() {
         return;
     }
-    // SAFETY: the request is valid.
-    let Some(d) = (unsafe { decision::find(r.into()) }) else {
+    let Some(d) = decision::find(r) else {
         return;
     };
     if d.verdict == Verdict::Exempt {
@@ -69,8 +68,7 @@ fn add_ietf(r: &mut Request, d: &Decision) {
     let mut policy = String::with_capacity(64);
     let mut buf = String::with_capacity(64);
     for (i, a) in d.applied().iter().enumerate() {
-        // SAFETY: zones live as long as the cycle.
-        let zone = unsafe { &*a.zone };
+        let zone = a.zone;
         let sep = if i == 0 { "" } else { ", " };
         let name = zone.name;
         let _ = write!(

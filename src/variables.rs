@@ -79,8 +79,7 @@ unsafe extern "C" fn get_status(
 ) -> ngx_int_t {
     // SAFETY: called by nginx as a get handler.
     let (r, v) = unsafe { args(r, v) };
-    // SAFETY: the request is valid.
-    let d = unsafe { decision::find(r.into()) };
+    let d = decision::find(r);
     set(r, v, d.map_or(b"", |d| d.verdict.as_str().as_bytes()))
 }
 
@@ -91,8 +90,7 @@ unsafe extern "C" fn get_remaining(
 ) -> ngx_int_t {
     // SAFETY: called by nginx as a get handler.
     let (r, v) = unsafe { args(r, v) };
-    // SAFETY: the request is valid.
-    let d = unsafe { decision::find(r.into()) };
+    let d = decision::find(r);
     let remaining = d.and_then(|d| d.tightest().map(|a| a.remaining.to_string()));
     set(r, v, remaining.as_deref().unwrap_or("").as_bytes())
 }
