@@ -28,7 +28,6 @@ use rate_limit_window_core::parse::{
     escape, parse_limit_params, parse_zone_params, single_variable, LimitSpec,
 };
 
-use crate::util::pool_str;
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -94,6 +93,15 @@ pub struct Limit {
     pub value: LimitValue,
     /// `delay=`: longest hold of a request this limit rejects (ms).
     pub delay_ms: u64,
+}
+
+impl Limit {
+    /// The limit's zone, for the cycle.
+    pub fn zone(&self) -> &'static ZoneConf {
+        // SAFETY: `zone` comes from the configuration pool (zone_by_name)
+        // and stays valid, unchanged after configuration, for the cycle.
+        unsafe { &*self.zone }
+    }
 }
 
 /// Location configuration. `repr(C)` because nginx's stock slot setters
@@ -401,7 +409,7 @@ extern "C" fn set_zone(
         return emerg(cf, &e);
     }
     // SAFETY: cf->pool is the configuration pool.
-    let Some(name) = (unsafe { pool_str((*cf).pool, &params.name) }) else {
+    let Some(name) = (unsafe { ngx_str_t::from_bytes((*cf).pool, &params.name) }) else {
         return NGX_CONF_ERROR;
     };
 
@@ -426,23 +434,9 @@ extern "C" fn set_zone(
         return emerg(cf, &format!("duplicate zone \"{}\"", escape(&params.name)));
     }
 
-    // SAFETY: the complex value lives inside the pool-allocated ZoneConf.
-    if unsafe { compile_complex(cf, &key, &mut zone.key) }.is_err() {
+    // SAFETY: cf is the directive's valid configuration context.
+    if unsafe { compile_key(cf, zone, key) }.is_err() {
         return NGX_CONF_ERROR;
-    }
-    zone.key_src = key;
-    if let Some(var) = single_variable(key.as_bytes()) {
-        let mut var = ngx_str_t {
-            len: var.len(),
-            data: var.as_ptr().cast_mut(),
-        };
-        // SAFETY: cf is valid; nginx copies the name (lowercased) into its
-        // own pool, and the complex value above already registered it.
-        let index = unsafe { ngx_http_get_variable_index(cf, &mut var) };
-        match ngx_uint_t::try_from(index) {
-            Ok(i) => zone.key_index = Some(i),
-            Err(_) => return NGX_CONF_ERROR,
-        }
     }
     zone.window = params.window;
     zone.fail = params.fail;
@@ -470,6 +464,28 @@ extern "C" fn set_zone(
     }
     zone.shm_zone = shm;
     NGX_CONF_OK
+}
+
+/// Compiles the zone's key, and notes its variable's index when the key
+/// is exactly one variable (read directly on the request path).
+///
+/// # Safety
+/// `cf` must be the configuration context of the directive being parsed.
+unsafe fn compile_key(cf: *mut ngx_conf_t, zone: &mut ZoneConf, key: ngx_str_t) -> Result<(), ()> {
+    // SAFETY: the complex value lives inside the pool-allocated ZoneConf.
+    unsafe { compile_complex(cf, &key, &mut zone.key) }?;
+    zone.key_src = key;
+    if let Some(var) = single_variable(key.as_bytes()) {
+        let mut var = ngx_str_t {
+            len: var.len(),
+            data: var.as_ptr().cast_mut(),
+        };
+        // SAFETY: cf is valid; nginx copies the name (lowercased) into its
+        // own pool, and the complex value above already registered it.
+        let index = unsafe { ngx_http_get_variable_index(cf, &mut var) };
+        zone.key_index = Some(ngx_uint_t::try_from(index).map_err(|_| ())?);
+    }
+    Ok(())
 }
 
 /// `rate_limit_window zone=NAME limit=NUMBER|$variable [delay=TIME]
@@ -503,7 +519,7 @@ extern "C" fn set_limit(
         LimitSpec::Variable(text) => {
             let cv = pool.calloc_type::<ngx_http_complex_value_t>();
             // SAFETY: cf->pool is valid.
-            let Some(s) = (unsafe { pool_str((*cf).pool, text) }) else {
+            let Some(s) = (unsafe { ngx_str_t::from_bytes((*cf).pool, text) }) else {
                 return NGX_CONF_ERROR;
             };
             // SAFETY: cv was just allocated from the configuration pool.
@@ -514,7 +530,7 @@ extern "C" fn set_limit(
         }
     };
     // SAFETY: cf->pool is valid.
-    let Some(zone_name) = (unsafe { pool_str((*cf).pool, &params.zone) }) else {
+    let Some(zone_name) = (unsafe { ngx_str_t::from_bytes((*cf).pool, &params.zone) }) else {
         return NGX_CONF_ERROR;
     };
     // SAFETY: cf is a valid http configuration context.
@@ -573,13 +589,4 @@ pub unsafe fn init_main_conf(cf: *mut ngx_conf_t, conf: *mut c_void) -> *mut c_c
         }
     }
     NGX_CONF_OK
-}
-
-/// This module's location configuration for a request.
-///
-/// # Safety
-/// `r` must be a valid request.
-pub unsafe fn loc_conf_raw(r: *mut nginx_sys::ngx_http_request_t) -> Option<&'static LocConf> {
-    // SAFETY: r is valid; loc_conf holds every HTTP module's configuration.
-    Module::location_conf(unsafe { &*r })
 }

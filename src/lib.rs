@@ -55,14 +55,17 @@ impl HttpModule for Module {
     }
 
     unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-        if variables::register(cf) != Status::NGX_OK.into() {
+        // SAFETY: cf is the configuration nginx passes to preconfiguration.
+        if unsafe { variables::register(cf) } != Status::NGX_OK.into() {
             return Status::NGX_ERROR.into();
         }
-        delay::register_variable(cf)
+        // SAFETY: as above.
+        unsafe { delay::register_variable(cf) }
     }
 
     unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-        if handler::register(cf) != Status::NGX_OK.into() {
+        // SAFETY: cf is the configuration nginx passes to postconfiguration.
+        if unsafe { handler::register(cf) } != Status::NGX_OK.into() {
             return Status::NGX_ERROR.into();
         }
         filter::register();
@@ -76,7 +79,9 @@ impl HttpModule for Module {
     where
         Self: HttpModuleMainConf,
     {
-        conf::init_main_conf(cf, conf)
+        // SAFETY: nginx passes the http{} configuration and this module's
+        // MainConf, which create_main_conf allocated.
+        unsafe { conf::init_main_conf(cf, conf) }
     }
 }
 

@@ -10,10 +10,10 @@ use nginx_sys::{
     ngx_str_t, ngx_uint_t, NGX_HTTP_VAR_NOCACHEABLE,
 };
 use ngx::core::Status;
+use ngx::http::Request;
 use ngx::ngx_string;
 
 use crate::decision;
-use crate::util::pool_str;
 
 type Getter = unsafe extern "C" fn(
     *mut ngx_http_request_t,
@@ -46,35 +46,31 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
     Status::NGX_OK.into()
 }
 
-/// Sets `v` to `bytes` copied into the request pool, or to "not found".
+/// Sets `v` to `bytes` copied into the request pool.
+pub fn set(r: &Request, v: &mut ngx_http_variable_value_t, bytes: &[u8]) -> ngx_int_t {
+    // SAFETY: the request's pool is valid for the request's lifetime.
+    let Some(s) = (unsafe { ngx_str_t::from_bytes(r.as_ref().pool, bytes) }) else {
+        return Status::NGX_ERROR.into();
+    };
+    v.data = if s.len == 0 { ptr::null_mut() } else { s.data };
+    v.set_len(s.len as u32);
+    v.set_valid(1);
+    v.set_no_cacheable(1);
+    v.set_not_found(0);
+    Status::NGX_OK.into()
+}
+
+/// The request and the value of a variable getter's call.
 ///
 /// # Safety
-/// `r` and `v` must be valid.
-unsafe fn set(
+/// `r` and `v` must be what nginx passes to a variable's get handler.
+pub unsafe fn args<'a>(
     r: *mut ngx_http_request_t,
     v: *mut ngx_http_variable_value_t,
-    bytes: Option<&[u8]>,
-) -> ngx_int_t {
-    // SAFETY: v is valid.
-    let v = unsafe { &mut *v };
-    match bytes {
-        None => {
-            v.set_not_found(1);
-            Status::NGX_OK.into()
-        }
-        Some(b) => {
-            // SAFETY: r's pool is valid.
-            let Some(s) = (unsafe { pool_str((*r).pool, b) }) else {
-                return Status::NGX_ERROR.into();
-            };
-            v.data = if s.len == 0 { ptr::null_mut() } else { s.data };
-            v.set_len(s.len as u32);
-            v.set_valid(1);
-            v.set_no_cacheable(1);
-            v.set_not_found(0);
-            Status::NGX_OK.into()
-        }
-    }
+) -> (&'a mut Request, &'a mut ngx_http_variable_value_t) {
+    // SAFETY: nginx passes a valid request, which shares the representation
+    // of `Request`, and a valid value for us to fill.
+    unsafe { (Request::from_ngx_http_request(r), &mut *v) }
 }
 
 unsafe extern "C" fn get_status(
@@ -82,13 +78,10 @@ unsafe extern "C" fn get_status(
     v: *mut ngx_http_variable_value_t,
     _: usize,
 ) -> ngx_int_t {
-    // SAFETY: nginx passes a valid request and value.
-    unsafe {
-        let text = decision::find(r)
-            .map(|d| d.verdict.as_str().as_bytes())
-            .unwrap_or(b"");
-        set(r, v, Some(text))
-    }
+    // SAFETY: called by nginx as a get handler.
+    let (r, v) = unsafe { args(r, v) };
+    let d = decision::find(r);
+    set(r, v, d.map_or(b"", |d| d.verdict.as_str().as_bytes()))
 }
 
 unsafe extern "C" fn get_remaining(
@@ -96,13 +89,9 @@ unsafe extern "C" fn get_remaining(
     v: *mut ngx_http_variable_value_t,
     _: usize,
 ) -> ngx_int_t {
-    // SAFETY: nginx passes a valid request and value.
-    unsafe {
-        let remaining =
-            decision::find(r).and_then(|d| d.tightest().map(|a| a.remaining.to_string()));
-        match remaining {
-            Some(s) => set(r, v, Some(s.as_bytes())),
-            None => set(r, v, Some(b"")),
-        }
-    }
+    // SAFETY: called by nginx as a get handler.
+    let (r, v) = unsafe { args(r, v) };
+    let d = decision::find(r);
+    let remaining = d.and_then(|d| d.tightest().map(|a| a.remaining.to_string()));
+    set(r, v, remaining.as_deref().unwrap_or("").as_bytes())
 }
