@@ -64,9 +64,15 @@
 
 mod atomic;
 pub mod cluster;
+pub mod delay;
 pub mod parse;
 pub mod reference;
+<<<<<<< HEAD
+pub mod strict;
+=======
 mod scan;
+pub mod seed;
+>>>>>>> glue
 pub mod table;
 pub mod window;
 
