@@ -67,12 +67,8 @@ pub mod cluster;
 pub mod delay;
 pub mod parse;
 pub mod reference;
-<<<<<<< HEAD
-pub mod strict;
-=======
-mod scan;
 pub mod seed;
->>>>>>> glue
+pub mod strict;
 pub mod table;
 pub mod window;
 

@@ -159,17 +159,29 @@ impl Table<'_> {
     /// Counts the slots holding counts of the current or previous window at
     /// `now_ms` (a full scan; an estimate under concurrent updates).
     pub fn slots_used(&self, now_ms: u64) -> u64 {
+        self.slots_used_in(now_ms, 0, self.slots.len()).1
+    }
+
+    /// Counts, as `slots_used` does, the slots `start..start + count`
+    /// (cut at the end of the table), for a count spread over several
+    /// calls. Returns the next slot to visit (0 after the last slot) and
+    /// the count.
+    pub fn slots_used_in(&self, now_ms: u64, start: usize, count: usize) -> (usize, u64) {
+        let n = self.slots.len();
+        let start = start % n;
+        let end = start.saturating_add(count).min(n);
         let now_idx = self.window.index(now_ms);
         // Read once, before the scan: a slot counted in a newer window
         // meanwhile may be missed, as any update during the scan may.
         let ahead = self.ahead(now_idx);
-        self.slots
+        let used = self.slots[start..end]
             .iter()
             .filter(|a| {
                 let s = Slot::decode(self.ops.load(a));
                 !s.is_free(now_idx, ahead)
             })
-            .count() as u64
+            .count() as u64;
+        (if end == n { 0 } else { end }, used)
     }
 
     /// Episode detection for logging: records `now_ms` as the latest event
