@@ -38,6 +38,7 @@ use rate_limit_window_core::{
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
 use crate::decision::{self, Applied, Verdict};
 use crate::delay;
+use crate::near_limit;
 use crate::util;
 use crate::zone::ZoneConf;
 
@@ -458,6 +459,7 @@ unsafe fn decide(r: *mut ngx_http_request_t, lcf: &LocConf, limits: &[conf::Limi
                 if let Some(table) = unsafe { &*a.zone }.table.as_ref() {
                     table.add(shard, Counter::Passed, 1);
                 }
+                near_limit::note(a);
             }
             // SAFETY: r is valid and was just admitted by `limits`.
             unsafe { delay::admitted(r, limits, now) }

@@ -11,6 +11,7 @@
 //! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
 //! | `decision.rs`  | the per-request decision, kept across redirects        |
 //! | `delay.rs`     | `delay=`: holding a request on a timer, then again     |
+//! | `near_limit.rs`| the `near_limit_total` counter                         |
 //! | `filter.rs`    | the header filter (Retry-After, RateLimit-*)           |
 //! | `variables.rs` | `$rate_limit_window_status`, `$rate_limit_window_remaining` |
 //! | `metrics.rs`   | the `rate_limit_window_metrics` content handler        |
@@ -27,6 +28,7 @@ mod delay;
 mod filter;
 mod handler;
 mod metrics;
+mod near_limit;
 mod redis_link;
 mod sweep;
 mod sync;

@@ -53,9 +53,9 @@ pub struct ZoneConf {
 
 /// Marks a zone header written by this module, and its layout: bump the
 /// digit whenever `ZoneHeader` changes (3: the sweep's `slots_used` count
-/// and the `delay` counters), so that a reload onto a zone of another
+/// and the `delay` counters; 4: `near_limit`), so that a reload onto a zone of another
 /// layout is refused, not misread.
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE3");
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE4");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -102,6 +102,9 @@ pub struct ZoneHeader {
     pub used_acc: AtomicU64,
     /// Slots used, as of the sweep's last complete pass (`slots_used`).
     pub slots_used: AtomicU64,
+    /// Admitted requests that left the estimate at or above 80% of their
+    /// limit (see near_limit.rs).
+    pub near_limit: AtomicU64,
 }
 
 impl ZoneConf {
@@ -348,6 +351,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
                     used_next: AtomicU64::new(0),
                     used_acc: AtomicU64::new(0),
                     slots_used: AtomicU64::new(0),
+                    near_limit: AtomicU64::new(0),
                 });
                 (*shpool).data = header.cast();
             }

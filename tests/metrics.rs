@@ -512,3 +512,38 @@ fn slots_used_of_a_large_zone_is_counted_by_the_sweep() {
         "slots_used {used}, not 10, after 10 s"
     );
 }
+
+/// `rate_limit_window_near_limit_total`: admitted requests that leave the
+/// estimate at or above 80% of the limit, read with a Prometheus parser.
+#[test]
+fn near_limit_counts_admissions_at_80_percent() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&conf(
+        "rate_limit_window_zone $http_x_key zone=near:1m window=1h;
+         rate_limit_window_zone $http_x_key zone=far:1m window=1h;",
+        "rate_limit_window zone=near limit=10;
+         rate_limit_window zone=far limit=1000;",
+    ));
+    clear_of_boundary(HOUR_MS, 20_000);
+    let near =
+        |m: &Metrics, zone: &str| m.val("rate_limit_window_near_limit_total", &[("zone", zone)]);
+    let m = scrape(ng.port);
+    assert_eq!(near(&m, "near"), 0.0);
+    assert!(m.docs.contains_key("rate_limit_window_near_limit_total"));
+    // Estimates after admission 1..=7 are below 8 (80% of 10).
+    for _ in 0..7 {
+        assert_eq!(get_key(ng.port, "/", "k").status, 200);
+    }
+    assert_eq!(near(&scrape(ng.port), "near"), 0.0);
+    // 8, 9 and 10 are at or above it; the rejected 11th is not admitted.
+    for _ in 0..3 {
+        assert_eq!(get_key(ng.port, "/", "k").status, 200);
+    }
+    assert_eq!(get_key(ng.port, "/", "k").status, 429);
+    let m = scrape(ng.port);
+    assert_eq!(near(&m, "near"), 3.0);
+    assert_eq!(near(&m, "far"), 0.0, "10 of 1000 is far from the limit");
+    // Another client starts from zero.
+    assert_eq!(get_key(ng.port, "/", "other").status, 200);
+    assert_eq!(near(&scrape(ng.port), "near"), 3.0);
+}
