@@ -23,6 +23,7 @@ use ngx::http::{
 };
 use ngx::{ngx_conf_log_error, ngx_string};
 use rate_limit_window_core::delay::split_delay_params;
+use rate_limit_window_core::limit_opts::{split_limit_opts, CostSpec, StatusSet};
 use rate_limit_window_core::parse::{
     escape, parse_limit_params, parse_zone_params, single_variable, LimitSpec,
 };
@@ -93,6 +94,9 @@ pub struct Limit {
     pub value: LimitValue,
     /// `delay=`: longest hold of a request this limit rejects (ms).
     pub delay_ms: u64,
+    /// `count_status=`: the final statuses that keep the request counted
+    /// (None: every admitted request counts). See count_status.rs.
+    pub count_status: Option<StatusSet>,
 }
 
 /// Location configuration. `repr(C)` because nginx's stock slot setters
@@ -483,6 +487,13 @@ extern "C" fn set_limit(
         Ok(d) => d,
         Err(e) => return emerg(cf, &e),
     };
+    let (words, opts) = match split_limit_opts(&words) {
+        Ok(o) => o,
+        Err(e) => return emerg(cf, &e),
+    };
+    if opts.cost != CostSpec::Fixed(1) {
+        return emerg(cf, "\"cost=\" is not supported yet");
+    }
     let params = match parse_limit_params(&words) {
         Ok(p) => p,
         Err(e) => return emerg(cf, &e),
@@ -528,6 +539,7 @@ extern "C" fn set_limit(
         zone,
         value,
         delay_ms: delay.delay_ms,
+        count_status: opts.count_status,
     });
     NGX_CONF_OK
 }

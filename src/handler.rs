@@ -38,7 +38,7 @@ use rate_limit_window_core::{
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
 use crate::decision::{self, Applied, Verdict};
 use crate::delay;
-use crate::near_limit;
+use crate::{count_status, near_limit};
 use crate::util;
 use crate::zone::ZoneConf;
 
@@ -461,6 +461,8 @@ unsafe fn decide(r: *mut ngx_http_request_t, lcf: &LocConf, limits: &[conf::Limi
                 }
                 near_limit::note(a);
             }
+            // SAFETY: r is valid and was just admitted by `limits`.
+            unsafe { count_status::reserve(r, limits, pending.applied()) };
             // SAFETY: r is valid and was just admitted by `limits`.
             unsafe { delay::admitted(r, limits, now) }
         }
