@@ -94,6 +94,8 @@ pub struct Limit {
     pub value: LimitValue,
     /// `delay=`: longest hold of a request this limit rejects (ms).
     pub delay_ms: u64,
+    /// `cost=`: requests one request counts (see cost.rs).
+    pub cost: crate::cost::CostValue,
     /// `count_status=`: the final statuses that keep the request counted
     /// (None: every admitted request counts). See count_status.rs.
     pub count_status: Option<StatusSet>,
@@ -324,7 +326,7 @@ unsafe fn args<'a>(cf: *mut ngx_conf_t) -> &'a [ngx_str_t] {
 ///
 /// # Safety
 /// `cf` must be a valid configuration context.
-unsafe fn compile_complex(
+pub(crate) unsafe fn compile_complex(
     cf: *mut ngx_conf_t,
     value: &ngx_str_t,
     cv: *mut ngx_http_complex_value_t,
@@ -491,9 +493,6 @@ extern "C" fn set_limit(
         Ok(o) => o,
         Err(e) => return emerg(cf, &e),
     };
-    if opts.cost != CostSpec::Fixed(1) {
-        return emerg(cf, "\"cost=\" is not supported yet");
-    }
     let params = match parse_limit_params(&words) {
         Ok(p) => p,
         Err(e) => return emerg(cf, &e),
@@ -520,6 +519,15 @@ extern "C" fn set_limit(
             LimitValue::Variable(cv)
         }
     };
+    if let (LimitSpec::Fixed(limit), CostSpec::Fixed(cost)) = (&params.limit, &opts.cost) {
+        if cost > limit && *cost > 1 {
+            return emerg(cf, &format!("cost={cost} is above limit={limit}"));
+        }
+    }
+    // SAFETY: cf is valid.
+    let Some(cost) = (unsafe { crate::cost::compile(cf, &opts.cost) }) else {
+        return NGX_CONF_ERROR;
+    };
     // SAFETY: cf->pool is valid.
     let Some(zone_name) = (unsafe { pool_str((*cf).pool, &params.zone) }) else {
         return NGX_CONF_ERROR;
@@ -539,6 +547,7 @@ extern "C" fn set_limit(
         zone,
         value,
         delay_ms: delay.delay_ms,
+        cost,
         count_status: opts.count_status,
     });
     NGX_CONF_OK

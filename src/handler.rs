@@ -38,9 +38,9 @@ use rate_limit_window_core::{
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
 use crate::decision::{self, Applied, Verdict};
 use crate::delay;
-use crate::{count_status, near_limit};
 use crate::util;
 use crate::zone::ZoneConf;
+use crate::{cost, count_status, near_limit};
 
 /// How long a kind of degradation must stay quiet before its next
 /// occurrence is logged again as a new episode (ms).
@@ -395,9 +395,17 @@ unsafe fn decide(r: *mut ngx_http_request_t, lcf: &LocConf, limits: &[conf::Limi
                 invalid,
             } => (hash, limit, invalid),
         };
+        // SAFETY: r is valid.
+        let Ok(asked) = (unsafe { cost::apply(r, zone, l.cost, limit, invalid) }) else {
+            undo_all(pending.applied());
+            return server_error;
+        };
+        let Some((limit, cost, invalid)) = asked else {
+            continue;
+        };
         // Lock-free: nothing shared is held once it returns, so logging
         // and the pool are safe to use from here on.
-        let mut d = table.acquire(hash, now, limit, zone.fail, shard);
+        let mut d = table.acquire_cost(hash, now, limit, cost, zone.fail, shard);
         pending.push(Applied {
             zone,
             limit,
@@ -536,6 +544,12 @@ unsafe fn longest_wait(r: *mut ngx_http_request_t, limits: &[conf::Limit], now: 
         };
         // SAFETY: r is valid.
         if let Ok(Judge::Limit { hash, limit, .. }) = unsafe { judge(r, zone, table, l.value) } {
+            // The whole cost must fit: as a limit `cost - 1` lower would
+            // admit one request.
+            // SAFETY: r is valid.
+            let limit = limit
+                .saturating_add(1)
+                .saturating_sub(unsafe { cost::quiet(r, l.cost, limit) });
             let snap = table.peek(hash, now);
             let counts = Counts {
                 current: snap.current,

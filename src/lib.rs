@@ -11,6 +11,7 @@
 //! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
 //! | `decision.rs`  | the per-request decision, kept across redirects        |
 //! | `delay.rs`     | `delay=`: holding a request on a timer, then again     |
+//! | `cost.rs`      | `cost=`: requests one request counts                   |
 //! | `count_status.rs` | `count_status=`: giving back uncounted statuses     |
 //! | `near_limit.rs`| the `near_limit_total` counter                         |
 //! | `filter.rs`    | the header filter (Retry-After, RateLimit-*)           |
@@ -24,6 +25,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod conf;
+mod cost;
 mod count_status;
 mod decision;
 mod delay;
