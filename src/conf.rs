@@ -288,7 +288,7 @@ pub static mut COMMANDS: [ngx_command_t; 9] = [
     },
     ngx_command_t {
         name: ngx_string!("rate_limit_window_metrics"),
-        type_: (NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS) as ngx_uint_t,
+        type_: (NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE1) as ngx_uint_t,
         set: Some(set_metrics),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: 0,
@@ -553,7 +553,8 @@ extern "C" fn set_limit(
     NGX_CONF_OK
 }
 
-/// `rate_limit_window_metrics;` installs the metrics content handler.
+/// `rate_limit_window_metrics [reset=on|off];` installs the metrics content
+/// handler (with `reset=on`, the one that also answers DELETE: reset.rs).
 extern "C" fn set_metrics(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
@@ -563,7 +564,21 @@ extern "C" fn set_metrics(
     let Some(clcf) = NgxHttpCoreModule::location_conf_mut(unsafe { &*cf }) else {
         return NGX_CONF_ERROR;
     };
-    clcf.handler = Some(crate::metrics::handler);
+    // SAFETY: as for `words`.
+    clcf.handler = match unsafe { words(cf, 1) }.as_slice() {
+        [] | [b"reset=off"] => Some(crate::metrics::handler),
+        [b"reset=on"] => Some(crate::reset::handler),
+        [other] => {
+            return emerg(
+                cf,
+                &format!(
+                    "invalid parameter \"{}\": reset=on or reset=off",
+                    escape(other)
+                ),
+            )
+        }
+        _ => return NGX_CONF_ERROR,
+    };
     NGX_CONF_OK
 }
 

@@ -17,6 +17,7 @@
 //! | `filter.rs`    | the header filter (Retry-After, RateLimit-*)           |
 //! | `variables.rs` | `$rate_limit_window_status`, `$rate_limit_window_remaining` |
 //! | `metrics.rs`   | the `rate_limit_window_metrics` content handler        |
+//! | `reset.rs`     | `reset=on`: DELETE clears one client's counts          |
 //! | `sync.rs`      | cluster sync through Redis (`redis=` zones)            |
 //! | `redis_link.rs`| one Redis connection with bounded waits (sync thread)  |
 //! | `sweep.rs`     | the timer that clears long-idle slots (worker 0)       |
@@ -34,6 +35,7 @@ mod handler;
 mod metrics;
 mod near_limit;
 mod redis_link;
+mod reset;
 mod sweep;
 mod sync;
 mod util;

@@ -364,3 +364,23 @@ fn zone_used_from_several_places() {
     let (ok, out) = test_config(&conf);
     assert!(ok, "{out}");
 }
+
+#[test]
+fn metrics_reset_parameter() {
+    for (param, ok) in [
+        ("", true),
+        ("reset=on", true),
+        ("reset=off", true),
+        ("reset=yes", false),
+        ("reset=on reset=on", false),
+    ] {
+        let conf = http_conf(&format!(
+            "server {{ listen 127.0.0.1:{{{{PORT}}}}; location = /m {{ rate_limit_window_metrics {param}; }} }}"
+        ));
+        let (good, out) = test_config(&conf);
+        assert_eq!(good, ok, "{param:?}: {out}");
+        if !ok {
+            assert!(out.contains("[emerg]"), "{out}");
+        }
+    }
+}

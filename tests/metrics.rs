@@ -547,3 +547,68 @@ fn near_limit_counts_admissions_at_80_percent() {
     assert_eq!(get_key(ng.port, "/", "other").status, 200);
     assert_eq!(near(&scrape(ng.port), "near"), 3.0);
 }
+
+/// `rate_limit_window_metrics reset=on;`: DELETE clears one client's counts
+/// (current and previous window) and answers what it cleared; 405 without
+/// reset=on; allow/deny apply; logged at notice without the key.
+#[test]
+fn delete_resets_one_client_with_reset_on() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&proxy_conf(
+        "rate_limit_window_zone $http_x_key zone=z:1m window=1h;",
+        "",
+        "location = /ops { rate_limit_window_metrics reset=on; allow 127.0.0.1; deny all; }
+         location = /plain { rate_limit_window_metrics; }
+         location = /denied { rate_limit_window_metrics reset=on; deny 127.0.0.1; }",
+        "rate_limit_window zone=z limit=3;",
+    ));
+    clear_of_boundary(HOUR_MS, 20_000);
+    let key = "secret-api-key-7f3a";
+    for _ in 0..3 {
+        assert_eq!(get_key(ng.port, "/", key).status, 200);
+    }
+    assert_eq!(get_key(ng.port, "/", key).status, 429);
+    assert_eq!(get_key(ng.port, "/", "other").status, 200);
+    let q = format!("?zone=z&key={key}");
+    let delete = |loc: &str, q: &str| request(ng.port, "DELETE", &format!("{loc}{q}"), &[]);
+    let current = |k: &str| {
+        let r = get(ng.port, &format!("/plain?zone=z&key={k}"));
+        assert_eq!(r.status, 200, "{}", r.describe());
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        num(&v, "current")
+    };
+    // Without reset=on, or from a denied address: nothing is cleared.
+    assert_eq!(delete("/plain", &q).status, 405);
+    assert_eq!(delete("/denied", &q).status, 403);
+    assert_eq!(current(key), 3.0);
+    // Cleared, and the answer says what was.
+    let r = delete("/ops", &q);
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert!(r
+        .header("Content-Type")
+        .unwrap_or("")
+        .starts_with("application/json"));
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["zone"], "z");
+    assert_eq!(v["cleared"]["current"], 3, "{v}");
+    assert_eq!(v["cleared"]["previous"], 0, "{v}");
+    assert_eq!(v["cluster"], serde_json::Value::Null, "{v}");
+    assert_eq!(current(key), 0.0);
+    assert_eq!(current("other"), 1.0, "another client is untouched");
+    let r = get_key(ng.port, "/", key);
+    assert_eq!(r.status, 200, "the client starts over: {}", r.describe());
+    assert_eq!(r.header_num("RateLimit-Remaining"), 2);
+    // GET still serves the metrics there; bad requests are refused.
+    assert_eq!(get(ng.port, "/ops").status, 200);
+    assert_eq!(delete("/ops", "?zone=nope&key=x").status, 404);
+    assert_eq!(delete("/ops", "?zone=z").status, 400);
+    let log = ng.error_log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("of zone \"z\" reset by 127.0.0.1 (cleared: current 3, previous 0)"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(lines[0].contains("[notice]"), "{log}");
+    assert!(!lines[0].contains(key), "the key is never logged: {log}");
+    assert_eq!(up.received(), 5);
+}

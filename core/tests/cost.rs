@@ -141,3 +141,47 @@ fn costs_above_the_limit_never_fit_nor_wrap() {
         assert_eq!(t.peek(t.hash_key(b"known"), now).current, 10);
     });
 }
+
+/// `Table::clear`: an operator's reset of one key (current and previous).
+#[test]
+fn clear_resets_one_key_only() {
+    with_table(|t| {
+        let (a, b) = (t.hash_key(b"a"), t.hash_key(b"b"));
+        for _ in 0..5 {
+            t.acquire(a, T0 - 1_000, 10, FailPolicy::Open, 0);
+        }
+        for _ in 0..6 {
+            t.acquire(a, T0 + 1_000, 10, FailPolicy::Open, 0);
+            t.acquire(b, T0 + 1_000, 10, FailPolicy::Open, 0);
+        }
+        let now = T0 + 2_000;
+        assert_eq!(
+            t.acquire(a, now, 10, FailPolicy::Open, 0).outcome,
+            Outcome::Rejected
+        );
+        let s = t.clear(a, now);
+        assert_eq!((s.current, s.previous), (6, 5));
+        assert_eq!(
+            t.peek(a, now),
+            Snapshot {
+                window_index: now / W,
+                ..Snapshot::default()
+            }
+        );
+        assert_eq!(t.peek(b, now).current, 6, "another key is untouched");
+        // Cleared again: nothing left; an absent key: nothing.
+        assert_eq!(t.clear(a, now).current, 0);
+        assert_eq!(
+            t.clear(t.hash_key(b"nobody"), now),
+            Snapshot {
+                window_index: now / W,
+                ..Snapshot::default()
+            }
+        );
+        // The key starts over: the whole limit again.
+        let rem: Vec<u32> = (0..10)
+            .map(|_| t.acquire(a, now, 10, FailPolicy::Open, 0).remaining)
+            .collect();
+        assert_eq!(rem, (0..10).rev().collect::<Vec<u32>>());
+    });
+}
