@@ -282,7 +282,16 @@ unsafe fn hold_for(
         unsafe { new_hold(r, rej) }?;
     }
     // SAFETY: r is valid.
-    unsafe { arm(r, wait_ms) }
+    let armed = unsafe { arm(r, wait_ms) };
+    if armed.is_err() {
+        // Rejected after all: give the place back.
+        // SAFETY: r is valid; its hold was found or made above.
+        if let Some(h) = unsafe { find(r) } {
+            // SAFETY: h is this request's hold.
+            unsafe { unhold(h) };
+        }
+    }
+    armed
 }
 
 /// Makes the hold's record on the main request's pool and takes a place

@@ -1,10 +1,11 @@
-//! Variables: `$rate_limit_window_status` (PASSED, REJECTED,
-//! REJECTED_DRY_RUN, EXEMPT; empty when no limit applied),
+//! Variables: `$rate_limit_window_status` (PASSED, DELAYED, REJECTED,
+//! REJECTED_DRY_RUN, DELAYED_DRY_RUN, EXEMPT; empty when no limit applied),
 //! `$rate_limit_window_remaining` (requests left under the tightest limit),
 //! `$rate_limit_window_limit` (that limit, requests per window),
 //! `$rate_limit_window_reset` (seconds to its window boundary) and
 //! `$rate_limit_window_retry_after` (seconds, on rejected requests only):
 //! the numbers of the RateLimit headers, for an `error_page` body.
+//! `$rate_limit_window_delay` is in delay.rs.
 
 use core::ptr;
 
