@@ -24,6 +24,7 @@ use ngx::http::{
 use ngx::{ngx_conf_log_error, ngx_string};
 use rate_limit_window_core::cluster::secret_error;
 use rate_limit_window_core::delay::split_delay_params;
+use rate_limit_window_core::limit_opts::{split_limit_opts, CostSpec, StatusSet};
 use rate_limit_window_core::parse::{
     escape, parse_limit_params, parse_zone_params, single_variable, LimitSpec,
 };
@@ -93,6 +94,11 @@ pub struct Limit {
     pub value: LimitValue,
     /// `delay=`: longest hold of a request this limit rejects (ms).
     pub delay_ms: u64,
+    /// `cost=`: requests one request counts (see cost.rs).
+    pub cost: crate::cost::CostValue,
+    /// `count_status=`: the final statuses that keep the request counted
+    /// (None: every admitted request counts). See count_status.rs.
+    pub count_status: Option<StatusSet>,
 }
 
 impl Limit {
@@ -291,7 +297,7 @@ pub static mut COMMANDS: [ngx_command_t; 9] = [
     },
     ngx_command_t {
         name: ngx_string!("rate_limit_window_metrics"),
-        type_: (NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS) as ngx_uint_t,
+        type_: (NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE1) as ngx_uint_t,
         set: Some(set_metrics),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: 0,
@@ -329,7 +335,7 @@ unsafe fn args<'a>(cf: *mut ngx_conf_t) -> &'a [ngx_str_t] {
 ///
 /// # Safety
 /// `cf` must be a valid configuration context.
-unsafe fn compile_complex(
+pub(crate) unsafe fn compile_complex(
     cf: *mut ngx_conf_t,
     value: &ngx_str_t,
     cv: *mut ngx_http_complex_value_t,
@@ -503,6 +509,10 @@ extern "C" fn set_limit(
         Ok(d) => d,
         Err(e) => return emerg(cf, &e),
     };
+    let (words, opts) = match split_limit_opts(&words) {
+        Ok(o) => o,
+        Err(e) => return emerg(cf, &e),
+    };
     let params = match parse_limit_params(&words) {
         Ok(p) => p,
         Err(e) => return emerg(cf, &e),
@@ -529,6 +539,15 @@ extern "C" fn set_limit(
             LimitValue::Variable(cv)
         }
     };
+    if let (LimitSpec::Fixed(limit), CostSpec::Fixed(cost)) = (&params.limit, &opts.cost) {
+        if cost > limit && *cost > 1 {
+            return emerg(cf, &format!("cost={cost} is above limit={limit}"));
+        }
+    }
+    // SAFETY: cf is valid.
+    let Some(cost) = (unsafe { crate::cost::compile(cf, &opts.cost) }) else {
+        return NGX_CONF_ERROR;
+    };
     // SAFETY: cf->pool is valid.
     let Some(zone_name) = (unsafe { ngx_str_t::from_bytes((*cf).pool, &params.zone) }) else {
         return NGX_CONF_ERROR;
@@ -548,11 +567,14 @@ extern "C" fn set_limit(
         zone,
         value,
         delay_ms: delay.delay_ms,
+        cost,
+        count_status: opts.count_status,
     });
     NGX_CONF_OK
 }
 
-/// `rate_limit_window_metrics;` installs the metrics content handler.
+/// `rate_limit_window_metrics [reset=on|off];` installs the metrics content
+/// handler (with `reset=on`, the one that also answers DELETE: reset.rs).
 extern "C" fn set_metrics(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
@@ -562,7 +584,21 @@ extern "C" fn set_metrics(
     let Some(clcf) = NgxHttpCoreModule::location_conf_mut(unsafe { &*cf }) else {
         return NGX_CONF_ERROR;
     };
-    clcf.handler = Some(crate::metrics::handler);
+    // SAFETY: as for `words`.
+    clcf.handler = match unsafe { words(cf, 1) }.as_slice() {
+        [] | [b"reset=off"] => Some(crate::metrics::handler),
+        [b"reset=on"] => Some(crate::reset::handler),
+        [other] => {
+            return emerg(
+                cf,
+                &format!(
+                    "invalid parameter \"{}\": reset=on or reset=off",
+                    escape(other)
+                ),
+            )
+        }
+        _ => return NGX_CONF_ERROR,
+    };
     NGX_CONF_OK
 }
 

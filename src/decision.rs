@@ -93,7 +93,12 @@ impl Decision {
     }
 }
 
-/// Recognises our cleanup entry; it has nothing to free.
+/// Recognises our cleanup entry; it has nothing to free. Never inlined:
+/// rustc gives a small function a local copy in every codegen unit that
+/// uses it, and with several units (a build without LTO) `find` in one of
+/// them would then compare against another copy's address than `commit`
+/// stored, and miss the decision.
+#[inline(never)]
 unsafe extern "C" fn marker(_data: *mut c_void) {}
 
 /// The main request of `r` (itself for a main request).

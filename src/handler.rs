@@ -40,6 +40,7 @@ use crate::delay;
 use crate::util;
 use crate::zone::ZoneConf;
 use crate::Module;
+use crate::{cost, count_status, near_limit};
 
 /// How long a kind of degradation must stay quiet before its next
 /// occurrence is logged again as a new episode (ms).
@@ -358,7 +359,10 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
                 if let Some(table) = a.zone.table.as_ref() {
                     table.add(shard, Counter::Passed, 1);
                 }
+                near_limit::note(a);
             }
+            // SAFETY: the request is valid and was just admitted by `limits`.
+            unsafe { count_status::reserve(r.into(), limits, pending.applied()) };
             // SAFETY: the request is valid and was just admitted by `limits`.
             unsafe { delay::admitted(r.into(), limits, now) }
         }
@@ -406,9 +410,16 @@ fn apply<'z>(
                 continue;
             }
         };
+        // SAFETY: the request is valid for this call.
+        let Ok(asked) = (unsafe { cost::apply(r.into(), zone, l.cost, limit, invalid) }) else {
+            return Err(());
+        };
+        let Some((limit, cost, invalid)) = asked else {
+            continue;
+        };
         // Lock-free: nothing shared is held once it returns, so logging
         // and the pool are safe to use from here on.
-        let mut d = table.acquire(hash, now, limit, zone.fail, shard);
+        let mut d = table.acquire_cost(hash, now, limit, cost, zone.fail, shard);
         pending.push(Applied {
             zone,
             limit,
@@ -528,6 +539,12 @@ fn longest_wait(r: &mut Request, limits: &[conf::Limit], now: u64) -> u32 {
             continue;
         };
         if let Ok(Judge::Limit { hash, limit, .. }) = judge(r, zone, table, l.value) {
+            // The whole cost must fit: as a limit `cost - 1` lower would
+            // admit one request.
+            // SAFETY: the request is valid for this call.
+            let limit = limit
+                .saturating_add(1)
+                .saturating_sub(unsafe { cost::quiet(r.into(), l.cost, limit) });
             let snap = table.peek(hash, now);
             let counts = Counts {
                 current: snap.current,

@@ -1,7 +1,11 @@
 //! Variables: `$rate_limit_window_status` (PASSED, DELAYED, REJECTED,
-//! REJECTED_DRY_RUN, DELAYED_DRY_RUN, EXEMPT; empty when no limit applied)
-//! and `$rate_limit_window_remaining` (requests left under the tightest
-//! limit). `$rate_limit_window_delay` is in delay.rs.
+//! REJECTED_DRY_RUN, DELAYED_DRY_RUN, EXEMPT; empty when no limit applied),
+//! `$rate_limit_window_remaining` (requests left under the tightest limit),
+//! `$rate_limit_window_limit` (that limit, requests per window),
+//! `$rate_limit_window_reset` (seconds to its window boundary) and
+//! `$rate_limit_window_retry_after` (seconds, on rejected requests only):
+//! the numbers of the RateLimit headers, for an `error_page` body.
+//! `$rate_limit_window_delay` is in delay.rs.
 
 use core::ptr;
 
@@ -13,7 +17,7 @@ use ngx::core::Status;
 use ngx::http::Request;
 use ngx::ngx_string;
 
-use crate::decision;
+use crate::decision::{self, Verdict};
 
 type Getter = unsafe extern "C" fn(
     *mut ngx_http_request_t,
@@ -26,9 +30,15 @@ type Getter = unsafe extern "C" fn(
 /// # Safety
 /// `cf` must be the configuration passed to preconfiguration.
 pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
-    let vars: [(ngx_str_t, Getter); 2] = [
+    let vars: [(ngx_str_t, Getter); 5] = [
         (ngx_string!("rate_limit_window_status"), get_status),
         (ngx_string!("rate_limit_window_remaining"), get_remaining),
+        (ngx_string!("rate_limit_window_limit"), get_limit),
+        (ngx_string!("rate_limit_window_reset"), get_reset),
+        (
+            ngx_string!("rate_limit_window_retry_after"),
+            get_retry_after,
+        ),
     ];
     for (mut name, get) in vars {
         // SAFETY: cf is valid; nginx copies the name.
@@ -84,6 +94,12 @@ unsafe extern "C" fn get_status(
     set(r, v, d.map_or(b"", |d| d.verdict.as_str().as_bytes()))
 }
 
+/// Sets `v` to the decimal `n`, or to the empty string for None.
+fn set_number(r: &Request, v: &mut ngx_http_variable_value_t, n: Option<u32>) -> ngx_int_t {
+    let text = n.map(|n| n.to_string()).unwrap_or_default();
+    set(r, v, text.as_bytes())
+}
+
 unsafe extern "C" fn get_remaining(
     r: *mut ngx_http_request_t,
     v: *mut ngx_http_variable_value_t,
@@ -91,7 +107,47 @@ unsafe extern "C" fn get_remaining(
 ) -> ngx_int_t {
     // SAFETY: called by nginx as a get handler.
     let (r, v) = unsafe { args(r, v) };
-    let d = decision::find(r);
-    let remaining = d.and_then(|d| d.tightest().map(|a| a.remaining.to_string()));
-    set(r, v, remaining.as_deref().unwrap_or("").as_bytes())
+    let n = decision::find(r).and_then(|d| d.tightest().map(|a| a.remaining));
+    set_number(r, v, n)
+}
+
+/// `$rate_limit_window_limit`: the tightest limit's requests per window
+/// (the `RateLimit-Limit` value).
+unsafe extern "C" fn get_limit(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _: usize,
+) -> ngx_int_t {
+    // SAFETY: called by nginx as a get handler.
+    let (r, v) = unsafe { args(r, v) };
+    let n = decision::find(r).and_then(|d| d.tightest().map(|a| a.limit));
+    set_number(r, v, n)
+}
+
+/// `$rate_limit_window_reset`: seconds to the tightest limit's next window
+/// boundary (the `RateLimit-Reset` value).
+unsafe extern "C" fn get_reset(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _: usize,
+) -> ngx_int_t {
+    // SAFETY: called by nginx as a get handler.
+    let (r, v) = unsafe { args(r, v) };
+    let n = decision::find(r).and_then(|d| d.tightest().map(|a| a.reset_s));
+    set_number(r, v, n)
+}
+
+/// `$rate_limit_window_retry_after`: the Retry-After seconds of a rejected
+/// (or dry-run rejected) request; empty otherwise.
+unsafe extern "C" fn get_retry_after(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _: usize,
+) -> ngx_int_t {
+    // SAFETY: called by nginx as a get handler.
+    let (r, v) = unsafe { args(r, v) };
+    let n = decision::find(r)
+        .filter(|d| matches!(d.verdict, Verdict::Rejected | Verdict::RejectedDryRun))
+        .map(|d| d.retry_after_s);
+    set_number(r, v, n)
 }

@@ -56,9 +56,9 @@ pub struct ZoneConf {
 /// Marks a zone header written by this module, and its layout: bump the
 /// digit whenever `ZoneHeader` changes (3: the sweep's `slots_used` count
 /// and the `delay` counters; 4: the sync's gateway id, generations and
-/// errors by kind), so that a reload onto a zone of another layout is
-/// refused, not misread.
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE4");
+/// errors by kind; 5: `near_limit`), so that a reload onto a zone of
+/// another layout is refused, not misread.
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE5");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -126,6 +126,9 @@ pub struct ZoneHeader {
     pub used_acc: AtomicU64,
     /// Slots used, as of the sweep's last complete pass (`slots_used`).
     pub slots_used: AtomicU64,
+    /// Admitted requests that left the estimate at or above 80% of their
+    /// limit (see near_limit.rs).
+    pub near_limit: AtomicU64,
 }
 
 impl ZoneConf {
@@ -480,6 +483,7 @@ impl ZoneHeader {
             used_next: zero(),
             used_acc: zero(),
             slots_used: zero(),
+            near_limit: zero(),
         }
     }
 }
