@@ -471,7 +471,7 @@ CLUSTER_CLIENTS = (("one", "1 gateway"), ("rr_sync", "3 gateways, sync"),
                    ("rr_local", "3 gateways, no sync"))
 
 
-def cmd_cluster(json_path, tsv_path, metrics_path):
+def cmd_cluster(json_path, tsv_path, metrics_path, catchup_path):
     """Admitted per window across gateways, then sync on/off req/s."""
     a = json.load(open(json_path))
     lim = a["limit"]
@@ -490,11 +490,11 @@ def cmd_cluster(json_path, tsv_path, metrics_path):
             "also counts the previous window's admissions. Pacing fell behind by %d ms at "
             "worst; statuses other than 200 and 429: %s." % (
                 a["max_late_ms"], json.dumps(a["other_statuses"]) if a["other_statuses"] else "none")]
-    out += ["", "### Sync on vs off, active clients", ""] + cluster_sync(tsv_path, metrics_path)
+    out += ["", "### Sync on vs off, active clients", ""] + cluster_sync(tsv_path, metrics_path, catchup_path)
     print("\n".join(out))
 
 
-def cluster_sync(tsv_path, metrics_path):
+def cluster_sync(tsv_path, metrics_path, catchup_path):
     """Lines of the sync on/off table: per client count, medians and per-rep ratios."""
     data = {}
     for l in open(tsv_path):
@@ -503,20 +503,22 @@ def cluster_sync(tsv_path, metrics_path):
             data.setdefault(int(r[0]), {}).setdefault(r[2], {})[int(r[1])] = (float(r[3]), float(r[6]))
     rounds = {}
     for l in open(metrics_path):
-        m = re.match(r'rate_limit_window_sync_(rounds|keys_pushed)_total\{zone="on_(\d+)"\} (\d+)', l)
+        m = re.match(r'rate_limit_window_sync_(rounds_total|keys_pushed_total|failures_total|lag_seconds)'
+                     r'\{zone="on_(\d+)"[^}]*\} (\S+)', l)
         if m:
-            rounds.setdefault(int(m.group(2)), {})[m.group(1)] = int(m.group(3))
+            d = rounds.setdefault(int(m.group(2)), {})
+            d[m.group(1)] = d.get(m.group(1), 0) + float(m.group(3))
+    catchup = dict(l.split() for l in open(catchup_path) if l.strip())
     reps = len(next(iter(data.values()))["on"]) if data else 0
     out = ["One nginx (2 workers) with a zone per client count, without and with "
            "`redis=` (`sync=100ms`, the same redis-server), `limit=1000000` per minute "
            "(every request admitted). wrk cycles X-Key through N keys (bench/keys.lua), "
            "sync off and on alternated (the first rotating), %d rep(s) of each after a "
-           "warm-up; a ratio per rep from its two adjacent runs. "
-           "\"sync rounds\" and \"keys pushed\" are the synced zone's own metrics at the end." % reps, "",
+           "warm-up; a ratio per rep from its two adjacent runs." % reps, "",
            "| active clients | sync off req/s | sync on req/s | on/off (median of per-rep ratios) "
            "| 95% CI of the median | min–max | sync off p99 ms | sync on p99 ms | sync rounds "
-           "| keys pushed |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "| failed rounds | keys pushed | lag at the end s | caught up after s |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for n in sorted(data):
         off, on = data[n]["off"], data[n]["on"]
         common = sorted(set(off) & set(on))
@@ -524,10 +526,18 @@ def cluster_sync(tsv_path, metrics_path):
         med = lambda d, k: statistics.median(d[i][k] for i in common)
         rd = rounds.get(n, {})
         ci = median_ci(rs)
-        out.append("| %s | %s | %s | %.3f | %s | %.3f–%.3f | %.2f | %.2f | %s | %s |" % (
+        out.append("| %s | %s | %s | %.3f | %s | %.3f–%.3f | %.2f | %.2f | %s | %s | %s | %.1f | %s |" % (
             fmt_int(n), fmt_int(med(off, 0)), fmt_int(med(on, 0)), statistics.median(rs),
-            "%.3f–%.3f" % ci if ci else "—", min(rs), max(rs), med(off, 1), med(on, 1), fmt_int(rd.get("rounds", 0)),
-            fmt_int(rd.get("keys_pushed", 0))))
+            "%.3f–%.3f" % ci if ci else "—", min(rs), max(rs), med(off, 1), med(on, 1),
+            fmt_int(rd.get("rounds_total", 0)), fmt_int(rd.get("failures_total", 0)),
+            fmt_int(rd.get("keys_pushed_total", 0)), rd.get("lag_seconds", -1),
+            catchup.get(str(n), "?")))
+    out += ["", "The synced zone's own metrics when the load stopped: completed rounds, rounds "
+            "that failed (any kind: timeout, connection, reply), keys written, and the lag "
+            "(seconds since the last completed round); then how long, with no load, until a "
+            "round completed again (\"-\": not within 20 s). Every round reads back every "
+            "client active in the window (batches of 1,000 keys, a 2 s deadline per round), "
+            "so its cost grows with the active clients, not with the requests."]
     return out
 
 
