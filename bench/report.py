@@ -505,7 +505,7 @@ def cluster_sync(tsv_path, metrics_path, catchup_path):
     for l in open(metrics_path):
         m = re.match(r'rate_limit_window_sync_(rounds_total|keys_pushed_total|failures_total|lag_seconds)'
                      r'\{zone="on_(\d+)"[^}]*\} (\S+)', l)
-        if m:
+        if m and 'kind="key"' not in l:  # per-key errors are not failed rounds
             d = rounds.setdefault(int(m.group(2)), {})
             d[m.group(1)] = d.get(m.group(1), 0) + float(m.group(3))
     catchup = dict(l.split() for l in open(catchup_path) if l.strip())
