@@ -24,6 +24,7 @@ mod decision;
 mod filter;
 mod handler;
 mod metrics;
+mod redis_conf;
 mod sweep;
 mod sync;
 mod util;

@@ -65,6 +65,7 @@
 mod atomic;
 pub mod cluster;
 pub mod parse;
+pub mod redis_url;
 pub mod reference;
 mod scan;
 pub mod table;
