@@ -22,6 +22,7 @@ use ngx::http::{
     HttpModuleLocationConf, HttpModuleMainConf, Merge, MergeConfigError, NgxHttpCoreModule,
 };
 use ngx::{ngx_conf_log_error, ngx_string};
+use rate_limit_window_core::cluster::secret_error;
 use rate_limit_window_core::parse::{
     escape, parse_limit_params, parse_zone_params, single_variable, LimitSpec,
 };
@@ -383,6 +384,9 @@ extern "C" fn set_zone(
         Ok(p) => p,
         Err(e) => return emerg(cf, &e),
     };
+    if let Some(e) = params.redis.as_ref().and_then(|r| secret_error(&r.secret)) {
+        return emerg(cf, &e);
+    }
     if let Some(r) = params.redis.as_mut() {
         // SAFETY: cf->cycle is the cycle being configured.
         let prefix = unsafe { (*(*cf).cycle).conf_prefix.as_bytes() };

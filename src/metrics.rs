@@ -304,6 +304,7 @@ fn exposition(zones: &[&ZoneConf], now: u64) -> String {
                 t => format!("{:.3}", now.saturating_sub(t) as f64 / 1000.0),
             },
         );
+        sync_detail(&mut o, &redis_zones);
     }
     family(
         &mut o,
@@ -322,6 +323,52 @@ fn exposition(zones: &[&ZoneConf], now: u64) -> String {
 }
 
 /// A counter of the zone header (0 before the zone is initialised).
+/// The sync families added with the generation-owned sync (issue 20):
+/// errors by kind, keys written, and the owning generation.
+fn sync_detail(o: &mut String, zones: &[&ZoneConf]) {
+    // SAFETY: zone headers live in the zone for the cycle.
+    let headers = || {
+        zones
+            .iter()
+            .map(|z| (label(&z.name_str()), unsafe { &*z.header }))
+    };
+    let name = "rate_limit_window_sync_failures_total";
+    let _ = writeln!(o, "# HELP {name} Redis sync failures by kind: timeout, connection and reply fail a round; key is one key's error reply in a round that went on.");
+    let _ = writeln!(o, "# TYPE {name} counter");
+    for (n, h) in headers() {
+        for (kind, c) in [
+            ("timeout", &h.sync_err_timeout),
+            ("connection", &h.sync_err_connection),
+            ("reply", &h.sync_err_reply),
+            ("key", &h.sync_err_key),
+        ] {
+            let v = c.load(Ordering::Relaxed);
+            let _ = writeln!(o, "{name}{{zone=\"{n}\",kind=\"{kind}\"}} {v}");
+        }
+    }
+    for (name, kind, help, pick) in [
+        (
+            "rate_limit_window_sync_keys_pushed_total",
+            "counter",
+            "Keys whose count this gateway wrote to Redis.",
+            (|h| &h.sync_keys_pushed) as fn(&ZoneHeader) -> &AtomicU64,
+        ),
+        (
+            "rate_limit_window_sync_owner_generation",
+            "gauge",
+            "Generation of the sync thread that owns the zone's sync (0: none); it grows with each reload or respawn of worker 0.",
+            |h| &h.sync_owner,
+        ),
+    ] {
+        let _ = writeln!(o, "# HELP {name} {help}");
+        let _ = writeln!(o, "# TYPE {name} {kind}");
+        for (n, h) in headers() {
+            let v = pick(h).load(Ordering::Relaxed);
+            let _ = writeln!(o, "{name}{{zone=\"{n}\"}} {v}");
+        }
+    }
+}
+
 fn header_count(z: &ZoneConf, counter: impl Fn(&ZoneHeader) -> &AtomicU64) -> u64 {
     if z.header.is_null() {
         return 0;

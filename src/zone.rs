@@ -50,8 +50,9 @@ pub struct ZoneConf {
     pub table: Option<Table<'static>>,
 }
 
-/// `b"RLWZONE1"`: marks a zone header written by this module.
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE1");
+/// `b"RLWZONE2"`: marks a zone header written by this module, in this
+/// layout (bumped whenever [`ZoneHeader`] changes).
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE2");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -66,17 +67,38 @@ pub struct ZoneHeader {
     /// its length in bytes.
     pub ledger: *mut u8,
     pub ledger_len: usize,
-    /// pid of the process whose thread runs the sync rounds (0: nobody).
-    /// Only the holder of this lease writes the ledger.
+    /// This gateway's id in the cluster store (random, never 0): the hash
+    /// field under which it writes its own counts. Kept across reloads.
+    pub gateway_id: u64,
+    /// Generation of the sync thread that owns the sync (0: nobody). Only
+    /// the owner writes the ledger. Generations only grow: each sync thread
+    /// started (worker 0 after a start, reload or respawn) draws the next
+    /// one from `sync_generation`, and an owner is only ever replaced by a
+    /// newer generation, so an older process can never take it back.
     pub sync_owner: AtomicU64,
-    /// Epoch ms at which the lease holder last showed it is alive.
+    /// Epoch ms at which the owner last showed it is alive (it beats while
+    /// it works, waits or backs off).
     pub sync_heartbeat_ms: AtomicU64,
-    /// pid of a newer sync thread (after a reload) asking for the lease.
+    /// Highest generation asking for the sync: the owner steps down for it
+    /// at its next check (every 50 ms at most).
     pub sync_handover: AtomicU64,
+    /// Last generation drawn.
+    pub sync_generation: AtomicU64,
+    /// Owner generation last logged, so that each change is logged once.
+    pub logged_owner: AtomicU64,
     /// Requests whose `limit=$variable` held something other than a number.
     pub invalid_limits: AtomicU64,
     /// Failed sync rounds (connect, I/O or protocol errors).
     pub sync_errors: AtomicU64,
+    /// Failed sync calls by kind: deadline passed, connection, bad reply.
+    pub sync_err_timeout: AtomicU64,
+    pub sync_err_connection: AtomicU64,
+    pub sync_err_reply: AtomicU64,
+    /// Keys whose own replies were errors (a `WRONGTYPE`, say) in rounds
+    /// that otherwise went through.
+    pub sync_err_key: AtomicU64,
+    /// Keys written to the store (an `HSET` of this gateway's count).
+    pub sync_keys_pushed: AtomicU64,
     /// Completed sync rounds.
     pub sync_rounds: AtomicU64,
     /// Epoch ms of the last completed sync round (0: never).
@@ -312,11 +334,19 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
                     table_len,
                     ledger,
                     ledger_len,
+                    gateway_id: random_seed()[0].max(1),
                     sync_owner: AtomicU64::new(0),
                     sync_heartbeat_ms: AtomicU64::new(0),
                     sync_handover: AtomicU64::new(0),
+                    sync_generation: AtomicU64::new(0),
+                    logged_owner: AtomicU64::new(0),
                     invalid_limits: AtomicU64::new(0),
                     sync_errors: AtomicU64::new(0),
+                    sync_err_timeout: AtomicU64::new(0),
+                    sync_err_connection: AtomicU64::new(0),
+                    sync_err_reply: AtomicU64::new(0),
+                    sync_err_key: AtomicU64::new(0),
+                    sync_keys_pushed: AtomicU64::new(0),
                     sync_rounds: AtomicU64::new(0),
                     last_sync_ms: AtomicU64::new(0),
                     down_since_ms: AtomicU64::new(0),

@@ -11,7 +11,7 @@ use std::fs;
 fn conf(redis: &str) -> String {
     http_conf(&format!(
         r#"
-        rate_limit_window_zone $remote_addr zone=c:1m {redis};
+        rate_limit_window_zone $remote_addr zone=c:1m secret=0123456789abcdef {redis};
         server {{
             listen 127.0.0.1:{{{{PORT}}}};
             location / {{ rate_limit_window zone=c limit=10; empty_gif; }}

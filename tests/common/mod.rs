@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod auth_server;
+pub mod fault_proxy;
 pub mod redis_servers;
 
 use std::collections::BTreeSet;

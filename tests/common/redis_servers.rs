@@ -116,7 +116,7 @@ impl AuthRedis {
         let conf = format!(
             "{}user default on >{ADMIN_PASSWORD} ~* &* +@all\n\
              user {ACL_USER} on >{ACL_PASSWORD} resetkeys ~rlw:* resetchannels -@all \
-             +@connection +incrby +pexpire +get +set +mget +exists +expire\n",
+             +@connection +hset +hgetall +pexpire\n",
             base_conf(port)
         );
         let server = RedisProc::spawn("redis-server", dir.path(), "auth", &conf, port);
@@ -457,4 +457,51 @@ impl RedisCluster {
         }
         sum
     }
+}
+
+/// A gateway (2 workers) whose zone `c` (window 1m, limit `limit` per
+/// client `X-Key`) syncs every 100 ms with the Redis parameters `redis`.
+pub fn redis_gateway(redis: &str, upstream: &super::Upstream, limit: u32) -> super::Nginx {
+    let conf = super::http_conf(&format!(
+        r#"
+        rate_limit_window_zone $http_x_key zone=c:1m window=1m {redis} sync=100ms secret=redis-modes-secret-0123;
+        server {{
+            listen 127.0.0.1:{{{{PORT}}}} reuseport;
+            location / {{
+                rate_limit_window zone=c limit={limit};
+                proxy_pass http://{{{{UPSTREAM}}}};
+            }}
+            location = /metrics {{ rate_limit_window_metrics; }}
+        }}"#
+    ));
+    super::Nginx::builder()
+        .workers(2)
+        .upstream_of(upstream)
+        .start(&conf)
+}
+
+/// Sends `n` requests of `client`, alternating between the gateways on
+/// `ports`, 50 ms apart (20 requests/s); returns the admitted per gateway.
+/// Any status but 200 and 429 fails the test.
+pub fn alternate(ports: [u16; 2], client: &str, n: usize) -> [u32; 2] {
+    let mut admitted = [0u32; 2];
+    for i in 0..n {
+        let r = super::get_key(ports[i % 2], "/", client);
+        match r.status {
+            200 => admitted[i % 2] += 1,
+            429 => {}
+            s => panic!("unexpected status {s}: {}", r.describe()),
+        }
+        sleep(Duration::from_millis(50));
+    }
+    admitted
+}
+
+/// Sum of the samples of metric `name` for zone `c` (over every label).
+pub fn zone_metric(port: u16, name: &str) -> f64 {
+    let text = super::get(port, "/metrics").text();
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains("zone=\"c\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
