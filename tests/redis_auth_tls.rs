@@ -26,7 +26,10 @@ fn share(redis: &str) -> [u32; 2] {
     );
     assert!(admitted[0] > 0 && admitted[1] > 0);
     assert!(zone_metric(a.port, "rate_limit_window_sync_rounds_total") > 0.0);
-    assert_eq!(zone_metric(a.port, "rate_limit_window_sync_failures_total"), 0.0);
+    assert_eq!(
+        zone_metric(a.port, "rate_limit_window_sync_failures_total"),
+        0.0
+    );
     for g in [&a, &b] {
         let log = g.error_log();
         for secret in [ADMIN_PASSWORD, ACL_PASSWORD, TLS_PASSWORD] {
@@ -90,7 +93,11 @@ fn refused_keeps_serving(redis: &str, secret: &str) {
     clear_of_boundary(60_000, 8_000);
     let statuses: Vec<u16> = (0..8).map(|_| get_key(g.port, "/", "k").status).collect();
     // The local limit still holds: 5 admitted, then 429.
-    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429, 429], "{redis}");
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 200, 200, 429, 429, 429],
+        "{redis}"
+    );
     assert!(
         wait_for(Duration::from_secs(10), || zone_metric(
             g.port,
@@ -98,7 +105,10 @@ fn refused_keeps_serving(redis: &str, secret: &str) {
         ) > 0.0),
         "no sync failure counted"
     );
-    assert_eq!(zone_metric(g.port, "rate_limit_window_sync_rounds_total"), 0.0);
+    assert_eq!(
+        zone_metric(g.port, "rate_limit_window_sync_rounds_total"),
+        0.0
+    );
     assert!(
         wait_for(Duration::from_secs(10), || {
             get_key(g.port, "/", "k");

@@ -1,0 +1,54 @@
+//! `redis_mode=cluster`: a Redis Cluster of three masters made with
+//! `redis-cli --cluster create`. Two gateways share the limits of clients
+//! whose keys land on different nodes.
+mod common;
+
+use common::redis_servers::*;
+use common::*;
+use std::thread::sleep;
+use std::time::Duration;
+
+const CLIENTS: usize = 6;
+
+#[test]
+fn clients_on_different_nodes_share_limits() {
+    let cluster = RedisCluster::start();
+    let up = Upstream::start();
+    let redis = format!("redis={} redis_mode=cluster", cluster.url());
+    let a = redis_gateway(&redis, &up, 30);
+    let b = redis_gateway(&redis, &up, 30);
+    clear_of_boundary(60_000, 10_000);
+
+    // Every client sends 60 requests at 20 requests/s, alternating
+    // between the gateways (the clients start on different gateways).
+    let mut admitted = [[0u32; 2]; CLIENTS];
+    for round in 0..60 {
+        for (c, adm) in admitted.iter_mut().enumerate() {
+            let g = (round + c) % 2;
+            let r = get_key([a.port, b.port][g], "/", &format!("client-{c}"));
+            match r.status {
+                200 => adm[g] += 1,
+                429 => {}
+                s => panic!("unexpected status {s}: {}", r.describe()),
+            }
+        }
+        sleep(Duration::from_millis(50));
+    }
+    for (c, adm) in admitted.iter().enumerate() {
+        let total = adm[0] + adm[1];
+        eprintln!("client-{c}: admitted {adm:?} = {total} for limit 30");
+        assert!((30..=34).contains(&total), "client-{c}: {total} ({adm:?})");
+    }
+    let per_node: Vec<usize> = cluster.keys_per_node().iter().map(Vec::len).collect();
+    eprintln!("keys per cluster node: {per_node:?}");
+    assert!(per_node.iter().sum::<usize>() >= CLIENTS, "{per_node:?}");
+    assert!(
+        per_node.iter().filter(|&&n| n > 0).count() >= 2,
+        "every client landed on one node: {per_node:?}"
+    );
+    assert_eq!(
+        zone_metric(a.port, "rate_limit_window_sync_failures_total"),
+        0.0
+    );
+    assert!(zone_metric(b.port, "rate_limit_window_sync_rounds_total") > 0.0);
+}
