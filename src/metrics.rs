@@ -333,13 +333,17 @@ fn sync_detail(o: &mut String, zones: &[&ZoneConf]) {
             .map(|z| (label(&z.name_str()), unsafe { &*z.header }))
     };
     let name = "rate_limit_window_sync_failures_total";
-    let _ = writeln!(o, "# HELP {name} Redis sync failures by kind: timeout, connection and reply fail a round; key is one key's error reply in a round that went on.");
+    let _ = writeln!(o, "# HELP {name} Redis sync failures by kind: timeout, connection, reply, auth (credentials refused), tls (handshake failed), master (no master known to the sentinels) and cluster_down fail a round; key is one key's error reply in a round that went on.");
     let _ = writeln!(o, "# TYPE {name} counter");
     for (n, h) in headers() {
         for (kind, c) in [
             ("timeout", &h.sync_err_timeout),
             ("connection", &h.sync_err_connection),
             ("reply", &h.sync_err_reply),
+            ("auth", &h.sync_err_auth),
+            ("tls", &h.sync_err_tls),
+            ("master", &h.sync_err_master),
+            ("cluster_down", &h.sync_err_cluster_down),
             ("key", &h.sync_err_key),
         ] {
             let v = c.load(Ordering::Relaxed);

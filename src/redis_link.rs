@@ -126,6 +126,15 @@ pub enum LinkErrorKind {
     /// Redis answered something unusable: a protocol error, or an error
     /// reply where the connection itself needed a success (handshake).
     Reply,
+    /// Wrong user or password, or an ACL that forbids a command or key.
+    Auth,
+    /// The TLS handshake failed: certificate not trusted, wrong name,
+    /// client certificate refused.
+    Tls,
+    /// The sentinels know no usable master of `redis_master=`.
+    Master,
+    /// The Redis Cluster is down or a slot has no reachable node.
+    ClusterDown,
 }
 
 impl LinkErrorKind {
@@ -135,7 +144,75 @@ impl LinkErrorKind {
             LinkErrorKind::Timeout => "timeout",
             LinkErrorKind::Connection => "connection",
             LinkErrorKind::Reply => "reply",
+            LinkErrorKind::Auth => "auth",
+            LinkErrorKind::Tls => "tls",
+            LinkErrorKind::Master => "master",
+            LinkErrorKind::ClusterDown => "cluster_down",
         }
+    }
+
+    /// What an `[error]` line says of the kinds that need an operator
+    /// (configuration or deployment); `None` for transient kinds.
+    pub fn needs_operator(self) -> Option<&'static str> {
+        match self {
+            LinkErrorKind::Auth => Some("redis refused the credentials"),
+            LinkErrorKind::Tls => Some("the TLS handshake with redis failed"),
+            LinkErrorKind::Master => Some("the sentinels know no master of \"redis_master=\""),
+            LinkErrorKind::ClusterDown => Some("the redis cluster is down"),
+            _ => None,
+        }
+    }
+
+    /// Every kind, in the order of the zone header's code (code = index + 1).
+    pub const ALL: [LinkErrorKind; 7] = [
+        LinkErrorKind::Timeout,
+        LinkErrorKind::Connection,
+        LinkErrorKind::Reply,
+        LinkErrorKind::Auth,
+        LinkErrorKind::Tls,
+        LinkErrorKind::Master,
+        LinkErrorKind::ClusterDown,
+    ];
+
+    /// Code kept in the zone header (`ZoneHeader::down_kind`), never 0.
+    pub fn code(self) -> u64 {
+        Self::ALL
+            .iter()
+            .position(|&k| k == self)
+            .map_or(0, |i| i as u64 + 1)
+    }
+
+    /// The kind of a header code.
+    pub fn from_code(code: u64) -> Option<Self> {
+        Self::ALL
+            .get(usize::try_from(code).ok()?.checked_sub(1)?)
+            .copied()
+    }
+}
+
+/// The kind of a crate error.
+fn kind_of(e: &redis::RedisError) -> LinkErrorKind {
+    use redis::ErrorKind as K;
+    let text = e.to_string().to_ascii_lowercase();
+    if e.kind() == K::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
+    {
+        LinkErrorKind::Auth
+    } else if matches!(
+        e.kind(),
+        K::MasterNameNotFoundBySentinel | K::NoValidReplicasFoundBySentinel
+    ) {
+        LinkErrorKind::Master
+    } else if matches!(e.kind(), K::ClusterDown | K::ClusterConnectionNotFound) {
+        LinkErrorKind::ClusterDown
+    } else if e.is_io_error() && (text.contains("certificate") || text.contains("alert")) {
+        LinkErrorKind::Tls
+    } else if e.is_timeout() {
+        LinkErrorKind::Timeout
+    } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+        LinkErrorKind::Connection
+    } else {
+        LinkErrorKind::Reply
     }
 }
 
@@ -163,13 +240,7 @@ impl std::fmt::Display for LinkError {
 
 impl From<redis::RedisError> for LinkError {
     fn from(e: redis::RedisError) -> Self {
-        let kind = if e.is_timeout() {
-            LinkErrorKind::Timeout
-        } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
-            LinkErrorKind::Connection
-        } else {
-            LinkErrorKind::Reply
-        };
+        let kind = kind_of(&e);
         // The crate's messages name the command and the error kind, never
         // the arguments (keys) or the password.
         LinkError::new(kind, e.to_string())

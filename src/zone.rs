@@ -50,9 +50,9 @@ pub struct ZoneConf {
     pub table: Option<Table<'static>>,
 }
 
-/// `b"RLWZONE2"`: marks a zone header written by this module, in this
+/// `b"RLWZONE3"`: marks a zone header written by this module, in this
 /// layout (bumped whenever [`ZoneHeader`] changes).
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE2");
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE3");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -94,6 +94,14 @@ pub struct ZoneHeader {
     pub sync_err_timeout: AtomicU64,
     pub sync_err_connection: AtomicU64,
     pub sync_err_reply: AtomicU64,
+    /// Failed sync calls that need an operator: credentials refused, TLS
+    /// handshake failed, no master known to the sentinels, cluster down.
+    pub sync_err_auth: AtomicU64,
+    pub sync_err_tls: AtomicU64,
+    pub sync_err_master: AtomicU64,
+    pub sync_err_cluster_down: AtomicU64,
+    /// Kind of the last failed call (`LinkErrorKind::code`; 0: none yet).
+    pub down_kind: AtomicU64,
     /// Keys whose own replies were errors (a `WRONGTYPE`, say) in rounds
     /// that otherwise went through.
     pub sync_err_key: AtomicU64,
@@ -345,6 +353,11 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
                     sync_err_timeout: AtomicU64::new(0),
                     sync_err_connection: AtomicU64::new(0),
                     sync_err_reply: AtomicU64::new(0),
+                    sync_err_auth: AtomicU64::new(0),
+                    sync_err_tls: AtomicU64::new(0),
+                    sync_err_master: AtomicU64::new(0),
+                    sync_err_cluster_down: AtomicU64::new(0),
+                    down_kind: AtomicU64::new(0),
                     sync_err_key: AtomicU64::new(0),
                     sync_keys_pushed: AtomicU64::new(0),
                     sync_rounds: AtomicU64::new(0),

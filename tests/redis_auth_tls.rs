@@ -87,7 +87,7 @@ fn tls_with_client_certificate() {
 
 /// A gateway whose sync is refused keeps serving from local counts, counts
 /// the failures, logs the outage once, and never logs the password.
-fn refused_keeps_serving(redis: &str, secret: &str) {
+fn refused_keeps_serving(redis: &str, secret: &str, kind: &str, what: &str) {
     let up = Upstream::start();
     let g = redis_gateway(redis, &up, 5);
     clear_of_boundary(60_000, 8_000);
@@ -105,6 +105,16 @@ fn refused_keeps_serving(redis: &str, secret: &str) {
         ) > 0.0),
         "no sync failure counted"
     );
+    let text = get(g.port, "/metrics").text();
+    let by_kind = prom_value(
+        &text,
+        "rate_limit_window_sync_failures_total",
+        &[("zone", "c"), ("kind", kind)],
+    );
+    assert!(
+        by_kind.unwrap_or(0.0) > 0.0,
+        "kind={kind} not counted:\n{text}"
+    );
     assert_eq!(
         zone_metric(g.port, "rate_limit_window_sync_rounds_total"),
         0.0
@@ -118,6 +128,11 @@ fn refused_keeps_serving(redis: &str, secret: &str) {
         g.error_log()
     );
     let log = g.error_log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("redis sync failing"))
+        .unwrap();
+    assert!(line.contains("[error]") && line.contains(what), "{line}");
     assert!(!log.contains(secret), "password in the error log:\n{log}");
 }
 
@@ -135,6 +150,8 @@ fn wrong_ca_is_refused_and_requests_are_served() {
             pki.file("client.key")
         ),
         TLS_PASSWORD,
+        "tls",
+        "the TLS handshake with redis failed",
     );
     let keys = redis.cli(&["--scan", "--pattern", "rlw:*"]);
     assert_eq!(keys.trim(), "", "a refused gateway wrote keys");
@@ -146,5 +163,7 @@ fn wrong_password_is_refused_and_requests_are_served() {
     refused_keeps_serving(
         &format!("redis=redis://:wrong-hunter2@127.0.0.1:{}", redis.port()),
         "wrong-hunter2",
+        "auth",
+        "redis refused the credentials",
     );
 }

@@ -83,3 +83,44 @@ fn gateways_follow_a_failover() {
         "{log}"
     );
 }
+
+#[test]
+fn unknown_master_is_an_error_and_requests_are_served() {
+    let set = SentinelSet::start();
+    let up = Upstream::start();
+    let g = redis_gateway(
+        &format!(
+            "redis={} redis_mode=sentinel redis_master=nosuch",
+            set.url()
+        ),
+        &up,
+        3,
+    );
+    clear_of_boundary(60_000, 8_000);
+    let statuses: Vec<u16> = (0..5).map(|_| get_key(g.port, "/", "k").status).collect();
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            get_key(g.port, "/", "k");
+            count_lines(&g.error_log(), "redis sync failing") == 1
+        }),
+        "outage not logged:\n{}",
+        g.error_log()
+    );
+    let log = g.error_log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("redis sync failing"))
+        .unwrap();
+    assert!(
+        line.contains("[error]") && line.contains("the sentinels know no master"),
+        "{line}"
+    );
+    let text = get(g.port, "/metrics").text();
+    let v = prom_value(
+        &text,
+        "rate_limit_window_sync_failures_total",
+        &[("zone", "c"), ("kind", "master")],
+    );
+    assert!(v.unwrap_or(0.0) > 0.0, "{text}");
+}
