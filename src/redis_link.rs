@@ -510,11 +510,13 @@ fn exec_cluster(
     for cmd in pipe.cmd_iter() {
         cp.add_command(cmd.clone());
     }
+    // Only error replies of single commands (WRONGTYPE, say) are run
+    // again one by one; a socket error, a timeout, refused credentials or
+    // a cluster that is down fail the round.
+    let per_key = |e: &redis::RedisError| kind_of(e) == LinkErrorKind::Reply;
     match cp.query::<Vec<Value>>(conn) {
         Ok(replies) => return Ok(replies),
-        Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
-            return Err(e.into())
-        }
+        Err(e) if !per_key(&e) => return Err(e.into()),
         Err(_) => {}
     }
     let mut replies = Vec::with_capacity(pipe.len());
@@ -522,9 +524,7 @@ fn exec_cluster(
         left(deadline)?;
         match cmd.query::<Value>(conn) {
             Ok(v) => replies.push(v),
-            Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
-                return Err(e.into())
-            }
+            Err(e) if !per_key(&e) => return Err(e.into()),
             Err(_) => replies.push(Value::Nil),
         }
     }

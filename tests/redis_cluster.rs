@@ -52,3 +52,40 @@ fn clients_on_different_nodes_share_limits() {
     );
     assert!(zone_metric(b.port, "rate_limit_window_sync_rounds_total") > 0.0);
 }
+
+#[test]
+fn cluster_down_keeps_serving_and_is_counted() {
+    let mut cluster = RedisCluster::start();
+    let up = Upstream::start();
+    let redis = format!("redis={} redis_mode=cluster", cluster.url());
+    let g = redis_gateway(&redis, &up, 1000);
+    for c in 0..CLIENTS {
+        assert_eq!(get_key(g.port, "/", &format!("client-{c}")).status, 200);
+    }
+    assert!(wait_for(Duration::from_secs(10), || zone_metric(
+        g.port,
+        "rate_limit_window_sync_keys_pushed_total"
+    ) >= CLIENTS as f64));
+    // One master of three dies (no replica): after the node timeout the
+    // others answer CLUSTERDOWN. Requests are still decided locally.
+    cluster.nodes[0].kill();
+    let text = || get(g.port, "/metrics").text();
+    let down = |t: &str| {
+        prom_value(
+            t,
+            "rate_limit_window_sync_failures_total",
+            &[("zone", "c"), ("kind", "cluster_down")],
+        )
+        .unwrap_or(0.0)
+    };
+    let ok = wait_for(Duration::from_secs(20), || {
+        for c in 0..CLIENTS {
+            let s = get_key(g.port, "/", &format!("client-{c}")).status;
+            assert_eq!(s, 200, "a request failed while the cluster is down");
+        }
+        down(&text()) > 0.0
+    });
+    assert!(ok, "cluster_down not counted:\n{}", text());
+    let log = g.error_log();
+    assert_eq!(count_lines(&log, "redis sync failing"), 1, "{log}");
+}
