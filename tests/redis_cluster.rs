@@ -89,3 +89,44 @@ fn cluster_down_keeps_serving_and_is_counted() {
     let log = g.error_log();
     assert_eq!(count_lines(&log, "redis sync failing"), 1, "{log}");
 }
+
+#[test]
+fn limits_survive_a_slot_migration() {
+    let cluster = RedisCluster::start();
+    let up = Upstream::start();
+    let redis = format!("redis={} redis_mode=cluster", cluster.url());
+    let a = redis_gateway(&redis, &up, 60);
+    let b = redis_gateway(&redis, &up, 60);
+    clear_of_boundary(60_000, 40_000);
+    let send = |rounds: usize, admitted: &mut [[u32; 2]; CLIENTS]| {
+        for round in 0..rounds {
+            for (c, adm) in admitted.iter_mut().enumerate() {
+                let g = (round + c) % 2;
+                let r = get_key([a.port, b.port][g], "/", &format!("client-{c}"));
+                match r.status {
+                    200 => adm[g] += 1,
+                    429 => {}
+                    s => panic!("unexpected status {s}: {}", r.describe()),
+                }
+            }
+            sleep(Duration::from_millis(50));
+        }
+    };
+    let mut admitted = [[0u32; 2]; CLIENTS];
+    send(30, &mut admitted);
+    let before: Vec<usize> = cluster.keys_per_node().iter().map(Vec::len).collect();
+    // Move the slots of a node that holds keys: the gateways' slot maps
+    // are now stale and Redis answers MOVED.
+    let from = before.iter().position(|&n| n > 0).unwrap();
+    let to = (from + 1) % 3;
+    cluster.move_all_slots(from, to);
+    let after: Vec<usize> = cluster.keys_per_node().iter().map(Vec::len).collect();
+    eprintln!("keys per node before {before:?}, after moving node {from}'s slots {after:?}");
+    assert_eq!(after[from], 0, "{after:?}");
+    send(60, &mut admitted);
+    for (c, adm) in admitted.iter().enumerate() {
+        let total = adm[0] + adm[1];
+        eprintln!("client-{c}: admitted {adm:?} = {total} for limit 60 across a migration");
+        assert!((60..=64).contains(&total), "client-{c}: {total} ({adm:?})");
+    }
+}

@@ -505,3 +505,39 @@ pub fn zone_metric(port: u16, name: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+impl RedisCluster {
+    /// Moves every slot of node `from` (and its keys) to node `to` with
+    /// `redis-cli --cluster reshard`: clients with a stale slot map get
+    /// MOVED replies.
+    pub fn move_all_slots(&self, from: usize, to: usize) {
+        let id = |i: usize| {
+            cli(&["-p", &self.nodes[i].port.to_string(), "CLUSTER", "MYID"])
+                .trim()
+                .to_owned()
+        };
+        let (from_id, to_id) = (id(from), id(to));
+        let seed = format!("127.0.0.1:{}", self.nodes[to].port);
+        let out = cli(&[
+            "--cluster",
+            "reshard",
+            &seed,
+            "--cluster-from",
+            &from_id,
+            "--cluster-to",
+            &to_id,
+            "--cluster-slots",
+            "16384",
+            "--cluster-yes",
+        ]);
+        assert!(
+            poll(Duration::from_secs(30), || {
+                let info = cli(&["-p", &self.nodes[to].port.to_string(), "CLUSTER", "NODES"]);
+                info.lines()
+                    .find(|l| l.starts_with(&from_id))
+                    .is_some_and(|l| l.split(' ').count() <= 8)
+            }),
+            "slots still on node {from}: {out}"
+        );
+    }
+}
