@@ -394,7 +394,9 @@ unsafe fn words<'a>(cf: *mut ngx_conf_t, from: usize) -> Vec<&'a [u8]> {
 }
 
 /// `rate_limit_window_zone KEY zone=NAME:SIZE [window=TIME] [fail=open|closed]
-/// [redis=HOST:PORT|unix:/path [sync=TIME] [secret=STRING]];`
+/// [redis=HOST:PORT|unix:/path|redis[s]://... [sync=TIME] [secret=STRING]
+/// [redis_mode=single|sentinel|cluster] [redis_master=NAME] [redis_ca=PATH]
+/// [redis_cert=PATH] [redis_key=PATH] [redis_password_file=PATH]]];`
 ///
 /// The parameters are parsed by the core's pure (and fuzzed) parser.
 extern "C" fn set_zone(
@@ -407,12 +409,19 @@ extern "C" fn set_zone(
     // SAFETY: ngx_pagesize is set by nginx at startup, before parsing.
     let min_size = 8 * unsafe { ngx_pagesize };
     // SAFETY: as above.
-    let params = match parse_zone_params(&unsafe { words(cf, 2) }, min_size) {
+    let mut params = match parse_zone_params(&unsafe { words(cf, 2) }, min_size) {
         Ok(p) => p,
         Err(e) => return emerg(cf, &e),
     };
     if let Some(e) = params.redis.as_ref().and_then(|r| secret_error(&r.secret)) {
         return emerg(cf, &e);
+    }
+    if let Some(r) = params.redis.as_mut() {
+        // SAFETY: cf->cycle is the cycle being configured.
+        let prefix = unsafe { (*(*cf).cycle).conf_prefix.as_bytes() };
+        if let Err(e) = crate::redis_conf::load(r, prefix) {
+            return emerg(cf, &e);
+        }
     }
     // SAFETY: cf->pool is the configuration pool.
     let Some(name) = (unsafe { ngx_str_t::from_bytes((*cf).pool, &params.name) }) else {

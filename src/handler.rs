@@ -625,14 +625,7 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
     };
     if let Some(header) = zone.header().filter(|_| zone.redis.is_some()) {
         if let Some(since) = header.outage_to_log() {
-            ngx_log_error!(
-                NGX_LOG_WARN,
-                log,
-                "rate_limit_window_zone \"{}\": redis sync failing for {} ms; deciding from this \
-                 gateway's counts only (fail-open for the cluster part); errors are counted in metrics",
-                zone.name,
-                now.saturating_sub(since)
-            );
+            crate::sync::log_outage(log, zone, header, now.saturating_sub(since));
         }
     }
     let episode = |c: Counter| table.note_episode(c, now, EPISODE_QUIET_MS);

@@ -34,6 +34,7 @@ mod filter;
 mod handler;
 mod metrics;
 mod near_limit;
+mod redis_conf;
 mod redis_link;
 mod reset;
 mod sweep;

@@ -48,7 +48,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use nginx_sys::{ngx_log_t, NGX_LOG_NOTICE, NGX_LOG_WARN};
+use nginx_sys::{ngx_log_t, NGX_LOG_ERR, NGX_LOG_NOTICE, NGX_LOG_WARN};
 use ngx::ngx_log_error;
 use rate_limit_window_core::cluster::{
     claim, gateway_field, redis_key, shares, Claim, Ledger, Push,
@@ -164,14 +164,7 @@ pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
     // SAFETY: the header lives in the zone as long as the cycle.
     let header = unsafe { &*zone.header };
     if let Some(since) = header.outage_to_log() {
-        ngx_log_error!(
-            NGX_LOG_WARN,
-            log,
-            "rate_limit_window_zone \"{}\": redis sync failing for {} ms; deciding from this \
-             gateway's counts only (fail-open for the cluster part); errors are counted in metrics",
-            zone.name_str(),
-            now_ms.saturating_sub(since)
-        );
+        log_outage(log, zone, header, now_ms.saturating_sub(since));
     }
     let owner = header.sync_owner.load(Ordering::Acquire);
     if owner != 0 && header.logged_owner.swap(owner, Ordering::Relaxed) != owner {
@@ -183,6 +176,29 @@ pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
             owner
         );
     }
+}
+
+/// Logs an outage of `for_ms` ms once: an `[error]` when its kind needs an
+/// operator (credentials, TLS, unknown master, cluster down), a `[warn]`
+/// otherwise. Never a password: the kind's fixed text only.
+pub fn log_outage(log: *mut ngx_log_t, zone: &ZoneConf, header: &ZoneHeader, for_ms: u64) {
+    let kind = LinkErrorKind::from_code(header.down_kind.load(Ordering::Relaxed));
+    let what = kind.and_then(LinkErrorKind::needs_operator);
+    let level = if what.is_some() {
+        NGX_LOG_ERR
+    } else {
+        NGX_LOG_WARN
+    };
+    ngx_log_error!(
+        level,
+        log,
+        "rate_limit_window_zone \"{}\": redis sync failing for {} ms{}{}; deciding from this \
+         gateway's counts only (fail-open for the cluster part); errors are counted in metrics",
+        zone.name_str(),
+        for_ms,
+        if what.is_some() { ": " } else { "" },
+        what.unwrap_or("")
+    );
 }
 
 fn epoch_ms() -> u64 {
@@ -367,8 +383,13 @@ fn count_error(header: &ZoneHeader, e: &LinkError) {
         LinkErrorKind::Timeout => &header.sync_err_timeout,
         LinkErrorKind::Connection => &header.sync_err_connection,
         LinkErrorKind::Reply => &header.sync_err_reply,
+        LinkErrorKind::Auth => &header.sync_err_auth,
+        LinkErrorKind::Tls => &header.sync_err_tls,
+        LinkErrorKind::Master => &header.sync_err_master,
+        LinkErrorKind::ClusterDown => &header.sync_err_cluster_down,
     };
     by_kind.fetch_add(1, Ordering::Relaxed);
+    header.down_kind.store(e.kind.code(), Ordering::Relaxed);
 }
 
 fn connect<'c>(

@@ -56,9 +56,10 @@ pub struct ZoneConf {
 /// Marks a zone header written by this module, and its layout: bump the
 /// digit whenever `ZoneHeader` changes (3: the sweep's `slots_used` count
 /// and the `delay` counters; 4: the sync's gateway id, generations and
-/// errors by kind; 5: `near_limit`), so that a reload onto a zone of
-/// another layout is refused, not misread.
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE5");
+/// errors by kind; 5: `near_limit`; 6: the sync's auth, TLS, master and
+/// cluster errors), so that a reload onto a zone of another layout is
+/// refused, not misread.
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE6");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -100,6 +101,14 @@ pub struct ZoneHeader {
     pub sync_err_timeout: AtomicU64,
     pub sync_err_connection: AtomicU64,
     pub sync_err_reply: AtomicU64,
+    /// Failed sync calls that need an operator: credentials refused, TLS
+    /// handshake failed, no master known to the sentinels, cluster down.
+    pub sync_err_auth: AtomicU64,
+    pub sync_err_tls: AtomicU64,
+    pub sync_err_master: AtomicU64,
+    pub sync_err_cluster_down: AtomicU64,
+    /// Kind of the last failed call (`LinkErrorKind::code`; 0: none yet).
+    pub down_kind: AtomicU64,
     /// Keys whose own replies were errors (a `WRONGTYPE`, say) in rounds
     /// that otherwise went through.
     pub sync_err_key: AtomicU64,
@@ -471,6 +480,11 @@ impl ZoneHeader {
             sync_err_timeout: zero(),
             sync_err_connection: zero(),
             sync_err_reply: zero(),
+            sync_err_auth: zero(),
+            sync_err_tls: zero(),
+            sync_err_master: zero(),
+            sync_err_cluster_down: zero(),
+            down_kind: zero(),
             sync_err_key: zero(),
             sync_keys_pushed: zero(),
             sync_rounds: zero(),

@@ -67,6 +67,7 @@ pub mod cluster;
 pub mod delay;
 pub mod limit_opts;
 pub mod parse;
+pub mod redis_url;
 pub mod reference;
 pub mod seed;
 pub mod strict;

@@ -26,12 +26,8 @@ const MAX_INT: u64 = i64::MAX as u64;
 /// How many bytes of a rejected value a message quotes.
 pub const SHOWN_BYTES: usize = 64;
 
-/// Shortest accepted `sync=` interval, in ms.
-pub const MIN_SYNC_MS: u64 = 10;
-/// Longest accepted `sync=` interval, in ms.
-pub const MAX_SYNC_MS: u64 = 60_000;
-/// `sync=` interval used when the zone names none, in ms.
-pub const DEFAULT_SYNC_MS: u64 = 100;
+use crate::redis_url::RedisArgs;
+pub use crate::redis_url::{RedisParams, DEFAULT_SYNC_MS, MAX_SYNC_MS, MIN_SYNC_MS};
 
 /// Longest path accepted in `redis=unix:PATH`, in bytes: `sun_path` holds
 /// 108 bytes including the terminating NUL.
@@ -354,20 +350,10 @@ fn is_token_char(b: u8) -> bool {
 /// The characters besides letters and digits that a zone name may hold.
 const ZONE_NAME_PUNCTUATION: &str = "!#$%&'*+-.^_`|~";
 
-/// Redis synchronisation settings of a zone (`redis=`, `sync=`, `secret=`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RedisParams {
-    /// Connection URL: `redis://HOST:PORT/` or `redis+unix:///PATH` (the path
-    /// percent-encoded outside `A-Za-z0-9-._~/`).
-    pub url: String,
-    /// Interval between synchronisations, in ms (`MIN_SYNC_MS..=MAX_SYNC_MS`).
-    pub sync_ms: u64,
-    /// Shared secret (`secret=`); empty when none was given.
-    pub secret: Vec<u8>,
-}
-
 /// The parameters of `rate_limit_window_zone KEY zone=NAME:SIZE
-/// [window=TIME] [fail=open|closed] [redis=ADDR [sync=TIME] [secret=S]];`
+/// [window=TIME] [fail=open|closed] [redis=ADDR [sync=TIME] [secret=S]
+/// [redis_mode=M] [redis_master=NAME] [redis_ca=PATH] [redis_cert=PATH]
+/// [redis_key=PATH] [redis_password_file=PATH]]];`
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ZoneParams {
     /// Zone name: `zone=` up to its last `:`, non-empty, HTTP token
@@ -394,17 +380,14 @@ pub struct ZoneParams {
 /// letters, digits and ` followed by the other HTTP token characters (a
 /// name with any other byte), `zone "NAME" is too small: it must be
 /// at least N bytes`, any [`parse_window`] error,
-/// `invalid redis address "X": use HOST:PORT or unix:/path`,
-/// `invalid sync interval "X": it must be between 10ms and 60s`,
 /// `invalid parameter "X"`, `"rate_limit_window_zone" must have "zone"
-/// parameter`, `"sync=" and "secret=" need "redis="`.
+/// parameter`, and the Redis parameters' errors
+/// ([`crate::redis_url::RedisArgs`]).
 pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, String> {
     let mut zone: Option<(Vec<u8>, usize)> = None;
     let mut window = None;
     let mut fail = FailPolicy::Open;
-    let mut redis: Option<String> = None;
-    let mut sync_ms: Option<u64> = None;
-    let mut secret: Option<Vec<u8>> = None;
+    let mut redis = RedisArgs::default();
 
     for &a in args {
         if let Some(v) = a.strip_prefix(b"zone=") {
@@ -434,26 +417,7 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
             fail = FailPolicy::Open;
         } else if a == b"fail=closed" {
             fail = FailPolicy::Closed;
-        } else if let Some(v) = a.strip_prefix(b"redis=") {
-            redis = Some(redis_url(v).ok_or_else(|| {
-                format!(
-                    "invalid redis address \"{}\": use HOST:PORT or unix:/path",
-                    escape(v)
-                )
-            })?);
-        } else if let Some(v) = a.strip_prefix(b"sync=") {
-            match parse_time_ms(v) {
-                Some(ms) if (MIN_SYNC_MS..=MAX_SYNC_MS).contains(&ms) => sync_ms = Some(ms),
-                _ => {
-                    return Err(format!(
-                        "invalid sync interval \"{}\": it must be between 10ms and 60s",
-                        escape(v)
-                    ))
-                }
-            }
-        } else if let Some(v) = a.strip_prefix(b"secret=") {
-            secret = Some(v.to_vec());
-        } else {
+        } else if !redis.accept(a)? {
             return Err(format!("invalid parameter \"{}\"", escape(a)));
         }
     }
@@ -461,17 +425,7 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
     let Some((name, size)) = zone else {
         return Err("\"rate_limit_window_zone\" must have \"zone\" parameter".into());
     };
-    let redis = match redis {
-        Some(url) => Some(RedisParams {
-            url,
-            sync_ms: sync_ms.unwrap_or(DEFAULT_SYNC_MS),
-            secret: secret.unwrap_or_default(),
-        }),
-        None if sync_ms.is_some() || secret.is_some() => {
-            return Err("\"sync=\" and \"secret=\" need \"redis=\"".into());
-        }
-        None => None,
-    };
+    let redis = redis.finish()?;
     let default_window = || Window::from_ms(DEFAULT_WINDOW_MS).expect("default window is valid");
     Ok(ZoneParams {
         name,
@@ -480,57 +434,6 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
         fail,
         redis,
     })
-}
-
-/// `HOST:PORT` or `unix:/PATH` to a Redis URL, or `None`.
-///
-/// HOST is a name or IPv4 address (`A-Za-z0-9-._`) or an IPv6 address in
-/// brackets (`[::1]`); PORT is 1..=65535 (at most 5 digits). PATH is
-/// absolute, at most [`MAX_UNIX_PATH`] bytes, without NUL.
-fn redis_url(v: &[u8]) -> Option<String> {
-    if let Some(path) = v.strip_prefix(b"unix:") {
-        if path.first() != Some(&b'/') || path.len() > MAX_UNIX_PATH || path.contains(&0) {
-            return None;
-        }
-        let mut url = String::from("redis+unix://");
-        for &b in path {
-            if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-                url.push(char::from(b));
-            } else {
-                url.push_str(&format!("%{b:02X}"));
-            }
-        }
-        return Some(url);
-    }
-    let colon = v.iter().rposition(|&c| c == b':')?;
-    let (host, port) = (&v[..colon], &v[colon + 1..]);
-    if port.is_empty() || port.len() > 5 || !port.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let port = port.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0'));
-    if !(1..=65_535).contains(&port) {
-        return None;
-    }
-    let host_ok = match host {
-        [b'[', inner @ .., b']'] => {
-            !inner.is_empty()
-                && inner.contains(&b':')
-                && inner
-                    .iter()
-                    .all(|&c| c.is_ascii_hexdigit() || c == b':' || c == b'.')
-        }
-        _ => {
-            !host.is_empty()
-                && host
-                    .iter()
-                    .all(|&c| c.is_ascii_alphanumeric() || b"-._".contains(&c))
-        }
-    };
-    if !host_ok {
-        return None;
-    }
-    // Every byte of host is ASCII here.
-    Some(format!("redis://{}:{port}/", String::from_utf8_lossy(host)))
 }
 
 /// The limit of a `rate_limit_window` directive.
@@ -781,51 +684,5 @@ mod tests {
             escape(&[b'x'; 65]).to_string(),
             format!("{}...", "x".repeat(64))
         );
-    }
-
-    #[test]
-    fn redis_urls() {
-        assert_eq!(
-            redis_url(b"127.0.0.1:6379").as_deref(),
-            Some("redis://127.0.0.1:6379/")
-        );
-        assert_eq!(
-            redis_url(b"redis.local:06379").as_deref(),
-            Some("redis://redis.local:6379/")
-        );
-        assert_eq!(
-            redis_url(b"[::1]:6379").as_deref(),
-            Some("redis://[::1]:6379/")
-        );
-        assert_eq!(
-            redis_url(b"unix:/run/redis.sock").as_deref(),
-            Some("redis+unix:///run/redis.sock")
-        );
-        assert_eq!(
-            redis_url(b"unix:/run/a b%").as_deref(),
-            Some("redis+unix:///run/a%20b%25")
-        );
-        for bad in [
-            &b""[..],
-            b":6379",
-            b"host",
-            b"host:",
-            b"host:0",
-            b"host:65536",
-            b"host:123456",
-            b"a/b:1",
-            b"::1:6379",
-            b"[]:1",
-            b"[x]:1",
-            b"u@h:1",
-            b"unix:",
-            b"unix:rel/path",
-            b"unix:/a\0b",
-            b"h:+1",
-        ] {
-            assert_eq!(redis_url(bad), None, "{}", escape(bad));
-        }
-        assert!(redis_url(format!("unix:/{}", "a".repeat(106)).as_bytes()).is_some());
-        assert!(redis_url(format!("unix:/{}", "a".repeat(107)).as_bytes()).is_none());
     }
 }

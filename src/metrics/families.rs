@@ -191,7 +191,7 @@ const FAMILIES: &[Family] = &[
     Family {
         name: "rate_limit_window_sync_failures_total",
         kind: "counter",
-        help: "Redis sync failures by kind: timeout, connection and reply fail a round; key is one key's error reply in a round that went on.",
+        help: "Redis sync failures by kind: timeout, connection, reply, auth (credentials refused), tls (handshake failed), master (no master known to the sentinels) and cluster_down fail a round; key is one key's error reply in a round that went on.",
         redis_only: true,
         samples: Samples::By(
             "kind",
@@ -199,6 +199,10 @@ const FAMILIES: &[Family] = &[
                 ("timeout", |l| atomic(&l.header.sync_err_timeout)),
                 ("connection", |l| atomic(&l.header.sync_err_connection)),
                 ("reply", |l| atomic(&l.header.sync_err_reply)),
+                ("auth", |l| atomic(&l.header.sync_err_auth)),
+                ("tls", |l| atomic(&l.header.sync_err_tls)),
+                ("master", |l| atomic(&l.header.sync_err_master)),
+                ("cluster_down", |l| atomic(&l.header.sync_err_cluster_down)),
                 ("key", |l| atomic(&l.header.sync_err_key)),
             ],
         ),

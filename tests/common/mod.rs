@@ -20,6 +20,7 @@ mod http;
 mod load;
 mod nginx;
 mod prom;
+pub mod redis_servers;
 pub mod status_upstream;
 mod upstream;
 

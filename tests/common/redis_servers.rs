@@ -1,0 +1,543 @@
+//! Real Redis deployments for the `redis_mode=` tests: a server with a
+//! password or an ACL user, a TLS-only server on certificates made with
+//! openssl at test time, one master + one replica + three sentinels, and a
+//! three-master Redis Cluster. Every process runs in a temporary directory
+//! on free ports and is killed on drop.
+#![allow(dead_code)]
+
+use std::fs;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use super::free_port;
+
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// One redis-server or redis-sentinel process, killed on drop.
+pub struct RedisProc {
+    child: Option<Child>,
+    pub port: u16,
+}
+
+impl RedisProc {
+    /// Runs `bin` with the config file `conf` (written to `dir`) and waits
+    /// until `port` accepts connections.
+    pub fn spawn(bin: &str, dir: &Path, name: &str, conf: &str, port: u16) -> RedisProc {
+        let path = dir.join(format!("{name}.conf"));
+        fs::write(&path, conf).unwrap();
+        let log = fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        let child = Command::new(bin)
+            .arg(&path)
+            .current_dir(dir)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{bin} not found ({e}): `make test` installs redis-server and redis-sentinel"
+                )
+            });
+        let deadline = Instant::now() + START_TIMEOUT;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "{bin} did not start on {port}");
+            sleep(Duration::from_millis(20));
+        }
+        RedisProc {
+            child: Some(child),
+            port,
+        }
+    }
+
+    /// Kills the process now (SIGKILL: a crash, not a shutdown).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for RedisProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The settings every test server shares: no persistence, loopback only.
+fn base_conf(port: u16) -> String {
+    format!("bind 127.0.0.1\nport {port}\nsave \"\"\nappendonly no\n")
+}
+
+/// Runs `redis-cli` with `args` (connection options first) and returns
+/// its stdout; panics if it cannot run.
+pub fn cli(args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("redis-cli not found: `make test` installs redis-tools");
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// Polls `f` every 50 ms until it is true or `timeout` passes.
+pub fn poll(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        sleep(Duration::from_millis(50));
+    }
+}
+
+/// A redis-server with `requirepass` (user `default`) and, optionally, an
+/// ACL user limited to the module's keys (`~rlw:*`).
+pub struct AuthRedis {
+    pub server: RedisProc,
+    pub dir: tempfile::TempDir,
+}
+
+/// The admin password of [`AuthRedis`] (user `default`).
+pub const ADMIN_PASSWORD: &str = "adm1n-S3cret";
+/// The ACL user of [`AuthRedis`] and its password.
+pub const ACL_USER: &str = "gateway";
+pub const ACL_PASSWORD: &str = "gw-p@ss:w/rd";
+
+impl AuthRedis {
+    pub fn start() -> AuthRedis {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let conf = format!(
+            "{}user default on >{ADMIN_PASSWORD} ~* &* +@all\n\
+             user {ACL_USER} on >{ACL_PASSWORD} resetkeys ~rlw:* resetchannels -@all \
+             +@connection +hset +hgetall +pexpire\n",
+            base_conf(port)
+        );
+        let server = RedisProc::spawn("redis-server", dir.path(), "auth", &conf, port);
+        AuthRedis { server, dir }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.server.port
+    }
+
+    /// redis-cli as the admin.
+    pub fn admin(&self, args: &[&str]) -> String {
+        let port = self.port().to_string();
+        let mut all = vec!["-p", &port, "--no-auth-warning", "-a", ADMIN_PASSWORD];
+        all.extend_from_slice(args);
+        cli(&all)
+    }
+}
+
+/// A CA, a server certificate for 127.0.0.1/localhost and a client
+/// certificate signed by it, all made with openssl (EC P-256).
+pub struct Pki {
+    pub dir: tempfile::TempDir,
+}
+
+impl Pki {
+    /// Makes a CA named `cn` and its certificates in a new directory.
+    pub fn new(cn: &str) -> Pki {
+        let dir = tempfile::tempdir().unwrap();
+        let ossl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .expect("openssl not found: `make test` installs it");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let subj = format!("/CN={cn}");
+        let mut ca = vec!["req", "-x509", "-days", "2", "-subj", &subj];
+        ca.extend_from_slice(&ec);
+        ca.extend_from_slice(&["-keyout", "ca.key", "-out", "ca.crt"]);
+        ca.extend_from_slice(&["-addext", "basicConstraints=critical,CA:TRUE"]);
+        ca.extend_from_slice(&["-addext", "keyUsage=critical,keyCertSign,cRLSign"]);
+        ossl(&ca);
+        fs::write(
+            dir.path().join("server.ext"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+             extendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        fs::write(
+            dir.path().join("client.ext"),
+            "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+        )
+        .unwrap();
+        for who in ["server", "client"] {
+            let (key, csr, crt, ext) = (
+                format!("{who}.key"),
+                format!("{who}.csr"),
+                format!("{who}.crt"),
+                format!("{who}.ext"),
+            );
+            let subj = format!("/CN={who}");
+            let mut req = vec!["req", "-subj", &subj, "-keyout", &key, "-out", &csr];
+            req.extend_from_slice(&ec);
+            ossl(&req);
+            ossl(&[
+                "x509",
+                "-req",
+                "-days",
+                "2",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &crt,
+                "-extfile",
+                &ext,
+            ]);
+        }
+        Pki { dir }
+    }
+
+    /// A file of this PKI (`ca.crt`, `server.crt`, `client.key`, ...).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// [`Pki::path`] as a string for configs.
+    pub fn file(&self, name: &str) -> String {
+        self.path(name).display().to_string()
+    }
+}
+
+/// A TLS-only redis-server (plain port off) that requires client
+/// certificates signed by its CA, with a password for user `default`.
+pub struct TlsRedis {
+    pub server: RedisProc,
+    pub pki: Pki,
+}
+
+/// The password of [`TlsRedis`].
+pub const TLS_PASSWORD: &str = "tls-S3cret";
+
+impl TlsRedis {
+    pub fn start() -> TlsRedis {
+        let pki = Pki::new("rlw test CA");
+        let port = free_port();
+        let conf = format!(
+            "bind 127.0.0.1\nport 0\ntls-port {port}\nsave \"\"\nappendonly no\n\
+             tls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+             tls-auth-clients yes\nrequirepass {TLS_PASSWORD}\n",
+            pki.file("server.crt"),
+            pki.file("server.key"),
+            pki.file("ca.crt"),
+        );
+        let server = RedisProc::spawn("redis-server", pki.dir.path(), "tls", &conf, port);
+        TlsRedis { server, pki }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.server.port
+    }
+
+    /// redis-cli over TLS with the client certificate and the password.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let port = self.port().to_string();
+        let (ca, cert, key) = (
+            self.pki.file("ca.crt"),
+            self.pki.file("client.crt"),
+            self.pki.file("client.key"),
+        );
+        let mut all = vec![
+            "-p",
+            &port,
+            "--tls",
+            "--cacert",
+            &ca,
+            "--cert",
+            &cert,
+            "--key",
+            &key,
+            "--no-auth-warning",
+            "-a",
+            TLS_PASSWORD,
+        ];
+        all.extend_from_slice(args);
+        cli(&all)
+    }
+}
+
+/// One master, one replica and three sentinels monitoring them as
+/// [`SENTINEL_MASTER`] (quorum 2, master down after 1 s).
+pub struct SentinelSet {
+    pub master: RedisProc,
+    pub replica: RedisProc,
+    pub sentinels: Vec<RedisProc>,
+    pub dir: tempfile::TempDir,
+}
+
+/// The name the sentinels give the master.
+pub const SENTINEL_MASTER: &str = "rlwmaster";
+
+impl SentinelSet {
+    pub fn start() -> SentinelSet {
+        let dir = tempfile::tempdir().unwrap();
+        let (mp, rp) = (free_port(), free_port());
+        let master = RedisProc::spawn("redis-server", dir.path(), "master", &base_conf(mp), mp);
+        let replica_conf = format!("{}replicaof 127.0.0.1 {mp}\n", base_conf(rp));
+        let replica = RedisProc::spawn("redis-server", dir.path(), "replica", &replica_conf, rp);
+        // Sentinels find the replica through the master's INFO: start them
+        // once the replica is in sync.
+        assert!(
+            poll(Duration::from_secs(15), || {
+                cli(&["-p", &rp.to_string(), "INFO", "replication"])
+                    .contains("master_link_status:up")
+            }),
+            "replica did not sync"
+        );
+        let sentinels = (0..3)
+            .map(|i| {
+                let sp = free_port();
+                let conf = format!(
+                    "bind 127.0.0.1\nport {sp}\n\
+                     sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {mp} 2\n\
+                     sentinel down-after-milliseconds {SENTINEL_MASTER} 1000\n\
+                     sentinel failover-timeout {SENTINEL_MASTER} 10000\n\
+                     sentinel parallel-syncs {SENTINEL_MASTER} 1\n"
+                );
+                RedisProc::spawn("redis-sentinel", dir.path(), &format!("s{i}"), &conf, sp)
+            })
+            .collect::<Vec<_>>();
+        let set = SentinelSet {
+            master,
+            replica,
+            sentinels,
+            dir,
+        };
+        assert!(
+            poll(Duration::from_secs(30), || set.sentinels_agree()),
+            "sentinels did not discover the replica and each other"
+        );
+        set
+    }
+
+    /// Every sentinel knows the replica and the two other sentinels.
+    fn sentinels_agree(&self) -> bool {
+        self.sentinels.iter().all(|s| {
+            let out = cli(&[
+                "-p",
+                &s.port.to_string(),
+                "SENTINEL",
+                "MASTER",
+                SENTINEL_MASTER,
+            ]);
+            let field = |name: &str| {
+                let mut lines = out.lines();
+                lines.find(|l| l.trim() == name);
+                lines.next().map(|v| v.trim().to_owned())
+            };
+            field("num-slaves").as_deref() == Some("1")
+                && field("num-other-sentinels").as_deref() == Some("2")
+        })
+    }
+
+    /// The master's port according to the first live sentinel.
+    pub fn master_port(&self) -> Option<u16> {
+        let out = cli(&[
+            "-p",
+            &self.sentinels[0].port.to_string(),
+            "SENTINEL",
+            "GET-MASTER-ADDR-BY-NAME",
+            SENTINEL_MASTER,
+        ]);
+        out.lines().nth(1)?.trim().parse().ok()
+    }
+
+    /// `redis://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        format!("redis://{}", hosts.join(","))
+    }
+}
+
+/// Three redis-server nodes in cluster mode, every slot assigned with
+/// `redis-cli --cluster create` (no replicas).
+pub struct RedisCluster {
+    pub nodes: Vec<RedisProc>,
+    pub dir: tempfile::TempDir,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: Vec<RedisProc> = (0..3)
+            .map(|i| {
+                let port = free_port();
+                let conf = format!(
+                    "{}cluster-enabled yes\ncluster-config-file nodes-{port}.conf\n\
+                     cluster-node-timeout 2000\n",
+                    base_conf(port)
+                );
+                RedisProc::spawn("redis-server", dir.path(), &format!("n{i}"), &conf, port)
+            })
+            .collect();
+        let mut args = vec!["--cluster".to_owned(), "create".to_owned()];
+        args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
+        let out = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(
+            out.contains("All 16384 slots covered"),
+            "cluster create: {out}"
+        );
+        let cluster = RedisCluster { nodes, dir };
+        assert!(
+            poll(Duration::from_secs(20), || cluster.nodes.iter().all(|n| {
+                cli(&["-p", &n.port.to_string(), "CLUSTER", "INFO"]).contains("cluster_state:ok")
+            })),
+            "cluster did not reach state ok"
+        );
+        cluster
+    }
+
+    /// `redis://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis://{}", hosts.join(","))
+    }
+
+    /// The module's keys stored on each node (`rlw:*`), per node.
+    pub fn keys_per_node(&self) -> Vec<Vec<String>> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                cli(&["-p", &n.port.to_string(), "--scan", "--pattern", "rlw:*"])
+                    .lines()
+                    .filter(|l| !l.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Sum of the values of the module's keys, over every node.
+    pub fn total(&self) -> i64 {
+        let mut sum = 0;
+        for (node, keys) in self.nodes.iter().zip(self.keys_per_node()) {
+            for k in keys {
+                let v = cli(&["-p", &node.port.to_string(), "GET", &k]);
+                sum += v
+                    .trim()
+                    .parse::<i64>()
+                    .unwrap_or_else(|_| panic!("value {v}"));
+            }
+        }
+        sum
+    }
+}
+
+/// A gateway (2 workers) whose zone `c` (window 1m, limit `limit` per
+/// client `X-Key`) syncs every 100 ms with the Redis parameters `redis`.
+pub fn redis_gateway(redis: &str, upstream: &super::Upstream, limit: u32) -> super::Nginx {
+    let conf = super::http_conf(&format!(
+        r#"
+        rate_limit_window_zone $http_x_key zone=c:1m window=1m {redis} sync=100ms secret=redis-modes-secret-0123;
+        server {{
+            listen 127.0.0.1:{{{{PORT}}}} reuseport;
+            location / {{
+                rate_limit_window zone=c limit={limit};
+                proxy_pass http://{{{{UPSTREAM}}}};
+            }}
+            location = /metrics {{ rate_limit_window_metrics; }}
+        }}"#
+    ));
+    super::Nginx::builder()
+        .workers(2)
+        .upstream_of(upstream)
+        .start(&conf)
+}
+
+/// Sends `n` requests of `client`, alternating between the gateways on
+/// `ports`, 50 ms apart (20 requests/s); returns the admitted per gateway.
+/// Any status but 200 and 429 fails the test.
+pub fn alternate(ports: [u16; 2], client: &str, n: usize) -> [u32; 2] {
+    let mut admitted = [0u32; 2];
+    for i in 0..n {
+        let r = super::get_key(ports[i % 2], "/", client);
+        match r.status {
+            200 => admitted[i % 2] += 1,
+            429 => {}
+            s => panic!("unexpected status {s}: {}", r.describe()),
+        }
+        sleep(Duration::from_millis(50));
+    }
+    admitted
+}
+
+/// Sum of the samples of metric `name` for zone `c` (over every label).
+pub fn zone_metric(port: u16, name: &str) -> f64 {
+    let text = super::get(port, "/metrics").text();
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains("zone=\"c\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+impl RedisCluster {
+    /// Moves every slot of node `from` (and its keys) to node `to` with
+    /// `redis-cli --cluster reshard`: clients with a stale slot map get
+    /// MOVED replies.
+    pub fn move_all_slots(&self, from: usize, to: usize) {
+        let id = |i: usize| {
+            cli(&["-p", &self.nodes[i].port.to_string(), "CLUSTER", "MYID"])
+                .trim()
+                .to_owned()
+        };
+        let (from_id, to_id) = (id(from), id(to));
+        let seed = format!("127.0.0.1:{}", self.nodes[to].port);
+        let out = cli(&[
+            "--cluster",
+            "reshard",
+            &seed,
+            "--cluster-from",
+            &from_id,
+            "--cluster-to",
+            &to_id,
+            "--cluster-slots",
+            "16384",
+            "--cluster-yes",
+        ]);
+        assert!(
+            poll(Duration::from_secs(30), || {
+                let info = cli(&["-p", &self.nodes[to].port.to_string(), "CLUSTER", "NODES"]);
+                info.lines()
+                    .find(|l| l.starts_with(&from_id))
+                    .is_some_and(|l| l.split(' ').count() <= 8)
+            }),
+            "slots still on node {from}: {out}"
+        );
+    }
+}

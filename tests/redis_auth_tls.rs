@@ -1,0 +1,169 @@
+//! `redis=` with a password, an ACL user limited to the module's keys, a
+//! password file, and TLS with a client certificate: two gateways share
+//! one client's limit. A wrong CA or a wrong password is refused by Redis
+//! (or TLS), requests keep being served from local counts, and the
+//! password never reaches the error log.
+mod common;
+
+use common::redis_servers::*;
+use common::*;
+use std::fs;
+use std::time::Duration;
+
+/// Two gateways on `redis` share limit 40 of one client: the cluster
+/// admits 40 (+ about one sync interval of traffic), both gateways admit.
+fn share(redis: &str) -> [u32; 2] {
+    let up = Upstream::start();
+    let a = redis_gateway(redis, &up, 40);
+    let b = redis_gateway(redis, &up, 40);
+    clear_of_boundary(60_000, 8_000);
+    let admitted = alternate([a.port, b.port], "client-1", 80);
+    let total = admitted[0] + admitted[1];
+    eprintln!("{redis}: admitted {admitted:?} = {total} for limit 40");
+    assert!(
+        (40..=44).contains(&total),
+        "two gateways admitted {total} for limit 40 ({admitted:?})"
+    );
+    assert!(admitted[0] > 0 && admitted[1] > 0);
+    assert!(zone_metric(a.port, "rate_limit_window_sync_rounds_total") > 0.0);
+    assert_eq!(
+        zone_metric(a.port, "rate_limit_window_sync_failures_total"),
+        0.0
+    );
+    for g in [&a, &b] {
+        let log = g.error_log();
+        for secret in [ADMIN_PASSWORD, ACL_PASSWORD, TLS_PASSWORD] {
+            assert!(!log.contains(secret), "password in the error log:\n{log}");
+        }
+    }
+    admitted
+}
+
+#[test]
+fn password_and_acl_user() {
+    let redis = AuthRedis::start();
+    let p = redis.port();
+    share(&format!("redis=redis://:{ADMIN_PASSWORD}@127.0.0.1:{p}"));
+    // The ACL user may touch rlw:* only, and did.
+    let denied = cli(&[
+        "-p",
+        &p.to_string(),
+        "--user",
+        ACL_USER,
+        "--pass",
+        ACL_PASSWORD,
+        "--no-auth-warning",
+        "SET",
+        "other",
+        "1",
+    ]);
+    assert!(denied.contains("NOPERM"), "{denied}");
+    redis.admin(&["FLUSHALL"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("redis.pw");
+    fs::write(&file, format!("{ACL_PASSWORD}\n")).unwrap();
+    share(&format!(
+        "redis=redis://{ACL_USER}:@127.0.0.1:{p} redis_password_file={}",
+        file.display()
+    ));
+    let keys = redis.admin(&["--scan", "--pattern", "rlw:*"]);
+    assert!(keys.lines().count() >= 1, "no keys written: {keys}");
+}
+
+#[test]
+fn tls_with_client_certificate() {
+    let redis = TlsRedis::start();
+    let pki = &redis.pki;
+    share(&format!(
+        "redis=rediss://:{TLS_PASSWORD}@127.0.0.1:{} redis_ca={} redis_cert={} redis_key={}",
+        redis.port(),
+        pki.file("ca.crt"),
+        pki.file("client.crt"),
+        pki.file("client.key")
+    ));
+    let keys = redis.cli(&["--scan", "--pattern", "rlw:*"]);
+    assert!(keys.lines().count() >= 1, "no keys over TLS: {keys}");
+}
+
+/// A gateway whose sync is refused keeps serving from local counts, counts
+/// the failures, logs the outage once, and never logs the password.
+fn refused_keeps_serving(redis: &str, secret: &str, kind: &str, what: &str) {
+    let up = Upstream::start();
+    let g = redis_gateway(redis, &up, 5);
+    clear_of_boundary(60_000, 8_000);
+    let statuses: Vec<u16> = (0..8).map(|_| get_key(g.port, "/", "k").status).collect();
+    // The local limit still holds: 5 admitted, then 429.
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 200, 200, 429, 429, 429],
+        "{redis}"
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || zone_metric(
+            g.port,
+            "rate_limit_window_sync_failures_total"
+        ) > 0.0),
+        "no sync failure counted"
+    );
+    let text = get(g.port, "/metrics").text();
+    let by_kind = prom_value(
+        &text,
+        "rate_limit_window_sync_failures_total",
+        &[("zone", "c"), ("kind", kind)],
+    );
+    assert!(
+        by_kind.unwrap_or(0.0) > 0.0,
+        "kind={kind} not counted:\n{text}"
+    );
+    assert_eq!(
+        zone_metric(g.port, "rate_limit_window_sync_rounds_total"),
+        0.0
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            get_key(g.port, "/", "k");
+            count_lines(&g.error_log(), "redis sync failing") == 1
+        }),
+        "outage not logged once:\n{}",
+        g.error_log()
+    );
+    let log = g.error_log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("redis sync failing"))
+        .unwrap();
+    assert!(line.contains("[error]") && line.contains(what), "{line}");
+    assert!(!log.contains(secret), "password in the error log:\n{log}");
+}
+
+#[test]
+fn wrong_ca_is_refused_and_requests_are_served() {
+    let redis = TlsRedis::start();
+    let other = Pki::new("some other CA");
+    let pki = &redis.pki;
+    refused_keeps_serving(
+        &format!(
+            "redis=rediss://:{TLS_PASSWORD}@127.0.0.1:{} redis_ca={} redis_cert={} redis_key={}",
+            redis.port(),
+            other.file("ca.crt"),
+            pki.file("client.crt"),
+            pki.file("client.key")
+        ),
+        TLS_PASSWORD,
+        "tls",
+        "the TLS handshake with redis failed",
+    );
+    let keys = redis.cli(&["--scan", "--pattern", "rlw:*"]);
+    assert_eq!(keys.trim(), "", "a refused gateway wrote keys");
+}
+
+#[test]
+fn wrong_password_is_refused_and_requests_are_served() {
+    let redis = AuthRedis::start();
+    refused_keeps_serving(
+        &format!("redis=redis://:wrong-hunter2@127.0.0.1:{}", redis.port()),
+        "wrong-hunter2",
+        "auth",
+        "redis refused the credentials",
+    );
+}

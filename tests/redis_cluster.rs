@@ -1,0 +1,132 @@
+//! `redis_mode=cluster`: a Redis Cluster of three masters made with
+//! `redis-cli --cluster create`. Two gateways share the limits of clients
+//! whose keys land on different nodes.
+mod common;
+
+use common::redis_servers::*;
+use common::*;
+use std::thread::sleep;
+use std::time::Duration;
+
+const CLIENTS: usize = 6;
+
+#[test]
+fn clients_on_different_nodes_share_limits() {
+    let cluster = RedisCluster::start();
+    let up = Upstream::start();
+    let redis = format!("redis={} redis_mode=cluster", cluster.url());
+    let a = redis_gateway(&redis, &up, 30);
+    let b = redis_gateway(&redis, &up, 30);
+    clear_of_boundary(60_000, 10_000);
+
+    // Every client sends 60 requests at 20 requests/s, alternating
+    // between the gateways (the clients start on different gateways).
+    let mut admitted = [[0u32; 2]; CLIENTS];
+    for round in 0..60 {
+        for (c, adm) in admitted.iter_mut().enumerate() {
+            let g = (round + c) % 2;
+            let r = get_key([a.port, b.port][g], "/", &format!("client-{c}"));
+            match r.status {
+                200 => adm[g] += 1,
+                429 => {}
+                s => panic!("unexpected status {s}: {}", r.describe()),
+            }
+        }
+        sleep(Duration::from_millis(50));
+    }
+    for (c, adm) in admitted.iter().enumerate() {
+        let total = adm[0] + adm[1];
+        eprintln!("client-{c}: admitted {adm:?} = {total} for limit 30");
+        assert!((30..=34).contains(&total), "client-{c}: {total} ({adm:?})");
+    }
+    let per_node: Vec<usize> = cluster.keys_per_node().iter().map(Vec::len).collect();
+    eprintln!("keys per cluster node: {per_node:?}");
+    assert!(per_node.iter().sum::<usize>() >= CLIENTS, "{per_node:?}");
+    assert!(
+        per_node.iter().filter(|&&n| n > 0).count() >= 2,
+        "every client landed on one node: {per_node:?}"
+    );
+    assert_eq!(
+        zone_metric(a.port, "rate_limit_window_sync_failures_total"),
+        0.0
+    );
+    assert!(zone_metric(b.port, "rate_limit_window_sync_rounds_total") > 0.0);
+}
+
+#[test]
+fn cluster_down_keeps_serving_and_is_counted() {
+    let mut cluster = RedisCluster::start();
+    let up = Upstream::start();
+    let redis = format!("redis={} redis_mode=cluster", cluster.url());
+    let g = redis_gateway(&redis, &up, 1000);
+    for c in 0..CLIENTS {
+        assert_eq!(get_key(g.port, "/", &format!("client-{c}")).status, 200);
+    }
+    assert!(wait_for(Duration::from_secs(10), || zone_metric(
+        g.port,
+        "rate_limit_window_sync_keys_pushed_total"
+    ) >= CLIENTS as f64));
+    // One master of three dies (no replica): after the node timeout the
+    // others answer CLUSTERDOWN. Requests are still decided locally.
+    cluster.nodes[0].kill();
+    let text = || get(g.port, "/metrics").text();
+    let down = |t: &str| {
+        prom_value(
+            t,
+            "rate_limit_window_sync_failures_total",
+            &[("zone", "c"), ("kind", "cluster_down")],
+        )
+        .unwrap_or(0.0)
+    };
+    let ok = wait_for(Duration::from_secs(20), || {
+        for c in 0..CLIENTS {
+            let s = get_key(g.port, "/", &format!("client-{c}")).status;
+            assert_eq!(s, 200, "a request failed while the cluster is down");
+        }
+        down(&text()) > 0.0
+    });
+    assert!(ok, "cluster_down not counted:\n{}", text());
+    let log = g.error_log();
+    assert_eq!(count_lines(&log, "redis sync failing"), 1, "{log}");
+}
+
+#[test]
+fn limits_survive_a_slot_migration() {
+    let cluster = RedisCluster::start();
+    let up = Upstream::start();
+    let redis = format!("redis={} redis_mode=cluster", cluster.url());
+    let a = redis_gateway(&redis, &up, 60);
+    let b = redis_gateway(&redis, &up, 60);
+    clear_of_boundary(60_000, 40_000);
+    let send = |rounds: usize, admitted: &mut [[u32; 2]; CLIENTS]| {
+        for round in 0..rounds {
+            for (c, adm) in admitted.iter_mut().enumerate() {
+                let g = (round + c) % 2;
+                let r = get_key([a.port, b.port][g], "/", &format!("client-{c}"));
+                match r.status {
+                    200 => adm[g] += 1,
+                    429 => {}
+                    s => panic!("unexpected status {s}: {}", r.describe()),
+                }
+            }
+            sleep(Duration::from_millis(50));
+        }
+    };
+    let mut admitted = [[0u32; 2]; CLIENTS];
+    send(30, &mut admitted);
+    let before: Vec<usize> = cluster.keys_per_node().iter().map(Vec::len).collect();
+    // Move the slots of a node that holds keys: the gateways' slot maps
+    // are now stale and Redis answers MOVED.
+    let from = before.iter().position(|&n| n > 0).unwrap();
+    let to = (from + 1) % 3;
+    cluster.move_all_slots(from, to);
+    let after: Vec<usize> = cluster.keys_per_node().iter().map(Vec::len).collect();
+    eprintln!("keys per node before {before:?}, after moving node {from}'s slots {after:?}");
+    assert_eq!(after[from], 0, "{after:?}");
+    send(60, &mut admitted);
+    for (c, adm) in admitted.iter().enumerate() {
+        let total = adm[0] + adm[1];
+        eprintln!("client-{c}: admitted {adm:?} = {total} for limit 60 across a migration");
+        assert!((60..=64).contains(&total), "client-{c}: {total} ({adm:?})");
+    }
+}

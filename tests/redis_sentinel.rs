@@ -1,0 +1,126 @@
+//! `redis_mode=sentinel`: one master, one replica and three sentinels. Two
+//! gateways share one client's limit; the master is killed mid-test, the
+//! sentinels promote the replica, and the gateways follow it: the limit is
+//! shared again after the failover, and no request fails meanwhile.
+mod common;
+
+use common::redis_servers::*;
+use common::*;
+use std::time::{Duration, Instant};
+
+fn lag(port: u16) -> f64 {
+    zone_metric(port, "rate_limit_window_sync_lag_seconds")
+}
+
+#[test]
+fn gateways_follow_a_failover() {
+    let mut set = SentinelSet::start();
+    let up = Upstream::start();
+    let redis = format!(
+        "redis={} redis_mode=sentinel redis_master={SENTINEL_MASTER}",
+        set.url()
+    );
+    let a = redis_gateway(&redis, &up, 40);
+    let b = redis_gateway(&redis, &up, 40);
+    clear_of_boundary(60_000, 25_000);
+
+    let before = alternate([a.port, b.port], "before", 60);
+    let total = before[0] + before[1];
+    eprintln!("before the failover: admitted {before:?} = {total} for limit 40");
+    assert!((40..=44).contains(&total), "before: {total} ({before:?})");
+    let keys = cli(&[
+        "-p",
+        &set.master.port.to_string(),
+        "--scan",
+        "--pattern",
+        "rlw:*",
+    ]);
+    assert!(!keys.trim().is_empty(), "nothing written to the master");
+
+    // Crash the master; requests keep being answered (200 or 429) while
+    // the sentinels elect the replica and the gateways find it.
+    let replica = set.replica.port;
+    set.master.kill();
+    let killed = Instant::now();
+    let mut promoted = None;
+    let mut resumed = None;
+    let mut served = 0;
+    while resumed.is_none() {
+        assert!(
+            killed.elapsed() < Duration::from_secs(60),
+            "no failover within 60 s (promoted after {promoted:?})"
+        );
+        alternate([a.port, b.port], "during", 2);
+        served += 2;
+        if promoted.is_none() && set.master_port() == Some(replica) {
+            promoted = Some(killed.elapsed());
+        }
+        if promoted.is_some() && lag(a.port) < 0.5 && lag(b.port) < 0.5 {
+            resumed = Some(killed.elapsed());
+        }
+    }
+    let (promoted, resumed) = (promoted.unwrap(), resumed.unwrap());
+    eprintln!(
+        "failover: replica promoted {} ms after the kill, both gateways syncing again after {} ms \
+         ({served} requests served meanwhile, none failed)",
+        promoted.as_millis(),
+        resumed.as_millis()
+    );
+
+    let after = alternate([a.port, b.port], "after", 60);
+    let total = after[0] + after[1];
+    eprintln!("after the failover: admitted {after:?} = {total} for limit 40");
+    assert!((40..=44).contains(&total), "after: {total} ({after:?})");
+    assert!(after[0] > 0 && after[1] > 0);
+    let keys = cli(&["-p", &replica.to_string(), "--scan", "--pattern", "rlw:*"]);
+    assert!(
+        keys.lines().count() >= 2,
+        "the promoted replica holds no new keys: {keys}"
+    );
+    let log = a.error_log();
+    assert!(
+        count_lines(&log, "[emerg]") == 0 && count_lines(&log, "[alert]") == 0,
+        "{log}"
+    );
+}
+
+#[test]
+fn unknown_master_is_an_error_and_requests_are_served() {
+    let set = SentinelSet::start();
+    let up = Upstream::start();
+    let g = redis_gateway(
+        &format!(
+            "redis={} redis_mode=sentinel redis_master=nosuch",
+            set.url()
+        ),
+        &up,
+        3,
+    );
+    clear_of_boundary(60_000, 8_000);
+    let statuses: Vec<u16> = (0..5).map(|_| get_key(g.port, "/", "k").status).collect();
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            get_key(g.port, "/", "k");
+            count_lines(&g.error_log(), "redis sync failing") == 1
+        }),
+        "outage not logged:\n{}",
+        g.error_log()
+    );
+    let log = g.error_log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("redis sync failing"))
+        .unwrap();
+    assert!(
+        line.contains("[error]") && line.contains("the sentinels know no master"),
+        "{line}"
+    );
+    let text = get(g.port, "/metrics").text();
+    let v = prom_value(
+        &text,
+        "rate_limit_window_sync_failures_total",
+        &[("zone", "c"), ("kind", "master")],
+    );
+    assert!(v.unwrap_or(0.0) > 0.0, "{text}");
+}
