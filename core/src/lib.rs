@@ -64,6 +64,7 @@
 
 mod atomic;
 pub mod cluster;
+pub mod mode;
 pub mod parse;
 pub mod reference;
 mod scan;

@@ -268,6 +268,28 @@ fn reset_at(s: &State, t: u64, window_ms: u64) -> u64 {
     }
 }
 
+/// Two states of one key added up (a key found in two slots after a racing
+/// insert), at the later of their sub-windows: each count is the sum of the
+/// two counts of its sub-window (the current one saturating at 65,535,
+/// past ones rounded up).
+pub fn merge(a: &State, b: &State) -> State {
+    let index = a.index.max(b.index);
+    let (a, b) = (a.at(index), b.at(index));
+    let mut s = State {
+        index,
+        counts: [0; SPAN],
+    };
+    for (i, c) in s.counts.iter_mut().enumerate() {
+        let sum = a.counts[i].saturating_add(b.counts[i]);
+        *c = if i == 0 {
+            sum.min(u32::from(u16::MAX))
+        } else {
+            quantize(sum.min(MAX_STRICT_LIMIT))
+        };
+    }
+    s
+}
+
 /// Whole seconds, rounded up.
 pub fn secs_ceil(ms: u64) -> u32 {
     u32::try_from(ms.div_ceil(1000)).unwrap_or(u32::MAX)

@@ -119,6 +119,7 @@ use portable_atomic::{AtomicU128, AtomicU64, Ordering};
 use siphasher::sip::SipHasher13;
 
 use crate::atomic::Ops;
+use crate::mode::Mode;
 use crate::scan;
 use crate::window::{self, Counts, FastDiv, Window, MAX_LIMIT};
 
@@ -134,7 +135,7 @@ pub const SLOT_BYTES: usize = 16;
 /// `b"RLWINDOW"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RLWINDOW");
 /// Version of the region layout; bumped on any incompatible change.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 
 /// Slot arrays above this size prefetch the second candidate group's home
 /// slot, and every line of both groups before a new key's survey (in a
@@ -245,6 +246,8 @@ pub enum TableError {
     },
     /// The stored capacity does not fit the region.
     CapacityMismatch,
+    /// The region was formatted for the other mode (`mode=`).
+    ModeMismatch,
 }
 
 impl fmt::Display for TableError {
@@ -270,6 +273,9 @@ impl fmt::Display for TableError {
             ),
             TableError::CapacityMismatch => {
                 f.write_str("shared zone capacity does not match its size")
+            }
+            TableError::ModeMismatch => {
+                f.write_str("shared zone was created with the other mode= (estimate or strict)")
             }
         }
     }
@@ -372,8 +378,11 @@ pub struct Snapshot {
     pub current: u32,
     /// Requests in the window before.
     pub previous: u32,
-    /// Sliding estimate in requests (rounded down).
+    /// Sliding estimate in requests (rounded down); in a strict zone, the
+    /// requests counted in the span (as `current`).
     pub estimate: u32,
+    /// A strict zone's sub-window counts at the caller's sub-window.
+    pub strict: Option<crate::strict::State>,
 }
 
 #[repr(C, align(64))]
@@ -393,7 +402,8 @@ struct Header {
     /// Raised before a slot is written with a newer index, so no slot is
     /// ever ahead of it.
     newest: AtomicU64,
-    _reserved: u64,
+    /// 0: [`Mode::Estimate`], 1: [`Mode::Strict`] (layout version 3).
+    mode: u64,
     last_event_ms: [AtomicU64; COUNTERS],
     shards: [Shard; SHARDS],
 }
@@ -527,6 +537,8 @@ pub struct Table<'a> {
     /// Prefetch the second group's home slot (tables larger than
     /// [`PREFETCH_BYTES`], unlikely to stay in a core's caches).
     prefetch: bool,
+    /// The zone decides with the strict rule (see `strict.rs`).
+    strict: bool,
     _region: PhantomData<&'a [u8]>,
 }
 
@@ -695,6 +707,22 @@ impl<'a> Table<'a> {
         window: Window,
         seed: [u64; 2],
     ) -> Result<Table<'a>, TableError> {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { Self::init_mode(region, len, window, seed, Mode::Estimate) }
+    }
+
+    /// [`Table::init`] for a zone deciding with `mode`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Table::init`].
+    pub unsafe fn init_mode(
+        region: *mut u8,
+        len: usize,
+        window: Window,
+        seed: [u64; 2],
+        mode: Mode,
+    ) -> Result<Table<'a>, TableError> {
         check_lock_free()?;
         let (pad, cap) = geometry(region, len)?;
         let used = Self::HEADER_BYTES + cap * SLOT_BYTES;
@@ -713,9 +741,10 @@ impl<'a> Table<'a> {
             core::ptr::addr_of_mut!((*h).window_ms).write(window.ms());
             core::ptr::addr_of_mut!((*h).seed).write(seed);
             core::ptr::addr_of_mut!((*h).capacity).write(cap as u64);
+            core::ptr::addr_of_mut!((*h).mode).write(u64::from(mode == Mode::Strict));
         }
         // SAFETY: header and slots are initialized, aligned and in bounds.
-        let table = unsafe { Self::from_parts(base, cap, window, seed) };
+        let table = unsafe { Self::from_parts(base, cap, window, seed, mode) };
         // Publish last: an attacher that sees the magic sees the header.
         table.header.magic.store(MAGIC, Ordering::Release);
         Ok(table)
@@ -735,6 +764,22 @@ impl<'a> Table<'a> {
         len: usize,
         window: Window,
     ) -> Result<Table<'a>, TableError> {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { Self::attach_mode(region, len, window, Mode::Estimate) }
+    }
+
+    /// [`Table::attach`] for a zone deciding with `mode`: the stored mode
+    /// must be `mode` too ([`TableError::ModeMismatch`]).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Table::attach`].
+    pub unsafe fn attach_mode(
+        region: *mut u8,
+        len: usize,
+        window: Window,
+        mode: Mode,
+    ) -> Result<Table<'a>, TableError> {
         check_lock_free()?;
         let (pad, cap) = geometry(region, len)?;
         // SAFETY: in bounds by `geometry`.
@@ -749,12 +794,13 @@ impl<'a> Table<'a> {
         // SAFETY: after the Acquire load of the magic, the plain header
         // fields written before its Release store are visible and are never
         // written again.
-        let (version, window_ms, seed, stored_cap) = unsafe {
+        let (version, window_ms, seed, stored_cap, stored_mode) = unsafe {
             (
                 core::ptr::addr_of!((*h).version).read(),
                 core::ptr::addr_of!((*h).window_ms).read(),
                 core::ptr::addr_of!((*h).seed).read(),
                 core::ptr::addr_of!((*h).capacity).read(),
+                core::ptr::addr_of!((*h).mode).read(),
             )
         };
         if version != LAYOUT_VERSION {
@@ -766,18 +812,27 @@ impl<'a> Table<'a> {
                 wanted_ms: window.ms(),
             });
         }
+        if stored_mode != u64::from(mode == Mode::Strict) {
+            return Err(TableError::ModeMismatch);
+        }
         let stored_cap = usize::try_from(stored_cap).map_err(|_| TableError::CapacityMismatch)?;
         if stored_cap == 0 || stored_cap > cap || stored_cap % PROBE != 0 {
             return Err(TableError::CapacityMismatch);
         }
         // SAFETY: validated formatted region with `stored_cap` slots in bounds.
-        Ok(unsafe { Self::from_parts(base, stored_cap, window, seed) })
+        Ok(unsafe { Self::from_parts(base, stored_cap, window, seed, mode) })
     }
 
     /// # Safety
     /// `base` is 64-byte aligned and holds an initialized header followed by
     /// `cap` initialized slots, valid for `'a`.
-    unsafe fn from_parts(base: *mut u8, cap: usize, window: Window, seed: [u64; 2]) -> Table<'a> {
+    unsafe fn from_parts(
+        base: *mut u8,
+        cap: usize,
+        window: Window,
+        seed: [u64; 2],
+        mode: Mode,
+    ) -> Table<'a> {
         // SAFETY: per the contract; the header is only read through atomics
         // or as immutable plain fields from now on.
         let header = unsafe { &*base.cast::<Header>() };
@@ -802,6 +857,7 @@ impl<'a> Table<'a> {
             ops: Ops::detect(),
             wdiv: FastDiv::new(window.ms()),
             prefetch: cap * SLOT_BYTES > PREFETCH_BYTES,
+            strict: mode == Mode::Strict,
             _region: PhantomData,
         }
     }
@@ -1114,6 +1170,9 @@ impl<'a> Table<'a> {
         policy: FailPolicy,
         shard: usize,
     ) -> Decision {
+        if self.strict {
+            return self.acquire_strict(key, now_ms, limit, policy, shard);
+        }
         let (now_idx, elapsed) = self.wdiv.divrem(now_ms);
         let fp = key.fingerprint();
         if self.prefetch {
@@ -1530,6 +1589,9 @@ impl<'a> Table<'a> {
         if slot >= self.slots.len() {
             return;
         }
+        if self.strict {
+            return self.undo_strict(admission);
+        }
         loop {
             let value = self.load(slot);
             let mut s = Slot::decode(value);
@@ -1559,6 +1621,10 @@ impl<'a> Table<'a> {
     /// identifies a key across gateways only if they share the seed; pass it
     /// back to [`Table::add_current`].
     pub fn for_each_current(&self, now_ms: u64, mut f: impl FnMut(u32, u64, u32)) {
+        if self.strict {
+            // Strict zones are never synchronised (no `redis=`).
+            return;
+        }
         let now_idx = self.window.index(now_ms);
         for slot in 0..self.slots.len() {
             let s = Slot::decode(self.load(slot));
@@ -1579,7 +1645,7 @@ impl<'a> Table<'a> {
     /// into its slot (see [`Table::for_each_current`]).
     pub fn add_current(&self, slot: u32, fingerprint: u64, now_ms: u64, n: i64) -> bool {
         let slot = slot as usize;
-        if slot >= self.slots.len() || fingerprint == 0 {
+        if slot >= self.slots.len() || fingerprint == 0 || self.strict {
             return false;
         }
         let now_idx = self.window.index(now_ms);
@@ -1605,6 +1671,9 @@ impl<'a> Table<'a> {
     /// Reads a key's counts at `now_ms` without changing anything. An
     /// absent key reads as zero counts in the current window.
     pub fn peek(&self, key: KeyHash, now_ms: u64) -> Snapshot {
+        if self.strict {
+            return self.peek_strict(key, now_ms);
+        }
         let now_idx = self.window.index(now_ms);
         let elapsed = self.window.elapsed_ms(now_ms);
         let fp = key.fingerprint();
@@ -1616,6 +1685,7 @@ impl<'a> Table<'a> {
                     current: v.counts.current,
                     previous: v.counts.previous,
                     estimate: window::estimate(v.counts, v.elapsed, self.window.ms()),
+                    strict: None,
                 }
             }
             Found::Absent { .. } => Snapshot {
@@ -1655,6 +1725,9 @@ impl<'a> Table<'a> {
     /// [Placement](self#placement)) and its window index; one CAS per
     /// cleared slot, and a slot changed meanwhile is left alone.
     pub fn sweep(&self, now_ms: u64, start: usize, count: usize) -> (usize, usize) {
+        if self.strict {
+            return self.sweep_strict(now_ms, start, count);
+        }
         let n = self.slots.len();
         let now_idx = self.window.index(now_ms);
         let mut at = start % n;
@@ -1683,6 +1756,11 @@ impl<'a> Table<'a> {
     /// Counts the slots holding counts of the current or previous window at
     /// `now_ms` (a full scan; an estimate under concurrent updates).
     pub fn slots_used(&self, now_ms: u64) -> u64 {
+        if self.strict {
+            let now_sub = crate::strict::sub_index(now_ms, self.window.ms());
+            let free = |a: &AtomicU128| self.strict_is_free(self.ops.load(a), now_sub);
+            return self.slots.iter().filter(|a| !free(a)).count() as u64;
+        }
         let now_idx = self.window.index(now_ms);
         // Read once, before the scan: a slot counted in a newer window
         // meanwhile may be missed, as any update during the scan may.
@@ -1708,6 +1786,8 @@ impl<'a> Table<'a> {
         prev == 0 || now_ms.saturating_sub(prev - 1) > quiet_ms
     }
 }
+
+mod strict;
 
 #[cfg(test)]
 mod tests {
