@@ -22,6 +22,7 @@ use ngx::http::{
     HttpModuleLocationConf, HttpModuleMainConf, Merge, MergeConfigError, NgxHttpCoreModule,
 };
 use ngx::{ngx_conf_log_error, ngx_string};
+use rate_limit_window_core::mode::{check_mode, take_mode};
 use rate_limit_window_core::parse::{
     escape, parse_limit_params, parse_zone_params, single_variable, LimitSpec,
 };
@@ -377,10 +378,18 @@ extern "C" fn set_zone(
     // SAFETY: ngx_pagesize is set by nginx at startup, before parsing.
     let min_size = 8 * unsafe { ngx_pagesize };
     // SAFETY: as above.
-    let params = match parse_zone_params(&unsafe { words(cf, 2) }, min_size) {
+    // SAFETY: as above.
+    let (mode, rest) = match take_mode(&unsafe { words(cf, 2) }) {
+        Ok(m) => m,
+        Err(e) => return emerg(cf, &e),
+    };
+    let params = match parse_zone_params(&rest, min_size) {
         Ok(p) => p,
         Err(e) => return emerg(cf, &e),
     };
+    if let Err(e) = check_mode(mode, params.redis.is_some()) {
+        return emerg(cf, &e);
+    }
     // SAFETY: cf->pool is the configuration pool.
     let Some(name) = (unsafe { pool_str((*cf).pool, &params.name) }) else {
         return NGX_CONF_ERROR;
@@ -426,6 +435,7 @@ extern "C" fn set_zone(
         }
     }
     zone.window = params.window;
+    zone.mode = mode;
     zone.fail = params.fail;
     zone.size = params.size;
     zone.redis = params.redis;

@@ -32,7 +32,7 @@ use ngx::{ngx_log_debug_mask, ngx_log_error};
 
 use rate_limit_window_core::parse::{escape, parse_limit, LimitError};
 use rate_limit_window_core::{
-    window, Counter, Counts, Decision as CoreDecision, FailPolicy, KeyHash, Outcome, Table,
+    Counter, Decision as CoreDecision, FailPolicy, KeyHash, Outcome, Table,
 };
 
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
@@ -358,7 +358,7 @@ unsafe fn decide(r: *mut ngx_http_request_t, lcf: &LocConf, limits: &[conf::Limi
     };
     // SAFETY: r is valid.
     let log = unsafe { (*(*r).connection).log };
-    let now = util::now_ms();
+    let mut now = util::now_ms();
     let shard = util::shard();
 
     // The limit that rejected the request: its zone, limit, the table's
@@ -394,7 +394,7 @@ unsafe fn decide(r: *mut ngx_http_request_t, lcf: &LocConf, limits: &[conf::Limi
         };
         // Lock-free: nothing shared is held once it returns, so logging
         // and the pool are safe to use from here on.
-        let mut d = table.acquire(hash, now, limit, zone.fail, shard);
+        let mut d = crate::zone::acquire(zone, table, hash, &mut now, limit, shard);
         pending.push(Applied {
             zone,
             limit,
@@ -506,18 +506,7 @@ unsafe fn longest_wait(r: *mut ngx_http_request_t, limits: &[conf::Limit], now: 
         };
         // SAFETY: r is valid.
         if let Ok(Judge::Limit { hash, limit, .. }) = unsafe { judge(r, zone, table, l.value) } {
-            let snap = table.peek(hash, now);
-            let counts = Counts {
-                current: snap.current,
-                previous: snap.previous,
-            };
-            let w = zone.window;
-            longest = longest.max(window::retry_after_secs(
-                counts,
-                w.elapsed_ms(now),
-                w.ms(),
-                limit,
-            ));
+            longest = longest.max(table.retry_after_secs(hash, now, limit));
         }
     }
     longest
