@@ -22,6 +22,7 @@ use ngx::http::{
     HttpModuleLocationConf, HttpModuleMainConf, Merge, MergeConfigError, NgxHttpCoreModule,
 };
 use ngx::{ngx_conf_log_error, ngx_string};
+use rate_limit_window_core::delay::split_delay_params;
 use rate_limit_window_core::mode::{check_mode, take_mode};
 use rate_limit_window_core::parse::{
     escape, parse_limit_params, parse_zone_params, single_variable, LimitSpec,
@@ -58,6 +59,14 @@ pub struct MainConf {
 }
 
 impl MainConf {
+    /// Every zone, as references for the cycle (the one place the zone
+    /// pointers are dereferenced at run time).
+    pub fn zones(&self) -> impl Iterator<Item = &'static ZoneConf> + '_ {
+        // SAFETY: zone pointers come from the configuration pool and stay
+        // valid (and unchanged after configuration) for the cycle.
+        self.zones.iter().map(|&z| unsafe { &*z })
+    }
+
     /// Finds a zone by name.
     pub fn zone(&self, name: &[u8]) -> Option<*mut ZoneConf> {
         // SAFETY: zone pointers come from the configuration pool and stay
@@ -83,6 +92,8 @@ pub enum LimitValue {
 pub struct Limit {
     pub zone: *mut ZoneConf,
     pub value: LimitValue,
+    /// `delay=`: longest hold of a request this limit rejects (ms).
+    pub delay_ms: u64,
 }
 
 /// Location configuration. `repr(C)` because nginx's stock slot setters
@@ -101,6 +112,8 @@ pub struct LocConf {
     pub limits: Option<Vec<Limit>>,
     /// `rate_limit_window_phase`: PHASE_PREACCESS or PHASE_POSTACCESS.
     pub phase: ngx_uint_t,
+    /// `delay_max_held=` and this worker's held requests (see delay.rs).
+    pub delay: crate::delay::LocDelay,
 }
 
 impl Default for LocConf {
@@ -112,6 +125,7 @@ impl Default for LocConf {
             log_level: UNSET_UINT,
             limits: None,
             phase: UNSET_UINT,
+            delay: Default::default(),
         }
     }
 }
@@ -138,6 +152,7 @@ impl Merge for LocConf {
             self.limits.clone_from(&prev.limits);
         }
         pick(&mut self.phase, prev.phase, UNSET_UINT, PHASE_PREACCESS);
+        self.delay.merge(&prev.delay);
         Ok(())
     }
 }
@@ -463,7 +478,8 @@ extern "C" fn set_zone(
     NGX_CONF_OK
 }
 
-/// `rate_limit_window zone=NAME limit=NUMBER|$variable;`
+/// `rate_limit_window zone=NAME limit=NUMBER|$variable [delay=TIME]
+/// [delay_max_held=N];`
 extern "C" fn set_limit(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
@@ -472,10 +488,20 @@ extern "C" fn set_limit(
     // SAFETY: conf is this module's LocConf at the current level.
     let lcf = unsafe { &mut *conf.cast::<LocConf>() };
     // SAFETY: called by nginx's configuration parser with a valid cf.
-    let params = match parse_limit_params(&unsafe { words(cf, 1) }) {
+    let words = unsafe { words(cf, 1) };
+    let (delay, words) = match split_delay_params(&words) {
+        Ok(d) => d,
+        Err(e) => return emerg(cf, &e),
+    };
+    let params = match parse_limit_params(&words) {
         Ok(p) => p,
         Err(e) => return emerg(cf, &e),
     };
+    if let Some(n) = delay.max_held {
+        if let Err(e) = lcf.delay.set_max_held(n) {
+            return emerg(cf, &e);
+        }
+    }
     // SAFETY: cf->pool is the configuration pool.
     let pool = unsafe { Pool::from_ngx_pool((*cf).pool) };
     let value = match &params.limit {
@@ -508,7 +534,11 @@ extern "C" fn set_limit(
             &format!("duplicate limit for zone \"{}\"", escape(&params.zone)),
         );
     }
-    limits.push(Limit { zone, value });
+    limits.push(Limit {
+        zone,
+        value,
+        delay_ms: delay.delay_ms,
+    });
     NGX_CONF_OK
 }
 

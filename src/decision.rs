@@ -23,6 +23,10 @@ pub enum Verdict {
     Rejected,
     RejectedDryRun,
     Exempt,
+    /// Held on a timer (`delay=`), then admitted.
+    Delayed,
+    /// Dry run: would have been held.
+    DelayedDryRun,
 }
 
 impl Verdict {
@@ -33,6 +37,8 @@ impl Verdict {
             Verdict::Rejected => "REJECTED",
             Verdict::RejectedDryRun => "REJECTED_DRY_RUN",
             Verdict::Exempt => "EXEMPT",
+            Verdict::Delayed => "DELAYED",
+            Verdict::DelayedDryRun => "DELAYED_DRY_RUN",
         }
     }
 }

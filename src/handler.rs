@@ -37,6 +37,7 @@ use rate_limit_window_core::{
 
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
 use crate::decision::{self, Applied, Verdict};
+use crate::delay;
 use crate::util;
 use crate::zone::ZoneConf;
 
@@ -109,7 +110,7 @@ fn push_handler(
 }
 
 /// A limit made ready for the table: key hashed, limit evaluated.
-enum Judge {
+pub(crate) enum Judge {
     /// The key is empty: the limit does not apply.
     EmptyKey,
     /// The limit variable is empty: the limit does not apply.
@@ -128,7 +129,7 @@ enum Judge {
 ///
 /// # Safety
 /// `r` must be a valid request.
-unsafe fn judge(
+pub(crate) unsafe fn judge(
     r: *mut ngx_http_request_t,
     zone: &ZoneConf,
     table: &Table<'static>,
@@ -364,6 +365,7 @@ unsafe fn decide(r: *mut ngx_http_request_t, lcf: &LocConf, limits: &[conf::Limi
     // The limit that rejected the request: its zone, limit, the table's
     // decision, and whether its limit variable held garbage.
     let mut rejection: Option<(&ZoneConf, u32, CoreDecision, bool)> = None;
+    let mut rejected_at = 0;
     for (n, l) in limits.iter().enumerate() {
         // SAFETY: zones live in the configuration pool for the cycle.
         let zone = unsafe { &*l.zone };
@@ -410,6 +412,7 @@ unsafe fn decide(r: *mut ngx_http_request_t, lcf: &LocConf, limits: &[conf::Limi
             let rest = unsafe { longest_wait(r, &limits[n + 1..], now) };
             d.retry_after_s = d.retry_after_s.max(rest);
             rejection = Some((zone, limit, d, invalid));
+            rejected_at = n;
             break;
         }
     }
@@ -417,14 +420,36 @@ unsafe fn decide(r: *mut ngx_http_request_t, lcf: &LocConf, limits: &[conf::Limi
     let mut retry_after = 0;
     let verdict = match rejection {
         Some((zone, limit, d, invalid)) => {
-            retry_after = d.retry_after_s;
-            let rejected = Rejected {
-                zone,
-                limit,
-                d,
-                invalid,
+            // delay=: hold it on a timer instead (see delay.rs).
+            let rej = delay::Rejection {
+                lcf,
+                limits,
+                applied: pending.applied(),
+                index: rejected_at,
+                outcome: d.outcome,
+                now,
             };
-            reject(log, lcf, pending.applied(), &rejected, shard)
+            // SAFETY: r is valid and being decided by `limits`.
+            match unsafe { delay::on_reject(r, &rej) } {
+                delay::OnReject::Hold => {
+                    undo_all(pending.applied());
+                    return Status::NGX_AGAIN.into();
+                }
+                delay::OnReject::WouldHold => {
+                    undo_all(pending.applied());
+                    Verdict::DelayedDryRun
+                }
+                delay::OnReject::Reject => {
+                    retry_after = d.retry_after_s;
+                    let rejected = Rejected {
+                        zone,
+                        limit,
+                        d,
+                        invalid,
+                    };
+                    reject(log, lcf, pending.applied(), &rejected, shard)
+                }
+            }
         }
         None if pending.applied().is_empty() => Verdict::Exempt,
         None => {
@@ -434,7 +459,8 @@ unsafe fn decide(r: *mut ngx_http_request_t, lcf: &LocConf, limits: &[conf::Limi
                     table.add(shard, Counter::Passed, 1);
                 }
             }
-            Verdict::Passed
+            // SAFETY: r is valid and was just admitted by `limits`.
+            unsafe { delay::admitted(r, limits, now) }
         }
     };
 

@@ -10,10 +10,12 @@
 //! | `zone.rs`      | shared-memory zone init and reuse on reload            |
 //! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
 //! | `decision.rs`  | the per-request decision, kept across redirects        |
+//! | `delay.rs`     | `delay=`: holding a request on a timer, then again     |
 //! | `filter.rs`    | the header filter (Retry-After, RateLimit-*)           |
 //! | `variables.rs` | `$rate_limit_window_status`, `$rate_limit_window_remaining` |
 //! | `metrics.rs`   | the `rate_limit_window_metrics` content handler        |
 //! | `sync.rs`      | cluster sync through Redis (`redis=` zones)            |
+//! | `redis_link.rs`| one Redis connection with bounded waits (sync thread)  |
 //! | `sweep.rs`     | the timer that clears long-idle slots (worker 0)       |
 //! | `util.rs`      | small helpers: time, numbers into pool memory, logging |
 
@@ -21,9 +23,11 @@
 
 mod conf;
 mod decision;
+mod delay;
 mod filter;
 mod handler;
 mod metrics;
+mod redis_link;
 mod sweep;
 mod sync;
 mod util;
@@ -51,7 +55,10 @@ impl HttpModule for Module {
     }
 
     unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-        variables::register(cf)
+        if variables::register(cf) != Status::NGX_OK.into() {
+            return Status::NGX_ERROR.into();
+        }
+        delay::register_variable(cf)
     }
 
     unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {

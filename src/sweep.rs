@@ -23,8 +23,10 @@ use nginx_sys::{
 };
 use ngx::http::HttpModuleMainConf;
 
+use rate_limit_window_core::Table;
+
 use crate::util;
-use crate::zone::ZoneConf;
+use crate::zone::{ZoneConf, ZoneHeader};
 use crate::Module;
 
 /// How often the timer fires (ms).
@@ -36,6 +38,14 @@ const PASS_TICKS: usize = 3600;
 /// 1,024 slots a tick: a 1 MiB one in about a minute, a 56 MiB one in an
 /// hour. A larger one is swept 1/3600 of it a tick.
 const MIN_CHUNK: usize = 1_024;
+
+/// Zones of up to this many slots (a 1 MB zone holds about 65,000) are
+/// counted at each scrape: the scan costs at most as much as one of a
+/// 1 MB table. Larger zones report the sweep's count (`count_used`).
+pub const SCAN_AT_SCRAPE: usize = 65_536;
+/// Slots the count of used slots visits per zone and tick (16 MiB of
+/// sequential reads, about 2 ms): a 1 GB zone is counted in about a minute.
+const COUNT_CHUNK: usize = 1 << 20;
 
 /// The timer event of this process (only worker 0 arms it).
 // SAFETY (of the zeroed value): an all-zero ngx_event_t is an idle event,
@@ -88,6 +98,7 @@ extern "C" fn tick(ev: *mut ngx_event_t) {
             let (next, cleared) = table.sweep(now, start, chunk(table.capacity()));
             header.sweep_next.store(next as u64, Ordering::Relaxed);
             header.swept.fetch_add(cleared as u64, Ordering::Relaxed);
+            count_used(table, header, now);
         }
     }
     // SAFETY: process-wide flags, written by the signal handler or the
@@ -96,5 +107,35 @@ extern "C" fn tick(ev: *mut ngx_event_t) {
         if ngx_exiting == 0 && ngx_quit == 0 && ngx_terminate == 0 {
             ngx_add_timer(ev, TICK_MS);
         }
+    }
+}
+
+/// Counts the used slots of the next chunk of a large zone; at the end of
+/// a pass, publishes the total as the zone's `slots_used`. Only the
+/// sweeping process writes these fields.
+fn count_used(table: &Table<'static>, header: &ZoneHeader, now: u64) {
+    if table.capacity() <= SCAN_AT_SCRAPE {
+        return;
+    }
+    let start = header.used_next.load(Ordering::Relaxed) as usize;
+    let (next, used) = table.slots_used_in(now, start, COUNT_CHUNK);
+    let total = header.used_acc.load(Ordering::Relaxed) + used;
+    if next == 0 {
+        header.slots_used.store(total, Ordering::Relaxed);
+        header.used_acc.store(0, Ordering::Relaxed);
+    } else {
+        header.used_acc.store(total, Ordering::Relaxed);
+    }
+    header.used_next.store(next as u64, Ordering::Relaxed);
+}
+
+/// Slots holding a client active in the current or previous window: a
+/// scan of a small zone, the sweep's last count of a larger one, so that a
+/// scrape costs no more for a 1 GB zone than for 1 MB.
+pub fn slots_used(table: &Table<'static>, header: &ZoneHeader, now: u64) -> u64 {
+    if table.capacity() <= SCAN_AT_SCRAPE {
+        table.slots_used(now)
+    } else {
+        header.slots_used.load(Ordering::Relaxed)
     }
 }

@@ -37,11 +37,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rate_limit_window_core::cluster::{Ledger, Push};
 use rate_limit_window_core::{Table, Window};
 
+use crate::redis_link::{Link, LinkError, RedisTarget};
 use crate::zone::{ZoneConf, ZoneHeader};
 
 /// Largest number of keys per pipelined batch.
@@ -49,15 +50,15 @@ const BATCH: usize = 1000;
 /// Reconnect backoff bounds (ms).
 const BACKOFF_MIN_MS: u64 = 100;
 const BACKOFF_MAX_MS: u64 = 5_000;
-/// Socket timeouts: a slow Redis delays only the sync thread.
-const IO_TIMEOUT: Duration = Duration::from_millis(1_000);
+/// Longest a connect (name resolution included) may take (ms).
+const CONNECT_MS: u64 = 1_000;
 
 /// What a sync thread needs; all of it outlives the thread (the cycle's
 /// configuration and the shared zone stay until the worker exits, and
 /// `stop_all` joins the threads before that).
 struct Job {
     name: String,
-    url: String,
+    target: RedisTarget,
     sync_ms: u64,
     window: Window,
     table: *const Table<'static>,
@@ -88,7 +89,7 @@ pub fn start_all(zones: &[*mut ZoneConf]) {
         }
         let job = Job {
             name: zone.name_str().into_owned(),
-            url: r.url.clone(),
+            target: RedisTarget::from_params(r),
             sync_ms: r.sync_ms,
             window: zone.window,
             table,
@@ -186,7 +187,7 @@ fn run(job: Job, stop: &AtomicBool) {
         return;
     };
     let me = u64::from(std::process::id());
-    let mut conn: Option<redis::Connection> = None;
+    let mut conn: Option<Link> = None;
     let mut backoff = BACKOFF_MIN_MS;
     let mut pushes = Vec::new();
 
@@ -206,7 +207,7 @@ fn run(job: Job, stop: &AtomicBool) {
             release_lease(header, me);
             break;
         }
-        let result = connect(&mut conn, &job.url)
+        let result = connect(&mut conn, &job.target)
             .and_then(|c| round(c, table, &ledger, &job, &mut pushes, started));
         match result {
             Ok(()) => {
@@ -239,41 +240,41 @@ fn run(job: Job, stop: &AtomicBool) {
 }
 
 fn connect<'c>(
-    conn: &'c mut Option<redis::Connection>,
-    url: &str,
-) -> redis::RedisResult<&'c mut redis::Connection> {
-    if conn.is_none() {
-        let client = redis::Client::open(url)?;
-        let c = client.get_connection_with_timeout(IO_TIMEOUT)?;
-        c.set_read_timeout(Some(IO_TIMEOUT))?;
-        c.set_write_timeout(Some(IO_TIMEOUT))?;
-        *conn = Some(c);
+    conn: &'c mut Option<Link>,
+    target: &RedisTarget,
+) -> Result<&'c mut Link, LinkError> {
+    if conn.as_ref().map_or(true, Link::is_broken) {
+        let deadline = Instant::now() + Duration::from_millis(CONNECT_MS);
+        *conn = Some(Link::open(target, deadline)?);
     }
     Ok(conn.as_mut().expect("connection was just set"))
 }
 
 /// One push/pull round for every client active in the current window.
 fn round(
-    conn: &mut redis::Connection,
+    conn: &mut Link,
     table: &Table<'static>,
     ledger: &Ledger<'static>,
     job: &Job,
     pushes: &mut Vec<Push>,
     now: u64,
-) -> redis::RedisResult<()> {
+) -> Result<(), LinkError> {
     pushes.clear();
     ledger.plan(table, now, pushes);
     let ttl_ms = job.window.ms() * 2;
+    let deadline = Instant::now() + Duration::from_millis(job.sync_ms.max(1_000));
     for batch in pushes.chunks(BATCH) {
         let mut pipe = redis::pipe();
         for p in batch {
             let key = format!("rlw:{}:{}:{:014x}", job.name, p.window_index, p.fingerprint);
             pipe.cmd("INCRBY").arg(&key).arg(p.delta);
-            pipe.cmd("PEXPIRE").arg(&key).arg(ttl_ms).ignore();
+            pipe.cmd("PEXPIRE").arg(&key).arg(ttl_ms);
         }
-        let totals: Vec<i64> = pipe.query(conn)?;
-        for (p, total) in batch.iter().zip(totals) {
-            ledger.settle(table, p, total, now);
+        let replies = conn.exec(&pipe, deadline)?;
+        for (p, reply) in batch.iter().zip(replies.chunks(2)) {
+            if let redis::Value::Int(total) = reply[0] {
+                ledger.settle(table, p, total, now);
+            }
         }
     }
     Ok(())

@@ -17,6 +17,7 @@ use ngx::core::Status;
 use ngx::ngx_log_error;
 use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::parse::RedisParams;
+use rate_limit_window_core::seed::seed_from;
 use rate_limit_window_core::{
     hash_with_seed, Decision, FailPolicy, KeyHash, Table, Window, DEFAULT_WINDOW_MS,
 };
@@ -90,8 +91,11 @@ pub fn acquire(
     table.acquire(hash, fresh, limit, zone.fail, shard)
 }
 
-/// `b"RLWZONE1"`: marks a zone header written by this module.
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE1");
+/// Marks a zone header written by this module, and its layout: bump the
+/// digit whenever `ZoneHeader` changes (3: the sweep's `slots_used` count
+/// and the `delay` counters), so that a reload onto a zone of another
+/// layout is refused, not misread.
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE3");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -130,6 +134,14 @@ pub struct ZoneHeader {
     pub sweep_next: AtomicU64,
     /// Stale slots whose counts the sweep cleared.
     pub swept: AtomicU64,
+    /// Requests held by `delay=` (see delay.rs).
+    pub delay: crate::delay::DelayStats,
+    /// The next slot the sweep's count of used slots visits, and what it
+    /// has counted so far in this pass (see `sweep::count_used`).
+    pub used_next: AtomicU64,
+    pub used_acc: AtomicU64,
+    /// Slots used, as of the sweep's last complete pass (`slots_used`).
+    pub slots_used: AtomicU64,
 }
 
 impl ZoneConf {
@@ -159,33 +171,29 @@ impl ZoneConf {
     pub fn name_str(&self) -> std::borrow::Cow<'_, str> {
         String::from_utf8_lossy(self.name.as_bytes())
     }
+
+    /// The zone header, once the zone is initialised.
+    pub fn header(&self) -> Option<&ZoneHeader> {
+        // SAFETY: `header` is null or points at the header `init_zone` or
+        // `adopt` found in the zone, mapped for as long as this cycle.
+        unsafe { self.header.as_ref() }
+    }
+
+    /// The table and the header of an initialised zone.
+    pub fn live(&self) -> Option<(&Table<'static>, &ZoneHeader)> {
+        Some((self.table.as_ref()?, self.header()?))
+    }
 }
 
 /// A per-zone random seed for the keyed hash, so nobody can aim collisions
-/// at a client.
-fn random_seed() -> [u64; 2] {
-    let mut buf = [0u8; 16];
-    // SAFETY: getrandom writes at most buf.len() bytes into buf.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n != buf.len() as isize {
-        // Fall back to something unpredictable enough from outside.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        let addr = ptr::addr_of!(buf) as u64;
-        // SAFETY: getpid has no preconditions.
-        let pid = unsafe { libc::getpid() } as u64;
-        buf[..8].copy_from_slice(&(t ^ addr.rotate_left(17)).to_le_bytes());
-        buf[8..].copy_from_slice(
-            &(pid.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ t.rotate_left(29)).to_le_bytes(),
-        );
-    }
-    let (a, b) = buf.split_at(8);
-    [
-        u64::from_le_bytes(a.try_into().unwrap_or_default()),
-        u64::from_le_bytes(b.try_into().unwrap_or_default()),
-    ]
+/// at a client: `getrandom(2)`, retried when interrupted. There is no weak
+/// fallback (time, pid): on failure the zone is refused.
+fn random_seed() -> std::io::Result<[u64; 2]> {
+    seed_from(|buf| {
+        // SAFETY: getrandom writes at most buf.len() bytes into buf.
+        let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+        usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+    })
 }
 
 /// The hash seed of a Redis-backed zone, derived from its name and
@@ -341,7 +349,20 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
     let seed = match &zone.redis {
         // Every gateway of a cluster must hash keys alike.
         Some(r) => config_seed(zone.name.as_bytes(), &r.secret),
-        None => random_seed(),
+        None => match random_seed() {
+            Ok(seed) => seed,
+            Err(e) => {
+                ngx_log_error!(
+                    NGX_LOG_EMERG,
+                    log,
+                    "rate_limit_window_zone \"{}\": getrandom() failed ({}): no unpredictable \
+                     hash seed, so the zone is not started",
+                    zone.name_str(),
+                    e
+                );
+                return Status::NGX_ERROR.into();
+            }
+        },
     };
     // A Redis-backed zone gives half of its memory to the sync ledger.
     let (table_len, ledger, ledger_len) = if zone.redis.is_some() {
@@ -376,6 +397,10 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
                     logged_down_ms: AtomicU64::new(0),
                     sweep_next: AtomicU64::new(0),
                     swept: AtomicU64::new(0),
+                    delay: Default::default(),
+                    used_next: AtomicU64::new(0),
+                    used_acc: AtomicU64::new(0),
+                    slots_used: AtomicU64::new(0),
                 });
                 (*shpool).data = header.cast();
             }

@@ -30,7 +30,7 @@ pub(crate) struct Ops {
     /// Inline `vmovdqa` / `lock cmpxchg16b` (x86_64 with AVX and CMPXCHG16B).
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     inline: bool,
-    /// `inline`, and the CPU has AVX2 (for [`crate::scan`]).
+    /// `inline`, and the CPU has AVX2 (for [`crate::table::scan`]).
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     avx2: bool,
 }
@@ -60,7 +60,7 @@ impl Ops {
         }
     }
 
-    /// Whether [`crate::scan`] may use its AVX2 code (x86_64 only).
+    /// Whether [`crate::table::scan`] may use its AVX2 code (x86_64 only).
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     #[inline(always)]
     pub(crate) fn avx2(self) -> bool {

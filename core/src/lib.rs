@@ -64,10 +64,11 @@
 
 mod atomic;
 pub mod cluster;
+pub mod delay;
 pub mod mode;
 pub mod parse;
 pub mod reference;
-mod scan;
+pub mod seed;
 pub mod strict;
 pub mod table;
 pub mod window;

@@ -25,9 +25,15 @@
 //! `window=1s`): the sweep, which visits every slot at least once an hour,
 //! clears stale counts long before.
 
-use super::*;
+use portable_atomic::Ordering;
+
+use super::acquire::{Admission, Decision, Events, Outcome};
+use super::maintenance::Snapshot;
+use super::place::{Candidate, Place};
+use super::{FailPolicy, KeyHash, Table, CHOICES, PROBE};
 use crate::mode::Mode;
 use crate::strict::{self, State, SPAN, SUB_BITS, SUB_MASK};
+use crate::window::{self, Counts};
 
 /// Sub-windows a slot may be ahead of the caller's clock, at most.
 const SUB_HALF: u64 = 1 << (SUB_BITS - 1);
@@ -209,22 +215,6 @@ impl Table<'_> {
             estimate: 0,
             admission: None,
             events: Events::default(),
-        }
-    }
-
-    /// Counts the table events of a decision in shard `shard`.
-    fn count_events(&self, shard: usize, d: &Decision) {
-        if d.outcome == Outcome::FailClosed {
-            self.count(shard, Counter::FailClosed);
-        }
-        if d.events.evicted_idle {
-            self.count(shard, Counter::EvictIdle);
-        }
-        if d.events.evicted_live {
-            self.count(shard, Counter::EvictLive);
-        }
-        if d.events.clock_backwards {
-            self.count(shard, Counter::ClockBackwards);
         }
     }
 
