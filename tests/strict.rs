@@ -203,3 +203,55 @@ fn refused_configurations() {
     let (ok, out) = test_config(&conf(zones()));
     assert!(ok, "{out}");
 }
+
+/// Several limits in one location, one of them strict: a rejection by the
+/// strict limit consumes nothing of the other; `limit=$var`, the
+/// variables and dry run work as in an estimate zone.
+#[test]
+fn several_limits_variables_and_dry_run() {
+    let up = Upstream::start();
+    let clock = FakeClock::new(T0 + 1);
+    let ng = start_faked(
+        &clock,
+        &up,
+        "UTC",
+        &proxy_conf(
+            "rate_limit_window_zone $http_x_key zone=s:1m window=10s mode=strict;
+             rate_limit_window_zone $http_x_key zone=e:1m window=10s;
+             rate_limit_window_zone $http_x_key zone=d:1m window=10s mode=strict;",
+            "",
+            "add_header X-St $rate_limit_window_status always;
+             add_header X-Rem $rate_limit_window_remaining always;
+             location = /metrics { rate_limit_window_metrics; }
+             location /dry {
+                 rate_limit_window zone=d limit=2;
+                 rate_limit_window_dry_run on;
+                 proxy_pass http://{{UPSTREAM}};
+             }",
+            "rate_limit_window zone=e limit=100;
+             rate_limit_window zone=s limit=$http_x_limit;",
+        ),
+    );
+    let req = |path: &str| {
+        request(
+            ng.port,
+            "GET",
+            path,
+            &[("X-Key", b"k".as_slice()), ("X-Limit", b"3".as_slice())],
+        )
+    };
+    let rs: Vec<Response> = (0..6).map(|_| req("/")).collect();
+    assert_eq!(statuses(&rs), [200, 200, 200, 429, 429, 429]);
+    let rem: Vec<&str> = rs.iter().map(|r| r.header("X-Rem").unwrap()).collect();
+    assert_eq!(rem[..3], ["2", "1", "0"]);
+    assert_eq!(rs[3].header("X-St"), Some("REJECTED"));
+    // The estimate zone counted only the three admitted requests.
+    let r = get(ng.port, "/metrics?zone=e&key=k");
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["current"], 3, "{v}");
+
+    // Dry run: everything passes, the third is marked.
+    let rs: Vec<Response> = (0..3).map(|_| req("/dry")).collect();
+    assert_eq!(statuses(&rs), [200, 200, 200]);
+    assert_eq!(rs[2].header("X-St"), Some("REJECTED_DRY_RUN"));
+}
