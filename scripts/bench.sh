@@ -25,6 +25,7 @@
 #                      own default; with one, a fifth of 2 cores sat idle)
 #   BENCH_QUICK=0      1: shorter criterion runs (1 s warm-up, 2 s measurement)
 #   BENCH_CG_REQS=2000 requests per callgrind measurement
+#   BENCH_CG_VARIANTS  callgrind variants (default: all, strict_* included)
 #   BENCH_SCALE_WORKERS="1 2 4 ..." worker counts for the scaling section
 #                      (default: powers of two below nproc, then nproc)
 #   BENCH_SCALE_REPS=5 reps per variant and worker count
@@ -422,7 +423,7 @@ bench_callgrind() {
     echo "# variant n_small ir_small i1mr_small n_big ir_big i1mr_big" >"$tsv"
     # Every variant requests /t from its own nginx: only the directives in
     # that location differ, not the URI or the location lookup.
-    for v in none rlw_hot rlw_hot_noheaders lr_hot rlw_many lr_many; do
+    for v in ${BENCH_CG_VARIANTS:-none rlw_hot rlw_hot_noheaders lr_hot rlw_many lr_many strict_hot strict_many}; do
         case $v in
             none) limiter="" mode=distinct ;;
             rlw_hot) limiter="rate_limit_window zone=rlw_hot limit=1000000;" mode=hot ;;
@@ -432,6 +433,8 @@ bench_callgrind() {
             lr_hot) limiter="limit_req zone=lr_hot burst=1000000 nodelay;" mode=hot ;;
             rlw_many) limiter="rate_limit_window zone=rlw_many limit=1000000;" mode=distinct ;;
             lr_many) limiter="limit_req zone=lr_many burst=1000000 nodelay;" mode=distinct ;;
+            strict_hot) limiter="rate_limit_window zone=strict_hot limit=65535;" mode=hot ;;
+            strict_many) limiter="rate_limit_window zone=strict_many limit=65535;" mode=distinct ;;
         esac
         local line="$v"
         for n in $small $big; do
