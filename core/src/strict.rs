@@ -78,12 +78,20 @@ const _: () = assert!(MIN_WINDOW_MS >= K);
 /// `window_ms` ms: `floor(now_ms * K / window_ms)`.
 #[inline]
 pub fn sub_index(now_ms: u64, window_ms: u64) -> u64 {
-    ((u128::from(now_ms) * u128::from(K)) / u128::from(window_ms.max(1))) as u64
+    let w = window_ms.max(1);
+    match now_ms.checked_mul(K) {
+        // Every epoch time before year 10^6 takes this u64 path.
+        Some(x) => x / w,
+        None => ((u128::from(now_ms) * u128::from(K)) / u128::from(w)) as u64,
+    }
 }
 
 /// The epoch ms at which sub-window `j` begins: `ceil(j * window_ms / K)`.
 #[inline]
 pub fn sub_start(j: u64, window_ms: u64) -> u64 {
+    if let Some(x) = j.checked_mul(window_ms) {
+        return x.div_ceil(K);
+    }
     let s = (u128::from(j) * u128::from(window_ms)).div_ceil(u128::from(K));
     u64::try_from(s).unwrap_or(u64::MAX)
 }
@@ -374,6 +382,22 @@ mod tests {
                 assert_eq!(sub_index(s - u64::from(j > 0), w), j - u64::from(j > 0));
                 assert!(sub_start(j + 6, w) - s <= w);
             }
+        }
+    }
+
+    #[test]
+    fn u64_paths_match_u128() {
+        for (t, w) in [
+            (u64::MAX, 1_000u64),
+            (u64::MAX / 6 + 1, 7_777),
+            (1_767_225_600_123, 10_000),
+        ] {
+            let exact = (u128::from(t) * 6 / u128::from(w)) as u64;
+            assert_eq!(sub_index(t, w), exact);
+        }
+        for (j, w) in [(u64::MAX / 3, 86_400_000u64), (12_345, 10_000)] {
+            let exact = (u128::from(j) * u128::from(w)).div_ceil(6);
+            assert_eq!(u128::from(sub_start(j, w)), exact.min(u128::from(u64::MAX)));
         }
     }
 

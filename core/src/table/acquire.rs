@@ -30,7 +30,8 @@ pub struct Admission {
 }
 
 impl Admission {
-    /// The window index (UTC epoch index) the admission was counted in.
+    /// The window index (UTC epoch index) the admission was counted in; in
+    /// a strict zone, the sub-window index ([`crate::strict::sub_index`]).
     pub fn window_index(&self) -> u64 {
         self.window_index
     }
