@@ -283,15 +283,8 @@ fn strict_wait(
             *c = c.saturating_sub(1);
         }
     }
-    let wait_ms = (limit > 0).then(|| {
-        let w = strict::retry_after_ms(&s, rej.now, zone.window.ms(), limit);
-        if rejected_now {
-            w.max(1)
-        } else {
-            w
-        }
-    });
-    LimitWait { wait_ms, delay_ms }
+    let wait_ms = (limit > 0).then(|| strict::retry_after_ms(&s, rej.now, zone.window.ms(), limit));
+    LimitWait::from_wait(wait_ms, delay_ms, rejected_now)
 }
 
 /// Holds `r` for `wait_ms`: takes a place under `delay_max_held` (the
@@ -323,7 +316,16 @@ unsafe fn hold_for(
         unsafe { new_hold(r, rej) }?;
     }
     // SAFETY: r is valid.
-    unsafe { arm(r, wait_ms) }
+    let armed = unsafe { arm(r, wait_ms) };
+    if armed.is_err() {
+        // Rejected after all: give the place back.
+        // SAFETY: r is valid; its hold was found or made above.
+        if let Some(h) = unsafe { find(r) } {
+            // SAFETY: h is this request's hold.
+            unsafe { unhold(h) };
+        }
+    }
+    armed
 }
 
 /// Makes the hold's record on the main request's pool and takes a place

@@ -1,6 +1,7 @@
-//! Variables: `$rate_limit_window_status` (PASSED, REJECTED,
-//! REJECTED_DRY_RUN, EXEMPT; empty when no limit applied) and
-//! `$rate_limit_window_remaining` (requests left under the tightest limit).
+//! Variables: `$rate_limit_window_status` (PASSED, DELAYED, REJECTED,
+//! REJECTED_DRY_RUN, DELAYED_DRY_RUN, EXEMPT; empty when no limit applied)
+//! and `$rate_limit_window_remaining` (requests left under the tightest
+//! limit). `$rate_limit_window_delay` is in delay.rs.
 
 use core::ptr;
 

@@ -489,12 +489,10 @@ fn bad_parameters_fail_nginx_t() {
     assert!(ok, "{out}");
 }
 
-/// HTTP/2: one held stream does not hold the others on its connection
-/// (curl over TLS with ALPN h2; curl 7.88's h2c prior knowledge cannot
-/// multiplex).
-#[test]
-fn http2_held_stream_does_not_hold_the_others() {
-    let up = Upstream::start();
+/// nginx over TLS with HTTP/2 (curl 7.88's h2c prior knowledge cannot
+/// multiplex), zone `z` keyed by `?k=`, limit 1 per 2 s, delay 5 s. The
+/// certificate directory must outlive nginx.
+fn start_h2(up: &Upstream) -> (Nginx, tempfile::TempDir) {
     let certs = tempfile::tempdir().unwrap();
     let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
     let made = Command::new("openssl")
@@ -524,7 +522,57 @@ fn http2_held_stream_does_not_hold_the_others() {
     )
     .replacen("listen 127.0.0.1:{{PORT}} ;", &tls, 1);
     assert!(c.contains("http2 on"), "{c}");
-    let ng = start(&up, &c);
+    (start(up, &c), certs)
+}
+
+/// HTTP/2: a client that gives up on a held stream (curl --max-time closes
+/// the connection) is forgotten, like an HTTP/1 client.
+#[test]
+fn http2_client_gone_while_held_is_not_counted() {
+    let up = Upstream::start();
+    let (ng, _certs) = start_h2(&up);
+    sleep_until_window_offset(2_000, 100);
+    let url = format!("https://127.0.0.1:{}/?k=g", ng.port);
+    let run = |max: &str| {
+        Command::new("curl")
+            .args(["-sk", "--http2", "--max-time", max, "-o", "/dev/null"])
+            .args(["-w", "%{http_version} %{http_code}"])
+            .arg(&url)
+            .output()
+            .expect("run curl")
+    };
+    let first = run("5");
+    assert_eq!(String::from_utf8_lossy(&first.stdout), "2 200");
+    let gone = run("0.5");
+    assert!(!gone.status.success(), "the held stream was answered");
+    let metric = |name: &str, labels: &[(&str, &str)]| {
+        let out = Command::new("curl")
+            .args(["-sk", &format!("https://127.0.0.1:{}/metrics", ng.port)])
+            .output()
+            .expect("run curl");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        prom_value(&text, name, labels).unwrap_or_else(|| panic!("no {name}:\n{text}"))
+    };
+    let delayed_total = "rate_limit_window_delayed_total";
+    assert!(wait_for(Duration::from_secs(2), || {
+        metric(delayed_total, &[("zone", "z"), ("result", "abandoned")]) == 1.0
+    }));
+    assert_eq!(
+        metric("rate_limit_window_delay_held", &[("zone", "z")]),
+        0.0
+    );
+    // Past the moment it would have been admitted: never counted.
+    thread::sleep(Duration::from_millis(2_000));
+    let admitted = metric(delayed_total, &[("zone", "z"), ("result", "admitted")]);
+    assert_eq!(admitted, 0.0);
+    assert_eq!(up.received(), 1);
+}
+
+/// HTTP/2: one held stream does not hold the others on its connection.
+#[test]
+fn http2_held_stream_does_not_hold_the_others() {
+    let up = Upstream::start();
+    let (ng, _certs) = start_h2(&up);
     sleep_until_window_offset(2_000, 100);
     let base = format!("https://127.0.0.1:{}", ng.port);
     let mut cmd = Command::new("curl");

@@ -102,14 +102,15 @@ impl LimitWait {
         delay_ms: u64,
         rejected_now: bool,
     ) -> LimitWait {
-        let wait_ms = (limit > 0).then(|| {
-            let w = retry_after_ms(counts, elapsed_ms, window_ms, limit);
-            if rejected_now {
-                w.max(1)
-            } else {
-                w
-            }
-        });
+        let wait_ms = (limit > 0).then(|| retry_after_ms(counts, elapsed_ms, window_ms, limit));
+        LimitWait::from_wait(wait_ms, delay_ms, rejected_now)
+    }
+
+    /// A limit whose exact wait (ms; `None`: never) was computed elsewhere,
+    /// e.g. by a zone in strict mode (`strict::retry_after_ms`). A limit
+    /// that has just rejected the request waits at least 1 ms.
+    pub fn from_wait(wait_ms: Option<u64>, delay_ms: u64, rejected_now: bool) -> LimitWait {
+        let wait_ms = wait_ms.map(|w| if rejected_now { w.max(1) } else { w });
         LimitWait { wait_ms, delay_ms }
     }
 
@@ -268,6 +269,17 @@ mod tests {
         // Every limit admits: admit.
         assert_eq!(plan(&[wait(0, 0), wait(0, 9)], 5_000), Plan::Admit);
         assert_eq!(plan(&[], 0), Plan::Admit);
+    }
+
+    #[test]
+    fn waits_computed_elsewhere_plan_the_same_way() {
+        let strict = LimitWait::from_wait(Some(0), 2_000, true);
+        assert_eq!(strict.wait_ms, Some(1));
+        let strict = LimitWait::from_wait(Some(1_500), 2_000, false);
+        assert_eq!(plan(&[strict], 0), Plan::Hold { wait_ms: 1_500 });
+        assert_eq!(plan(&[strict], 600), Plan::Reject);
+        let never = LimitWait::from_wait(None, 2_000, true);
+        assert_eq!(plan(&[never], 0), Plan::Reject);
     }
 
     #[test]
