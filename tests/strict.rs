@@ -255,3 +255,62 @@ fn several_limits_variables_and_dry_run() {
     assert_eq!(statuses(&rs), [200, 200, 200]);
     assert_eq!(rs[2].header("X-St"), Some("REJECTED_DRY_RUN"));
 }
+
+/// `delay=` on a strict zone: a burst of 8 under limit 5 gets 5 at once;
+/// the 3 others are held until the burst's sub-window has left the span
+/// (7 sub-windows of 2s / 6 later) and then admitted, so that no interval
+/// of one window ever holds more than 5.
+#[test]
+fn delay_holds_until_the_strict_span_allows() {
+    let ng = Nginx::builder().start(&http_conf(
+        "rate_limit_window_zone $http_x_key zone=s:1m window=2s mode=strict;
+         server {
+             listen 127.0.0.1:{{PORT}};
+             location /gif {
+                 rate_limit_window zone=s limit=5 delay=5s;
+                 add_header X-Msec $msec always;
+                 add_header X-St $rate_limit_window_status always;
+                 empty_gif;
+             }
+         }",
+    ));
+    let port = ng.port;
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let r = request(port, "GET", "/gif", &[("X-Key", b"k".as_slice())]);
+                let t = msec(r.header("X-Msec").expect("X-Msec"));
+                (r.status, r.header("X-St").unwrap_or("").to_string(), t)
+            })
+        })
+        .collect();
+    let mut got: Vec<(u16, String, u64)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    got.sort_by_key(|g| g.2);
+    assert!(got.iter().all(|g| g.0 == 200), "{got:?}");
+    let passed: Vec<u64> = got
+        .iter()
+        .filter(|g| g.1 == "PASSED")
+        .map(|g| g.2)
+        .collect();
+    let delayed: Vec<u64> = got
+        .iter()
+        .filter(|g| g.1 == "DELAYED")
+        .map(|g| g.2)
+        .collect();
+    assert_eq!((passed.len(), delayed.len()), (5, 3), "{got:?}");
+    // No room before the oldest sub-window of the five passed ones leaves
+    // the span, 7 sub-windows after it began; all room once the newest has.
+    let sub = |t: &u64| t * 6 / 2_000;
+    let start = |j: u64| (j * 2_000).div_ceil(6);
+    let free_at = start(passed.iter().map(sub).min().unwrap() + 7);
+    let all_free = start(passed.iter().map(sub).max().unwrap() + 7);
+    for &t in &delayed {
+        assert!(t >= free_at, "admitted at {t}, before {free_at}: {got:?}");
+        assert!(t < all_free + 1_500, "held too long: {t} vs {all_free}");
+    }
+    let all: Vec<u64> = got.iter().map(|g| g.2).collect();
+    for (i, &t) in all.iter().enumerate() {
+        let n = all[..=i].iter().filter(|&&a| a + 2_000 > t).count();
+        assert!(n <= 5, "{n} in the window ending at {t}: {got:?}");
+    }
+}
