@@ -32,6 +32,7 @@
 #   BENCH_SCALE_THREADS wrk threads there (default: nproc/4, at least 2)
 #   BENCH_SCALE_CONNS=32 wrk connections per nginx worker there
 #   BENCH_CAP_RLW_N / BENCH_CAP_LR_N   key counts for the capacity section
+#   BENCH_CAP_MODE=estimate            mode= of this module's capacity zones (or strict)
 #   BENCH_SECTIONS="throughput capacity accuracy micro callgrind redis hugepages scaling"
 #   BENCH_OUT=BENCHMARKS.md
 #
@@ -53,6 +54,7 @@ BENCH_QUICK=${BENCH_QUICK:-0}
 BENCH_CG_REQS=${BENCH_CG_REQS:-2000}
 BENCH_CAP_RLW_N=${BENCH_CAP_RLW_N:-"5000 10000 20000 40000 50000 55000 60000 65000 70000 80000 100000"}
 BENCH_CAP_LR_N=${BENCH_CAP_LR_N:-"2000 5000 7000 8000 9000 10000 20000"}
+BENCH_CAP_MODE=${BENCH_CAP_MODE:-estimate}
 BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput capacity accuracy micro callgrind redis hugepages scaling"}
 BENCH_SCALE_REPS=${BENCH_SCALE_REPS:-5}
 BENCH_SCALE_CONNS=${BENCH_SCALE_CONNS:-32}
@@ -329,7 +331,7 @@ bench_capacity() {
     local conf=$PREFIX/conf/nginx.conf n
     render "$BENCH_DIR/capacity-head.conf.in" "$conf"
     for n in $BENCH_CAP_RLW_N; do
-        echo "    rate_limit_window_zone \$http_x_key zone=cap_rlw_$n:1m window=1h;" >>"$conf"
+        echo "    rate_limit_window_zone \$http_x_key zone=cap_rlw_$n:1m window=1h mode=$BENCH_CAP_MODE;" >>"$conf"
     done
     for n in $BENCH_CAP_LR_N; do
         echo "    limit_req_zone \$http_x_key zone=cap_lr_$n:1m rate=1r/m;" >>"$conf"
