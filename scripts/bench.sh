@@ -551,8 +551,8 @@ http {
     scgi_temp_path $PREFIX/tmp/scgi;
     rate_limit_window_zone \$http_x_key zone=off_hot:1m window=1s;
     rate_limit_window_zone \$http_x_key zone=off_many:4m window=1m;
-    rate_limit_window_zone \$http_x_key zone=on_hot:1m window=1s redis=127.0.0.1:$rport sync=100ms;
-    rate_limit_window_zone \$http_x_key zone=on_many:4m window=1m redis=127.0.0.1:$rport sync=100ms;
+    rate_limit_window_zone \$http_x_key zone=on_hot:1m window=1s redis=127.0.0.1:$rport sync=100ms secret=bench-secret-0123456;
+    rate_limit_window_zone \$http_x_key zone=on_many:4m window=1m redis=127.0.0.1:$rport sync=100ms secret=bench-secret-0123456;
     server {
         listen 127.0.0.1:$PORT reuseport;
         location /none/ { empty_gif; }

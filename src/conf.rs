@@ -22,6 +22,7 @@ use ngx::http::{
     HttpModuleLocationConf, HttpModuleMainConf, Merge, MergeConfigError, NgxHttpCoreModule,
 };
 use ngx::{ngx_conf_log_error, ngx_string};
+use rate_limit_window_core::cluster::secret_error;
 use rate_limit_window_core::delay::split_delay_params;
 use rate_limit_window_core::mode::{check_mode, take_mode};
 use rate_limit_window_core::parse::{
@@ -393,7 +394,6 @@ extern "C" fn set_zone(
     // SAFETY: ngx_pagesize is set by nginx at startup, before parsing.
     let min_size = 8 * unsafe { ngx_pagesize };
     // SAFETY: as above.
-    // SAFETY: as above.
     let (mode, rest) = match take_mode(&unsafe { words(cf, 2) }) {
         Ok(m) => m,
         Err(e) => return emerg(cf, &e),
@@ -403,6 +403,9 @@ extern "C" fn set_zone(
         Err(e) => return emerg(cf, &e),
     };
     if let Err(e) = check_mode(mode, params.redis.is_some()) {
+        return emerg(cf, &e);
+    }
+    if let Some(e) = params.redis.as_ref().and_then(|r| secret_error(&r.secret)) {
         return emerg(cf, &e);
     }
     // SAFETY: cf->pool is the configuration pool.

@@ -178,7 +178,7 @@ pub unsafe fn reserve(r: *mut ngx_http_request_t, limits: usize) -> Option<Pendi
     // SAFETY: r and its main request are valid.
     let pool = unsafe { (*(*r).main).pool };
     // The Decision, then its `applied` entries.
-    const _: () = assert!(size_of::<Decision>() % align_of::<Applied>() == 0);
+    const _: () = assert!(size_of::<Decision>().is_multiple_of(align_of::<Applied>()));
     let size = size_of::<Decision>() + limits * size_of::<Applied>();
     // SAFETY: pool is valid. The entry's handler stays NULL (nginx skips
     // it) until `commit`, so an abandoned reservation is inert.

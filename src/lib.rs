@@ -115,10 +115,32 @@ pub static mut ngx_http_rate_limit_window_module: ngx_module_t = ngx_module_t {
     // SAFETY: taking the address of a static array; nginx reads it at load.
     commands: unsafe { ptr::addr_of_mut!(conf::COMMANDS[0]) },
     type_: NGX_HTTP_MODULE as ngx_uint_t,
+    init_module: Some(init_module),
     init_process: Some(init_process),
     exit_process: Some(exit_process),
     ..ngx_module_t::default()
 };
+
+/// Configuration load. In single-process mode (`master_process off`) a
+/// reload loads the new configuration in the same process and
+/// `init_process` does not run again: join the sync threads, which point
+/// into the old configuration (alive until after this call), and start new
+/// ones on the new cycle's zones.
+extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
+    // SAFETY: nginx passes the cycle being initialised; its old_cycle is
+    // the running one (or the bare init cycle at startup, with no conf_ctx).
+    let cycle = unsafe { &*cycle };
+    // SAFETY: as above; ngx_process is set before any reload.
+    let reload = unsafe { !cycle.old_cycle.is_null() && !(*cycle.old_cycle).conf_ctx.is_null() };
+    // SAFETY: a process-wide variable set at startup.
+    if reload && unsafe { ngx_process } == NGX_PROCESS_SINGLE as ngx_uint_t {
+        sync::stop_all();
+        if let Some(mcf) = Module::main_conf(cycle) {
+            sync::start_all(&mcf.zones);
+        }
+    }
+    Status::NGX_OK.into()
+}
 
 /// Worker start: worker 0 (or the single process) runs the Redis sync
 /// threads, one per Redis-backed zone, and the sweep of stale slots. nginx

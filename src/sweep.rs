@@ -94,6 +94,10 @@ extern "C" fn tick(ev: *mut ngx_event_t) {
             // SAFETY: the header is zone memory set by init_zone; the
             // cursor is an atomic, written only by the sweeping process.
             let header = unsafe { &*zone.header };
+            // The running cycle's log: after a single-process reload the
+            // event's (the first cycle's) may be closed.
+            // SAFETY: ngx_cycle is this process's running cycle.
+            crate::sync::log_changes(unsafe { (*ngx_cycle).log }, zone, now);
             let start = header.sweep_next.load(Ordering::Relaxed) as usize;
             let (next, cleared) = table.sweep(now, start, chunk(table.capacity()));
             header.sweep_next.store(next as u64, Ordering::Relaxed);

@@ -1,33 +1,42 @@
 //! Cluster sync through Redis for zones with `redis=`.
 //!
 //! Requests never wait for Redis: every decision is made from the local
-//! zone, as for any zone. One background thread per nginx instance (in
-//! worker 0, respawned with it) runs a sync round every `sync=` interval for
-//! each Redis-backed zone:
+//! zone, as for any zone. One background thread per nginx instance and
+//! Redis-backed zone (in worker 0, or the single process) runs a sync round
+//! every `sync=` interval:
 //!
-//! 1. for every client active in the current window, push its *local delta*
-//!    (requests admitted here since the last push) with a pipelined
-//!    `INCRBY rlw:{zone}:{window index}:{fingerprint} delta` and `PEXPIRE`
-//!    of two windows, which returns the cluster total;
-//! 2. the other gateways' share is `total − pushed here`; add what is new of
-//!    it to the client's current count in the local zone.
+//! 1. for every client active in the current window, write this gateway's
+//!    own *absolute* count of the window under its gateway id
+//!    (`HSET rlw:{ZONE:FP}:WINDOW GATEWAY COUNT`, with a `PEXPIRE` of two
+//!    windows), only when it changed since the last write;
+//! 2. read the hash (`HGETALL`): the other gateways' share is the sum of
+//!    their fields; add what is new of it to the client's count here.
 //!
-//! What was pushed and what was added per key is kept in a ledger in the
-//! zone (core's `cluster::Ledger`), and only the holder of a lease in the
-//! zone header runs rounds: after a reload or a respawn, the new worker 0
-//! asks for the lease, the old thread hands it over at its next round (or
-//! is replaced after a timeout if it died), and the new one continues from
-//! the ledger without pushing anything twice.
+//! A write sets a value and never adds to one, so replaying a round, or part
+//! of one, after a lost reply never moves a total past what the gateways
+//! admitted. What was written and added per key is kept in a ledger in the
+//! zone (core's `cluster::Ledger`) so that a new sync thread (after a reload
+//! or respawn) continues without counting anything twice.
 //!
-//! The estimate thus covers local and remote requests, for the current and
-//! (after the window rolls) the previous window. Over-admission is bounded by
-//! roughly one sync interval of the cluster's traffic for a key.
+//! **One owner.** Each sync thread draws a generation number from the zone
+//! header when it starts; only the owning generation runs rounds, and the
+//! sync only ever moves to a newer one (core's `cluster::claim`): the new
+//! worker 0 after a reload asks for it and the old owner steps down within
+//! 50 ms (it checks while it works, waits or backs off) and its thread
+//! exits; an owner that died is replaced once its heartbeat is older than
+//! `lease_timeout_ms`. An older process can never take the sync back.
+//!
+//! **Bounded waits.** Connects (name resolution included) and each batch's
+//! replies have deadlines (`redis_link.rs`), the whole round has one, and
+//! the stop flag and ownership are checked between batches: a stop (quit,
+//! reload) waits about half a second at most. The threads block every signal.
 //!
 //! The thread touches only shared-memory atomics (through the core's table
 //! and the zone header) and its own socket: never an nginx API. When Redis
 //! is down or slow, rounds fail, the gateways decide from local counts
-//! (fail-open for the cluster part), errors are counted in the zone header,
-//! the thread reconnects with backoff, and a worker logs the outage once.
+//! (fail-open for the cluster part), errors are counted in the zone header
+//! by kind, and worker 0 logs each outage and each change of owner once
+//! (`log_changes`, from its sweep timer).
 //!
 //! A client library (the `redis` crate, synchronous API) in a plain thread
 //! was chosen over nginx's event loop: the sync is a periodic batch job, so
@@ -39,23 +48,32 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rate_limit_window_core::cluster::{Ledger, Push};
+use nginx_sys::{ngx_log_t, NGX_LOG_NOTICE, NGX_LOG_WARN};
+use ngx::ngx_log_error;
+use rate_limit_window_core::cluster::{
+    claim, gateway_field, redis_key, shares, Claim, Ledger, Push,
+};
 use rate_limit_window_core::{Table, Window};
+use redis::Value;
 
-use crate::redis_link::{Link, LinkError, RedisTarget};
+use crate::redis_link::{Link, LinkError, LinkErrorKind, RedisTarget};
 use crate::zone::{ZoneConf, ZoneHeader};
 
 /// Largest number of keys per pipelined batch.
 const BATCH: usize = 1000;
 /// Reconnect backoff bounds (ms).
 const BACKOFF_MIN_MS: u64 = 100;
-const BACKOFF_MAX_MS: u64 = 5_000;
-/// Longest a connect (name resolution included) may take (ms).
-const CONNECT_MS: u64 = 1_000;
+const BACKOFF_MAX_MS: u64 = 1_000;
+/// Longest a connect (name resolution included) may take (ms): also about
+/// the longest a stop waits for a connect in flight.
+const CONNECT_MS: u64 = 500;
+/// How often a waiting thread, or a napping owner, checks the stop flag
+/// and the ownership words, and the owner beats its heartbeat (ms).
+const POLL_MS: u64 = 50;
 
 /// What a sync thread needs; all of it outlives the thread (the cycle's
-/// configuration and the shared zone stay until the worker exits, and
-/// `stop_all` joins the threads before that).
+/// configuration and the shared zone stay until the worker exits, or until
+/// a single-process reload, and `stop_all` joins the threads before that).
 struct Job {
     name: String,
     target: RedisTarget,
@@ -66,8 +84,8 @@ struct Job {
 }
 
 // SAFETY: the pointers refer to the cycle's configuration and to shared
-// memory, both alive until the worker exits after joining this thread; the
-// table and header are only used through atomics.
+// memory, both alive until the thread is joined (see `Job`); the table and
+// header are only used through atomics.
 unsafe impl Send for Job {}
 
 /// Threads of this process: stop flag and handle.
@@ -97,16 +115,33 @@ pub fn start_all(zones: &[*mut ZoneConf]) {
         };
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("rlw-sync-{}", job.name))
-            .spawn(move || run(job, &flag));
-        if let Ok(handle) = spawned {
+        let name = format!("rlw-sync-{}", job.name);
+        if let Some(handle) = spawn_blocked(name, move || run(job, &flag)) {
             threads.push((stop, handle));
         }
     }
 }
 
-/// Stops and joins every sync thread (worker exit, including reload).
+/// Spawns a thread with every signal blocked from its first instruction:
+/// signals are the event loop's (nginx's own thread pool does the same).
+fn spawn_blocked(name: String, f: impl FnOnce() + Send + 'static) -> Option<JoinHandle<()>> {
+    // SAFETY: sigset_t is plain data that sigfillset initialises; the
+    // calling thread's mask is restored right after the spawn, and a new
+    // thread inherits the mask in force when it is created.
+    unsafe {
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let spawned = std::thread::Builder::new().name(name).spawn(f);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+        spawned.ok()
+    }
+}
+
+/// Stops and joins every sync thread (worker exit, including reload, and a
+/// single-process reload before the old configuration goes). Each stops
+/// within about a second (see the module doc).
 pub fn stop_all() {
     let Ok(mut threads) = THREADS.lock() else {
         return;
@@ -119,6 +154,37 @@ pub fn stop_all() {
     }
 }
 
+/// Logs, once each, an outage of a zone's sync and a change of the
+/// generation that owns it. Called by worker 0's sweep timer (and the
+/// outage also by requests, see `handler.rs`): never by a sync thread.
+pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
+    if zone.redis.is_none() || zone.header.is_null() {
+        return;
+    }
+    // SAFETY: the header lives in the zone as long as the cycle.
+    let header = unsafe { &*zone.header };
+    if let Some(since) = header.outage_to_log() {
+        ngx_log_error!(
+            NGX_LOG_WARN,
+            log,
+            "rate_limit_window_zone \"{}\": redis sync failing for {} ms; deciding from this \
+             gateway's counts only (fail-open for the cluster part); errors are counted in metrics",
+            zone.name_str(),
+            now_ms.saturating_sub(since)
+        );
+    }
+    let owner = header.sync_owner.load(Ordering::Acquire);
+    if owner != 0 && header.logged_owner.swap(owner, Ordering::Relaxed) != owner {
+        ngx_log_error!(
+            NGX_LOG_NOTICE,
+            log,
+            "rate_limit_window_zone \"{}\": redis sync now run by generation {}",
+            zone.name_str(),
+            owner
+        );
+    }
+}
+
 fn epoch_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -126,55 +192,100 @@ fn epoch_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Sleeps `ms`, waking early when asked to stop. Returns false on stop.
-fn nap(ms: u64, stop: &AtomicBool) -> bool {
-    let mut left = ms;
-    while left > 0 {
-        if stop.load(Ordering::Relaxed) {
-            return false;
-        }
-        let step = left.min(50);
-        std::thread::sleep(Duration::from_millis(step));
-        left -= step;
-    }
-    !stop.load(Ordering::Relaxed)
-}
-
-/// How long a lease holder may stay silent before another process takes
-/// the lease over (it died without releasing it), in ms.
+/// How long an owner may stay silent before a newer generation takes the
+/// sync over (it died without releasing it), in ms. An owner beats at
+/// least every second (between batches, and every `POLL_MS` while it
+/// waits), so a live one is never replaced.
 fn lease_timeout_ms(sync_ms: u64) -> u64 {
     (sync_ms * 5).max(3_000)
 }
 
-/// Holds, takes, or asks for the sync lease. Returns true if this process
-/// may run a round now.
-fn hold_lease(header: &ZoneHeader, me: u64, now: u64, sync_ms: u64) -> bool {
-    let owner = header.sync_owner.load(Ordering::Acquire);
-    if owner == me {
-        return true;
-    }
-    if owner == 0 {
-        return header
-            .sync_owner
-            .compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-    }
-    // A newer generation (after a reload) asks the holder to step down at
-    // its next round; a holder that died is replaced after a timeout.
-    header.sync_handover.store(me, Ordering::Release);
-    let beat = header.sync_heartbeat_ms.load(Ordering::Acquire);
-    now.saturating_sub(beat) > lease_timeout_ms(sync_ms)
-        && header
-            .sync_owner
-            .compare_exchange(owner, me, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+/// This thread's view of the ownership words.
+struct Owner<'h> {
+    header: &'h ZoneHeader,
+    /// This thread's generation.
+    me: u64,
+    timeout_ms: u64,
 }
 
-/// Gives the lease up if this process holds it.
-fn release_lease(header: &ZoneHeader, me: u64) {
-    let _ = header
-        .sync_owner
-        .compare_exchange(me, 0, Ordering::AcqRel, Ordering::Acquire);
+impl Owner<'_> {
+    /// Holds, takes, waits for, or has lost the sync.
+    fn claim(&self) -> Claim {
+        let h = self.header;
+        let now = epoch_ms();
+        let c = claim(
+            h.sync_owner.load(Ordering::Acquire),
+            h.sync_handover.load(Ordering::Acquire),
+            h.sync_heartbeat_ms.load(Ordering::Acquire),
+            self.me,
+            now,
+            self.timeout_ms,
+        );
+        match c {
+            Claim::Take { from } => {
+                let taken = h
+                    .sync_owner
+                    .compare_exchange(from, self.me, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok();
+                if taken {
+                    h.sync_heartbeat_ms.store(now, Ordering::Release);
+                    Claim::Held
+                } else {
+                    Claim::Wait
+                }
+            }
+            Claim::Held => {
+                h.sync_heartbeat_ms.store(now, Ordering::Release);
+                Claim::Held
+            }
+            other => other,
+        }
+    }
+
+    /// Gives the sync up if this thread holds it.
+    fn release(&self) {
+        let _ = self.header.sync_owner.compare_exchange(
+            self.me,
+            0,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// True while the thread should go on: not stopped, and still the
+    /// owner (beating the heartbeat).
+    fn keep_on(&self, stop: &AtomicBool) -> bool {
+        !stop.load(Ordering::Relaxed) && self.claim() == Claim::Held
+    }
+
+    /// Sleeps `ms` as the owner, beating and checking every `POLL_MS`.
+    /// Returns false on stop or lost ownership.
+    fn nap(&self, ms: u64, stop: &AtomicBool) -> bool {
+        let until = Instant::now() + Duration::from_millis(ms);
+        loop {
+            if !self.keep_on(stop) {
+                return false;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(POLL_MS)));
+        }
+    }
+}
+
+/// Why a round ended early.
+enum RoundError {
+    Link(LinkError),
+    /// Stopped, or lost the ownership, between batches.
+    Stopped,
+}
+
+impl From<LinkError> for RoundError {
+    fn from(e: LinkError) -> Self {
+        RoundError::Link(e)
+    }
 }
 
 fn run(job: Job, stop: &AtomicBool) {
@@ -186,96 +297,187 @@ fn run(job: Job, stop: &AtomicBool) {
     else {
         return;
     };
-    let me = u64::from(std::process::id());
+    let owner = Owner {
+        header,
+        me: header.sync_generation.fetch_add(1, Ordering::AcqRel) + 1,
+        timeout_ms: lease_timeout_ms(job.sync_ms),
+    };
+    header.sync_handover.fetch_max(owner.me, Ordering::AcqRel);
     let mut conn: Option<Link> = None;
     let mut backoff = BACKOFF_MIN_MS;
     let mut pushes = Vec::new();
 
     while !stop.load(Ordering::Relaxed) {
-        let started = epoch_ms();
-        if !hold_lease(header, me, started, job.sync_ms) {
-            if !nap(job.sync_ms, stop) {
-                break;
+        match owner.claim() {
+            Claim::Held => {}
+            Claim::Lost => break,
+            _ => {
+                std::thread::sleep(Duration::from_millis(POLL_MS));
+                continue;
             }
-            continue;
         }
-        header.sync_heartbeat_ms.store(started, Ordering::Release);
-        let handover = header.sync_handover.load(Ordering::Acquire);
-        if handover != 0 && handover != me {
-            // A newer worker 0 (after a reload) takes over from here.
-            header.sync_handover.store(0, Ordering::Release);
-            release_lease(header, me);
-            break;
-        }
+        let started = epoch_ms();
         let result = connect(&mut conn, &job.target)
-            .and_then(|c| round(c, table, &ledger, &job, &mut pushes, started));
-        match result {
+            .map_err(RoundError::from)
+            .and_then(|c| {
+                let ctx = RoundCtx {
+                    table,
+                    ledger: &ledger,
+                    job: &job,
+                    owner: &owner,
+                    stop,
+                };
+                round(c, &ctx, &mut pushes, started)
+            });
+        let nap_ms = match result {
             Ok(()) => {
                 backoff = BACKOFF_MIN_MS;
                 header.sync_rounds.fetch_add(1, Ordering::Relaxed);
                 header.last_sync_ms.store(epoch_ms(), Ordering::Relaxed);
                 header.down_since_ms.store(0, Ordering::Relaxed);
-                let spent = epoch_ms().saturating_sub(started);
-                if !nap(job.sync_ms.saturating_sub(spent), stop) {
-                    break;
-                }
+                job.sync_ms
+                    .saturating_sub(epoch_ms().saturating_sub(started))
             }
-            Err(_) => {
+            Err(RoundError::Stopped) => break,
+            Err(RoundError::Link(e)) => {
                 conn = None;
-                header.sync_errors.fetch_add(1, Ordering::Relaxed);
+                count_error(header, &e);
                 let _ = header.down_since_ms.compare_exchange(
                     0,
                     started.max(1),
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 );
-                if !nap(backoff.max(job.sync_ms), stop) {
-                    break;
-                }
-                backoff = (backoff * 2).min(BACKOFF_MAX_MS);
+                let ms = backoff.max(job.sync_ms);
+                backoff = (backoff * 2).min(BACKOFF_MAX_MS.max(job.sync_ms));
+                ms
             }
+        };
+        if !owner.nap(nap_ms, stop) {
+            break;
         }
     }
-    release_lease(header, me);
+    owner.release();
+}
+
+/// Counts a failed round, by kind.
+fn count_error(header: &ZoneHeader, e: &LinkError) {
+    header.sync_errors.fetch_add(1, Ordering::Relaxed);
+    let by_kind = match e.kind {
+        LinkErrorKind::Timeout => &header.sync_err_timeout,
+        LinkErrorKind::Connection => &header.sync_err_connection,
+        LinkErrorKind::Reply => &header.sync_err_reply,
+    };
+    by_kind.fetch_add(1, Ordering::Relaxed);
 }
 
 fn connect<'c>(
     conn: &'c mut Option<Link>,
     target: &RedisTarget,
 ) -> Result<&'c mut Link, LinkError> {
-    if conn.as_ref().map_or(true, Link::is_broken) {
+    if conn.as_ref().is_none_or(Link::is_broken) {
         let deadline = Instant::now() + Duration::from_millis(CONNECT_MS);
         *conn = Some(Link::open(target, deadline)?);
     }
     Ok(conn.as_mut().expect("connection was just set"))
 }
 
-/// One push/pull round for every client active in the current window.
+/// What a round works on.
+struct RoundCtx<'a> {
+    table: &'a Table<'static>,
+    ledger: &'a Ledger<'static>,
+    job: &'a Job,
+    owner: &'a Owner<'a>,
+    stop: &'a AtomicBool,
+}
+
+/// Longest one pipelined batch may wait for its replies (ms): also about
+/// the longest a stop waits for a round in flight.
+const BATCH_MS: u64 = 500;
+/// Shortest whole-round deadline (ms); it is twice `sync=` when longer.
+const ROUND_MIN_MS: u64 = 2_000;
+
+/// One write/read round for every client active in the current window:
+/// per key, `HSET` of this gateway's own count (when it changed) with a
+/// `PEXPIRE` of two windows, and `HGETALL` for the other gateways' share.
+/// A key whose replies are errors is counted and left for the next round.
+/// The whole round has a deadline (twice the interval, at least 2 s), each
+/// batch one of `BATCH_MS`; between batches the owner beats its heartbeat
+/// and checks the stop flag and its ownership.
 fn round(
     conn: &mut Link,
-    table: &Table<'static>,
-    ledger: &Ledger<'static>,
-    job: &Job,
+    ctx: &RoundCtx<'_>,
     pushes: &mut Vec<Push>,
     now: u64,
-) -> Result<(), LinkError> {
+) -> Result<(), RoundError> {
     pushes.clear();
-    ledger.plan(table, now, pushes);
-    let ttl_ms = job.window.ms() * 2;
-    let deadline = Instant::now() + Duration::from_millis(job.sync_ms.max(1_000));
+    ctx.ledger.plan(ctx.table, now, pushes);
+    let header = ctx.owner.header;
+    let me = gateway_field(header.gateway_id);
+    let ttl_ms = ctx.job.window.ms() * 2;
+    let round_ms = (ctx.job.sync_ms * 2).max(ROUND_MIN_MS);
+    let round_deadline = Instant::now() + Duration::from_millis(round_ms);
     for batch in pushes.chunks(BATCH) {
+        if !ctx.owner.keep_on(ctx.stop) {
+            return Err(RoundError::Stopped);
+        }
         let mut pipe = redis::pipe();
         for p in batch {
-            let key = format!("rlw:{}:{}:{:014x}", job.name, p.window_index, p.fingerprint);
-            pipe.cmd("INCRBY").arg(&key).arg(p.delta);
-            pipe.cmd("PEXPIRE").arg(&key).arg(ttl_ms);
-        }
-        let replies = conn.exec(&pipe, deadline)?;
-        for (p, reply) in batch.iter().zip(replies.chunks(2)) {
-            if let redis::Value::Int(total) = reply[0] {
-                ledger.settle(table, p, total, now);
+            let key = redis_key(&ctx.job.name, p.window_index, p.fingerprint);
+            if p.write {
+                pipe.cmd("HSET").arg(&key).arg(&me).arg(p.own);
+                pipe.cmd("PEXPIRE").arg(&key).arg(ttl_ms);
             }
+            pipe.cmd("HGETALL").arg(&key);
         }
+        let deadline = round_deadline.min(Instant::now() + Duration::from_millis(BATCH_MS));
+        let replies = conn.exec(&pipe, deadline)?;
+        settle_batch(ctx, batch, replies, &me, now);
     }
     Ok(())
+}
+
+/// Settles each key of a batch whose replies are good; counts the others.
+fn settle_batch(ctx: &RoundCtx<'_>, batch: &[Push], replies: Vec<Value>, me: &str, now: u64) {
+    let mut replies = replies.into_iter();
+    let (mut pushed, mut bad) = (0u64, 0u64);
+    for p in batch {
+        let wrote = !p.write
+            || [replies.next(), replies.next()]
+                .iter()
+                .all(|r| matches!(r, Some(Value::Int(_))));
+        match (wrote, replies.next().as_ref().and_then(fields)) {
+            (true, Some(f)) => {
+                pushed += u64::from(p.write);
+                let stored = shares(f.iter().map(|(k, v)| (*k, *v)), me);
+                ctx.ledger.settle(ctx.table, p, stored, now);
+            }
+            _ => bad += 1,
+        }
+    }
+    let header = ctx.owner.header;
+    header.sync_keys_pushed.fetch_add(pushed, Ordering::Relaxed);
+    header.sync_err_key.fetch_add(bad, Ordering::Relaxed);
+}
+
+fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b.as_slice()),
+        _ => None,
+    }
+}
+
+/// The `(field, value)` pairs of an `HGETALL` reply (RESP2 or RESP3).
+fn fields(v: &Value) -> Option<Vec<(&[u8], &[u8])>> {
+    match v {
+        Value::Array(items) => items
+            .chunks(2)
+            .map(|kv| Some((bytes(&kv[0])?, bytes(kv.get(1)?)?)))
+            .collect(),
+        Value::Map(pairs) => pairs
+            .iter()
+            .map(|(k, v)| Some((bytes(k)?, bytes(v)?)))
+            .collect(),
+        _ => None,
+    }
 }

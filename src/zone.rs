@@ -93,9 +93,10 @@ pub fn acquire(
 
 /// Marks a zone header written by this module, and its layout: bump the
 /// digit whenever `ZoneHeader` changes (3: the sweep's `slots_used` count
-/// and the `delay` counters), so that a reload onto a zone of another
-/// layout is refused, not misread.
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE3");
+/// and the `delay` counters; 4: the sync's gateway id, generations and
+/// errors by kind), so that a reload onto a zone of another layout is
+/// refused, not misread.
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE4");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -110,17 +111,38 @@ pub struct ZoneHeader {
     /// its length in bytes.
     pub ledger: *mut u8,
     pub ledger_len: usize,
-    /// pid of the process whose thread runs the sync rounds (0: nobody).
-    /// Only the holder of this lease writes the ledger.
+    /// This gateway's id in the cluster store (random, never 0): the hash
+    /// field under which it writes its own counts. Kept across reloads.
+    pub gateway_id: u64,
+    /// Generation of the sync thread that owns the sync (0: nobody). Only
+    /// the owner writes the ledger. Generations only grow: each sync thread
+    /// started (worker 0 after a start, reload or respawn) draws the next
+    /// one from `sync_generation`, and an owner is only ever replaced by a
+    /// newer generation, so an older process can never take it back.
     pub sync_owner: AtomicU64,
-    /// Epoch ms at which the lease holder last showed it is alive.
+    /// Epoch ms at which the owner last showed it is alive (it beats while
+    /// it works, waits or backs off).
     pub sync_heartbeat_ms: AtomicU64,
-    /// pid of a newer sync thread (after a reload) asking for the lease.
+    /// Highest generation asking for the sync: the owner steps down for it
+    /// at its next check (every 50 ms at most).
     pub sync_handover: AtomicU64,
+    /// Last generation drawn.
+    pub sync_generation: AtomicU64,
+    /// Owner generation last logged, so that each change is logged once.
+    pub logged_owner: AtomicU64,
     /// Requests whose `limit=$variable` held something other than a number.
     pub invalid_limits: AtomicU64,
     /// Failed sync rounds (connect, I/O or protocol errors).
     pub sync_errors: AtomicU64,
+    /// Failed sync calls by kind: deadline passed, connection, bad reply.
+    pub sync_err_timeout: AtomicU64,
+    pub sync_err_connection: AtomicU64,
+    pub sync_err_reply: AtomicU64,
+    /// Keys whose own replies were errors (a `WRONGTYPE`, say) in rounds
+    /// that otherwise went through.
+    pub sync_err_key: AtomicU64,
+    /// Keys written to the store (an `HSET` of this gateway's count).
+    pub sync_keys_pushed: AtomicU64,
     /// Completed sync rounds.
     pub sync_rounds: AtomicU64,
     /// Epoch ms of the last completed sync round (0: never).
@@ -346,24 +368,28 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
 
     advise_huge_pages(region, len);
 
-    let seed = match &zone.redis {
-        // Every gateway of a cluster must hash keys alike.
-        Some(r) => config_seed(zone.name.as_bytes(), &r.secret),
-        None => match random_seed() {
-            Ok(seed) => seed,
-            Err(e) => {
-                ngx_log_error!(
-                    NGX_LOG_EMERG,
-                    log,
-                    "rate_limit_window_zone \"{}\": getrandom() failed ({}): no unpredictable \
-                     hash seed, so the zone is not started",
-                    zone.name_str(),
-                    e
-                );
-                return Status::NGX_ERROR.into();
-            }
-        },
+    // A Redis-backed zone hashes keys alike on every gateway of a cluster
+    // (its seed comes from the configuration) and draws a random gateway
+    // id instead, under which it writes its counts.
+    let random = match random_seed() {
+        Ok(r) => r,
+        Err(e) => {
+            ngx_log_error!(
+                NGX_LOG_EMERG,
+                log,
+                "rate_limit_window_zone \"{}\": getrandom() failed ({}): no unpredictable \
+                 hash seed or gateway id, so the zone is not started",
+                zone.name_str(),
+                e
+            );
+            return Status::NGX_ERROR.into();
+        }
     };
+    let seed = match &zone.redis {
+        Some(r) => config_seed(zone.name.as_bytes(), &r.secret),
+        None => random,
+    };
+    let gateway_id = random[0].max(1);
     // A Redis-backed zone gives half of its memory to the sync ledger.
     let (table_len, ledger, ledger_len) = if zone.redis.is_some() {
         let t = len / 2 / 64 * 64;
@@ -386,11 +412,19 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
                     table_len,
                     ledger,
                     ledger_len,
+                    gateway_id,
                     sync_owner: AtomicU64::new(0),
                     sync_heartbeat_ms: AtomicU64::new(0),
                     sync_handover: AtomicU64::new(0),
+                    sync_generation: AtomicU64::new(0),
+                    logged_owner: AtomicU64::new(0),
                     invalid_limits: AtomicU64::new(0),
                     sync_errors: AtomicU64::new(0),
+                    sync_err_timeout: AtomicU64::new(0),
+                    sync_err_connection: AtomicU64::new(0),
+                    sync_err_reply: AtomicU64::new(0),
+                    sync_err_key: AtomicU64::new(0),
+                    sync_keys_pushed: AtomicU64::new(0),
                     sync_rounds: AtomicU64::new(0),
                     last_sync_ms: AtomicU64::new(0),
                     down_since_ms: AtomicU64::new(0),

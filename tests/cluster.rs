@@ -2,6 +2,7 @@
 //! with 2 workers, share one limit; a Redis outage never fails a request.
 mod common;
 
+use common::fault_proxy::{pid_gone, Fault, FaultProxy, SlowHttp};
 use common::*;
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -60,45 +61,95 @@ impl Drop for RedisServer {
 
 /// A gateway whose zone `c` (limit `limit` per minute) syncs through Redis.
 fn gateway(redis_port: u16, upstream: &Upstream, limit: u32) -> Nginx {
-    let conf = http_conf(&format!(
+    gateway_with(redis_port, upstream, limit, None)
+}
+
+/// As `gateway`, with `/slow` proxied to `slow` (an upstream that answers
+/// late) when given.
+fn gateway_with(redis_port: u16, upstream: &Upstream, limit: u32, slow: Option<&str>) -> Nginx {
+    Nginx::builder()
+        .workers(2)
+        .upstream_of(upstream)
+        .start(&gateway_conf(redis_port, limit, slow))
+}
+
+/// The configuration of `gateway_with`.
+fn gateway_conf(redis_port: u16, limit: u32, slow: Option<&str>) -> String {
+    let slow = slow
+        .map(|a| format!("location = /slow {{ proxy_pass http://{a}; proxy_read_timeout 60s; }}"))
+        .unwrap_or_default();
+    http_conf(&format!(
         r#"
-        rate_limit_window_zone $http_x_key zone=c:1m window=1m redis=127.0.0.1:{redis_port} sync=100ms secret=s3cret;
+        rate_limit_window_zone $http_x_key zone=c:1m window=1m redis=127.0.0.1:{redis_port} sync=100ms secret=cluster-test-secret-0123;
         server {{
             listen 127.0.0.1:{{{{PORT}}}} reuseport;
             location / {{
                 rate_limit_window zone=c limit={limit};
                 proxy_pass http://{{{{UPSTREAM}}}};
             }}
+            {slow}
             location = /metrics {{ rate_limit_window_metrics; }}
         }}"#
-    ));
-    Nginx::builder()
-        .workers(2)
-        .upstream_of(upstream)
-        .start(&conf)
+    ))
 }
 
-/// Sum of the values of the keys matching `pattern`, read with redis-cli.
-fn redis_total(port: u16, pattern: &str) -> i64 {
-    let cli = |args: &[&str]| {
-        let out = Command::new("redis-cli")
-            .arg("-p")
-            .arg(port.to_string())
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+/// Thread ids of process `pid` whose name starts with `prefix`.
+fn threads_named(pid: i32, prefix: &str) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return vec![];
     };
-    cli(&["--scan", "--pattern", pattern])
+    dir.flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
+        })
+        .map(|t| t.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// redis-cli against `port`, stdout.
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Keys matching `pattern`.
+fn keys(port: u16, pattern: &str) -> Vec<String> {
+    cli(port, &["--scan", "--pattern", pattern])
         .lines()
         .filter(|k| !k.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// Sum of every gateway's count in the hashes of zone `c`, skipping keys
+/// that are not hashes (the test's wrong-type key).
+fn hash_total(port: u16) -> i64 {
+    keys(port, "rlw:{c:*")
+        .iter()
+        .filter(|k| cli(port, &["TYPE", k]).trim() == "hash")
         .map(|k| {
-            cli(&["GET", k])
-                .trim()
-                .parse::<i64>()
-                .unwrap_or_else(|_| panic!("bad value for {k}"))
+            cli(port, &["HVALS", k])
+                .lines()
+                .map(|v| v.trim().parse::<i64>().unwrap())
+                .sum::<i64>()
         })
         .sum()
+}
+
+/// A sync failure count of zone `c` by kind.
+fn failures(port: u16, kind: &str) -> f64 {
+    let text = get(port, "/metrics").text();
+    prom_value(
+        &text,
+        "rate_limit_window_sync_failures_total",
+        &[("zone", "c"), ("kind", kind)],
+    )
+    .unwrap_or_else(|| panic!("no failures{{kind={kind}}} in\n{text}"))
 }
 
 fn metric(port: u16, name: &str) -> f64 {
@@ -159,6 +210,11 @@ fn two_gateways_share_one_limit() {
     );
     assert_eq!(ca, cb, "gateways disagree after sync: {ja} vs {jb}");
     assert_eq!(ca, f64::from(total), "{ja}");
+    assert_eq!(
+        hash_total(redis.port),
+        i64::from(total),
+        "the store holds each gateway's admitted count once"
+    );
     assert!(metric(a.port, "rate_limit_window_sync_rounds_total") > 0.0);
     assert_eq!(metric(a.port, "rate_limit_window_sync_errors_total"), 0.0);
 }
@@ -223,6 +279,15 @@ fn redis_outage_keeps_serving_and_is_visible() {
         );
         sleep(Duration::from_millis(100));
     }
+    // The new Redis started empty: both gateways wrote their counts again,
+    // and it holds every admitted request once.
+    assert!(
+        wait_for(Duration::from_secs(5), || hash_total(redis_port)
+            == up.received() as i64),
+        "Redis holds {} of {} admitted",
+        hash_total(redis_port),
+        up.received()
+    );
 }
 
 #[test]
@@ -249,11 +314,7 @@ fn sync_thread_stops_on_reload_and_quit() {
     // The new worker 0 took the sync over without pushing anything twice:
     // the cluster total is still the 3 admitted requests.
     sleep(Duration::from_millis(500));
-    assert_eq!(
-        redis_total(redis.port, "rlw:c:*"),
-        3,
-        "cluster total after reloads"
-    );
+    assert_eq!(hash_total(redis.port), 3, "cluster total after reloads");
     // Counts survived the reloads: 2 left of 5.
     assert_eq!(get_key(a.port, "/", "r").status, 200);
     assert_eq!(get_key(a.port, "/", "r").status, 200);
@@ -269,4 +330,345 @@ fn sync_thread_stops_on_reload_and_quit() {
         "quit took {:?}",
         t.elapsed()
     );
+}
+
+/// Sends `n` requests of `key` to `port`; returns how many were admitted.
+fn send(port: u16, key: &str, n: usize) -> i64 {
+    (0..n)
+        .filter(|_| {
+            let r = get_key(port, "/", key);
+            assert!(matches!(r.status, 200 | 429), "{}", r.describe());
+            r.status == 200
+        })
+        .count() as i64
+}
+
+#[test]
+fn faults_never_inflate_the_cluster_total_and_other_keys_keep_syncing() {
+    clear_of_boundary(60_000, 35_000);
+    let redis = RedisServer::start();
+    let proxy = FaultProxy::start(redis.port);
+    let up = Upstream::start();
+    // a reaches Redis through the proxy, b directly.
+    let a = gateway(proxy.port, &up, 1000);
+    let b = gateway(redis.port, &up, 1000);
+
+    // One client's key made a string: every write and read of it fails.
+    assert_eq!(send(b.port, "victim", 1), 1);
+    assert!(wait_for(Duration::from_secs(5), || keys(
+        redis.port, "rlw:{c:*"
+    )
+    .len()
+        == 1));
+    let victim = keys(redis.port, "rlw:{c:*").remove(0);
+    cli(redis.port, &["DEL", &victim]);
+    cli(redis.port, &["SET", &victim, "not-a-hash"]);
+
+    let mut admitted = 0;
+    let mut report = vec![];
+    for (fault, label) in [
+        (Fault::Delay(1_500), "replies 1.5 s late"),
+        (Fault::CutAfter(300), "cut after 300 bytes of replies"),
+        (Fault::Stall, "replies stalled"),
+        (Fault::Pass, "no fault"),
+    ] {
+        proxy.set(fault);
+        let until = Instant::now() + Duration::from_secs(5);
+        let mut max_seen = 0;
+        while Instant::now() < until {
+            admitted += send(a.port, "k1", 10) + send(b.port, "k1", 10) + send(a.port, "k2", 5);
+            send(a.port, "victim", 1);
+            let total = hash_total(redis.port);
+            assert!(
+                total <= admitted,
+                "{label}: cluster total {total} > admitted {admitted}"
+            );
+            max_seen = max_seen.max(total);
+            sleep(Duration::from_millis(400));
+        }
+        report.push(format!(
+            "{label}: admitted {admitted}, cluster total at most {max_seen}"
+        ));
+    }
+    // Once the faults are gone every admitted request is in the store once,
+    // although the victim's key fails in every batch.
+    assert!(
+        wait_for(Duration::from_secs(5), || hash_total(redis.port)
+            == admitted),
+        "total {} != admitted {admitted}",
+        hash_total(redis.port)
+    );
+    for line in &report {
+        eprintln!("{line}");
+    }
+    assert!(
+        failures(a.port, "timeout") > 0.0,
+        "late replies not counted as timeouts"
+    );
+    assert!(failures(a.port, "key") > 0.0, "wrong-type key not counted");
+    assert!(failures(b.port, "key") > 0.0, "wrong-type key not counted");
+    assert_eq!(cli(redis.port, &["GET", &victim]).trim(), "not-a-hash");
+    // Both gateways see the whole cluster's count of k1.
+    let current = |port| key_json(port, "c", b"k1")["current"].as_f64().unwrap();
+    assert!(wait_for(Duration::from_secs(3), || current(a.port)
+        == current(b.port)));
+}
+
+#[test]
+fn quit_and_reload_finish_within_2s_while_redis_stalls() {
+    let redis = RedisServer::start();
+    let proxy = FaultProxy::start(redis.port);
+    let up = Upstream::start();
+    let a = gateway(proxy.port, &up, 1000);
+    send(a.port, "k", 20);
+    sleep(Duration::from_millis(300));
+    proxy.set(Fault::Stall);
+    // A round is now stuck waiting for replies that never come.
+    sleep(Duration::from_millis(1_500));
+    let old = a.worker_pids();
+    let t = Instant::now();
+    sighup(&a);
+    assert!(
+        wait_for(Duration::from_secs(10), || old.iter().all(|&p| pid_gone(p))),
+        "old workers still running"
+    );
+    let reload = t.elapsed();
+    assert!(wait_for(Duration::from_secs(5), || a.worker_pids().len() == 2));
+    sleep(Duration::from_millis(1_500));
+    let master = a.master_pid();
+    let t = Instant::now();
+    // SAFETY: a signal to the master this test started.
+    unsafe { libc::kill(master, libc::SIGQUIT) };
+    assert!(
+        wait_for(Duration::from_secs(10), || pid_gone(master)),
+        "master still running"
+    );
+    let quit = t.elapsed();
+    eprintln!("stalled Redis: old workers gone {reload:?} after the reload, quit took {quit:?}");
+    assert!(reload < Duration::from_secs(2), "reload took {reload:?}");
+    assert!(quit < Duration::from_secs(2), "quit took {quit:?}");
+    drop(a);
+}
+
+#[test]
+fn sync_resumes_after_reload_and_worker_kill_during_an_outage() {
+    let mut redis = RedisServer::start();
+    let redis_port = redis.port;
+    let up = Upstream::start();
+    let slow = SlowHttp::start(Duration::from_secs(6));
+    let a = gateway_with(redis_port, &up, 40, Some(&slow.addr));
+    let b = gateway(redis_port, &up, 40);
+    send(a.port, "warm", 2);
+    sleep(Duration::from_millis(300));
+    let gen0 = metric(a.port, "rate_limit_window_sync_owner_generation");
+    assert!(gen0 > 0.0);
+
+    // Redis goes down; the sync backs off.
+    redis.kill();
+    sleep(Duration::from_secs(3));
+    // In-flight slow requests keep the old workers (worker 0 among them)
+    // alive through the reload.
+    let old = a.worker_pids();
+    let port = a.port;
+    let slow_requests: Vec<_> = (0..10)
+        .map(|_| std::thread::spawn(move || get(port, "/slow").status))
+        .collect();
+    sleep(Duration::from_millis(500));
+    sighup(&a);
+    assert!(wait_for(Duration::from_secs(10), || a.worker_pids().len() >= 4));
+    assert!(
+        old.iter().all(|&p| !pid_gone(p)),
+        "an old worker exited early"
+    );
+    // Kill the new workers too: the master respawns them.
+    let new: Vec<i32> = a
+        .worker_pids()
+        .into_iter()
+        .filter(|p| !old.contains(p))
+        .collect();
+    for &p in &new {
+        sigkill(p);
+    }
+    assert!(wait_for(Duration::from_secs(10), || {
+        a.worker_pids()
+            .iter()
+            .filter(|p| !old.contains(p) && !new.contains(p))
+            .count()
+            == 2
+    }));
+    sleep(Duration::from_secs(1));
+
+    // Redis comes back while the old workers still drain.
+    let _redis = RedisServer::start_on(redis_port);
+    let resumed = Instant::now();
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            metric(a.port, "rate_limit_window_sync_lag_seconds") < 0.5
+        }),
+        "sync did not resume"
+    );
+    eprintln!("sync resumed {:?} after Redis came back", resumed.elapsed());
+    for h in slow_requests {
+        assert_eq!(h.join().unwrap(), 200);
+    }
+    assert!(wait_for(Duration::from_secs(10), || old
+        .iter()
+        .all(|&p| pid_gone(p))));
+    let unexplained = forget_killed_workers(&a, &new);
+    assert!(unexplained.is_empty(), "{unexplained:?}");
+    sleep(Duration::from_secs(1));
+    let gen = metric(a.port, "rate_limit_window_sync_owner_generation");
+    assert!(
+        gen > gen0,
+        "generation {gen} after reload and respawn, was {gen0}"
+    );
+    let log = a.error_log();
+    assert!(log.contains("redis sync now run by generation"), "{log}");
+
+    // The two gateways share the limit again.
+    clear_of_boundary(60_000, 8_000);
+    let mut admitted = 0;
+    for i in 0..80 {
+        let port = if i % 2 == 0 { a.port } else { b.port };
+        admitted += send(port, "shared", 1);
+        sleep(Duration::from_millis(50));
+    }
+    eprintln!("after reload + kill during an outage: admitted {admitted} for limit 40");
+    assert!(
+        (40..=44).contains(&admitted),
+        "admitted {admitted} for limit 40"
+    );
+}
+
+#[test]
+fn a_redis_zone_needs_a_long_secret() {
+    for secret in ["", " secret=short"] {
+        let (ok, out) = test_config(&http_conf(&format!(
+            "rate_limit_window_zone $http_x_key zone=c:1m redis=127.0.0.1:6379{secret};"
+        )));
+        assert!(!ok, "nginx -t accepted a redis zone with secret {secret:?}");
+        assert!(
+            out.contains("[emerg]") && out.contains("needs \"secret=\" of at least 16 characters"),
+            "{out}"
+        );
+    }
+    let (ok, out) = test_config(&http_conf(
+        "rate_limit_window_zone $http_x_key zone=c:1m redis=127.0.0.1:6379 secret=0123456789abcdef;",
+    ));
+    assert!(ok, "{out}");
+}
+
+#[test]
+fn single_process_reloads_replace_the_sync_thread() {
+    clear_of_boundary(60_000, 20_000);
+    let redis = RedisServer::start();
+    let up = Upstream::start();
+    // No workers: the single process runs the sync itself, and a reload
+    // loads the new configuration in that same process. (nginx itself
+    // serves HTTP unreliably after a reload in this mode, so the test
+    // watches the process's threads and Redis, not HTTP.)
+    let conf =
+        gateway_conf(redis.port, 5, None).replace("master_process on;", "master_process off;");
+    let a = Nginx::builder().workers(0).upstream_of(&up).start(&conf);
+    let pid = a.master_pid();
+    assert_eq!(send(a.port, "r", 3), 3);
+    assert!(wait_for(Duration::from_secs(5), || hash_total(redis.port) == 3));
+    for _ in 0..3 {
+        let before = threads_named(pid, "rlw-sync");
+        assert_eq!(before.len(), 1, "{before:?}");
+        sighup(&a);
+        // The old thread is joined before its configuration is freed, and
+        // one new thread syncs the new configuration.
+        assert!(
+            wait_for(Duration::from_secs(5), || {
+                let now = threads_named(pid, "rlw-sync");
+                now.len() == 1 && now != before
+            }),
+            "sync threads after the reload: {:?}",
+            threads_named(pid, "rlw-sync")
+        );
+    }
+    sleep(Duration::from_millis(500));
+    assert_eq!(hash_total(redis.port), 3, "nothing written twice");
+    let k = keys(redis.port, "rlw:{c:*");
+    assert_eq!(
+        cli(redis.port, &["HLEN", &k[0]]).trim(),
+        "1",
+        "one gateway id"
+    );
+    let t = Instant::now();
+    // SAFETY: a signal to the process this test started.
+    unsafe { libc::kill(pid, libc::SIGQUIT) };
+    assert!(wait_for(Duration::from_secs(10), || pid_gone(pid)));
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "quit took {:?}",
+        t.elapsed()
+    );
+    drop(a);
+}
+
+#[test]
+fn three_gateways_round_robin_at_three_times_the_limit() {
+    let redis = RedisServer::start();
+    let up = Upstream::start();
+    let gws: Vec<Nginx> = (0..3).map(|_| gateway(redis.port, &up, 60)).collect();
+    clear_of_boundary(60_000, 12_000);
+    // One client at 20 requests/s, round-robin: 180 requests, 3x the limit.
+    let mut admitted = [0i64; 3];
+    for i in 0..180 {
+        admitted[i % 3] += send(gws[i % 3].port, "rr", 1);
+        sleep(Duration::from_millis(50));
+    }
+    let total: i64 = admitted.iter().sum();
+    eprintln!("3 gateways, limit 60, 180 requests round-robin: admitted {total} {admitted:?}");
+    // The bound: 3 gateways x 20 requests/s x (100 ms + a round trip) = 6.
+    assert!((60..=66).contains(&total), "admitted {total} for limit 60");
+    assert!(wait_for(Duration::from_secs(3), || hash_total(redis.port) == total));
+}
+
+#[test]
+fn sync_threads_block_every_signal() {
+    let redis = RedisServer::start();
+    let up = Upstream::start();
+    let a = gateway(redis.port, &up, 10);
+    let mut found = vec![];
+    assert!(wait_for(Duration::from_secs(5), || {
+        found = a
+            .worker_pids()
+            .into_iter()
+            .flat_map(|p| {
+                threads_named(p, "rlw-sync")
+                    .into_iter()
+                    .map(move |t| (p, t))
+            })
+            .collect();
+        found.len() == 1
+    }));
+    let (pid, tid) = &found[0];
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap();
+    let blocked = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .unwrap();
+    // The signals nginx handles in its event loop.
+    for sig in [
+        libc::SIGHUP,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGTERM,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGWINCH,
+        libc::SIGCHLD,
+        libc::SIGALRM,
+        libc::SIGIO,
+        libc::SIGPIPE,
+    ] {
+        assert!(
+            blocked & (1 << (sig - 1)) != 0,
+            "signal {sig} not blocked in the sync thread (SigBlk {blocked:016x})"
+        );
+    }
 }

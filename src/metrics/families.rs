@@ -182,6 +182,33 @@ const FAMILIES: &[Family] = &[
             Value::Age((last != 0).then_some(last), l.now)
         },
     ),
+    Family {
+        name: "rate_limit_window_sync_failures_total",
+        kind: "counter",
+        help: "Redis sync failures by kind: timeout, connection and reply fail a round; key is one key's error reply in a round that went on.",
+        redis_only: true,
+        samples: Samples::By(
+            "kind",
+            &[
+                ("timeout", |l| atomic(&l.header.sync_err_timeout)),
+                ("connection", |l| atomic(&l.header.sync_err_connection)),
+                ("reply", |l| atomic(&l.header.sync_err_reply)),
+                ("key", |l| atomic(&l.header.sync_err_key)),
+            ],
+        ),
+    },
+    sync_family(
+        "rate_limit_window_sync_keys_pushed_total",
+        "counter",
+        "Keys whose count this gateway wrote to Redis.",
+        |l| atomic(&l.header.sync_keys_pushed),
+    ),
+    sync_family(
+        "rate_limit_window_sync_owner_generation",
+        "gauge",
+        "Generation of the sync thread that owns the zone's sync (0: none); it grows with each reload or respawn of worker 0.",
+        |l| atomic(&l.header.sync_owner),
+    ),
     family(
         "rate_limit_window_window_seconds",
         "gauge",

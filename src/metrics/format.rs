@@ -105,7 +105,7 @@ pub fn rfc3339(ms: u64, offset_s: i64) -> String {
         secs / 60 % 60,
         secs % 60
     );
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         let _ = write!(s, ".{:03}", ms % 1000);
     }
     if offset_s == 0 {

@@ -1,13 +1,13 @@
 //! One decision: the fast path for a key found at one of its home slots,
-//! the general path (clock behind the slot, a new key, a lost CAS),
-//! the merge of duplicate claims, and `undo`.
+//! the general path (clock behind the slot, a new key, a lost CAS), and
+//! `undo`.
 
 use super::layout::{
     fp_of, idx_delta, is_ahead, prefetch, view, Counter, Slot, COUNT_BITS, COUNT_MASK, COUNT_MAX,
     IDX_MASK,
 };
 use super::place::{Candidate, Found};
-use super::{FailPolicy, KeyHash, Table, CHOICES, PROBE};
+use super::{FailPolicy, KeyHash, Table, CHOICES};
 use crate::window::{self, Counts};
 
 /// Whether the request was admitted.
@@ -416,110 +416,6 @@ impl Table<'_> {
         }
     }
 
-    /// After claiming `ours` for a new key, makes sure no other slot holds
-    /// the same key (a concurrent insert that chose another slot). The
-    /// later-positioned duplicate (in probe order) is retired and its counts
-    /// are moved into the earlier one. Returns the slot now holding our
-    /// admission.
-    ///
-    /// Each group is read up to its first never-used slot in the key's
-    /// sequence, as in [`Table::lookup`]: a racing insert of the same key
-    /// took the first free slot of that sequence, which lay at or before
-    /// the first never-used one, and never-used slots only ever become used,
-    /// so that boundary only moves later. (An insert that evicts a live slot
-    /// anywhere in a group only happens when neither group had a free slot,
-    /// hence no never-used one: then the whole group is read.) Whichever of
-    /// two racing inserts claims its slot last sees the other's slot here.
-    fn dedup(&self, key: KeyHash, fp: u64, ours: usize, now_idx: u64, elapsed: u64) -> usize {
-        let p = self.place(key);
-        let groups = [self.group(p.base[0]), self.group(p.base[1])];
-        let mut open = [true, p.groups == CHOICES];
-        let mut first: Option<usize> = None;
-        let mut result = ours;
-        for i in 0..PROBE {
-            for j in 0..CHOICES {
-                if !open[j] {
-                    continue;
-                }
-                let at = p.at(j, i);
-                let f = fp_of(self.ops.load(&groups[j][at]));
-                if f == 0 {
-                    open[j] = false;
-                    continue;
-                }
-                if f != fp {
-                    continue;
-                }
-                let slot = p.base[j] + at;
-                match first {
-                    None => first = Some(slot),
-                    Some(winner) => {
-                        self.merge(fp, slot, winner, now_idx, elapsed);
-                        if slot == ours {
-                            result = winner;
-                        }
-                    }
-                }
-            }
-            if open == [false, false] {
-                break;
-            }
-        }
-        result
-    }
-
-    /// Retires slot `loser` (if it still holds `fp`) and adds its counts to
-    /// `winner` (if that still holds `fp`).
-    fn merge(&self, fp: u64, loser: usize, winner: usize, now_idx: u64, elapsed: u64) {
-        let moved = loop {
-            let value = self.load(loser);
-            let s = Slot::decode(value);
-            if s.fp != fp {
-                return;
-            }
-            let v = view(s, now_idx, self.ahead(now_idx), elapsed);
-            let retired = Slot {
-                fp,
-                tick: 0,
-                idx24: now_idx & IDX_MASK,
-                previous: 0,
-                current: 0,
-            };
-            if self.cas(loser, value, retired.encode()) {
-                break v.counts;
-            }
-        };
-        if moved == Counts::default() {
-            return;
-        }
-        loop {
-            let value = self.load(winner);
-            let s = Slot::decode(value);
-            if s.fp != fp {
-                return;
-            }
-            let v = view(s, now_idx, self.ahead(now_idx), elapsed);
-            let new = Slot {
-                fp,
-                tick: self.tick(elapsed),
-                idx24: v.index & IDX_MASK,
-                previous: v
-                    .counts
-                    .previous
-                    .saturating_add(moved.previous)
-                    .min(COUNT_MAX),
-                current: v
-                    .counts
-                    .current
-                    .saturating_add(moved.current)
-                    .min(COUNT_MAX),
-            };
-            if self.cas(winner, value, new.encode()) {
-                return;
-            }
-        }
-    }
-
     /// Takes back an admission (another limit rejected the request):
     /// decrements the slot's current count if it still holds the key in the
     /// same window, or its previous count if the slot has since moved on by
@@ -556,7 +452,6 @@ mod tests {
     use crate::table::testing::*;
     use crate::table::*;
     use crate::window::{MAX_LIMIT, MAX_WINDOW_MS};
-    use portable_atomic::Ordering;
 
     #[test]
     fn a_slot_idle_past_2_pow_23_windows_is_stale_not_ahead() {
@@ -821,44 +716,5 @@ mod tests {
             .count();
         assert_eq!(n, MAX_LIMIT as usize);
         assert_eq!(t.peek(k, T0 + 5).current, MAX_LIMIT);
-    }
-
-    #[test]
-    fn duplicate_claims_are_merged() {
-        let mut r = Region::new(small_bytes(64));
-        let t = table(&mut r, MIN);
-        let k = t.hash_key(b"dup");
-        let fp = k.fingerprint();
-        let now_idx = win(MIN).index(T0);
-        let order: Vec<usize> = t.scan_order(k).collect();
-        // Simulate two racing inserts that chose different slots.
-        let s = |current| {
-            Slot {
-                fp,
-                tick: 0,
-                idx24: now_idx & IDX_MASK,
-                previous: 0,
-                current,
-            }
-            .encode()
-        };
-        // A racing insert takes the first free slot of the key's sequence,
-        // so the slots before the later duplicate are in use (other keys).
-        for (n, &slot) in order[1..20].iter().enumerate() {
-            let other = Slot {
-                fp: fp ^ (n as u64 + 1),
-                tick: 0,
-                idx24: now_idx & IDX_MASK,
-                previous: 0,
-                current: 1,
-            };
-            t.slots[slot].store(other.encode(), Ordering::SeqCst);
-        }
-        t.slots[order[0]].store(s(3), Ordering::SeqCst);
-        t.slots[order[20]].store(s(2), Ordering::SeqCst);
-        let kept = t.dedup(k, fp, order[20], now_idx, 0);
-        assert_eq!(kept, order[0]);
-        assert_eq!(t.peek(k, T0).current, 5);
-        assert!(Slot::decode(t.slots[order[20]].load(Ordering::SeqCst)).is_empty());
     }
 }

@@ -275,7 +275,7 @@ fn check_lock_free() -> Result<(), TableError> {
 /// Returns (offset of the 64-byte aligned table start, capacity in slots).
 fn geometry(region: *mut u8, len: usize) -> Result<(usize, usize), TableError> {
     let addr = region as usize;
-    if addr % 16 != 0 {
+    if !addr.is_multiple_of(16) {
         return Err(TableError::Misaligned);
     }
     let pad = addr.wrapping_neg() % 64;

@@ -1,15 +1,18 @@
 //! Where a key lives: its two candidate groups and the home offset in each
 //! (see [Placement](super#placement)), the lookup of the hit path, the
-//! survey of the miss path and the eviction victim, and the zone's newest
-//! window.
+//! survey of the miss path and the eviction victim, the zone's newest
+//! window, and the merge of two slots that racing inserts claimed for one
+//! key.
 
 use portable_atomic::{AtomicU128, Ordering};
 
 use super::layout::{
-    fp_of, idx_delta, is_free_value, prefetch, Counter, IDX_HALF, IDX_MASK, SLOTS_PER_LINE,
+    fp_of, idx_delta, is_free_value, prefetch, view, Counter, Slot, COUNT_MAX, IDX_HALF, IDX_MASK,
+    SLOTS_PER_LINE,
 };
 use super::scan;
 use super::{KeyHash, Table, CHOICES, PROBE};
+use crate::window::Counts;
 
 /// A key's candidate groups (see [`Table::place`]).
 #[derive(Clone, Copy, Debug)]
@@ -207,7 +210,7 @@ impl Table<'_> {
             let i = m.hit.rotate_right(home).trailing_zeros() as usize;
             if i < empty.trailing_zeros() as usize {
                 let order = i * CHOICES + j;
-                if hit.as_ref().map_or(true, |(o, _)| order < *o) {
+                if hit.as_ref().is_none_or(|(o, _)| order < *o) {
                     let at = p.at(j, i);
                     let (slot, value) = (p.base[j] + at, values[at]);
                     hit = Some((order, Found::Key { slot, value }));
@@ -270,7 +273,7 @@ impl Table<'_> {
                 // every other delta d onto d + ahead, keeping the order.
                 let age =
                     (((d + ahead) & IDX_MASK) << 8) | u64::from(u8::MAX - (value >> 64) as u8);
-                if victim.map_or(true, |(a, _)| age > a) {
+                if victim.is_none_or(|(a, _)| age > a) {
                     let slot = p.base[j] + at;
                     victim = Some((age, Candidate { slot, value }));
                 }
@@ -315,6 +318,117 @@ impl Table<'_> {
             newest.fetch_max(now_idx, Ordering::SeqCst);
         }
     }
+
+    /// After claiming `ours` for a new key, makes sure no other slot holds
+    /// the same key (a concurrent insert that chose another slot). The
+    /// later-positioned duplicate (in probe order) is retired and its counts
+    /// are moved into the earlier one. Returns the slot now holding our
+    /// admission.
+    ///
+    /// Each group is read up to its first never-used slot in the key's
+    /// sequence, as in [`Table::lookup`]: a racing insert of the same key
+    /// took the first free slot of that sequence, which lay at or before
+    /// the first never-used one, and never-used slots only ever become used,
+    /// so that boundary only moves later. (An insert that evicts a live slot
+    /// anywhere in a group only happens when neither group had a free slot,
+    /// hence no never-used one: then the whole group is read.) Whichever of
+    /// two racing inserts claims its slot last sees the other's slot here.
+    pub(super) fn dedup(
+        &self,
+        key: KeyHash,
+        fp: u64,
+        ours: usize,
+        now_idx: u64,
+        elapsed: u64,
+    ) -> usize {
+        let p = self.place(key);
+        let groups = [self.group(p.base[0]), self.group(p.base[1])];
+        let mut open = [true, p.groups == CHOICES];
+        let mut first: Option<usize> = None;
+        let mut result = ours;
+        for i in 0..PROBE {
+            for j in 0..CHOICES {
+                if !open[j] {
+                    continue;
+                }
+                let at = p.at(j, i);
+                let f = fp_of(self.ops.load(&groups[j][at]));
+                if f == 0 {
+                    open[j] = false;
+                    continue;
+                }
+                if f != fp {
+                    continue;
+                }
+                let slot = p.base[j] + at;
+                match first {
+                    None => first = Some(slot),
+                    Some(winner) => {
+                        self.merge(fp, slot, winner, now_idx, elapsed);
+                        if slot == ours {
+                            result = winner;
+                        }
+                    }
+                }
+            }
+            if open == [false, false] {
+                break;
+            }
+        }
+        result
+    }
+
+    /// Retires slot `loser` (if it still holds `fp`) and adds its counts to
+    /// `winner` (if that still holds `fp`).
+    fn merge(&self, fp: u64, loser: usize, winner: usize, now_idx: u64, elapsed: u64) {
+        let moved = loop {
+            let value = self.load(loser);
+            let s = Slot::decode(value);
+            if s.fp != fp {
+                return;
+            }
+            let v = view(s, now_idx, self.ahead(now_idx), elapsed);
+            let retired = Slot {
+                fp,
+                tick: 0,
+                idx24: now_idx & IDX_MASK,
+                previous: 0,
+                current: 0,
+            };
+            if self.cas(loser, value, retired.encode()) {
+                break v.counts;
+            }
+        };
+        if moved == Counts::default() {
+            return;
+        }
+        loop {
+            let value = self.load(winner);
+            let s = Slot::decode(value);
+            if s.fp != fp {
+                return;
+            }
+            let v = view(s, now_idx, self.ahead(now_idx), elapsed);
+            let new = Slot {
+                fp,
+                tick: self.tick(elapsed),
+                idx24: v.index & IDX_MASK,
+                previous: v
+                    .counts
+                    .previous
+                    .saturating_add(moved.previous)
+                    .min(COUNT_MAX),
+                current: v
+                    .counts
+                    .current
+                    .saturating_add(moved.current)
+                    .min(COUNT_MAX),
+            };
+            if self.cas(winner, value, new.encode()) {
+                return;
+            }
+        }
+    }
 }
 
 /// The free slot a new key takes (with whether it was used): the one of the
@@ -335,7 +449,7 @@ fn fewest_live(
     for j in 0..p.groups {
         if let Some((cand, used)) = free[j] {
             let rank = live[j] + usize::from(cand.slot != p.slot(j, 0));
-            if best.map_or(true, |(l, _, _)| rank < l) {
+            if best.is_none_or(|(l, _, _)| rank < l) {
                 best = Some((rank, cand, used));
             }
         }
@@ -458,5 +572,44 @@ mod tests {
                 Found::Absent { .. } => panic!("the key was not found"),
             }
         }
+    }
+
+    #[test]
+    fn duplicate_claims_are_merged() {
+        let mut r = Region::new(small_bytes(64));
+        let t = table(&mut r, MIN);
+        let k = t.hash_key(b"dup");
+        let fp = k.fingerprint();
+        let now_idx = win(MIN).index(T0);
+        let order: Vec<usize> = t.scan_order(k).collect();
+        // Simulate two racing inserts that chose different slots.
+        let s = |current| {
+            Slot {
+                fp,
+                tick: 0,
+                idx24: now_idx & IDX_MASK,
+                previous: 0,
+                current,
+            }
+            .encode()
+        };
+        // A racing insert takes the first free slot of the key's sequence,
+        // so the slots before the later duplicate are in use (other keys).
+        for (n, &slot) in order[1..20].iter().enumerate() {
+            let other = Slot {
+                fp: fp ^ (n as u64 + 1),
+                tick: 0,
+                idx24: now_idx & IDX_MASK,
+                previous: 0,
+                current: 1,
+            };
+            t.slots[slot].store(other.encode(), Ordering::SeqCst);
+        }
+        t.slots[order[0]].store(s(3), Ordering::SeqCst);
+        t.slots[order[20]].store(s(2), Ordering::SeqCst);
+        let kept = t.dedup(k, fp, order[20], now_idx, 0);
+        assert_eq!(kept, order[0]);
+        assert_eq!(t.peek(k, T0).current, 5);
+        assert!(Slot::decode(t.slots[order[20]].load(Ordering::SeqCst)).is_empty());
     }
 }

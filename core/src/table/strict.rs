@@ -121,7 +121,7 @@ impl Table<'_> {
                     Some(s) if f != 0 => {
                         live[j] += 1;
                         let age = u64::MAX - s.index;
-                        if victim.map_or(true, |(a, _)| age > a) {
+                        if victim.is_none_or(|(a, _)| age > a) {
                             victim = Some((age, cand));
                         }
                     }
@@ -136,7 +136,7 @@ impl Table<'_> {
         let mut best: Option<(usize, Candidate)> = None;
         for j in 0..p.groups {
             if let Some(c) = free[j] {
-                if best.map_or(true, |(l, _)| live[j] < l) {
+                if best.is_none_or(|(l, _)| live[j] < l) {
                     best = Some((live[j], c));
                 }
             }
