@@ -19,7 +19,7 @@ use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::parse::RedisParams;
 use rate_limit_window_core::seed::seed_from;
 use rate_limit_window_core::{
-    hash_with_seed, Decision, FailPolicy, KeyHash, Table, Window, DEFAULT_WINDOW_MS,
+    hash_with_seed, Counter, Decision, FailPolicy, KeyHash, Table, Window, DEFAULT_WINDOW_MS,
 };
 
 /// One `rate_limit_window_zone`, allocated from the configuration pool.
@@ -87,6 +87,9 @@ pub fn acquire(
     if let Some(a) = d.admission.as_ref() {
         table.undo(a);
     }
+    // Not a clock step: take back the ClockBackwards count the table made
+    // (its shard counters add with wrapping, so + (2^64 - 1) is - 1).
+    table.add(shard, Counter::ClockBackwards, u64::MAX);
     *now = fresh;
     table.acquire(hash, fresh, limit, zone.fail, shard)
 }

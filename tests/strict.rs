@@ -107,6 +107,7 @@ fn four_workers_forty_connections_never_exceed_the_limit() {
         "rate_limit_window_zone $http_x_key zone=s:1m window=2s mode=strict;
          server {
              listen 127.0.0.1:{{PORT}} reuseport;
+             location = /metrics { rate_limit_window_metrics; }
              location /gif {
                  rate_limit_window zone=s limit=20;
                  add_header X-Msec $msec always;
@@ -149,6 +150,15 @@ fn four_workers_forty_connections_never_exceed_the_limit() {
     );
     assert!(rejected > 0);
     assert_eq!(worst, limit, "the limit is reached, never passed");
+    // A worker whose cached clock lagged behind another's is refreshed and
+    // decided again: that is not a clock step.
+    let text = metrics_text(ng.port);
+    let back = prom_value(
+        &text,
+        "rate_limit_window_clock_backwards_total",
+        &[("zone", "s")],
+    );
+    assert_eq!(back, Some(0.0), "{text}");
     assert!(per_window >= 0.7 * limit as f64, "{per_window}");
 }
 
