@@ -37,6 +37,7 @@ use nginx_sys::{
     NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_VAR_NOCACHEABLE, NGX_LOG_DEBUG,
 };
 use ngx::core::Status;
+use ngx::http::Request;
 use ngx::{ngx_log_debug_mask, ngx_log_error, ngx_string};
 use rate_limit_window_core::delay::{plan, LimitWait, Plan, DEFAULT_MAX_HELD};
 use rate_limit_window_core::{strict, Counts, Outcome};
@@ -44,7 +45,6 @@ use rate_limit_window_core::{strict, Counts, Outcome};
 use crate::conf::{Limit, LocConf};
 use crate::decision::{self, Applied, Verdict};
 use crate::handler::{judge, Judge};
-use crate::util;
 use crate::zone::ZoneConf;
 
 /// `ngx_conf_t`'s "unset" marker for `ngx_uint_t`.
@@ -221,9 +221,9 @@ unsafe fn waits(r: *mut ngx_http_request_t, rej: &Rejection) -> Vec<LimitWait> {
         let Some(table) = zone.table.as_ref() else {
             continue;
         };
-        // SAFETY: r is valid.
-        let Ok(Judge::Limit { hash, limit, .. }) = (unsafe { judge(r, zone, table, l.value) })
-        else {
+        // SAFETY: r is valid and shares the representation of `Request`.
+        let req = unsafe { Request::from_ngx_http_request(r) };
+        let Ok(Judge::Limit { hash, limit, .. }) = judge(req, zone, table, l.value) else {
             continue;
         };
         let snap = table.peek(hash, rej.now);
@@ -561,22 +561,14 @@ unsafe extern "C" fn get_delay(
     v: *mut ngx_http_variable_value_t,
     _: usize,
 ) -> ngx_int_t {
-    // SAFETY: nginx passes a valid request and value.
-    unsafe {
-        let text = match (decision::find(r), find(r)) {
-            (None, _) => String::new(),
-            (Some(_), None) => "0".into(),
-            (Some(_), Some(h)) => h.waited_ms.to_string(),
-        };
-        let Some(s) = util::pool_str((*r).pool, text.as_bytes()) else {
-            return Status::NGX_ERROR.into();
-        };
-        let v = &mut *v;
-        v.data = if s.len == 0 { ptr::null_mut() } else { s.data };
-        v.set_len(s.len as u32);
-        v.set_valid(1);
-        v.set_no_cacheable(1);
-        v.set_not_found(0);
-    }
-    Status::NGX_OK.into()
+    // SAFETY: nginx passes a valid request.
+    let hold = unsafe { find(r) }.map(|h| h.waited_ms);
+    // SAFETY: called by nginx as a get handler.
+    let (r, v) = unsafe { crate::variables::args(r, v) };
+    let text = match (decision::find(r), hold) {
+        (None, _) => String::new(),
+        (Some(_), None) => "0".into(),
+        (Some(_), Some(ms)) => ms.to_string(),
+    };
+    crate::variables::set(r, v, text.as_bytes())
 }

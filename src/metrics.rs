@@ -8,7 +8,7 @@
 //! Access is controlled with the usual `allow`/`deny` in the location.
 
 mod families;
-mod format;
+pub(crate) mod format;
 
 use core::ptr;
 
@@ -74,7 +74,7 @@ fn live(zone: &ZoneConf, now: u64) -> Option<Live<'_>> {
 }
 
 /// A query argument's raw (still percent-encoded) value.
-fn arg(r: &mut Request, name: &str) -> Option<Vec<u8>> {
+pub(crate) fn arg(r: &mut Request, name: &str) -> Option<Vec<u8>> {
     let mut v = ngx_str_t::empty();
     // SAFETY: the request is valid; ngx_http_arg only reads `name` and
     // points `v` into r->args.
@@ -136,7 +136,7 @@ fn strict_key_json(zone: &ZoneConf, s: &strict::State, now: u64) -> String {
 }
 
 /// Sends a 200 response with `body`.
-fn send(r: &mut Request, content_type: &'static str, body: &str) -> ngx_int_t {
+pub(crate) fn send(r: &mut Request, content_type: &'static str, body: &str) -> ngx_int_t {
     r.set_status(HTTPStatus::OK);
     r.set_content_length_n(body.len());
     let out = &mut r.as_mut().headers_out;

@@ -48,8 +48,8 @@ pub const SCAN_AT_SCRAPE: usize = 65_536;
 const COUNT_CHUNK: usize = 1 << 20;
 
 /// The timer event of this process (only worker 0 arms it).
-// SAFETY (of the zeroed value): an all-zero ngx_event_t is an idle event,
-// which is how nginx allocates its own (ngx_pcalloc).
+// SAFETY: an all-zero ngx_event_t is an idle event, which is how nginx
+// allocates its own (ngx_pcalloc).
 static mut EVENT: ngx_event_t = unsafe { core::mem::zeroed() };
 
 /// Arms the sweep timer, if any zone is configured. Called from
@@ -82,22 +82,15 @@ extern "C" fn tick(ev: *mut ngx_event_t) {
     // http main conf exists since `start` was called with its zones.
     if let Some(mcf) = Module::main_conf(unsafe { &*ngx_cycle }) {
         let now = util::now_ms();
-        for &z in &mcf.zones {
-            // SAFETY: zones live in the configuration pool of the cycle.
-            let zone = unsafe { &*z };
-            let Some(table) = zone.table.as_ref() else {
-                continue;
-            };
-            if zone.header.is_null() {
-                continue;
-            }
-            // SAFETY: the header is zone memory set by init_zone; the
-            // cursor is an atomic, written only by the sweeping process.
-            let header = unsafe { &*zone.header };
+        for (zone, table, header) in mcf
+            .zones()
+            .filter_map(|z| ZoneConf::live(z).map(|(t, h)| (z, t, h)))
+        {
             // The running cycle's log: after a single-process reload the
             // event's (the first cycle's) may be closed.
             // SAFETY: ngx_cycle is this process's running cycle.
             crate::sync::log_changes(unsafe { (*ngx_cycle).log }, zone, now);
+            // The cursor is an atomic, written only by the sweeping process.
             let start = header.sweep_next.load(Ordering::Relaxed) as usize;
             let (next, cleared) = table.sweep(now, start, chunk(table.capacity()));
             header.sweep_next.store(next as u64, Ordering::Relaxed);

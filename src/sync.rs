@@ -106,7 +106,7 @@ pub fn start_all(zones: &[*mut ZoneConf]) {
             continue;
         }
         let job = Job {
-            name: zone.name_str().into_owned(),
+            name: zone.name.to_string(),
             target: RedisTarget::from_params(r),
             sync_ms: r.sync_ms,
             window: zone.window,

@@ -10,8 +10,8 @@ use core::ptr;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use nginx_sys::{
-    ngx_http_complex_value_t, ngx_int_t, ngx_pagesize_shift, ngx_shm_zone_t, ngx_slab_alloc,
-    ngx_slab_pool_t, ngx_str_t, ngx_uint_t, NGX_LOG_EMERG,
+    ngx_http_complex_value_t, ngx_int_t, ngx_log_t, ngx_pagesize_shift, ngx_shm_zone_t,
+    ngx_slab_alloc, ngx_slab_pool_t, ngx_str_t, ngx_uint_t, NGX_LOG_EMERG,
 };
 use ngx::core::Status;
 use ngx::ngx_log_error;
@@ -19,7 +19,8 @@ use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::parse::RedisParams;
 use rate_limit_window_core::seed::seed_from;
 use rate_limit_window_core::{
-    hash_with_seed, Counter, Decision, FailPolicy, KeyHash, Table, Window, DEFAULT_WINDOW_MS,
+    hash_with_seed, Counter, Decision, FailPolicy, KeyHash, Table, TableError, Window,
+    DEFAULT_WINDOW_MS,
 };
 
 /// One `rate_limit_window_zone`, allocated from the configuration pool.
@@ -56,7 +57,8 @@ pub struct ZoneConf {
     pub table: Option<Table<'static>>,
 }
 
-/// Decides one request of `hash` at `*now` (epoch ms) against `limit`.
+/// Decides one request of `hash` at `*now` (epoch ms) that counts `cost`
+/// requests against `limit`.
 ///
 /// In a strict zone, a request whose worker's cached clock is behind the
 /// key's newest sub-window (another worker already counted in a later one)
@@ -70,10 +72,10 @@ pub fn acquire(
     table: &Table<'static>,
     hash: KeyHash,
     now: &mut u64,
-    limit: u32,
+    (limit, cost): (u32, u32),
     shard: usize,
 ) -> Decision {
-    let d = table.acquire(hash, *now, limit, zone.fail, shard);
+    let d = table.acquire_cost(hash, *now, limit, cost, zone.fail, shard);
     if !d.events.clock_backwards || zone.mode != Mode::Strict {
         return d;
     }
@@ -91,15 +93,15 @@ pub fn acquire(
     // (its shard counters add with wrapping, so + (2^64 - 1) is - 1).
     table.add(shard, Counter::ClockBackwards, u64::MAX);
     *now = fresh;
-    table.acquire(hash, fresh, limit, zone.fail, shard)
+    table.acquire_cost(hash, fresh, limit, cost, zone.fail, shard)
 }
 
 /// Marks a zone header written by this module, and its layout: bump the
 /// digit whenever `ZoneHeader` changes (3: the sweep's `slots_used` count
 /// and the `delay` counters; 4: the sync's gateway id, generations and
-/// errors by kind), so that a reload onto a zone of another layout is
-/// refused, not misread.
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE4");
+/// errors by kind; 5: `near_limit`), so that a reload onto a zone of
+/// another layout is refused, not misread.
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE5");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -167,6 +169,9 @@ pub struct ZoneHeader {
     pub used_acc: AtomicU64,
     /// Slots used, as of the sweep's last complete pass (`slots_used`).
     pub slots_used: AtomicU64,
+    /// Admitted requests that left the estimate at or above 80% of their
+    /// limit (see near_limit.rs).
+    pub near_limit: AtomicU64,
 }
 
 impl ZoneConf {
@@ -282,30 +287,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
     if !data.is_null() {
         // SAFETY: the old cycle (and its ZoneConf) is alive during init.
         let old = unsafe { &*data.cast::<ZoneConf>() };
-        let old_secret = old.redis.as_ref().map(|r| r.secret.as_slice());
-        let new_secret = zone.redis.as_ref().map(|r| r.secret.as_slice());
-        if old.redis.is_some() != zone.redis.is_some() || old_secret != new_secret {
-            ngx_log_error!(
-                NGX_LOG_EMERG,
-                log,
-                "rate_limit_window_zone \"{}\": adding or removing \"redis=\" or changing \"secret=\" \
-                 changes how keys are hashed; use a new zone name",
-                zone.name_str()
-            );
-            return Status::NGX_ERROR.into();
-        }
-        if old.key_src.as_bytes() != zone.key_src.as_bytes() || old.window != zone.window {
-            ngx_log_error!(
-                NGX_LOG_EMERG,
-                log,
-                "rate_limit_window_zone \"{}\" is already bound to key \"{}\" with window={}ms; \
-                 it cannot change to key \"{}\" with window={}ms on reload: use a new zone name",
-                zone.name_str(),
-                String::from_utf8_lossy(old.key_src.as_bytes()),
-                old.window.ms(),
-                String::from_utf8_lossy(zone.key_src.as_bytes()),
-                zone.window.ms()
-            );
+        if !same_hashing_and_window(zone, old, log) {
             return Status::NGX_ERROR.into();
         }
         if old.mode != zone.mode {
@@ -330,47 +312,11 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
         // SAFETY: the pool header sits at the start of the zone.
         return adopt(zone, unsafe { (*shpool).data.cast() }, log);
     }
-
-    // SAFETY: a small slab allocation; the pool is ours alone during init.
-    let header =
-        unsafe { ngx_slab_alloc(shpool, core::mem::size_of::<ZoneHeader>()) }.cast::<ZoneHeader>();
-    if header.is_null() {
-        ngx_log_error!(
-            NGX_LOG_EMERG,
-            log,
-            "rate_limit_window_zone \"{}\": no memory for the zone header",
-            zone.name_str()
-        );
+    // SAFETY: nginx initialised the slab pool over the zone before init,
+    // and the pool is ours alone until init returns.
+    let Some(space) = (unsafe { allocate(shpool, zone, log) }) else {
         return Status::NGX_ERROR.into();
-    }
-
-    // Take every free page of the slab pool for the table.
-    // SAFETY: nginx initialised the slab pool over the zone before init.
-    let mut pages = unsafe { (*shpool).pfree };
-    let mut region: *mut u8 = ptr::null_mut();
-    let mut len = 0usize;
-    while pages > 0 {
-        // SAFETY: ngx_pagesize_shift is set at startup.
-        len = pages << unsafe { ngx_pagesize_shift };
-        // SAFETY: a plain slab allocation; the pool is ours alone during init.
-        region = unsafe { ngx_slab_alloc(shpool, len) }.cast();
-        if !region.is_null() {
-            break;
-        }
-        pages -= 1;
-    }
-    if region.is_null() {
-        ngx_log_error!(
-            NGX_LOG_EMERG,
-            log,
-            "rate_limit_window_zone \"{}\": no memory for the table",
-            zone.name_str()
-        );
-        return Status::NGX_ERROR.into();
-    }
-
-    advise_huge_pages(region, len);
-
+    };
     // A Redis-backed zone hashes keys alike on every gateway of a cluster
     // (its seed comes from the configuration) and draws a random gateway
     // id instead, under which it writes its counts.
@@ -382,7 +328,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
                 log,
                 "rate_limit_window_zone \"{}\": getrandom() failed ({}): no unpredictable \
                  hash seed or gateway id, so the zone is not started",
-                zone.name_str(),
+                zone.name,
                 e
             );
             return Status::NGX_ERROR.into();
@@ -393,6 +339,134 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
         None => random,
     };
     let gateway_id = random[0].max(1);
+    // SAFETY: `space` is fresh zone memory, ours alone during init.
+    match unsafe { format(zone, space, seed, gateway_id) } {
+        Ok(()) => {
+            // SAFETY: as above; the pool's data pointer tells a later cycle
+            // where the header is.
+            unsafe { (*shpool).data = space.header.cast() };
+            Status::NGX_OK.into()
+        }
+        Err(e) => {
+            ngx_log_error!(
+                NGX_LOG_EMERG,
+                log,
+                "rate_limit_window_zone \"{}\": {}",
+                zone.name,
+                e
+            );
+            Status::NGX_ERROR.into()
+        }
+    }
+}
+
+/// On reload: the zone keeps its key, window and hashing, or is refused
+/// (with an `[emerg]` that says why and what to do).
+fn same_hashing_and_window(zone: &ZoneConf, old: &ZoneConf, log: *mut ngx_log_t) -> bool {
+    let old_secret = old.redis.as_ref().map(|r| r.secret.as_slice());
+    let new_secret = zone.redis.as_ref().map(|r| r.secret.as_slice());
+    if old.redis.is_some() != zone.redis.is_some() || old_secret != new_secret {
+        ngx_log_error!(
+            NGX_LOG_EMERG,
+            log,
+            "rate_limit_window_zone \"{}\": adding or removing \"redis=\" or changing \"secret=\" \
+             changes how keys are hashed; use a new zone name",
+            zone.name
+        );
+        return false;
+    }
+    if old.key_src.as_bytes() != zone.key_src.as_bytes() || old.window != zone.window {
+        ngx_log_error!(
+            NGX_LOG_EMERG,
+            log,
+            "rate_limit_window_zone \"{}\" is already bound to key \"{}\" with window={}ms; \
+             it cannot change to key \"{}\" with window={}ms on reload: use a new zone name",
+            zone.name,
+            old.key_src,
+            old.window.ms(),
+            zone.key_src,
+            zone.window.ms()
+        );
+        return false;
+    }
+    true
+}
+
+/// A new zone's memory: its header, and the region of every other free
+/// page for the table (and a Redis zone's ledger).
+#[derive(Clone, Copy)]
+struct Space {
+    header: *mut ZoneHeader,
+    region: *mut u8,
+    /// Length of `region` in bytes.
+    len: usize,
+}
+
+/// Allocates the header, then takes every free page of the slab pool for
+/// the table; logs an `[emerg]` and returns None when memory runs out.
+///
+/// # Safety
+/// `shpool` must be the zone's initialised slab pool, ours alone (init).
+unsafe fn allocate(
+    shpool: *mut ngx_slab_pool_t,
+    zone: &ZoneConf,
+    log: *mut ngx_log_t,
+) -> Option<Space> {
+    // SAFETY: a small slab allocation; the pool is ours alone during init.
+    let header =
+        unsafe { ngx_slab_alloc(shpool, core::mem::size_of::<ZoneHeader>()) }.cast::<ZoneHeader>();
+    if header.is_null() {
+        ngx_log_error!(
+            NGX_LOG_EMERG,
+            log,
+            "rate_limit_window_zone \"{}\": no memory for the zone header",
+            zone.name
+        );
+        return None;
+    }
+    // SAFETY: the caller guarantees an initialised pool.
+    let mut pages = unsafe { (*shpool).pfree };
+    while pages > 0 {
+        // SAFETY: ngx_pagesize_shift is set at startup.
+        let len = pages << unsafe { ngx_pagesize_shift };
+        // SAFETY: a plain slab allocation; the pool is ours alone during init.
+        let region = unsafe { ngx_slab_alloc(shpool, len) }.cast::<u8>();
+        if !region.is_null() {
+            return Some(Space {
+                header,
+                region,
+                len,
+            });
+        }
+        pages -= 1;
+    }
+    ngx_log_error!(
+        NGX_LOG_EMERG,
+        log,
+        "rate_limit_window_zone \"{}\": no memory for the table",
+        zone.name
+    );
+    None
+}
+
+/// Formats the table (and a Redis zone's ledger) in `space`, writes the
+/// zone header and points the zone at both.
+///
+/// # Safety
+/// `space` must be fresh, page-aligned zone memory from `allocate`, ours
+/// alone during init.
+unsafe fn format(
+    zone: &mut ZoneConf,
+    space: Space,
+    seed: [u64; 2],
+    gateway_id: u64,
+) -> Result<(), TableError> {
+    let Space {
+        header,
+        region,
+        len,
+    } = space;
+    advise_huge_pages(region, len);
     // A Redis-backed zone gives half of its memory to the sync ledger.
     let (table_len, ledger, ledger_len) = if zone.redis.is_some() {
         let t = len / 2 / 64 * 64;
@@ -404,67 +478,75 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
         (len, ptr::null_mut(), 0)
     };
     // SAFETY: region is `len` bytes of page-aligned zone memory, ours alone.
-    match unsafe { Table::init_mode(region, table_len, zone.window, seed, zone.mode) } {
-        Ok(t) => {
-            // SAFETY: header is fresh zone memory sized for a ZoneHeader; the
-            // pool header is ours during init.
-            unsafe {
-                header.write(ZoneHeader {
-                    magic: ZONE_MAGIC,
-                    table: region,
-                    table_len,
-                    ledger,
-                    ledger_len,
-                    gateway_id,
-                    sync_owner: AtomicU64::new(0),
-                    sync_heartbeat_ms: AtomicU64::new(0),
-                    sync_handover: AtomicU64::new(0),
-                    sync_generation: AtomicU64::new(0),
-                    logged_owner: AtomicU64::new(0),
-                    invalid_limits: AtomicU64::new(0),
-                    sync_errors: AtomicU64::new(0),
-                    sync_err_timeout: AtomicU64::new(0),
-                    sync_err_connection: AtomicU64::new(0),
-                    sync_err_reply: AtomicU64::new(0),
-                    sync_err_key: AtomicU64::new(0),
-                    sync_keys_pushed: AtomicU64::new(0),
-                    sync_rounds: AtomicU64::new(0),
-                    last_sync_ms: AtomicU64::new(0),
-                    down_since_ms: AtomicU64::new(0),
-                    logged_down_ms: AtomicU64::new(0),
-                    sweep_next: AtomicU64::new(0),
-                    swept: AtomicU64::new(0),
-                    delay: Default::default(),
-                    used_next: AtomicU64::new(0),
-                    used_acc: AtomicU64::new(0),
-                    slots_used: AtomicU64::new(0),
-                });
-                (*shpool).data = header.cast();
-            }
-            zone.header = header;
-            zone.table = Some(t);
-            Status::NGX_OK.into()
-        }
-        Err(e) => {
-            ngx_log_error!(
-                NGX_LOG_EMERG,
-                log,
-                "rate_limit_window_zone \"{}\": {}",
-                zone.name_str(),
-                e
-            );
-            Status::NGX_ERROR.into()
+    let table = unsafe { Table::init_mode(region, table_len, zone.window, seed, zone.mode) }?;
+    // SAFETY: header is fresh zone memory sized for a ZoneHeader.
+    unsafe {
+        header.write(ZoneHeader::new(Layout {
+            table: region,
+            table_len,
+            ledger,
+            ledger_len,
+            gateway_id,
+        }))
+    };
+    zone.header = header;
+    zone.table = Some(table);
+    Ok(())
+}
+
+/// Where a new zone's table and ledger are, and its gateway id.
+struct Layout {
+    table: *mut u8,
+    /// Bytes.
+    table_len: usize,
+    ledger: *mut u8,
+    /// Bytes.
+    ledger_len: usize,
+    gateway_id: u64,
+}
+
+impl ZoneHeader {
+    /// A new zone's header: the table and ledger it describes, every
+    /// counter and lease at zero.
+    fn new(l: Layout) -> Self {
+        let zero = || AtomicU64::new(0);
+        ZoneHeader {
+            magic: ZONE_MAGIC,
+            table: l.table,
+            table_len: l.table_len,
+            ledger: l.ledger,
+            ledger_len: l.ledger_len,
+            gateway_id: l.gateway_id,
+            sync_owner: zero(),
+            sync_heartbeat_ms: zero(),
+            sync_handover: zero(),
+            sync_generation: zero(),
+            logged_owner: zero(),
+            invalid_limits: zero(),
+            sync_errors: zero(),
+            sync_err_timeout: zero(),
+            sync_err_connection: zero(),
+            sync_err_reply: zero(),
+            sync_err_key: zero(),
+            sync_keys_pushed: zero(),
+            sync_rounds: zero(),
+            last_sync_ms: zero(),
+            down_since_ms: zero(),
+            logged_down_ms: zero(),
+            sweep_next: zero(),
+            swept: zero(),
+            delay: Default::default(),
+            used_next: zero(),
+            used_acc: zero(),
+            slots_used: zero(),
+            near_limit: zero(),
         }
     }
 }
 
 /// Adopts a zone formatted by an earlier cycle, after validating both
 /// headers (ours, then the table's magic, layout version and window).
-fn adopt(
-    zone: &mut ZoneConf,
-    header: *mut ZoneHeader,
-    log: *mut nginx_sys::ngx_log_t,
-) -> ngx_int_t {
+fn adopt(zone: &mut ZoneConf, header: *mut ZoneHeader, log: *mut ngx_log_t) -> ngx_int_t {
     // SAFETY: header is the first allocation an earlier init made in this
     // same zone, which nginx kept mapped at the same address.
     if header.is_null() || unsafe { (*header).magic } != ZONE_MAGIC {
@@ -472,7 +554,7 @@ fn adopt(
             NGX_LOG_EMERG,
             log,
             "rate_limit_window_zone \"{}\": cannot reuse the zone: bad zone header; restart nginx or use a new zone name",
-            zone.name_str()
+            zone.name
         );
         return Status::NGX_ERROR.into();
     }
@@ -490,7 +572,7 @@ fn adopt(
                 NGX_LOG_EMERG,
                 log,
                 "rate_limit_window_zone \"{}\": cannot reuse the zone: {}; restart nginx or use a new zone name",
-                zone.name_str(),
+                zone.name,
                 e
             );
             Status::NGX_ERROR.into()

@@ -44,6 +44,7 @@ fn example_configs_follow_conventions() {
         "api-tiers.conf",
         "multi.conf",
         "dry-run.conf",
+        "problem-json.conf",
     ] {
         let path = example_conf_dir().join(name);
         let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -425,5 +426,25 @@ fn windows_are_whole_seconds() {
             "rate_limit_window zone=z limit=5;",
         ));
         assert!(ok, "window={w}: {out}");
+    }
+}
+
+#[test]
+fn metrics_reset_parameter() {
+    for (param, ok) in [
+        ("", true),
+        ("reset=on", true),
+        ("reset=off", true),
+        ("reset=yes", false),
+        ("reset=on reset=on", false),
+    ] {
+        let conf = http_conf(&format!(
+            "server {{ listen 127.0.0.1:{{{{PORT}}}}; location = /m {{ rate_limit_window_metrics {param}; }} }}"
+        ));
+        let (good, out) = test_config(&conf);
+        assert_eq!(good, ok, "{param:?}: {out}");
+        if !ok {
+            assert!(out.contains("[emerg]"), "{out}");
+        }
     }
 }

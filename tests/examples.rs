@@ -206,3 +206,48 @@ fn auth_gateway_limits_logins_by_ip_and_users_by_plan() {
         "{m}"
     );
 }
+
+#[test]
+fn problem_json_answers_rfc9457_with_the_real_numbers() {
+    let up = Upstream::start();
+    let ng = Nginx::builder()
+        .upstream_of(&up)
+        .start(&example("problem-json.conf"));
+    clear_of_boundary(60_000, 20_000);
+    for i in 0..5 {
+        let r = get(ng.port, "/api/x");
+        assert_eq!(r.status, 200, "request {i}: {}", r.describe());
+    }
+    let r = get(ng.port, "/api/x");
+    assert_eq!(r.status, 429, "{}", r.describe());
+    assert_eq!(
+        r.header("Content-Type"),
+        Some("application/problem+json"),
+        "{}",
+        r.describe()
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", r.text()));
+    assert_eq!(doc["status"], 429, "{doc}");
+    assert_eq!(doc["title"], "Too Many Requests", "{doc}");
+    assert_eq!(doc["limit"], 5, "{doc}");
+    assert_eq!(doc["remaining"], 0, "{doc}");
+    // The headers are still there, and the body carries the same numbers.
+    let retry = r.header_num("Retry-After");
+    assert!((1..=60).contains(&retry), "{}", r.describe());
+    assert_eq!(doc["retry_after"], retry, "{doc}");
+    assert_eq!(r.header_num("RateLimit-Limit"), 5);
+    assert_eq!(r.header_num("RateLimit-Remaining"), 0);
+    assert_eq!(doc["reset"], r.header_num("RateLimit-Reset"), "{doc}");
+    assert!(
+        doc["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains(&format!("retry in {retry} s"))),
+        "{doc}"
+    );
+    assert_eq!(
+        up.received(),
+        5,
+        "the rejected request never reached the app"
+    );
+}

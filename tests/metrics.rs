@@ -512,3 +512,103 @@ fn slots_used_of_a_large_zone_is_counted_by_the_sweep() {
         "slots_used {used}, not 10, after 10 s"
     );
 }
+
+/// `rate_limit_window_near_limit_total`: admitted requests that leave the
+/// estimate at or above 80% of the limit, read with a Prometheus parser.
+#[test]
+fn near_limit_counts_admissions_at_80_percent() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&conf(
+        "rate_limit_window_zone $http_x_key zone=near:1m window=1h;
+         rate_limit_window_zone $http_x_key zone=far:1m window=1h;",
+        "rate_limit_window zone=near limit=10;
+         rate_limit_window zone=far limit=1000;",
+    ));
+    clear_of_boundary(HOUR_MS, 20_000);
+    let near =
+        |m: &Metrics, zone: &str| m.val("rate_limit_window_near_limit_total", &[("zone", zone)]);
+    let m = scrape(ng.port);
+    assert_eq!(near(&m, "near"), 0.0);
+    assert!(m.docs.contains_key("rate_limit_window_near_limit_total"));
+    // Estimates after admission 1..=7 are below 8 (80% of 10).
+    for _ in 0..7 {
+        assert_eq!(get_key(ng.port, "/", "k").status, 200);
+    }
+    assert_eq!(near(&scrape(ng.port), "near"), 0.0);
+    // 8, 9 and 10 are at or above it; the rejected 11th is not admitted.
+    for _ in 0..3 {
+        assert_eq!(get_key(ng.port, "/", "k").status, 200);
+    }
+    assert_eq!(get_key(ng.port, "/", "k").status, 429);
+    let m = scrape(ng.port);
+    assert_eq!(near(&m, "near"), 3.0);
+    assert_eq!(near(&m, "far"), 0.0, "10 of 1000 is far from the limit");
+    // Another client starts from zero.
+    assert_eq!(get_key(ng.port, "/", "other").status, 200);
+    assert_eq!(near(&scrape(ng.port), "near"), 3.0);
+}
+
+/// `rate_limit_window_metrics reset=on;`: DELETE clears one client's counts
+/// (current and previous window) and answers what it cleared; 405 without
+/// reset=on; allow/deny apply; logged at notice without the key.
+#[test]
+fn delete_resets_one_client_with_reset_on() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&proxy_conf(
+        "rate_limit_window_zone $http_x_key zone=z:1m window=1h;",
+        "",
+        "location = /ops { rate_limit_window_metrics reset=on; allow 127.0.0.1; deny all; }
+         location = /plain { rate_limit_window_metrics; }
+         location = /denied { rate_limit_window_metrics reset=on; deny 127.0.0.1; }",
+        "rate_limit_window zone=z limit=3;",
+    ));
+    clear_of_boundary(HOUR_MS, 20_000);
+    let key = "secret-api-key-7f3a";
+    for _ in 0..3 {
+        assert_eq!(get_key(ng.port, "/", key).status, 200);
+    }
+    assert_eq!(get_key(ng.port, "/", key).status, 429);
+    assert_eq!(get_key(ng.port, "/", "other").status, 200);
+    let q = format!("?zone=z&key={key}");
+    let delete = |loc: &str, q: &str| request(ng.port, "DELETE", &format!("{loc}{q}"), &[]);
+    let current = |k: &str| {
+        let r = get(ng.port, &format!("/plain?zone=z&key={k}"));
+        assert_eq!(r.status, 200, "{}", r.describe());
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        num(&v, "current")
+    };
+    // Without reset=on, or from a denied address: nothing is cleared.
+    assert_eq!(delete("/plain", &q).status, 405);
+    assert_eq!(delete("/denied", &q).status, 403);
+    assert_eq!(current(key), 3.0);
+    // Cleared, and the answer says what was.
+    let r = delete("/ops", &q);
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert!(r
+        .header("Content-Type")
+        .unwrap_or("")
+        .starts_with("application/json"));
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["zone"], "z");
+    assert_eq!(v["cleared"]["current"], 3, "{v}");
+    assert_eq!(v["cleared"]["previous"], 0, "{v}");
+    assert_eq!(v["cluster"], serde_json::Value::Null, "{v}");
+    assert_eq!(current(key), 0.0);
+    assert_eq!(current("other"), 1.0, "another client is untouched");
+    let r = get_key(ng.port, "/", key);
+    assert_eq!(r.status, 200, "the client starts over: {}", r.describe());
+    assert_eq!(r.header_num("RateLimit-Remaining"), 2);
+    // GET still serves the metrics there; bad requests are refused.
+    assert_eq!(get(ng.port, "/ops").status, 200);
+    assert_eq!(delete("/ops", "?zone=nope&key=x").status, 404);
+    assert_eq!(delete("/ops", "?zone=z").status, 400);
+    let log = ng.error_log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("of zone \"z\" reset by 127.0.0.1 (cleared: current 3, previous 0)"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(lines[0].contains("[notice]"), "{log}");
+    assert!(!lines[0].contains(key), "the key is never logged: {log}");
+    assert_eq!(up.received(), 5);
+}

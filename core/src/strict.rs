@@ -215,19 +215,28 @@ fn effective(state: &State, now_ms: u64, window_ms: u64) -> (u64, u64, bool) {
 /// Decides one request at `now_ms` (epoch ms) against `limit` requests per
 /// `window_ms`, counting it in the returned state if admitted.
 pub fn decide(state: State, now_ms: u64, window_ms: u64, limit: u32) -> Verdict {
+    decide_cost(state, now_ms, window_ms, limit, 1)
+}
+
+/// [`decide`] for a request that counts `cost` requests (0 counts as 1):
+/// admitted iff the span plus `cost` stays at or below `limit`, then
+/// counted `cost` times; Retry-After is the wait until the whole cost fits
+/// (a window when it never can: `cost > limit`).
+pub fn decide_cost(state: State, now_ms: u64, window_ms: u64, limit: u32, cost: u32) -> Verdict {
     let (j, t, backwards) = effective(&state, now_ms, window_ms);
     let mut s = state.at(j);
     let total = s.total();
     let limit = limit.min(MAX_STRICT_LIMIT);
-    let admitted = total < limit;
+    let cost = cost.max(1);
+    let admitted = u64::from(total) + u64::from(cost) <= u64::from(limit);
     if admitted {
-        s.counts[0] += 1;
+        s.counts[0] += cost;
     }
     let remaining = limit.saturating_sub(s.total());
     let retry = if admitted {
         0
     } else {
-        retry_after_at(&s, j, t, window_ms, limit).saturating_add(t - now_ms.min(t))
+        retry_after_at(&s, j, t, window_ms, limit, cost).saturating_add(t - now_ms.min(t))
     };
     Verdict {
         admitted,
@@ -251,16 +260,17 @@ pub fn retry_after_ms(state: &State, now_ms: u64, window_ms: u64, limit: u32) ->
     if s.total() < limit {
         return 0;
     }
-    retry_after_at(&s, j, t, window_ms, limit).saturating_add(t - now_ms.min(t))
+    retry_after_at(&s, j, t, window_ms, limit, 1).saturating_add(t - now_ms.min(t))
 }
 
-/// [`retry_after_ms`] for a state already at sub-window `j`, from time `t`.
-fn retry_after_at(s: &State, j: u64, t: u64, window_ms: u64, limit: u32) -> u64 {
-    if limit == 0 {
+/// [`retry_after_ms`] for a state already at sub-window `j`, from time `t`,
+/// until `cost` more requests fit.
+fn retry_after_at(s: &State, j: u64, t: u64, window_ms: u64, limit: u32, cost: u32) -> u64 {
+    if limit == 0 || cost > limit {
         return window_ms;
     }
     for d in 1..=SPAN as u64 {
-        if s.at(j + d).total() < limit {
+        if s.at(j + d).total() + cost <= limit {
             return sub_start(j + d, window_ms).saturating_sub(t);
         }
     }

@@ -156,6 +156,12 @@ const FAMILIES: &[Family] = &[
         Samples::One(|l| atomic(&l.header.invalid_limits)),
     ),
     family(
+        "rate_limit_window_near_limit_total",
+        "counter",
+        "Admitted requests whose estimate after admission was at or above 80% of their limit.",
+        Samples::One(|l| atomic(&l.header.near_limit)),
+    ),
+    family(
         "rate_limit_window_swept_total",
         "counter",
         "Slots of clients silent for 2+ windows whose counts the sweep cleared (harmless; it keeps long-idle clients from coming back with old counts).",

@@ -20,6 +20,7 @@ mod http;
 mod load;
 mod nginx;
 mod prom;
+pub mod status_upstream;
 mod upstream;
 
 // Each test binary uses a different part of the harness.

@@ -297,6 +297,7 @@ impl Nginx {
         let off = self.error_log_len();
         let master = self.master_pid();
         assert!(master > 0, "no master pid");
+        // SAFETY: kill(2) only sends a signal to a pid; it touches no memory.
         unsafe {
             libc::kill(master, libc::SIGHUP);
         }
@@ -326,6 +327,7 @@ impl Nginx {
         let master = self.master_pid();
         let workers = self.worker_pids();
         if master > 0 {
+            // SAFETY: kill(2) only sends a signal to a pid; it touches no memory.
             unsafe {
                 libc::kill(master, libc::SIGTERM);
             }
@@ -352,6 +354,7 @@ impl Nginx {
                 thread::sleep(Duration::from_millis(10));
             }
             if pid_alive(master) {
+                // SAFETY: kill(2) only sends a signal to a pid; it touches no memory.
                 unsafe {
                     libc::kill(master, libc::SIGKILL);
                 }
@@ -364,6 +367,7 @@ impl Nginx {
                     thread::sleep(Duration::from_millis(10));
                 }
                 if pid_alive(w) {
+                    // SAFETY: kill(2) only sends a signal to a pid; it touches no memory.
                     unsafe {
                         libc::kill(w, libc::SIGKILL);
                     }
@@ -484,6 +488,7 @@ pub fn worker_rss_kb(ng: &Nginx) -> std::collections::BTreeMap<i32, u64> {
 
 /// Sends SIGKILL to a process.
 pub fn sigkill(pid: i32) {
+    // SAFETY: kill(2) only sends a signal to a pid; it touches no memory.
     unsafe {
         libc::kill(pid, libc::SIGKILL);
     }
@@ -493,6 +498,7 @@ pub fn sigkill(pid: i32) {
 pub fn sighup(ng: &Nginx) {
     let m = ng.master_pid();
     assert!(m > 0, "no master pid");
+    // SAFETY: kill(2) only sends a signal to a pid; it touches no memory.
     unsafe {
         libc::kill(m, libc::SIGHUP);
     }

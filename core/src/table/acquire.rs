@@ -27,6 +27,8 @@ pub struct Admission {
     pub(super) slot: u32,
     pub(super) fingerprint: u64,
     pub(super) window_index: u64,
+    /// Requests counted by the admission (its cost).
+    pub(super) cost: u32,
 }
 
 impl Admission {
@@ -73,11 +75,12 @@ pub struct Decision {
 }
 
 impl Admission {
-    fn new(slot: usize, fingerprint: u64, window_index: u64) -> Admission {
+    fn new(slot: usize, q: &Ask, window_index: u64) -> Admission {
         Admission {
             slot: slot as u32,
-            fingerprint,
+            fingerprint: q.fp,
             window_index,
+            cost: q.cost,
         }
     }
 }
@@ -143,8 +146,12 @@ struct Ask {
     now_idx: u64,
     /// Ms elapsed in that window.
     elapsed: u64,
-    /// Requests per window.
+    /// Requests per window, less `cost - 1`: `cost` requests fit exactly
+    /// when one more would fit under this limit (0 when `cost` exceeds the
+    /// limit: nothing fits).
     limit: u32,
+    /// Requests the admission counts (at least 1).
+    cost: u32,
     policy: FailPolicy,
     /// The caller's worker number, for the counters.
     shard: usize,
@@ -168,8 +175,31 @@ impl Table<'_> {
         policy: FailPolicy,
         shard: usize,
     ) -> Decision {
+        self.acquire_cost(key, now_ms, limit, 1, policy, shard)
+    }
+
+    /// [`Table::acquire`] for a request that counts `cost` requests (a
+    /// cost of 0 counts as 1): admitted iff `cost` requests sent back to
+    /// back would all be admitted now, i.e. iff the estimate plus `cost`
+    /// fits under `limit` as the single-request rule has it
+    /// (`current*W + previous*(W - elapsed) + (cost - 1)*W < limit*W`),
+    /// then counted `cost` times in the same CAS. `remaining` is what is
+    /// left after the cost, `retry_after_s` the wait until the whole cost
+    /// fits; a cost above `limit` never fits (nothing wraps), and
+    /// [`Table::undo`] gives the whole cost back.
+    #[inline]
+    pub fn acquire_cost(
+        &self,
+        key: KeyHash,
+        now_ms: u64,
+        limit: u32,
+        cost: u32,
+        policy: FailPolicy,
+        shard: usize,
+    ) -> Decision {
+        let cost = cost.max(1);
         if self.strict {
-            return self.acquire_strict(key, now_ms, limit, policy, shard);
+            return self.acquire_strict(key, now_ms, limit, cost, policy, shard);
         }
         let (now_idx, elapsed) = self.wdiv.divrem(now_ms);
         let q = Ask {
@@ -177,7 +207,8 @@ impl Table<'_> {
             fp: key.fingerprint(),
             now_idx,
             elapsed,
-            limit,
+            limit: (limit.saturating_add(1)).saturating_sub(cost),
+            cost,
             policy,
             shard,
         };
@@ -260,20 +291,22 @@ impl Table<'_> {
             self.raise_newest(now_idx);
         }
         let new = if d == 0 {
-            // Admitted means current < limit < COUNT_MAX: the +1 on bits
-            // 0..20 carries nowhere.
-            ((value & !(0xff << 64)) | tick) + 1
+            // Admitted means current + cost <= limit < COUNT_MAX: the add
+            // on bits 0..20 carries nowhere.
+            ((value & !(0xff << 64)) | tick) + u128::from(q.cost)
         } else {
             // A new window: the fingerprint stays, the window moves to now,
-            // the counts become (previous, 1).
-            let lo = ((now_idx & IDX_MASK) << 40) | (u64::from(counts.previous) << COUNT_BITS) | 1;
+            // the counts become (previous, cost).
+            let lo = ((now_idx & IDX_MASK) << 40)
+                | (u64::from(counts.previous) << COUNT_BITS)
+                | u64::from(q.cost);
             (value & (!0u128 << 72)) | tick | u128::from(lo)
         };
         if !self.cas(slot, value, new) {
             return self.acquire_slow(q, None);
         }
         let reset_s = window::reset_secs(elapsed, self.window.ms());
-        let admission = Admission::new(slot, q.fp, now_idx);
+        let admission = Admission::new(slot, q, now_idx);
         Decision::admitted(remaining, reset_s, estimate, admission, Events::default())
     }
 
@@ -341,12 +374,12 @@ impl Table<'_> {
             },
             idx24: v.index & IDX_MASK,
             previous: v.counts.previous,
-            current: v.counts.current.saturating_add(1).min(COUNT_MAX),
+            current: v.counts.current.saturating_add(q.cost).min(COUNT_MAX),
         };
         if !self.cas(slot, value, new.encode()) {
             return None;
         }
-        let admission = Admission::new(slot, q.fp, v.index);
+        let admission = Admission::new(slot, q, v.index);
         Some(Decision::admitted(
             remaining, reset_s, est, admission, *events,
         ))
@@ -380,7 +413,7 @@ impl Table<'_> {
             tick: self.tick(q.elapsed),
             idx24: q.now_idx & IDX_MASK,
             previous: 0,
-            current: 1,
+            current: q.cost,
         };
         if !self.cas(target.slot, target.value, new.encode()) {
             return None;
@@ -393,7 +426,7 @@ impl Table<'_> {
             previous: 0,
         };
         let remaining = window::remaining(first, q.elapsed, w, q.limit);
-        let admission = Admission::new(slot, q.fp, q.now_idx);
+        let admission = Admission::new(slot, q, q.now_idx);
         Some(Decision::admitted(
             remaining, reset_s, 0, admission, *events,
         ))
@@ -417,9 +450,10 @@ impl Table<'_> {
     }
 
     /// Takes back an admission (another limit rejected the request):
-    /// decrements the slot's current count if it still holds the key in the
-    /// same window, or its previous count if the slot has since moved on by
-    /// exactly one window. Never underflows; otherwise does nothing.
+    /// decrements the slot's current count by the admission's cost if it
+    /// still holds the key in the same window, or its previous count if the
+    /// slot has since moved on by exactly one window. Never underflows;
+    /// otherwise does nothing.
     pub fn undo(&self, admission: &Admission) {
         let slot = admission.slot as usize;
         if slot >= self.slots.len() {
@@ -435,8 +469,8 @@ impl Table<'_> {
                 return;
             }
             match s.delta(admission.window_index, self.ahead(admission.window_index)) {
-                0 => s.current = s.current.saturating_sub(1),
-                -1 => s.previous = s.previous.saturating_sub(1),
+                0 => s.current = s.current.saturating_sub(admission.cost),
+                -1 => s.previous = s.previous.saturating_sub(admission.cost),
                 _ => return,
             }
             if self.cas(slot, value, s.encode()) {

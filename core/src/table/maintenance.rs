@@ -111,6 +111,40 @@ impl Table<'_> {
         }
     }
 
+    /// Clears a key's counts, current and previous window (an operator's
+    /// reset): the key's next request is judged as a new client's. Returns
+    /// what was cleared, as [`Table::peek`] would have read it at `now_ms`.
+    /// The slot keeps its fingerprint and window index (as a sweep leaves
+    /// it); one CAS, redone on a lost race. An absent key clears nothing.
+    pub fn clear(&self, key: KeyHash, now_ms: u64) -> Snapshot {
+        if self.strict {
+            return self.clear_strict(key, now_ms);
+        }
+        let now_idx = self.window.index(now_ms);
+        let elapsed = self.window.elapsed_ms(now_ms);
+        let fp = key.fingerprint();
+        loop {
+            let Found::Key { slot, value } = self.find(key, fp, now_idx) else {
+                return Snapshot {
+                    window_index: now_idx,
+                    ..Snapshot::default()
+                };
+            };
+            let v = view(Slot::decode(value), now_idx, self.ahead(now_idx), elapsed);
+            if value as u64 & COUNTS_MASK == 0
+                || self.cas(slot, value, value & !u128::from(COUNTS_MASK))
+            {
+                return Snapshot {
+                    window_index: v.index,
+                    current: v.counts.current,
+                    previous: v.counts.previous,
+                    estimate: window::estimate(v.counts, v.elapsed, self.window.ms()),
+                    strict: None,
+                };
+            }
+        }
+    }
+
     /// Adds `n` events of kind `c` to shard `shard % SHARDS`.
     pub fn add(&self, shard: usize, c: Counter, n: u64) {
         self.header.shards[shard % SHARDS].counters[c.at()].fetch_add(n, Ordering::Relaxed);

@@ -153,6 +153,7 @@ impl Table<'_> {
         key: KeyHash,
         now_ms: u64,
         limit: u32,
+        cost: u32,
         policy: FailPolicy,
         shard: usize,
     ) -> Decision {
@@ -178,7 +179,7 @@ impl Table<'_> {
                     _ => break self.strict_fail_closed(),
                 },
             };
-            let v = strict::decide(state, now_ms, w, limit);
+            let v = strict::decide_cost(state, now_ms, w, limit, cost);
             events.clock_backwards |= v.backwards;
             if !v.admitted {
                 break strict_decision(&v, None, events);
@@ -197,6 +198,7 @@ impl Table<'_> {
                 slot: slot as u32,
                 fingerprint: fp,
                 window_index: v.state.index,
+                cost,
             };
             break strict_decision(&v, Some(adm), events);
         };
@@ -295,7 +297,7 @@ impl Table<'_> {
             if *c == 0 {
                 return;
             }
-            *c -= 1;
+            *c = c.saturating_sub(adm.cost);
             if self.cas(slot, value, strict::pack(adm.fingerprint, &s)) {
                 return;
             }
@@ -311,6 +313,12 @@ impl Table<'_> {
             SFound::Key { value, .. } => self.strict_state(value, now_sub),
             SFound::Absent { .. } => None,
         };
+        self.strict_snapshot(s, now_ms)
+    }
+
+    /// The snapshot of a strict state (`None`: nothing live) at `now_ms`.
+    fn strict_snapshot(&self, s: Option<State>, now_ms: u64) -> Snapshot {
+        let now_sub = strict::sub_index(now_ms, self.window.ms());
         let s = s.unwrap_or_default().at(now_sub);
         Snapshot {
             window_index: self.window.index(now_ms),
@@ -318,6 +326,22 @@ impl Table<'_> {
             previous: 0,
             estimate: s.total(),
             strict: Some(s),
+        }
+    }
+
+    /// [`Table::clear`] of a strict zone: the key's counts set to 0 in one
+    /// CAS (fingerprint and sub-window kept); returns what was cleared.
+    pub(super) fn clear_strict(&self, key: KeyHash, now_ms: u64) -> Snapshot {
+        let now_sub = strict::sub_index(now_ms, self.window.ms());
+        let p = self.place(key);
+        loop {
+            let SFound::Key { slot, value } = self.strict_find(&p, strict_fp(key), now_sub) else {
+                return self.strict_snapshot(None, now_ms);
+            };
+            let s = self.strict_state(value, now_sub);
+            if strict::packed_empty(value) || self.cas(slot, value, value & !COUNTS) {
+                return self.strict_snapshot(s, now_ms);
+            }
         }
     }
 
