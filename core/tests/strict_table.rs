@@ -229,3 +229,44 @@ fn attach_checks_the_mode() {
         );
     }
 }
+
+/// `cost=`: a request counting 4 takes 4 of 10; one counting 7 then waits
+/// until the 4 leave the span; undo gives the whole cost back; `clear`
+/// (the operator's reset) empties the key.
+#[test]
+fn cost_undo_and_clear() {
+    let mut buf = region(Table::HEADER_BYTES + 1024 * SLOT_BYTES);
+    let t = strict_table(&mut buf, 10_000);
+    let k = t.hash_key(b"c");
+    let d = t.acquire_cost(k, T0, 10, 4, FailPolicy::Open, 0);
+    assert_eq!((d.outcome, d.remaining), (Outcome::Admitted, 6));
+    let e = t.acquire_cost(k, T0, 10, 3, FailPolicy::Open, 0);
+    assert_eq!((e.outcome, e.remaining), (Outcome::Admitted, 3));
+    t.undo(&e.admission.unwrap());
+    assert_eq!(
+        t.peek(k, T0).strict.unwrap().total(),
+        4,
+        "the whole cost back"
+    );
+    let r = t.acquire_cost(k, T0, 10, 7, FailPolicy::Open, 0);
+    assert_eq!(r.outcome, Outcome::Rejected);
+    // The 4 leave with their sub-window at T0 + ceil(7 * 10 s / 6).
+    assert_eq!(r.retry_after_s, 12);
+    assert_eq!(
+        t.acquire_cost(k, T0 + 11_667, 10, 7, FailPolicy::Open, 0)
+            .outcome,
+        Outcome::Admitted
+    );
+    // Undoing the first admission, whose sub-window left the span, does
+    // nothing.
+    t.undo(&d.admission.unwrap());
+    assert_eq!(t.peek(k, T0 + 11_667).strict.unwrap().total(), 7);
+    let cleared = t.clear(k, T0 + 11_667);
+    assert_eq!(cleared.current, 7);
+    assert_eq!(t.peek(k, T0 + 11_667).current, 0);
+    let never = t.acquire_cost(k, T0 + 11_667, 10, 11, FailPolicy::Open, 0);
+    assert_eq!(
+        (never.outcome, never.retry_after_s),
+        (Outcome::Rejected, 10)
+    );
+}
