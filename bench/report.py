@@ -216,13 +216,16 @@ def cmd_callgrind(path):
     labels = {"none": "no limiter", "rlw_hot": "rate_limit_window, 1 hot key",
               "rlw_hot_noheaders": "rate_limit_window, 1 hot key, headers off",
               "lr_hot": "limit_req, 1 hot key", "rlw_many": "rate_limit_window, a new key per request",
-              "lr_many": "limit_req, a new key per request"}
+              "lr_many": "limit_req, a new key per request",
+              "strict_hot": "rate_limit_window mode=strict, 1 hot key",
+              "strict_many": "rate_limit_window mode=strict, a new key per request"}
     base = per.get("none")
     i1base = i1.get("none")
     out = ["| variant | instructions / request | over no limiter | ratio to no limiter "
            "| L1i misses / request (simulated) | over no limiter |",
            "|---|---:|---:|---:|---:|---:|"]
-    for v in ("none", "rlw_hot", "rlw_hot_noheaders", "lr_hot", "rlw_many", "lr_many"):
+    for v in ("none", "rlw_hot", "rlw_hot_noheaders", "lr_hot", "rlw_many", "lr_many",
+              "strict_hot", "strict_many"):
         if v in per:
             extra = "—" if base is None or v == "none" else fmt_int(per[v] - base)
             ratio = "—" if base is None or v == "none" else "%.3f" % (per[v] / base)

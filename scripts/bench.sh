@@ -29,12 +29,14 @@
 #                      own default; with one, a fifth of 2 cores sat idle)
 #   BENCH_QUICK=0      1: shorter criterion runs (1 s warm-up, 2 s measurement)
 #   BENCH_CG_REQS=2000 requests per callgrind measurement
+#   BENCH_CG_VARIANTS  callgrind variants (default: all, strict_* included)
 #   BENCH_SCALE_WORKERS="1 2 4 ..." worker counts for the scaling section
 #                      (default: powers of two below nproc, then nproc)
 #   BENCH_SCALE_REPS=5 reps per variant and worker count
 #   BENCH_SCALE_THREADS wrk threads there (default: nproc/4, at least 2)
 #   BENCH_SCALE_CONNS=32 wrk connections per nginx worker there
 #   BENCH_CAP_RLW_N / BENCH_CAP_LR_N   key counts for the capacity section
+#   BENCH_CAP_MODE=estimate            mode= of this module's capacity zones (or strict)
 #   BENCH_CLUSTER_LIMIT=100, BENCH_CLUSTER_WINDOW=10, BENCH_CLUSTER_WINDOWS=4
 #                      the cluster section's limit, window (s) and windows sent
 #   BENCH_CLUSTER_KEYS="10000 100000" active clients of its sync on/off runs
@@ -64,6 +66,7 @@ BENCH_QUICK=${BENCH_QUICK:-0}
 BENCH_CG_REQS=${BENCH_CG_REQS:-2000}
 BENCH_CAP_RLW_N=${BENCH_CAP_RLW_N:-"5000 10000 20000 40000 50000 55000 60000 65000 70000 80000 100000"}
 BENCH_CAP_LR_N=${BENCH_CAP_LR_N:-"2000 5000 7000 8000 9000 10000 20000"}
+BENCH_CAP_MODE=${BENCH_CAP_MODE:-estimate}
 BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput capacity accuracy micro callgrind redis hugepages scaling cluster"}
 RLW_BENCH_ONLY=${RLW_BENCH_ONLY:-}
 [ -z "$RLW_BENCH_ONLY" ] || BENCH_SECTIONS=$RLW_BENCH_ONLY
@@ -356,7 +359,7 @@ bench_capacity() {
     local conf=$PREFIX/conf/nginx.conf n
     render "$BENCH_DIR/capacity-head.conf.in" "$conf"
     for n in $BENCH_CAP_RLW_N; do
-        echo "    rate_limit_window_zone \$http_x_key zone=cap_rlw_$n:1m window=1h;" >>"$conf"
+        echo "    rate_limit_window_zone \$http_x_key zone=cap_rlw_$n:1m window=1h mode=$BENCH_CAP_MODE;" >>"$conf"
     done
     for n in $BENCH_CAP_LR_N; do
         echo "    limit_req_zone \$http_x_key zone=cap_lr_$n:1m rate=1r/m;" >>"$conf"
@@ -450,7 +453,7 @@ bench_callgrind() {
     echo "# variant n_small ir_small i1mr_small n_big ir_big i1mr_big" >"$tsv"
     # Every variant requests /t from its own nginx: only the directives in
     # that location differ, not the URI or the location lookup.
-    for v in none rlw_hot rlw_hot_noheaders lr_hot rlw_many lr_many; do
+    for v in ${BENCH_CG_VARIANTS:-none rlw_hot rlw_hot_noheaders lr_hot rlw_many lr_many strict_hot strict_many}; do
         case $v in
             none) limiter="" mode=distinct ;;
             rlw_hot) limiter="rate_limit_window zone=rlw_hot limit=1000000;" mode=hot ;;
@@ -460,6 +463,8 @@ bench_callgrind() {
             lr_hot) limiter="limit_req zone=lr_hot burst=1000000 nodelay;" mode=hot ;;
             rlw_many) limiter="rate_limit_window zone=rlw_many limit=1000000;" mode=distinct ;;
             lr_many) limiter="limit_req zone=lr_many burst=1000000 nodelay;" mode=distinct ;;
+            strict_hot) limiter="rate_limit_window zone=strict_hot limit=65535;" mode=hot ;;
+            strict_many) limiter="rate_limit_window zone=strict_many limit=65535;" mode=distinct ;;
         esac
         local line="$v"
         for n in $small $big; do

@@ -25,6 +25,7 @@ use ngx::{ngx_conf_log_error, ngx_string};
 use rate_limit_window_core::cluster::secret_error;
 use rate_limit_window_core::delay::split_delay_params;
 use rate_limit_window_core::limit_opts::{split_limit_opts, CostSpec, StatusSet};
+use rate_limit_window_core::mode::{check_mode, take_mode};
 use rate_limit_window_core::parse::{
     escape, parse_limit_params, parse_zone_params, single_variable, LimitSpec,
 };
@@ -409,10 +410,17 @@ extern "C" fn set_zone(
     // SAFETY: ngx_pagesize is set by nginx at startup, before parsing.
     let min_size = 8 * unsafe { ngx_pagesize };
     // SAFETY: as above.
-    let mut params = match parse_zone_params(&unsafe { words(cf, 2) }, min_size) {
+    let (mode, rest) = match take_mode(&unsafe { words(cf, 2) }) {
+        Ok(m) => m,
+        Err(e) => return emerg(cf, &e),
+    };
+    let mut params = match parse_zone_params(&rest, min_size) {
         Ok(p) => p,
         Err(e) => return emerg(cf, &e),
     };
+    if let Err(e) = check_mode(mode, params.redis.is_some()) {
+        return emerg(cf, &e);
+    }
     if let Some(e) = params.redis.as_ref().and_then(|r| secret_error(&r.secret)) {
         return emerg(cf, &e);
     }
@@ -454,6 +462,7 @@ extern "C" fn set_zone(
         return NGX_CONF_ERROR;
     }
     zone.window = params.window;
+    zone.mode = mode;
     zone.fail = params.fail;
     zone.size = params.size;
     zone.redis = params.redis;

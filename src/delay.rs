@@ -40,7 +40,7 @@ use ngx::core::Status;
 use ngx::http::Request;
 use ngx::{ngx_log_debug_mask, ngx_log_error, ngx_string};
 use rate_limit_window_core::delay::{plan, LimitWait, Plan, DEFAULT_MAX_HELD};
-use rate_limit_window_core::{Counts, Outcome};
+use rate_limit_window_core::{strict, Counts, Outcome};
 
 use crate::conf::{Limit, LocConf};
 use crate::decision::{self, Applied, Verdict};
@@ -228,6 +228,17 @@ unsafe fn waits(r: *mut ngx_http_request_t, rej: &Rejection) -> Vec<LimitWait> {
         };
         let snap = table.peek(hash, rej.now);
         let w = zone.window;
+        if let Some(s) = snap.strict {
+            out.push(strict_wait(
+                &s,
+                rej,
+                zone,
+                limit,
+                l.delay_ms,
+                n == rej.index,
+            ));
+            continue;
+        }
         let mut counts = Counts {
             current: snap.current,
             previous: snap.previous,
@@ -251,6 +262,29 @@ unsafe fn waits(r: *mut ngx_http_request_t, rej: &Rejection) -> Vec<LimitWait> {
         ));
     }
     out
+}
+
+/// [`LimitWait::of`] for a strict zone's key state `s` (its sub-window
+/// counts at `rej.now`), less the request's own admission in this zone.
+fn strict_wait(
+    s: &strict::State,
+    rej: &Rejection,
+    zone: &ZoneConf,
+    limit: u32,
+    delay_ms: u64,
+    rejected_now: bool,
+) -> LimitWait {
+    let mut s = *s;
+    for a in rej.applied.iter().filter(|a| ptr::eq(a.zone, zone)) {
+        let at = a
+            .admission
+            .and_then(|adm| s.index.checked_sub(adm.window_index()));
+        if let Some(c) = at.and_then(|i| s.counts.get_mut(i as usize)) {
+            *c = c.saturating_sub(1);
+        }
+    }
+    let wait_ms = (limit > 0).then(|| strict::retry_after_ms(&s, rej.now, zone.window.ms(), limit));
+    LimitWait::from_wait(wait_ms, delay_ms, rejected_now)
 }
 
 /// Holds `r` for `wait_ms`: takes a place under `delay_max_held` (the

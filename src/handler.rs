@@ -31,7 +31,7 @@ use ngx::{ngx_log_debug_http, ngx_log_error};
 
 use rate_limit_window_core::parse::{escape, parse_limit, LimitError};
 use rate_limit_window_core::{
-    window, Counter, Counts, Decision as CoreDecision, FailPolicy, KeyHash, Outcome, Table,
+    Counter, Decision as CoreDecision, FailPolicy, KeyHash, Outcome, Table,
 };
 
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
@@ -388,7 +388,7 @@ fn apply<'z>(
     r: &mut Request,
     limits: &'z [conf::Limit],
     pending: &mut decision::Pending,
-    now: u64,
+    mut now: u64,
     shard: usize,
 ) -> Result<Option<Rejection<'z>>, ()> {
     for (n, l) in limits.iter().enumerate() {
@@ -419,7 +419,7 @@ fn apply<'z>(
         };
         // Lock-free: nothing shared is held once it returns, so logging
         // and the pool are safe to use from here on.
-        let mut d = table.acquire_cost(hash, now, limit, cost, zone.fail, shard);
+        let mut d = crate::zone::acquire(zone, table, hash, &mut now, (limit, cost), shard);
         pending.push(Applied {
             zone,
             limit,
@@ -545,18 +545,7 @@ fn longest_wait(r: &mut Request, limits: &[conf::Limit], now: u64) -> u32 {
             let limit = limit
                 .saturating_add(1)
                 .saturating_sub(unsafe { cost::quiet(r.into(), l.cost, limit) });
-            let snap = table.peek(hash, now);
-            let counts = Counts {
-                current: snap.current,
-                previous: snap.previous,
-            };
-            let w = zone.window;
-            longest = longest.max(window::retry_after_secs(
-                counts,
-                w.elapsed_ms(now),
-                w.ms(),
-                limit,
-            ));
+            longest = longest.max(table.retry_after_secs(hash, now, limit));
         }
     }
     longest

@@ -18,7 +18,7 @@ use nginx_sys::{
 };
 use ngx::core::{Buffer, Status};
 use ngx::http::{HTTPStatus, HttpModuleMainConf, Request};
-use rate_limit_window_core::{estimate_scaled, Counts};
+use rate_limit_window_core::{estimate_scaled, strict, Counts};
 
 use crate::util::now_ms;
 use crate::zone::ZoneConf;
@@ -88,6 +88,9 @@ fn key_json(zone: &ZoneConf, key: &[u8], now: u64) -> String {
         return "{}".into();
     };
     let snap = t.peek(t.hash_key(key), now);
+    if let Some(s) = snap.strict {
+        return strict_key_json(zone, &s, now);
+    }
     let start_ms = zone.window.start_ms(snap.window_index);
     // The estimate with three decimals (the decision compares it exactly).
     let w = zone.window.ms();
@@ -108,6 +111,27 @@ fn key_json(zone: &ZoneConf, key: &[u8], now: u64) -> String {
         snap.current,
         snap.previous,
         estimate
+    )
+}
+
+/// JSON for one client of a strict zone: the counts of its seven
+/// sub-windows, newest first, with the start of the newest.
+fn strict_key_json(zone: &ZoneConf, s: &strict::State, now: u64) -> String {
+    let w = zone.window.ms();
+    let start_ms = strict::sub_start(s.index, w);
+    let counts: Vec<String> = s.counts.iter().map(|c| c.to_string()).collect();
+    format!(
+        "{{\"zone\":{},\"mode\":\"strict\",\"window_seconds\":{},\"sub_window_seconds\":{:.3},\
+         \"sub_window_index\":{},\"sub_window_start_utc\":{},\"sub_window_counts\":[{}],\
+         \"total\":{},\"now_utc\":{}}}\n",
+        json_str(&String::from_utf8_lossy(zone.name.as_bytes())),
+        w as f64 / 1000.0,
+        w as f64 / 1000.0 / strict::K as f64,
+        s.index,
+        json_str(&rfc3339(start_ms, 0)),
+        counts.join(","),
+        s.total(),
+        json_str(&rfc3339(now, 0))
     )
 }
 

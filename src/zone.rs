@@ -15,10 +15,12 @@ use nginx_sys::{
 };
 use ngx::core::Status;
 use ngx::ngx_log_error;
+use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::parse::RedisParams;
 use rate_limit_window_core::seed::seed_from;
 use rate_limit_window_core::{
-    hash_with_seed, FailPolicy, Table, TableError, Window, DEFAULT_WINDOW_MS,
+    hash_with_seed, Counter, Decision, FailPolicy, KeyHash, Table, TableError, Window,
+    DEFAULT_WINDOW_MS,
 };
 
 /// One `rate_limit_window_zone`, allocated from the configuration pool.
@@ -38,6 +40,8 @@ pub struct ZoneConf {
     pub key_index: Option<ngx_uint_t>,
     /// Window length; windows are aligned to the UTC epoch.
     pub window: Window,
+    /// The rule (`mode=`): the sliding estimate or the strict window.
+    pub mode: Mode,
     /// What happens when a new client cannot be tracked, or a limit
     /// variable holds garbage.
     pub fail: FailPolicy,
@@ -51,6 +55,45 @@ pub struct ZoneConf {
     pub header: *mut ZoneHeader,
     /// The slot table inside the zone; None until the zone is initialised.
     pub table: Option<Table<'static>>,
+}
+
+/// Decides one request of `hash` at `*now` (epoch ms) that counts `cost`
+/// requests against `limit`.
+///
+/// In a strict zone, a request whose worker's cached clock is behind the
+/// key's newest sub-window (another worker already counted in a later one)
+/// is counted at the start of that sub-window. Here its worker's clock is
+/// refreshed and, if it moved on, the clamped admission is taken back and
+/// the request decided again at the fresh time (stored in `*now`), so that
+/// the strict bound holds on each request's own time, not only on the
+/// clamped one. Only a clock really stepped back keeps the clamp.
+pub fn acquire(
+    zone: &ZoneConf,
+    table: &Table<'static>,
+    hash: KeyHash,
+    now: &mut u64,
+    (limit, cost): (u32, u32),
+    shard: usize,
+) -> Decision {
+    let d = table.acquire_cost(hash, *now, limit, cost, zone.fail, shard);
+    if !d.events.clock_backwards || zone.mode != Mode::Strict {
+        return d;
+    }
+    // SAFETY: refreshes this process's cached time (nginx's own call, made
+    // from the event loop thread we run on).
+    unsafe { nginx_sys::ngx_time_update() };
+    let fresh = crate::util::now_ms();
+    if fresh <= *now {
+        return d;
+    }
+    if let Some(a) = d.admission.as_ref() {
+        table.undo(a);
+    }
+    // Not a clock step: take back the ClockBackwards count the table made
+    // (its shard counters add with wrapping, so + (2^64 - 1) is - 1).
+    table.add(shard, Counter::ClockBackwards, u64::MAX);
+    *now = fresh;
+    table.acquire_cost(hash, fresh, limit, cost, zone.fail, shard)
 }
 
 /// Marks a zone header written by this module, and its layout: bump the
@@ -153,6 +196,7 @@ impl ZoneConf {
             key_src: ngx_str_t::empty(),
             key_index: None,
             window: Window::from_ms(DEFAULT_WINDOW_MS).expect("default window is valid"),
+            mode: Mode::Estimate,
             fail: FailPolicy::Open,
             size: 0,
             shm_zone: ptr::null_mut(),
@@ -253,6 +297,18 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
         // SAFETY: the old cycle (and its ZoneConf) is alive during init.
         let old = unsafe { &*data.cast::<ZoneConf>() };
         if !same_hashing_and_window(zone, old, log) {
+            return Status::NGX_ERROR.into();
+        }
+        if old.mode != zone.mode {
+            ngx_log_error!(
+                NGX_LOG_EMERG,
+                log,
+                "rate_limit_window_zone \"{}\" was created with mode={}; it cannot change to \
+                 mode={} on reload: use a new zone name",
+                zone.name_str(),
+                old.mode,
+                zone.mode
+            );
             return Status::NGX_ERROR.into();
         }
         return adopt(zone, old.header, log);
@@ -431,7 +487,7 @@ unsafe fn format(
         (len, ptr::null_mut(), 0)
     };
     // SAFETY: region is `len` bytes of page-aligned zone memory, ours alone.
-    let table = unsafe { Table::init(region, table_len, zone.window, seed) }?;
+    let table = unsafe { Table::init_mode(region, table_len, zone.window, seed, zone.mode) }?;
     // SAFETY: header is fresh zone memory sized for a ZoneHeader.
     unsafe {
         header.write(ZoneHeader::new(Layout {
@@ -517,7 +573,9 @@ fn adopt(zone: &mut ZoneConf, header: *mut ZoneHeader, log: *mut ngx_log_t) -> n
         return Status::NGX_ERROR.into();
     }
     // SAFETY: as above; table/table_len describe the table it formatted.
-    match unsafe { Table::attach((*header).table, (*header).table_len, zone.window) } {
+    match unsafe {
+        Table::attach_mode((*header).table, (*header).table_len, zone.window, zone.mode)
+    } {
         Ok(t) => {
             zone.header = header;
             zone.table = Some(t);

@@ -66,6 +66,7 @@ mod atomic;
 pub mod cluster;
 pub mod delay;
 pub mod limit_opts;
+pub mod mode;
 pub mod parse;
 pub mod redis_url;
 pub mod reference;

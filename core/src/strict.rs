@@ -78,12 +78,20 @@ const _: () = assert!(MIN_WINDOW_MS >= K);
 /// `window_ms` ms: `floor(now_ms * K / window_ms)`.
 #[inline]
 pub fn sub_index(now_ms: u64, window_ms: u64) -> u64 {
-    ((u128::from(now_ms) * u128::from(K)) / u128::from(window_ms.max(1))) as u64
+    let w = window_ms.max(1);
+    match now_ms.checked_mul(K) {
+        // Every epoch time before year 10^6 takes this u64 path.
+        Some(x) => x / w,
+        None => ((u128::from(now_ms) * u128::from(K)) / u128::from(w)) as u64,
+    }
 }
 
 /// The epoch ms at which sub-window `j` begins: `ceil(j * window_ms / K)`.
 #[inline]
 pub fn sub_start(j: u64, window_ms: u64) -> u64 {
+    if let Some(x) = j.checked_mul(window_ms) {
+        return x.div_ceil(K);
+    }
     let s = (u128::from(j) * u128::from(window_ms)).div_ceil(u128::from(K));
     u64::try_from(s).unwrap_or(u64::MAX)
 }
@@ -207,19 +215,28 @@ fn effective(state: &State, now_ms: u64, window_ms: u64) -> (u64, u64, bool) {
 /// Decides one request at `now_ms` (epoch ms) against `limit` requests per
 /// `window_ms`, counting it in the returned state if admitted.
 pub fn decide(state: State, now_ms: u64, window_ms: u64, limit: u32) -> Verdict {
+    decide_cost(state, now_ms, window_ms, limit, 1)
+}
+
+/// [`decide`] for a request that counts `cost` requests (0 counts as 1):
+/// admitted iff the span plus `cost` stays at or below `limit`, then
+/// counted `cost` times; Retry-After is the wait until the whole cost fits
+/// (a window when it never can: `cost > limit`).
+pub fn decide_cost(state: State, now_ms: u64, window_ms: u64, limit: u32, cost: u32) -> Verdict {
     let (j, t, backwards) = effective(&state, now_ms, window_ms);
     let mut s = state.at(j);
     let total = s.total();
     let limit = limit.min(MAX_STRICT_LIMIT);
-    let admitted = total < limit;
+    let cost = cost.max(1);
+    let admitted = u64::from(total) + u64::from(cost) <= u64::from(limit);
     if admitted {
-        s.counts[0] += 1;
+        s.counts[0] += cost;
     }
     let remaining = limit.saturating_sub(s.total());
     let retry = if admitted {
         0
     } else {
-        retry_after_at(&s, j, t, window_ms, limit).saturating_add(t - now_ms.min(t))
+        retry_after_at(&s, j, t, window_ms, limit, cost).saturating_add(t - now_ms.min(t))
     };
     Verdict {
         admitted,
@@ -243,16 +260,17 @@ pub fn retry_after_ms(state: &State, now_ms: u64, window_ms: u64, limit: u32) ->
     if s.total() < limit {
         return 0;
     }
-    retry_after_at(&s, j, t, window_ms, limit).saturating_add(t - now_ms.min(t))
+    retry_after_at(&s, j, t, window_ms, limit, 1).saturating_add(t - now_ms.min(t))
 }
 
-/// [`retry_after_ms`] for a state already at sub-window `j`, from time `t`.
-fn retry_after_at(s: &State, j: u64, t: u64, window_ms: u64, limit: u32) -> u64 {
-    if limit == 0 {
+/// [`retry_after_ms`] for a state already at sub-window `j`, from time `t`,
+/// until `cost` more requests fit.
+fn retry_after_at(s: &State, j: u64, t: u64, window_ms: u64, limit: u32, cost: u32) -> u64 {
+    if limit == 0 || cost > limit {
         return window_ms;
     }
     for d in 1..=SPAN as u64 {
-        if s.at(j + d).total() < limit {
+        if s.at(j + d).total() + cost <= limit {
             return sub_start(j + d, window_ms).saturating_sub(t);
         }
     }
@@ -266,6 +284,28 @@ fn reset_at(s: &State, t: u64, window_ms: u64) -> u64 {
         Some(i) => sub_start(s.index - i as u64 + SPAN as u64, window_ms).saturating_sub(t),
         None => window_ms,
     }
+}
+
+/// Two states of one key added up (a key found in two slots after a racing
+/// insert), at the later of their sub-windows: each count is the sum of the
+/// two counts of its sub-window (the current one saturating at 65,535,
+/// past ones rounded up).
+pub fn merge(a: &State, b: &State) -> State {
+    let index = a.index.max(b.index);
+    let (a, b) = (a.at(index), b.at(index));
+    let mut s = State {
+        index,
+        counts: [0; SPAN],
+    };
+    for (i, c) in s.counts.iter_mut().enumerate() {
+        let sum = a.counts[i].saturating_add(b.counts[i]);
+        *c = if i == 0 {
+            sum.min(u32::from(u16::MAX))
+        } else {
+            quantize(sum.min(MAX_STRICT_LIMIT))
+        };
+    }
+    s
 }
 
 /// Whole seconds, rounded up.
@@ -352,6 +392,22 @@ mod tests {
                 assert_eq!(sub_index(s - u64::from(j > 0), w), j - u64::from(j > 0));
                 assert!(sub_start(j + 6, w) - s <= w);
             }
+        }
+    }
+
+    #[test]
+    fn u64_paths_match_u128() {
+        for (t, w) in [
+            (u64::MAX, 1_000u64),
+            (u64::MAX / 6 + 1, 7_777),
+            (1_767_225_600_123, 10_000),
+        ] {
+            let exact = (u128::from(t) * 6 / u128::from(w)) as u64;
+            assert_eq!(sub_index(t, w), exact);
+        }
+        for (j, w) in [(u64::MAX / 3, 86_400_000u64), (12_345, 10_000)] {
+            let exact = (u128::from(j) * u128::from(w)).div_ceil(6);
+            assert_eq!(u128::from(sub_start(j, w)), exact.min(u128::from(u64::MAX)));
         }
     }
 

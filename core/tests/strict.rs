@@ -96,7 +96,10 @@ impl Run {
             check_retry(&v.state, self.now, w, limit, v.retry_after_ms);
             check_not_over_conservative(&self.admitted, eff, w, limit);
         }
-        self.state = v.state;
+        if v.admitted {
+            // A rejection writes nothing.
+            self.state = v.state;
+        }
     }
 }
 
@@ -203,8 +206,8 @@ fn saturate(times: &[u64], w: u64, limit: u32, windows: u64) -> [(usize, f64); 2
             est.push(t);
         }
         let v = strict::decide(st, t, w, limit);
-        st = v.state;
         if v.admitted {
+            st = v.state;
             strict_adm.push(t);
         }
     }

@@ -32,7 +32,8 @@ pub struct Admission {
 }
 
 impl Admission {
-    /// The window index (UTC epoch index) the admission was counted in.
+    /// The window index (UTC epoch index) the admission was counted in; in
+    /// a strict zone, the sub-window index ([`crate::strict::sub_index`]).
     pub fn window_index(&self) -> u64 {
         self.window_index
     }
@@ -196,8 +197,11 @@ impl Table<'_> {
         policy: FailPolicy,
         shard: usize,
     ) -> Decision {
-        let (now_idx, elapsed) = self.wdiv.divrem(now_ms);
         let cost = cost.max(1);
+        if self.strict {
+            return self.acquire_strict(key, now_ms, limit, cost, policy, shard);
+        }
+        let (now_idx, elapsed) = self.wdiv.divrem(now_ms);
         let q = Ask {
             key,
             fp: key.fingerprint(),
@@ -429,7 +433,7 @@ impl Table<'_> {
     }
 
     /// Counts what the general path saw (the caller counts the outcome).
-    fn count_events(&self, shard: usize, decision: &Decision) {
+    pub(super) fn count_events(&self, shard: usize, decision: &Decision) {
         if decision.outcome == Outcome::FailClosed {
             self.count(shard, Counter::FailClosed);
         }
@@ -454,6 +458,9 @@ impl Table<'_> {
         let slot = admission.slot as usize;
         if slot >= self.slots.len() {
             return;
+        }
+        if self.strict {
+            return self.undo_strict(admission);
         }
         loop {
             let value = self.load(slot);

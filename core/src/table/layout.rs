@@ -20,7 +20,7 @@ pub const SLOT_BYTES: usize = 16;
 /// `b"RLWINDOW"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RLWINDOW");
 /// Version of the region layout; bumped on any incompatible change.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 
 /// Slot arrays above this size prefetch the second candidate group's home
 /// slot, and every line of both groups before a new key's survey (in a
@@ -116,7 +116,9 @@ pub(super) struct Header {
     /// Raised before a slot is written with a newer index, so no slot is
     /// ever ahead of it.
     pub(super) newest: AtomicU64,
-    pub(super) _reserved: u64,
+    /// 0: [`Mode::Estimate`](crate::mode::Mode), 1: strict (layout
+    /// version 3).
+    pub(super) mode: u64,
     pub(super) last_event_ms: [AtomicU64; COUNTERS],
     pub(super) shards: [Shard; SHARDS],
 }

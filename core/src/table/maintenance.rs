@@ -20,6 +20,8 @@ pub struct Snapshot {
     pub previous: u32,
     /// Sliding estimate in requests (rounded down).
     pub estimate: u32,
+    /// A strict zone's sub-window counts at the caller's sub-window.
+    pub strict: Option<crate::strict::State>,
 }
 
 impl Table<'_> {
@@ -35,6 +37,10 @@ impl Table<'_> {
     /// identifies a key across gateways only if they share the seed; pass it
     /// back to [`Table::add_current`].
     pub fn for_each_current(&self, now_ms: u64, mut f: impl FnMut(u32, u64, u32)) {
+        if self.strict {
+            // Strict zones are never synchronised (no `redis=`).
+            return;
+        }
         let now_idx = self.window.index(now_ms);
         for slot in 0..self.slots.len() {
             let s = Slot::decode(self.load(slot));
@@ -55,7 +61,7 @@ impl Table<'_> {
     /// into its slot (see [`Table::for_each_current`]).
     pub fn add_current(&self, slot: u32, fingerprint: u64, now_ms: u64, n: i64) -> bool {
         let slot = slot as usize;
-        if slot >= self.slots.len() || fingerprint == 0 {
+        if slot >= self.slots.len() || fingerprint == 0 || self.strict {
             return false;
         }
         let now_idx = self.window.index(now_ms);
@@ -81,6 +87,9 @@ impl Table<'_> {
     /// Reads a key's counts at `now_ms` without changing anything. An
     /// absent key reads as zero counts in the current window.
     pub fn peek(&self, key: KeyHash, now_ms: u64) -> Snapshot {
+        if self.strict {
+            return self.peek_strict(key, now_ms);
+        }
         let now_idx = self.window.index(now_ms);
         let elapsed = self.window.elapsed_ms(now_ms);
         let fp = key.fingerprint();
@@ -92,6 +101,7 @@ impl Table<'_> {
                     current: v.counts.current,
                     previous: v.counts.previous,
                     estimate: window::estimate(v.counts, v.elapsed, self.window.ms()),
+                    strict: None,
                 }
             }
             Found::Absent { .. } => Snapshot {
@@ -107,6 +117,9 @@ impl Table<'_> {
     /// The slot keeps its fingerprint and window index (as a sweep leaves
     /// it); one CAS, redone on a lost race. An absent key clears nothing.
     pub fn clear(&self, key: KeyHash, now_ms: u64) -> Snapshot {
+        if self.strict {
+            return self.clear_strict(key, now_ms);
+        }
         let now_idx = self.window.index(now_ms);
         let elapsed = self.window.elapsed_ms(now_ms);
         let fp = key.fingerprint();
@@ -126,6 +139,7 @@ impl Table<'_> {
                     current: v.counts.current,
                     previous: v.counts.previous,
                     estimate: window::estimate(v.counts, v.elapsed, self.window.ms()),
+                    strict: None,
                 };
             }
         }
@@ -161,6 +175,9 @@ impl Table<'_> {
     /// [Placement](super#placement)) and its window index; one CAS per
     /// cleared slot, and a slot changed meanwhile is left alone.
     pub fn sweep(&self, now_ms: u64, start: usize, count: usize) -> (usize, usize) {
+        if self.strict {
+            return self.sweep_strict(now_ms, start, count);
+        }
         let n = self.slots.len();
         let now_idx = self.window.index(now_ms);
         let mut at = start % n;
@@ -200,6 +217,15 @@ impl Table<'_> {
         let n = self.slots.len();
         let start = start % n;
         let end = start.saturating_add(count).min(n);
+        let next = if end == n { 0 } else { end };
+        if self.strict {
+            let now_sub = crate::strict::sub_index(now_ms, self.window.ms());
+            let used = self.slots[start..end]
+                .iter()
+                .filter(|a| !self.strict_is_free(self.ops.load(a), now_sub))
+                .count() as u64;
+            return (next, used);
+        }
         let now_idx = self.window.index(now_ms);
         // Read once, before the scan: a slot counted in a newer window
         // meanwhile may be missed, as any update during the scan may.
@@ -211,7 +237,7 @@ impl Table<'_> {
                 !s.is_free(now_idx, ahead)
             })
             .count() as u64;
-        (if end == n { 0 } else { end }, used)
+        (next, used)
     }
 
     /// Episode detection for logging: records `now_ms` as the latest event

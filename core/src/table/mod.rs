@@ -115,6 +115,7 @@ mod layout;
 mod maintenance;
 mod place;
 pub(crate) mod scan;
+mod strict;
 #[cfg(test)]
 mod testing;
 
@@ -127,6 +128,7 @@ use portable_atomic::{AtomicU128, AtomicU64, Ordering};
 use siphasher::sip::SipHasher13;
 
 use crate::atomic::Ops;
+use crate::mode::Mode;
 use crate::window::{FastDiv, Window};
 
 pub use acquire::{Admission, Decision, Events, Outcome};
@@ -167,6 +169,8 @@ pub enum TableError {
     },
     /// The stored capacity does not fit the region.
     CapacityMismatch,
+    /// The region was formatted for the other mode (`mode=`).
+    ModeMismatch,
 }
 
 impl fmt::Display for TableError {
@@ -192,6 +196,9 @@ impl fmt::Display for TableError {
             ),
             TableError::CapacityMismatch => {
                 f.write_str("shared zone capacity does not match its size")
+            }
+            TableError::ModeMismatch => {
+                f.write_str("shared zone was created with the other mode= (estimate or strict)")
             }
         }
     }
@@ -243,6 +250,8 @@ pub struct Table<'a> {
     /// Prefetch the second group's home slot (tables larger than
     /// [`PREFETCH_BYTES`], unlikely to stay in a core's caches).
     prefetch: bool,
+    /// The zone decides with the strict rule (see `strict.rs`).
+    strict: bool,
     _region: PhantomData<&'a [u8]>,
 }
 
@@ -310,6 +319,22 @@ impl<'a> Table<'a> {
         window: Window,
         seed: [u64; 2],
     ) -> Result<Table<'a>, TableError> {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { Self::init_mode(region, len, window, seed, Mode::Estimate) }
+    }
+
+    /// [`Table::init`] for a zone deciding with `mode`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Table::init`].
+    pub unsafe fn init_mode(
+        region: *mut u8,
+        len: usize,
+        window: Window,
+        seed: [u64; 2],
+        mode: Mode,
+    ) -> Result<Table<'a>, TableError> {
         check_lock_free()?;
         let (pad, cap) = geometry(region, len)?;
         let used = Self::HEADER_BYTES + cap * SLOT_BYTES;
@@ -328,9 +353,10 @@ impl<'a> Table<'a> {
             core::ptr::addr_of_mut!((*h).window_ms).write(window.ms());
             core::ptr::addr_of_mut!((*h).seed).write(seed);
             core::ptr::addr_of_mut!((*h).capacity).write(cap as u64);
+            core::ptr::addr_of_mut!((*h).mode).write(u64::from(mode == Mode::Strict));
         }
         // SAFETY: header and slots are initialized, aligned and in bounds.
-        let table = unsafe { Self::from_parts(base, cap, window, seed) };
+        let table = unsafe { Self::from_parts(base, cap, window, seed, mode) };
         // Publish last: an attacher that sees the magic sees the header.
         table.header.magic.store(MAGIC, Ordering::Release);
         Ok(table)
@@ -350,6 +376,22 @@ impl<'a> Table<'a> {
         len: usize,
         window: Window,
     ) -> Result<Table<'a>, TableError> {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { Self::attach_mode(region, len, window, Mode::Estimate) }
+    }
+
+    /// [`Table::attach`] for a zone deciding with `mode`: the stored mode
+    /// must be `mode` too ([`TableError::ModeMismatch`]).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Table::attach`].
+    pub unsafe fn attach_mode(
+        region: *mut u8,
+        len: usize,
+        window: Window,
+        mode: Mode,
+    ) -> Result<Table<'a>, TableError> {
         check_lock_free()?;
         let (pad, cap) = geometry(region, len)?;
         // SAFETY: in bounds by `geometry`.
@@ -364,12 +406,13 @@ impl<'a> Table<'a> {
         // SAFETY: after the Acquire load of the magic, the plain header
         // fields written before its Release store are visible and are never
         // written again.
-        let (version, window_ms, seed, stored_cap) = unsafe {
+        let (version, window_ms, seed, stored_cap, stored_mode) = unsafe {
             (
                 core::ptr::addr_of!((*h).version).read(),
                 core::ptr::addr_of!((*h).window_ms).read(),
                 core::ptr::addr_of!((*h).seed).read(),
                 core::ptr::addr_of!((*h).capacity).read(),
+                core::ptr::addr_of!((*h).mode).read(),
             )
         };
         if version != LAYOUT_VERSION {
@@ -381,18 +424,27 @@ impl<'a> Table<'a> {
                 wanted_ms: window.ms(),
             });
         }
+        if stored_mode != u64::from(mode == Mode::Strict) {
+            return Err(TableError::ModeMismatch);
+        }
         let stored_cap = usize::try_from(stored_cap).map_err(|_| TableError::CapacityMismatch)?;
         if stored_cap == 0 || stored_cap > cap || stored_cap % PROBE != 0 {
             return Err(TableError::CapacityMismatch);
         }
         // SAFETY: validated formatted region with `stored_cap` slots in bounds.
-        Ok(unsafe { Self::from_parts(base, stored_cap, window, seed) })
+        Ok(unsafe { Self::from_parts(base, stored_cap, window, seed, mode) })
     }
 
     /// # Safety
     /// `base` is 64-byte aligned and holds an initialized header followed by
     /// `cap` initialized slots, valid for `'a`.
-    unsafe fn from_parts(base: *mut u8, cap: usize, window: Window, seed: [u64; 2]) -> Table<'a> {
+    unsafe fn from_parts(
+        base: *mut u8,
+        cap: usize,
+        window: Window,
+        seed: [u64; 2],
+        mode: Mode,
+    ) -> Table<'a> {
         // SAFETY: per the contract; the header is only read through atomics
         // or as immutable plain fields from now on.
         let header = unsafe { &*base.cast::<Header>() };
@@ -417,6 +469,7 @@ impl<'a> Table<'a> {
             ops: Ops::detect(),
             wdiv: FastDiv::new(window.ms()),
             prefetch: cap * SLOT_BYTES > PREFETCH_BYTES,
+            strict: mode == Mode::Strict,
             _region: PhantomData,
         }
     }
