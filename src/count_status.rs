@@ -42,7 +42,7 @@ struct Reservations {
     n: usize,
 }
 
-const _: () = assert!(size_of::<Reservations>() % align_of::<Held>() == 0);
+const _: () = assert!(size_of::<Reservations>().is_multiple_of(align_of::<Held>()));
 
 /// After a request passed every limit: keeps the admissions of the limits
 /// with `count_status=` in a cleanup of the main request's pool, to be
