@@ -15,10 +15,29 @@ batches), statuses counted. Used where wrk's time-based runs do not fit:
   fixed     PORT PATH COUNT hot|distinct [BATCH]
       COUNT requests, X-Key constant ("hot") or c<i> ("distinct").
       Prints a JSON object of status counts.
+
+  cluster   PORTS WINDOW_S LIMIT NWINDOWS
+      PORTS: three gateways' ports, comma-separated. From the next window
+      boundary (windows aligned on the UTC epoch, WINDOW_S seconds long)
+      for NWINDOWS windows, three clients each send 3 x LIMIT requests per
+      window, evenly paced and interleaved: "one" to the first gateway only
+      (/local, a zone without Redis), "rr_sync" round-robin across the three
+      (/sync, a zone synced through Redis) and "rr_local" round-robin
+      across the three (/local). Prints a JSON object: the requests each
+      client had admitted (status 200) per window, the statuses other than
+      200 and 429, and how late the pacing fell behind at worst (ms).
 """
 import json
 import socket
 import sys
+import time
+
+# (client, index of the gateway for tick k, location, X-Key)
+CLUSTER_FLOWS = (
+    ("one", lambda k: 0, "/local", "one"),
+    ("rr_sync", lambda k: k % 3, "/sync", "rr-sync"),
+    ("rr_local", lambda k: k % 3, "/local", "rr-local"),
+)
 
 
 class Conn:
@@ -99,8 +118,42 @@ def rejected(statuses):
     return sum(1 for s in statuses if s in (429, 503))
 
 
+def cluster(ports, window_s, limit, nwindows):
+    """The `cluster` command (see the module doc); returns the JSON object."""
+    conns = [Conn(p) for p in ports]
+    period = window_s / (3.0 * limit)  # seconds between one client's requests
+    ticks = int(round(nwindows * window_s / period))
+    admitted = {f[0]: [0] * nwindows for f in CLUSTER_FLOWS}
+    other = {}
+    t0 = (int(time.time()) // window_s + 1) * window_s
+    time.sleep(max(0.0, t0 - time.time()))
+    late = 0.0
+    for k in range(ticks):
+        due = t0 + k * period
+        now = time.time()
+        if now < due:
+            time.sleep(due - now)
+        else:
+            late = max(late, now - due)
+        for name, gw, path, key in CLUSTER_FLOWS:
+            w = int((time.time() - t0) // window_s)
+            st = conns[gw(k)].run(path, [key])[0]
+            if st == 200 and w < nwindows:
+                admitted[name][w] += 1
+            elif st not in (200, 429):
+                other[str(st)] = other.get(str(st), 0) + 1
+    for c in conns:
+        c.close()
+    return {"window_s": window_s, "limit": limit, "per_window": 3 * limit,
+            "admitted": admitted, "other_statuses": other, "max_late_ms": round(late * 1000)}
+
+
 def main(argv):
     cmd = argv[1]
+    if cmd == "cluster":
+        ports = [int(p) for p in argv[2].split(",")]
+        print(json.dumps(cluster(ports, int(argv[3]), int(argv[4]), int(argv[5]))))
+        return
     port = int(argv[2])
     path = argv[3]
     if cmd == "capacity":

@@ -9,6 +9,8 @@
   report.py accuracy FILE      accuracy bench stdout -> markdown
   report.py hugepages TSV      1M clients, table on 4 KB vs huge pages -> markdown
   report.py scaling TSV        req/s per worker count -> markdown
+  report.py cluster JSON TSV METRICS  admission across gateways and sync on/off -> markdown
+  report.py splice OLD NEW     OLD with its "## " sections replaced by NEW's (but Machine)
   report.py selftest           checks the statistics helpers (bench.sh runs it first)
 """
 import json
@@ -142,6 +144,9 @@ def cmd_selftest():
     assert verdict(None, 0.98) == "—"
     d = scaling_table([("hot", 2, 1, "rlw", 9.0), ("hot", 1, 1, "rlw", 5.0), ("hot", 2, 2, "rlw", 7.0)])
     assert d == {"hot": {1: {"rlw": {1: 5.0}}, 2: {"rlw": {1: 9.0, 2: 7.0}}}}
+    old = "# B\n\n## Machine\nm1\n\n## A\na1\n\n## C\nc1\n"
+    new = "# B\n\n## Machine\nm2\n\n## C\nc2\n\n## D\nd2\n"
+    assert splice(old, new) == "# B\n\n## Machine\nm1\n\n## A\na1\n\n## C\nc2\n\n## D\nd2\n", splice(old, new)
     print("report.py selftest: ok")
 
 
@@ -462,9 +467,112 @@ def cmd_redis(path, rounds="?"):
     print("\n".join(out))
 
 
+CLUSTER_CLIENTS = (("one", "1 gateway"), ("rr_sync", "3 gateways, sync"),
+                   ("rr_local", "3 gateways, no sync"))
+
+
+def cmd_cluster(json_path, tsv_path, metrics_path, catchup_path):
+    """Admitted per window across gateways, then sync on/off req/s."""
+    a = json.load(open(json_path))
+    lim = a["limit"]
+    out = ["Requests admitted per %d s window (each client sent %d per window; limit %d):"
+           % (a["window_s"], a["per_window"], lim), "",
+           "| window | limit | " + " | ".join(l for _, l in CLUSTER_CLIENTS) + " |",
+           "|---:|---:|" + "---:|" * len(CLUSTER_CLIENTS)]
+    adm = a["admitted"]
+    n = len(adm["one"])
+    for w in range(n):
+        out.append("| %d | %d | %s |" % (w + 1, lim, " | ".join(
+            str(adm[c][w]) for c, _ in CLUSTER_CLIENTS)))
+    out.append("| **most, as × limit** | 1.00 | %s |" % " | ".join(
+        "%.2f" % (max(adm[c]) / lim) for c, _ in CLUSTER_CLIENTS))
+    out += ["", "Window 1 starts with no history; in the later ones the sliding estimate "
+            "also counts the previous window's admissions. Pacing fell behind by %d ms at "
+            "worst; statuses other than 200 and 429: %s." % (
+                a["max_late_ms"], json.dumps(a["other_statuses"]) if a["other_statuses"] else "none")]
+    out += ["", "### Sync on vs off, active clients", ""] + cluster_sync(tsv_path, metrics_path, catchup_path)
+    print("\n".join(out))
+
+
+def cluster_sync(tsv_path, metrics_path, catchup_path):
+    """Lines of the sync on/off table: per client count, medians and per-rep ratios."""
+    data = {}
+    for l in open(tsv_path):
+        r = l.split()
+        if r and not l.startswith("#"):
+            data.setdefault(int(r[0]), {}).setdefault(r[2], {})[int(r[1])] = (float(r[3]), float(r[6]))
+    rounds = {}
+    for l in open(metrics_path):
+        m = re.match(r'rate_limit_window_sync_(rounds_total|keys_pushed_total|failures_total|lag_seconds)'
+                     r'\{zone="on_(\d+)"[^}]*\} (\S+)', l)
+        if m and 'kind="key"' not in l:  # per-key errors are not failed rounds
+            d = rounds.setdefault(int(m.group(2)), {})
+            d[m.group(1)] = d.get(m.group(1), 0) + float(m.group(3))
+    catchup = dict(l.split() for l in open(catchup_path) if l.strip())
+    reps = len(next(iter(data.values()))["on"]) if data else 0
+    out = ["One nginx (2 workers) with a zone per client count, without and with "
+           "`redis=` (`sync=100ms`, the same redis-server), `limit=1000000` per minute "
+           "(every request admitted). wrk cycles X-Key through N keys (bench/keys.lua), "
+           "sync off and on alternated (the first rotating), %d rep(s) of each after a "
+           "warm-up; a ratio per rep from its two adjacent runs." % reps, "",
+           "| active clients | sync off req/s | sync on req/s | on/off (median of per-rep ratios) "
+           "| 95% CI of the median | min–max | sync off p99 ms | sync on p99 ms | sync rounds "
+           "| failed rounds | keys pushed | lag at the end s | caught up after s |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for n in sorted(data):
+        off, on = data[n]["off"], data[n]["on"]
+        common = sorted(set(off) & set(on))
+        rs = [on[i][0] / off[i][0] for i in common]
+        med = lambda d, k: statistics.median(d[i][k] for i in common)
+        rd = rounds.get(n, {})
+        ci = median_ci(rs)
+        out.append("| %s | %s | %s | %.3f | %s | %.3f–%.3f | %.2f | %.2f | %s | %s | %s | %.1f | %s |" % (
+            fmt_int(n), fmt_int(med(off, 0)), fmt_int(med(on, 0)), statistics.median(rs),
+            "%.3f–%.3f" % ci if ci else "—", min(rs), max(rs), med(off, 1), med(on, 1),
+            fmt_int(rd.get("rounds_total", 0)), fmt_int(rd.get("failures_total", 0)),
+            fmt_int(rd.get("keys_pushed_total", 0)), rd.get("lag_seconds", -1),
+            catchup.get(str(n), "?")))
+    out += ["", "The synced zone's own metrics when the load stopped: completed rounds, rounds "
+            "that failed (any kind: timeout, connection, reply), keys written, and the lag "
+            "(seconds since the last completed round); then how long, with no load, until a "
+            "round completed again (\"-\": not within 20 s). Every round reads back every "
+            "client active in the window (batches of 1,000 keys, a 2 s deadline per round), "
+            "so its cost grows with the active clients, not with the requests."]
+    return out
+
+
+def sections(text):
+    """[(heading or None, text)] cut at each "## " line."""
+    out, head, buf = [], None, []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("## "):
+            out.append((head, "".join(buf)))
+            head, buf = line.strip(), []
+        buf.append(line)
+    out.append((head, "".join(buf)))
+    return out
+
+
+def splice(old, new):
+    """OLD's text with each "## " section that NEW has (but Machine) replaced
+    by NEW's, in place; NEW's other sections appended."""
+    repl = {h: t for h, t in sections(new) if h and h != "## Machine"}
+    out = []
+    for h, t in sections(old):
+        out.append(repl.pop(h, t))
+    if out and not out[-1].endswith("\n\n"):
+        out[-1] += "\n"
+    out += list(repl.values())
+    return "".join(out)
+
+
+def cmd_splice(old_path, new_path):
+    sys.stdout.write(splice(open(old_path).read(), open(new_path).read()))
+
+
 if __name__ == "__main__":
     {"wrk": cmd_wrk, "throughput": cmd_throughput, "capacity": cmd_capacity,
      "callgrind": cmd_callgrind, "criterion": cmd_criterion,
      "accuracy": cmd_accuracy, "redis": cmd_redis, "hugepages": cmd_hugepages,
-     "scaling": cmd_scaling,
+     "scaling": cmd_scaling, "cluster": cmd_cluster, "splice": cmd_splice,
      "selftest": cmd_selftest}[sys.argv[1]](*sys.argv[2:])

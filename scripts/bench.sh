@@ -16,6 +16,10 @@
 #   scaling     the throughput nginx with 1, 2, 4, ... workers (up to nproc):
 #               req/s of no limiter, this module and limit_req per worker
 #               count, hot and 1M clients (on a 2-core machine: 1 and 2)
+#   cluster     three gateways sharing one redis-server: one client sent
+#               round-robin at 3x its limit, admitted per window against
+#               the limit, beside a single gateway; then sync on vs off,
+#               req/s at 10,000 and 100,000 active clients
 #
 # Settings (environment):
 #   BENCH_SECS=3       seconds per measured wrk run
@@ -31,8 +35,16 @@
 #   BENCH_SCALE_THREADS wrk threads there (default: nproc/4, at least 2)
 #   BENCH_SCALE_CONNS=32 wrk connections per nginx worker there
 #   BENCH_CAP_RLW_N / BENCH_CAP_LR_N   key counts for the capacity section
-#   BENCH_SECTIONS="throughput capacity accuracy micro callgrind redis hugepages scaling"
+#   BENCH_CLUSTER_LIMIT=100, BENCH_CLUSTER_WINDOW=10, BENCH_CLUSTER_WINDOWS=4
+#                      the cluster section's limit, window (s) and windows sent
+#   BENCH_CLUSTER_KEYS="10000 100000" active clients of its sync on/off runs
+#   BENCH_CLUSTER_REPS=6 reps per variant there
+#   BENCH_SECTIONS="throughput capacity accuracy micro callgrind redis hugepages scaling cluster"
 #   BENCH_OUT=BENCHMARKS.md
+#   RLW_BENCH_ONLY="cluster"  run only these sections and replace only their
+#                      sections in an existing BENCH_OUT (the others, the
+#                      machine table included, stay as they are); overrides
+#                      BENCH_SECTIONS
 #
 # Raw outputs stay in target/bench/results/. Progress goes to stderr.
 # Exits non-zero (and leaves BENCHMARKS.md untouched) if nginx fails, a wrk
@@ -52,7 +64,14 @@ BENCH_QUICK=${BENCH_QUICK:-0}
 BENCH_CG_REQS=${BENCH_CG_REQS:-2000}
 BENCH_CAP_RLW_N=${BENCH_CAP_RLW_N:-"5000 10000 20000 40000 50000 55000 60000 65000 70000 80000 100000"}
 BENCH_CAP_LR_N=${BENCH_CAP_LR_N:-"2000 5000 7000 8000 9000 10000 20000"}
-BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput capacity accuracy micro callgrind redis hugepages scaling"}
+BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput capacity accuracy micro callgrind redis hugepages scaling cluster"}
+RLW_BENCH_ONLY=${RLW_BENCH_ONLY:-}
+[ -z "$RLW_BENCH_ONLY" ] || BENCH_SECTIONS=$RLW_BENCH_ONLY
+BENCH_CLUSTER_LIMIT=${BENCH_CLUSTER_LIMIT:-100}
+BENCH_CLUSTER_WINDOW=${BENCH_CLUSTER_WINDOW:-10}
+BENCH_CLUSTER_WINDOWS=${BENCH_CLUSTER_WINDOWS:-4}
+BENCH_CLUSTER_KEYS=${BENCH_CLUSTER_KEYS:-"10000 100000"}
+BENCH_CLUSTER_REPS=${BENCH_CLUSTER_REPS:-6}
 BENCH_SCALE_REPS=${BENCH_SCALE_REPS:-5}
 BENCH_SCALE_CONNS=${BENCH_SCALE_CONNS:-32}
 BENCH_OUT=${BENCH_OUT:-BENCHMARKS.md}
@@ -68,6 +87,7 @@ BENCH_DIR=$ROOT/bench
 
 NGINX_PID=""
 CHILD_PID=""
+GATEWAY_PIDS=()
 START_TS=$(date +%s)
 
 log() { echo "[bench $(date +%H:%M:%S)] $*" >&2; }
@@ -111,6 +131,10 @@ cleanup() {
     if [ -n "${OTHER_NGINX_PID:-}" ]; then
         NGINX_PID=$OTHER_NGINX_PID stop_nginx TERM
     fi
+    local pid
+    for pid in "${GATEWAY_PIDS[@]}"; do
+        NGINX_PID=$pid stop_nginx TERM
+    done
     [ -z "${THP_SAVED:-}" ] || echo "$THP_SAVED" >"$THP_CTL" 2>/dev/null || true
     [ -z "${REDIS_PID:-}" ] || kill "$REDIS_PID" 2>/dev/null || true
     exit $rc
@@ -181,7 +205,7 @@ preflight() {
     command -v python3 >/dev/null || die "python3 is required (bench/httpclient.py, bench/report.py)"
     command -v curl >/dev/null || die "curl is required"
     python3 "$BENCH_DIR/report.py" selftest >/dev/null || die "bench/report.py selftest failed"
-    if section_on throughput || section_on scaling || section_on hugepages || section_on redis; then
+    if section_on throughput || section_on scaling || section_on hugepages || section_on redis || section_on cluster; then
         command -v wrk >/dev/null || die "wrk is required (scripts/deps.sh wrk)"
     fi
     rm -rf "$RESULTS" "$BIN"
@@ -223,7 +247,11 @@ wrk_run() {
     local args=(-t"$BENCH_THREADS" -c"$BENCH_CONNS" -d"${secs}s" --latency --timeout 10s)
     case $scen in
         hot | rej) args+=(-H "X-Key: hot" "$url") ;;
-        many) args+=(-s "$BENCH_DIR/keys.lua" "$url" -- "$BENCH_KEYS" $(((RANDOM * 32768 + RANDOM) % BENCH_KEYS)) "$BENCH_THREADS") ;;
+        many*)
+            # "manyN": N clients (the cluster section); "many": BENCH_KEYS
+            local nkeys=${scen#many}
+            nkeys=${nkeys:-$BENCH_KEYS}
+            args+=(-s "$BENCH_DIR/keys.lua" "$url" -- "$nkeys" $(((RANDOM * 32768 + RANDOM) % nkeys)) "$BENCH_THREADS") ;;
     esac
     if [ "$scen" = rej ]; then
         # prime the key (first request may be admitted), then it must be over
@@ -506,29 +534,34 @@ bench_hugepages() {
     HUGEPAGES_MD=$(python3 "$BENCH_DIR/report.py" hugepages "$tsv")
 }
 
-# ---------------------------------------------------------------- redis hook
+# ---------------------------------------------------------------- redis
 
-# Redis "sync on vs off": the same module zone with and without redis=,
-# alternating reps as in bench_throughput, req/s and p99 from wrk --latency,
-# against a local redis-server. Scenarios: one hot client (1 s window, so
-# a limit of 1,000,000 admits everything), and 10,000
-# clients (every one of them active, so every sync round pushes 10,000
-# keys). The run is refused unless the sync really ran (rounds > 0, no
-# errors).
-bench_redis() {
-    command -v redis-server >/dev/null || { REDIS_MD="_Skipped: redis-server is not installed._"; log "redis: no redis-server; skipped"; return; }
-    fresh_prefix
-    PORT=$(free_port)
-    local rport
-    rport=$(free_port)
-    redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no >"$RESULTS/redis-server.log" 2>&1 &
+# start_redis: a private redis-server (no persistence) on a free port,
+# REDIS_PORT; its pid in REDIS_PID for stop_redis and the cleanup trap.
+start_redis() {
+    REDIS_PORT=$(free_port)
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+        >"$RESULTS/redis-server.log" 2>&1 &
     REDIS_PID=$!
     local deadline=$((SECONDS + 10))
-    until redis-cli -p "$rport" ping >/dev/null 2>&1; do
+    until redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; do
         [ $SECONDS -lt $deadline ] || die "redis-server did not start"
         sleep 0.1
     done
-    cat >"$PREFIX/conf/nginx.conf" <<EOF
+}
+
+stop_redis() {
+    [ -n "${REDIS_PID:-}" ] || return 0
+    kill "$REDIS_PID" 2>/dev/null || true
+    wait "$REDIS_PID" 2>/dev/null || true
+    REDIS_PID=""
+}
+
+# conf_head: the start of a hand-written bench nginx.conf in $PREFIX (2
+# workers, the module loaded, `http {` opened with access_log off and temp
+# paths in the prefix); the caller adds zones and servers and closes http.
+conf_head() {
+    cat <<EOF
 load_module $BIN/ngx_http_rate_limit_window_module.so;
 worker_processes 2;
 daemon off;
@@ -544,10 +577,45 @@ http {
     fastcgi_temp_path $PREFIX/tmp/fastcgi;
     uwsgi_temp_path $PREFIX/tmp/uwsgi;
     scgi_temp_path $PREFIX/tmp/scgi;
+EOF
+}
+
+# sync_params: the zone parameters that make a zone sync through the
+# bench's redis-server (every 100 ms; the secret= of 16+ characters that a
+# redis= zone requires).
+sync_params() { echo "redis=127.0.0.1:$REDIS_PORT sync=100ms secret=bench-secret-0123456"; }
+
+# sync_rounds METRICS ZONE: prints the sync rounds ZONE completed, from a
+# /metrics page saved in the file METRICS; dies unless the sync ran (at
+# least one round) with no error of any kind in any zone.
+sync_rounds() {
+    local rounds errors
+    rounds=$(awk -v s="rate_limit_window_sync_rounds_total{zone=\"$2\"}" '$1 == s {print $2}' "$1")
+    errors=$(awk '/^rate_limit_window_sync_(errors|failures)_total/ {s += $2} END {print s + 0}' "$1")
+    [ "${rounds:-0}" -gt 0 ] || die "the sync of zone $2 never completed a round (see $1)"
+    [ "$errors" -eq 0 ] || die "$errors sync errors during the run (see $1)"
+    echo "$rounds"
+}
+
+# Redis "sync on vs off": the same module zone with and without redis=,
+# alternating reps as in bench_throughput, req/s and p99 from wrk --latency,
+# against a local redis-server. Scenarios: one hot client (1 s window, so
+# a limit of 1,000,000 admits everything), and 10,000
+# clients (every one of them active, so every sync round pushes 10,000
+# keys). The run is refused unless the sync really ran (rounds > 0, no
+# errors).
+bench_redis() {
+    command -v redis-server >/dev/null || { REDIS_MD="_Skipped: redis-server is not installed._"; log "redis: no redis-server; skipped"; return; }
+    fresh_prefix
+    PORT=$(free_port)
+    start_redis
+    {
+        conf_head
+        cat <<EOF
     rate_limit_window_zone \$http_x_key zone=off_hot:1m window=1s;
     rate_limit_window_zone \$http_x_key zone=off_many:4m window=1m;
-    rate_limit_window_zone \$http_x_key zone=on_hot:1m window=1s redis=127.0.0.1:$rport sync=100ms secret=bench-secret-0123456;
-    rate_limit_window_zone \$http_x_key zone=on_many:4m window=1m redis=127.0.0.1:$rport sync=100ms secret=bench-secret-0123456;
+    rate_limit_window_zone \$http_x_key zone=on_hot:1m window=1s $(sync_params);
+    rate_limit_window_zone \$http_x_key zone=on_many:4m window=1m $(sync_params);
     server {
         listen 127.0.0.1:$PORT reuseport;
         location /none/ { empty_gif; }
@@ -559,6 +627,7 @@ http {
     }
 }
 EOF
+    } >"$PREFIX/conf/nginx.conf"
     start_nginx "$PREFIX/conf/nginx.conf"
     local saved_keys=$BENCH_KEYS
     BENCH_KEYS=10000
@@ -576,17 +645,147 @@ EOF
         done
     done
     BENCH_KEYS=$saved_keys
-    local metrics rounds errors
-    metrics=$(curl -s "http://127.0.0.1:$PORT/metrics")
-    echo "$metrics" >"$RESULTS/redis-metrics.txt"
+    local rounds
+    curl -s "http://127.0.0.1:$PORT/metrics" >"$RESULTS/redis-metrics.txt"
     stop_nginx
-    kill "$REDIS_PID" 2>/dev/null; wait "$REDIS_PID" 2>/dev/null || true
-    REDIS_PID=""
-    rounds=$(awk '/^rate_limit_window_sync_rounds_total\{zone="on_many"\}/ {print $2}' <<<"$metrics")
-    errors=$(awk '/^rate_limit_window_sync_errors_total/ {s += $2} END {print s + 0}' <<<"$metrics")
-    [ "${rounds:-0}" -gt 0 ] || die "redis: the sync never completed a round (see $RESULTS/redis-metrics.txt)"
-    [ "$errors" -eq 0 ] || die "redis: $errors sync errors during the run (see $RESULTS/redis-metrics.txt)"
+    stop_redis
+    rounds=$(sync_rounds "$RESULTS/redis-metrics.txt" on_many)
     REDIS_MD=$(python3 "$BENCH_DIR/report.py" redis "$tsv" "$rounds")
+}
+
+# ---------------------------------------------------------------- cluster
+
+# start_gateways N: N nginx gateways, each in its own prefix
+# ($WORK/prefix-gwI) and on its own port (GATEWAY_PORTS; their pids in
+# GATEWAY_PIDS for stop_gateways and the cleanup trap). Two zones, windows
+# of BENCH_CLUSTER_WINDOW s: `sync` shares its counts through the bench's
+# redis-server, `local` does not; /sync and /local each limit an X-Key to
+# BENCH_CLUSTER_LIMIT requests per window.
+start_gateways() {
+    local i saved_prefix=$PREFIX
+    GATEWAY_PORTS=() GATEWAY_PIDS=()
+    for i in $(seq 1 "$1"); do
+        PREFIX=$WORK/prefix-gw$i
+        fresh_prefix
+        PORT=$(free_port)
+        {
+            conf_head
+            cat <<EOF
+    rate_limit_window_zone \$http_x_key zone=sync:1m window=${BENCH_CLUSTER_WINDOW}s $(sync_params);
+    rate_limit_window_zone \$http_x_key zone=local:1m window=${BENCH_CLUSTER_WINDOW}s;
+    server {
+        listen 127.0.0.1:$PORT reuseport;
+        location /none/ { empty_gif; }
+        location = /sync { rate_limit_window zone=sync limit=$BENCH_CLUSTER_LIMIT; rate_limit_window_log_level info; empty_gif; }
+        location = /local { rate_limit_window zone=local limit=$BENCH_CLUSTER_LIMIT; rate_limit_window_log_level info; empty_gif; }
+        location = /metrics { rate_limit_window_metrics; }
+    }
+}
+EOF
+        } >"$PREFIX/conf/nginx.conf"
+        start_nginx "$PREFIX/conf/nginx.conf"
+        GATEWAY_PORTS+=("$PORT")
+        GATEWAY_PIDS+=("$NGINX_PID")
+        NGINX_PID=""
+    done
+    PREFIX=$saved_prefix
+}
+
+stop_gateways() {
+    local pid
+    for pid in "${GATEWAY_PIDS[@]}"; do
+        NGINX_PID=$pid stop_nginx
+    done
+    GATEWAY_PIDS=()
+}
+
+# cluster_admission: three gateways; one client round-robin across them at
+# three times its limit, beside one client at the same rate on the first
+# gateway alone and one round-robin on the zone without sync (the three
+# clients interleaved, bench/httpclient.py cluster), for
+# BENCH_CLUSTER_WINDOWS windows. Raw result: $RESULTS/cluster-admission.json.
+cluster_admission() {
+    log "cluster: 3 gateways, limit $BENCH_CLUSTER_LIMIT per ${BENCH_CLUSTER_WINDOW}s window at 3x that rate, $BENCH_CLUSTER_WINDOWS windows"
+    start_gateways 3
+    local ports json=$RESULTS/cluster-admission.json i
+    ports=$(IFS=,; echo "${GATEWAY_PORTS[*]}")
+    python3 "$BENCH_DIR/httpclient.py" cluster "$ports" "$BENCH_CLUSTER_WINDOW" \
+        "$BENCH_CLUSTER_LIMIT" "$BENCH_CLUSTER_WINDOWS" >"$json" || die "cluster client failed"
+    log "cluster admission: $(cat "$json")"
+    for i in 1 2 3; do
+        curl -s "http://127.0.0.1:${GATEWAY_PORTS[$((i - 1))]}/metrics" >"$RESULTS/cluster-metrics-gw$i.txt"
+        NGINX_PID=${GATEWAY_PIDS[$((i - 1))]} PREFIX=$WORK/prefix-gw$i check_nginx_alive
+    done
+    stop_gateways
+    sync_rounds "$RESULTS/cluster-metrics-gw1.txt" sync >/dev/null
+}
+
+# cluster_throughput: one nginx, sync off vs on (zones without and with
+# redis=) at each count of active clients in BENCH_CLUSTER_KEYS (wrk with
+# bench/keys.lua, scenario manyN), alternated as in bench_throughput,
+# BENCH_CLUSTER_REPS reps. Raw results: $RESULTS/cluster-sync.tsv. Failed
+# sync rounds are a result here (a round that cannot finish within its
+# deadline under load), reported with the metrics, not a reason to stop.
+cluster_throughput() {
+    fresh_prefix
+    PORT=$(free_port)
+    local n
+    {
+        conf_head
+        for n in $BENCH_CLUSTER_KEYS; do
+            echo "    rate_limit_window_zone \$http_x_key zone=off_$n:16m window=1m;"
+            echo "    rate_limit_window_zone \$http_x_key zone=on_$n:16m window=1m $(sync_params);"
+        done
+        echo "    server {"
+        echo "        listen 127.0.0.1:$PORT reuseport;"
+        echo "        location /none/ { empty_gif; }"
+        echo "        location = /metrics { rate_limit_window_metrics; }"
+        for n in $BENCH_CLUSTER_KEYS; do
+            echo "        location = /off/many$n { rate_limit_window zone=off_$n limit=1000000; empty_gif; }"
+            echo "        location = /on/many$n { rate_limit_window zone=on_$n limit=1000000; empty_gif; }"
+        done
+        echo "    }"
+        echo "}"
+    } >"$PREFIX/conf/nginx.conf"
+    start_nginx "$PREFIX/conf/nginx.conf"
+    local tsv=$RESULTS/cluster-sync.tsv
+    echo "# clients rep variant rps requests non2xx p99ms sockerr idlepct" >"$tsv"
+    for n in $BENCH_CLUSTER_KEYS; do
+        alternate_reps "many$n" "$BENCH_CLUSTER_REPS" cluster "$tsv" "$n" "cluster sync, $n clients" off on
+    done
+    curl -s "http://127.0.0.1:$PORT/metrics" >"$RESULTS/cluster-sync-metrics.txt"
+    : >"$RESULTS/cluster-sync-catchup.txt"
+    for n in $BENCH_CLUSTER_KEYS; do
+        echo "$n $(sync_catch_up "on_$n" 20)" >>"$RESULTS/cluster-sync-catchup.txt"
+    done
+    stop_nginx
+}
+
+# sync_catch_up ZONE MAX: seconds (to 0.5 s) after the load until ZONE's
+# sync completed a round again (lag under 1 s), or "-" when not within MAX s.
+sync_catch_up() {
+    local t=0 lag
+    while [ "$t" -le $(($2 * 2)) ]; do
+        lag=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk -v s="rate_limit_window_sync_lag_seconds{zone=\"$1\"}" '$1 == s {print $2}')
+        if awk -v l="${lag:--1}" 'BEGIN { exit !(l >= 0 && l < 1) }'; then
+            echo "$((t / 2)).$((t % 2 * 5))"
+            return
+        fi
+        sleep 0.5
+        t=$((t + 1))
+    done
+    echo "-"
+}
+
+bench_cluster() {
+    command -v redis-server >/dev/null || { CLUSTER_MD="_Skipped: redis-server is not installed._"; log "cluster: no redis-server; skipped"; return; }
+    log "== cluster: admission across 3 gateways; sync on vs off at $BENCH_CLUSTER_KEYS clients"
+    start_redis
+    cluster_admission
+    cluster_throughput
+    stop_redis
+    CLUSTER_MD=$(python3 "$BENCH_DIR/report.py" cluster "$RESULTS/cluster-admission.json" \
+        "$RESULTS/cluster-sync.tsv" "$RESULTS/cluster-sync-metrics.txt" "$RESULTS/cluster-sync-catchup.txt")
 }
 
 # ---------------------------------------------------------------- scaling
@@ -664,6 +863,8 @@ EOF
 
 write_report() {
     local tmp=$BENCH_OUT.tmp
+    ALONE_NOTE=""
+    [ -z "$RLW_BENCH_ONLY" ] || ALONE_NOTE="$(alone_note)"$'\n\n'
     {
         echo "# Benchmarks"
         echo
@@ -848,15 +1049,53 @@ $REDIS_MD
 
 EOF
         fi
+        if section_on cluster; then
+            cat <<EOF
+## Cluster: three gateways sharing one Redis
+
+${ALONE_NOTE}Three nginx gateways (2 workers each) load the module with two zones of
+${BENCH_CLUSTER_WINDOW} s windows: \`sync\` shares its counts through one local
+redis-server (\`$(REDIS_PORT=PORT sync_params | sed 's/secret=[^ ]*/secret=…/')\`), \`local\`
+does not; both limit a client to $BENCH_CLUSTER_LIMIT requests per window.
+Three clients send interleaved, evenly paced requests, each at three times
+that limit ($((3 * BENCH_CLUSTER_LIMIT)) requests per window), for $BENCH_CLUSTER_WINDOWS windows from a
+window boundary: one to the first gateway alone, one round-robin across
+the three gateways on the synced zone, one round-robin on the zone without
+sync. The README states the bound on over-admission across gateways:
+about gateways × the client's request rate × (sync interval + Redis round
+trip).
+
+$CLUSTER_MD
+
+EOF
+        fi
     } >"$tmp"
-    mv "$tmp" "$BENCH_OUT"
+    if [ -n "$RLW_BENCH_ONLY" ] && [ -f "$BENCH_OUT" ]; then
+        python3 "$BENCH_DIR/report.py" splice "$BENCH_OUT" "$tmp" >"$tmp.spliced"
+        mv "$tmp.spliced" "$BENCH_OUT"
+        rm -f "$tmp"
+    else
+        mv "$tmp" "$BENCH_OUT"
+    fi
+}
+
+# alone_note: under RLW_BENCH_ONLY, a paragraph that says when and where the
+# section was run, since the machine table is the last full run's.
+alone_note() {
+    [ -n "$RLW_BENCH_ONLY" ] || return 0
+    local rev
+    rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    echo "_Run on its own (\`RLW_BENCH_ONLY=$RLW_BENCH_ONLY\`) on $(date -u '+%Y-%m-%d %H:%M UTC'), commit $rev,"
+    echo "on a $(nproc)-core machine shared with other work (load average at start"
+    echo "$LOAD_AT_START), so absolute req/s are depressed: compare the ratios. The"
+    echo "machine table above is from the last full run._"
 }
 
 # ---------------------------------------------------------------- main
 
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
 THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" CALLGRIND_MD="" REDIS_MD="" HUGEPAGES_MD=""
-SCALING_MD="" SCALING_WRK=""
+SCALING_MD="" SCALING_WRK="" CLUSTER_MD=""
 preflight
 [ "$BENCH_REPS" -ge 3 ] || log "warning: BENCH_REPS=$BENCH_REPS < 3: fine for trying the script, not for numbers to quote"
 section_on throughput && bench_throughput
@@ -865,6 +1104,7 @@ section_on callgrind && bench_callgrind
 section_on redis && bench_redis
 section_on hugepages && bench_hugepages
 section_on scaling && bench_scaling
+section_on cluster && bench_cluster
 section_on accuracy && bench_accuracy
 section_on micro && bench_micro
 write_report

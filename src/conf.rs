@@ -23,11 +23,12 @@ use ngx::http::{
 };
 use ngx::{ngx_conf_log_error, ngx_string};
 use rate_limit_window_core::cluster::secret_error;
+use rate_limit_window_core::delay::split_delay_params;
+use rate_limit_window_core::limit_opts::{split_limit_opts, CostSpec, StatusSet};
 use rate_limit_window_core::parse::{
     escape, parse_limit_params, parse_zone_params, single_variable, LimitSpec,
 };
 
-use crate::util::pool_str;
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -58,6 +59,14 @@ pub struct MainConf {
 }
 
 impl MainConf {
+    /// Every zone, as references for the cycle (the one place the zone
+    /// pointers are dereferenced at run time).
+    pub fn zones(&self) -> impl Iterator<Item = &'static ZoneConf> + '_ {
+        // SAFETY: zone pointers come from the configuration pool and stay
+        // valid (and unchanged after configuration) for the cycle.
+        self.zones.iter().map(|&z| unsafe { &*z })
+    }
+
     /// Finds a zone by name.
     pub fn zone(&self, name: &[u8]) -> Option<*mut ZoneConf> {
         // SAFETY: zone pointers come from the configuration pool and stay
@@ -83,6 +92,22 @@ pub enum LimitValue {
 pub struct Limit {
     pub zone: *mut ZoneConf,
     pub value: LimitValue,
+    /// `delay=`: longest hold of a request this limit rejects (ms).
+    pub delay_ms: u64,
+    /// `cost=`: requests one request counts (see cost.rs).
+    pub cost: crate::cost::CostValue,
+    /// `count_status=`: the final statuses that keep the request counted
+    /// (None: every admitted request counts). See count_status.rs.
+    pub count_status: Option<StatusSet>,
+}
+
+impl Limit {
+    /// The limit's zone, for the cycle.
+    pub fn zone(&self) -> &'static ZoneConf {
+        // SAFETY: `zone` comes from the configuration pool (zone_by_name)
+        // and stays valid, unchanged after configuration, for the cycle.
+        unsafe { &*self.zone }
+    }
 }
 
 /// Location configuration. `repr(C)` because nginx's stock slot setters
@@ -101,6 +126,8 @@ pub struct LocConf {
     pub limits: Option<Vec<Limit>>,
     /// `rate_limit_window_phase`: PHASE_PREACCESS or PHASE_POSTACCESS.
     pub phase: ngx_uint_t,
+    /// `delay_max_held=` and this worker's held requests (see delay.rs).
+    pub delay: crate::delay::LocDelay,
 }
 
 impl Default for LocConf {
@@ -112,6 +139,7 @@ impl Default for LocConf {
             log_level: UNSET_UINT,
             limits: None,
             phase: UNSET_UINT,
+            delay: Default::default(),
         }
     }
 }
@@ -138,6 +166,7 @@ impl Merge for LocConf {
             self.limits.clone_from(&prev.limits);
         }
         pick(&mut self.phase, prev.phase, UNSET_UINT, PHASE_PREACCESS);
+        self.delay.merge(&prev.delay);
         Ok(())
     }
 }
@@ -268,7 +297,7 @@ pub static mut COMMANDS: [ngx_command_t; 9] = [
     },
     ngx_command_t {
         name: ngx_string!("rate_limit_window_metrics"),
-        type_: (NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS) as ngx_uint_t,
+        type_: (NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE1) as ngx_uint_t,
         set: Some(set_metrics),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: 0,
@@ -306,7 +335,7 @@ unsafe fn args<'a>(cf: *mut ngx_conf_t) -> &'a [ngx_str_t] {
 ///
 /// # Safety
 /// `cf` must be a valid configuration context.
-unsafe fn compile_complex(
+pub(crate) unsafe fn compile_complex(
     cf: *mut ngx_conf_t,
     value: &ngx_str_t,
     cv: *mut ngx_http_complex_value_t,
@@ -395,7 +424,7 @@ extern "C" fn set_zone(
         }
     }
     // SAFETY: cf->pool is the configuration pool.
-    let Some(name) = (unsafe { pool_str((*cf).pool, &params.name) }) else {
+    let Some(name) = (unsafe { ngx_str_t::from_bytes((*cf).pool, &params.name) }) else {
         return NGX_CONF_ERROR;
     };
 
@@ -420,23 +449,9 @@ extern "C" fn set_zone(
         return emerg(cf, &format!("duplicate zone \"{}\"", escape(&params.name)));
     }
 
-    // SAFETY: the complex value lives inside the pool-allocated ZoneConf.
-    if unsafe { compile_complex(cf, &key, &mut zone.key) }.is_err() {
+    // SAFETY: cf is the directive's valid configuration context.
+    if unsafe { compile_key(cf, zone, key) }.is_err() {
         return NGX_CONF_ERROR;
-    }
-    zone.key_src = key;
-    if let Some(var) = single_variable(key.as_bytes()) {
-        let mut var = ngx_str_t {
-            len: var.len(),
-            data: var.as_ptr().cast_mut(),
-        };
-        // SAFETY: cf is valid; nginx copies the name (lowercased) into its
-        // own pool, and the complex value above already registered it.
-        let index = unsafe { ngx_http_get_variable_index(cf, &mut var) };
-        match ngx_uint_t::try_from(index) {
-            Ok(i) => zone.key_index = Some(i),
-            Err(_) => return NGX_CONF_ERROR,
-        }
     }
     zone.window = params.window;
     zone.fail = params.fail;
@@ -466,7 +481,30 @@ extern "C" fn set_zone(
     NGX_CONF_OK
 }
 
-/// `rate_limit_window zone=NAME limit=NUMBER|$variable;`
+/// Compiles the zone's key, and notes its variable's index when the key
+/// is exactly one variable (read directly on the request path).
+///
+/// # Safety
+/// `cf` must be the configuration context of the directive being parsed.
+unsafe fn compile_key(cf: *mut ngx_conf_t, zone: &mut ZoneConf, key: ngx_str_t) -> Result<(), ()> {
+    // SAFETY: the complex value lives inside the pool-allocated ZoneConf.
+    unsafe { compile_complex(cf, &key, &mut zone.key) }?;
+    zone.key_src = key;
+    if let Some(var) = single_variable(key.as_bytes()) {
+        let mut var = ngx_str_t {
+            len: var.len(),
+            data: var.as_ptr().cast_mut(),
+        };
+        // SAFETY: cf is valid; nginx copies the name (lowercased) into its
+        // own pool, and the complex value above already registered it.
+        let index = unsafe { ngx_http_get_variable_index(cf, &mut var) };
+        zone.key_index = Some(ngx_uint_t::try_from(index).map_err(|_| ())?);
+    }
+    Ok(())
+}
+
+/// `rate_limit_window zone=NAME limit=NUMBER|$variable [delay=TIME]
+/// [delay_max_held=N];`
 extern "C" fn set_limit(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
@@ -475,10 +513,24 @@ extern "C" fn set_limit(
     // SAFETY: conf is this module's LocConf at the current level.
     let lcf = unsafe { &mut *conf.cast::<LocConf>() };
     // SAFETY: called by nginx's configuration parser with a valid cf.
-    let params = match parse_limit_params(&unsafe { words(cf, 1) }) {
+    let words = unsafe { words(cf, 1) };
+    let (delay, words) = match split_delay_params(&words) {
+        Ok(d) => d,
+        Err(e) => return emerg(cf, &e),
+    };
+    let (words, opts) = match split_limit_opts(&words) {
+        Ok(o) => o,
+        Err(e) => return emerg(cf, &e),
+    };
+    let params = match parse_limit_params(&words) {
         Ok(p) => p,
         Err(e) => return emerg(cf, &e),
     };
+    if let Some(n) = delay.max_held {
+        if let Err(e) = lcf.delay.set_max_held(n) {
+            return emerg(cf, &e);
+        }
+    }
     // SAFETY: cf->pool is the configuration pool.
     let pool = unsafe { Pool::from_ngx_pool((*cf).pool) };
     let value = match &params.limit {
@@ -486,7 +538,7 @@ extern "C" fn set_limit(
         LimitSpec::Variable(text) => {
             let cv = pool.calloc_type::<ngx_http_complex_value_t>();
             // SAFETY: cf->pool is valid.
-            let Some(s) = (unsafe { pool_str((*cf).pool, text) }) else {
+            let Some(s) = (unsafe { ngx_str_t::from_bytes((*cf).pool, text) }) else {
                 return NGX_CONF_ERROR;
             };
             // SAFETY: cv was just allocated from the configuration pool.
@@ -496,8 +548,17 @@ extern "C" fn set_limit(
             LimitValue::Variable(cv)
         }
     };
+    if let (LimitSpec::Fixed(limit), CostSpec::Fixed(cost)) = (&params.limit, &opts.cost) {
+        if cost > limit && *cost > 1 {
+            return emerg(cf, &format!("cost={cost} is above limit={limit}"));
+        }
+    }
+    // SAFETY: cf is valid.
+    let Some(cost) = (unsafe { crate::cost::compile(cf, &opts.cost) }) else {
+        return NGX_CONF_ERROR;
+    };
     // SAFETY: cf->pool is valid.
-    let Some(zone_name) = (unsafe { pool_str((*cf).pool, &params.zone) }) else {
+    let Some(zone_name) = (unsafe { ngx_str_t::from_bytes((*cf).pool, &params.zone) }) else {
         return NGX_CONF_ERROR;
     };
     // SAFETY: cf is a valid http configuration context.
@@ -511,11 +572,18 @@ extern "C" fn set_limit(
             &format!("duplicate limit for zone \"{}\"", escape(&params.zone)),
         );
     }
-    limits.push(Limit { zone, value });
+    limits.push(Limit {
+        zone,
+        value,
+        delay_ms: delay.delay_ms,
+        cost,
+        count_status: opts.count_status,
+    });
     NGX_CONF_OK
 }
 
-/// `rate_limit_window_metrics;` installs the metrics content handler.
+/// `rate_limit_window_metrics [reset=on|off];` installs the metrics content
+/// handler (with `reset=on`, the one that also answers DELETE: reset.rs).
 extern "C" fn set_metrics(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
@@ -525,7 +593,21 @@ extern "C" fn set_metrics(
     let Some(clcf) = NgxHttpCoreModule::location_conf_mut(unsafe { &*cf }) else {
         return NGX_CONF_ERROR;
     };
-    clcf.handler = Some(crate::metrics::handler);
+    // SAFETY: as for `words`.
+    clcf.handler = match unsafe { words(cf, 1) }.as_slice() {
+        [] | [b"reset=off"] => Some(crate::metrics::handler),
+        [b"reset=on"] => Some(crate::reset::handler),
+        [other] => {
+            return emerg(
+                cf,
+                &format!(
+                    "invalid parameter \"{}\": reset=on or reset=off",
+                    escape(other)
+                ),
+            )
+        }
+        _ => return NGX_CONF_ERROR,
+    };
     NGX_CONF_OK
 }
 
@@ -552,13 +634,4 @@ pub unsafe fn init_main_conf(cf: *mut ngx_conf_t, conf: *mut c_void) -> *mut c_c
         }
     }
     NGX_CONF_OK
-}
-
-/// This module's location configuration for a request.
-///
-/// # Safety
-/// `r` must be a valid request.
-pub unsafe fn loc_conf_raw(r: *mut nginx_sys::ngx_http_request_t) -> Option<&'static LocConf> {
-    // SAFETY: r is valid; loc_conf holds every HTTP module's configuration.
-    Module::location_conf(unsafe { &*r })
 }

@@ -11,10 +11,12 @@
 use core::ffi::c_void;
 use core::ptr;
 
-use nginx_sys::{ngx_http_request_t, ngx_pool_cleanup_add, ngx_pool_cleanup_t, ngx_uint_t};
+use nginx_sys::{ngx_pool_cleanup_add, ngx_pool_cleanup_t, ngx_uint_t};
+use ngx::http::{HttpModule, Request};
 use rate_limit_window_core::Admission;
 
 use crate::zone::ZoneConf;
+use crate::Module;
 
 /// What happened to the request, as `$rate_limit_window_status` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +25,10 @@ pub enum Verdict {
     Rejected,
     RejectedDryRun,
     Exempt,
+    /// Held on a timer (`delay=`), then admitted.
+    Delayed,
+    /// Dry run: would have been held.
+    DelayedDryRun,
 }
 
 impl Verdict {
@@ -33,6 +39,8 @@ impl Verdict {
             Verdict::Rejected => "REJECTED",
             Verdict::RejectedDryRun => "REJECTED_DRY_RUN",
             Verdict::Exempt => "EXEMPT",
+            Verdict::Delayed => "DELAYED",
+            Verdict::DelayedDryRun => "DELAYED_DRY_RUN",
         }
     }
 }
@@ -40,7 +48,7 @@ impl Verdict {
 /// One limit that applied to the request, for the RateLimit headers.
 #[derive(Clone, Copy)]
 pub struct Applied {
-    pub zone: *const ZoneConf,
+    pub zone: &'static ZoneConf,
     /// Limit in requests per window.
     pub limit: u32,
     /// Requests still admitted right now, after this one.
@@ -85,31 +93,32 @@ impl Decision {
     }
 }
 
-/// Recognises our cleanup entry; it has nothing to free.
+/// Recognises our cleanup entry; it has nothing to free. Never inlined:
+/// rustc gives a small function a local copy in every codegen unit that
+/// uses it, and with several units (a build without LTO) `find` in one of
+/// them would then compare against another copy's address than `commit`
+/// stored, and miss the decision.
+#[inline(never)]
 unsafe extern "C" fn marker(_data: *mut c_void) {}
 
-/// Index of this module's context slot.
-fn ctx_index() -> usize {
-    // SAFETY: ctx_index is assigned by nginx before any request runs.
-    unsafe { (*ptr::addr_of!(crate::ngx_http_rate_limit_window_module)).ctx_index }
+/// The main request of `r` (itself for a main request).
+fn main_of(r: &Request) -> &Request {
+    // SAFETY: every request points at its main request, which outlives it
+    // and shares the representation of `Request`.
+    unsafe { &*r.as_ref().main.cast::<Request>() }
 }
 
 /// Finds the decision made for `r`'s main request, if any.
-///
-/// # Safety
-/// `r` must be a valid request.
-pub unsafe fn find(r: *mut ngx_http_request_t) -> Option<&'static Decision> {
-    // SAFETY: r is valid, and so is its main request.
-    let main = unsafe { (*r).main };
-    // SAFETY: ctx has ngx_http_max_module slots.
-    let cached = unsafe { *(*main).ctx.add(ctx_index()) };
-    if !cached.is_null() {
-        // SAFETY: only `commit` writes this slot, with a Decision pointer.
-        return Some(unsafe { &*cached.cast::<Decision>() });
+pub fn find(r: &Request) -> Option<&'static Decision> {
+    let main = main_of(r);
+    if let Some(d) = main.get_module_ctx::<Decision>(Module::module()) {
+        // SAFETY: only `commit` sets this context, to a Decision in the
+        // main request's pool, which outlives every use of it.
+        return Some(unsafe { &*ptr::from_ref(d) });
     }
     // SAFETY: walking the main pool's cleanup list; entries are valid until
     // the pool is destroyed.
-    let mut c = unsafe { (*(*main).pool).cleanup };
+    let mut c = unsafe { (*main.as_ref().pool).cleanup };
     while !c.is_null() {
         // SAFETY: c is a live cleanup entry.
         unsafe {
@@ -118,7 +127,7 @@ pub unsafe fn find(r: *mut ngx_http_request_t) -> Option<&'static Decision> {
             #[allow(unpredictable_function_pointer_comparisons)]
             let ours = (*c).handler == Some(marker as unsafe extern "C" fn(*mut c_void));
             if ours {
-                *(*main).ctx.add(ctx_index()) = (*c).data;
+                main.set_module_ctx((*c).data, Module::module());
                 return Some(&*(*c).data.cast::<Decision>());
             }
             c = (*c).next;
@@ -155,6 +164,12 @@ impl Pending {
         }
     }
 
+    /// Where the Decision goes in the reserved entry.
+    fn cln_data(&self) -> *mut Decision {
+        // SAFETY: `cln` is the live cleanup entry `reserve` added.
+        unsafe { (*self.cln).data.cast::<Decision>() }
+    }
+
     /// The limits recorded so far.
     pub fn applied(&self) -> &[Applied] {
         // SAFETY: the first `len` entries were written by `push`.
@@ -165,14 +180,10 @@ impl Pending {
 /// Reserves the record of a decision for `r`'s main request, with room for
 /// `limits` applied limits, in one pool allocation. Call it before any
 /// shared-memory operation: it allocates. None if the pool is out of memory.
-///
-/// # Safety
-/// `r` must be a valid request.
-pub unsafe fn reserve(r: *mut ngx_http_request_t, limits: usize) -> Option<Pending> {
-    // SAFETY: r and its main request are valid.
-    let pool = unsafe { (*(*r).main).pool };
+pub fn reserve(r: &Request, limits: usize) -> Option<Pending> {
+    let pool = main_of(r).as_ref().pool;
     // The Decision, then its `applied` entries.
-    const _: () = assert!(size_of::<Decision>() % align_of::<Applied>() == 0);
+    const _: () = assert!(size_of::<Decision>().is_multiple_of(align_of::<Applied>()));
     let size = size_of::<Decision>() + limits * size_of::<Applied>();
     // SAFETY: pool is valid. The entry's handler stays NULL (nginx skips
     // it) until `commit`, so an abandoned reservation is inert.
@@ -194,21 +205,12 @@ pub unsafe fn reserve(r: *mut ngx_http_request_t, limits: usize) -> Option<Pendi
 
 /// Completes the record reserved for `r`'s main request: from now on
 /// [`find`] returns it, for this request and every internal redirect or
-/// subrequest of it.
-///
-/// # Safety
-/// `r` must be the request `p` was reserved for.
-pub unsafe fn commit(
-    r: *mut ngx_http_request_t,
-    p: Pending,
-    verdict: Verdict,
-    headers: ngx_uint_t,
-    retry_after_s: u32,
-) {
-    // SAFETY: the entry's data has room for a Decision (reserve), and the
-    // main request is valid.
+/// subrequest of it. `r` is the request `p` was reserved for.
+pub fn commit(r: &Request, p: Pending, verdict: Verdict, headers: ngx_uint_t, retry_after_s: u32) {
+    let data = p.cln_data();
+    // SAFETY: the entry's data has room for a Decision (reserve); the
+    // entry is ours until its handler is set.
     unsafe {
-        let data = (*p.cln).data.cast::<Decision>();
         ptr::write(
             data,
             Decision {
@@ -221,6 +223,6 @@ pub unsafe fn commit(
             },
         );
         (*p.cln).handler = Some(marker);
-        *(*(*r).main).ctx.add(ctx_index()) = data.cast();
     }
+    main_of(r).set_module_ctx(data.cast(), Module::module());
 }

@@ -9,6 +9,7 @@ use nginx_sys::{
     ngx_http_output_header_filter_pt, ngx_http_request_t, ngx_http_top_header_filter, ngx_int_t,
     ngx_pnalloc, ngx_str_t,
 };
+use ngx::http::Request;
 
 use crate::conf::{HEADERS_IETF, HEADERS_ON};
 use crate::decision::{self, Decision, Verdict};
@@ -28,8 +29,9 @@ pub fn register() {
 }
 
 extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: nginx calls header filters with a valid request.
-    unsafe { add_headers(r) };
+    // SAFETY: nginx calls header filters with a valid request, which shares
+    // the representation of `Request`.
+    add_headers(unsafe { Request::from_ngx_http_request(r) });
     // SAFETY: NEXT_HEADER_FILTER was set in postconfiguration, before any request.
     match unsafe { NEXT_HEADER_FILTER } {
         // SAFETY: calling the next filter with the same valid request.
@@ -38,46 +40,37 @@ extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
     }
 }
 
-/// # Safety
-/// `r` must be a valid request whose headers are being sent.
-unsafe fn add_headers(r: *mut ngx_http_request_t) {
+/// Adds the headers of the decision, if one was made for the request.
+fn add_headers(r: &mut Request) {
     // Only the main request answers the client.
-    // SAFETY: r is valid.
-    if unsafe { (*r).main } != r {
+    if !r.is_main() {
         return;
     }
-    // SAFETY: r is valid.
-    let Some(d) = (unsafe { decision::find(r) }) else {
+    let Some(d) = decision::find(r) else {
         return;
     };
     if d.verdict == Verdict::Exempt {
         return;
     }
     if d.verdict == Verdict::Rejected || d.headers == HEADERS_ON {
-        // SAFETY: as above.
-        unsafe { add_numbers(r, d) };
+        add_numbers(r, d);
     }
     if d.headers == HEADERS_IETF {
-        // SAFETY: as above.
-        unsafe { add_ietf(r, d) };
+        add_ietf(r, d);
     }
 }
 
 /// draft-ietf-httpapi-ratelimit-headers-10: one list member per applied
 /// limit, the policy name being the zone name. Out of line: it allocates
 /// and formats, and `rate_limit_window_headers ietf` is the rarer setting.
-///
-/// # Safety
-/// `r` must be a valid request whose headers are being sent.
 #[inline(never)]
-unsafe fn add_ietf(r: *mut ngx_http_request_t, d: &Decision) {
+fn add_ietf(r: &mut Request, d: &Decision) {
     let mut policy = String::with_capacity(64);
     let mut buf = String::with_capacity(64);
     for (i, a) in d.applied().iter().enumerate() {
-        // SAFETY: zones live as long as the cycle.
-        let zone = unsafe { &*a.zone };
+        let zone = a.zone;
         let sep = if i == 0 { "" } else { ", " };
-        let name = zone.name_str();
+        let name = zone.name;
         let _ = write!(
             policy,
             "{sep}\"{name}\";q={};w={}",
@@ -87,59 +80,47 @@ unsafe fn add_ietf(r: *mut ngx_http_request_t, d: &Decision) {
         let _ = write!(buf, "{sep}\"{name}\";r={};t={}", a.remaining, a.reset_s);
     }
     if !policy.is_empty() {
-        // SAFETY: r is valid and its headers are not sent yet.
-        unsafe {
-            add_header(r, "RateLimit-Policy", policy.as_bytes());
-            add_header(r, "RateLimit", buf.as_bytes());
-        }
+        add_header(r, "RateLimit-Policy", policy.as_bytes());
+        add_header(r, "RateLimit", buf.as_bytes());
     }
 }
 
 /// Retry-After on a rejection, and the RateLimit-* numbers of the tightest
 /// limit with `rate_limit_window_headers on`. Every number is formatted
 /// straight into one pool buffer, which the headers then point at.
-///
-/// # Safety
-/// `r` must be a valid request whose headers are being sent.
-unsafe fn add_numbers(r: *mut ngx_http_request_t, d: &Decision) {
-    // SAFETY: r is valid; its pool lives as long as the request.
-    let buf = unsafe { ngx_pnalloc((*r).pool, NUMBERS * 10) }.cast::<[u8; 10]>();
+fn add_numbers(r: &mut Request, d: &Decision) {
+    // SAFETY: the request's pool is valid for the request's lifetime.
+    let buf = unsafe { ngx_pnalloc(r.as_ref().pool, NUMBERS * 10) }.cast::<[[u8; 10]; NUMBERS]>();
     if buf.is_null() {
         return;
     }
-    // SAFETY: buf has room for NUMBERS arrays of 10 bytes (alignment 1),
-    // fresh pool memory that nothing else refers to; each is used once.
-    unsafe {
-        if d.verdict == Verdict::Rejected {
-            add_number(r, &mut *buf, "Retry-After", d.retry_after_s);
-        }
-        if d.headers == HEADERS_ON {
-            if let Some(t) = d.tightest() {
-                add_number(r, &mut *buf.add(1), "RateLimit-Limit", t.limit);
-                add_number(r, &mut *buf.add(2), "RateLimit-Remaining", t.remaining);
-                add_number(r, &mut *buf.add(3), "RateLimit-Reset", t.reset_s);
-            }
+    // SAFETY: buf has room for NUMBERS arrays of 10 bytes (alignment 1):
+    // fresh pool memory that nothing else refers to, living as long as the
+    // request.
+    let [retry, limit, remaining, reset] = unsafe { &mut *buf };
+    if d.verdict == Verdict::Rejected {
+        add_number(r, retry, "Retry-After", d.retry_after_s);
+    }
+    if d.headers == HEADERS_ON {
+        if let Some(t) = d.tightest() {
+            add_number(r, limit, "RateLimit-Limit", t.limit);
+            add_number(r, remaining, "RateLimit-Remaining", t.remaining);
+            add_number(r, reset, "RateLimit-Reset", t.reset_s);
         }
     }
 }
 
-/// Adds the header `name: n`, its digits formatted into `slot`. One copy
-/// of this code serves every number (out of line: fewer cache lines on the
-/// request path than four inlined copies).
-///
-/// # Safety
-/// `r` must be a valid request whose headers are not sent yet, and `slot`
-/// must live in its pool.
+/// Adds the header `name: n`, its digits formatted into `slot` (pool
+/// memory of the request). One copy of this code serves every number (out
+/// of line: fewer cache lines on the request path than four inlined copies).
 #[inline(never)]
-unsafe fn add_number(r: *mut ngx_http_request_t, slot: &mut [u8; 10], name: &'static str, n: u32) {
+fn add_number(r: &mut Request, slot: &mut [u8; 10], name: &'static str, n: u32) {
     let digits = decimal(n, slot);
     let value = ngx_str_t {
         len: digits.len(),
         data: digits.as_ptr().cast_mut(),
     };
-    // SAFETY: r is valid and its headers are not sent yet; the digits live
-    // in its pool.
-    unsafe { add_pooled_header(r, name, value) };
+    add_pooled_header(r, name, value);
 }
 
 /// Numbers a response can carry: Retry-After and three RateLimit-* values.

@@ -20,15 +20,14 @@
 
 use core::sync::atomic::Ordering;
 use nginx_sys::{
-    ngx_array_push, ngx_conf_t, ngx_http_complex_value, ngx_http_core_main_conf_t,
-    ngx_http_get_flushed_variable, ngx_http_handler_pt, ngx_http_phases,
-    ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE,
-    ngx_http_request_t, ngx_int_t, ngx_str_t, ngx_uint_t, NGX_HTTP_INTERNAL_SERVER_ERROR,
-    NGX_LOG_ERR, NGX_LOG_WARN,
+    ngx_array_push, ngx_conf_t, ngx_http_core_main_conf_t, ngx_http_get_flushed_variable,
+    ngx_http_handler_pt, ngx_http_phases, ngx_http_phases_NGX_HTTP_PREACCESS_PHASE,
+    ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE, ngx_http_request_t, ngx_int_t, ngx_uint_t,
+    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_ERR, NGX_LOG_WARN,
 };
 use ngx::core::Status;
-use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
-use ngx::{ngx_log_debug_mask, ngx_log_error};
+use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, NgxHttpCoreModule, Request};
+use ngx::{ngx_log_debug_http, ngx_log_error};
 
 use rate_limit_window_core::parse::{escape, parse_limit, LimitError};
 use rate_limit_window_core::{
@@ -37,8 +36,11 @@ use rate_limit_window_core::{
 
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
 use crate::decision::{self, Applied, Verdict};
+use crate::delay;
 use crate::util;
 use crate::zone::ZoneConf;
+use crate::Module;
+use crate::{cost, count_status, near_limit};
 
 /// How long a kind of degradation must stay quiet before its next
 /// occurrence is logged again as a new episode (ms).
@@ -109,7 +111,7 @@ fn push_handler(
 }
 
 /// A limit made ready for the table: key hashed, limit evaluated.
-enum Judge {
+pub(crate) enum Judge {
     /// The key is empty: the limit does not apply.
     EmptyKey,
     /// The limit variable is empty: the limit does not apply.
@@ -125,27 +127,21 @@ enum Judge {
 
 /// Evaluates one limit's key and value for the request. Err(()) means the
 /// key could not be evaluated (an nginx error).
-///
-/// # Safety
-/// `r` must be a valid request.
-unsafe fn judge(
-    r: *mut ngx_http_request_t,
+pub(crate) fn judge(
+    r: &mut Request,
     zone: &ZoneConf,
     table: &Table<'static>,
     value: LimitValue,
 ) -> Result<Judge, ()> {
-    // SAFETY: r is valid.
-    let key = unsafe { eval_key(r, zone) }?;
+    let key = eval_key(r, zone)?;
     if key.is_empty() {
         return Ok(Judge::EmptyKey);
     }
-    // SAFETY: r is valid.
-    let (limit, invalid) = match unsafe { eval_limit(r, value) }? {
+    let (limit, invalid) = match eval_limit(r, value)? {
         LimitRead::Limit(n) => (n, false),
         LimitRead::Empty => return Ok(Judge::Exempt),
         LimitRead::Invalid(bad) => {
-            // SAFETY: r is valid.
-            unsafe { invalid_limit(r, zone, &bad) };
+            invalid_limit(r, zone, &bad);
             match zone.fail {
                 FailPolicy::Open => return Ok(Judge::Skipped),
                 // Fail closed: judge the request against a limit of 0.
@@ -162,48 +158,37 @@ unsafe fn judge(
 
 /// Logs and counts a limit variable that held garbage (out of line: the
 /// request path is the valid limit).
-///
-/// # Safety
-/// `r` must be a valid request.
 #[cold]
 #[inline(never)]
-unsafe fn invalid_limit(r: *mut ngx_http_request_t, zone: &ZoneConf, bad: &LimitError) {
-    // SAFETY: r is valid.
-    let log = unsafe { (*(*r).connection).log };
+fn invalid_limit(r: &Request, zone: &ZoneConf, bad: &LimitError) {
     ngx_log_error!(
         NGX_LOG_ERR,
-        log,
+        r.log(),
         "rate_limit_window: invalid limit \"{}\" for zone \"{}\", applying fail={}",
         escape(bad.input()),
-        zone.name_str(),
+        zone.name,
         if zone.fail == FailPolicy::Closed {
             "closed"
         } else {
             "open"
         }
     );
-    if !zone.header.is_null() {
-        // SAFETY: the header lives in the zone for the cycle.
-        unsafe {
-            (*zone.header)
-                .invalid_limits
-                .fetch_add(1, Ordering::Relaxed)
-        };
+    if let Some(header) = zone.header() {
+        header.invalid_limits.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// The zone's key for the request (empty: the limit does not apply).
-/// Err(()) is an nginx error while evaluating it.
-///
-/// # Safety
-/// `r` must be a valid request; the bytes live in its pool or its headers.
-unsafe fn eval_key<'r>(r: *mut ngx_http_request_t, zone: &ZoneConf) -> Result<&'r [u8], ()> {
+/// Err(()) is an nginx error while evaluating it. The bytes live in the
+/// request's pool or its headers, as long as the request (`'p`).
+fn eval_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8], ()> {
     if let Some(index) = zone.key_index {
         // A key that is one variable: the same value the script engine
         // would copy out (a cacheable variable is evaluated once per
         // request, a non-cacheable one again), without the copy.
-        // SAFETY: the index was obtained at configuration time; r is valid.
-        let v = unsafe { ngx_http_get_flushed_variable(r, index) };
+        // SAFETY: the index was obtained at configuration time; the
+        // request is valid.
+        let v = unsafe { ngx_http_get_flushed_variable(r.into(), index) };
         // SAFETY: a non-null result is the request's variable value, whose
         // data lives as long as the request.
         return match unsafe { v.as_ref() } {
@@ -212,18 +197,10 @@ unsafe fn eval_key<'r>(r: *mut ngx_http_request_t, zone: &ZoneConf) -> Result<&'
             Some(v) => Ok(unsafe { util::variable_bytes(v) }),
         };
     }
-    let mut key = ngx_str_t::empty();
-    // SAFETY: the key was compiled at configuration time; r is valid.
-    if unsafe { ngx_http_complex_value(r, &zone.key as *const _ as *mut _, &mut key) }
-        != Status::NGX_OK.into()
-    {
-        return Err(());
-    }
-    if key.is_empty() {
-        return Ok(&[]);
-    }
-    // SAFETY: the value lives in the request pool.
-    Ok(unsafe { core::slice::from_raw_parts(key.data, key.len) })
+    let key = r.get_complex_value(&zone.key).ok_or(())?.as_bytes();
+    // SAFETY: the value lives in the request's pool, as long as the
+    // request; only the borrow of `r` is shortened away.
+    Ok(unsafe { core::slice::from_raw_parts(key.as_ptr(), key.len()) })
 }
 
 /// The limit of one request, read from its `limit=` value.
@@ -237,19 +214,13 @@ enum LimitRead {
 
 /// Reads the limit for this request. Err(()) is an nginx error while
 /// evaluating the variable.
-///
-/// # Safety
-/// `r` must be a valid request.
-unsafe fn eval_limit(r: *mut ngx_http_request_t, value: LimitValue) -> Result<LimitRead, ()> {
+fn eval_limit(r: &Request, value: LimitValue) -> Result<LimitRead, ()> {
     match value {
         LimitValue::Fixed(n) => Ok(LimitRead::Limit(n)),
         LimitValue::Variable(cv) => {
-            let mut s = ngx_str_t::empty();
-            // SAFETY: cv was compiled at configuration time; r is valid.
-            if unsafe { ngx_http_complex_value(r, cv, &mut s) } != Status::NGX_OK.into() {
-                return Err(());
-            }
-            let b = s.as_bytes();
+            // SAFETY: cv was compiled into the configuration pool, which
+            // outlives every request of the cycle.
+            let b = r.get_complex_value(unsafe { &*cv }).ok_or(())?.as_bytes();
             if b.is_empty() {
                 return Ok(LimitRead::Empty);
             }
@@ -259,25 +230,27 @@ unsafe fn eval_limit(r: *mut ngx_http_request_t, value: LimitValue) -> Result<Li
 }
 
 extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: nginx calls phase handlers with a valid request.
-    unsafe { handle(r, Phase::Preaccess) }
+    // SAFETY: nginx calls phase handlers with a valid request, which shares
+    // the representation of `Request`.
+    handle(
+        unsafe { Request::from_ngx_http_request(r) },
+        Phase::Preaccess,
+    )
 }
 
 extern "C" fn precontent_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: nginx calls phase handlers with a valid request.
-    unsafe { handle(r, Phase::Postaccess) }
+    // SAFETY: as for preaccess_handler.
+    handle(
+        unsafe { Request::from_ngx_http_request(r) },
+        Phase::Postaccess,
+    )
 }
 
 /// Decides the request if its location decides in `phase` and nothing has
 /// decided it yet.
-///
-/// # Safety
-/// `r` must be a valid request in the phase `phase` names.
-unsafe fn handle(r: *mut ngx_http_request_t, phase: Phase) -> ngx_int_t {
+fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
     let declined: ngx_int_t = Status::NGX_DECLINED.into();
-
-    // SAFETY: r is valid; its loc_conf array holds our LocConf.
-    let Some(lcf) = (unsafe { conf::loc_conf_raw(r) }) else {
+    let Some(lcf) = Module::location_conf(r.as_ref()) else {
         return declined;
     };
     let Some(limits) = lcf.limits.as_deref().filter(|l| !l.is_empty()) else {
@@ -285,116 +258,168 @@ unsafe fn handle(r: *mut ngx_http_request_t, phase: Phase) -> ngx_int_t {
     };
     if lcf.phase != phase.conf_value() {
         if phase == Phase::Postaccess {
-            // SAFETY: r is valid and past its access checks.
-            unsafe { warn_on_late_keys(r, limits) };
+            warn_on_late_keys(r, limits);
         }
         return declined;
     }
     // Counted once per main request: an internal redirect, error_page or
     // subrequest finds the decision already made.
-    // SAFETY: r is valid.
-    if unsafe { decision::find(r) }.is_some() {
-        return declined;
-    }
-    // SAFETY: r is valid.
-    if unsafe { main_decides_later(r) } {
+    if decision::find(r).is_some() || main_decides_later(r) {
         return declined;
     }
     // An error_page redirect of a request not decided yet: in postaccess,
     // a request that failed an access check (401, 403) is never counted,
     // whatever page answers it.
-    // SAFETY: r is valid.
-    if phase == Phase::Postaccess && unsafe { (*r).error_page() } != 0 {
+    if phase == Phase::Postaccess && r.as_ref().error_page() != 0 {
         return declined;
     }
-    // SAFETY: r is valid.
-    let log = unsafe { (*(*r).connection).log };
-    ngx_log_debug_mask!(
-        DebugMask::Http,
-        log,
-        "rate_limit_window: deciding in the {} phase",
+    ngx_log_debug_http!(
+        r,
+        "rate_limit_window: deciding in the {} phase, {} limit(s)",
         if phase == Phase::Postaccess {
             "postaccess (precontent)"
         } else {
             "preaccess"
-        }
+        },
+        limits.len()
     );
-    // SAFETY: r is valid and in the phase its location decides in.
-    unsafe { decide(r, lcf, limits) }
+    decide(r, lcf, limits)
 }
 
 /// A subrequest started before its main request has decided, while the
 /// main request's location decides in postaccess (an `auth_request`
 /// subrequest, made in the access phase): the main request decides later,
 /// so the subrequest must neither decide for it nor be counted.
-///
-/// # Safety
-/// `r` must be a valid request.
-unsafe fn main_decides_later(r: *mut ngx_http_request_t) -> bool {
-    // SAFETY: r and its main request are valid.
-    let main = unsafe { (*r).main };
-    if main == r {
+fn main_decides_later(r: &Request) -> bool {
+    if r.is_main() {
         return false;
     }
-    // SAFETY: the main request is valid; its loc_conf holds our LocConf.
-    let Some(mcf) = (unsafe { conf::loc_conf_raw(main) }) else {
+    // SAFETY: a subrequest's main request outlives it.
+    let main = unsafe { &*r.as_ref().main };
+    let Some(mcf) = Module::location_conf(main) else {
         return false;
     };
     mcf.phase == PHASE_POSTACCESS && mcf.limits.as_ref().is_some_and(|l| !l.is_empty())
 }
 
+/// The limit that rejected the request, and where it is in the location.
+struct Rejection<'a> {
+    rejected: Rejected<'a>,
+    /// Its index in the location's limits.
+    index: usize,
+}
+
 /// Makes and commits the decision for `r`: the location's limits, in order.
-///
-/// # Safety
-/// `r` must be a valid request not decided yet; `limits` are its location's.
-unsafe fn decide(r: *mut ngx_http_request_t, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
+fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
     let declined: ngx_int_t = Status::NGX_DECLINED.into();
     let server_error = NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
 
     // The decision's record, allocated before anything is counted.
-    // SAFETY: r is valid.
-    let Some(mut pending) = (unsafe { decision::reserve(r, limits.len()) }) else {
+    let Some(mut pending) = decision::reserve(r, limits.len()) else {
         return server_error;
     };
-    // SAFETY: r is valid.
-    let log = unsafe { (*(*r).connection).log };
     let now = util::now_ms();
     let shard = util::shard();
+    let Ok(rejection) = apply(r, limits, &mut pending, now, shard) else {
+        undo_all(pending.applied());
+        return server_error;
+    };
+    let mut retry_after = 0;
+    let verdict = match rejection {
+        Some(Rejection { rejected, index }) => {
+            // delay=: hold it on a timer instead (see delay.rs).
+            let rej = delay::Rejection {
+                lcf,
+                limits,
+                applied: pending.applied(),
+                index,
+                outcome: rejected.d.outcome,
+                now,
+            };
+            // SAFETY: the request is valid and being decided by `limits`.
+            match unsafe { delay::on_reject(r.into(), &rej) } {
+                delay::OnReject::Hold => {
+                    undo_all(pending.applied());
+                    ngx_log_debug_http!(r, "rate_limit_window: held by delay=");
+                    return Status::NGX_AGAIN.into();
+                }
+                delay::OnReject::WouldHold => {
+                    undo_all(pending.applied());
+                    Verdict::DelayedDryRun
+                }
+                delay::OnReject::Reject => {
+                    retry_after = rejected.d.retry_after_s;
+                    reject(r.log(), lcf, pending.applied(), &rejected, shard)
+                }
+            }
+        }
+        None if pending.applied().is_empty() => Verdict::Exempt,
+        None => {
+            for a in pending.applied() {
+                if let Some(table) = a.zone.table.as_ref() {
+                    table.add(shard, Counter::Passed, 1);
+                }
+                near_limit::note(a);
+            }
+            // SAFETY: the request is valid and was just admitted by `limits`.
+            unsafe { count_status::reserve(r.into(), limits, pending.applied()) };
+            // SAFETY: the request is valid and was just admitted by `limits`.
+            unsafe { delay::admitted(r.into(), limits, now) }
+        }
+    };
+    ngx_log_debug_http!(
+        r,
+        "rate_limit_window: verdict {}, {} limit(s) applied, Retry-After {}s",
+        verdict.as_str(),
+        pending.applied().len(),
+        retry_after
+    );
+    decision::commit(r, pending, verdict, lcf.headers, retry_after);
+    if verdict == Verdict::Rejected {
+        return lcf.status;
+    }
+    declined
+}
 
-    // The limit that rejected the request: its zone, limit, the table's
-    // decision, and whether its limit variable held garbage.
-    let mut rejection: Option<(&ZoneConf, u32, CoreDecision, bool)> = None;
+/// Judges the request by each limit in turn, recording every limit that
+/// applied in `pending`, until one rejects it. Err(()) is an nginx error
+/// (the admissions recorded so far are the caller's to undo).
+fn apply<'z>(
+    r: &mut Request,
+    limits: &'z [conf::Limit],
+    pending: &mut decision::Pending,
+    now: u64,
+    shard: usize,
+) -> Result<Option<Rejection<'z>>, ()> {
     for (n, l) in limits.iter().enumerate() {
-        // SAFETY: zones live in the configuration pool for the cycle.
-        let zone = unsafe { &*l.zone };
+        let zone = l.zone();
         let Some(table) = zone.table.as_ref() else {
             continue;
         };
-        // SAFETY: r is valid.
-        let Ok(j) = (unsafe { judge(r, zone, table, l.value) }) else {
-            undo_all(pending.applied());
-            return server_error;
-        };
-        let (hash, limit, invalid) = match j {
-            Judge::EmptyKey => {
-                pending.key_empty(n);
-                table.add(shard, Counter::Exempt, 1);
-                continue;
-            }
-            Judge::Exempt => {
-                table.add(shard, Counter::Exempt, 1);
-                continue;
-            }
-            Judge::Skipped => continue,
+        let (hash, limit, invalid) = match judge(r, zone, table, l.value)? {
             Judge::Limit {
                 hash,
                 limit,
                 invalid,
             } => (hash, limit, invalid),
+            j => {
+                not_applied(r, zone, table, &j, shard);
+                if matches!(j, Judge::EmptyKey) {
+                    pending.key_empty(n);
+                }
+                continue;
+            }
+        };
+        // SAFETY: the request is valid for this call.
+        let Ok(asked) = (unsafe { cost::apply(r.into(), zone, l.cost, limit, invalid) }) else {
+            return Err(());
+        };
+        let Some((limit, cost, invalid)) = asked else {
+            continue;
         };
         // Lock-free: nothing shared is held once it returns, so logging
         // and the pool are safe to use from here on.
-        let mut d = table.acquire(hash, now, limit, zone.fail, shard);
+        let mut d = table.acquire_cost(hash, now, limit, cost, zone.fail, shard);
         pending.push(Applied {
             zone,
             limit,
@@ -402,49 +427,62 @@ unsafe fn decide(r: *mut ngx_http_request_t, lcf: &LocConf, limits: &[conf::Limi
             reset_s: d.reset_s,
             admission: d.admission,
         });
-        log_episodes(log, zone, &d, now);
+        ngx_log_debug_http!(
+            r,
+            "rate_limit_window: zone \"{}\": estimate {}, limit {}, {:?}, remaining {}, slot: {}",
+            zone.name,
+            d.estimate,
+            limit,
+            d.outcome,
+            d.remaining,
+            slot_path(&d)
+        );
+        log_episodes(r.log(), zone, &d, now);
         if d.outcome != Outcome::Admitted {
             // A retry must wait for every limit, so Retry-After is the
             // longest wait among the limits not judged yet, too.
-            // SAFETY: r is valid.
-            let rest = unsafe { longest_wait(r, &limits[n + 1..], now) };
+            let rest = longest_wait(r, &limits[n + 1..], now);
             d.retry_after_s = d.retry_after_s.max(rest);
-            rejection = Some((zone, limit, d, invalid));
-            break;
-        }
-    }
-
-    let mut retry_after = 0;
-    let verdict = match rejection {
-        Some((zone, limit, d, invalid)) => {
-            retry_after = d.retry_after_s;
             let rejected = Rejected {
                 zone,
                 limit,
                 d,
                 invalid,
             };
-            reject(log, lcf, pending.applied(), &rejected, shard)
+            return Ok(Some(Rejection { rejected, index: n }));
         }
-        None if pending.applied().is_empty() => Verdict::Exempt,
-        None => {
-            for a in pending.applied() {
-                // SAFETY: zones live in the configuration pool for the cycle.
-                if let Some(table) = unsafe { &*a.zone }.table.as_ref() {
-                    table.add(shard, Counter::Passed, 1);
-                }
-            }
-            Verdict::Passed
-        }
-    };
-
-    // SAFETY: pending was reserved for r.
-    unsafe { decision::commit(r, pending, verdict, lcf.headers, retry_after) };
-
-    if verdict == Verdict::Rejected {
-        return lcf.status;
     }
-    declined
+    Ok(None)
+}
+
+/// A limit that does not apply to the request: counts an exempt request
+/// (an empty key or limit variable) and says why at debug level.
+fn not_applied(r: &Request, zone: &ZoneConf, table: &Table<'static>, j: &Judge, shard: usize) {
+    let why = match j {
+        Judge::EmptyKey => "the key is empty",
+        Judge::Exempt => "the limit variable is empty",
+        _ => "the limit value is invalid (fail=open)",
+    };
+    if !matches!(j, Judge::Skipped) {
+        table.add(shard, Counter::Exempt, 1);
+    }
+    ngx_log_debug_http!(
+        r,
+        "rate_limit_window: zone \"{}\" does not apply: {}",
+        zone.name,
+        why
+    );
+}
+
+/// How the table found the client's slot, for the debug log.
+fn slot_path(d: &CoreDecision) -> &'static str {
+    match d.outcome {
+        Outcome::FailClosed => "none, the zone is full (fail=closed)",
+        _ if d.events.evicted_live => "a live client's, evicted (the zone is full)",
+        _ if d.events.evicted_idle => "an idle client's, reused",
+        _ if d.events.clock_backwards => "its own, from a later window (clock went back)",
+        _ => "its own or a free one",
+    }
 }
 
 /// The limit that rejected a request.
@@ -492,20 +530,21 @@ fn reject(
 /// The longest Retry-After (whole seconds) among `limits`, read without
 /// counting anything: after a rejection, the limits not yet judged must
 /// also admit the retry.
-///
-/// # Safety
-/// `r` must be a valid request.
 #[inline(never)]
-unsafe fn longest_wait(r: *mut ngx_http_request_t, limits: &[conf::Limit], now: u64) -> u32 {
+fn longest_wait(r: &mut Request, limits: &[conf::Limit], now: u64) -> u32 {
     let mut longest = 0;
     for l in limits {
-        // SAFETY: zones live in the configuration pool for the cycle.
-        let zone = unsafe { &*l.zone };
+        let zone = l.zone();
         let Some(table) = zone.table.as_ref() else {
             continue;
         };
-        // SAFETY: r is valid.
-        if let Ok(Judge::Limit { hash, limit, .. }) = unsafe { judge(r, zone, table, l.value) } {
+        if let Ok(Judge::Limit { hash, limit, .. }) = judge(r, zone, table, l.value) {
+            // The whole cost must fit: as a limit `cost - 1` lower would
+            // admit one request.
+            // SAFETY: the request is valid for this call.
+            let limit = limit
+                .saturating_add(1)
+                .saturating_sub(unsafe { cost::quiet(r.into(), l.cost, limit) });
             let snap = table.peek(hash, now);
             let counts = Counts {
                 current: snap.current,
@@ -526,11 +565,8 @@ unsafe fn longest_wait(r: *mut ngx_http_request_t, limits: &[conf::Limit], now: 
 /// Gives back the admissions recorded so far.
 fn undo_all(applied: &[Applied]) {
     for a in applied {
-        if let Some(adm) = a.admission.as_ref() {
-            // SAFETY: zones live in the configuration pool for the cycle.
-            if let Some(table) = unsafe { &*a.zone }.table.as_ref() {
-                table.undo(adm);
-            }
+        if let (Some(adm), Some(table)) = (a.admission.as_ref(), a.zone.table.as_ref()) {
+            table.undo(adm);
         }
     }
 }
@@ -559,7 +595,7 @@ fn log_rejection(
         "{}{} by zone \"{}\", estimate: {}, limit: {}, window: {}s",
         if dry_run { "dry run, " } else { "" },
         what,
-        zone.name_str(),
+        zone.name,
         d.estimate,
         limit,
         zone.window.ms() / 1000
@@ -587,9 +623,7 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
     let Some(table) = zone.table.as_ref() else {
         return;
     };
-    if zone.redis.is_some() && !zone.header.is_null() {
-        // SAFETY: the header lives in the zone as long as the cycle.
-        let header = unsafe { &*zone.header };
+    if let Some(header) = zone.header().filter(|_| zone.redis.is_some()) {
         if let Some(since) = header.outage_to_log() {
             crate::sync::log_outage(log, zone, header, now.saturating_sub(since));
         }
@@ -601,7 +635,7 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
             log,
             "rate_limit_window_zone \"{}\" is full: evicting live clients to track new ones (fail=open); \
              increase the zone size; further evictions are counted in metrics",
-            zone.name_str()
+            zone.name
         );
     }
     if d.outcome == Outcome::FailClosed && episode(Counter::FailClosed) {
@@ -610,7 +644,7 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
             log,
             "rate_limit_window_zone \"{}\" is full: rejecting new clients (fail=closed); \
              increase the zone size; further rejections are counted in metrics",
-            zone.name_str()
+            zone.name
         );
     }
     if d.events.clock_backwards && episode(Counter::ClockBackwards) {
@@ -619,7 +653,7 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
             log,
             "rate_limit_window_zone \"{}\": the clock went backwards (request time is older than a \
              client's window); counts are kept and the newest window wins",
-            zone.name_str()
+            zone.name
         );
     }
 }
@@ -629,57 +663,47 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
 /// set now, after the access checks, comes from authentication
 /// (`auth_request_set`, `$remote_user` from a later module...). One `warn`
 /// per zone and episode names the zone and the phase to use; the requests
-/// are counted as `exempt` in the metrics either way.
-///
-/// # Safety
-/// `r` must be a valid request in the PRECONTENT phase; `limits` are its
-/// location's.
-unsafe fn warn_on_late_keys(r: *mut ngx_http_request_t, limits: &[conf::Limit]) {
+/// are counted as `exempt` in the metrics either way. `r` is in the
+/// PRECONTENT phase; `limits` are its location's.
+fn warn_on_late_keys(r: &mut Request, limits: &[conf::Limit]) {
     // Only the request decided in this very location: after an internal
     // redirect the recorded keys belong to another location's limits.
-    // SAFETY: r is valid.
-    if unsafe { (*r).main != r || (*r).internal() != 0 } {
+    if !r.is_main() || r.as_ref().internal() != 0 {
         return;
     }
-    // SAFETY: r is valid.
-    let Some(d) = (unsafe { decision::find(r) }) else {
+    let Some(d) = decision::find(r) else {
         return;
     };
     if d.empty_keys == 0 {
         return;
     }
-    // SAFETY: r is valid.
-    unsafe { warn_on_late_keys_slow(r, limits, d.empty_keys) };
+    warn_on_late_keys_slow(r, limits, d.empty_keys);
 }
 
 #[cold]
 #[inline(never)]
-unsafe fn warn_on_late_keys_slow(r: *mut ngx_http_request_t, limits: &[conf::Limit], empty: u64) {
+fn warn_on_late_keys_slow(r: &mut Request, limits: &[conf::Limit], empty: u64) {
     let now = util::now_ms();
     for (n, l) in limits.iter().enumerate().take(64) {
         if empty & (1 << n) == 0 {
             continue;
         }
-        // SAFETY: zones live in the configuration pool for the cycle.
-        let zone = unsafe { &*l.zone };
+        let zone = l.zone();
         let Some(table) = zone.table.as_ref() else {
             continue;
         };
-        // SAFETY: r is valid.
-        if !unsafe { key_set_now(r, zone) } {
+        if !key_set_now(r, zone) {
             continue;
         }
         if table.note_episode(Counter::Exempt, now, EPISODE_QUIET_MS) {
-            // SAFETY: r is valid.
-            let log = unsafe { (*(*r).connection).log };
             ngx_log_error!(
                 NGX_LOG_WARN,
-                log,
+                r.log(),
                 "rate_limit_window_zone \"{}\": the key is empty in the preaccess phase, where \
                  this location decides, and set only after the access checks (auth_request, \
                  auth_basic...): these requests are not limited (counted as exempt); use \
                  \"rate_limit_window_phase postaccess;\"",
-                zone.name_str()
+                zone.name
             );
         }
     }
@@ -690,17 +714,14 @@ unsafe fn warn_on_late_keys_slow(r: *mut ngx_http_request_t, limits: &[conf::Lim
 /// directly), then evaluated afresh (a `map` of it, cached empty in
 /// preaccess, would hide the authenticated value), and the request's cached
 /// value is put back.
-///
-/// # Safety
-/// `r` must be a valid request.
-unsafe fn key_set_now(r: *mut ngx_http_request_t, zone: &ZoneConf) -> bool {
-    // SAFETY: r is valid.
-    if unsafe { eval_key(r, zone) }.is_ok_and(|k| !k.is_empty()) {
+fn key_set_now(r: &mut Request, zone: &ZoneConf) -> bool {
+    if eval_key(r, zone).is_ok_and(|k| !k.is_empty()) {
         return true;
     }
     let Some(index) = zone.key_index else {
         return false;
     };
+    let r: *mut ngx_http_request_t = r.into();
     // SAFETY: the index was obtained at configuration time, so it is within
     // the request's variables array; the entry is restored before return.
     unsafe {

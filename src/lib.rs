@@ -10,9 +10,14 @@
 //! | `zone.rs`      | shared-memory zone init and reuse on reload            |
 //! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
 //! | `decision.rs`  | the per-request decision, kept across redirects        |
+//! | `delay.rs`     | `delay=`: holding a request on a timer, then again     |
+//! | `cost.rs`      | `cost=`: requests one request counts                   |
+//! | `count_status.rs` | `count_status=`: giving back uncounted statuses     |
+//! | `near_limit.rs`| the `near_limit_total` counter                         |
 //! | `filter.rs`    | the header filter (Retry-After, RateLimit-*)           |
 //! | `variables.rs` | `$rate_limit_window_status`, `$rate_limit_window_remaining` |
 //! | `metrics.rs`   | the `rate_limit_window_metrics` content handler        |
+//! | `reset.rs`     | `reset=on`: DELETE clears one client's counts          |
 //! | `sync.rs`      | cluster sync through Redis (`redis=` zones)            |
 //! | `redis_link.rs`| one Redis connection with bounded waits (sync thread)  |
 //! | `sweep.rs`     | the timer that clears long-idle slots (worker 0)       |
@@ -21,12 +26,17 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod conf;
+mod cost;
+mod count_status;
 mod decision;
+mod delay;
 mod filter;
 mod handler;
 mod metrics;
+mod near_limit;
 mod redis_conf;
 mod redis_link;
+mod reset;
 mod sweep;
 mod sync;
 mod util;
@@ -54,11 +64,17 @@ impl HttpModule for Module {
     }
 
     unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-        variables::register(cf)
+        // SAFETY: cf is the configuration nginx passes to preconfiguration.
+        if unsafe { variables::register(cf) } != Status::NGX_OK.into() {
+            return Status::NGX_ERROR.into();
+        }
+        // SAFETY: as above.
+        unsafe { delay::register_variable(cf) }
     }
 
     unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-        if handler::register(cf) != Status::NGX_OK.into() {
+        // SAFETY: cf is the configuration nginx passes to postconfiguration.
+        if unsafe { handler::register(cf) } != Status::NGX_OK.into() {
             return Status::NGX_ERROR.into();
         }
         filter::register();
@@ -72,7 +88,9 @@ impl HttpModule for Module {
     where
         Self: HttpModuleMainConf,
     {
-        conf::init_main_conf(cf, conf)
+        // SAFETY: nginx passes the http{} configuration and this module's
+        // MainConf, which create_main_conf allocated.
+        unsafe { conf::init_main_conf(cf, conf) }
     }
 }
 

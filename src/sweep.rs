@@ -23,8 +23,10 @@ use nginx_sys::{
 };
 use ngx::http::HttpModuleMainConf;
 
+use rate_limit_window_core::Table;
+
 use crate::util;
-use crate::zone::ZoneConf;
+use crate::zone::{ZoneConf, ZoneHeader};
 use crate::Module;
 
 /// How often the timer fires (ms).
@@ -37,9 +39,17 @@ const PASS_TICKS: usize = 3600;
 /// hour. A larger one is swept 1/3600 of it a tick.
 const MIN_CHUNK: usize = 1_024;
 
+/// Zones of up to this many slots (a 1 MB zone holds about 65,000) are
+/// counted at each scrape: the scan costs at most as much as one of a
+/// 1 MB table. Larger zones report the sweep's count (`count_used`).
+pub const SCAN_AT_SCRAPE: usize = 65_536;
+/// Slots the count of used slots visits per zone and tick (16 MiB of
+/// sequential reads, about 2 ms): a 1 GB zone is counted in about a minute.
+const COUNT_CHUNK: usize = 1 << 20;
+
 /// The timer event of this process (only worker 0 arms it).
-// SAFETY (of the zeroed value): an all-zero ngx_event_t is an idle event,
-// which is how nginx allocates its own (ngx_pcalloc).
+// SAFETY: an all-zero ngx_event_t is an idle event, which is how nginx
+// allocates its own (ngx_pcalloc).
 static mut EVENT: ngx_event_t = unsafe { core::mem::zeroed() };
 
 /// Arms the sweep timer, if any zone is configured. Called from
@@ -72,26 +82,20 @@ extern "C" fn tick(ev: *mut ngx_event_t) {
     // http main conf exists since `start` was called with its zones.
     if let Some(mcf) = Module::main_conf(unsafe { &*ngx_cycle }) {
         let now = util::now_ms();
-        for &z in &mcf.zones {
-            // SAFETY: zones live in the configuration pool of the cycle.
-            let zone = unsafe { &*z };
-            let Some(table) = zone.table.as_ref() else {
-                continue;
-            };
-            if zone.header.is_null() {
-                continue;
-            }
-            // SAFETY: the header is zone memory set by init_zone; the
-            // cursor is an atomic, written only by the sweeping process.
-            let header = unsafe { &*zone.header };
+        for (zone, table, header) in mcf
+            .zones()
+            .filter_map(|z| ZoneConf::live(z).map(|(t, h)| (z, t, h)))
+        {
             // The running cycle's log: after a single-process reload the
             // event's (the first cycle's) may be closed.
             // SAFETY: ngx_cycle is this process's running cycle.
             crate::sync::log_changes(unsafe { (*ngx_cycle).log }, zone, now);
+            // The cursor is an atomic, written only by the sweeping process.
             let start = header.sweep_next.load(Ordering::Relaxed) as usize;
             let (next, cleared) = table.sweep(now, start, chunk(table.capacity()));
             header.sweep_next.store(next as u64, Ordering::Relaxed);
             header.swept.fetch_add(cleared as u64, Ordering::Relaxed);
+            count_used(table, header, now);
         }
     }
     // SAFETY: process-wide flags, written by the signal handler or the
@@ -100,5 +104,35 @@ extern "C" fn tick(ev: *mut ngx_event_t) {
         if ngx_exiting == 0 && ngx_quit == 0 && ngx_terminate == 0 {
             ngx_add_timer(ev, TICK_MS);
         }
+    }
+}
+
+/// Counts the used slots of the next chunk of a large zone; at the end of
+/// a pass, publishes the total as the zone's `slots_used`. Only the
+/// sweeping process writes these fields.
+fn count_used(table: &Table<'static>, header: &ZoneHeader, now: u64) {
+    if table.capacity() <= SCAN_AT_SCRAPE {
+        return;
+    }
+    let start = header.used_next.load(Ordering::Relaxed) as usize;
+    let (next, used) = table.slots_used_in(now, start, COUNT_CHUNK);
+    let total = header.used_acc.load(Ordering::Relaxed) + used;
+    if next == 0 {
+        header.slots_used.store(total, Ordering::Relaxed);
+        header.used_acc.store(0, Ordering::Relaxed);
+    } else {
+        header.used_acc.store(total, Ordering::Relaxed);
+    }
+    header.used_next.store(next as u64, Ordering::Relaxed);
+}
+
+/// Slots holding a client active in the current or previous window: a
+/// scan of a small zone, the sweep's last count of a larger one, so that a
+/// scrape costs no more for a 1 GB zone than for 1 MB.
+pub fn slots_used(table: &Table<'static>, header: &ZoneHeader, now: u64) -> u64 {
+    if table.capacity() <= SCAN_AT_SCRAPE {
+        table.slots_used(now)
+    } else {
+        header.slots_used.load(Ordering::Relaxed)
     }
 }

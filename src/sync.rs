@@ -51,7 +51,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nginx_sys::{ngx_log_t, NGX_LOG_ERR, NGX_LOG_NOTICE, NGX_LOG_WARN};
 use ngx::ngx_log_error;
 use rate_limit_window_core::cluster::{
-    claim, gateway_field, others_share, redis_key, Claim, Ledger, Push,
+    claim, gateway_field, redis_key, shares, Claim, Ledger, Push,
 };
 use rate_limit_window_core::{Table, Window};
 use redis::Value;
@@ -106,7 +106,7 @@ pub fn start_all(zones: &[*mut ZoneConf]) {
             continue;
         }
         let job = Job {
-            name: zone.name_str().into_owned(),
+            name: zone.name.to_string(),
             target: RedisTarget::from_params(r),
             sync_ms: r.sync_ms,
             window: zone.window,
@@ -396,7 +396,7 @@ fn connect<'c>(
     conn: &'c mut Option<Link>,
     target: &RedisTarget,
 ) -> Result<&'c mut Link, LinkError> {
-    if conn.as_ref().map_or(true, Link::is_broken) {
+    if conn.as_ref().is_none_or(Link::is_broken) {
         let deadline = Instant::now() + Duration::from_millis(CONNECT_MS);
         *conn = Some(Link::open(target, deadline)?);
     }
@@ -470,8 +470,8 @@ fn settle_batch(ctx: &RoundCtx<'_>, batch: &[Push], replies: Vec<Value>, me: &st
         match (wrote, replies.next().as_ref().and_then(fields)) {
             (true, Some(f)) => {
                 pushed += u64::from(p.write);
-                let others = others_share(f.iter().map(|(k, v)| (*k, *v)), me);
-                ctx.ledger.settle(ctx.table, p, others, now);
+                let stored = shares(f.iter().map(|(k, v)| (*k, *v)), me);
+                ctx.ledger.settle(ctx.table, p, stored, now);
             }
             _ => bad += 1,
         }

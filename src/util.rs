@@ -4,9 +4,9 @@
 use core::ptr;
 
 use nginx_sys::{
-    ngx_cached_time, ngx_list_push, ngx_palloc, ngx_pool_t, ngx_str_t, ngx_table_elt_t,
-    ngx_variable_value_t, ngx_worker,
+    ngx_cached_time, ngx_list_push, ngx_str_t, ngx_table_elt_t, ngx_variable_value_t, ngx_worker,
 };
+use ngx::http::Request;
 
 /// Current time as UTC unix epoch milliseconds, from nginx's cached clock
 /// (updated once per event-loop iteration). The core never reads a clock
@@ -25,66 +25,36 @@ pub fn shard() -> usize {
     unsafe { ngx_worker }
 }
 
-/// Copies `bytes` into `pool`; None if the pool is out of memory.
-///
-/// # Safety
-/// `pool` must be a valid nginx pool.
-pub unsafe fn pool_str(pool: *mut ngx_pool_t, bytes: &[u8]) -> Option<ngx_str_t> {
-    if bytes.is_empty() {
-        return Some(ngx_str_t::empty());
-    }
-    // SAFETY: the caller guarantees a valid pool.
-    let p = unsafe { ngx_palloc(pool, bytes.len()) }.cast::<u8>();
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: p has room for bytes.len() bytes and does not overlap bytes.
-    unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
-    Some(ngx_str_t {
-        len: bytes.len(),
-        data: p,
-    })
-}
-
-/// Appends an output header `name: value` to the response.
-///
-/// # Safety
-/// `r` must be a valid request whose headers have not been sent.
-pub unsafe fn add_header(
-    r: *mut nginx_sys::ngx_http_request_t,
-    name: &'static str,
-    value: &[u8],
-) -> Option<()> {
-    // SAFETY: r is valid; its pool lives as long as the request.
-    let value = unsafe { pool_str((*r).pool, value) }?;
-    // SAFETY: r is valid; value is in its pool.
-    unsafe { add_pooled_header(r, name, value) }
+/// Appends an output header `name: value` to the response, the value
+/// copied into the request's pool.
+pub fn add_header(r: &mut Request, name: &'static str, value: &[u8]) -> Option<()> {
+    // SAFETY: the request's pool is valid and outlives the response.
+    let value = unsafe { ngx_str_t::from_bytes(r.as_ref().pool, value) }?;
+    add_pooled_header(r, name, value)
 }
 
 /// Appends an output header whose value already lives in the request's
-/// pool (no copy).
-///
-/// # Safety
-/// `r` must be a valid request whose headers have not been sent, and
-/// `value` must live as long as its pool.
-pub unsafe fn add_pooled_header(
-    r: *mut nginx_sys::ngx_http_request_t,
-    name: &'static str,
-    value: ngx_str_t,
-) -> Option<()> {
-    // SAFETY: headers_out.headers is an initialised ngx_list_t of ngx_table_elt_t.
-    let h = unsafe { ngx_list_push(&mut (*r).headers_out.headers) }.cast::<ngx_table_elt_t>();
+/// pool (no copy). Hand-written rather than `Request::add_header_out`,
+/// which copies the name as well, allocates and hashes its lowercase copy
+/// (three pool allocations and a pass over the name on every limited
+/// response) and leaves the element's `next` field (nginx 1.23+)
+/// uninitialised.
+pub fn add_pooled_header(r: &mut Request, name: &'static str, value: ngx_str_t) -> Option<()> {
+    // SAFETY: headers_out.headers is an initialised ngx_list_t of
+    // ngx_table_elt_t, allocated from the request's pool.
+    let h = unsafe { ngx_list_push(&mut r.as_mut().headers_out.headers) }.cast::<ngx_table_elt_t>();
     if h.is_null() {
         return None;
     }
-    // SAFETY: h is a fresh list element; zero it (this also clears `next`,
-    // which exists from nginx 1.23 on) and fill the fields we use.
+    // SAFETY: h is a fresh list element, ours to fill; zeroing it also
+    // clears `next`, which exists from nginx 1.23 on. `name` is static and
+    // `value` lives in the request's pool.
     unsafe {
         ptr::write_bytes(h, 0, 1);
         (*h).hash = 1;
         (*h).key = ngx_str_t {
             len: name.len(),
-            data: name.as_ptr() as *mut u8,
+            data: name.as_ptr().cast_mut(),
         };
         (*h).value = value;
     }

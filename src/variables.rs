@@ -1,6 +1,11 @@
-//! Variables: `$rate_limit_window_status` (PASSED, REJECTED,
-//! REJECTED_DRY_RUN, EXEMPT; empty when no limit applied) and
-//! `$rate_limit_window_remaining` (requests left under the tightest limit).
+//! Variables: `$rate_limit_window_status` (PASSED, DELAYED, REJECTED,
+//! REJECTED_DRY_RUN, DELAYED_DRY_RUN, EXEMPT; empty when no limit applied),
+//! `$rate_limit_window_remaining` (requests left under the tightest limit),
+//! `$rate_limit_window_limit` (that limit, requests per window),
+//! `$rate_limit_window_reset` (seconds to its window boundary) and
+//! `$rate_limit_window_retry_after` (seconds, on rejected requests only):
+//! the numbers of the RateLimit headers, for an `error_page` body.
+//! `$rate_limit_window_delay` is in delay.rs.
 
 use core::ptr;
 
@@ -9,10 +14,10 @@ use nginx_sys::{
     ngx_str_t, ngx_uint_t, NGX_HTTP_VAR_NOCACHEABLE,
 };
 use ngx::core::Status;
+use ngx::http::Request;
 use ngx::ngx_string;
 
-use crate::decision;
-use crate::util::pool_str;
+use crate::decision::{self, Verdict};
 
 type Getter = unsafe extern "C" fn(
     *mut ngx_http_request_t,
@@ -25,9 +30,15 @@ type Getter = unsafe extern "C" fn(
 /// # Safety
 /// `cf` must be the configuration passed to preconfiguration.
 pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
-    let vars: [(ngx_str_t, Getter); 2] = [
+    let vars: [(ngx_str_t, Getter); 5] = [
         (ngx_string!("rate_limit_window_status"), get_status),
         (ngx_string!("rate_limit_window_remaining"), get_remaining),
+        (ngx_string!("rate_limit_window_limit"), get_limit),
+        (ngx_string!("rate_limit_window_reset"), get_reset),
+        (
+            ngx_string!("rate_limit_window_retry_after"),
+            get_retry_after,
+        ),
     ];
     for (mut name, get) in vars {
         // SAFETY: cf is valid; nginx copies the name.
@@ -45,35 +56,31 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
     Status::NGX_OK.into()
 }
 
-/// Sets `v` to `bytes` copied into the request pool, or to "not found".
+/// Sets `v` to `bytes` copied into the request pool.
+pub fn set(r: &Request, v: &mut ngx_http_variable_value_t, bytes: &[u8]) -> ngx_int_t {
+    // SAFETY: the request's pool is valid for the request's lifetime.
+    let Some(s) = (unsafe { ngx_str_t::from_bytes(r.as_ref().pool, bytes) }) else {
+        return Status::NGX_ERROR.into();
+    };
+    v.data = if s.len == 0 { ptr::null_mut() } else { s.data };
+    v.set_len(s.len as u32);
+    v.set_valid(1);
+    v.set_no_cacheable(1);
+    v.set_not_found(0);
+    Status::NGX_OK.into()
+}
+
+/// The request and the value of a variable getter's call.
 ///
 /// # Safety
-/// `r` and `v` must be valid.
-unsafe fn set(
+/// `r` and `v` must be what nginx passes to a variable's get handler.
+pub unsafe fn args<'a>(
     r: *mut ngx_http_request_t,
     v: *mut ngx_http_variable_value_t,
-    bytes: Option<&[u8]>,
-) -> ngx_int_t {
-    // SAFETY: v is valid.
-    let v = unsafe { &mut *v };
-    match bytes {
-        None => {
-            v.set_not_found(1);
-            Status::NGX_OK.into()
-        }
-        Some(b) => {
-            // SAFETY: r's pool is valid.
-            let Some(s) = (unsafe { pool_str((*r).pool, b) }) else {
-                return Status::NGX_ERROR.into();
-            };
-            v.data = if s.len == 0 { ptr::null_mut() } else { s.data };
-            v.set_len(s.len as u32);
-            v.set_valid(1);
-            v.set_no_cacheable(1);
-            v.set_not_found(0);
-            Status::NGX_OK.into()
-        }
-    }
+) -> (&'a mut Request, &'a mut ngx_http_variable_value_t) {
+    // SAFETY: nginx passes a valid request, which shares the representation
+    // of `Request`, and a valid value for us to fill.
+    unsafe { (Request::from_ngx_http_request(r), &mut *v) }
 }
 
 unsafe extern "C" fn get_status(
@@ -81,13 +88,16 @@ unsafe extern "C" fn get_status(
     v: *mut ngx_http_variable_value_t,
     _: usize,
 ) -> ngx_int_t {
-    // SAFETY: nginx passes a valid request and value.
-    unsafe {
-        let text = decision::find(r)
-            .map(|d| d.verdict.as_str().as_bytes())
-            .unwrap_or(b"");
-        set(r, v, Some(text))
-    }
+    // SAFETY: called by nginx as a get handler.
+    let (r, v) = unsafe { args(r, v) };
+    let d = decision::find(r);
+    set(r, v, d.map_or(b"", |d| d.verdict.as_str().as_bytes()))
+}
+
+/// Sets `v` to the decimal `n`, or to the empty string for None.
+fn set_number(r: &Request, v: &mut ngx_http_variable_value_t, n: Option<u32>) -> ngx_int_t {
+    let text = n.map(|n| n.to_string()).unwrap_or_default();
+    set(r, v, text.as_bytes())
 }
 
 unsafe extern "C" fn get_remaining(
@@ -95,13 +105,49 @@ unsafe extern "C" fn get_remaining(
     v: *mut ngx_http_variable_value_t,
     _: usize,
 ) -> ngx_int_t {
-    // SAFETY: nginx passes a valid request and value.
-    unsafe {
-        let remaining =
-            decision::find(r).and_then(|d| d.tightest().map(|a| a.remaining.to_string()));
-        match remaining {
-            Some(s) => set(r, v, Some(s.as_bytes())),
-            None => set(r, v, Some(b"")),
-        }
-    }
+    // SAFETY: called by nginx as a get handler.
+    let (r, v) = unsafe { args(r, v) };
+    let n = decision::find(r).and_then(|d| d.tightest().map(|a| a.remaining));
+    set_number(r, v, n)
+}
+
+/// `$rate_limit_window_limit`: the tightest limit's requests per window
+/// (the `RateLimit-Limit` value).
+unsafe extern "C" fn get_limit(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _: usize,
+) -> ngx_int_t {
+    // SAFETY: called by nginx as a get handler.
+    let (r, v) = unsafe { args(r, v) };
+    let n = decision::find(r).and_then(|d| d.tightest().map(|a| a.limit));
+    set_number(r, v, n)
+}
+
+/// `$rate_limit_window_reset`: seconds to the tightest limit's next window
+/// boundary (the `RateLimit-Reset` value).
+unsafe extern "C" fn get_reset(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _: usize,
+) -> ngx_int_t {
+    // SAFETY: called by nginx as a get handler.
+    let (r, v) = unsafe { args(r, v) };
+    let n = decision::find(r).and_then(|d| d.tightest().map(|a| a.reset_s));
+    set_number(r, v, n)
+}
+
+/// `$rate_limit_window_retry_after`: the Retry-After seconds of a rejected
+/// (or dry-run rejected) request; empty otherwise.
+unsafe extern "C" fn get_retry_after(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _: usize,
+) -> ngx_int_t {
+    // SAFETY: called by nginx as a get handler.
+    let (r, v) = unsafe { args(r, v) };
+    let n = decision::find(r)
+        .filter(|d| matches!(d.verdict, Verdict::Rejected | Verdict::RejectedDryRun))
+        .map(|d| d.retry_after_s);
+    set_number(r, v, n)
 }

@@ -10,13 +10,16 @@ use core::ptr;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use nginx_sys::{
-    ngx_http_complex_value_t, ngx_int_t, ngx_pagesize_shift, ngx_shm_zone_t, ngx_slab_alloc,
-    ngx_slab_pool_t, ngx_str_t, ngx_uint_t, NGX_LOG_EMERG,
+    ngx_http_complex_value_t, ngx_int_t, ngx_log_t, ngx_pagesize_shift, ngx_shm_zone_t,
+    ngx_slab_alloc, ngx_slab_pool_t, ngx_str_t, ngx_uint_t, NGX_LOG_EMERG,
 };
 use ngx::core::Status;
 use ngx::ngx_log_error;
 use rate_limit_window_core::parse::RedisParams;
-use rate_limit_window_core::{hash_with_seed, FailPolicy, Table, Window, DEFAULT_WINDOW_MS};
+use rate_limit_window_core::seed::seed_from;
+use rate_limit_window_core::{
+    hash_with_seed, FailPolicy, Table, TableError, Window, DEFAULT_WINDOW_MS,
+};
 
 /// One `rate_limit_window_zone`, allocated from the configuration pool.
 pub struct ZoneConf {
@@ -50,9 +53,13 @@ pub struct ZoneConf {
     pub table: Option<Table<'static>>,
 }
 
-/// `b"RLWZONE3"`: marks a zone header written by this module, in this
-/// layout (bumped whenever [`ZoneHeader`] changes).
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE3");
+/// Marks a zone header written by this module, and its layout: bump the
+/// digit whenever `ZoneHeader` changes (3: the sweep's `slots_used` count
+/// and the `delay` counters; 4: the sync's gateway id, generations and
+/// errors by kind; 5: `near_limit`; 6: the sync's errors that need an
+/// operator and the last error's kind), so that a reload onto a zone of
+/// another layout is refused, not misread.
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE6");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -120,6 +127,17 @@ pub struct ZoneHeader {
     pub sweep_next: AtomicU64,
     /// Stale slots whose counts the sweep cleared.
     pub swept: AtomicU64,
+    /// Requests held by `delay=` (see delay.rs).
+    pub delay: crate::delay::DelayStats,
+    /// The next slot the sweep's count of used slots visits, and what it
+    /// has counted so far in this pass (see `sweep::count_used`).
+    pub used_next: AtomicU64,
+    pub used_acc: AtomicU64,
+    /// Slots used, as of the sweep's last complete pass (`slots_used`).
+    pub slots_used: AtomicU64,
+    /// Admitted requests that left the estimate at or above 80% of their
+    /// limit (see near_limit.rs).
+    pub near_limit: AtomicU64,
 }
 
 impl ZoneConf {
@@ -148,33 +166,29 @@ impl ZoneConf {
     pub fn name_str(&self) -> std::borrow::Cow<'_, str> {
         String::from_utf8_lossy(self.name.as_bytes())
     }
+
+    /// The zone header, once the zone is initialised.
+    pub fn header(&self) -> Option<&ZoneHeader> {
+        // SAFETY: `header` is null or points at the header `init_zone` or
+        // `adopt` found in the zone, mapped for as long as this cycle.
+        unsafe { self.header.as_ref() }
+    }
+
+    /// The table and the header of an initialised zone.
+    pub fn live(&self) -> Option<(&Table<'static>, &ZoneHeader)> {
+        Some((self.table.as_ref()?, self.header()?))
+    }
 }
 
 /// A per-zone random seed for the keyed hash, so nobody can aim collisions
-/// at a client.
-fn random_seed() -> [u64; 2] {
-    let mut buf = [0u8; 16];
-    // SAFETY: getrandom writes at most buf.len() bytes into buf.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n != buf.len() as isize {
-        // Fall back to something unpredictable enough from outside.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        let addr = ptr::addr_of!(buf) as u64;
-        // SAFETY: getpid has no preconditions.
-        let pid = unsafe { libc::getpid() } as u64;
-        buf[..8].copy_from_slice(&(t ^ addr.rotate_left(17)).to_le_bytes());
-        buf[8..].copy_from_slice(
-            &(pid.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ t.rotate_left(29)).to_le_bytes(),
-        );
-    }
-    let (a, b) = buf.split_at(8);
-    [
-        u64::from_le_bytes(a.try_into().unwrap_or_default()),
-        u64::from_le_bytes(b.try_into().unwrap_or_default()),
-    ]
+/// at a client: `getrandom(2)`, retried when interrupted. There is no weak
+/// fallback (time, pid): on failure the zone is refused.
+fn random_seed() -> std::io::Result<[u64; 2]> {
+    seed_from(|buf| {
+        // SAFETY: getrandom writes at most buf.len() bytes into buf.
+        let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+        usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+    })
 }
 
 /// The hash seed of a Redis-backed zone, derived from its name and
@@ -238,30 +252,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
     if !data.is_null() {
         // SAFETY: the old cycle (and its ZoneConf) is alive during init.
         let old = unsafe { &*data.cast::<ZoneConf>() };
-        let old_secret = old.redis.as_ref().map(|r| r.secret.as_slice());
-        let new_secret = zone.redis.as_ref().map(|r| r.secret.as_slice());
-        if old.redis.is_some() != zone.redis.is_some() || old_secret != new_secret {
-            ngx_log_error!(
-                NGX_LOG_EMERG,
-                log,
-                "rate_limit_window_zone \"{}\": adding or removing \"redis=\" or changing \"secret=\" \
-                 changes how keys are hashed; use a new zone name",
-                zone.name_str()
-            );
-            return Status::NGX_ERROR.into();
-        }
-        if old.key_src.as_bytes() != zone.key_src.as_bytes() || old.window != zone.window {
-            ngx_log_error!(
-                NGX_LOG_EMERG,
-                log,
-                "rate_limit_window_zone \"{}\" is already bound to key \"{}\" with window={}ms; \
-                 it cannot change to key \"{}\" with window={}ms on reload: use a new zone name",
-                zone.name_str(),
-                String::from_utf8_lossy(old.key_src.as_bytes()),
-                old.window.ms(),
-                String::from_utf8_lossy(zone.key_src.as_bytes()),
-                zone.window.ms()
-            );
+        if !same_hashing_and_window(zone, old, log) {
             return Status::NGX_ERROR.into();
         }
         return adopt(zone, old.header, log);
@@ -274,7 +265,106 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
         // SAFETY: the pool header sits at the start of the zone.
         return adopt(zone, unsafe { (*shpool).data.cast() }, log);
     }
+    // SAFETY: nginx initialised the slab pool over the zone before init,
+    // and the pool is ours alone until init returns.
+    let Some(space) = (unsafe { allocate(shpool, zone, log) }) else {
+        return Status::NGX_ERROR.into();
+    };
+    // A Redis-backed zone hashes keys alike on every gateway of a cluster
+    // (its seed comes from the configuration) and draws a random gateway
+    // id instead, under which it writes its counts.
+    let random = match random_seed() {
+        Ok(r) => r,
+        Err(e) => {
+            ngx_log_error!(
+                NGX_LOG_EMERG,
+                log,
+                "rate_limit_window_zone \"{}\": getrandom() failed ({}): no unpredictable \
+                 hash seed or gateway id, so the zone is not started",
+                zone.name,
+                e
+            );
+            return Status::NGX_ERROR.into();
+        }
+    };
+    let seed = match &zone.redis {
+        Some(r) => config_seed(zone.name.as_bytes(), &r.secret),
+        None => random,
+    };
+    let gateway_id = random[0].max(1);
+    // SAFETY: `space` is fresh zone memory, ours alone during init.
+    match unsafe { format(zone, space, seed, gateway_id) } {
+        Ok(()) => {
+            // SAFETY: as above; the pool's data pointer tells a later cycle
+            // where the header is.
+            unsafe { (*shpool).data = space.header.cast() };
+            Status::NGX_OK.into()
+        }
+        Err(e) => {
+            ngx_log_error!(
+                NGX_LOG_EMERG,
+                log,
+                "rate_limit_window_zone \"{}\": {}",
+                zone.name,
+                e
+            );
+            Status::NGX_ERROR.into()
+        }
+    }
+}
 
+/// On reload: the zone keeps its key, window and hashing, or is refused
+/// (with an `[emerg]` that says why and what to do).
+fn same_hashing_and_window(zone: &ZoneConf, old: &ZoneConf, log: *mut ngx_log_t) -> bool {
+    let old_secret = old.redis.as_ref().map(|r| r.secret.as_slice());
+    let new_secret = zone.redis.as_ref().map(|r| r.secret.as_slice());
+    if old.redis.is_some() != zone.redis.is_some() || old_secret != new_secret {
+        ngx_log_error!(
+            NGX_LOG_EMERG,
+            log,
+            "rate_limit_window_zone \"{}\": adding or removing \"redis=\" or changing \"secret=\" \
+             changes how keys are hashed; use a new zone name",
+            zone.name
+        );
+        return false;
+    }
+    if old.key_src.as_bytes() != zone.key_src.as_bytes() || old.window != zone.window {
+        ngx_log_error!(
+            NGX_LOG_EMERG,
+            log,
+            "rate_limit_window_zone \"{}\" is already bound to key \"{}\" with window={}ms; \
+             it cannot change to key \"{}\" with window={}ms on reload: use a new zone name",
+            zone.name,
+            old.key_src,
+            old.window.ms(),
+            zone.key_src,
+            zone.window.ms()
+        );
+        return false;
+    }
+    true
+}
+
+/// A new zone's memory: its header, and the region of every other free
+/// page for the table (and a Redis zone's ledger).
+#[derive(Clone, Copy)]
+struct Space {
+    header: *mut ZoneHeader,
+    region: *mut u8,
+    /// Length of `region` in bytes.
+    len: usize,
+}
+
+/// Allocates the header, then takes every free page of the slab pool for
+/// the table; logs an `[emerg]` and returns None when memory runs out.
+///
+/// # Safety
+/// `shpool` must be the zone's initialised slab pool, ours alone (init).
+unsafe fn allocate(
+    shpool: *mut ngx_slab_pool_t,
+    zone: &ZoneConf,
+    log: *mut ngx_log_t,
+) -> Option<Space> {
     // SAFETY: a small slab allocation; the pool is ours alone during init.
     let header =
         unsafe { ngx_slab_alloc(shpool, core::mem::size_of::<ZoneHeader>()) }.cast::<ZoneHeader>();
@@ -283,43 +373,53 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
             NGX_LOG_EMERG,
             log,
             "rate_limit_window_zone \"{}\": no memory for the zone header",
-            zone.name_str()
+            zone.name
         );
-        return Status::NGX_ERROR.into();
+        return None;
     }
-
-    // Take every free page of the slab pool for the table.
-    // SAFETY: nginx initialised the slab pool over the zone before init.
+    // SAFETY: the caller guarantees an initialised pool.
     let mut pages = unsafe { (*shpool).pfree };
-    let mut region: *mut u8 = ptr::null_mut();
-    let mut len = 0usize;
     while pages > 0 {
         // SAFETY: ngx_pagesize_shift is set at startup.
-        len = pages << unsafe { ngx_pagesize_shift };
+        let len = pages << unsafe { ngx_pagesize_shift };
         // SAFETY: a plain slab allocation; the pool is ours alone during init.
-        region = unsafe { ngx_slab_alloc(shpool, len) }.cast();
+        let region = unsafe { ngx_slab_alloc(shpool, len) }.cast::<u8>();
         if !region.is_null() {
-            break;
+            return Some(Space {
+                header,
+                region,
+                len,
+            });
         }
         pages -= 1;
     }
-    if region.is_null() {
-        ngx_log_error!(
-            NGX_LOG_EMERG,
-            log,
-            "rate_limit_window_zone \"{}\": no memory for the table",
-            zone.name_str()
-        );
-        return Status::NGX_ERROR.into();
-    }
+    ngx_log_error!(
+        NGX_LOG_EMERG,
+        log,
+        "rate_limit_window_zone \"{}\": no memory for the table",
+        zone.name
+    );
+    None
+}
 
+/// Formats the table (and a Redis zone's ledger) in `space`, writes the
+/// zone header and points the zone at both.
+///
+/// # Safety
+/// `space` must be fresh, page-aligned zone memory from `allocate`, ours
+/// alone during init.
+unsafe fn format(
+    zone: &mut ZoneConf,
+    space: Space,
+    seed: [u64; 2],
+    gateway_id: u64,
+) -> Result<(), TableError> {
+    let Space {
+        header,
+        region,
+        len,
+    } = space;
     advise_huge_pages(region, len);
-
-    let seed = match &zone.redis {
-        // Every gateway of a cluster must hash keys alike.
-        Some(r) => config_seed(zone.name.as_bytes(), &r.secret),
-        None => random_seed(),
-    };
     // A Redis-backed zone gives half of its memory to the sync ledger.
     let (table_len, ledger, ledger_len) = if zone.redis.is_some() {
         let t = len / 2 / 64 * 64;
@@ -331,68 +431,80 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
         (len, ptr::null_mut(), 0)
     };
     // SAFETY: region is `len` bytes of page-aligned zone memory, ours alone.
-    match unsafe { Table::init(region, table_len, zone.window, seed) } {
-        Ok(t) => {
-            // SAFETY: header is fresh zone memory sized for a ZoneHeader; the
-            // pool header is ours during init.
-            unsafe {
-                header.write(ZoneHeader {
-                    magic: ZONE_MAGIC,
-                    table: region,
-                    table_len,
-                    ledger,
-                    ledger_len,
-                    gateway_id: random_seed()[0].max(1),
-                    sync_owner: AtomicU64::new(0),
-                    sync_heartbeat_ms: AtomicU64::new(0),
-                    sync_handover: AtomicU64::new(0),
-                    sync_generation: AtomicU64::new(0),
-                    logged_owner: AtomicU64::new(0),
-                    invalid_limits: AtomicU64::new(0),
-                    sync_errors: AtomicU64::new(0),
-                    sync_err_timeout: AtomicU64::new(0),
-                    sync_err_connection: AtomicU64::new(0),
-                    sync_err_reply: AtomicU64::new(0),
-                    sync_err_auth: AtomicU64::new(0),
-                    sync_err_tls: AtomicU64::new(0),
-                    sync_err_master: AtomicU64::new(0),
-                    sync_err_cluster_down: AtomicU64::new(0),
-                    down_kind: AtomicU64::new(0),
-                    sync_err_key: AtomicU64::new(0),
-                    sync_keys_pushed: AtomicU64::new(0),
-                    sync_rounds: AtomicU64::new(0),
-                    last_sync_ms: AtomicU64::new(0),
-                    down_since_ms: AtomicU64::new(0),
-                    logged_down_ms: AtomicU64::new(0),
-                    sweep_next: AtomicU64::new(0),
-                    swept: AtomicU64::new(0),
-                });
-                (*shpool).data = header.cast();
-            }
-            zone.header = header;
-            zone.table = Some(t);
-            Status::NGX_OK.into()
-        }
-        Err(e) => {
-            ngx_log_error!(
-                NGX_LOG_EMERG,
-                log,
-                "rate_limit_window_zone \"{}\": {}",
-                zone.name_str(),
-                e
-            );
-            Status::NGX_ERROR.into()
+    let table = unsafe { Table::init(region, table_len, zone.window, seed) }?;
+    // SAFETY: header is fresh zone memory sized for a ZoneHeader.
+    unsafe {
+        header.write(ZoneHeader::new(Layout {
+            table: region,
+            table_len,
+            ledger,
+            ledger_len,
+            gateway_id,
+        }))
+    };
+    zone.header = header;
+    zone.table = Some(table);
+    Ok(())
+}
+
+/// Where a new zone's table and ledger are, and its gateway id.
+struct Layout {
+    table: *mut u8,
+    /// Bytes.
+    table_len: usize,
+    ledger: *mut u8,
+    /// Bytes.
+    ledger_len: usize,
+    gateway_id: u64,
+}
+
+impl ZoneHeader {
+    /// A new zone's header: the table and ledger it describes, every
+    /// counter and lease at zero.
+    fn new(l: Layout) -> Self {
+        let zero = || AtomicU64::new(0);
+        ZoneHeader {
+            magic: ZONE_MAGIC,
+            table: l.table,
+            table_len: l.table_len,
+            ledger: l.ledger,
+            ledger_len: l.ledger_len,
+            gateway_id: l.gateway_id,
+            sync_owner: zero(),
+            sync_heartbeat_ms: zero(),
+            sync_handover: zero(),
+            sync_generation: zero(),
+            logged_owner: zero(),
+            invalid_limits: zero(),
+            sync_errors: zero(),
+            sync_err_timeout: zero(),
+            sync_err_connection: zero(),
+            sync_err_reply: zero(),
+            sync_err_auth: zero(),
+            sync_err_tls: zero(),
+            sync_err_master: zero(),
+            sync_err_cluster_down: zero(),
+            down_kind: zero(),
+            sync_err_key: zero(),
+            sync_keys_pushed: zero(),
+            sync_rounds: zero(),
+            last_sync_ms: zero(),
+            down_since_ms: zero(),
+            logged_down_ms: zero(),
+            sweep_next: zero(),
+            swept: zero(),
+            delay: Default::default(),
+            used_next: zero(),
+            used_acc: zero(),
+            slots_used: zero(),
+            near_limit: zero(),
         }
     }
 }
 
 /// Adopts a zone formatted by an earlier cycle, after validating both
 /// headers (ours, then the table's magic, layout version and window).
-fn adopt(
-    zone: &mut ZoneConf,
-    header: *mut ZoneHeader,
-    log: *mut nginx_sys::ngx_log_t,
-) -> ngx_int_t {
+fn adopt(zone: &mut ZoneConf, header: *mut ZoneHeader, log: *mut ngx_log_t) -> ngx_int_t {
     // SAFETY: header is the first allocation an earlier init made in this
     // same zone, which nginx kept mapped at the same address.
     if header.is_null() || unsafe { (*header).magic } != ZONE_MAGIC {
@@ -400,7 +512,7 @@ fn adopt(
             NGX_LOG_EMERG,
             log,
             "rate_limit_window_zone \"{}\": cannot reuse the zone: bad zone header; restart nginx or use a new zone name",
-            zone.name_str()
+            zone.name
         );
         return Status::NGX_ERROR.into();
     }
@@ -416,7 +528,7 @@ fn adopt(
                 NGX_LOG_EMERG,
                 log,
                 "rate_limit_window_zone \"{}\": cannot reuse the zone: {}; restart nginx or use a new zone name",
-                zone.name_str(),
+                zone.name,
                 e
             );
             Status::NGX_ERROR.into()

@@ -279,6 +279,15 @@ fn redis_outage_keeps_serving_and_is_visible() {
         );
         sleep(Duration::from_millis(100));
     }
+    // The new Redis started empty: both gateways wrote their counts again,
+    // and it holds every admitted request once.
+    assert!(
+        wait_for(Duration::from_secs(5), || hash_total(redis_port)
+            == up.received() as i64),
+        "Redis holds {} of {} admitted",
+        hash_total(redis_port),
+        up.received()
+    );
 }
 
 #[test]
@@ -616,4 +625,50 @@ fn three_gateways_round_robin_at_three_times_the_limit() {
     // The bound: 3 gateways x 20 requests/s x (100 ms + a round trip) = 6.
     assert!((60..=66).contains(&total), "admitted {total} for limit 60");
     assert!(wait_for(Duration::from_secs(3), || hash_total(redis.port) == total));
+}
+
+#[test]
+fn sync_threads_block_every_signal() {
+    let redis = RedisServer::start();
+    let up = Upstream::start();
+    let a = gateway(redis.port, &up, 10);
+    let mut found = vec![];
+    assert!(wait_for(Duration::from_secs(5), || {
+        found = a
+            .worker_pids()
+            .into_iter()
+            .flat_map(|p| {
+                threads_named(p, "rlw-sync")
+                    .into_iter()
+                    .map(move |t| (p, t))
+            })
+            .collect();
+        found.len() == 1
+    }));
+    let (pid, tid) = &found[0];
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap();
+    let blocked = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .unwrap();
+    // The signals nginx handles in its event loop.
+    for sig in [
+        libc::SIGHUP,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGTERM,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGWINCH,
+        libc::SIGCHLD,
+        libc::SIGALRM,
+        libc::SIGIO,
+        libc::SIGPIPE,
+    ] {
+        assert!(
+            blocked & (1 << (sig - 1)) != 0,
+            "signal {sig} not blocked in the sync thread (SigBlk {blocked:016x})"
+        );
+    }
 }

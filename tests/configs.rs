@@ -44,6 +44,7 @@ fn example_configs_follow_conventions() {
         "api-tiers.conf",
         "multi.conf",
         "dry-run.conf",
+        "problem-json.conf",
     ] {
         let path = example_conf_dir().join(name);
         let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -362,4 +363,88 @@ fn zone_used_from_several_places() {
     );
     let (ok, out) = test_config(&conf);
     assert!(ok, "{out}");
+}
+
+/// A zone name goes unescaped into the RateLimit-Policy sf-string, the
+/// Prometheus labels and the Redis key names: only HTTP token characters
+/// (RFC 9110 `tchar`) are accepted. nginx's quoted-string escapes can put
+/// `"`, `\r` and `\n` into an argument; each is refused with an [emerg]
+/// that says which characters are allowed, and every token character
+/// still passes.
+#[test]
+fn zone_names_are_tokens() {
+    let zone = |arg: &str| conf_with(&format!("rate_limit_window_zone $http_x_key {arg};"), "");
+    for (name, arg) in [
+        ("double quote", r#""zone=a\"b:1m""#),
+        ("CR LF", r#""zone=a\r\nX-Injected: 1:1m""#),
+        ("space", r#""zone=a b:1m""#),
+        ("colon", "zone=a:b:1m"),
+        ("comma", "zone=a,b:1m"),
+        ("backslash", r#""zone=a\\b:1m""#),
+        ("brace", "\"zone=a{b}:1m\""),
+        ("non-ASCII", "zone=zoné:1m"),
+    ] {
+        let (ok, out) = test_config(&zone(arg));
+        let emerg = out.lines().find(|l| l.contains("[emerg]")).unwrap_or("");
+        assert!(!ok, "[{name}] {arg} was accepted:\n{out}");
+        assert!(
+            emerg.contains("invalid zone name") && emerg.contains("!#$%&'*+-.^_`|~"),
+            "[{name}] {arg}: {out}"
+        );
+    }
+    let every_tchar = "zone=Az09!#$%&'*+-.^_`|~:1m";
+    let (ok, out) = test_config(&conf_with(
+        &format!("rate_limit_window_zone $http_x_key \"{every_tchar}\";"),
+        "rate_limit_window \"zone=Az09!#$%&'*+-.^_`|~\" limit=5;",
+    ));
+    assert!(ok, "{out}");
+}
+
+/// RateLimit-Policy's `w=` is an integer number of seconds (sf-integer,
+/// draft-ietf-httpapi-ratelimit-headers), and so are Retry-After and
+/// RateLimit-Reset: a window that is not a whole number of seconds cannot
+/// be told to clients, so nginx -t refuses it instead of sending `w=1` for
+/// `window=1500ms`.
+#[test]
+fn windows_are_whole_seconds() {
+    for w in ["1500ms", "1001ms", "90500ms", "1s500ms", "1m1ms"] {
+        let (ok, out) = test_config(&conf_with(
+            &format!("rate_limit_window_zone $http_x_key zone=z:1m window={w};"),
+            "rate_limit_window zone=z limit=5;",
+        ));
+        let emerg = out.lines().find(|l| l.contains("[emerg]")).unwrap_or("");
+        assert!(!ok, "window={w} was accepted:\n{out}");
+        assert!(
+            emerg.contains(&format!("invalid window \"{w}\""))
+                && emerg.contains("whole number of seconds"),
+            "window={w}: {out}"
+        );
+    }
+    for w in ["1000ms", "2s", "90", "1m30s", "24h"] {
+        let (ok, out) = test_config(&conf_with(
+            &format!("rate_limit_window_zone $http_x_key zone=z:1m window={w};"),
+            "rate_limit_window zone=z limit=5;",
+        ));
+        assert!(ok, "window={w}: {out}");
+    }
+}
+
+#[test]
+fn metrics_reset_parameter() {
+    for (param, ok) in [
+        ("", true),
+        ("reset=on", true),
+        ("reset=off", true),
+        ("reset=yes", false),
+        ("reset=on reset=on", false),
+    ] {
+        let conf = http_conf(&format!(
+            "server {{ listen 127.0.0.1:{{{{PORT}}}}; location = /m {{ rate_limit_window_metrics {param}; }} }}"
+        ));
+        let (good, out) = test_config(&conf);
+        assert_eq!(good, ok, "{param:?}: {out}");
+        if !ok {
+            assert!(out.contains("[emerg]"), "{out}");
+        }
+    }
 }

@@ -55,45 +55,62 @@ fn gateway_limits_per_ip_and_serves_metrics() {
 
 #[test]
 fn api_tiers_exempts_internal_and_limits_by_plan() {
+    let (free, pro) = (&b"k-free-4f1c9a7e3b20"[..], &b"k-pro-8d2e6b0a5c71"[..]);
     let up = Upstream::start();
     // As shipped, 127.0.0.1 is an internal (exempt) client.
     let ng = Nginx::builder()
         .upstream_of(&up)
         .start(&example("api-tiers.conf"));
-    for _ in 0..110 {
-        let r = request(ng.port, "GET", "/v1/x", &[("X-API-Key", b"k1")]);
-        assert_eq!(r.status, 200);
-        assert!(
-            r.header("RateLimit").is_none(),
-            "exempt client got limit headers"
-        );
+    for key in [&b"k1"[..], free] {
+        for _ in 0..110 {
+            let r = request(ng.port, "GET", "/v1/x", &[("X-API-Key", key)]);
+            assert_eq!(r.status, 200);
+            assert!(
+                r.header("RateLimit").is_none(),
+                "exempt client got limit headers"
+            );
+        }
     }
     drop(ng);
     // Without the 127.0.0.1 exemption, the plans apply.
     let conf = example("api-tiers.conf").replace("127.0.0.1/32  1;", "");
     let ng = Nginx::builder().upstream_of(&up).start(&conf);
     clear_of_boundary(60_000, 20_000);
-    let st = hammer(ng.port, "/v1/x", &[("X-API-Key", b"free-key")], 120, 4);
+    // A free key that claims the pro plan still gets the free limit.
+    let forged = [("X-API-Key", free), ("X-Plan", &b"pro"[..])];
+    let st = hammer(ng.port, "/v1/x", &forged, 120, 4);
     assert_eq!(tally(&st).get(&200), Some(&100), "{:?}", tally(&st));
-    let r = request(ng.port, "GET", "/v1/x", &[("X-API-Key", b"free-key")]);
+    let r = request(ng.port, "GET", "/v1/x", &forged);
     assert_eq!(r.status, 429);
     assert!(
         r.header("RateLimit-Policy")
-            .is_some_and(|p| p.contains("\"api\";q=100;w=60")),
+            .is_some_and(|p| p.contains("\"api_keys\";q=100;w=60")),
         "{}",
         r.describe()
     );
-    let st = hammer(
-        ng.port,
-        "/v1/x",
-        &[("X-API-Key", b"pro-key"), ("X-Plan", b"pro")],
-        300,
-        4,
-    );
+    let st = hammer(ng.port, "/v1/x", &[("X-API-Key", pro)], 300, 4);
     assert_eq!(tally(&st).get(&200), Some(&300), "pro plan has 5000/min");
-    // Anonymous clients are limited by address, not exempt.
-    let st = hammer(ng.port, "/v1/x", &[], 120, 4);
+    // Keys not in the list, a new one on every request and each claiming
+    // the pro plan, are one anonymous client: counted by address.
+    let st = hammer_with(ng.port, 120, 4, |i| {
+        let hs = vec![
+            ("X-API-Key".to_string(), format!("made-up-{i}").into_bytes()),
+            ("X-Plan".to_string(), b"pro".to_vec()),
+        ];
+        ("/v1/x".to_string(), hs)
+    });
     assert_eq!(tally(&st).get(&200), Some(&100), "{:?}", tally(&st));
+    let r = request(ng.port, "GET", "/v1/x", &[("X-API-Key", b"made-up-x")]);
+    assert!(
+        r.header("RateLimit-Policy")
+            .is_some_and(|p| p.contains("\"api_anon\";q=100;w=60")),
+        "{}",
+        r.describe()
+    );
+    // Anonymous clients are limited by address too, not exempt: this
+    // address has used its 100.
+    let st = hammer(ng.port, "/v1/x", &[], 10, 2);
+    assert_eq!(tally(&st).get(&429), Some(&10), "{:?}", tally(&st));
 }
 
 #[test]
@@ -187,5 +204,50 @@ fn auth_gateway_limits_logins_by_ip_and_users_by_plan() {
         ),
         Some(0.0),
         "{m}"
+    );
+}
+
+#[test]
+fn problem_json_answers_rfc9457_with_the_real_numbers() {
+    let up = Upstream::start();
+    let ng = Nginx::builder()
+        .upstream_of(&up)
+        .start(&example("problem-json.conf"));
+    clear_of_boundary(60_000, 20_000);
+    for i in 0..5 {
+        let r = get(ng.port, "/api/x");
+        assert_eq!(r.status, 200, "request {i}: {}", r.describe());
+    }
+    let r = get(ng.port, "/api/x");
+    assert_eq!(r.status, 429, "{}", r.describe());
+    assert_eq!(
+        r.header("Content-Type"),
+        Some("application/problem+json"),
+        "{}",
+        r.describe()
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", r.text()));
+    assert_eq!(doc["status"], 429, "{doc}");
+    assert_eq!(doc["title"], "Too Many Requests", "{doc}");
+    assert_eq!(doc["limit"], 5, "{doc}");
+    assert_eq!(doc["remaining"], 0, "{doc}");
+    // The headers are still there, and the body carries the same numbers.
+    let retry = r.header_num("Retry-After");
+    assert!((1..=60).contains(&retry), "{}", r.describe());
+    assert_eq!(doc["retry_after"], retry, "{doc}");
+    assert_eq!(r.header_num("RateLimit-Limit"), 5);
+    assert_eq!(r.header_num("RateLimit-Remaining"), 0);
+    assert_eq!(doc["reset"], r.header_num("RateLimit-Reset"), "{doc}");
+    assert!(
+        doc["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains(&format!("retry in {retry} s"))),
+        "{doc}"
+    );
+    assert_eq!(
+        up.received(),
+        5,
+        "the rejected request never reached the app"
     );
 }

@@ -434,3 +434,181 @@ fn rfc3339_helpers() {
     );
     let _ = Duration::from_secs(0);
 }
+
+/// CPU time (user + system, in clock ticks of 10 ms) of the processes `pids`.
+fn cpu_ticks(pids: &[i32]) -> u64 {
+    pids.iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+        .map(|s| {
+            // Fields after the command name, which ends with ')'.
+            let rest = &s[s.rfind(')').map_or(0, |i| i + 2)..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0)
+        })
+        .sum()
+}
+
+/// Worker CPU ticks and wall time (µs) of `n` scrapes of `/metrics`.
+fn scrape_cost(ng: &Nginx, n: usize) -> (u64, u128) {
+    let pids = ng.worker_pids();
+    let before = cpu_ticks(&pids);
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        assert_eq!(get(ng.port, "/metrics").status, 200);
+    }
+    let wall = t.elapsed().as_micros() / n as u128;
+    (cpu_ticks(&pids) - before, wall)
+}
+
+/// A scrape does not scan the zone: `slots_used` of a zone larger than
+/// 1 MB is the figure the sweep counted, so 20 scrapes of a 1 GB zone cost
+/// the workers about as little CPU as scrapes of a 1 MB zone (a full scan
+/// of 1 GB took about 0.1 s of one worker per scrape). CPU time, not wall
+/// time, so that a loaded machine does not make the bound flaky.
+#[test]
+fn scrape_cost_does_not_grow_with_the_zone() {
+    let up = Upstream::start();
+    let mut costs = vec![];
+    for size in ["1m", "1024m"] {
+        let ng = Nginx::builder().upstream_of(&up).start(&conf(
+            &format!("rate_limit_window_zone $http_x_key zone=z:{size} window=1h;"),
+            "rate_limit_window zone=z limit=100;",
+        ));
+        assert_eq!(get_key(ng.port, "/", "alice").status, 200);
+        scrape_cost(&ng, 2); // warm-up: first touches, connection setup
+        let (ticks, wall_us) = scrape_cost(&ng, 20);
+        eprintln!("zone {size}: 20 scrapes cost the workers {ticks} ticks of 10 ms; {wall_us} µs per scrape (wall)");
+        costs.push(ticks);
+    }
+    assert!(
+        costs[1] <= 30,
+        "20 scrapes of a 1 GB zone took {} ticks (10 ms) of worker CPU: the zone is scanned on scrape",
+        costs[1]
+    );
+}
+
+/// `slots_used` of a zone larger than 1 MB comes from the sweep's count
+/// (one pass of up to 2^20 slots a second), and reaches the number of
+/// clients active in the window.
+#[test]
+fn slots_used_of_a_large_zone_is_counted_by_the_sweep() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&conf(
+        "rate_limit_window_zone $http_x_key zone=z:4m window=1h;",
+        "rate_limit_window zone=z limit=100;",
+    ));
+    clear_of_boundary(HOUR_MS, 20_000);
+    let slots = scrape(ng.port).val("rate_limit_window_slots", &[("zone", "z")]);
+    assert!(slots > 65_536.0, "a 4 MB zone holds {slots} slots");
+    for i in 0..10 {
+        assert_eq!(get_key(ng.port, "/", &format!("client-{i}")).status, 200);
+    }
+    let mut used = 0.0;
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            used = scrape(ng.port).val("rate_limit_window_slots_used", &[("zone", "z")]);
+            used == 10.0
+        }),
+        "slots_used {used}, not 10, after 10 s"
+    );
+}
+
+/// `rate_limit_window_near_limit_total`: admitted requests that leave the
+/// estimate at or above 80% of the limit, read with a Prometheus parser.
+#[test]
+fn near_limit_counts_admissions_at_80_percent() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&conf(
+        "rate_limit_window_zone $http_x_key zone=near:1m window=1h;
+         rate_limit_window_zone $http_x_key zone=far:1m window=1h;",
+        "rate_limit_window zone=near limit=10;
+         rate_limit_window zone=far limit=1000;",
+    ));
+    clear_of_boundary(HOUR_MS, 20_000);
+    let near =
+        |m: &Metrics, zone: &str| m.val("rate_limit_window_near_limit_total", &[("zone", zone)]);
+    let m = scrape(ng.port);
+    assert_eq!(near(&m, "near"), 0.0);
+    assert!(m.docs.contains_key("rate_limit_window_near_limit_total"));
+    // Estimates after admission 1..=7 are below 8 (80% of 10).
+    for _ in 0..7 {
+        assert_eq!(get_key(ng.port, "/", "k").status, 200);
+    }
+    assert_eq!(near(&scrape(ng.port), "near"), 0.0);
+    // 8, 9 and 10 are at or above it; the rejected 11th is not admitted.
+    for _ in 0..3 {
+        assert_eq!(get_key(ng.port, "/", "k").status, 200);
+    }
+    assert_eq!(get_key(ng.port, "/", "k").status, 429);
+    let m = scrape(ng.port);
+    assert_eq!(near(&m, "near"), 3.0);
+    assert_eq!(near(&m, "far"), 0.0, "10 of 1000 is far from the limit");
+    // Another client starts from zero.
+    assert_eq!(get_key(ng.port, "/", "other").status, 200);
+    assert_eq!(near(&scrape(ng.port), "near"), 3.0);
+}
+
+/// `rate_limit_window_metrics reset=on;`: DELETE clears one client's counts
+/// (current and previous window) and answers what it cleared; 405 without
+/// reset=on; allow/deny apply; logged at notice without the key.
+#[test]
+fn delete_resets_one_client_with_reset_on() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&proxy_conf(
+        "rate_limit_window_zone $http_x_key zone=z:1m window=1h;",
+        "",
+        "location = /ops { rate_limit_window_metrics reset=on; allow 127.0.0.1; deny all; }
+         location = /plain { rate_limit_window_metrics; }
+         location = /denied { rate_limit_window_metrics reset=on; deny 127.0.0.1; }",
+        "rate_limit_window zone=z limit=3;",
+    ));
+    clear_of_boundary(HOUR_MS, 20_000);
+    let key = "secret-api-key-7f3a";
+    for _ in 0..3 {
+        assert_eq!(get_key(ng.port, "/", key).status, 200);
+    }
+    assert_eq!(get_key(ng.port, "/", key).status, 429);
+    assert_eq!(get_key(ng.port, "/", "other").status, 200);
+    let q = format!("?zone=z&key={key}");
+    let delete = |loc: &str, q: &str| request(ng.port, "DELETE", &format!("{loc}{q}"), &[]);
+    let current = |k: &str| {
+        let r = get(ng.port, &format!("/plain?zone=z&key={k}"));
+        assert_eq!(r.status, 200, "{}", r.describe());
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        num(&v, "current")
+    };
+    // Without reset=on, or from a denied address: nothing is cleared.
+    assert_eq!(delete("/plain", &q).status, 405);
+    assert_eq!(delete("/denied", &q).status, 403);
+    assert_eq!(current(key), 3.0);
+    // Cleared, and the answer says what was.
+    let r = delete("/ops", &q);
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert!(r
+        .header("Content-Type")
+        .unwrap_or("")
+        .starts_with("application/json"));
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["zone"], "z");
+    assert_eq!(v["cleared"]["current"], 3, "{v}");
+    assert_eq!(v["cleared"]["previous"], 0, "{v}");
+    assert_eq!(v["cluster"], serde_json::Value::Null, "{v}");
+    assert_eq!(current(key), 0.0);
+    assert_eq!(current("other"), 1.0, "another client is untouched");
+    let r = get_key(ng.port, "/", key);
+    assert_eq!(r.status, 200, "the client starts over: {}", r.describe());
+    assert_eq!(r.header_num("RateLimit-Remaining"), 2);
+    // GET still serves the metrics there; bad requests are refused.
+    assert_eq!(get(ng.port, "/ops").status, 200);
+    assert_eq!(delete("/ops", "?zone=nope&key=x").status, 404);
+    assert_eq!(delete("/ops", "?zone=z").status, 400);
+    let log = ng.error_log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("of zone \"z\" reset by 127.0.0.1 (cleared: current 3, previous 0)"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(lines[0].contains("[notice]"), "{log}");
+    assert!(!lines[0].contains(key), "the key is never logged: {log}");
+    assert_eq!(up.received(), 5);
+}

@@ -30,7 +30,7 @@ pub(crate) struct Ops {
     /// Inline `vmovdqa` / `lock cmpxchg16b` (x86_64 with AVX and CMPXCHG16B).
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     inline: bool,
-    /// `inline`, and the CPU has AVX2 (for [`crate::scan`]).
+    /// `inline`, and the CPU has AVX2 (for [`crate::table::scan`]).
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     avx2: bool,
 }
@@ -60,7 +60,7 @@ impl Ops {
         }
     }
 
-    /// Whether [`crate::scan`] may use its AVX2 code (x86_64 only).
+    /// Whether [`crate::table::scan`] may use its AVX2 code (x86_64 only).
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     #[inline(always)]
     pub(crate) fn avx2(self) -> bool {
@@ -115,7 +115,7 @@ mod x86 {
     /// As [`load_vmovdqa`].
     #[inline(always)]
     pub(super) unsafe fn load_m128(src: *mut u128) -> __m128i {
-        debug_assert!(src as usize % 16 == 0);
+        debug_assert!((src as usize).is_multiple_of(16));
         let out: __m128i;
         // SAFETY: per the contract. No `readonly`/`nomem`: the asm is also
         // a compiler barrier (the load is SeqCst).
@@ -135,7 +135,7 @@ mod x86 {
     /// CPU has AVX enabled.
     #[inline(always)]
     pub(super) unsafe fn load_vmovdqa(src: *mut u128) -> u128 {
-        debug_assert!(src as usize % 16 == 0);
+        debug_assert!((src as usize).is_multiple_of(16));
         let (lo, hi): (u64, u64);
         // SAFETY: per the contract. One 16-byte load; the two halves are
         // then copied out of the register (VEX `vmovq`/`vpextrq`, AVX
@@ -161,7 +161,7 @@ mod x86 {
     /// atomically, and the CPU has CMPXCHG16B.
     #[inline(always)]
     pub(super) unsafe fn cmpxchg16b(dst: *mut u128, old: u128, new: u128) -> bool {
-        debug_assert!(dst as usize % 16 == 0);
+        debug_assert!((dst as usize).is_multiple_of(16));
         let failed: u8;
         // SAFETY: per the contract. rbx is reserved by LLVM, so the low half
         // of `new` goes through r8 and rbx is restored afterwards.

@@ -28,7 +28,7 @@
 //!
 //! One sync round is [`Ledger::plan`] (what to write), the caller's I/O
 //! (`HSET key me own` where [`Push::write`], then `HGETALL key`), then
-//! [`Ledger::settle`] with the other gateways' share ([`others_share`]) for
+//! [`Ledger::settle`] with what the store holds ([`shares`]) for
 //! each key whose replies were good. A key whose replies were errors is
 //! simply not settled: the next round writes and reads it again. Only one
 //! process may run rounds at a time (the caller holds a lease): the
@@ -91,16 +91,35 @@ pub fn gateway_field(id: u64) -> String {
     format!("{id:016x}")
 }
 
-/// The other gateways' share of a key: the sum of the values of every field
-/// but `me` (fields that are not counts are skipped). `fields` are the
-/// `(field, value)` pairs of `HGETALL`.
-pub fn others_share<'f>(fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>, me: &str) -> i64 {
-    fields
-        .into_iter()
-        .filter(|(f, _)| *f != me.as_bytes())
-        .filter_map(|(_, v)| core::str::from_utf8(v).ok()?.parse::<i64>().ok())
-        .map(|v| v.max(0))
-        .fold(0i64, i64::saturating_add)
+/// What the store holds for a key: this gateway's count and the sum of
+/// the other gateways'.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shares {
+    /// The value of this gateway's field (0 when absent).
+    pub mine: i64,
+    /// The sum of every other field's value.
+    pub others: i64,
+}
+
+/// Reads the `(field, value)` pairs of `HGETALL` as this gateway's (`me`)
+/// count and the others' sum (fields whose value is not a count are
+/// skipped, negative values count as 0).
+pub fn shares<'f>(fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>, me: &str) -> Shares {
+    let mut out = Shares::default();
+    for (f, v) in fields {
+        let Some(v) = core::str::from_utf8(v)
+            .ok()
+            .and_then(|v| v.parse::<i64>().ok())
+        else {
+            continue;
+        };
+        if f == me.as_bytes() {
+            out.mine = v.max(0);
+        } else {
+            out.others = out.others.saturating_add(v.max(0));
+        }
+    }
+    out
 }
 
 /// Shortest accepted `secret=` of a Redis-backed zone, in bytes.
@@ -184,7 +203,7 @@ impl<'a> Ledger<'a> {
     /// `region` must be 8-byte aligned, valid for `len` bytes for `'a`,
     /// and used only as a ledger (possibly by other processes).
     pub unsafe fn over(region: *mut u8, len: usize, capacity: usize) -> Option<Ledger<'a>> {
-        if (region as usize) % 8 != 0 || len < Self::bytes_for(capacity) {
+        if !(region as usize).is_multiple_of(8) || len < Self::bytes_for(capacity) {
             return None;
         }
         // SAFETY: the caller guarantees `len` valid, aligned bytes; Entry is
@@ -238,18 +257,19 @@ impl<'a> Ledger<'a> {
         });
     }
 
-    /// Records that `push` reached the store (its write, if any, and its
-    /// read both succeeded) and that the other gateways have admitted
-    /// `others` requests of the key in the window; adds what is new of that
+    /// Records what the store holds for `push`'s key after its write (if
+    /// any) and read succeeded: this gateway's count as stored (so that a
+    /// store that lost it, a Redis restarted empty, gets it again next
+    /// round) and the other gateways' share, of which what is new is added
     /// to the slot. Calling it twice with the same answer changes nothing.
-    pub fn settle(&self, table: &Table<'_>, push: &Push, others: i64, now_ms: u64) {
+    pub fn settle(&self, table: &Table<'_>, push: &Push, stored: Shares, now_ms: u64) {
         let slot = push.slot as usize;
         if slot >= self.entries.len() || table.window().index(now_ms) != push.window_index {
             return;
         }
-        let (pushed, applied) = self.read(slot, push.fingerprint, push.window_index);
-        let pushed = if push.write { push.own } else { pushed };
-        let others = others.max(0);
+        let (_, applied) = self.read(slot, push.fingerprint, push.window_index);
+        let pushed = stored.mine.max(0);
+        let others = stored.others.max(0);
         let add = others - applied;
         let applied = if add == 0 || table.add_current(push.slot, push.fingerprint, now_ms, add) {
             others
@@ -333,9 +353,9 @@ mod tests {
                 hash.insert(me.clone(), p.own.to_string());
             }
             let fields = hash.iter().map(|(f, v)| (f.as_bytes(), v.as_bytes()));
-            let others = others_share(fields, &me);
+            let stored = shares(fields, &me);
             if fate == Fate::Delivered {
-                ledger.settle(table, &p, others, now);
+                ledger.settle(table, &p, stored, now);
             }
         }
     }
@@ -426,8 +446,9 @@ mod tests {
         let mut p = vec![];
         a.ledger.plan(&a.table, T0 + 1, &mut p);
         assert_eq!((p[0].own, p[0].write), (1, true));
-        a.ledger.settle(&a.table, &p[0], 5, T0 + 1);
-        a.ledger.settle(&a.table, &p[0], 5, T0 + 1);
+        let stored = Shares { mine: 1, others: 5 };
+        a.ledger.settle(&a.table, &p[0], stored, T0 + 1);
+        a.ledger.settle(&a.table, &p[0], stored, T0 + 1);
         assert_eq!(a.table.peek(key, T0 + 1).current, 6);
         let mut again = vec![];
         a.ledger.plan(&a.table, T0 + 2, &mut again);
@@ -524,7 +545,7 @@ mod tests {
     }
 
     #[test]
-    fn others_share_skips_own_field_and_garbage() {
+    fn shares_split_own_field_and_skip_garbage() {
         let me = gateway_field(7);
         let f = [
             (me.as_bytes(), b"100".as_slice()),
@@ -533,7 +554,38 @@ mod tests {
             (b"00000000000000cc".as_slice(), b"-4".as_slice()),
             (b"00000000000000dd".as_slice(), b"4".as_slice()),
         ];
-        assert_eq!(others_share(f, &me), 7);
+        assert_eq!(
+            shares(f, &me),
+            Shares {
+                mine: 100,
+                others: 7
+            }
+        );
+    }
+
+    #[test]
+    fn a_store_that_lost_its_data_gets_the_counts_again() {
+        let (a, b) = (gateway(1, [1, 2]), gateway(2, [1, 2]));
+        let mut store = Store::new();
+        let key = a.table.hash_key(b"restart");
+        for i in 0..6 {
+            let g = if i % 2 == 0 { &a } else { &b };
+            g.table.acquire(key, T0 + i, 100, FailPolicy::Open, 0);
+        }
+        round(&a, &mut store, T0 + 10);
+        round(&b, &mut store, T0 + 10);
+        round(&a, &mut store, T0 + 10);
+        assert_eq!(total(&store), 6);
+        // Redis restarts empty; nothing new is admitted.
+        store.clear();
+        for _ in 0..2 {
+            round(&a, &mut store, T0 + 20);
+            round(&b, &mut store, T0 + 20);
+        }
+        round(&a, &mut store, T0 + 20);
+        assert_eq!(total(&store), 6, "each gateway wrote its count again");
+        assert_eq!(a.table.peek(key, T0 + 20).current, 6);
+        assert_eq!(b.table.peek(key, T0 + 20).current, 6);
     }
 
     #[test]

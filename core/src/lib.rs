@@ -64,10 +64,13 @@
 
 mod atomic;
 pub mod cluster;
+pub mod delay;
+pub mod limit_opts;
 pub mod parse;
 pub mod redis_url;
 pub mod reference;
-mod scan;
+pub mod seed;
+pub mod strict;
 pub mod table;
 pub mod window;
 

@@ -317,14 +317,38 @@ pub fn parse_limit(s: &[u8]) -> Result<u32, LimitError> {
 /// validates it with [`Window::from_ms`]: 1 s to 24 h. A bare number is in
 /// seconds, as everywhere in nginx.
 ///
+/// The window must be a whole number of seconds: the headers that tell it
+/// to clients count in seconds (`w=` of RateLimit-Policy is an sf-integer,
+/// and so are Retry-After and RateLimit-Reset), so `window=1500ms` could
+/// only be sent wrong (`w=1`).
+///
 /// Errors: `invalid window "X"` when the time does not parse,
-/// `invalid window "X": window must be between 1s and 24h` when out of range.
+/// `invalid window "X": window must be between 1s and 24h` when out of range,
+/// `invalid window "X": it must be a whole number of seconds`.
 pub fn parse_window(s: &[u8]) -> Result<Window, String> {
     let Some(ms) = parse_time_ms(s) else {
         return Err(format!("invalid window \"{}\"", escape(s)));
     };
-    Window::from_ms(ms).map_err(|e| format!("invalid window \"{}\": {e}", escape(s)))
+    let w = Window::from_ms(ms).map_err(|e| format!("invalid window \"{}\": {e}", escape(s)))?;
+    if !ms.is_multiple_of(1000) {
+        return Err(format!(
+            "invalid window \"{}\": it must be a whole number of seconds",
+            escape(s)
+        ));
+    }
+    Ok(w)
 }
+
+/// Whether `b` may appear in a zone name: an HTTP token character (RFC 9110
+/// `tchar`). The name goes unescaped into the RateLimit-Policy sf-string,
+/// Prometheus labels and Redis key names, where `"`, `\`, `:`, spaces and
+/// line breaks would break or forge the syntax.
+fn is_token_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || ZONE_NAME_PUNCTUATION.as_bytes().contains(&b)
+}
+
+/// The characters besides letters and digits that a zone name may hold.
+const ZONE_NAME_PUNCTUATION: &str = "!#$%&'*+-.^_`|~";
 
 /// The parameters of `rate_limit_window_zone KEY zone=NAME:SIZE
 /// [window=TIME] [fail=open|closed] [redis=ADDR [sync=TIME] [secret=S]
@@ -332,7 +356,8 @@ pub fn parse_window(s: &[u8]) -> Result<Window, String> {
 /// [redis_key=PATH] [redis_password_file=PATH]]];`
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ZoneParams {
-    /// Zone name: `zone=` up to its last `:`, non-empty.
+    /// Zone name: `zone=` up to its last `:`, non-empty, HTTP token
+    /// characters only.
     pub name: Vec<u8>,
     /// Shared memory size, in bytes.
     pub size: usize,
@@ -351,7 +376,9 @@ pub struct ZoneParams {
 /// twice keeps its last value, as the C glue did.
 ///
 /// Errors (exact texts): `invalid zone size "zone=..."` (no `:`, empty name
-/// or a size [`parse_size`] rejects), `zone "NAME" is too small: it must be
+/// or a size [`parse_size`] rejects), `invalid zone name "NAME": use only
+/// letters, digits and ` followed by the other HTTP token characters (a
+/// name with any other byte), `zone "NAME" is too small: it must be
 /// at least N bytes`, any [`parse_window`] error,
 /// `invalid parameter "X"`, `"rate_limit_window_zone" must have "zone"
 /// parameter`, and the Redis parameters' errors
@@ -371,6 +398,12 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
                 return Err(bad());
             }
             let name = &v[..colon];
+            if !name.iter().all(|&b| is_token_char(b)) {
+                return Err(format!(
+                    "invalid zone name \"{}\": use only letters, digits and {ZONE_NAME_PUNCTUATION}",
+                    escape(name)
+                ));
+            }
             if size < min_size {
                 return Err(format!(
                     "zone \"{}\" is too small: it must be at least {min_size} bytes",

@@ -440,7 +440,7 @@ mod tests {
         let mut st = 11u64;
         for _ in 0..20_000 {
             let w = MIN_WINDOW_MS + rng(&mut st) % (MAX_WINDOW_MS - MIN_WINDOW_MS + 1);
-            let small = rng(&mut st) % 4 != 0;
+            let small = !rng(&mut st).is_multiple_of(4);
             let count = |st: &mut u64| {
                 if small {
                     (rng(st) % 2_000_000) as u32

@@ -127,7 +127,15 @@ fn windows() {
     assert_eq!(parse_window(b"1s"), Ok(w(1_000)));
     assert_eq!(parse_window(b"1"), Ok(w(1_000)));
     assert_eq!(parse_window(b"24h"), Ok(w(86_400_000)));
-    assert_eq!(parse_window(b"1500ms"), Ok(w(1_500)));
+    assert_eq!(parse_window(b"1000ms"), Ok(w(1_000)));
+    assert_eq!(parse_window(b"1m30s"), Ok(w(90_000)));
+    // The headers count in seconds: a fraction could only be sent wrong.
+    for s in ["1500ms", "1s1ms", "86399999ms"] {
+        assert_eq!(
+            parse_window(s.as_bytes()).unwrap_err(),
+            format!("invalid window \"{s}\": it must be a whole number of seconds")
+        );
+    }
     assert_eq!(parse_window(b"1x").unwrap_err(), "invalid window \"1x\"");
     assert_eq!(parse_window(b"").unwrap_err(), "invalid window \"\"");
     for s in ["999ms", "0", "24h1ms", "1d1s", "2d"] {
@@ -201,8 +209,13 @@ fn zone_params_accepted() {
             redis: None,
         }
     );
-    let p = zone("window=1h zone=a:b:32k fail=closed").unwrap();
-    assert_eq!((p.name.as_slice(), p.size), (&b"a:b"[..], 32_768));
+    // The name ends at the last `:`, and only token characters pass.
+    assert_eq!(
+        zone("window=1h zone=a:b:32k fail=closed").unwrap_err(),
+        "invalid zone name \"a:b\": use only letters, digits and !#$%&'*+-.^_`|~"
+    );
+    let p = zone("window=1h zone=a.b:32k fail=closed").unwrap();
+    assert_eq!((p.name.as_slice(), p.size), (&b"a.b"[..], 32_768));
     assert_eq!((p.window, p.fail), (w(3_600_000), FailPolicy::Closed));
     // Last one wins, as in the C glue.
     let p = zone("zone=x:1m zone=y:2m fail=closed fail=open window=1s window=2s").unwrap();
@@ -354,10 +367,29 @@ fn zone_params_rejected() {
         zone(&long).unwrap_err(),
         format!("invalid parameter \"x{}...\"", "y".repeat(63))
     );
-    let words: [&[u8]; 2] = [b"zone=a\x1b[31m:1m", b"bad\n"];
+    let words: [&[u8]; 2] = [b"zone=a:1m", b"bad\n"];
     assert_eq!(
         parse_zone_params(&words, MIN).unwrap_err(),
         "invalid parameter \"bad\\x0a\""
+    );
+    // A zone name of other than token characters, escaped in the message.
+    for (name, shown) in [
+        (&b"a\x1b[31m"[..], "a\\x1b[31m"),
+        (b"a\"b", "a\\\"b"),
+        (b"a\r\nb", "a\\x0d\\x0ab"),
+        (b"a b", "a b"),
+        (b"a,b", "a,b"),
+    ] {
+        let arg = [b"zone=", name, b":1m"].concat();
+        assert_eq!(
+            parse_zone_params(&[&arg], MIN).unwrap_err(),
+            format!("invalid zone name \"{shown}\": use only letters, digits and !#$%&'*+-.^_`|~")
+        );
+    }
+    let every = b"zone=AZaz09!#$%&'*+-.^_`|~:1m";
+    assert_eq!(
+        parse_zone_params(&[every], MIN).unwrap().name,
+        b"AZaz09!#$%&'*+-.^_`|~"
     );
 }
 

@@ -13,8 +13,8 @@
 
 use portable_atomic::AtomicU128;
 
+use super::layout::{fp_of, is_free_value, PROBE};
 use crate::atomic::Ops;
-use crate::table::{fp_of, is_free_value, PROBE};
 
 /// What one group holds, one bit per slot (bit `k`: slot `k` of the group).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -98,7 +98,7 @@ mod avx2 {
     use core::arch::x86_64::*;
 
     use super::GroupMasks;
-    use crate::table::{IDX_BITS, IDX_MASK, PROBE};
+    use crate::table::layout::{IDX_BITS, IDX_MASK, PROBE};
 
     /// [`super::classify`] four slots at a time. Slot layout (see `Slot`):
     /// high half `fingerprint << 8 | tick`, low half `idx24 << 40 |
@@ -164,7 +164,7 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::{Slot, IDX_HALF, IDX_MASK};
+    use crate::table::layout::{Slot, IDX_HALF, IDX_MASK};
 
     /// A slot value, packed by the table's own encoder.
     fn raw(fp: u64, tick: u8, idx24: u64, previous: u32, current: u32) -> u128 {

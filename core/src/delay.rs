@@ -1,0 +1,329 @@
+//! Queue or drop: the pure part of `rate_limit_window ... delay=TIME`.
+//!
+//! A request that a limit rejects, but that would be admitted after a wait
+//! of at most `delay`, is held (on an nginx timer, in the glue) and decided
+//! again when the wait is over. This module computes that wait and the
+//! plan (admit, hold, reject) from the limits' counts; it never reads a
+//! clock and holds no state.
+//!
+//! With several limits the request waits for the longest of their waits,
+//! and each limit that rejects it bounds the total wait by its own `delay`:
+//! `waited + wait_i <= delay_i` for every limit `i` with a wait. Nothing is
+//! counted while a request waits: the glue acquires every limit only when
+//! the plan is [`Plan::Admit`], and gives back the ones it took if a later
+//! limit rejects.
+
+use crate::parse::{escape, parse_time_ms};
+use crate::window::{retry_after_ms, Counts};
+
+/// Longest accepted `delay=` (ms): one hour. A held request keeps a client
+/// connection open, so a longer wait is better answered with a 429 and
+/// Retry-After.
+pub const MAX_DELAY_MS: u64 = 3_600_000;
+
+/// Held requests per location and worker when `delay_max_held=` is not
+/// given. A held request keeps its client connection (and, once admitted,
+/// opens an upstream one); 128 is a quarter of nginx's default
+/// `worker_connections` (512), so a flood held in one location leaves most
+/// of a worker's connections to everyone else.
+pub const DEFAULT_MAX_HELD: u32 = 128;
+
+/// Largest accepted `delay_max_held=` (held requests per worker).
+pub const MAX_MAX_HELD: u32 = 1_000_000;
+
+/// The `delay=` and `delay_max_held=` parameters of one `rate_limit_window`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DelayParams {
+    /// Longest total wait of a held request (ms); 0 rejects at once.
+    pub delay_ms: u64,
+    /// `delay_max_held=`, if given (held requests per location and worker).
+    pub max_held: Option<u32>,
+}
+
+/// Takes `delay=TIME` and `delay_max_held=N` out of a `rate_limit_window`
+/// directive's words and returns them with the other words, in order, for
+/// [`crate::parse::parse_limit_params`]. A parameter given twice keeps its
+/// last value, as there.
+///
+/// Errors (exact texts): `invalid delay "X"`, `delay "X" is longer than
+/// 1h`, `invalid delay_max_held "X"`.
+pub fn split_delay_params<'a>(args: &[&'a [u8]]) -> Result<(DelayParams, Vec<&'a [u8]>), String> {
+    let mut p = DelayParams::default();
+    let mut rest = Vec::with_capacity(args.len());
+    for &a in args {
+        if let Some(v) = a.strip_prefix(b"delay=") {
+            let ms = parse_time_ms(v).ok_or_else(|| format!("invalid delay \"{}\"", escape(v)))?;
+            if ms > MAX_DELAY_MS {
+                return Err(format!("delay \"{}\" is longer than 1h", escape(v)));
+            }
+            p.delay_ms = ms;
+        } else if let Some(v) = a.strip_prefix(b"delay_max_held=") {
+            let n =
+                parse_held(v).ok_or_else(|| format!("invalid delay_max_held \"{}\"", escape(v)))?;
+            p.max_held = Some(n);
+        } else {
+            rest.push(a);
+        }
+    }
+    Ok((p, rest))
+}
+
+/// Decimal digits in `0..=MAX_MAX_HELD`.
+fn parse_held(v: &[u8]) -> Option<u32> {
+    if v.is_empty() || v.len() > 7 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = v.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0'));
+    (n <= MAX_MAX_HELD).then_some(n)
+}
+
+/// One limit of the location as seen now, for the plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitWait {
+    /// Wait (ms) until this limit admits one more request; `None`: never
+    /// (a limit of 0, or a zone full under `fail=closed`).
+    pub wait_ms: Option<u64>,
+    /// The limit's `delay=` (ms).
+    pub delay_ms: u64,
+}
+
+impl LimitWait {
+    /// The wait of a limit with these counts at `elapsed_ms` into its
+    /// window of `window_ms`, for a limit of `limit` requests per window.
+    /// `rejected_now`: the table has just rejected the request under this
+    /// limit, so it waits at least 1 ms even if the counts, read a moment
+    /// later, say otherwise (another worker's request took the room, or
+    /// gave it back, in between).
+    pub fn of(
+        counts: Counts,
+        elapsed_ms: u64,
+        window_ms: u64,
+        limit: u32,
+        delay_ms: u64,
+        rejected_now: bool,
+    ) -> LimitWait {
+        let wait_ms = (limit > 0).then(|| retry_after_ms(counts, elapsed_ms, window_ms, limit));
+        LimitWait::from_wait(wait_ms, delay_ms, rejected_now)
+    }
+
+    /// A limit whose exact wait (ms; `None`: never) was computed elsewhere,
+    /// e.g. by a zone in strict mode (`strict::retry_after_ms`). A limit
+    /// that has just rejected the request waits at least 1 ms.
+    pub fn from_wait(wait_ms: Option<u64>, delay_ms: u64, rejected_now: bool) -> LimitWait {
+        let wait_ms = wait_ms.map(|w| if rejected_now { w.max(1) } else { w });
+        LimitWait { wait_ms, delay_ms }
+    }
+
+    /// A limit that can never admit the request (limit 0, zone full).
+    pub fn never(delay_ms: u64) -> LimitWait {
+        LimitWait {
+            wait_ms: None,
+            delay_ms,
+        }
+    }
+}
+
+/// What to do with a request, given every limit's wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Every limit admits it now: acquire them.
+    Admit,
+    /// Hold it and decide again after `wait_ms` ms (the longest wait).
+    Hold {
+        /// Time to wait before deciding again (ms, at least 1).
+        wait_ms: u64,
+    },
+    /// A limit never admits it, or its wait does not fit in that limit's
+    /// `delay` after `waited_ms`: reject with the usual status.
+    Reject,
+}
+
+/// The plan for a request that has already waited `waited_ms` ms (0 on its
+/// first decision): hold it for the longest wait if every limit that makes
+/// it wait allows the total (`waited + wait <= delay`), admit it if none
+/// does, reject it otherwise.
+pub fn plan(limits: &[LimitWait], waited_ms: u64) -> Plan {
+    let mut longest = 0;
+    for l in limits {
+        match l.wait_ms {
+            None => return Plan::Reject,
+            Some(0) => {}
+            Some(w) if waited_ms.saturating_add(w) > l.delay_ms => return Plan::Reject,
+            Some(w) => longest = longest.max(w),
+        }
+    }
+    if longest == 0 {
+        Plan::Admit
+    } else {
+        Plan::Hold { wait_ms: longest }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::window::admits;
+
+    const W: u64 = 2_000;
+
+    fn counts(current: u32, previous: u32) -> Counts {
+        Counts { current, previous }
+    }
+
+    fn wait(w: u64, delay: u64) -> LimitWait {
+        LimitWait {
+            wait_ms: Some(w),
+            delay_ms: delay,
+        }
+    }
+
+    #[test]
+    fn parameters_are_split_from_the_rest() {
+        let args: [&[u8]; 4] = [b"zone=a", b"delay=1500ms", b"limit=5", b"delay_max_held=7"];
+        let (p, rest) = split_delay_params(&args).unwrap();
+        assert_eq!(p.delay_ms, 1_500);
+        assert_eq!(p.max_held, Some(7));
+        assert_eq!(rest, [&b"zone=a"[..], &b"limit=5"[..]]);
+        let (p, rest) = split_delay_params(&[b"zone=a", b"limit=1"]).unwrap();
+        assert_eq!(p, DelayParams::default());
+        assert_eq!(rest.len(), 2);
+        // nginx time syntax: a bare number is seconds.
+        let (p, _) = split_delay_params(&[b"delay=2"]).unwrap();
+        assert_eq!(p.delay_ms, 2_000);
+        let (p, _) = split_delay_params(&[b"delay=0"]).unwrap();
+        assert_eq!(p.delay_ms, 0);
+    }
+
+    #[test]
+    fn bad_parameters_are_named() {
+        let e = split_delay_params(&[b"delay=soon"]).unwrap_err();
+        assert_eq!(e, "invalid delay \"soon\"");
+        let e = split_delay_params(&[b"delay="]).unwrap_err();
+        assert_eq!(e, "invalid delay \"\"");
+        let e = split_delay_params(&[b"delay=2h"]).unwrap_err();
+        assert_eq!(e, "delay \"2h\" is longer than 1h");
+        assert!(split_delay_params(&[b"delay=1h"]).is_ok());
+        for bad in [
+            &b"delay_max_held="[..],
+            b"delay_max_held=-1",
+            b"delay_max_held=1000001",
+        ] {
+            let e = split_delay_params(&[bad]).unwrap_err();
+            assert!(e.starts_with("invalid delay_max_held"), "{e}");
+        }
+        let (p, _) = split_delay_params(&[b"delay_max_held=0"]).unwrap();
+        assert_eq!(p.max_held, Some(0));
+    }
+
+    #[test]
+    fn admitted_now_means_no_wait() {
+        let l = LimitWait::of(counts(3, 0), 100, W, 5, 0, false);
+        assert_eq!(l.wait_ms, Some(0));
+        assert_eq!(plan(&[l], 0), Plan::Admit);
+    }
+
+    #[test]
+    fn full_window_waits_for_the_next_one() {
+        // 5 of 5 at 300 ms into a 2 s window: the next window starts in
+        // 1700 ms, and 1 ms into it the previous 5 weigh 5*(W-1)/W < 5.
+        let l = LimitWait::of(counts(5, 0), 300, W, 5, 2_000, true);
+        assert_eq!(l.wait_ms, Some(1_701));
+        assert_eq!(plan(&[l], 0), Plan::Hold { wait_ms: 1_701 });
+        // The wait is exact: admitted then, not 1 ms before.
+        assert!(!admits(counts(0, 5), 0, W, 5));
+        assert!(admits(counts(0, 5), 1, W, 5));
+    }
+
+    #[test]
+    fn delay_bounds_the_wait() {
+        let l = LimitWait::of(counts(5, 0), 300, W, 5, 1_700, true);
+        assert_eq!(plan(&[l], 0), Plan::Reject);
+        let l = LimitWait::of(counts(5, 0), 300, W, 5, 1_701, true);
+        assert_eq!(plan(&[l], 0), Plan::Hold { wait_ms: 1_701 });
+        // delay=0 (the default) never holds.
+        let l = LimitWait::of(counts(5, 0), 300, W, 5, 0, true);
+        assert_eq!(plan(&[l], 0), Plan::Reject);
+    }
+
+    #[test]
+    fn time_already_waited_counts_against_the_delay() {
+        // Held 1701 ms, then another request took the room: the next room
+        // is W/5 later; it fits a 2 s delay only if waited + wait <= 2000.
+        let again = wait(299, 2_000);
+        assert_eq!(plan(&[again], 1_701), Plan::Hold { wait_ms: 299 });
+        let again = wait(400, 2_000);
+        assert_eq!(plan(&[again], 1_701), Plan::Reject);
+    }
+
+    #[test]
+    fn several_limits_wait_for_the_longest() {
+        let limits = [wait(0, 0), wait(300, 1_000), wait(900, 5_000)];
+        assert_eq!(plan(&limits, 0), Plan::Hold { wait_ms: 900 });
+        // The total is bounded by each waiting limit's own delay.
+        let limits = [wait(300, 1_000), wait(1_200, 5_000)];
+        assert_eq!(plan(&limits, 0), Plan::Hold { wait_ms: 1_200 });
+        assert_eq!(plan(&limits, 800), Plan::Reject);
+        // One limit without a delay that must wait: rejected at once.
+        let limits = [wait(100, 0), wait(900, 5_000)];
+        assert_eq!(plan(&limits, 0), Plan::Reject);
+        // Every limit admits: admit.
+        assert_eq!(plan(&[wait(0, 0), wait(0, 9)], 5_000), Plan::Admit);
+        assert_eq!(plan(&[], 0), Plan::Admit);
+    }
+
+    #[test]
+    fn waits_computed_elsewhere_plan_the_same_way() {
+        let strict = LimitWait::from_wait(Some(0), 2_000, true);
+        assert_eq!(strict.wait_ms, Some(1));
+        let strict = LimitWait::from_wait(Some(1_500), 2_000, false);
+        assert_eq!(plan(&[strict], 0), Plan::Hold { wait_ms: 1_500 });
+        assert_eq!(plan(&[strict], 600), Plan::Reject);
+        let never = LimitWait::from_wait(None, 2_000, true);
+        assert_eq!(plan(&[never], 0), Plan::Reject);
+    }
+
+    #[test]
+    fn never_is_rejected_whatever_the_delay() {
+        let zero = LimitWait::of(counts(0, 0), 0, W, 0, MAX_DELAY_MS, true);
+        assert_eq!(zero.wait_ms, None);
+        assert_eq!(plan(&[wait(10, 1_000), zero], 0), Plan::Reject);
+        assert_eq!(plan(&[LimitWait::never(MAX_DELAY_MS)], 0), Plan::Reject);
+    }
+
+    #[test]
+    fn a_rejection_waits_at_least_one_ms() {
+        // Counts read after the table rejected say "admitted now" (another
+        // worker gave the room back in between): retry in 1 ms, not spin.
+        let l = LimitWait::of(counts(4, 0), 0, W, 5, 10, true);
+        assert_eq!(l.wait_ms, Some(1));
+        assert_eq!(plan(&[l], 0), Plan::Hold { wait_ms: 1 });
+    }
+
+    #[test]
+    fn held_requests_are_admitted_at_the_algorithms_pace() {
+        // A burst of limit + 3 at 100 ms into a window: the three extra
+        // requests, each re-planned when woken, are admitted at the earliest
+        // moments the sliding window allows, and never more than the limit.
+        let (limit, start) = (5u32, 100u64);
+        let mut c = counts(limit, 0);
+        let mut now = start;
+        let mut admitted_at = vec![];
+        for _ in 0..3 {
+            let (idx, e) = (now / W, now % W);
+            let l = LimitWait::of(c, e, W, limit, 5_000, true);
+            let Plan::Hold { wait_ms } = plan(&[l], now - start) else {
+                panic!("expected a hold at {now}");
+            };
+            now += wait_ms;
+            if now / W != idx {
+                c = counts(0, c.current);
+            }
+            assert!(admits(c, now % W, W, limit));
+            assert!(!admits(c, now % W - 1, W, limit) || wait_ms == 0);
+            c.current += 1;
+            admitted_at.push(now);
+        }
+        // W/limit = 400 ms apart after the boundary at 2000 (+1 ms).
+        assert_eq!(admitted_at, [2_001, 2_401, 2_801]);
+    }
+}

@@ -1,0 +1,56 @@
+//! `Table::slots_used_in`: the count the sweep spreads over its ticks adds
+//! up to the full scan's.
+
+use rate_limit_window_core::*;
+
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+const T0: u64 = 1_767_225_600_000;
+
+#[test]
+fn chunked_count_adds_up_to_the_full_scan() {
+    let mut buf: Vec<Line> = (0..(1 << 18) / 64).map(|_| Line([0; 64])).collect();
+    // SAFETY: exclusive, aligned 256 KiB buffer that outlives the table.
+    let t = unsafe {
+        Table::init(
+            buf.as_mut_ptr().cast(),
+            1 << 18,
+            Window::from_ms(60_000).unwrap(),
+            [7, 8],
+        )
+    }
+    .unwrap();
+    for i in 0..3_000u32 {
+        let k = t.hash_key(format!("client-{i}").as_bytes());
+        assert_eq!(
+            t.acquire(k, T0, 10, FailPolicy::Open, 0).outcome,
+            Outcome::Admitted
+        );
+    }
+    let full = t.slots_used(T0);
+    assert!(
+        full > 2_900,
+        "{full} of 3000 clients in {} slots",
+        t.capacity()
+    );
+    for chunk in [1, 1_000, 4_096, t.capacity() - 1, t.capacity(), usize::MAX] {
+        let (mut at, mut sum, mut calls) = (0, 0, 0);
+        loop {
+            let (next, used) = t.slots_used_in(T0, at, chunk);
+            sum += used;
+            calls += 1;
+            if next == 0 {
+                break;
+            }
+            assert!(next > at, "the cursor moves forward");
+            at = next;
+        }
+        assert_eq!(sum, full, "chunk {chunk}");
+        assert_eq!(calls, t.capacity().div_ceil(chunk), "chunk {chunk}");
+    }
+    // Two windows later every client is idle.
+    assert_eq!(t.slots_used_in(T0 + 120_000, 0, usize::MAX), (0, 0));
+    // A start past the end wraps around.
+    assert_eq!(t.slots_used_in(T0, t.capacity() + 5, 10).0, 15);
+}

@@ -1,0 +1,540 @@
+//! Queue or drop: `rate_limit_window ... delay=TIME delay_max_held=N`
+//! holds a request that will soon fit on an nginx event timer, instead of
+//! rejecting it (as `limit_req` does with `burst`/`delay`).
+//!
+//! A request that a limit rejects, whose exact wait (see the core's
+//! `delay::plan`) fits in `delay`, is held: its connection's write event
+//! gets a timer (`delayed` set, as `limit_req` does), the phase handler
+//! returns NGX_AGAIN, and the worker goes on serving other requests. When
+//! the timer fires, [`wake`] runs the phases again from this module's
+//! handler, which decides afresh: admitted and counted then, held again if
+//! another request took the room and the total wait still fits, rejected
+//! (usual status and Retry-After) otherwise. Nothing is counted while a
+//! request waits.
+//!
+//! The hold's record is a cleanup entry on the main request's pool
+//! ([`release`] is its handler and its marker): a client that goes away
+//! while held has its request freed by nginx, and the cleanup gives back its
+//! place under `delay_max_held`, deletes the timer and counts it as
+//! abandoned; it is never counted by the limits.
+//!
+//! `delay_max_held` is counted **per worker** (a `Cell` in the location's
+//! configuration, which each worker has its own copy of): what a held
+//! request costs, a connection and a timer, is a worker's resource, bounded
+//! per worker by `worker_connections`.
+
+use core::cell::Cell;
+use core::ffi::c_void;
+use core::ptr;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use nginx_sys::{
+    ngx_add_timer, ngx_conf_t, ngx_del_timer, ngx_handle_read_event, ngx_handle_write_event,
+    ngx_http_add_variable, ngx_http_block_reading, ngx_http_core_run_phases,
+    ngx_http_finalize_request, ngx_http_request_t, ngx_http_test_reading,
+    ngx_http_variable_value_t, ngx_int_t, ngx_log_t, ngx_msec_t, ngx_pool_cleanup_add,
+    ngx_post_event, ngx_posted_events, ngx_uint_t, NGX_HTTP_CLIENT_CLOSED_REQUEST,
+    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_VAR_NOCACHEABLE, NGX_LOG_DEBUG,
+};
+use ngx::core::Status;
+use ngx::http::Request;
+use ngx::{ngx_log_debug_mask, ngx_log_error, ngx_string};
+use rate_limit_window_core::delay::{plan, LimitWait, Plan, DEFAULT_MAX_HELD};
+use rate_limit_window_core::{Counts, Outcome};
+
+use crate::conf::{Limit, LocConf};
+use crate::decision::{self, Applied, Verdict};
+use crate::handler::{judge, Judge};
+use crate::zone::ZoneConf;
+
+/// `ngx_conf_t`'s "unset" marker for `ngx_uint_t`.
+const UNSET_UINT: ngx_uint_t = ngx_uint_t::MAX;
+
+/// The location's side of `delay=`: the cap and this worker's count.
+pub struct LocDelay {
+    /// `delay_max_held=`: requests held at once in this location, per
+    /// worker (UNSET until merged).
+    pub max_held: ngx_uint_t,
+    /// Requests this worker holds now in this location.
+    held: Cell<ngx_uint_t>,
+}
+
+impl Default for LocDelay {
+    fn default() -> Self {
+        Self {
+            max_held: UNSET_UINT,
+            held: Cell::new(0),
+        }
+    }
+}
+
+impl LocDelay {
+    /// Inherits `delay_max_held` from the level above, else the default.
+    pub fn merge(&mut self, prev: &LocDelay) {
+        if self.max_held == UNSET_UINT {
+            self.max_held = if prev.max_held == UNSET_UINT {
+                DEFAULT_MAX_HELD as ngx_uint_t
+            } else {
+                prev.max_held
+            };
+        }
+    }
+
+    /// Sets `delay_max_held` from a directive; Err if another directive of
+    /// the same level set another value.
+    pub fn set_max_held(&mut self, n: u32) -> Result<(), String> {
+        let n = n as ngx_uint_t;
+        if self.max_held != UNSET_UINT && self.max_held != n {
+            return Err(format!(
+                "conflicting delay_max_held={n}, already {} at this level",
+                self.max_held
+            ));
+        }
+        self.max_held = n;
+        Ok(())
+    }
+}
+
+/// Per-zone counters of held requests, in the zone header (shared by every
+/// worker, kept across reloads).
+#[repr(C)]
+#[derive(Default)]
+pub struct DelayStats {
+    /// Held, then admitted.
+    pub admitted: AtomicU64,
+    /// Held, then rejected (the room was taken and the wait no longer fit).
+    pub rejected: AtomicU64,
+    /// Held, then the client went away: never counted by the limits.
+    pub abandoned: AtomicU64,
+    /// Dry run: would have been held.
+    pub dry_run: AtomicU64,
+    /// Total wait of the admitted ones (ms).
+    pub wait_ms: AtomicU64,
+    /// Held now, by every worker.
+    pub held: AtomicU64,
+}
+
+/// The hold of one main request: the data of a cleanup entry on its pool.
+struct Hold {
+    r: *mut ngx_http_request_t,
+    lcf: *const LocConf,
+    /// Epoch ms when the request was first held.
+    since_ms: u64,
+    /// Time waited (ms), set when the request is finally decided.
+    waited_ms: u64,
+    /// True while it has a place under `delay_max_held`.
+    held: bool,
+}
+
+/// What the handler does with a request that a limit has just rejected.
+pub enum OnReject {
+    /// Reject it as usual.
+    Reject,
+    /// It is held: give back what was acquired and return NGX_AGAIN.
+    Hold,
+    /// Dry run: it would have been held; give back and let it through.
+    WouldHold,
+}
+
+/// The request being decided, and the limit that rejected it.
+pub struct Rejection<'a> {
+    pub lcf: &'a LocConf,
+    pub limits: &'a [Limit],
+    /// The limits acquired so far (the rejecting one last).
+    pub applied: &'a [Applied],
+    /// Index in `limits` of the limit that rejected the request.
+    pub index: usize,
+    pub outcome: Outcome,
+    /// Epoch ms.
+    pub now: u64,
+}
+
+/// Whether any limit of the location has a `delay`.
+fn delays(limits: &[Limit]) -> bool {
+    limits.iter().any(|l| l.delay_ms > 0)
+}
+
+/// Plans a rejected request: hold it, or (dry run) log that it would have
+/// been held, or let the handler reject it.
+///
+/// # Safety
+/// `r` must be a valid request being decided by `rej.limits`.
+pub unsafe fn on_reject(r: *mut ngx_http_request_t, rej: &Rejection) -> OnReject {
+    // Only a main request is held: a subrequest's phases are run by its
+    // parent, not by its connection's events.
+    // SAFETY: r is valid.
+    if !delays(rej.limits) || unsafe { (*r).main } != r {
+        return OnReject::Reject;
+    }
+    // SAFETY: r is valid.
+    let hold = unsafe { find(r) };
+    let waited = hold
+        .as_ref()
+        .map_or(0, |h| rej.now.saturating_sub(h.since_ms));
+    // SAFETY: r is valid.
+    let waits = unsafe { waits(r, rej) };
+    // SAFETY: r is valid.
+    let log = unsafe { (*(*r).connection).log };
+    match plan(&waits, waited) {
+        Plan::Hold { wait_ms } if rej.lcf.dry_run != 0 => {
+            log_hold(log, rej, wait_ms, "dry run, would delay");
+            count(rej.limits, |s| &s.dry_run, 1);
+            OnReject::WouldHold
+        }
+        Plan::Hold { wait_ms } => {
+            // SAFETY: r is valid.
+            match unsafe { hold_for(r, rej, hold, wait_ms) } {
+                Ok(()) => {
+                    log_hold(log, rej, wait_ms, "delaying");
+                    OnReject::Hold
+                }
+                Err(()) => OnReject::Reject,
+            }
+        }
+        Plan::Admit | Plan::Reject => {
+            if let Some(h) = hold {
+                h.waited_ms = waited;
+                // SAFETY: h is this request's hold.
+                unsafe { unhold(h) };
+                count(rej.limits, |s| &s.rejected, 1);
+            }
+            OnReject::Reject
+        }
+    }
+}
+
+/// Each limit's wait, read without counting anything. The limits that
+/// admitted the request before the rejecting one have its admission
+/// taken out of their counts.
+///
+/// # Safety
+/// `r` must be a valid request.
+unsafe fn waits(r: *mut ngx_http_request_t, rej: &Rejection) -> Vec<LimitWait> {
+    let mut out = Vec::with_capacity(rej.limits.len());
+    for (n, l) in rej.limits.iter().enumerate() {
+        if n == rej.index && rej.outcome != Outcome::Rejected {
+            out.push(LimitWait::never(l.delay_ms));
+            continue;
+        }
+        // SAFETY: zones live in the configuration pool for the cycle.
+        let zone = unsafe { &*l.zone };
+        let Some(table) = zone.table.as_ref() else {
+            continue;
+        };
+        // SAFETY: r is valid and shares the representation of `Request`.
+        let req = unsafe { Request::from_ngx_http_request(r) };
+        let Ok(Judge::Limit { hash, limit, .. }) = judge(req, zone, table, l.value) else {
+            continue;
+        };
+        let snap = table.peek(hash, rej.now);
+        let w = zone.window;
+        let mut counts = Counts {
+            current: snap.current,
+            previous: snap.previous,
+        };
+        let own = rej.applied.iter().any(|a| {
+            ptr::eq(a.zone, zone)
+                && a.admission
+                    .is_some_and(|adm| adm.window_index() == snap.window_index)
+        });
+        if own {
+            counts.current = counts.current.saturating_sub(1);
+        }
+        let e = w.elapsed_ms(rej.now);
+        out.push(LimitWait::of(
+            counts,
+            e,
+            w.ms(),
+            limit,
+            l.delay_ms,
+            n == rej.index,
+        ));
+    }
+    out
+}
+
+/// Holds `r` for `wait_ms`: takes a place under `delay_max_held` (the
+/// first time), then arms the timer. Err: the cap is reached, or nginx
+/// could not watch the connection.
+///
+/// # Safety
+/// `r` must be a valid main request.
+unsafe fn hold_for(
+    r: *mut ngx_http_request_t,
+    rej: &Rejection,
+    hold: Option<&mut Hold>,
+    wait_ms: u64,
+) -> Result<(), ()> {
+    let cap = &rej.lcf.delay;
+    if hold.is_none() && cap.held.get() >= cap.max_held {
+        // SAFETY: r is valid.
+        let log = unsafe { (*(*r).connection).log };
+        ngx_log_error!(
+            rej.lcf.log_level,
+            log,
+            "rate_limit_window: {} requests held in this location (delay_max_held), rejecting",
+            cap.held.get()
+        );
+        return Err(());
+    }
+    if hold.is_none() {
+        // SAFETY: r is valid; the record is made before the timer.
+        unsafe { new_hold(r, rej) }?;
+    }
+    // SAFETY: r is valid.
+    let armed = unsafe { arm(r, wait_ms) };
+    if armed.is_err() {
+        // Rejected after all: give the place back.
+        // SAFETY: r is valid; its hold was found or made above.
+        if let Some(h) = unsafe { find(r) } {
+            // SAFETY: h is this request's hold.
+            unsafe { unhold(h) };
+        }
+    }
+    armed
+}
+
+/// Makes the hold's record on the main request's pool and takes a place
+/// under the cap.
+///
+/// # Safety
+/// `r` must be a valid main request without a hold.
+unsafe fn new_hold(r: *mut ngx_http_request_t, rej: &Rejection) -> Result<(), ()> {
+    // SAFETY: r is valid; the pool lives as long as the request.
+    let cln = unsafe { ngx_pool_cleanup_add((*r).pool, size_of::<Hold>()) };
+    if cln.is_null() {
+        return Err(());
+    }
+    // SAFETY: the entry's data has room for a Hold (pool alignment suits it).
+    unsafe {
+        (*cln).data.cast::<Hold>().write(Hold {
+            r,
+            lcf: rej.lcf,
+            since_ms: rej.now,
+            waited_ms: 0,
+            held: true,
+        });
+        (*cln).handler = Some(release);
+    }
+    rej.lcf.delay.held.set(rej.lcf.delay.held.get() + 1);
+    count(rej.limits, |s| &s.held, 1);
+    Ok(())
+}
+
+/// Arms the timer as `limit_req` does: the read event watches for the
+/// client going away, the write event waits `wait_ms` with `delayed` set.
+///
+/// # Safety
+/// `r` must be a valid main request.
+unsafe fn arm(r: *mut ngx_http_request_t, wait_ms: u64) -> Result<(), ()> {
+    // SAFETY: r and its connection are valid; the events are the
+    // connection's own.
+    unsafe {
+        let c = (*r).connection;
+        let rev = (*c).read;
+        if (*rev).ready() != 0 {
+            ngx_post_event(rev, ptr::addr_of_mut!(ngx_posted_events));
+        } else if ngx_handle_read_event(rev, 0) != Status::NGX_OK.into() {
+            return Err(());
+        }
+        (*r).read_event_handler = Some(ngx_http_test_reading);
+        (*r).write_event_handler = Some(wake);
+        let wev = (*c).write;
+        (*wev).set_delayed(1);
+        ngx_add_timer(wev, wait_ms as ngx_msec_t);
+    }
+    Ok(())
+}
+
+/// The write event handler of a held request: on the timer, run the
+/// phases again from this module's handler, which decides afresh.
+extern "C" fn wake(r: *mut ngx_http_request_t) {
+    // SAFETY: nginx calls it with the valid request whose handler it is.
+    unsafe {
+        let c = (*r).connection;
+        let wev = (*c).write;
+        if (*wev).delayed() != 0 {
+            // Writable before the timer: keep waiting.
+            if ngx_handle_write_event(wev, 0) != Status::NGX_OK.into() {
+                ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t);
+            }
+            return;
+        }
+        if (*c).error() != 0 {
+            // The client went away: never counted (the cleanup releases).
+            ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST as ngx_int_t);
+            return;
+        }
+        if ngx_handle_read_event((*c).read, 0) != Status::NGX_OK.into() {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t);
+            return;
+        }
+        ngx_log_debug_mask!(
+            DebugMask::Http,
+            (*c).log,
+            "rate_limit_window: held request woken"
+        );
+        (*r).read_event_handler = Some(ngx_http_block_reading);
+        (*r).write_event_handler = Some(ngx_http_core_run_phases);
+        ngx_http_core_run_phases(r);
+    }
+}
+
+/// The verdict of an admitted request: DELAYED if it was held (its place
+/// under the cap is given back and its wait counted), else PASSED.
+///
+/// # Safety
+/// `r` must be a valid request just admitted by `limits`.
+pub unsafe fn admitted(r: *mut ngx_http_request_t, limits: &[Limit], now: u64) -> Verdict {
+    if !delays(limits) {
+        return Verdict::Passed;
+    }
+    // SAFETY: r is valid.
+    let Some(h) = (unsafe { find(r) }) else {
+        return Verdict::Passed;
+    };
+    if !h.held {
+        return Verdict::Passed;
+    }
+    h.waited_ms = now.saturating_sub(h.since_ms);
+    // SAFETY: h is this request's hold.
+    unsafe { unhold(h) };
+    count(limits, |s| &s.admitted, 1);
+    count(limits, |s| &s.wait_ms, h.waited_ms);
+    Verdict::Delayed
+}
+
+/// Gives back the hold's place under the cap (once).
+///
+/// # Safety
+/// `h` must be a live hold whose `lcf` is the configuration of its cycle.
+unsafe fn unhold(h: &mut Hold) {
+    if h.held {
+        h.held = false;
+        // SAFETY: the location configuration lives for the cycle.
+        let lcf = unsafe { &*h.lcf };
+        let cap = &lcf.delay;
+        cap.held.set(cap.held.get().saturating_sub(1));
+        if let Some(limits) = lcf.limits.as_ref() {
+            for l in limits.iter().filter(|l| l.delay_ms > 0) {
+                // SAFETY: zones live in the configuration pool for the cycle.
+                let zone = unsafe { &*l.zone };
+                if !zone.header.is_null() {
+                    // SAFETY: the header lives in the zone for the cycle.
+                    unsafe { &(*zone.header).delay }
+                        .held
+                        .fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// The hold's cleanup (and marker): a request freed while still held (the
+/// client went away, or an error) gives back its place, its timer is
+/// deleted, and it is counted as abandoned.
+unsafe extern "C" fn release(data: *mut c_void) {
+    // SAFETY: data is the Hold written by `new_hold`.
+    let h = unsafe { &mut *data.cast::<Hold>() };
+    if !h.held {
+        return;
+    }
+    // SAFETY: the pool is destroyed before the connection is freed, so the
+    // request's connection and its write event are still valid.
+    unsafe {
+        let wev = (*(*h.r).connection).write;
+        if (*wev).timer_set() != 0 {
+            ngx_del_timer(wev);
+        }
+        (*wev).set_delayed(0);
+        unhold(h);
+        if let Some(limits) = (*h.lcf).limits.as_ref() {
+            count(limits, |s| &s.abandoned, 1);
+        }
+    }
+}
+
+/// The hold of `r`'s main request, if it was ever held.
+///
+/// # Safety
+/// `r` must be a valid request.
+unsafe fn find<'a>(r: *mut ngx_http_request_t) -> Option<&'a mut Hold> {
+    // SAFETY: r and its main request are valid.
+    let mut c = unsafe { (*(*(*r).main).pool).cleanup };
+    while !c.is_null() {
+        // SAFETY: c is a live cleanup entry of the pool.
+        unsafe {
+            #[allow(unpredictable_function_pointer_comparisons)]
+            let ours = (*c).handler == Some(release as unsafe extern "C" fn(*mut c_void));
+            if ours {
+                return Some(&mut *(*c).data.cast::<Hold>());
+            }
+            c = (*c).next;
+        }
+    }
+    None
+}
+
+/// Adds `n` to one of the counters of every zone with a `delay`.
+fn count(limits: &[Limit], field: impl Fn(&DelayStats) -> &AtomicU64, n: u64) {
+    for l in limits.iter().filter(|l| l.delay_ms > 0) {
+        // SAFETY: zones live in the configuration pool for the cycle.
+        let zone = unsafe { &*l.zone };
+        if !zone.header.is_null() {
+            // SAFETY: the header lives in the zone for the cycle.
+            field(unsafe { &(*zone.header).delay }).fetch_add(n, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The hold's log line, one level below the rejections' (as `limit_req`).
+fn log_hold(log: *mut ngx_log_t, rej: &Rejection, wait_ms: u64, what: &str) {
+    let level = (rej.lcf.log_level + 1).min(NGX_LOG_DEBUG as ngx_uint_t);
+    // SAFETY: zones live in the configuration pool for the cycle.
+    let zone: &ZoneConf = unsafe { &*rej.limits[rej.index].zone };
+    ngx_log_error!(
+        level,
+        log,
+        "{} request by {} ms, by zone \"{}\"",
+        what,
+        wait_ms,
+        zone.name_str()
+    );
+}
+
+/// Adds `$rate_limit_window_delay`: the ms a request was held (0 if it was
+/// not; empty before any decision).
+///
+/// # Safety
+/// `cf` must be the configuration passed to preconfiguration.
+pub unsafe fn register_variable(cf: *mut ngx_conf_t) -> ngx_int_t {
+    let mut name = ngx_string!("rate_limit_window_delay");
+    // SAFETY: cf is valid; nginx copies the name.
+    let v = unsafe { ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t) };
+    if v.is_null() {
+        return Status::NGX_ERROR.into();
+    }
+    // SAFETY: v is the variable nginx just created.
+    unsafe {
+        (*v).get_handler = Some(get_delay);
+        (*v).data = 0;
+    }
+    Status::NGX_OK.into()
+}
+
+unsafe extern "C" fn get_delay(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _: usize,
+) -> ngx_int_t {
+    // SAFETY: nginx passes a valid request.
+    let hold = unsafe { find(r) }.map(|h| h.waited_ms);
+    // SAFETY: called by nginx as a get handler.
+    let (r, v) = unsafe { crate::variables::args(r, v) };
+    let text = match (decision::find(r), hold) {
+        (None, _) => String::new(),
+        (Some(_), None) => "0".into(),
+        (Some(_), Some(ms)) => ms.to_string(),
+    };
+    crate::variables::set(r, v, text.as_bytes())
+}

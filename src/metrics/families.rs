@@ -1,0 +1,293 @@
+//! The Prometheus exposition as data: one table of metric families (name,
+//! type, help, value) and one loop that writes them.
+
+use core::fmt::{self, Write as _};
+use core::sync::atomic::Ordering;
+
+use rate_limit_window_core::{Counter, Table};
+
+use super::format::Label;
+use crate::sweep;
+use crate::zone::{ZoneConf, ZoneHeader};
+
+/// An initialised zone, as the value functions read it.
+pub struct Live<'a> {
+    pub zone: &'a ZoneConf,
+    pub table: &'a Table<'static>,
+    pub header: &'a ZoneHeader,
+    /// Epoch ms of the scrape.
+    pub now: u64,
+}
+
+/// A sample's value, formatted as the exposition has always written it.
+enum Value {
+    Int(u64),
+    Float(f64),
+    /// Seconds since the epoch ms it holds, three decimals; -1 for none.
+    Age(Option<u64>, u64),
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Value::Int(v) => write!(f, "{v}"),
+            Value::Float(v) => write!(f, "{v}"),
+            Value::Age(None, _) => f.write_str("-1"),
+            Value::Age(Some(t), now) => write!(f, "{:.3}", now.saturating_sub(t) as f64 / 1000.0),
+        }
+    }
+}
+
+type Read = fn(&Live) -> Value;
+
+/// The samples of a family for one zone.
+enum Samples {
+    /// One sample, labelled by zone only.
+    One(Read),
+    /// One sample per value of one more label.
+    By(&'static str, &'static [(&'static str, Read)]),
+    /// A summary without quantiles: `NAME_sum` and `NAME_count`.
+    SumCount(Read, Read),
+}
+
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    /// Only for zones with `redis=`; the family is left out when none has.
+    redis_only: bool,
+    samples: Samples,
+}
+
+fn counter(l: &Live, c: Counter) -> Value {
+    Value::Int(l.table.counter(c))
+}
+
+fn atomic(v: &core::sync::atomic::AtomicU64) -> Value {
+    Value::Int(v.load(Ordering::Relaxed))
+}
+
+const fn family(
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    samples: Samples,
+) -> Family {
+    Family {
+        name,
+        kind,
+        help,
+        redis_only: false,
+        samples,
+    }
+}
+
+const fn sync_family(
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    read: Read,
+) -> Family {
+    Family {
+        name,
+        kind,
+        help,
+        redis_only: true,
+        samples: Samples::One(read),
+    }
+}
+
+/// Every family, in the order of the exposition.
+const FAMILIES: &[Family] = &[
+    family(
+        "rate_limit_window_requests_total",
+        "counter",
+        "Requests judged by the zone, by result.",
+        Samples::By(
+            "result",
+            &[
+                ("passed", |l| counter(l, Counter::Passed)),
+                ("rejected", |l| counter(l, Counter::Rejected)),
+                ("rejected_dry_run", |l| counter(l, Counter::RejectedDryRun)),
+                ("exempt", |l| counter(l, Counter::Exempt)),
+            ],
+        ),
+    ),
+    family(
+        "rate_limit_window_evictions_total",
+        "counter",
+        "Slots taken over for a new client: idle (no traffic for 2+ windows) or live (the zone is too small).",
+        Samples::By(
+            "kind",
+            &[
+                ("idle", |l| counter(l, Counter::EvictIdle)),
+                ("live", |l| counter(l, Counter::EvictLive)),
+            ],
+        ),
+    ),
+    family(
+        "rate_limit_window_fail_closed_total",
+        "counter",
+        "Requests rejected by fail=closed: a new client while the zone was full, or an invalid limit value.",
+        Samples::One(|l| counter(l, Counter::FailClosed)),
+    ),
+    family(
+        "rate_limit_window_clock_backwards_total",
+        "counter",
+        "Times a worker saw the clock older than a client's window (an NTP step back); counts were kept.",
+        Samples::One(|l| counter(l, Counter::ClockBackwards)),
+    ),
+    family(
+        "rate_limit_window_slots",
+        "gauge",
+        "Client slots the zone can hold.",
+        Samples::One(|l| Value::Int(l.table.capacity() as u64)),
+    ),
+    family(
+        "rate_limit_window_slots_used",
+        "gauge",
+        "Estimate of slots holding a client active in the current or previous window (a scan without locks).",
+        Samples::One(|l| Value::Int(sweep::slots_used(l.table, l.header, l.now))),
+    ),
+    family(
+        "rate_limit_window_invalid_limit_total",
+        "counter",
+        "Requests whose limit variable held something other than an integer in range (the zone's fail policy applied).",
+        Samples::One(|l| atomic(&l.header.invalid_limits)),
+    ),
+    family(
+        "rate_limit_window_near_limit_total",
+        "counter",
+        "Admitted requests whose estimate after admission was at or above 80% of their limit.",
+        Samples::One(|l| atomic(&l.header.near_limit)),
+    ),
+    family(
+        "rate_limit_window_swept_total",
+        "counter",
+        "Slots of clients silent for 2+ windows whose counts the sweep cleared (harmless; it keeps long-idle clients from coming back with old counts).",
+        Samples::One(|l| atomic(&l.header.swept)),
+    ),
+    sync_family(
+        "rate_limit_window_sync_errors_total",
+        "counter",
+        "Failed Redis sync rounds (connect, I/O or protocol errors).",
+        |l| atomic(&l.header.sync_errors),
+    ),
+    sync_family(
+        "rate_limit_window_sync_rounds_total",
+        "counter",
+        "Completed Redis sync rounds.",
+        |l| atomic(&l.header.sync_rounds),
+    ),
+    sync_family(
+        "rate_limit_window_sync_lag_seconds",
+        "gauge",
+        "Seconds since the last completed Redis sync round (-1: none yet).",
+        |l| {
+            let last = l.header.last_sync_ms.load(Ordering::Relaxed);
+            Value::Age((last != 0).then_some(last), l.now)
+        },
+    ),
+    Family {
+        name: "rate_limit_window_sync_failures_total",
+        kind: "counter",
+        help: "Redis sync failures by kind: timeout, connection, reply, auth (credentials refused), tls (handshake failed), master (no master known to the sentinels) and cluster_down fail a round; key is one key's error reply in a round that went on.",
+        redis_only: true,
+        samples: Samples::By(
+            "kind",
+            &[
+                ("timeout", |l| atomic(&l.header.sync_err_timeout)),
+                ("connection", |l| atomic(&l.header.sync_err_connection)),
+                ("reply", |l| atomic(&l.header.sync_err_reply)),
+                ("auth", |l| atomic(&l.header.sync_err_auth)),
+                ("tls", |l| atomic(&l.header.sync_err_tls)),
+                ("master", |l| atomic(&l.header.sync_err_master)),
+                ("cluster_down", |l| atomic(&l.header.sync_err_cluster_down)),
+                ("key", |l| atomic(&l.header.sync_err_key)),
+            ],
+        ),
+    },
+    sync_family(
+        "rate_limit_window_sync_keys_pushed_total",
+        "counter",
+        "Keys whose count this gateway wrote to Redis.",
+        |l| atomic(&l.header.sync_keys_pushed),
+    ),
+    sync_family(
+        "rate_limit_window_sync_owner_generation",
+        "gauge",
+        "Generation of the sync thread that owns the zone's sync (0: none); it grows with each reload or respawn of worker 0.",
+        |l| atomic(&l.header.sync_owner),
+    ),
+    family(
+        "rate_limit_window_window_seconds",
+        "gauge",
+        "Window length of the zone in seconds.",
+        Samples::One(|l| Value::Float(l.zone.window.ms() as f64 / 1000.0)),
+    ),
+    family(
+        "rate_limit_window_delayed_total",
+        "counter",
+        "Requests held by delay=, by how the hold ended.",
+        Samples::By(
+            "result",
+            &[
+                ("admitted", |l| atomic(&l.header.delay.admitted)),
+                ("rejected", |l| atomic(&l.header.delay.rejected)),
+                ("abandoned", |l| atomic(&l.header.delay.abandoned)),
+                ("dry_run", |l| atomic(&l.header.delay.dry_run)),
+            ],
+        ),
+    ),
+    family(
+        "rate_limit_window_delay_seconds",
+        "summary",
+        "Time held requests waited before they were admitted.",
+        Samples::SumCount(
+            |l| Value::Float(l.header.delay.wait_ms.load(Ordering::Relaxed) as f64 / 1000.0),
+            |l| atomic(&l.header.delay.admitted),
+        ),
+    ),
+    family(
+        "rate_limit_window_delay_held",
+        "gauge",
+        "Requests held by delay= now, by every worker.",
+        Samples::One(|l| atomic(&l.header.delay.held)),
+    ),
+];
+
+/// The Prometheus text exposition (format 0.0.4) of every initialised zone.
+pub fn exposition(zones: &[Live]) -> String {
+    let mut o = String::with_capacity(512 + zones.len() * 1024);
+    for f in FAMILIES {
+        let of_family = |l: &&Live| !f.redis_only || l.zone.redis.is_some();
+        if f.redis_only && !zones.iter().any(|l| of_family(&l)) {
+            continue;
+        }
+        let _ = writeln!(o, "# HELP {} {}", f.name, f.help);
+        let _ = writeln!(o, "# TYPE {} {}", f.name, f.kind);
+        for l in zones.iter().filter(of_family) {
+            let zone = Label(l.zone.name.as_bytes());
+            match &f.samples {
+                Samples::One(read) => {
+                    let _ = writeln!(o, "{}{{zone=\"{zone}\"}} {}", f.name, read(l));
+                }
+                Samples::SumCount(sum, count) => {
+                    let _ = writeln!(o, "{}_sum{{zone=\"{zone}\"}} {}", f.name, sum(l));
+                    let _ = writeln!(o, "{}_count{{zone=\"{zone}\"}} {}", f.name, count(l));
+                }
+                Samples::By(label, values) => {
+                    for (v, read) in *values {
+                        let _ = writeln!(
+                            o,
+                            "{}{{zone=\"{zone}\",{label}=\"{v}\"}} {}",
+                            f.name,
+                            read(l)
+                        );
+                    }
+                }
+            }
+        }
+    }
+    o
+}

@@ -1,0 +1,27 @@
+//! `rate_limit_window_near_limit_total{zone}`: admitted requests whose
+//! sliding estimate after admission is at or above 80% of their limit
+//! (Envoy's `near_limit`), so that a limit about to bite shows before it
+//! does.
+
+use core::sync::atomic::Ordering;
+
+use crate::decision::Applied;
+
+/// Whether an admission left the estimate at or above 80% of `limit`
+/// (requests per window). `remaining` is what the table returned after
+/// counting the request, `limit - floor(estimate after)`, so the test is
+/// on the estimate rounded down, as the log and the metrics show it.
+pub fn is_near(limit: u32, remaining: u32) -> bool {
+    let after = u64::from(limit.saturating_sub(remaining));
+    limit > 0 && 5 * after >= 4 * u64::from(limit)
+}
+
+/// Counts an admitted request in its zone if it was near the limit.
+pub fn note(a: &Applied) {
+    if !is_near(a.limit, a.remaining) {
+        return;
+    }
+    if let Some(header) = a.zone.header() {
+        header.near_limit.fetch_add(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,99 @@
+//! `rate_limit_window_metrics reset=on;`: `DELETE /location?zone=NAME&key=VALUE`
+//! clears one client's counts (current and previous window) and answers
+//! the JSON of what was cleared. Other methods go to the metrics handler;
+//! without `reset=on` the metrics handler answers DELETE with 405.
+//!
+//! The location's `allow`/`deny` protect it as they protect the metrics.
+//! Every reset is logged at `notice` with the zone and the operator's
+//! address, never the key (it may be an API key).
+//!
+//! For a Redis-backed zone only this gateway's counts are cleared: the
+//! other gateways' share of the key comes back with the next sync round
+//! (the answer says `"cluster":"not cleared"`).
+
+use nginx_sys::{
+    ngx_http_request_t, ngx_int_t, NGX_HTTP_BAD_REQUEST, NGX_HTTP_DELETE,
+    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_FOUND, NGX_LOG_NOTICE,
+};
+use ngx::core::Status;
+use ngx::http::{HttpModuleMainConf, Request};
+use ngx::ngx_log_error;
+use rate_limit_window_core::Snapshot;
+
+use crate::metrics::format::{json_str, percent_decode};
+use crate::metrics::{arg, send};
+use crate::util::now_ms;
+use crate::zone::ZoneConf;
+use crate::Module;
+
+/// Content handler installed by `rate_limit_window_metrics reset=on;`.
+pub extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
+    // SAFETY: nginx calls content handlers with a valid request.
+    if unsafe { (*r).method } as u32 & NGX_HTTP_DELETE == 0 {
+        return crate::metrics::handler(r);
+    }
+    // SAFETY: as above; the request shares the representation of `Request`.
+    let req = unsafe { Request::from_ngx_http_request(r) };
+    reset(req)
+}
+
+fn reset(r: &mut Request) -> ngx_int_t {
+    if r.discard_request_body() != Status::NGX_OK {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    }
+    let Some(mcf) = Module::main_conf(r.as_ref()) else {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    };
+    let (Some(zone_name), Some(key)) = (arg(r, "zone"), arg(r, "key")) else {
+        return NGX_HTTP_BAD_REQUEST as ngx_int_t;
+    };
+    let zone_name = percent_decode(&zone_name);
+    let Some(zone) = mcf.zones().find(|z| z.name.as_bytes() == zone_name) else {
+        return NGX_HTTP_NOT_FOUND as ngx_int_t;
+    };
+    let Some(table) = zone.table.as_ref() else {
+        return NGX_HTTP_NOT_FOUND as ngx_int_t;
+    };
+    let now = now_ms();
+    let cleared = table.clear(table.hash_key(&percent_decode(&key)), now);
+    log_reset(r, zone, &cleared);
+    send(r, "application/json", &answer(zone, &cleared))
+}
+
+/// The JSON of what was cleared.
+fn answer(zone: &ZoneConf, s: &Snapshot) -> String {
+    format!(
+        "{{\"zone\":{},\"window_index\":{},\"cleared\":{{\"current\":{},\"previous\":{},\
+         \"estimate\":{}}},\"cluster\":{}}}\n",
+        json_str(&zone.name_str()),
+        s.window_index,
+        s.current,
+        s.previous,
+        s.estimate,
+        if zone.redis.is_some() {
+            "\"not cleared\""
+        } else {
+            "null"
+        }
+    )
+}
+
+/// The notice line: the zone, what was cleared, the operator's address.
+/// Written to the cycle's log, not the request's: nginx would append the
+/// request line, whose query holds the key.
+fn log_reset(r: &mut Request, zone: &ZoneConf, s: &Snapshot) {
+    let c = r.connection();
+    // SAFETY: the request's connection is valid while it runs; the cycle
+    // while the worker runs.
+    let (log, addr) = unsafe { ((*nginx_sys::ngx_cycle).log, (*c).addr_text) };
+    ngx_log_error!(
+        NGX_LOG_NOTICE,
+        log,
+        "rate_limit_window: counts of one key of zone \"{}\" reset by {} (cleared: current {}, \
+         previous {})",
+        zone.name_str(),
+        String::from_utf8_lossy(addr.as_bytes()),
+        s.current,
+        s.previous
+    );
+}

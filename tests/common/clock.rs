@@ -1,0 +1,166 @@
+//! Time: the wall clock, positions inside a window, polling with a
+//! deadline, calendar formatting, and a faked clock for nginx under
+//! libfaketime.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::nginx::Nginx;
+use super::upstream::Upstream;
+
+pub fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// Sleeps until `now mod window` equals `offset_ms` (in the next occurrence).
+/// Windows are aligned to the Unix epoch, so this positions a test at a known
+/// point inside a window.
+pub fn sleep_until_window_offset(window_ms: u128, offset_ms: u128) {
+    let now = now_ms();
+    let pos = now % window_ms;
+    let wait = if pos <= offset_ms {
+        offset_ms - pos
+    } else {
+        window_ms - pos + offset_ms
+    };
+    thread::sleep(Duration::from_millis(wait as u64));
+}
+
+/// Ensures at least `need_ms` remain before the next window boundary, so a
+/// test that counts within one window is not split by a rollover.
+pub fn clear_of_boundary(window_ms: u128, need_ms: u128) {
+    let pos = now_ms() % window_ms;
+    if window_ms - pos < need_ms {
+        thread::sleep(Duration::from_millis((window_ms - pos + 50) as u64));
+    }
+}
+
+/// Polls `f` until it returns true or `timeout` passes.
+pub fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let d = Instant::now() + timeout;
+    while Instant::now() < d {
+        if f() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+/// A dedicated path to a faketime timestamp file; see tests/clock.rs.
+pub fn libfaketime() -> Option<PathBuf> {
+    for p in [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+        "/usr/local/lib/faketime/libfaketime.so.1",
+    ] {
+        if Path::new(p).exists() {
+            return Some(PathBuf::from(p));
+        }
+    }
+    None
+}
+
+pub fn strip_zero_fraction(s: &str) -> String {
+    // "…:05.000Z" -> "…:05Z"
+    if let Some(dot) = s.find('.') {
+        let end = s[dot + 1..]
+            .find(|c: char| !c.is_ascii_digit())
+            .map(|i| dot + 1 + i)
+            .unwrap_or(s.len());
+        if s[dot + 1..end].chars().all(|c| c == '0') {
+            return format!("{}{}", &s[..dot], &s[end..]);
+        }
+    }
+    s.to_string()
+}
+
+pub fn civil(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
+    let days = secs.div_euclid(86400);
+    let rem = secs.rem_euclid(86400);
+    // Howard Hinnant's days-to-civil
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = if m <= 2 { y + 1 } else { y };
+    (
+        y,
+        m,
+        d,
+        (rem / 3600) as u32,
+        (rem % 3600 / 60) as u32,
+        (rem % 60) as u32,
+    )
+}
+
+pub fn rfc3339_utc(secs: i64) -> String {
+    let (y, mo, d, h, mi, s) = civil(secs);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+}
+
+pub fn rfc3339_offset(secs: i64, offset: i64) -> String {
+    let (y, mo, d, h, mi, s) = civil(secs + offset);
+    let sign = if offset < 0 { '-' } else { '+' };
+    let o = offset.abs();
+    format!(
+        "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}{sign}{:02}:{:02}",
+        o / 3600,
+        o % 3600 / 60
+    )
+}
+
+/// A frozen clock for nginx under libfaketime, set by rewriting a
+/// timestamp file that holds Unix seconds (`FAKETIME_FMT=%s`), so the time
+/// is the same instant whatever TZ says (a formatted date would be read as
+/// local time, which is ambiguous in a repeated DST hour).
+pub struct FakeClock {
+    _dir: tempfile::TempDir,
+    file: PathBuf,
+}
+
+impl FakeClock {
+    pub fn new(start: i64) -> FakeClock {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("faketime.rc");
+        let c = FakeClock { _dir: dir, file };
+        c.set(start);
+        c
+    }
+
+    /// Freezes the clock nginx sees at `secs` (Unix time, UTC).
+    pub fn set(&self, secs: i64) {
+        let tmp = self.file.with_extension("tmp");
+        fs::write(&tmp, format!("{secs}\n")).unwrap();
+        fs::rename(&tmp, &self.file).unwrap();
+    }
+}
+
+/// Starts nginx with libfaketime preloaded, reading `clock` on every clock
+/// read (FAKETIME_NO_CACHE), with real monotonic time so nginx's timers
+/// work, and TZ set to `tz`. Panics if libfaketime is missing (`make test`
+/// installs the faketime package).
+pub fn start_faked(clock: &FakeClock, up: &Upstream, tz: &str, conf: &str) -> Nginx {
+    let lib = libfaketime()
+        .expect("libfaketime not installed: `make test` installs the faketime package");
+    Nginx::builder()
+        .upstream_of(up)
+        .env("LD_PRELOAD", lib.to_str().unwrap())
+        .env("FAKETIME_TIMESTAMP_FILE", clock.file.to_str().unwrap())
+        .env("FAKETIME_FMT", "%s")
+        .env("FAKETIME_NO_CACHE", "1")
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .env("TZ", tz)
+        .start(conf)
+}

@@ -1,0 +1,173 @@
+//! Binaries and configuration: where nginx and the module are, complete
+//! nginx.conf files from fragments, free ports, a test prefix, `nginx -t`.
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+pub const MODULE_FILE: &str = "ngx_http_rate_limit_window_module.so";
+
+pub(crate) fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub(crate) fn locate(var: &str, default: PathBuf) -> PathBuf {
+    let p = std::env::var_os(var).map(PathBuf::from).unwrap_or(default);
+    if !p.exists() {
+        panic!(
+            "{} not found (set {} to override): run `make build` first",
+            p.display(),
+            var
+        );
+    }
+    p
+}
+
+/// The nginx binary the module was built against.
+pub fn nginx_bin() -> PathBuf {
+    locate("RLW_NGINX", manifest_dir().join("target/dist/nginx"))
+}
+
+/// The module shared object.
+pub fn module_so() -> PathBuf {
+    let p = locate(
+        "RLW_MODULE",
+        manifest_dir().join("target/dist").join(MODULE_FILE),
+    );
+    fs::canonicalize(&p).unwrap_or(p)
+}
+
+/// The directory of example configs.
+pub fn example_conf_dir() -> PathBuf {
+    manifest_dir().join("nginx-conf")
+}
+
+// ---------------------------------------------------------------------------
+// Config helpers
+// ---------------------------------------------------------------------------
+
+/// Wraps an `http { ... }` body into a complete nginx.conf. `{{WORKERS}}` is
+/// replaced by the builder's worker count (2 unless changed).
+pub fn http_conf(http_body: &str) -> String {
+    format!(
+        "load_module modules/{MODULE_FILE};\n\
+         worker_processes {{{{WORKERS}}}};\n\
+         daemon off;\n\
+         master_process on;\n\
+         error_log logs/error.log info;\n\
+         pid logs/nginx.pid;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{\n\
+         access_log logs/access.log;\n\
+         {http_body}\n\
+         }}\n"
+    )
+}
+
+/// http{} with `zones` and one server on {{PORT}}, with `listen` options
+/// after the address (`reuseport`, or nothing), `server` holding
+/// server-level directives and further locations, and `location /` holding
+/// `loc` and proxying to the upstream.
+pub fn proxy_conf(zones: &str, listen: &str, server: &str, loc: &str) -> String {
+    http_conf(
+        &r#"
+        ZONES
+        server {
+            listen 127.0.0.1:{{PORT}} LISTEN;
+            SERVER
+            location / {
+                LOC
+                proxy_pass http://{{UPSTREAM}};
+            }
+        }"#
+        .replace("ZONES", zones)
+        .replace("LISTEN", listen)
+        .replace("SERVER", server)
+        .replace("LOC", loc),
+    )
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released: a tiny race is accepted).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Placeholders {
+    pub(crate) port: u16,
+    pub(crate) port2: u16,
+    pub(crate) upstream: String,
+    pub(crate) prefix: String,
+    pub(crate) workers: usize,
+}
+
+pub(crate) fn substitute(conf: &str, ph: &Placeholders) -> String {
+    conf.replace("{{PORT}}", &ph.port.to_string())
+        .replace("{{PORT2}}", &ph.port2.to_string())
+        .replace("{{UPSTREAM}}", &ph.upstream)
+        .replace("{{PREFIX}}", &ph.prefix)
+        .replace("{{WORKERS}}", &ph.workers.to_string())
+}
+
+/// Creates a prefix: logs/, html/index.html, modules/<so> symlink, conf/.
+pub(crate) fn make_prefix() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("rlw-test-")
+        .tempdir()
+        .unwrap();
+    let root = dir.path();
+    for sub in ["logs", "html", "modules", "conf"] {
+        fs::create_dir_all(root.join(sub)).unwrap();
+    }
+    fs::write(
+        root.join("html/index.html"),
+        "<html><body>static index</body></html>\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(module_so(), root.join("modules").join(MODULE_FILE)).unwrap();
+    // When the tests run as root, workers run as `nobody` and must be able
+    // to read html/ and create the temp directories.
+    for sub in ["", "html", "logs", "conf", "modules"] {
+        let _ = fs::set_permissions(
+            root.join(sub),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        );
+    }
+    let _ = fs::set_permissions(
+        root.join("html/index.html"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    );
+    dir
+}
+
+/// Runs `nginx -t` on `conf` (placeholders substituted) in a fresh prefix.
+/// Returns (success, stderr).
+pub fn test_config(conf: &str) -> (bool, String) {
+    let prefix = make_prefix();
+    let ph = Placeholders {
+        port: free_port(),
+        port2: free_port(),
+        upstream: "127.0.0.1:9".into(),
+        prefix: format!("{}/", prefix.path().display()),
+        workers: 2,
+    };
+    let text = substitute(conf, &ph);
+    fs::write(prefix.path().join("conf/nginx.conf"), &text).unwrap();
+    let out = Command::new(nginx_bin())
+        .arg("-t")
+        .arg("-p")
+        .arg(prefix.path())
+        .arg("-c")
+        .arg("conf/nginx.conf")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run nginx -t");
+    let mut stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    stderr.push_str(&String::from_utf8_lossy(&out.stdout));
+    (out.status.success(), stderr)
+}
