@@ -124,3 +124,30 @@ fn unknown_master_is_an_error_and_requests_are_served() {
     );
     assert!(v.unwrap_or(0.0) > 0.0, "{text}");
 }
+
+#[test]
+fn master_password_from_a_file() {
+    let password = "m4ster-S3cret";
+    let set = SentinelSet::start_with(Some(password));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("master.pw");
+    std::fs::write(&file, format!("{password}\n")).unwrap();
+    let up = Upstream::start();
+    let redis = format!(
+        "redis={} redis_mode=sentinel redis_master={SENTINEL_MASTER} redis_password_file={}",
+        set.url(),
+        file.display()
+    );
+    let a = redis_gateway(&redis, &up, 40);
+    let b = redis_gateway(&redis, &up, 40);
+    clear_of_boundary(60_000, 8_000);
+    let admitted = alternate([a.port, b.port], "client", 60);
+    let total = admitted[0] + admitted[1];
+    eprintln!("sentinel, master with a password: admitted {admitted:?} = {total} for limit 40");
+    assert!((40..=44).contains(&total), "{total} ({admitted:?})");
+    assert_eq!(
+        zone_metric(a.port, "rate_limit_window_sync_failures_total"),
+        0.0
+    );
+    assert!(!a.error_log().contains(password));
+}

@@ -297,16 +297,34 @@ pub const SENTINEL_MASTER: &str = "rlwmaster";
 
 impl SentinelSet {
     pub fn start() -> SentinelSet {
+        Self::start_with(None)
+    }
+
+    /// As `start`, with `password` required by the master and the replica
+    /// (the sentinels themselves need none).
+    pub fn start_with(password: Option<&str>) -> SentinelSet {
         let dir = tempfile::tempdir().unwrap();
         let (mp, rp) = (free_port(), free_port());
-        let master = RedisProc::spawn("redis-server", dir.path(), "master", &base_conf(mp), mp);
-        let replica_conf = format!("{}replicaof 127.0.0.1 {mp}\n", base_conf(rp));
+        let auth = password
+            .map(|p| format!("requirepass {p}\nmasterauth {p}\n"))
+            .unwrap_or_default();
+        let sentinel_auth = password
+            .map(|p| format!("sentinel auth-pass {SENTINEL_MASTER} {p}\n"))
+            .unwrap_or_default();
+        let master_conf = format!("{}{auth}", base_conf(mp));
+        let master = RedisProc::spawn("redis-server", dir.path(), "master", &master_conf, mp);
+        let replica_conf = format!("{}{auth}replicaof 127.0.0.1 {mp}\n", base_conf(rp));
         let replica = RedisProc::spawn("redis-server", dir.path(), "replica", &replica_conf, rp);
         // Sentinels find the replica through the master's INFO: start them
         // once the replica is in sync.
         assert!(
             poll(Duration::from_secs(15), || {
-                cli(&["-p", &rp.to_string(), "INFO", "replication"])
+                let mut args = vec!["-p".to_owned(), rp.to_string(), "--no-auth-warning".into()];
+                if let Some(p) = password {
+                    args.extend(["-a".to_owned(), p.to_owned()]);
+                }
+                args.extend(["INFO".to_owned(), "replication".to_owned()]);
+                cli(&args.iter().map(String::as_str).collect::<Vec<_>>())
                     .contains("master_link_status:up")
             }),
             "replica did not sync"
@@ -319,7 +337,7 @@ impl SentinelSet {
                      sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {mp} 2\n\
                      sentinel down-after-milliseconds {SENTINEL_MASTER} 1000\n\
                      sentinel failover-timeout {SENTINEL_MASTER} 10000\n\
-                     sentinel parallel-syncs {SENTINEL_MASTER} 1\n"
+                     sentinel parallel-syncs {SENTINEL_MASTER} 1\n{sentinel_auth}"
                 );
                 RedisProc::spawn("redis-sentinel", dir.path(), &format!("s{i}"), &conf, sp)
             })
