@@ -5,8 +5,9 @@
 //! survives this with a field of its own in `ngx_http_request_t`, which a
 //! dynamic module cannot add. We keep the decision in the data of a pool
 //! cleanup entry on the *main* request's pool and recognise the entry by its
-//! handler, [`marker`]. The module context caches the pointer so that the
-//! common case (no redirect) does not walk the cleanup list.
+//! handler, read from [`DECISION_TAG`]. The module context caches the
+//! pointer so that the common case (no redirect) does not walk the cleanup
+//! list.
 
 use core::ffi::c_void;
 use core::ptr;
@@ -14,6 +15,7 @@ use core::ptr;
 use nginx_sys::{ngx_http_request_t, ngx_pool_cleanup_add, ngx_pool_cleanup_t, ngx_uint_t};
 use rate_limit_window_core::Admission;
 
+use crate::util::{self, CleanupTag};
 use crate::zone::ZoneConf;
 
 /// What happened to the request, as `$rate_limit_window_status` shows it.
@@ -91,8 +93,13 @@ impl Decision {
     }
 }
 
-/// Recognises our cleanup entry; it has nothing to free.
+/// The handler of our cleanup entry; it has nothing to free.
 unsafe extern "C" fn marker(_data: *mut c_void) {}
+
+/// [`marker`]'s one address, which tags a committed decision's entry (see
+/// [`util::CleanupTag`]: naming `marker` itself in `commit` and in [`find`]
+/// may give two addresses).
+static DECISION_TAG: CleanupTag = marker;
 
 /// Index of this module's context slot.
 fn ctx_index() -> usize {
@@ -113,24 +120,14 @@ pub unsafe fn find(r: *mut ngx_http_request_t) -> Option<&'static Decision> {
         // SAFETY: only `commit` writes this slot, with a Decision pointer.
         return Some(unsafe { &*cached.cast::<Decision>() });
     }
-    // SAFETY: walking the main pool's cleanup list; entries are valid until
-    // the pool is destroyed.
-    let mut c = unsafe { (*(*main).pool).cleanup };
-    while !c.is_null() {
-        // SAFETY: c is a live cleanup entry.
-        unsafe {
-            // Both `commit` and this comparison name `marker` from this
-            // one module, so they see the same address.
-            #[allow(unpredictable_function_pointer_comparisons)]
-            let ours = (*c).handler == Some(marker as unsafe extern "C" fn(*mut c_void));
-            if ours {
-                *(*main).ctx.add(ctx_index()) = (*c).data;
-                return Some(&*(*c).data.cast::<Decision>());
-            }
-            c = (*c).next;
-        }
+    // SAFETY: the main request's pool is valid.
+    let data = unsafe { util::tagged_cleanup((*main).pool, DECISION_TAG) }?;
+    // SAFETY: ctx has ngx_http_max_module slots; entries tagged
+    // DECISION_TAG hold a committed Decision (see `commit`).
+    unsafe {
+        *(*main).ctx.add(ctx_index()) = data;
+        Some(&*data.cast::<Decision>())
     }
-    None
 }
 
 /// A decision being made: its record in the main request's pool, with room
@@ -226,7 +223,7 @@ pub unsafe fn commit(
                 empty_keys: p.empty_keys,
             },
         );
-        (*p.cln).handler = Some(marker);
+        (*p.cln).handler = Some(DECISION_TAG);
         *(*(*r).main).ctx.add(ctx_index()) = data.cast();
     }
 }

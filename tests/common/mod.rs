@@ -13,9 +13,9 @@
 #![allow(dead_code)]
 
 pub mod auth_server;
-pub mod fault_proxy;
 mod clock;
 mod conf;
+pub mod fault_proxy;
 mod http;
 mod load;
 mod nginx;
