@@ -5,8 +5,9 @@
 //! survives this with a field of its own in `ngx_http_request_t`, which a
 //! dynamic module cannot add. We keep the decision in the data of a pool
 //! cleanup entry on the *main* request's pool and recognise the entry by its
-//! handler, [`marker`]. The module context caches the pointer so that the
-//! common case (no redirect) does not walk the cleanup list.
+//! handler, read from [`DECISION_TAG`]. The module context caches the
+//! pointer so that the common case (no redirect) does not walk the cleanup
+//! list.
 
 use core::ffi::c_void;
 use core::ptr;
@@ -15,6 +16,7 @@ use nginx_sys::{ngx_pool_cleanup_add, ngx_pool_cleanup_t, ngx_uint_t};
 use ngx::http::{HttpModule, Request};
 use rate_limit_window_core::Admission;
 
+use crate::util::{self, CleanupTag};
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -93,13 +95,13 @@ impl Decision {
     }
 }
 
-/// Recognises our cleanup entry; it has nothing to free. Never inlined:
-/// rustc gives a small function a local copy in every codegen unit that
-/// uses it, and with several units (a build without LTO) `find` in one of
-/// them would then compare against another copy's address than `commit`
-/// stored, and miss the decision.
-#[inline(never)]
+/// The handler of our cleanup entry; it has nothing to free.
 unsafe extern "C" fn marker(_data: *mut c_void) {}
+
+/// [`marker`]'s one address, which tags a committed decision's entry (see
+/// [`util::CleanupTag`]: naming `marker` itself in `commit` and in [`find`]
+/// may give two addresses).
+static DECISION_TAG: CleanupTag = marker;
 
 /// The main request of `r` (itself for a main request).
 fn main_of(r: &Request) -> &Request {
@@ -116,24 +118,12 @@ pub fn find(r: &Request) -> Option<&'static Decision> {
         // main request's pool, which outlives every use of it.
         return Some(unsafe { &*ptr::from_ref(d) });
     }
-    // SAFETY: walking the main pool's cleanup list; entries are valid until
-    // the pool is destroyed.
-    let mut c = unsafe { (*main.as_ref().pool).cleanup };
-    while !c.is_null() {
-        // SAFETY: c is a live cleanup entry.
-        unsafe {
-            // Both `commit` and this comparison name `marker` from this
-            // one module, so they see the same address.
-            #[allow(unpredictable_function_pointer_comparisons)]
-            let ours = (*c).handler == Some(marker as unsafe extern "C" fn(*mut c_void));
-            if ours {
-                main.set_module_ctx((*c).data, Module::module());
-                return Some(&*(*c).data.cast::<Decision>());
-            }
-            c = (*c).next;
-        }
-    }
-    None
+    // SAFETY: the main request's pool is valid.
+    let data = unsafe { util::tagged_cleanup(main.as_ref().pool, DECISION_TAG) }?;
+    main.set_module_ctx(data, Module::module());
+    // SAFETY: entries tagged DECISION_TAG hold a committed Decision (see
+    // `commit`) in the main request's pool, which outlives every use.
+    Some(unsafe { &*data.cast::<Decision>() })
 }
 
 /// A decision being made: its record in the main request's pool, with room
@@ -222,7 +212,7 @@ pub fn commit(r: &Request, p: Pending, verdict: Verdict, headers: ngx_uint_t, re
                 empty_keys: p.empty_keys,
             },
         );
-        (*p.cln).handler = Some(marker);
+        (*p.cln).handler = Some(DECISION_TAG);
     }
     main_of(r).set_module_ctx(data.cast(), Module::module());
 }

@@ -13,7 +13,7 @@
 //! request waits.
 //!
 //! The hold's record is a cleanup entry on the main request's pool
-//! ([`release`] is its handler and its marker): a client that goes away
+//! ([`release`], read from `HOLD_TAG`, is its handler and its tag): a client that goes away
 //! while held has its request freed by nginx, and the cleanup gives back its
 //! place under `delay_max_held`, deletes the timer and counts it as
 //! abandoned; it is never counted by the limits.
@@ -45,6 +45,7 @@ use rate_limit_window_core::{strict, Counts, Outcome};
 use crate::conf::{Limit, LocConf};
 use crate::decision::{self, Applied, Verdict};
 use crate::handler::{judge, Judge};
+use crate::util::{self, CleanupTag};
 use crate::zone::ZoneConf;
 
 /// `ngx_conf_t`'s "unset" marker for `ngx_uint_t`.
@@ -348,7 +349,7 @@ unsafe fn new_hold(r: *mut ngx_http_request_t, rej: &Rejection) -> Result<(), ()
             waited_ms: 0,
             held: true,
         });
-        (*cln).handler = Some(release);
+        (*cln).handler = Some(HOLD_TAG);
     }
     rej.lcf.delay.held.set(rej.lcf.delay.held.get() + 1);
     count(rej.limits, |s| &s.held, 1);
@@ -464,7 +465,11 @@ unsafe fn unhold(h: &mut Hold) {
     }
 }
 
-/// The hold's cleanup (and marker): a request freed while still held (the
+/// [`release`]'s one address, the handler that tags a hold's cleanup entry
+/// (see [`util::CleanupTag`]).
+static HOLD_TAG: CleanupTag = release;
+
+/// The hold's cleanup: a request freed while still held (the
 /// client went away, or an error) gives back its place, its timer is
 /// deleted, and it is counted as abandoned.
 unsafe extern "C" fn release(data: *mut c_void) {
@@ -494,19 +499,9 @@ unsafe extern "C" fn release(data: *mut c_void) {
 /// `r` must be a valid request.
 unsafe fn find<'a>(r: *mut ngx_http_request_t) -> Option<&'a mut Hold> {
     // SAFETY: r and its main request are valid.
-    let mut c = unsafe { (*(*(*r).main).pool).cleanup };
-    while !c.is_null() {
-        // SAFETY: c is a live cleanup entry of the pool.
-        unsafe {
-            #[allow(unpredictable_function_pointer_comparisons)]
-            let ours = (*c).handler == Some(release as unsafe extern "C" fn(*mut c_void));
-            if ours {
-                return Some(&mut *(*c).data.cast::<Hold>());
-            }
-            c = (*c).next;
-        }
-    }
-    None
+    let data = unsafe { util::tagged_cleanup((*(*r).main).pool, HOLD_TAG) }?;
+    // SAFETY: entries tagged HOLD_TAG hold a Hold (new_hold).
+    Some(unsafe { &mut *data.cast::<Hold>() })
 }
 
 /// Adds `n` to one of the counters of every zone with a `delay`.

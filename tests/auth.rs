@@ -381,6 +381,54 @@ fn postaccess_try_files_and_error_page_count_once() {
     assert_eq!(requests_total(ng.port2, "per_user", "rejected"), 1.0);
 }
 
+/// A rejection answered by a page that `return` sends, from a named
+/// location or a URI, in either phase. After the redirect nothing runs the
+/// phase handler again, so the first look for the decision comes from the
+/// variables and the header filter: it must still find the decision
+/// (Retry-After, the RateLimit headers, `$rate_limit_window_status`).
+#[test]
+fn error_pages_sent_by_return_keep_the_decision_in_both_phases() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&http_conf(
+        r#"rate_limit_window_zone $http_x_key zone=z:1m window=1h;
+        server {
+            listen 127.0.0.1:{{PORT}};
+            rate_limit_window zone=z limit=1;
+            location /pre/named/ { error_page 429 @limited; proxy_pass http://{{UPSTREAM}}; }
+            location /pre/uri/ { error_page 429 /limited; proxy_pass http://{{UPSTREAM}}; }
+            location /post/named/ {
+                rate_limit_window_phase postaccess;
+                error_page 429 @limited;
+                proxy_pass http://{{UPSTREAM}};
+            }
+            location /post/uri/ {
+                rate_limit_window_phase postaccess;
+                error_page 429 /limited;
+                proxy_pass http://{{UPSTREAM}};
+            }
+            location @limited { return 429 "named [$rate_limit_window_status]\n"; }
+            location = /limited { return 429 "uri [$rate_limit_window_status]\n"; }
+        }"#,
+    ));
+    clear_of_boundary(HOUR_MS, 20_000);
+    for (path, page) in [
+        ("/pre/named/x", "named"),
+        ("/pre/uri/x", "uri"),
+        ("/post/named/x", "named"),
+        ("/post/uri/x", "uri"),
+    ] {
+        let first = get_key(ng.port, path, path);
+        assert_eq!(first.status, 200, "{path}: {}", first.describe());
+        let r = get_key(ng.port, path, path);
+        assert_eq!(r.status, 429, "{path}: {}", r.describe());
+        assert_eq!(r.text(), format!("{page} [REJECTED]\n"), "{path}");
+        assert!(r.header_num("Retry-After") >= 1, "{path}: {}", r.describe());
+        assert_eq!(r.header_num("RateLimit-Limit"), 1, "{path}");
+        assert_eq!(r.header_num("RateLimit-Remaining"), 0, "{path}");
+    }
+    assert_eq!(up.received(), 4);
+}
+
 /// The handler runs before mirror in PRECONTENT: a rejected request is not
 /// mirrored. Dry run in postaccess: marked, passed, not counted.
 #[test]
