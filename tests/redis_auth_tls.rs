@@ -32,8 +32,13 @@ fn share(redis: &str) -> [u32; 2] {
     );
     for g in [&a, &b] {
         let log = g.error_log();
+        let shown = shown_to_operators(g.port);
         for secret in [ADMIN_PASSWORD, ACL_PASSWORD, TLS_PASSWORD] {
             assert!(!log.contains(secret), "password in the error log:\n{log}");
+            assert!(
+                !shown.contains(secret),
+                "password in metrics or key lookup:\n{shown}"
+            );
         }
     }
     admitted
@@ -134,6 +139,20 @@ fn refused_keeps_serving(redis: &str, secret: &str, kind: &str, what: &str) {
         .unwrap();
     assert!(line.contains("[error]") && line.contains(what), "{line}");
     assert!(!log.contains(secret), "password in the error log:\n{log}");
+    let shown = shown_to_operators(g.port);
+    assert!(
+        !shown.contains(secret),
+        "password in metrics or key lookup:\n{shown}"
+    );
+}
+
+/// What the metrics location shows an operator: the Prometheus text and the
+/// key lookup (JSON) of the client the tests send.
+fn shown_to_operators(port: u16) -> String {
+    let metrics = get(port, "/metrics").text();
+    let lookup = get(port, "/metrics?zone=c&key=client-1").text();
+    assert!(lookup.contains("\"zone\""), "key lookup answered: {lookup}");
+    metrics + &lookup
 }
 
 #[test]
