@@ -470,6 +470,36 @@ def cmd_redis(path, rounds="?"):
     print("\n".join(out))
 
 
+def cmd_modes(path):
+    """mode=strict vs mode=estimate: median req/s per mode and the median of
+    per-rep ratios strict / estimate, with its 95% CI and min-max."""
+    rows = [l.split() for l in open(path) if l.strip() and not l.startswith("#")]
+    # scenario rep variant rps requests non2xx p99ms sockerr idlepct
+    out = ["| scenario | estimate req/s (median) | strict req/s (median) | strict / estimate "
+           "(median of per-rep ratios) | 95% CI of the median | min–max | reps "
+           "| estimate p99 ms | strict p99 ms | CPU idle (median) |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for scen, label in (("many16", "16 keys (hot)"), ("many10000", "10,000 keys")):
+        d = {}
+        for r in rows:
+            if r[0] == scen:
+                d.setdefault(r[2], {})[int(r[1])] = (float(r[3]), float(r[6]), float(r[8]))
+        if "est" not in d or "strict" not in d:
+            continue
+        reps = sorted(set(d["est"]) & set(d["strict"]))
+        rs = [d["strict"][i][0] / d["est"][i][0] for i in reps]
+        ci = median_ci(rs)
+
+        def med(v, k):
+            return statistics.median(d[v][i][k] for i in reps)
+        idle = statistics.median([d[v][i][2] for v in ("est", "strict") for i in reps])
+        out.append("| %s | %s | %s | %.3f | %s | %.3f–%.3f | %d | %.2f | %.2f | %.1f%% |" % (
+            label, fmt_int(med("est", 0)), fmt_int(med("strict", 0)), statistics.median(rs),
+            "%.3f–%.3f" % ci if ci else "—", min(rs), max(rs), len(reps),
+            med("est", 1), med("strict", 1), idle))
+    print("\n".join(out))
+
+
 CLUSTER_CLIENTS = (("one", "1 gateway"), ("rr_sync", "3 gateways, sync"),
                    ("rr_local", "3 gateways, no sync"))
 
@@ -577,5 +607,5 @@ if __name__ == "__main__":
     {"wrk": cmd_wrk, "throughput": cmd_throughput, "capacity": cmd_capacity,
      "callgrind": cmd_callgrind, "criterion": cmd_criterion,
      "accuracy": cmd_accuracy, "redis": cmd_redis, "hugepages": cmd_hugepages,
-     "scaling": cmd_scaling, "cluster": cmd_cluster, "splice": cmd_splice,
+     "scaling": cmd_scaling, "cluster": cmd_cluster, "modes": cmd_modes, "splice": cmd_splice,
      "selftest": cmd_selftest}[sys.argv[1]](*sys.argv[2:])

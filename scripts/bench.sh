@@ -5,6 +5,8 @@
 #   throughput  req/s of no limiter vs this module vs limit_req, in one nginx
 #               (one server per variant),
 #               runs alternated, medians of BENCH_REPS reps, ratios per rep
+#   modes       req/s of mode=strict against mode=estimate (same limit, same
+#               keys), one nginx, runs alternated, ratios per rep
 #   capacity    clients remembered by a 1 MB zone, this module vs limit_req
 #   accuracy    core/benches/accuracy.rs output, copied
 #   micro       core/benches/decision.rs (criterion), ns/decision vs mutex
@@ -35,13 +37,14 @@
 #   BENCH_SCALE_REPS=5 reps per variant and worker count
 #   BENCH_SCALE_THREADS wrk threads there (default: nproc/4, at least 2)
 #   BENCH_SCALE_CONNS=32 wrk connections per nginx worker there
+#   BENCH_MODES_REPS=10 reps per variant in the modes section
 #   BENCH_CAP_RLW_N / BENCH_CAP_LR_N   key counts for the capacity section
 #   BENCH_CAP_MODE=estimate            mode= of this module's capacity zones (or strict)
 #   BENCH_CLUSTER_LIMIT=100, BENCH_CLUSTER_WINDOW=10, BENCH_CLUSTER_WINDOWS=4
 #                      the cluster section's limit, window (s) and windows sent
 #   BENCH_CLUSTER_KEYS="10000 100000" active clients of its sync on/off runs
 #   BENCH_CLUSTER_REPS=6 reps per variant there
-#   BENCH_SECTIONS="throughput capacity accuracy micro callgrind redis hugepages scaling cluster"
+#   BENCH_SECTIONS="throughput modes capacity accuracy micro callgrind redis hugepages scaling cluster"
 #   BENCH_OUT=BENCHMARKS.md
 #   RLW_BENCH_ONLY="cluster"  run only these sections and replace only their
 #                      sections in an existing BENCH_OUT (the others, the
@@ -67,7 +70,8 @@ BENCH_CG_REQS=${BENCH_CG_REQS:-2000}
 BENCH_CAP_RLW_N=${BENCH_CAP_RLW_N:-"5000 10000 20000 40000 50000 55000 60000 65000 70000 80000 100000"}
 BENCH_CAP_LR_N=${BENCH_CAP_LR_N:-"2000 5000 7000 8000 9000 10000 20000"}
 BENCH_CAP_MODE=${BENCH_CAP_MODE:-estimate}
-BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput capacity accuracy micro callgrind redis hugepages scaling cluster"}
+BENCH_MODES_REPS=${BENCH_MODES_REPS:-10}
+BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput modes capacity accuracy micro callgrind redis hugepages scaling cluster"}
 RLW_BENCH_ONLY=${RLW_BENCH_ONLY:-}
 [ -z "$RLW_BENCH_ONLY" ] || BENCH_SECTIONS=$RLW_BENCH_ONLY
 BENCH_CLUSTER_LIMIT=${BENCH_CLUSTER_LIMIT:-100}
@@ -208,7 +212,7 @@ preflight() {
     command -v python3 >/dev/null || die "python3 is required (bench/httpclient.py, bench/report.py)"
     command -v curl >/dev/null || die "curl is required"
     python3 "$BENCH_DIR/report.py" selftest >/dev/null || die "bench/report.py selftest failed"
-    if section_on throughput || section_on scaling || section_on hugepages || section_on redis || section_on cluster; then
+    if section_on throughput || section_on modes || section_on scaling || section_on hugepages || section_on redis || section_on cluster; then
         command -v wrk >/dev/null || die "wrk is required (scripts/deps.sh wrk)"
     fi
     rm -rf "$RESULTS" "$BIN"
@@ -348,6 +352,45 @@ bench_throughput() {
     done
     stop_nginx
     THROUGHPUT_MD=$(python3 "$BENCH_DIR/report.py" throughput "$tsv")
+}
+
+# ---------------------------------------------------------------- modes
+
+# bench_modes: one nginx, an estimate and a strict zone per scenario with
+# the same limit (65,535, strict's maximum) and window; locations
+# /est/SCEN and /strict/SCEN. A strict limit caps one key at 65,535 per
+# 1 s window (6/7 of it under saturation), below what one key gets here, so
+# the "hot" scenario is 16 keys (many16); "many10000" is 10,000 keys.
+bench_modes() {
+    log "== modes: ${BENCH_MODES_REPS} reps x ${BENCH_SECS}s per variant, strict vs estimate"
+    fresh_prefix
+    PORT=$(free_port)
+    {
+        conf_head
+        cat <<EOF
+    rate_limit_window_zone \$http_x_key zone=est_hot:1m window=1s;
+    rate_limit_window_zone \$http_x_key zone=strict_hot:1m window=1s mode=strict;
+    rate_limit_window_zone \$http_x_key zone=est_many:4m window=1m;
+    rate_limit_window_zone \$http_x_key zone=strict_many:4m window=1m mode=strict;
+    server {
+        listen 127.0.0.1:$PORT reuseport;
+        location /none/ { empty_gif; }
+        location /est/many16 { rate_limit_window zone=est_hot limit=65535; empty_gif; }
+        location /strict/many16 { rate_limit_window zone=strict_hot limit=65535; empty_gif; }
+        location /est/many10000 { rate_limit_window zone=est_many limit=65535; empty_gif; }
+        location /strict/many10000 { rate_limit_window zone=strict_many limit=65535; empty_gif; }
+    }
+}
+EOF
+    } >"$PREFIX/conf/nginx.conf"
+    start_nginx "$PREFIX/conf/nginx.conf"
+    local tsv=$RESULTS/modes.tsv scen
+    echo "# scenario rep variant rps requests non2xx p99ms sockerr idlepct" >"$tsv"
+    for scen in many16 many10000; do
+        alternate_reps "$scen" "$BENCH_MODES_REPS" modes "$tsv" "$scen" "modes $scen" est strict
+    done
+    stop_nginx
+    MODES_MD=$(python3 "$BENCH_DIR/report.py" modes "$tsv")
 }
 
 # ---------------------------------------------------------------- capacity
@@ -923,6 +966,26 @@ $THROUGHPUT_MD
 
 EOF
         fi
+        if section_on modes; then
+            cat <<EOF
+## Strict vs estimate mode
+
+${ALONE_NOTE}One nginx (2 workers) with, per scenario, a \`mode=estimate\` zone and a
+\`mode=strict\` zone of the same limit (\`limit=65535\`, strict's largest)
+and window, keyed on the same \`X-Key\` header and sent the same keys
+(bench/keys.lua): 16 keys in a \`window=1s\` zone (one strict key is capped
+at 65,535 requests per second, 6/7 of that under saturation, below what one
+key gets here, so 16 keys stand in for a hot client) and 10,000 keys in a
+\`window=1m\` zone. Every request is admitted (checked: no non-2xx). wrk
+\`-t$BENCH_THREADS -c$BENCH_CONNS\` on the same shared $(nproc)-core machine as nginx;
+${BENCH_WARMUP} s warm-up of each mode, then $BENCH_MODES_REPS reps of ${BENCH_SECS} s per mode,
+alternated (the first mode rotating); the ratio is strict / estimate per
+rep, its median, 95% CI and min–max.
+
+$MODES_MD
+
+EOF
+        fi
         if section_on capacity; then
             cat <<EOF
 ## Capacity: clients remembered per MB
@@ -1100,10 +1163,11 @@ alone_note() {
 
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
 THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" CALLGRIND_MD="" REDIS_MD="" HUGEPAGES_MD=""
-SCALING_MD="" SCALING_WRK="" CLUSTER_MD=""
+SCALING_MD="" SCALING_WRK="" CLUSTER_MD="" MODES_MD=""
 preflight
 [ "$BENCH_REPS" -ge 3 ] || log "warning: BENCH_REPS=$BENCH_REPS < 3: fine for trying the script, not for numbers to quote"
 section_on throughput && bench_throughput
+section_on modes && bench_modes
 section_on capacity && bench_capacity
 section_on callgrind && bench_callgrind
 section_on redis && bench_redis
