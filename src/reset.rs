@@ -7,10 +7,15 @@
 //! Every reset is logged at `notice` with the zone and the operator's
 //! address, never the key (it may be an API key).
 //!
-//! For a Redis-backed zone only this gateway's counts are cleared: the
-//! other gateways' share of the key comes back with the next sync round
-//! (the answer says `"cluster":"not cleared"`).
+//! For a Redis-backed zone the key's fingerprint is also queued in the zone
+//! header (`resets`, one CAS, never a wait on Redis); worker 0's sync
+//! thread, at its next round, deletes the key's store hashes for the
+//! current and previous window and zeroes its share here (see `sync.rs`).
+//! The answer says `"cluster":"scheduled"` (`"not cleared"` when the queue
+//! is full). The other gateways' own counts stay theirs: their next rounds
+//! write them again.
 
+use core::sync::atomic::Ordering;
 use nginx_sys::{
     ngx_http_request_t, ngx_int_t, NGX_HTTP_BAD_REQUEST, NGX_HTTP_DELETE,
     NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_FOUND, NGX_LOG_NOTICE,
@@ -55,13 +60,39 @@ fn reset(r: &mut Request) -> ngx_int_t {
         return NGX_HTTP_NOT_FOUND as ngx_int_t;
     };
     let now = now_ms();
-    let cleared = table.clear(table.hash_key(&percent_decode(&key)), now);
+    let hash = table.hash_key(&percent_decode(&key));
+    let cleared = table.clear(hash, now);
+    let cluster = cluster_reset(zone, hash.fingerprint());
     log_reset(r, zone, &cleared);
-    send(r, "application/json", &answer(zone, &cleared))
+    send(r, "application/json", &answer(zone, &cleared, cluster))
+}
+
+/// Queues the cluster reset of fingerprint `fp` for the sync thread:
+/// `"scheduled"`, `"not cleared"` when the queue is full, `null` for a
+/// zone without `redis=`.
+fn cluster_reset(zone: &ZoneConf, fp: u64) -> &'static str {
+    if zone.redis.is_none() {
+        return "null";
+    }
+    if zone.header.is_null() {
+        return "\"not cleared\"";
+    }
+    // SAFETY: the header lives in the zone as long as the cycle.
+    let header = unsafe { &*zone.header };
+    let queued = header.resets.iter().any(|e| {
+        e.load(Ordering::Relaxed) == fp
+            || e.compare_exchange(0, fp, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    });
+    if queued {
+        "\"scheduled\""
+    } else {
+        "\"not cleared\""
+    }
 }
 
 /// The JSON of what was cleared.
-fn answer(zone: &ZoneConf, s: &Snapshot) -> String {
+fn answer(zone: &ZoneConf, s: &Snapshot, cluster: &str) -> String {
     format!(
         "{{\"zone\":{},\"window_index\":{},\"cleared\":{{\"current\":{},\"previous\":{},\
          \"estimate\":{}}},\"cluster\":{}}}\n",
@@ -70,11 +101,7 @@ fn answer(zone: &ZoneConf, s: &Snapshot) -> String {
         s.current,
         s.previous,
         s.estimate,
-        if zone.redis.is_some() {
-            "\"not cleared\""
-        } else {
-            "null"
-        }
+        cluster
     )
 }
 

@@ -12,6 +12,10 @@
 //! 2. read the hash (`HGETALL`): the other gateways' share is the sum of
 //!    their fields; add what is new of it to the client's count here.
 //!
+//! A `DELETE` reset (`reset.rs`) queues the key's fingerprint in the zone
+//! header; the next round first deletes its hashes of the current and
+//! previous window and zeroes its share here.
+//!
 //! A write sets a value and never adds to one, so replaying a round, or part
 //! of one, after a lost reply never moves a total past what the gateways
 //! admitted. What was written and added per key is kept in a ledger in the
@@ -431,6 +435,7 @@ fn round(
     pushes: &mut Vec<Push>,
     now: u64,
 ) -> Result<(), RoundError> {
+    reset_keys(conn, ctx, now)?;
     pushes.clear();
     ctx.ledger.plan(ctx.table, now, pushes);
     let header = ctx.owner.header;
@@ -454,6 +459,44 @@ fn round(
         let deadline = round_deadline.min(Instant::now() + Duration::from_millis(BATCH_MS));
         let replies = conn.exec(&pipe, deadline)?;
         settle_batch(ctx, batch, replies, &me, now);
+    }
+    Ok(())
+}
+
+/// Deletes the store hashes (current and previous window) of each key
+/// reset by `DELETE` since the last round (see `reset.rs`), then forgets
+/// its share here. `DEL` is idempotent: on an error the resets are queued
+/// again for the next round.
+fn reset_keys(conn: &mut Link, ctx: &RoundCtx<'_>, now: u64) -> Result<(), RoundError> {
+    let header = ctx.owner.header;
+    let fps: Vec<u64> = header
+        .resets
+        .iter()
+        .map(|e| e.swap(0, Ordering::AcqRel))
+        .filter(|&fp| fp != 0)
+        .collect();
+    if fps.is_empty() {
+        return Ok(());
+    }
+    let index = ctx.job.window.index(now);
+    let mut pipe = redis::pipe();
+    for &fp in &fps {
+        for w in [index, index.saturating_sub(1)] {
+            pipe.cmd("DEL").arg(redis_key(&ctx.job.name, w, fp));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_millis(BATCH_MS);
+    if let Err(e) = conn.exec(&pipe, deadline) {
+        for fp in fps {
+            let _ = header.resets.iter().any(|e| {
+                e.compare_exchange(0, fp, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            });
+        }
+        return Err(e.into());
+    }
+    for fp in fps {
+        ctx.ledger.forget(ctx.table, fp, now);
     }
     Ok(())
 }

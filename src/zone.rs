@@ -100,9 +100,9 @@ pub fn acquire(
 /// digit whenever `ZoneHeader` changes (3: the sweep's `slots_used` count
 /// and the `delay` counters; 4: the sync's gateway id, generations and
 /// errors by kind; 5: `near_limit`; 6: the sync's auth, TLS, master and
-/// cluster errors), so that a reload onto a zone of another layout is
+/// cluster errors; 7: `resets`), so that a reload onto a zone of another layout is
 /// refused, not misread.
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE6");
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE7");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -181,7 +181,13 @@ pub struct ZoneHeader {
     /// Admitted requests that left the estimate at or above 80% of their
     /// limit (see near_limit.rs).
     pub near_limit: AtomicU64,
+    /// Fingerprints of keys reset by `DELETE` (reset.rs) whose store keys
+    /// the sync thread deletes at its next round (0: free entry).
+    pub resets: [AtomicU64; RESETS],
 }
+
+/// Resets of a Redis-backed zone waiting for the next sync round.
+pub const RESETS: usize = 16;
 
 impl ZoneConf {
     /// A zone known only by name so far.
@@ -554,6 +560,7 @@ impl ZoneHeader {
             used_acc: zero(),
             slots_used: zero(),
             near_limit: zero(),
+            resets: Default::default(),
         }
     }
 }

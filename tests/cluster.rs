@@ -152,6 +152,13 @@ fn failures(port: u16, kind: &str) -> f64 {
     .unwrap_or_else(|| panic!("no failures{{kind={kind}}} in\n{text}"))
 }
 
+/// The current count of `key` in zone `c` on the gateway at `port`.
+fn current(port: u16, key: &str) -> f64 {
+    let r = get(port, &format!("/metrics?zone=c&key={key}"));
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    v["current"].as_f64().unwrap_or_else(|| panic!("{v}"))
+}
+
 fn metric(port: u16, name: &str) -> f64 {
     let text = get(port, "/metrics").text();
     text.lines()
@@ -671,4 +678,69 @@ fn sync_threads_block_every_signal() {
             "signal {sig} not blocked in the sync thread (SigBlk {blocked:016x})"
         );
     }
+}
+
+/// `DELETE /metrics?zone=c&key=…` on a `redis=` zone (`reset=on`): the
+/// sync thread deletes the client's store hash at its next round, so the
+/// gateway that reset it admits again, up to what the other gateway
+/// admitted itself (its own count stays its own and comes back).
+#[test]
+fn a_reset_clears_the_clients_cluster_count() {
+    let redis = RedisServer::start();
+    let up = Upstream::start();
+    let conf = gateway_conf(redis.port, 40, None).replace(
+        "rate_limit_window_metrics;",
+        "rate_limit_window_metrics reset=on;",
+    );
+    let start = || Nginx::builder().workers(2).upstream_of(&up).start(&conf);
+    let (a, b) = (start(), start());
+    clear_of_boundary(60_000, 15_000);
+
+    // 20 requests on each gateway exhaust the limit of 40 in the cluster.
+    for port in [a.port, b.port] {
+        assert_eq!(send(port, "client-r", 20), 20);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while current(a.port, "client-r") < 40.0 {
+        assert!(Instant::now() < deadline, "A never saw B's share");
+        sleep(Duration::from_millis(50));
+    }
+    assert_eq!(send(a.port, "client-r", 1), 0);
+    let hashes = keys(redis.port, "rlw:{c:*");
+    assert_eq!(hashes.len(), 1, "{hashes:?}");
+    assert_eq!(cli(redis.port, &["HLEN", &hashes[0]]).trim(), "2");
+
+    let r = request(a.port, "DELETE", "/metrics?zone=c&key=client-r", &[]);
+    assert_eq!(r.status, 200, "{}", r.describe());
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["cluster"], "scheduled", "{v}");
+
+    // Within a few rounds A's field is gone from the store; B's own count
+    // (20) is written again by B's next round.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let len = cli(redis.port, &["HLEN", &hashes[0]]);
+        if len.trim() == "1" && hash_total(redis.port) == 20 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "store still holds {len}");
+        sleep(Duration::from_millis(50));
+    }
+    // A admits again; once its sync brings B's 20 back (A learns of a key
+    // at its first request after the reset), 20 in all (40 minus B's 20).
+    assert_eq!(send(a.port, "client-r", 1), 1);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while current(a.port, "client-r") < 21.0 {
+        assert!(
+            Instant::now() < deadline,
+            "A never saw B's share again: {} {:?}",
+            get(a.port, "/metrics?zone=c&key=client-r").text(),
+            cli(redis.port, &["HGETALL", &hashes[0]])
+        );
+        sleep(Duration::from_millis(50));
+    }
+    assert_eq!(send(a.port, "client-r", 25), 19);
+    sleep(Duration::from_millis(400));
+    assert_eq!(send(b.port, "client-r", 1), 0, "B sees A's new 20");
+    assert_eq!(hash_total(redis.port), 40);
 }

@@ -257,6 +257,27 @@ impl<'a> Ledger<'a> {
         });
     }
 
+    /// Forgets the key of fingerprint `fp` after its store keys were
+    /// deleted (a reset, see the nginx glue's `reset.rs`): its current count
+    /// here (whatever a round added since the local reset) and its ledger
+    /// entry go to 0, so the next round writes and reads it afresh.
+    pub fn forget(&self, table: &Table<'_>, fp: u64, now_ms: u64) {
+        let index = table.window().index(now_ms);
+        table.for_each_current(now_ms, |slot, f, current| {
+            if f == fp {
+                table.add_current(slot, fp, now_ms, -i64::from(current));
+            }
+        });
+        // A slot the local reset left at 0 is not listed above: find the
+        // entry by its tag (a scan of the ledger, once per reset).
+        let t = tag(fp, index);
+        for (slot, e) in self.entries.iter().enumerate() {
+            if e.tag.load(Ordering::Acquire) == t {
+                self.write(slot, fp, index, 0, 0);
+            }
+        }
+    }
+
     /// Records what the store holds for `push`'s key after its write (if
     /// any) and read succeeded: this gateway's count as stored (so that a
     /// store that lost it, a Redis restarted empty, gets it again next
@@ -373,6 +394,48 @@ mod tests {
     }
 
     const T0: u64 = 1_800_000_000_000 / 60_000 * 60_000;
+
+    #[test]
+    fn a_reset_forgets_the_cluster_share_and_keeps_the_others_own() {
+        let (a, b) = (gateway(1, [1, 2]), gateway(2, [1, 2]));
+        let mut store = Store::new();
+        let key = a.table.hash_key(b"client");
+        for (g, i) in [(&a, 0), (&b, 1)] {
+            for _ in 0..20 {
+                let now = T0 + i;
+                assert!(g
+                    .table
+                    .acquire(key, now, 40, FailPolicy::Open, 0)
+                    .admission
+                    .is_some());
+            }
+        }
+        for g in [&a, &b, &a] {
+            round(g, &mut store, T0 + 10);
+        }
+        assert_eq!(a.table.peek(key, T0 + 10).current, 40);
+        // The reset: local clear, DEL of the store key, then forget.
+        a.table.clear(key, T0 + 20);
+        store.clear();
+        a.ledger.forget(&a.table, key.fingerprint(), T0 + 20);
+        // b's first round reads an empty hash (its share of a's goes), its
+        // second writes its own count again.
+        for g in [&a, &b, &b, &a] {
+            round(g, &mut store, T0 + 30);
+        }
+        assert_eq!(total(&store), 20, "b's own count comes back");
+        assert!(a
+            .table
+            .acquire(key, T0 + 40, 40, FailPolicy::Open, 0)
+            .admission
+            .is_some());
+        for g in [&a, &b, &a] {
+            round(g, &mut store, T0 + 50);
+        }
+        assert_eq!(a.table.peek(key, T0 + 50).current, 21);
+        assert_eq!(b.table.peek(key, T0 + 50).current, 21);
+        assert_eq!(total(&store), 21);
+    }
 
     #[test]
     fn two_gateways_admit_about_the_limit() {

@@ -212,7 +212,7 @@ pub struct KeyHash(pub u64);
 
 impl KeyHash {
     /// The 56-bit fingerprint stored in the slot (never 0).
-    fn fingerprint(self) -> u64 {
+    pub fn fingerprint(self) -> u64 {
         let fp = self.0 >> 8;
         if fp == 0 {
             1
