@@ -361,10 +361,16 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
                 }
                 near_limit::note(a);
             }
-            // SAFETY: the request is valid and was just admitted by `limits`.
-            unsafe { count_status::reserve(r.into(), limits, pending.applied()) };
-            // SAFETY: the request is valid and was just admitted by `limits`.
-            unsafe { delay::admitted(r.into(), limits, now) }
+            // One check of the location's limits skips both when neither
+            // `count_status=` nor `delay=` is configured.
+            if limits
+                .iter()
+                .any(|l| l.delay_ms > 0 || l.count_status.is_some())
+            {
+                admitted_extras(r, limits, pending.applied(), now)
+            } else {
+                Verdict::Passed
+            }
         }
     };
     ngx_log_debug_http!(
@@ -379,6 +385,21 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
         return lcf.status;
     }
     declined
+}
+
+/// An admitted request of a location with `count_status=` or `delay=`:
+/// keeps its admissions for the final status and settles a held request.
+#[inline(never)]
+fn admitted_extras(
+    r: &mut Request,
+    limits: &[conf::Limit],
+    applied: &[Applied],
+    now: u64,
+) -> Verdict {
+    // SAFETY: the request is valid and was just admitted by `limits`.
+    unsafe { count_status::reserve(r.into(), limits, applied) };
+    // SAFETY: the request is valid and was just admitted by `limits`.
+    unsafe { delay::admitted(r.into(), limits, now) }
 }
 
 /// Judges the request by each limit in turn, recording every limit that
@@ -410,9 +431,11 @@ fn apply<'z>(
                 continue;
             }
         };
-        // SAFETY: the request is valid for this call.
-        let Ok(asked) = (unsafe { cost::apply(r.into(), zone, l.cost, limit, invalid) }) else {
-            return Err(());
+        let asked = match l.cost {
+            // The default cost: always fits, nothing to evaluate.
+            cost::CostValue::Fixed(1) if !invalid => Some((limit, 1, false)),
+            // SAFETY: the request is valid for this call.
+            c => unsafe { cost::apply(r.into(), zone, c, limit, invalid) }?,
         };
         let Some((limit, cost, invalid)) = asked else {
             continue;

@@ -67,6 +67,7 @@ pub struct ZoneConf {
 /// the request decided again at the fresh time (stored in `*now`), so that
 /// the strict bound holds on each request's own time, not only on the
 /// clamped one. Only a clock really stepped back keeps the clamp.
+#[inline]
 pub fn acquire(
     zone: &ZoneConf,
     table: &Table<'static>,
@@ -79,6 +80,22 @@ pub fn acquire(
     if !d.events.clock_backwards || zone.mode != Mode::Strict {
         return d;
     }
+    acquire_again(zone, table, hash, now, (limit, cost), shard, d)
+}
+
+/// [`acquire`]'s strict-zone retry at a fresh time, out of line so that the
+/// request path keeps one, inlined, call of the table.
+#[cold]
+#[inline(never)]
+fn acquire_again(
+    zone: &ZoneConf,
+    table: &Table<'static>,
+    hash: KeyHash,
+    now: &mut u64,
+    (limit, cost): (u32, u32),
+    shard: usize,
+    d: Decision,
+) -> Decision {
     // SAFETY: refreshes this process's cached time (nginx's own call, made
     // from the event loop thread we run on).
     unsafe { nginx_sys::ngx_time_update() };
