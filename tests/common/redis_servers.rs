@@ -116,7 +116,7 @@ impl AuthRedis {
         let conf = format!(
             "{}user default on >{ADMIN_PASSWORD} ~* &* +@all\n\
              user {ACL_USER} on >{ACL_PASSWORD} resetkeys ~rlw:* resetchannels -@all \
-             +@connection +hset +hgetall +pexpire\n",
+             +@connection +hset +hgetall +pexpire +del\n",
             base_conf(port)
         );
         let server = RedisProc::spawn("redis-server", dir.path(), "auth", &conf, port);
