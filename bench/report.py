@@ -316,11 +316,36 @@ def cmd_criterion(path):
     print("\n".join(out))
 
 
+def kv_table(lines):
+    """`word k=v k=v ...` lines -> markdown table rows (bare words: a "case" column)."""
+    keys, rows = [], []
+    for l in lines:
+        row, label = {}, []
+        for tok in l.split()[1:]:
+            if "=" in tok:
+                k, v = tok.split("=", 1)
+                row[k] = v
+                if k not in keys:
+                    keys.append(k)
+            else:
+                label.append(tok)
+        row["_"] = " ".join(label)
+        rows.append(row)
+    has_label = any(r["_"] for r in rows)
+    cols = (["case"] if has_label else []) + keys
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        cells = ([r["_"]] if has_label else []) + [r.get(k, "") for k in keys]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
 def cmd_accuracy(path):
     text = open(path, errors="replace").read()
     lines = [l.rstrip() for l in text.splitlines()]
     table = [l for l in lines if l.startswith("|")]
     acc = [l for l in lines if re.match(r"^accuracy\b", l)]
+    sat = [l for l in lines if re.match(r"^saturation\b", l)]
     if not table and not acc:
         print("_The accuracy bench printed no `accuracy ...` lines (not written yet?)._")
         return
@@ -328,27 +353,11 @@ def cmd_accuracy(path):
     if table:
         out.extend(table)
         out.append("")
-    if acc:
-        keys, rows = [], []
-        for l in acc:
-            row, label = {}, []
-            for tok in l.split()[1:]:
-                if "=" in tok:
-                    k, v = tok.split("=", 1)
-                    row[k] = v
-                    if k not in keys:
-                        keys.append(k)
-                else:
-                    label.append(tok)
-            row["_"] = " ".join(label)
-            rows.append(row)
-        has_label = any(r["_"] for r in rows)
-        cols = (["case"] if has_label else []) + keys
-        out.append("| " + " | ".join(cols) + " |")
-        out.append("|" + "---|" * len(cols))
-        for r in rows:
-            cells = ([r["_"]] if has_label else []) + [r.get(k, "") for k in keys]
-            out.append("| " + " | ".join(cells) + " |")
+    for group in (acc, sat):
+        if group:
+            if out and out[-1] != "":
+                out.append("")
+            out.extend(kv_table(group))
     print("\n".join(out))
 
 

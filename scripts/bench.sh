@@ -1027,6 +1027,14 @@ admitted. The traces and every column are described at the top of
 wrong decision is an abuser's, where the counter's assumption that the
 previous window's requests were spread evenly does not hold.
 
+The second table is per mode (\`mode=estimate\`, \`mode=strict\`) under
+saturation: one client sending Poisson traffic at 1×, 3× and 10× its
+limit (\`limit=10\` per 10 s window, 2,000 windows, fixed seeds), decided by
+the table's \`acquire\`. \`worst\` is the most requests admitted in any
+interval of one window (exact sliding log over the admitted times);
+\`mean_per_window\` is admitted / windows and \`mean_x_limit\` that over
+the limit. [docs/algorithm.md](docs/algorithm.md) explains both guarantees.
+
 $ACCURACY_MD
 
 EOF

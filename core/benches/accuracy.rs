@@ -41,8 +41,20 @@
 //!   (exponential, mean 2 min) and bursts of 150-400 requests spread
 //!   uniformly over 1-20 s. Parameters were chosen once to describe such a
 //!   mix, not tuned to reach a figure.
+//!
+//! A second table, one line per mode and load:
+//!
+//! `saturation mode=... load=... worst=... mean_per_window=... mean_x_limit=...`
+//!
+//! One client, Poisson arrivals at 1x, 3x and 10x the limit (limit 10 per
+//! 10 s window, 2,000 windows, fixed seeds, the traces of
+//! `core/tests/strict.rs::saturation_figures`), decided by the table's
+//! `acquire` in `mode=estimate` and in `mode=strict`. `worst` = the most
+//! admitted requests in any interval of one window (exact sliding log);
+//! `mean_per_window` = admitted / windows; `mean_x_limit` = that / limit.
 
-use rate_limit_window_core::reference::SlidingLog;
+use rate_limit_window_core::mode::Mode;
+use rate_limit_window_core::reference::{poisson, worst_interval, SlidingLog};
 use rate_limit_window_core::*;
 use std::collections::{HashMap, VecDeque};
 
@@ -178,12 +190,49 @@ fn pct(n: u64, d: u64) -> f64 {
     n as f64 * 100.0 / d.max(1) as f64
 }
 
+/// Window (ms), limit (requests) and windows of the saturation table.
+const SAT_W: u64 = 10_000;
+const SAT_LIMIT: u32 = 10;
+const SAT_WINDOWS: u64 = 2_000;
+
+/// Admission times of `times` (ms, sorted) through a `mode` table.
+fn admit_all(times: &[u64], mode: Mode) -> Vec<u64> {
+    let owned = heap_table(1_024, SAT_W, [2, 3], mode);
+    let table = &owned.table;
+    let h = table.hash_key(b"client");
+    times
+        .iter()
+        .copied()
+        .filter(|&t| {
+            table.acquire(h, t, SAT_LIMIT, FailPolicy::Open, 0).outcome == Outcome::Admitted
+        })
+        .collect()
+}
+
+/// One line per mode and load: worst one-window interval and mean per window.
+fn saturation() {
+    for factor in [1u32, 3, 10] {
+        let rate = f64::from(factor * SAT_LIMIT);
+        let times = poisson(42 + u64::from(factor), T0, rate, SAT_W, SAT_WINDOWS);
+        for (name, mode) in [("estimate", Mode::Estimate), ("strict", Mode::Strict)] {
+            let adm = admit_all(&times, mode);
+            let mean = adm.len() as f64 / SAT_WINDOWS as f64;
+            println!(
+                "saturation mode={name} load={factor}x worst={} mean_per_window={mean:.3} mean_x_limit={:.3} requests={}",
+                worst_interval(&adm, SAT_W),
+                mean / f64::from(SAT_LIMIT),
+                times.len(),
+            );
+        }
+    }
+}
+
 fn main() {
     for scenario in ["random_bursts", "boundary_bursts", "realistic"] {
         let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
         let ev = trace(scenario, &mut rng);
         let slots = 65_536;
-        let owned = heap_table(slots, W, [1, 1]);
+        let owned = heap_table(slots, W, [1, 1], Mode::Estimate);
         let table = &owned.table;
         // Independent histories: the exact log keeps its own admissions.
         let mut logs: HashMap<u32, SlidingLog> = HashMap::new();
@@ -232,4 +281,5 @@ fn main() {
             );
         }
     }
+    saturation();
 }

@@ -33,6 +33,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use rate_limit_window_core::*;
 
 mod support;
+use rate_limit_window_core::mode::Mode;
 use support::{heap_table, HeapTable};
 
 const W: u64 = 60_000;
@@ -40,7 +41,7 @@ const T0: u64 = 1_767_225_600_000;
 
 /// A table with `num / den` slots per key (at least 64 slots).
 fn table_for(keys: usize, num: usize, den: usize) -> HeapTable {
-    heap_table((keys * num / den).max(64) + 64, W, [9, 9])
+    heap_table((keys * num / den).max(64) + 64, W, [9, 9], Mode::Estimate)
 }
 
 /// A one-multiply hasher for u64 keys (FxHash-like).

@@ -180,3 +180,44 @@ impl SlidingLog {
         }
     }
 }
+
+/// xorshift64*, deterministic (test and bench traces).
+pub fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+/// Poisson arrival times (ms, from `start_ms`) at `rate` requests per `w`
+/// ms over `windows` windows, from a fixed `seed`.
+pub fn poisson(seed: u64, start_ms: u64, rate: f64, w: u64, windows: u64) -> Vec<u64> {
+    let mut st = seed | 1;
+    let mut t = start_ms as f64;
+    let end = (start_ms + w * windows) as f64;
+    let mut out = vec![];
+    loop {
+        let u = ((xorshift(&mut st) >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+        t += -u.ln() * w as f64 / rate;
+        if t >= end {
+            return out;
+        }
+        out.push(t as u64);
+    }
+}
+
+/// The most times (ms, in any order) in any interval `(t - w, t]`: the
+/// exact sliding log's count over `times`.
+pub fn worst_interval(times: &[u64], w: u64) -> usize {
+    let mut t = times.to_vec();
+    t.sort_unstable();
+    let mut worst = 0;
+    let mut lo = 0;
+    for hi in 0..t.len() {
+        while t[lo] + w <= t[hi] {
+            lo += 1;
+        }
+        worst = worst.max(hi - lo + 1);
+    }
+    worst
+}

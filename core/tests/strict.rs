@@ -4,26 +4,11 @@
 //! rate under saturation, next to the estimate's.
 
 use proptest::prelude::*;
-use rate_limit_window_core::reference::{Model, SlidingLog};
+use rate_limit_window_core::reference::{poisson, worst_interval, Model, SlidingLog};
 use rate_limit_window_core::strict::{self, State};
 use rate_limit_window_core::Window;
 
 const T0: u64 = 1_767_225_600_000;
-
-/// The most admitted times in any interval `(t - w, t]`, times in any order.
-fn worst_interval(times: &[u64], w: u64) -> usize {
-    let mut t = times.to_vec();
-    t.sort_unstable();
-    let mut worst = 0;
-    let mut lo = 0;
-    for hi in 0..t.len() {
-        while t[lo] + w <= t[hi] {
-            lo += 1;
-        }
-        worst = worst.max(hi - lo + 1);
-    }
-    worst
-}
 
 #[derive(Clone, Debug)]
 enum Step {
@@ -170,31 +155,6 @@ proptest! {
     }
 }
 
-/// xorshift64*, deterministic.
-fn rng(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
-}
-
-/// Poisson arrival times (ms) at `rate` requests per `w` ms over `windows`
-/// windows.
-fn poisson(seed: u64, rate: f64, w: u64, windows: u64) -> Vec<u64> {
-    let mut st = seed | 1;
-    let mut t = T0 as f64;
-    let end = (T0 + w * windows) as f64;
-    let mut out = vec![];
-    loop {
-        let u = ((rng(&mut st) >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
-        t += -u.ln() * w as f64 / rate;
-        if t >= end {
-            return out;
-        }
-        out.push(t as u64);
-    }
-}
-
 /// `(worst interval, mean per window)` of the estimate and strict rules.
 fn saturate(times: &[u64], w: u64, limit: u32, windows: u64) -> [(usize, f64); 2] {
     let mut model = Model::new(Window::from_ms(w).unwrap());
@@ -229,7 +189,13 @@ fn saturation_figures() {
         (10_000, 10_000, 30),
     ] {
         for factor in [1.0f64, 3.0, 10.0] {
-            let times = poisson(42 + factor as u64, factor * f64::from(limit), w, windows);
+            let times = poisson(
+                42 + factor as u64,
+                T0,
+                factor * f64::from(limit),
+                w,
+                windows,
+            );
             let [e, s] = saturate(&times, w, limit, windows);
             eprintln!(
                 "w={w}ms limit={limit} poisson {factor}x: estimate worst {} mean {:.3}; strict worst {} mean {:.3} ({:.3} x limit)",
