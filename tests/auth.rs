@@ -498,29 +498,7 @@ fn postaccess_counts_each_http2_stream() {
     let up = Upstream::start();
     let auth = AuthServer::start(&accounts());
     let certs = tempfile::tempdir().unwrap();
-    let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
-    let made = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .args(["-subj", "/CN=localhost", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("run openssl (make test installs it)");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
-    let tls = format!(
-        "listen 127.0.0.1:{{{{PORT}}}} ssl; http2 on;\n\
-         ssl_certificate {};\n\
-         ssl_certificate_key {};",
-        cert.display(),
-        key.display()
-    );
+    let tls = tls_h2_listen(certs.path());
     let conf =
         auth_conf(&auth, "postaccess", "", "").replacen("listen 127.0.0.1:{{PORT}};", &tls, 1);
     // The master reads the certificate, as root, at start.

@@ -494,28 +494,7 @@ fn bad_parameters_fail_nginx_t() {
 /// certificate directory must outlive nginx.
 fn start_h2(up: &Upstream) -> (Nginx, tempfile::TempDir) {
     let certs = tempfile::tempdir().unwrap();
-    let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
-    let made = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .args(["-subj", "/CN=localhost", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("run openssl (make test installs it)");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
-    let tls = format!(
-        "listen 127.0.0.1:{{{{PORT}}}} ssl; http2 on;\n\
-         ssl_certificate {};\nssl_certificate_key {};",
-        cert.display(),
-        key.display()
-    );
+    let tls = tls_h2_listen(certs.path());
     let c = conf_with(
         "rate_limit_window_zone $arg_k zone=z:1m window=2s;",
         "rate_limit_window zone=z limit=1 delay=5s;",

@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 pub const MODULE_FILE: &str = "ngx_http_rate_limit_window_module.so";
@@ -170,4 +170,32 @@ pub fn test_config(conf: &str) -> (bool, String) {
     let mut stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     stderr.push_str(&String::from_utf8_lossy(&out.stdout));
     (out.status.success(), stderr)
+}
+
+/// Makes a self-signed certificate for `localhost` in `dir` (with openssl)
+/// and returns the `listen … ssl; http2 on;` and certificate lines of a
+/// server on {{PORT}} that uses it. `dir` must outlive nginx.
+pub fn tls_h2_listen(dir: &Path) -> String {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("run openssl (make test installs it)");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    format!(
+        "listen 127.0.0.1:{{{{PORT}}}} ssl; http2 on;\n\
+         ssl_certificate {};\nssl_certificate_key {};",
+        cert.display(),
+        key.display()
+    )
 }
