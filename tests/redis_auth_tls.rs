@@ -124,19 +124,7 @@ fn refused_keeps_serving(redis: &str, secret: &str, kind: &str, what: &str) {
         zone_metric(g.port, "rate_limit_window_sync_rounds_total"),
         0.0
     );
-    assert!(
-        wait_for(Duration::from_secs(10), || {
-            get_key(g.port, "/", "k");
-            count_lines(&g.error_log(), "redis sync failing") == 1
-        }),
-        "outage not logged once:\n{}",
-        g.error_log()
-    );
-    let log = g.error_log();
-    let line = log
-        .lines()
-        .find(|l| l.contains("redis sync failing"))
-        .unwrap();
+    let (log, line) = outage_line(&g);
     assert!(line.contains("[error]") && line.contains(what), "{line}");
     assert!(!log.contains(secret), "password in the error log:\n{log}");
     let shown = shown_to_operators(g.port);

@@ -559,3 +559,24 @@ impl RedisCluster {
         );
     }
 }
+
+/// Waits (10 s at most, sending requests of key `k` to gateway `g`) until
+/// the error log holds exactly one "redis sync failing" line; returns the
+/// log and that line.
+pub fn outage_line(g: &super::Nginx) -> (String, String) {
+    assert!(
+        super::wait_for(Duration::from_secs(10), || {
+            super::get_key(g.port, "/", "k");
+            super::count_lines(&g.error_log(), "redis sync failing") == 1
+        }),
+        "outage not logged once:\n{}",
+        g.error_log()
+    );
+    let log = g.error_log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("redis sync failing"))
+        .unwrap()
+        .to_string();
+    (log, line)
+}
