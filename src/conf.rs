@@ -100,6 +100,8 @@ pub struct Limit {
     /// `count_status=`: the final statuses that keep the request counted
     /// (None: every admitted request counts). See count_status.rs.
     pub count_status: Option<StatusSet>,
+    /// `cost` is the default, a fixed 1: nothing to evaluate per request.
+    pub cost_one: bool,
 }
 
 impl Limit {
@@ -129,6 +131,9 @@ pub struct LocConf {
     pub phase: ngx_uint_t,
     /// `delay_max_held=` and this worker's held requests (see delay.rs).
     pub delay: crate::delay::LocDelay,
+    /// Some limit has `delay=` or `count_status=`: an admitted request has
+    /// more to do (set by `merge`, so that the request path tests one flag).
+    pub extras: bool,
 }
 
 impl Default for LocConf {
@@ -141,6 +146,7 @@ impl Default for LocConf {
             limits: None,
             phase: UNSET_UINT,
             delay: Default::default(),
+            extras: false,
         }
     }
 }
@@ -168,6 +174,11 @@ impl Merge for LocConf {
         }
         pick(&mut self.phase, prev.phase, UNSET_UINT, PHASE_PREACCESS);
         self.delay.merge(&prev.delay);
+        self.extras = self.limits.as_ref().is_some_and(|limits| {
+            limits
+                .iter()
+                .any(|l| l.delay_ms > 0 || l.count_status.is_some())
+        });
         Ok(())
     }
 }
@@ -587,6 +598,7 @@ extern "C" fn set_limit(
         delay_ms: delay.delay_ms,
         cost,
         count_status: opts.count_status,
+        cost_one: matches!(cost, crate::cost::CostValue::Fixed(1)),
     });
     NGX_CONF_OK
 }

@@ -126,8 +126,22 @@ pub(crate) enum Judge {
 }
 
 /// Evaluates one limit's key and value for the request. Err(()) means the
-/// key could not be evaluated (an nginx error).
+/// key could not be evaluated (an nginx error). Out of line, for the
+/// paths off the admission ([`judge_inline`] is the request path's).
+#[inline(never)]
 pub(crate) fn judge(
+    r: &mut Request,
+    zone: &ZoneConf,
+    table: &Table<'static>,
+    value: LimitValue,
+) -> Result<Judge, ()> {
+    judge_inline(r, zone, table, value)
+}
+
+/// [`judge`], inlined into the request path: its answer stays in registers
+/// instead of going through memory.
+#[inline(always)]
+fn judge_inline(
     r: &mut Request,
     zone: &ZoneConf,
     table: &Table<'static>,
@@ -361,12 +375,9 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
                 }
                 near_limit::note(a);
             }
-            // One check of the location's limits skips both when neither
-            // `count_status=` nor `delay=` is configured.
-            if limits
-                .iter()
-                .any(|l| l.delay_ms > 0 || l.count_status.is_some())
-            {
+            // One flag skips both when neither `count_status=` nor
+            // `delay=` is configured.
+            if lcf.extras {
                 admitted_extras(r, limits, pending.applied(), now)
             } else {
                 Verdict::Passed
@@ -417,7 +428,7 @@ fn apply<'z>(
         let Some(table) = zone.table.as_ref() else {
             continue;
         };
-        let (hash, limit, invalid) = match judge(r, zone, table, l.value)? {
+        let (hash, limit, invalid) = match judge_inline(r, zone, table, l.value)? {
             Judge::Limit {
                 hash,
                 limit,
@@ -431,11 +442,12 @@ fn apply<'z>(
                 continue;
             }
         };
-        let asked = match l.cost {
+        let asked = if l.cost_one && !invalid {
             // The default cost: always fits, nothing to evaluate.
-            cost::CostValue::Fixed(1) if !invalid => Some((limit, 1, false)),
+            Some((limit, 1, false))
+        } else {
             // SAFETY: the request is valid for this call.
-            c => unsafe { cost::apply(r.into(), zone, c, limit, invalid) }?,
+            unsafe { cost::apply(r.into(), zone, l.cost, limit, invalid) }?
         };
         let Some((limit, cost, invalid)) = asked else {
             continue;
@@ -620,10 +632,11 @@ fn log_rejection(
 #[inline]
 fn log_episodes(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDecision, now: u64) {
     let e = &d.events;
+    // `|`, not `||`: one test of the four, without a branch each.
     if e.evicted_live
-        || e.clock_backwards
-        || d.outcome == Outcome::FailClosed
-        || zone.redis.is_some()
+        | e.clock_backwards
+        | (d.outcome == Outcome::FailClosed)
+        | zone.redis.is_some()
     {
         log_episodes_slow(log, zone, d, now);
     }

@@ -12,8 +12,9 @@ use crate::decision::Applied;
 /// counting the request, `limit - floor(estimate after)`, so the test is
 /// on the estimate rounded down, as the log and the metrics show it.
 pub fn is_near(limit: u32, remaining: u32) -> bool {
-    let after = u64::from(limit.saturating_sub(remaining));
-    limit > 0 && 5 * after >= 4 * u64::from(limit)
+    // With after = limit - remaining: 5 * after >= 4 * limit <=> limit >=
+    // 5 * remaining (false whenever remaining > limit, as the old form).
+    u64::from(limit) >= 5 * u64::from(remaining) && limit > 0
 }
 
 /// Counts an admitted request in its zone if it was near the limit.

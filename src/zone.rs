@@ -76,26 +76,29 @@ pub fn acquire(
     (limit, cost): (u32, u32),
     shard: usize,
 ) -> Decision {
-    let d = table.acquire_cost(hash, *now, limit, cost, zone.fail, shard);
-    if !d.events.clock_backwards || zone.mode != Mode::Strict {
-        return d;
+    if zone.mode == Mode::Strict {
+        return acquire_strict(zone, table, hash, now, (limit, cost), shard);
     }
-    acquire_again(zone, table, hash, now, (limit, cost), shard, d)
+    // The estimate zone's path: the table's answer, returned as it is (a
+    // test of the answer here would copy it on the request path).
+    table.acquire_cost(hash, *now, limit, cost, zone.fail, shard)
 }
 
-/// [`acquire`]'s strict-zone retry at a fresh time, out of line so that the
-/// request path keeps one, inlined, call of the table.
-#[cold]
+/// [`acquire`] in a strict zone, with its retry at a fresh time; out of
+/// line, so that the estimate path keeps one, inlined, call of the table.
 #[inline(never)]
-fn acquire_again(
+fn acquire_strict(
     zone: &ZoneConf,
     table: &Table<'static>,
     hash: KeyHash,
     now: &mut u64,
     (limit, cost): (u32, u32),
     shard: usize,
-    d: Decision,
 ) -> Decision {
+    let d = table.acquire_cost(hash, *now, limit, cost, zone.fail, shard);
+    if !d.events.clock_backwards {
+        return d;
+    }
     // SAFETY: refreshes this process's cached time (nginx's own call, made
     // from the event loop thread we run on).
     unsafe { nginx_sys::ngx_time_update() };

@@ -229,7 +229,7 @@ impl Table<'_> {
         let home = self.home_slot(key);
         let value = self.load(home);
         if fp_of(value) == q.fp {
-            return self.acquire_found(&q, home, value);
+            return self.acquire_found(q, home, value);
         }
         // Then the home slot of the second group, inline, and the rest of
         // the lookup; an absent key gets the survey of its groups, which
@@ -246,10 +246,12 @@ impl Table<'_> {
             self.lookup(&p, q.fp)
         };
         match found {
-            Some((slot, value)) => self.acquire_found(&q, slot, value),
+            Some((slot, value)) => self.acquire_found(q, slot, value),
             None => {
                 let first = Some(self.survey(&p, q.fp, now_idx));
-                self.acquire_slow(&q, first)
+                // `&{ q }`: a copy made here, so that the question is
+                // written to memory on this path only (see acquire_found).
+                self.acquire_slow(&{ q }, first)
             }
         }
     }
@@ -260,8 +262,12 @@ impl Table<'_> {
     /// single CAS as the general path, on the packed value. Anything else
     /// (the clock behind the slot, a lost CAS) takes the general path, from
     /// this slot or, after a lost CAS, from a fresh lookup.
+    ///
+    /// `q` comes by value and goes to the general path as `&{ q }`, a copy
+    /// made on that path: the common path keeps the question in registers
+    /// instead of storing it for a call it does not make.
     #[inline(always)]
-    fn acquire_found(&self, q: &Ask, slot: usize, value: u128) -> Decision {
+    fn acquire_found(&self, q: Ask, slot: usize, value: u128) -> Decision {
         let (now_idx, elapsed) = (q.now_idx, q.elapsed);
         let lo = value as u64;
         let current = (lo & COUNT_MASK) as u32;
@@ -280,7 +286,7 @@ impl Table<'_> {
             // Two windows or more ago (forgotten), unless the slot is ahead
             // of this clock (read after the slot's load, see `ahead`).
             d if !is_ahead(d, self.ahead(now_idx)) => Counts::default(),
-            _ => return self.acquire_slow(q, Some(Found::Key { slot, value })),
+            _ => return self.acquire_slow(&{ q }, Some(Found::Key { slot, value })),
         };
         let (ok, estimate, remaining) = window::decide(counts, elapsed, self.wdiv, q.limit);
         if !ok {
@@ -305,10 +311,10 @@ impl Table<'_> {
             (value & (!0u128 << 72)) | tick | u128::from(lo)
         };
         if !self.cas(slot, value, new) {
-            return self.acquire_slow(q, None);
+            return self.acquire_slow(&{ q }, None);
         }
         let reset_s = window::reset_secs(elapsed, self.window.ms());
-        let admission = Admission::new(slot, q, now_idx);
+        let admission = Admission::new(slot, &q, now_idx);
         Decision::admitted(remaining, reset_s, estimate, admission, Events::default())
     }
 
