@@ -11,6 +11,7 @@
 
 use core::ffi::c_void;
 use core::ptr;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use nginx_sys::{ngx_pool_cleanup_add, ngx_pool_cleanup_t, ngx_uint_t};
 use ngx::http::{HttpModule, Request};
@@ -95,8 +96,34 @@ impl Decision {
     }
 }
 
-/// The handler of our cleanup entry; it has nothing to free.
-unsafe extern "C" fn marker(_data: *mut c_void) {}
+/// Decisions of this worker, not freed yet, that recorded an empty key
+/// (see `handler::warn_on_late_keys`): while there are none, the PRECONTENT
+/// check has nothing to look for. Only the worker's event loop touches it
+/// (commits, and pool cleanups), hence plain loads and stores.
+static LATE_KEY_DECISIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether some live decision of this worker recorded an empty key.
+#[inline]
+pub fn late_keys_pending() -> bool {
+    LATE_KEY_DECISIONS.load(Ordering::Relaxed) != 0
+}
+
+/// Adds `n` (1 or `usize::MAX`, i.e. -1) to [`LATE_KEY_DECISIONS`].
+fn count_late_keys(n: usize) {
+    let v = LATE_KEY_DECISIONS.load(Ordering::Relaxed);
+    LATE_KEY_DECISIONS.store(v.wrapping_add(n), Ordering::Relaxed);
+}
+
+/// The handler of our cleanup entry, run when the main request's pool is
+/// destroyed: nothing to free; a decision that recorded an empty key is
+/// no longer pending.
+unsafe extern "C" fn marker(data: *mut c_void) {
+    // SAFETY: the entry's data holds the committed Decision (see `commit`),
+    // alive until the pool's memory is freed, after its cleanups.
+    if unsafe { (*data.cast::<Decision>()).empty_keys } != 0 {
+        count_late_keys(usize::MAX);
+    }
+}
 
 /// [`marker`]'s one address, which tags a committed decision's entry (see
 /// [`util::CleanupTag`]: naming `marker` itself in `commit` and in [`find`]
@@ -213,6 +240,9 @@ pub fn commit(r: &Request, p: Pending, verdict: Verdict, headers: ngx_uint_t, re
             },
         );
         (*p.cln).handler = Some(DECISION_TAG);
+    }
+    if p.empty_keys != 0 {
+        count_late_keys(1);
     }
     main_of(r).set_module_ctx(data.cast(), Module::module());
 }

@@ -690,7 +690,19 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
 /// per zone and episode names the zone and the phase to use; the requests
 /// are counted as `exempt` in the metrics either way. `r` is in the
 /// PRECONTENT phase; `limits` are its location's.
+#[inline]
 fn warn_on_late_keys(r: &mut Request, limits: &[conf::Limit]) {
+    // The common case, no decision of this worker recorded an empty key:
+    // one test, with the rest out of line.
+    if decision::late_keys_pending() {
+        warn_on_late_keys_check(r, limits);
+    }
+}
+
+/// [`warn_on_late_keys`] once some decision recorded an empty key.
+#[cold]
+#[inline(never)]
+fn warn_on_late_keys_check(r: &mut Request, limits: &[conf::Limit]) {
     // Only the request decided in this very location: after an internal
     // redirect the recorded keys belong to another location's limits.
     if !r.is_main() || r.as_ref().internal() != 0 {

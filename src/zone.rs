@@ -76,7 +76,9 @@ pub fn acquire(
     (limit, cost): (u32, u32),
     shard: usize,
 ) -> Decision {
-    if zone.mode == Mode::Strict {
+    // The table's own flag (the zone's mode), so that the table's test of
+    // it below is folded into this one.
+    if table.is_strict() {
         return acquire_strict(zone, table, hash, now, (limit, cost), shard);
     }
     // The estimate zone's path: the table's answer, returned as it is (a

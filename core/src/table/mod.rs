@@ -474,6 +474,12 @@ impl<'a> Table<'a> {
         }
     }
 
+    /// Whether the zone decides with the strict rule (`mode=strict`).
+    #[inline]
+    pub fn is_strict(&self) -> bool {
+        self.strict
+    }
+
     /// The window length.
     pub fn window(&self) -> Window {
         self.window
