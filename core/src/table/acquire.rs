@@ -337,7 +337,7 @@ impl Table<'_> {
         // Before any slot below is written with window `now_idx`.
         self.raise_newest(q.now_idx);
         let mut events = Events::default();
-        let decision = loop {
+        loop {
             let found = first
                 .take()
                 .unwrap_or_else(|| self.find(q.key, q.fp, q.now_idx));
@@ -350,16 +350,16 @@ impl Table<'_> {
                 } => self.slow_new(q, free, free_is_used, victim, &mut events),
             };
             if let Some(decision) = decided {
-                break decision;
+                self.count_events(q.shard, &decision);
+                return decision;
             }
-        };
-        self.count_events(q.shard, &decision);
-        decision
+        }
     }
 
     /// The general path for the key found at `slot` holding `value`, in
     /// any window (a clock behind the slot's counts in the slot's window
     /// and keeps its touch tick): the decision, or `None` after a lost CAS.
+    #[inline(always)]
     fn slow_key(&self, q: &Ask, slot: usize, value: u128, events: &mut Events) -> Option<Decision> {
         let w = self.window.ms();
         let reset_s = window::reset_secs(q.elapsed, w);
@@ -397,6 +397,7 @@ impl Table<'_> {
     /// `free_is_used`), else evicts `victim` under [`FailPolicy::Open`],
     /// else fails closed; then merges a duplicate claim. `None` after a
     /// lost CAS.
+    #[inline(always)]
     fn slow_new(
         &self,
         q: &Ask,
@@ -441,6 +442,7 @@ impl Table<'_> {
     }
 
     /// Counts what the general path saw (the caller counts the outcome).
+    #[inline(always)]
     pub(super) fn count_events(&self, shard: usize, decision: &Decision) {
         if decision.outcome == Outcome::FailClosed {
             self.count(shard, Counter::FailClosed);
