@@ -341,6 +341,7 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
     let mut retry_after = 0;
     let verdict = match rejection {
         Some(Rejection { rejected, index }) => {
+            core::hint::cold_path();
             // delay=: hold it on a timer instead (see delay.rs).
             let rej = delay::Rejection {
                 lcf,
@@ -367,7 +368,10 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
                 }
             }
         }
-        None if pending.applied().is_empty() => Verdict::Exempt,
+        None if pending.applied().is_empty() => {
+            core::hint::cold_path();
+            Verdict::Exempt
+        }
         None => {
             for a in pending.applied() {
                 if let Some(table) = a.zone.table.as_ref() {
@@ -378,6 +382,7 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
             // One flag skips both when neither `count_status=` nor
             // `delay=` is configured.
             if lcf.extras {
+                core::hint::cold_path();
                 admitted_extras(r, limits, pending.applied(), now)
             } else {
                 Verdict::Passed
@@ -435,6 +440,7 @@ fn apply<'z>(
                 invalid,
             } => (hash, limit, invalid),
             j => {
+                core::hint::cold_path();
                 not_applied(r, zone, table, &j, shard);
                 if matches!(j, Judge::EmptyKey) {
                     pending.key_empty(n);
@@ -446,6 +452,7 @@ fn apply<'z>(
             // The default cost: always fits, nothing to evaluate.
             Some((limit, 1, false))
         } else {
+            core::hint::cold_path();
             // SAFETY: the request is valid for this call.
             unsafe { cost::apply(r.into(), zone, l.cost, limit, invalid) }?
         };
@@ -474,6 +481,7 @@ fn apply<'z>(
         );
         log_episodes(r.log(), zone, &d, now);
         if d.outcome != Outcome::Admitted {
+            core::hint::cold_path();
             // A retry must wait for every limit, so Retry-After is the
             // longest wait among the limits not judged yet, too.
             let rest = longest_wait(r, &limits[n + 1..], now);
@@ -638,6 +646,7 @@ fn log_episodes(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDecisio
         | (d.outcome == Outcome::FailClosed)
         | zone.redis.is_some()
     {
+        core::hint::cold_path();
         log_episodes_slow(log, zone, d, now);
     }
 }
