@@ -929,7 +929,7 @@ write_report() {
             cat <<EOF
 ## Throughput
 
-One nginx (2 workers, \`reuseport\`, \`access_log off\`) serves \`empty_gif\`
+${ALONE_NOTE}One nginx (2 workers, \`reuseport\`, \`access_log off\`) serves \`empty_gif\`
 from three servers (ports), one per variant: no limiter, this module, and
 stock \`limit_req\`, both limiters keyed on \`\$http_x_key\`. Each server has
 the same locations (\`/hot\`, \`/many\`, \`/rej\`), so every variant is sent
@@ -990,7 +990,7 @@ EOF
             cat <<EOF
 ## Capacity: clients remembered per MB
 
-One 1 MB zone per limiter and N. N distinct keys are sent once each (all
+${ALONE_NOTE}One 1 MB zone per limiter and N. N distinct keys are sent once each (all
 admitted), then again newest first; a key whose second request is rejected
 was still remembered. This module: \`limit=1 window=1h\`; limit_req:
 \`rate=1r/m\`, no burst (both passes finish well within the minute). One
@@ -1014,7 +1014,7 @@ EOF
             cat <<EOF
 ## Accuracy (core)
 
-Output of \`cargo bench -p rate_limit_window_core --bench accuracy\`
+${ALONE_NOTE}Output of \`cargo bench -p rate_limit_window_core --bench accuracy\`
 (fixed seeds: the same numbers on every run). Each request of a trace
 is decided by the module's table and judged two ways against an exact
 sliding log (at most \`limit\` admitted in any \`W\`-long span):
@@ -1043,7 +1043,7 @@ EOF
             cat <<EOF
 ## Core micro-benchmarks
 
-\`cargo bench -p rate_limit_window_core --bench decision\`$([ "$BENCH_QUICK" = 1 ] && echo " with \`--warm-up-time 0.5 --measurement-time 1\` (BENCH_QUICK=1)") (criterion; low/mid/high are
+${ALONE_NOTE}\`cargo bench -p rate_limit_window_core --bench decision\`$([ "$BENCH_QUICK" = 1 ] && echo " with \`--warm-up-time 0.5 --measurement-time 1\` (BENCH_QUICK=1)") (criterion; low/mid/high are
 the bounds and point estimate of its confidence interval).
 
 $MICRO_MD
@@ -1054,7 +1054,7 @@ EOF
             cat <<EOF
 ## Instructions per request (callgrind)
 
-nginx as one process (\`master_process off\`) under \`valgrind --tool=callgrind\`,
+${ALONE_NOTE}nginx as one process (\`master_process off\`) under \`valgrind --tool=callgrind\`,
 one keep-alive client sending requests one at a time to \`location = /t\`,
 whose only directives are the variant's limiter (so every variant has the
 same URI and the same location lookup). Each variant is run twice, with 200 and $((200 + BENCH_CG_REQS)) requests; instructions per request are the
@@ -1082,7 +1082,7 @@ EOF
             cat <<EOF
 ## 1M clients with the table on huge pages
 
-The module advises transparent huge pages for its tables
+${ALONE_NOTE}The module advises transparent huge pages for its tables
 (\`madvise(MADV_HUGEPAGE)\`); Linux takes the advice only when
 \`/sys/kernel/mm/transparent_hugepage/shmem_enabled\` allows it, and the
 throughput section above ran with this machine's setting. Here two copies
@@ -1102,7 +1102,7 @@ EOF
             cat <<EOF
 ## Worker scaling
 
-The throughput nginx (same three servers, locations and zones) started
+${ALONE_NOTE}The throughput nginx (same three servers, locations and zones) started
 once per worker count (\`worker_processes\` $SCALING_LIST) on this
 $(nproc)-core machine. For each count, the hot and 1M-client scenarios run
 the three variants alternately as above ($BENCH_SCALE_REPS reps of ${BENCH_SECS} s after a
@@ -1121,7 +1121,7 @@ EOF
             cat <<EOF
 ## Redis sync on vs off
 
-$REDIS_MD
+${ALONE_NOTE}$REDIS_MD
 
 EOF
         fi
