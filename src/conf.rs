@@ -25,9 +25,9 @@ use ngx::{ngx_conf_log_error, ngx_string};
 use rate_limit_window_core::cluster::secret_error;
 use rate_limit_window_core::delay::split_delay_params;
 use rate_limit_window_core::limit_opts::{split_limit_opts, CostSpec, StatusSet};
-use rate_limit_window_core::mode::{check_mode, take_mode};
+use rate_limit_window_core::mode::{check_mode, take_mode, Mode};
 use rate_limit_window_core::parse::{
-    escape, parse_limit_params, parse_zone_params, single_variable, LimitSpec,
+    escape, parse_limit_params, parse_zone_params, single_variable, LimitSpec, ZoneParams,
 };
 
 use crate::zone::ZoneConf;
@@ -418,30 +418,11 @@ extern "C" fn set_zone(
 ) -> *mut c_char {
     // SAFETY: called by nginx's configuration parser with a valid cf.
     let key = unsafe { args(cf) }[1];
-    // SAFETY: ngx_pagesize is set by nginx at startup, before parsing.
-    let min_size = 8 * unsafe { ngx_pagesize };
     // SAFETY: as above.
-    let (mode, rest) = match take_mode(&unsafe { words(cf, 2) }) {
-        Ok(m) => m,
-        Err(e) => return emerg(cf, &e),
-    };
-    let mut params = match parse_zone_params(&rest, min_size) {
+    let (mode, params) = match unsafe { zone_params(cf) } {
         Ok(p) => p,
         Err(e) => return emerg(cf, &e),
     };
-    if let Err(e) = check_mode(mode, params.redis.is_some()) {
-        return emerg(cf, &e);
-    }
-    if let Some(e) = params.redis.as_ref().and_then(|r| secret_error(&r.secret)) {
-        return emerg(cf, &e);
-    }
-    if let Some(r) = params.redis.as_mut() {
-        // SAFETY: cf->cycle is the cycle being configured.
-        let prefix = unsafe { (*(*cf).cycle).conf_prefix.as_bytes() };
-        if let Err(e) = crate::redis_conf::load(r, prefix) {
-            return emerg(cf, &e);
-        }
-    }
     // SAFETY: cf->pool is the configuration pool.
     let Some(name) = (unsafe { ngx_str_t::from_bytes((*cf).pool, &params.name) }) else {
         return NGX_CONF_ERROR;
@@ -478,27 +459,69 @@ extern "C" fn set_zone(
     zone.size = params.size;
     zone.redis = params.redis;
     zone.defined = true;
+    // SAFETY: as above; zp is the zone just defined.
+    match unsafe { add_shared_zone(cf, zp, name) } {
+        Ok(()) => NGX_CONF_OK,
+        Err(()) => NGX_CONF_ERROR,
+    }
+}
 
+/// The parameters after the key of `rate_limit_window_zone`: the mode and
+/// the rest, checked together, with the Redis files read (by the master,
+/// at load). Err is the `[emerg]` text.
+///
+/// # Safety
+/// `cf` must be the configuration context of the directive being parsed.
+unsafe fn zone_params(cf: *mut ngx_conf_t) -> Result<(Mode, ZoneParams), String> {
+    // SAFETY: ngx_pagesize is set by nginx at startup, before parsing.
+    let min_size = 8 * unsafe { ngx_pagesize };
+    // SAFETY: cf is valid (the caller's contract).
+    let (mode, rest) = take_mode(&unsafe { words(cf, 2) })?;
+    let mut params = parse_zone_params(&rest, min_size)?;
+    check_mode(mode, params.redis.is_some())?;
+    if let Some(e) = params.redis.as_ref().and_then(|r| secret_error(&r.secret)) {
+        return Err(e);
+    }
+    if let Some(r) = params.redis.as_mut() {
+        // SAFETY: cf->cycle is the cycle being configured.
+        let prefix = unsafe { (*(*cf).cycle).conf_prefix.as_bytes() };
+        crate::redis_conf::load(r, prefix)?;
+    }
+    Ok((mode, params))
+}
+
+/// Registers the shared memory of the zone at `zp`, named `name`, whose
+/// `init` creates or adopts its table (see zone.rs).
+///
+/// # Safety
+/// `cf` must be the directive's configuration context; `zp` a defined zone
+/// in the configuration pool.
+unsafe fn add_shared_zone(
+    cf: *mut ngx_conf_t,
+    zp: *mut ZoneConf,
+    name: ngx_str_t,
+) -> Result<(), ()> {
     let mut shm_name = name;
     // SAFETY: registers (or finds) the named zone; nginx keeps the pointer.
     let shm = unsafe {
         ngx_shared_memory_add(
             cf,
             &mut shm_name,
-            params.size,
+            (*zp).size,
             ptr::addr_of_mut!(crate::ngx_http_rate_limit_window_module).cast(),
         )
     };
     if shm.is_null() {
-        return NGX_CONF_ERROR;
+        return Err(());
     }
-    // SAFETY: shm is a valid zone descriptor owned by the cycle.
+    // SAFETY: shm is a valid zone descriptor owned by the cycle; zp lives
+    // in the configuration pool.
     unsafe {
         (*shm).init = Some(crate::zone::init_zone);
         (*shm).data = zp.cast();
+        (*zp).shm_zone = shm;
     }
-    zone.shm_zone = shm;
-    NGX_CONF_OK
+    Ok(())
 }
 
 /// Compiles the zone's key, and notes its variable's index when the key

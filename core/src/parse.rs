@@ -109,26 +109,64 @@ pub fn parse_time_ms(s: &[u8]) -> Option<u64> {
     ngx_parse_time(s, false)
 }
 
+// nginx's `step` enum of `ngx_parse_time`, in order.
+const STEP_START: u8 = 0;
+const STEP_YEAR: u8 = 1;
+const STEP_MONTH: u8 = 2;
+const STEP_WEEK: u8 = 3;
+const STEP_DAY: u8 = 4;
+const STEP_HOUR: u8 = 5;
+const STEP_MIN: u8 = 6;
+const STEP_SEC: u8 = 7;
+const STEP_MSEC: u8 = 8;
+const STEP_LAST: u8 = 9;
+
+/// The unit letter `c` of `ngx_parse_time` (`next`: the byte after it):
+/// its step, its length in seconds (ms: 1 ms), and whether it took `next`
+/// too (`ms`). None: not a unit, or `ms` where seconds are parsed.
+fn time_unit(c: u8, next: Option<&u8>, is_sec: bool) -> Option<(u8, u64, bool)> {
+    Some(match c {
+        b'y' => (STEP_YEAR, 60 * 60 * 24 * 365, false),
+        b'M' => (STEP_MONTH, 60 * 60 * 24 * 30, false),
+        b'w' => (STEP_WEEK, 60 * 60 * 24 * 7, false),
+        b'd' => (STEP_DAY, 60 * 60 * 24, false),
+        b'h' => (STEP_HOUR, 60 * 60, false),
+        b'm' if next == Some(&b's') => {
+            if is_sec {
+                return None;
+            }
+            (STEP_MSEC, 1, true)
+        }
+        b'm' => (STEP_MIN, 60, false),
+        b's' => (STEP_SEC, 1, false),
+        // A space ends the value; it may follow anything up to minutes.
+        b' ' => (STEP_LAST, 1, false),
+        _ => return None,
+    })
+}
+
+/// `value` in the unit of `step` (`scale` seconds, or 1 ms for `ms`) in the
+/// result's unit (ms unless `is_sec`); None past nginx's `NGX_MAX_INT_T`.
+fn scaled(value: u64, step: u8, mut scale: u64, is_sec: bool) -> Option<u64> {
+    let mut max = MAX_INT / scale;
+    if step != STEP_MSEC && !is_sec {
+        scale *= 1000;
+        max /= 1000;
+    }
+    if value > max {
+        return None;
+    }
+    Some(value * scale)
+}
+
 /// `ngx_parse_time`, both flavours: `is_sec` returns seconds and accepts
 /// `y` and `M` but not `ms`.
 fn ngx_parse_time(s: &[u8], is_sec: bool) -> Option<u64> {
-    // nginx's `step` enum, in order.
-    const START: u8 = 0;
-    const YEAR: u8 = 1;
-    const MONTH: u8 = 2;
-    const WEEK: u8 = 3;
-    const DAY: u8 = 4;
-    const HOUR: u8 = 5;
-    const MIN: u8 = 6;
-    const SEC: u8 = 7;
-    const MSEC: u8 = 8;
-    const LAST: u8 = 9;
-
     let (cutoff, cutlim) = (MAX_INT / 10, MAX_INT % 10);
     let mut valid = false;
     let mut value: u64 = 0;
     let mut total: u64 = 0;
-    let mut step = if is_sec { START } else { MONTH };
+    let mut step = if is_sec { STEP_START } else { STEP_MONTH };
     let mut i = 0;
 
     while i < s.len() {
@@ -143,43 +181,17 @@ fn ngx_parse_time(s: &[u8], is_sec: bool) -> Option<u64> {
             valid = true;
             continue;
         }
-
-        // The unit's step and its length in seconds (ms: 1 ms).
-        let (unit, mut scale): (u8, u64) = match c {
-            b'y' => (YEAR, 60 * 60 * 24 * 365),
-            b'M' => (MONTH, 60 * 60 * 24 * 30),
-            b'w' => (WEEK, 60 * 60 * 24 * 7),
-            b'd' => (DAY, 60 * 60 * 24),
-            b'h' => (HOUR, 60 * 60),
-            b'm' if s.get(i) == Some(&b's') => {
-                if is_sec {
-                    return None;
-                }
-                i += 1;
-                (MSEC, 1)
-            }
-            b'm' => (MIN, 60),
-            b's' => (SEC, 1),
-            // A space ends the value; it may follow anything up to minutes.
-            b' ' => (LAST, 1),
-            _ => return None,
-        };
+        let (unit, scale, took_next) = time_unit(c, s.get(i), is_sec)?;
+        if took_next {
+            i += 1;
+        }
         // Units come in decreasing order, each at most once.
-        let after = if c == b' ' { SEC } else { unit };
+        let after = if c == b' ' { STEP_SEC } else { unit };
         if step >= after {
             return None;
         }
         step = unit;
-        let mut max = MAX_INT / scale;
-
-        if step != MSEC && !is_sec {
-            scale *= 1000;
-            max /= 1000;
-        }
-        if value > max {
-            return None;
-        }
-        value *= scale;
+        value = scaled(value, step, scale, is_sec)?;
         if total > MAX_INT - value {
             return None;
         }
