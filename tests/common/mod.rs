@@ -9,7 +9,10 @@
 //! `conf` (binaries, nginx.conf fragments, `nginx -t`), `nginx` (the
 //! process), `upstream`, `http` (the client), `load` (parallel requests),
 //! `clock` (time, calendar, libfaketime), `prom` (metrics), and
-//! `auth_server` (the `auth_request` backend of tests/auth.rs).
+//! `auth_server` (the `auth_request` backend of tests/auth.rs). `limits`
+//! (the `conf` / `zone` / `start` / `key` helpers of tests/limits.rs,
+//! tests/headers.rs and tests/directives.rs) is imported by name instead,
+//! as other test files define their own `conf` / `start`.
 #![allow(dead_code)]
 
 pub mod auth_server;
@@ -17,6 +20,7 @@ mod clock;
 mod conf;
 pub mod fault_proxy;
 mod http;
+pub mod limits;
 mod load;
 mod nginx;
 mod prom;
