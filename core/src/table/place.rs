@@ -4,6 +4,8 @@
 //! window, and the merge of two slots that racing inserts claimed for one
 //! key.
 
+use core::mem::MaybeUninit;
+
 use portable_atomic::{AtomicU128, Ordering};
 
 use super::layout::{
@@ -194,14 +196,17 @@ impl Table<'_> {
         // slot, value) of its first slot in the probe order of both groups,
         // (0, 0), (1, 0), (0, 1), ..., as `lookup` would find it.
         let mut hit: Option<(usize, Found)> = None;
-        let mut loaded = [[0u128; PROBE]; CHOICES];
-        for (values, &base) in loaded.iter_mut().zip(&p.base).take(p.groups) {
-            scan::load(self.ops, self.group(base), values);
+        // Loaded into uninitialised buffers (nothing zeroed first); a group
+        // the key does not have reads as never-used slots.
+        let mut bufs = [[MaybeUninit::uninit(); PROBE]; CHOICES];
+        let mut loaded: [&[u128; PROBE]; CHOICES] = [&scan::NO_GROUP; CHOICES];
+        for ((buf, view), &base) in bufs.iter_mut().zip(&mut loaded).zip(&p.base).take(p.groups) {
+            *view = scan::load(self.ops, self.group(base), buf);
         }
         // After the loads (see `ahead`).
         let ahead = self.ahead(now_idx);
         for j in 0..p.groups {
-            let values = &loaded[j];
+            let values = loaded[j];
             let m = scan::classify(self.ops, values, fp, now_idx, ahead);
             // Bit i of a rotated mask: position i of the key's probe order.
             let home = p.home[j] as u32;
@@ -253,7 +258,7 @@ impl Table<'_> {
     pub(super) fn oldest(
         &self,
         p: &Place,
-        loaded: &[[u128; PROBE]; CHOICES],
+        loaded: &[&[u128; PROBE]; CHOICES],
         now_idx: u64,
         ahead: u64,
     ) -> Option<Candidate> {

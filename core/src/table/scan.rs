@@ -11,6 +11,8 @@
 //! On x86_64 CPUs with AVX2 the classification runs four slots at a time;
 //! elsewhere a plain loop computes the same masks.
 
+use core::mem::MaybeUninit;
+
 use portable_atomic::AtomicU128;
 
 use super::layout::{fp_of, is_free_value, PROBE};
@@ -27,26 +29,38 @@ pub(crate) struct GroupMasks {
     pub idle: u16,
 }
 
-/// Loads a group's slots into `values`: one 16-byte atomic load per slot.
+/// Loads a group's slots into `out`, one 16-byte atomic load per slot,
+/// and returns them: the buffer needs no zeroing first.
 #[inline]
-pub(crate) fn load(ops: Ops, group: &[AtomicU128; PROBE], values: &mut [u128; PROBE]) {
+pub(crate) fn load<'a>(
+    ops: Ops,
+    group: &[AtomicU128; PROBE],
+    out: &'a mut [MaybeUninit<u128>; PROBE],
+) -> &'a [u128; PROBE] {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     if ops.avx2() {
-        for (slot, out) in group.iter().zip(values.iter_mut()) {
-            // SAFETY: `avx2()` implies AVX, which `load_m128` needs; `out` is
-            // one 16-byte value, and an unaligned store needs no alignment
+        for (slot, o) in group.iter().zip(out.iter_mut()) {
+            // SAFETY: `avx2()` implies AVX, which `load_m128` needs; `o` is
+            // 16 writable bytes, and an unaligned store needs no alignment
             // (SSE2, baseline on x86_64).
             unsafe {
                 let x = ops.load_m128(slot);
-                core::arch::x86_64::_mm_storeu_si128(core::ptr::from_mut(out).cast(), x);
+                core::arch::x86_64::_mm_storeu_si128(o.as_mut_ptr().cast(), x);
             }
         }
-        return;
+        // SAFETY: every one of the PROBE values was just written, and
+        // `MaybeUninit<u128>` has the layout of `u128`.
+        return unsafe { &*out.as_ptr().cast::<[u128; PROBE]>() };
     }
-    for (slot, out) in group.iter().zip(values.iter_mut()) {
-        *out = ops.load(slot);
+    for (slot, o) in group.iter().zip(out.iter_mut()) {
+        o.write(ops.load(slot));
     }
+    // SAFETY: as above.
+    unsafe { &*out.as_ptr().cast::<[u128; PROBE]>() }
 }
+
+/// A group of never-used slots, for a key with fewer than `CHOICES` groups.
+pub(crate) static NO_GROUP: [u128; PROBE] = [0; PROBE];
 
 /// Classifies loaded slot values for the key fingerprint `fp` (never 0) at
 /// window `now_idx`, given that no slot is ahead of it by more than
@@ -231,12 +245,17 @@ mod tests {
                 };
                 AtomicU128::new(value)
             });
-            let (mut a, mut b) = ([0u128; PROBE], [0u128; PROBE]);
-            load(ops, &group, &mut a);
-            load(ops.without_avx2(), &group, &mut b);
+            let (mut ba, mut bb) = (
+                [MaybeUninit::uninit(); PROBE],
+                [MaybeUninit::uninit(); PROBE],
+            );
+            let (a, b) = (
+                load(ops, &group, &mut ba),
+                load(ops.without_avx2(), &group, &mut bb),
+            );
             assert_eq!(a, b, "round {round}");
-            let m = classify(ops, &a, fp, now_idx, ahead);
-            assert_eq!(m, classify_scalar(&a, fp, now_idx, ahead), "round {round}");
+            let m = classify(ops, a, fp, now_idx, ahead);
+            assert_eq!(m, classify_scalar(a, fp, now_idx, ahead), "round {round}");
             kinds[0] += m.empty.count_ones();
             kinds[1] += m.hit.count_ones();
             kinds[2] += m.idle.count_ones();
@@ -259,15 +278,15 @@ mod tests {
         group[14] = AtomicU128::new(raw(79, 1, now_idx, 0, 0));
         group[15] = AtomicU128::new(raw(80, 1, now_idx + 2, 0, 1));
         for ops in [ops, ops.without_avx2()] {
-            let mut v = [0u128; PROBE];
-            load(ops, &group, &mut v);
+            let mut buf = [MaybeUninit::uninit(); PROBE];
+            let v = load(ops, &group, &mut buf);
             assert_eq!(v[3], raw(fp, 1, now_idx, 0, 5));
-            let m = classify(ops, &v, fp, now_idx, 2);
+            let m = classify(ops, v, fp, now_idx, 2);
             assert_eq!(m.hit, 1 << 3);
             assert_eq!(m.idle, 1 << 9 | 1 << 14);
             assert_eq!(m.empty, !(1u16 << 3 | 1 << 9 | 1 << 14 | 1 << 15));
             // Nothing can be ahead: slot 15 is 2^24 - 2 windows old.
-            let m = classify(ops, &v, fp, now_idx, 0);
+            let m = classify(ops, v, fp, now_idx, 0);
             assert_eq!(m.idle, 1 << 9 | 1 << 14 | 1 << 15);
         }
     }
