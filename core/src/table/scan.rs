@@ -73,6 +73,7 @@ pub(crate) fn classify(
     now_idx: u64,
     ahead: u64,
 ) -> GroupMasks {
+    debug_assert!(fp != 0, "a key's fingerprint is never 0");
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     if ops.avx2() {
         // SAFETY: `avx2()` is true only when the CPU has AVX2.
@@ -153,7 +154,9 @@ mod avx2 {
             let hi = _mm256_set_m128i(_mm_unpackhi_epi64(c, d), _mm_unpackhi_epi64(a, b));
             let f = _mm256_srli_epi64::<8>(hi);
             let empty = _mm256_cmpeq_epi64(f, zero);
-            let hit = _mm256_andnot_si256(empty, _mm256_cmpeq_epi64(f, fpv));
+            // `fp` is never 0, so a never-used slot (fingerprint 0) never
+            // matches it: no need to mask `empty` out.
+            let hit = _mm256_cmpeq_epi64(f, fpv);
             let no_counts = _mm256_cmpeq_epi64(_mm256_and_si256(lo, counts_mask), zero);
             // Windows since the slot's: (now - idx24) mod 2^24, below 2^24,
             // so the signed compares are exact. Stale: 2 <= delta and not
