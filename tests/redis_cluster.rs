@@ -10,6 +10,24 @@ use std::time::Duration;
 
 const CLIENTS: usize = 6;
 
+/// `rounds` rounds of one request per client (`client-0`..), 50 ms apart,
+/// alternating between the two gateways (the clients start on different
+/// ones); counts each client's 200s per gateway in `admitted`.
+fn send_rounds(ports: [u16; 2], rounds: usize, admitted: &mut [[u32; 2]; CLIENTS]) {
+    for round in 0..rounds {
+        for (c, adm) in admitted.iter_mut().enumerate() {
+            let g = (round + c) % 2;
+            let r = get_key(ports[g], "/", &format!("client-{c}"));
+            match r.status {
+                200 => adm[g] += 1,
+                429 => {}
+                s => panic!("unexpected status {s}: {}", r.describe()),
+            }
+        }
+        sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn clients_on_different_nodes_share_limits() {
     let cluster = RedisCluster::start();
@@ -22,18 +40,7 @@ fn clients_on_different_nodes_share_limits() {
     // Every client sends 60 requests at 20 requests/s, alternating
     // between the gateways (the clients start on different gateways).
     let mut admitted = [[0u32; 2]; CLIENTS];
-    for round in 0..60 {
-        for (c, adm) in admitted.iter_mut().enumerate() {
-            let g = (round + c) % 2;
-            let r = get_key([a.port, b.port][g], "/", &format!("client-{c}"));
-            match r.status {
-                200 => adm[g] += 1,
-                429 => {}
-                s => panic!("unexpected status {s}: {}", r.describe()),
-            }
-        }
-        sleep(Duration::from_millis(50));
-    }
+    send_rounds([a.port, b.port], 60, &mut admitted);
     for (c, adm) in admitted.iter().enumerate() {
         let total = adm[0] + adm[1];
         eprintln!("client-{c}: admitted {adm:?} = {total} for limit 30");
@@ -99,18 +106,7 @@ fn limits_survive_a_slot_migration() {
     let b = redis_gateway(&redis, &up, 60);
     clear_of_boundary(60_000, 40_000);
     let send = |rounds: usize, admitted: &mut [[u32; 2]; CLIENTS]| {
-        for round in 0..rounds {
-            for (c, adm) in admitted.iter_mut().enumerate() {
-                let g = (round + c) % 2;
-                let r = get_key([a.port, b.port][g], "/", &format!("client-{c}"));
-                match r.status {
-                    200 => adm[g] += 1,
-                    429 => {}
-                    s => panic!("unexpected status {s}: {}", r.describe()),
-                }
-            }
-            sleep(Duration::from_millis(50));
-        }
+        send_rounds([a.port, b.port], rounds, admitted);
     };
     let mut admitted = [[0u32; 2]; CLIENTS];
     send(30, &mut admitted);

@@ -122,7 +122,7 @@ impl Decision {
 
     /// A new key with no room under [`FailPolicy::Closed`]: retry at the
     /// next window, in `reset_s` seconds.
-    fn fail_closed(reset_s: u32, events: Events) -> Decision {
+    pub(super) fn fail_closed(reset_s: u32, events: Events) -> Decision {
         Decision {
             outcome: Outcome::FailClosed,
             remaining: 0,

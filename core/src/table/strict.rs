@@ -208,16 +208,7 @@ impl Table<'_> {
 
     /// The decision when no slot can track a new key (`fail=closed`).
     fn strict_fail_closed(&self) -> Decision {
-        let reset_s = strict::secs_ceil(self.window.ms());
-        Decision {
-            outcome: Outcome::FailClosed,
-            remaining: 0,
-            retry_after_s: reset_s,
-            reset_s,
-            estimate: 0,
-            admission: None,
-            events: Events::default(),
-        }
+        Decision::fail_closed(strict::secs_ceil(self.window.ms()), Events::default())
     }
 
     /// After claiming `ours` for a new key: if a racing insert placed the
