@@ -23,6 +23,9 @@ use ngx::http::{
 };
 use ngx::{ngx_conf_log_error, ngx_string};
 use rate_limit_window_core::cluster::secret_error;
+use rate_limit_window_core::conf_error::{
+    check_params, invalid_value, undefined_zone, Units, LIMIT_PARAMS, ZONE_PARAMS,
+};
 use rate_limit_window_core::delay::split_delay_params;
 use rate_limit_window_core::limit_opts::{split_limit_opts, CostSpec, StatusSet};
 use rate_limit_window_core::mode::{check_mode, take_mode, Mode};
@@ -286,7 +289,7 @@ pub static mut COMMANDS: [ngx_command_t; 9] = [
     ngx_command_t {
         name: ngx_string!("rate_limit_window_headers"),
         type_: (ANY_LEVEL | NGX_CONF_TAKE1) as ngx_uint_t,
-        set: Some(ngx_conf_set_enum_slot),
+        set: Some(set_enum),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: offset_of!(LocConf, headers),
         post: ptr::addr_of_mut!(HEADERS_VALUES) as *mut c_void,
@@ -302,7 +305,7 @@ pub static mut COMMANDS: [ngx_command_t; 9] = [
     ngx_command_t {
         name: ngx_string!("rate_limit_window_log_level"),
         type_: (ANY_LEVEL | NGX_CONF_TAKE1) as ngx_uint_t,
-        set: Some(ngx_conf_set_enum_slot),
+        set: Some(set_enum),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: offset_of!(LocConf, log_level),
         post: ptr::addr_of_mut!(LOG_LEVELS) as *mut c_void,
@@ -318,13 +321,47 @@ pub static mut COMMANDS: [ngx_command_t; 9] = [
     ngx_command_t {
         name: ngx_string!("rate_limit_window_phase"),
         type_: (ANY_LEVEL | NGX_CONF_TAKE1) as ngx_uint_t,
-        set: Some(ngx_conf_set_enum_slot),
+        set: Some(set_enum),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: offset_of!(LocConf, phase),
         post: ptr::addr_of_mut!(PHASE_VALUES) as *mut c_void,
     },
     ngx_command_t::empty(),
 ];
+
+/// An enum-valued directive (`ngx_conf_set_enum_slot`'s table in
+/// `cmd->post`): a value outside the table is refused with the allowed
+/// values listed; nginx's own slot setter does the rest.
+extern "C" fn set_enum(
+    cf: *mut ngx_conf_t,
+    cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: cmd is this module's command, whose post is an enum table
+    // ending with an empty name (the statics above).
+    let (directive, allowed) = unsafe {
+        let mut allowed = vec![];
+        let mut e = (*cmd).post.cast::<ngx_conf_enum_t>();
+        while (*e).name.len != 0 {
+            allowed.push(String::from_utf8_lossy((*e).name.as_bytes()).into_owned());
+            e = e.add(1);
+        }
+        (
+            String::from_utf8_lossy((*cmd).name.as_bytes()).into_owned(),
+            allowed,
+        )
+    };
+    // SAFETY: called by nginx's configuration parser with a valid cf.
+    let value = unsafe { args(cf) }[1].as_bytes();
+    if !allowed
+        .iter()
+        .any(|a| a.as_bytes().eq_ignore_ascii_case(value))
+    {
+        return emerg(cf, &invalid_value(&directive, value, &allowed).to_string());
+    }
+    // SAFETY: the arguments nginx passed us, unchanged.
+    unsafe { ngx_conf_set_enum_slot(cf, cmd, conf) }
+}
 
 /// Logs an `[emerg]` in the context of the directive being parsed and
 /// returns NGX_CONF_ERROR.
@@ -419,6 +456,14 @@ extern "C" fn set_zone(
     // SAFETY: called by nginx's configuration parser with a valid cf.
     let key = unsafe { args(cf) }[1];
     // SAFETY: as above.
+    if let Err(e) = check_params(
+        "rate_limit_window_zone",
+        &unsafe { words(cf, 2) },
+        ZONE_PARAMS,
+    ) {
+        return emerg(cf, &e.to_string());
+    }
+    // SAFETY: as above.
     let (mode, params) = match unsafe { zone_params(cf) } {
         Ok(p) => p,
         Err(e) => return emerg(cf, &e),
@@ -439,10 +484,11 @@ extern "C" fn set_zone(
             return emerg(
                 cf,
                 &format!(
-                    "zone \"{}\" is already bound to key \"{}\" with window={}ms",
+                    "zone \"{}\" is already bound to key \"{}\" with window={}: \
+                     declare it once, or give the other one a new name",
                     escape(&params.name),
                     escape(zone.key_src.as_bytes()),
-                    zone.window.ms()
+                    Units(zone.window.ms())
                 ),
             );
         }
@@ -454,6 +500,7 @@ extern "C" fn set_zone(
         return NGX_CONF_ERROR;
     }
     zone.window = params.window;
+    zone.window_src = params.window_src;
     zone.mode = mode;
     zone.fail = params.fail;
     zone.size = params.size;
@@ -477,7 +524,7 @@ unsafe fn zone_params(cf: *mut ngx_conf_t) -> Result<(Mode, ZoneParams), String>
     let min_size = 8 * unsafe { ngx_pagesize };
     // SAFETY: cf is valid (the caller's contract).
     let (mode, rest) = take_mode(&unsafe { words(cf, 2) })?;
-    let mut params = parse_zone_params(&rest, min_size)?;
+    let mut params = parse_zone_params(&rest, min_size).map_err(|e| e.to_string())?;
     check_mode(mode, params.redis.is_some())?;
     if let Some(e) = params.redis.as_ref().and_then(|r| secret_error(&r.secret)) {
         return Err(e);
@@ -557,6 +604,9 @@ extern "C" fn set_limit(
     let lcf = unsafe { &mut *conf.cast::<LocConf>() };
     // SAFETY: called by nginx's configuration parser with a valid cf.
     let words = unsafe { words(cf, 1) };
+    if let Err(e) = check_params("rate_limit_window", &words, LIMIT_PARAMS) {
+        return emerg(cf, &e.to_string());
+    }
     let (delay, words) = match split_delay_params(&words) {
         Ok(d) => d,
         Err(e) => return emerg(cf, &e),
@@ -567,7 +617,7 @@ extern "C" fn set_limit(
     };
     let params = match parse_limit_params(&words) {
         Ok(p) => p,
-        Err(e) => return emerg(cf, &e),
+        Err(e) => return emerg(cf, &e.to_string()),
     };
     if let Some(n) = delay.max_held {
         if let Err(e) = lcf.delay.set_max_held(n) {
@@ -662,20 +712,55 @@ extern "C" fn set_metrics(
 pub unsafe fn init_main_conf(cf: *mut ngx_conf_t, conf: *mut c_void) -> *mut c_char {
     // SAFETY: conf is the MainConf create_main_conf allocated.
     let mcf = unsafe { &*conf.cast::<MainConf>() };
-    for &z in &mcf.zones {
-        // SAFETY: zone pointers live in the configuration pool.
-        let z = unsafe { &*z };
+    let declared: Vec<&[u8]> = mcf
+        .zones()
+        .filter(|z| z.defined)
+        .map(|z| z.name.as_bytes())
+        .collect();
+    for z in mcf.zones() {
         if !z.defined {
-            return emerg(
-                cf,
-                &format!(
-                    "zone \"{}\" used by \"rate_limit_window\" in {}:{} is not defined by any \"rate_limit_window_zone\"",
-                    escape(z.name.as_bytes()),
-                    escape(z.ref_file.as_bytes()),
-                    z.ref_line
-                ),
-            );
+            let e = undefined_zone(z.name.as_bytes(), &declared).to_string();
+            // SAFETY: cf is the http{} configuration context.
+            unsafe { emerg_at(cf, z.ref_file, z.ref_line, &e) };
+            return NGX_CONF_ERROR;
         }
     }
     NGX_CONF_OK
+}
+
+/// Logs `msg` at `[emerg]` as from FILE:LINE (nginx appends
+/// ` in FILE:LINE`), not from where the parser is now: after http{} is
+/// parsed that is the block's end, which is no help.
+///
+/// # Safety
+/// `cf` must be a valid configuration context.
+pub(crate) unsafe fn emerg_at(cf: *mut ngx_conf_t, file: ngx_str_t, line: ngx_uint_t, msg: &str) {
+    // SAFETY: cf is valid (the caller's contract); the stand-in file lives
+    // on this stack frame until conf_file is restored below, and nginx's
+    // logger only reads its name and line.
+    unsafe { log_at(cf, file, line, NGX_LOG_EMERG as ngx_uint_t, msg) }
+}
+
+/// `ngx_conf_log_error` as from FILE:LINE, at `level`.
+///
+/// # Safety
+/// As for [`emerg_at`].
+pub(crate) unsafe fn log_at(
+    cf: *mut ngx_conf_t,
+    file: ngx_str_t,
+    line: ngx_uint_t,
+    level: ngx_uint_t,
+    msg: &str,
+) {
+    // SAFETY: a zeroed ngx_conf_file_t is a closed file with no buffer;
+    // see emerg_at for the lifetime.
+    unsafe {
+        let mut at: nginx_sys::ngx_conf_file_t = core::mem::zeroed();
+        at.file.name = file;
+        at.line = line;
+        let saved = (*cf).conf_file;
+        (*cf).conf_file = &mut at;
+        ngx_conf_log_error!(level, cf, "{}", msg);
+        (*cf).conf_file = saved;
+    }
 }

@@ -15,6 +15,7 @@ use nginx_sys::{
 };
 use ngx::core::Status;
 use ngx::ngx_log_error;
+use rate_limit_window_core::conf_error::{zone_change, ZoneIdentity};
 use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::parse::RedisParams;
 use rate_limit_window_core::seed::seed_from;
@@ -40,6 +41,8 @@ pub struct ZoneConf {
     pub key_index: Option<ngx_uint_t>,
     /// Window length; windows are aligned to the UTC epoch.
     pub window: Window,
+    /// The `window=` value as written (empty: the default), for messages.
+    pub window_src: Vec<u8>,
     /// The rule (`mode=`): the sliding estimate or the strict window.
     pub mode: Mode,
     /// What happens when a new client cannot be tracked, or a limit
@@ -224,6 +227,7 @@ impl ZoneConf {
             key_src: ngx_str_t::empty(),
             key_index: None,
             window: Window::from_ms(DEFAULT_WINDOW_MS).expect("default window is valid"),
+            window_src: Vec::new(),
             mode: Mode::Estimate,
             fail: FailPolicy::Open,
             size: 0,
@@ -231,6 +235,15 @@ impl ZoneConf {
             redis: None,
             header: ptr::null_mut(),
             table: None,
+        }
+    }
+
+    /// The key and window, as compared on reload.
+    fn identity(&self) -> ZoneIdentity<'_> {
+        ZoneIdentity {
+            key: self.key_src.as_bytes(),
+            window_ms: self.window.ms(),
+            window_src: &self.window_src,
         }
     }
 
@@ -412,18 +425,8 @@ fn same_hashing_and_window(zone: &ZoneConf, old: &ZoneConf, log: *mut ngx_log_t)
         );
         return false;
     }
-    if old.key_src.as_bytes() != zone.key_src.as_bytes() || old.window != zone.window {
-        ngx_log_error!(
-            NGX_LOG_EMERG,
-            log,
-            "rate_limit_window_zone \"{}\" is already bound to key \"{}\" with window={}ms; \
-             it cannot change to key \"{}\" with window={}ms on reload: use a new zone name",
-            zone.name,
-            old.key_src,
-            old.window.ms(),
-            zone.key_src,
-            zone.window.ms()
-        );
+    if let Some(e) = zone_change(zone.name.as_bytes(), old.identity(), zone.identity()) {
+        ngx_log_error!(NGX_LOG_EMERG, log, "{}", e);
         return false;
     }
     true

@@ -253,7 +253,7 @@ fn error_cases() -> Vec<(&'static str, String, &'static str)> {
         (
             "unknown parameter burst=5",
             conf_with(ZONE, "rate_limit_window zone=z limit=5 burst=5;"),
-            "invalid parameter",
+            "is limit_req's syntax",
         ),
         (
             "unknown zone parameter",
@@ -261,7 +261,7 @@ fn error_cases() -> Vec<(&'static str, String, &'static str)> {
                 "rate_limit_window_zone $http_x_key zone=z:1m rate=5r/s;",
                 "rate_limit_window zone=z limit=5;",
             ),
-            "invalid parameter",
+            "is limit_req's syntax",
         ),
         (
             "same zone twice in one location",
@@ -447,4 +447,165 @@ fn metrics_reset_parameter() {
             assert!(out.contains("[emerg]"), "{out}");
         }
     }
+}
+
+/// Each case: (name, config, text the [emerg] must contain): what to write
+/// instead, not only what is wrong (issue 37).
+fn hint_cases() -> Vec<(&'static str, String, &'static str)> {
+    let zone = |params: &str| {
+        conf_with(
+            &format!("rate_limit_window_zone $http_x_key {params};"),
+            "rate_limit_window zone=z limit=5;",
+        )
+    };
+    let limit = |params: &str| conf_with(ZONE, &format!("rate_limit_window {params};"));
+    let window_and_limit = |rate: &str, w: &str, n: &str| -> String {
+        format!("for {rate} write \"window={w}\" on \"rate_limit_window_zone\" and \"limit={n}\" on \"rate_limit_window\"")
+    };
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    vec![
+        ("limit=10r/s", limit("zone=z limit=10r/s"), leak(window_and_limit("10r/s", "1s", "10"))),
+        ("limit=30r/m", limit("zone=z limit=30r/m"), leak(window_and_limit("30r/m", "1m", "30"))),
+        ("rate= on the limit", limit("zone=z rate=5r/s"), leak(window_and_limit("5r/s", "1s", "5"))),
+        ("rate= on the zone", zone("zone=z:1m rate=20r/m"), leak(window_and_limit("20r/m", "1m", "20"))),
+        (
+            "burst=",
+            limit("zone=z limit=5 burst=10"),
+            "\"burst=10\" is limit_req's syntax: a window admits up to \"limit=\" requests at any pace, so there is no burst: raise \"limit=\"",
+        ),
+        ("nodelay", limit("zone=z limit=5 nodelay"), "leave \"nodelay\" out"),
+        (
+            "window=1.5m",
+            zone("zone=z:1m window=1.5m"),
+            "invalid window \"1.5m\": nginx times are whole numbers; write window=90s",
+        ),
+        (
+            "window=1.25s",
+            zone("zone=z:1m window=1.25s"),
+            "write window=1s or window=2s",
+        ),
+        (
+            "limt=10",
+            limit("zone=z limt=10"),
+            "invalid parameter \"limt=10\" in \"rate_limit_window\": did you mean \"limit=\"?",
+        ),
+        (
+            "unknown limit parameter",
+            limit("zone=z limit=5 frobnicate=1"),
+            "use \"zone=\", \"limit=\", \"delay=\", \"delay_max_held=\", \"cost=\" or \"count_status=\"",
+        ),
+        (
+            "widow=1m",
+            zone("zone=z:1m widow=1m"),
+            "invalid parameter \"widow=1m\" in \"rate_limit_window_zone\": did you mean \"window=\"?",
+        ),
+        (
+            "limit= on the zone",
+            zone("zone=z:1m limit=5"),
+            "invalid parameter \"limit=5\": it belongs on \"rate_limit_window\"",
+        ),
+        (
+            "phase post_access",
+            conf_with(ZONE, "rate_limit_window_phase post_access;"),
+            "invalid value \"post_access\" in \"rate_limit_window_phase\": use \"preaccess\" or \"postaccess\"",
+        ),
+        (
+            "headers maybe",
+            conf_with(ZONE, "rate_limit_window_headers maybe;"),
+            "invalid value \"maybe\" in \"rate_limit_window_headers\": use \"off\", \"on\" or \"ietf\"",
+        ),
+        (
+            "log_level bogus",
+            conf_with(ZONE, "rate_limit_window_log_level bogus;"),
+            "invalid value \"bogus\" in \"rate_limit_window_log_level\": use \"info\", \"notice\", \"warn\" or \"error\"",
+        ),
+        (
+            "dry_run maybe (nginx's flag message)",
+            conf_with(ZONE, "rate_limit_window_dry_run maybe;"),
+            "it must be \"on\" or \"off\"",
+        ),
+        (
+            "fail=maybe",
+            zone("zone=z:1m fail=maybe"),
+            "invalid value \"maybe\" in \"fail=\": use \"open\" or \"closed\"",
+        ),
+        ("mode=exact", zone("zone=z:1m mode=exact"), "use \"estimate\" or \"strict\""),
+        (
+            "redis_mode=x",
+            zone("zone=z:1m redis=127.0.0.1:6379 redis_mode=x"),
+            "use single, sentinel or cluster",
+        ),
+        (
+            "metrics reset=yes",
+            http_conf("server { listen 127.0.0.1:{{PORT}}; location = /m { rate_limit_window_metrics reset=yes; } }"),
+            "reset=on or reset=off",
+        ),
+        (
+            "limit= twice",
+            limit("zone=z limit=5 limit=10"),
+            "duplicate parameter \"limit=\" in \"rate_limit_window\": give it once",
+        ),
+        ("zone= twice", limit("zone=z zone=z limit=5"), "duplicate parameter \"zone=\""),
+        ("delay= twice", limit("zone=z limit=5 delay=1s delay=2s"), "duplicate parameter \"delay=\""),
+        ("cost= twice", limit("zone=z limit=5 cost=1 cost=2"), "duplicate parameter \"cost=\""),
+        (
+            "window= twice",
+            zone("zone=z:1m window=1m window=2m"),
+            "duplicate parameter \"window=\" in \"rate_limit_window_zone\": give it once",
+        ),
+        ("mode= twice", zone("zone=z:1m mode=strict mode=estimate"), "duplicate parameter \"mode=\""),
+        ("fail= twice", zone("zone=z:1m fail=open fail=closed"), "duplicate parameter \"fail=\""),
+        (
+            "undeclared zone near a declared one",
+            conf_with(ZONE, "rate_limit_window zone=zz limit=5;"),
+            "zone \"zz\" used by \"rate_limit_window\" is not defined by any \"rate_limit_window_zone\": did you mean \"z\"?",
+        ),
+        (
+            "undeclared zone, nothing near",
+            conf_with(ZONE, "rate_limit_window zone=nothing_like_it limit=5;"),
+            "declare it in http{} with \"rate_limit_window_zone KEY zone=nothing_like_it:SIZE;\"",
+        ),
+    ]
+}
+
+/// Every `[emerg]` says what to do (issue 37), checked through `nginx -t`.
+#[test]
+fn every_emerg_says_what_to_do() {
+    let mut failures = vec![];
+    let cases = hint_cases();
+    for (name, conf, needle) in &cases {
+        let (ok, out) = test_config(conf);
+        let emerg = out.lines().find(|l| l.contains("[emerg]")).unwrap_or("");
+        if ok || !emerg.contains(needle) {
+            failures.push(format!(
+                "[{name}] expected [emerg] containing {needle:?}, got:\n{out}"
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+/// An undeclared zone's [emerg] names the line of its use, and only that
+/// (not the end of the http block as a second location).
+#[test]
+fn undeclared_zone_names_its_use_only() {
+    let conf = conf_with(ZONE, "rate_limit_window zone=nope limit=5;");
+    let line = 1 + conf
+        .lines()
+        .position(|l| l.contains("zone=nope"))
+        .expect("the use is in the config");
+    let (ok, out) = test_config(&conf);
+    assert!(!ok, "{out}");
+    let emerg = out.lines().find(|l| l.contains("[emerg]")).unwrap_or("");
+    assert_eq!(emerg.matches("nginx.conf:").count(), 1, "{out}");
+    assert!(
+        emerg.ends_with(&format!("conf/nginx.conf:{line}")),
+        "line {line}: {out}"
+    );
 }

@@ -180,18 +180,30 @@ fn reload_with_changed_key_or_window_fails_and_old_config_serves() {
     clear_of_boundary(HOUR_MS, 30_000);
     assert_eq!(key(&ng, "k").status, 200);
     assert_eq!(key(&ng, "k").status, 200);
-    for (what, bad) in [
-        ("key", reload_conf("$http_x_other", "1h", 2, 2)),
-        ("window", reload_conf("$http_x_key", "30m", 2, 2)),
+    // The [emerg] names what changed, as written, and only that.
+    for (what, bad, says, not) in [
+        (
+            "key",
+            reload_conf("$http_x_other", "1h", 2, 2),
+            "key \"$http_x_other\" cannot replace the running key \"$http_x_key\" on reload",
+            "window=",
+        ),
+        (
+            "window",
+            reload_conf("$http_x_key", "30m", 2, 2),
+            "window=30m cannot replace the running window=1h on reload",
+            "key",
+        ),
     ] {
         let err = ng
             .try_reload_with(&bad)
             .expect_err(&format!("reload with changed {what} must fail"));
+        let emerg = err.lines().find(|l| l.contains("[emerg]")).unwrap_or("");
         assert!(
-            err.lines()
-                .any(|l| l.contains("[emerg]") && l.contains("is already bound")),
+            emerg.contains(says) && emerg.contains("give the new one a new zone name"),
             "changed {what}: {err}"
         );
+        assert!(!emerg.contains(not), "changed {what}, names {not}: {emerg}");
         let r = key(&ng, "k");
         assert_eq!(
             (r.status, r.header("X-Gen")),

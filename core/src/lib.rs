@@ -64,6 +64,7 @@
 
 mod atomic;
 pub mod cluster;
+pub mod conf_error;
 pub mod delay;
 pub mod limit_opts;
 pub mod mode;

@@ -15,6 +15,10 @@
 
 use core::fmt;
 
+use crate::conf_error::{
+    check_params, fractional_time, invalid_value, limit_req_rate, unknown_param, ConfError,
+    LIMIT_PARAMS, ZONE_PARAMS,
+};
 use crate::table::FailPolicy;
 use crate::window::{Window, DEFAULT_WINDOW_MS, MAX_LIMIT};
 
@@ -334,11 +338,15 @@ pub fn parse_limit(s: &[u8]) -> Result<u32, LimitError> {
 /// and so are Retry-After and RateLimit-Reset), so `window=1500ms` could
 /// only be sent wrong (`w=1`).
 ///
-/// Errors: `invalid window "X"` when the time does not parse,
+/// Errors: `invalid window "X"` when the time does not parse (with the
+/// same time in whole units when it has a fraction: `1.5m` is `90s`),
 /// `invalid window "X": window must be between 1s and 24h` when out of range,
 /// `invalid window "X": it must be a whole number of seconds`.
 pub fn parse_window(s: &[u8]) -> Result<Window, String> {
     let Some(ms) = parse_time_ms(s) else {
+        if let Some(e) = fractional_time("window", s) {
+            return Err(e.to_string());
+        }
         return Err(format!("invalid window \"{}\"", escape(s)));
     };
     let w = Window::from_ms(ms).map_err(|e| format!("invalid window \"{}\": {e}", escape(s)))?;
@@ -375,6 +383,9 @@ pub struct ZoneParams {
     pub size: usize,
     /// Window length (default [`DEFAULT_WINDOW_MS`]).
     pub window: Window,
+    /// The `window=` value as written (empty when not given), for messages
+    /// in the operator's units.
+    pub window_src: Vec<u8>,
     /// What to do when the zone is full (default [`FailPolicy::Open`]).
     pub fail: FailPolicy,
     /// Redis synchronisation, when `redis=` is given.
@@ -385,19 +396,22 @@ pub struct ZoneParams {
 ///
 /// `min_size` is the smallest accepted zone size in bytes (it depends on
 /// the page size: the glue passes `8 * ngx_pagesize`). A parameter given
-/// twice keeps its last value, as the C glue did.
+/// twice is refused ([`check_params`]).
 ///
 /// Errors (exact texts): `invalid zone size "zone=..."` (no `:`, empty name
 /// or a size [`parse_size`] rejects), `invalid zone name "NAME": use only
 /// letters, digits and ` followed by the other HTTP token characters (a
 /// name with any other byte), `zone "NAME" is too small: it must be
 /// at least N bytes`, any [`parse_window`] error,
-/// `invalid parameter "X"`, `"rate_limit_window_zone" must have "zone"
-/// parameter`, and the Redis parameters' errors
-/// ([`crate::redis_url::RedisArgs`]).
-pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, String> {
+/// the parameter-name errors of [`check_params`] (unknown, duplicate,
+/// `limit_req` habits), `invalid value "X" in "fail="`,
+/// `"rate_limit_window_zone" must have "zone" parameter`, and the Redis
+/// parameters' errors ([`crate::redis_url::RedisArgs`]).
+pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, ConfError> {
+    check_params("rate_limit_window_zone", args, ZONE_PARAMS)?;
     let mut zone: Option<(Vec<u8>, usize)> = None;
     let mut window = None;
+    let mut window_src = Vec::new();
     let mut fail = FailPolicy::Open;
     let mut redis = RedisArgs::default();
 
@@ -407,35 +421,40 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
             let colon = v.iter().rposition(|&c| c == b':').ok_or_else(bad)?;
             let size = parse_size(&v[colon + 1..]).ok_or_else(bad)?;
             if colon == 0 {
-                return Err(bad());
+                return Err(bad().into());
             }
             let name = &v[..colon];
             if !name.iter().all(|&b| is_token_char(b)) {
-                return Err(format!(
+                return Err(ConfError::Other(format!(
                     "invalid zone name \"{}\": use only letters, digits and {ZONE_NAME_PUNCTUATION}",
                     escape(name)
-                ));
+                )));
             }
             if size < min_size {
-                return Err(format!(
+                return Err(ConfError::Other(format!(
                     "zone \"{}\" is too small: it must be at least {min_size} bytes",
                     escape(name)
-                ));
+                )));
             }
             zone = Some((name.to_vec(), size));
         } else if let Some(v) = a.strip_prefix(b"window=") {
             window = Some(parse_window(v)?);
-        } else if a == b"fail=open" {
-            fail = FailPolicy::Open;
-        } else if a == b"fail=closed" {
-            fail = FailPolicy::Closed;
+            window_src = v.to_vec();
+        } else if let Some(v) = a.strip_prefix(b"fail=") {
+            fail = match v {
+                b"open" => FailPolicy::Open,
+                b"closed" => FailPolicy::Closed,
+                _ => return Err(invalid_value("fail=", v, &["open", "closed"])),
+            };
         } else if !redis.accept(a)? {
-            return Err(format!("invalid parameter \"{}\"", escape(a)));
+            return Err(unknown_param("rate_limit_window_zone", a, ZONE_PARAMS));
         }
     }
 
     let Some((name, size)) = zone else {
-        return Err("\"rate_limit_window_zone\" must have \"zone\" parameter".into());
+        return Err(ConfError::Other(
+            "\"rate_limit_window_zone\" must have \"zone\" parameter".into(),
+        ));
     };
     let redis = redis.finish()?;
     let default_window = || Window::from_ms(DEFAULT_WINDOW_MS).expect("default window is valid");
@@ -443,6 +462,7 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
         name,
         size,
         window: window.unwrap_or_else(default_window),
+        window_src,
         fail,
         redis,
     })
@@ -469,35 +489,51 @@ pub struct LimitParams {
 }
 
 /// Parses the words of `rate_limit_window` (all of them: there is no KEY).
-/// A parameter given twice keeps its last value.
+/// A parameter given twice is refused ([`check_params`]).
 ///
 /// Errors (exact texts): `invalid zone name "zone="`, any [`LimitError`]
-/// text, `invalid parameter "X"`, `"rate_limit_window" must have "zone"
-/// parameter`, `"rate_limit_window" must have "limit" parameter`.
-pub fn parse_limit_params(args: &[&[u8]]) -> Result<LimitParams, String> {
+/// text (a `limit_req` rate such as `10r/s` gets its `window=`/`limit=`
+/// equivalent instead), the parameter-name errors of [`check_params`],
+/// `"rate_limit_window" must have "zone" parameter`,
+/// `"rate_limit_window" must have "limit" parameter`.
+pub fn parse_limit_params(args: &[&[u8]]) -> Result<LimitParams, ConfError> {
+    check_params("rate_limit_window", args, LIMIT_PARAMS)?;
     let mut zone = None;
     let mut limit = None;
     for &a in args {
         if let Some(v) = a.strip_prefix(b"zone=") {
             if v.is_empty() {
-                return Err(format!("invalid zone name \"{}\"", escape(a)));
+                return Err(ConfError::Other(format!(
+                    "invalid zone name \"{}\"",
+                    escape(a)
+                )));
             }
             zone = Some(v.to_vec());
         } else if let Some(v) = a.strip_prefix(b"limit=") {
             limit = Some(if v.first() == Some(&b'$') {
                 LimitSpec::Variable(v.to_vec())
             } else {
-                LimitSpec::Fixed(parse_limit(v).map_err(|e| e.to_string())?)
+                LimitSpec::Fixed(parse_limit(v).map_err(|e| match limit_req_rate(v) {
+                    Some(rate) => ConfError::LimitReqRate {
+                        word: a.to_vec(),
+                        rate,
+                    },
+                    None => ConfError::Other(e.to_string()),
+                })?)
             });
         } else {
-            return Err(format!("invalid parameter \"{}\"", escape(a)));
+            return Err(unknown_param("rate_limit_window", a, LIMIT_PARAMS));
         }
     }
     let Some(zone) = zone else {
-        return Err("\"rate_limit_window\" must have \"zone\" parameter".into());
+        return Err(ConfError::Other(
+            "\"rate_limit_window\" must have \"zone\" parameter".into(),
+        ));
     };
     let Some(limit) = limit else {
-        return Err("\"rate_limit_window\" must have \"limit\" parameter".into());
+        return Err(ConfError::Other(
+            "\"rate_limit_window\" must have \"limit\" parameter".into(),
+        ));
     };
     Ok(LimitParams { zone, limit })
 }

@@ -193,7 +193,7 @@ fn limits() {
 
 fn zone(args: &str) -> Result<ZoneParams, String> {
     let words: Vec<&[u8]> = args.split(' ').map(str::as_bytes).collect();
-    parse_zone_params(&words, MIN)
+    parse_zone_params(&words, MIN).map_err(|e| e.to_string())
 }
 
 #[test]
@@ -205,6 +205,7 @@ fn zone_params_accepted() {
             name: b"api".to_vec(),
             size: 10 << 20,
             window: w(60_000),
+            window_src: vec![],
             fail: FailPolicy::Open,
             redis: None,
         }
@@ -217,12 +218,19 @@ fn zone_params_accepted() {
     let p = zone("window=1h zone=a.b:32k fail=closed").unwrap();
     assert_eq!((p.name.as_slice(), p.size), (&b"a.b"[..], 32_768));
     assert_eq!((p.window, p.fail), (w(3_600_000), FailPolicy::Closed));
-    // Last one wins, as in the C glue.
-    let p = zone("zone=x:1m zone=y:2m fail=closed fail=open window=1s window=2s").unwrap();
-    assert_eq!(
-        (p.name.as_slice(), p.size, p.fail, p.window),
-        (&b"y"[..], 2 << 20, FailPolicy::Open, w(2_000))
-    );
+    // A parameter given twice is refused, whichever it is.
+    for twice in [
+        "zone=x:1m zone=y:2m",
+        "zone=x:1m fail=closed fail=open",
+        "zone=x:1m window=1s window=2s",
+    ] {
+        assert!(
+            zone(twice).unwrap_err().starts_with("duplicate parameter"),
+            "{twice}"
+        );
+    }
+    let p = zone("zone=x:1m window=90s").unwrap();
+    assert_eq!(p.window_src, b"90s");
 
     let r = zone("zone=z:1m redis=127.0.0.1:6379")
         .unwrap()
@@ -275,7 +283,10 @@ fn zone_params_accepted() {
 #[test]
 fn zone_params_rejected() {
     let table: &[(&str, &str)] = &[
-        ("", "invalid parameter \"\""),
+        (
+            "",
+            "invalid parameter \"\" in \"rate_limit_window_zone\": use \"zone=\", \"window=\", \"mode=\", \"fail=\", \"redis=\", \"sync=\", \"secret=\", \"redis_mode=\", \"redis_master=\", \"redis_ca=\", \"redis_cert=\", \"redis_key=\" or \"redis_password_file=\"",
+        ),
         (
             "window=1m",
             "\"rate_limit_window_zone\" must have \"zone\" parameter",
@@ -299,10 +310,28 @@ fn zone_params_rejected() {
             "zone=api:1m window=500ms",
             "invalid window \"500ms\": window must be between 1s and 24h",
         ),
-        ("zone=api:1m fail=maybe", "invalid parameter \"fail=maybe\""),
-        ("zone=api:1m fail=", "invalid parameter \"fail=\""),
-        ("zone=api:1m Zone=x:1m", "invalid parameter \"Zone=x:1m\""),
-        ("zone=api:1m rate=10r/s", "invalid parameter \"rate=10r/s\""),
+        (
+            "zone=api:1m fail=maybe",
+            "invalid value \"maybe\" in \"fail=\": use \"open\" or \"closed\"",
+        ),
+        (
+            "zone=api:1m fail=",
+            "invalid value \"\" in \"fail=\": use \"open\" or \"closed\"",
+        ),
+        (
+            "zone=api:1m Zone=x:1m",
+            "invalid parameter \"Zone=x:1m\" in \"rate_limit_window_zone\": did you mean \"zone=\"?",
+        ),
+        (
+            "zone=api:1m window=1.5m",
+            "invalid window \"1.5m\": nginx times are whole numbers; write window=90s",
+        ),
+        (
+            "zone=api:1m rate=10r/s",
+            "\"rate=10r/s\" is limit_req's syntax: rate_limit_window counts requests per window; \
+             for 10r/s write \"window=1s\" on \"rate_limit_window_zone\" and \"limit=10\" on \
+             \"rate_limit_window\"",
+        ),
         (
             "zone=api:1m sync=1s",
             "\"sync=\" and \"secret=\" need \"redis=\"",
@@ -365,12 +394,16 @@ fn zone_params_rejected() {
     let long = format!("zone=api:1m x{}", "y".repeat(100));
     assert_eq!(
         zone(&long).unwrap_err(),
-        format!("invalid parameter \"x{}...\"", "y".repeat(63))
+        format!(
+            "invalid parameter \"x{}...\" in \"rate_limit_window_zone\": {}",
+            "y".repeat(63),
+            "use \"zone=\", \"window=\", \"mode=\", \"fail=\", \"redis=\", \"sync=\", \"secret=\", \"redis_mode=\", \"redis_master=\", \"redis_ca=\", \"redis_cert=\", \"redis_key=\" or \"redis_password_file=\""
+        )
     );
     let words: [&[u8]; 2] = [b"zone=a:1m", b"bad\n"];
     assert_eq!(
         parse_zone_params(&words, MIN).unwrap_err(),
-        "invalid parameter \"bad\\x0a\""
+        format!("invalid parameter \"bad\\x0a\" in \"rate_limit_window_zone\": {}", "use \"zone=\", \"window=\", \"mode=\", \"fail=\", \"redis=\", \"sync=\", \"secret=\", \"redis_mode=\", \"redis_master=\", \"redis_ca=\", \"redis_cert=\", \"redis_key=\" or \"redis_password_file=\"")
     );
     // A zone name of other than token characters, escaped in the message.
     for (name, shown) in [
@@ -395,7 +428,7 @@ fn zone_params_rejected() {
 
 fn limit(args: &str) -> Result<LimitParams, String> {
     let words: Vec<&[u8]> = args.split(' ').map(str::as_bytes).collect();
-    parse_limit_params(&words)
+    parse_limit_params(&words).map_err(|e| e.to_string())
 }
 
 #[test]
@@ -420,11 +453,8 @@ fn limit_params() {
         LimitSpec::Variable(b"${tier}x".to_vec())
     );
     assert_eq!(
-        limit("zone=a limit=1 limit=2 zone=b").unwrap(),
-        LimitParams {
-            zone: b"b".to_vec(),
-            limit: LimitSpec::Fixed(2)
-        }
+        limit("zone=a limit=1 limit=2 zone=b").unwrap_err(),
+        "duplicate parameter \"limit=\" in \"rate_limit_window\": give it once"
     );
 
     let table: &[(&str, &str)] = &[
@@ -447,10 +477,18 @@ fn limit_params() {
         ),
         (
             "zone=a limit=10r/s",
-            "invalid limit \"10r/s\": it must be an integer from 0 to 1000000, or a variable",
+            "\"limit=10r/s\" is limit_req's syntax: rate_limit_window counts requests per window; \
+             for 10r/s write \"window=1s\" on \"rate_limit_window_zone\" and \"limit=10\" on \
+             \"rate_limit_window\"",
         ),
-        ("zone=a limit=1 burst=5", "invalid parameter \"burst=5\""),
-        ("zone=a limit=1 ", "invalid parameter \"\""),
+        (
+            "zone=a limit=1 limit=2",
+            "duplicate parameter \"limit=\" in \"rate_limit_window\": give it once",
+        ),
+        (
+            "zone=a limit=1 limt=2",
+            "invalid parameter \"limt=2\" in \"rate_limit_window\": did you mean \"limit=\"?",
+        ),
     ];
     for &(args, msg) in table {
         assert_eq!(limit(args).unwrap_err(), msg, "{args:?}");

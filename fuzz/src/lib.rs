@@ -203,7 +203,7 @@ pub fn zone_params(data: &[u8]) {
             let _ = p.window.ms();
             assert!(matches!(p.fail, FailPolicy::Open | FailPolicy::Closed));
         }
-        Err(e) => check_message(&e),
+        Err(e) => check_message(&e.to_string()),
     }
 }
 
@@ -224,7 +224,7 @@ pub fn limit_params(data: &[u8]) {
                 LimitSpec::Variable(v) => assert!(v == raw && v[0] == b'$'),
             }
         }
-        Err(e) => check_message(&e),
+        Err(e) => check_message(&e.to_string()),
     }
 }
 
