@@ -105,6 +105,9 @@ pub struct Limit {
     pub count_status: Option<StatusSet>,
     /// `cost` is the default, a fixed 1: nothing to evaluate per request.
     pub cost_one: bool,
+    /// Where the directive is, for warnings about the location.
+    pub file: ngx_str_t,
+    pub line: ngx_uint_t,
 }
 
 impl Limit {
@@ -137,6 +140,9 @@ pub struct LocConf {
     /// Some limit has `delay=` or `count_status=`: an admitted request has
     /// more to do (set by `merge`, so that the request path tests one flag).
     pub extras: bool,
+    /// This worker has warned that the location answers before its limits
+    /// run (see early_answer.rs).
+    pub early_answer_warned: core::sync::atomic::AtomicBool,
 }
 
 impl Default for LocConf {
@@ -150,6 +156,7 @@ impl Default for LocConf {
             phase: UNSET_UINT,
             delay: Default::default(),
             extras: false,
+            early_answer_warned: Default::default(),
         }
     }
 }
@@ -184,6 +191,26 @@ impl Merge for LocConf {
         });
         Ok(())
     }
+}
+
+/// `merge_loc_conf`: [`Merge`], then the check that the level's limits can
+/// run at all (early_answer.rs).
+///
+/// # Safety
+/// Called by nginx with this module's location configurations.
+pub unsafe extern "C" fn merge_loc_conf(
+    cf: *mut ngx_conf_t,
+    prev: *mut c_void,
+    conf: *mut c_void,
+) -> *mut c_char {
+    // SAFETY: nginx passes two LocConf that create_loc_conf allocated.
+    let (prev, conf) = unsafe { (&*prev.cast::<LocConf>(), &mut *conf.cast::<LocConf>()) };
+    if conf.merge(prev).is_err() {
+        return NGX_CONF_ERROR;
+    }
+    // SAFETY: cf is the context of this merge.
+    unsafe { crate::early_answer::check_conf(cf, conf) };
+    NGX_CONF_OK
 }
 
 static mut HEADERS_VALUES: [ngx_conf_enum_t; 4] = [
@@ -665,7 +692,18 @@ extern "C" fn set_limit(
             &format!("duplicate limit for zone \"{}\"", escape(&params.zone)),
         );
     }
+    // SAFETY: cf->conf_file is set while a file is being parsed.
+    let (file, line) = unsafe {
+        let f = (*cf).conf_file;
+        if f.is_null() {
+            (ngx_str_t::empty(), 0)
+        } else {
+            ((*f).file.name, (*f).line)
+        }
+    };
     limits.push(Limit {
+        file,
+        line,
         zone,
         value,
         delay_ms: delay.delay_ms,

@@ -47,6 +47,7 @@ fn add_headers(r: &mut Request) {
         return;
     }
     let Some(d) = decision::find(r) else {
+        crate::early_answer::check_request(r);
         return;
     };
     if d.verdict == Verdict::Exempt {

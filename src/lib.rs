@@ -11,6 +11,7 @@
 //! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
 //! | `decision.rs`  | the per-request decision, kept across redirects        |
 //! | `delay.rs`     | `delay=`: holding a request on a timer, then again     |
+//! | `early_answer.rs` | warns when a location answers before its limits run |
 //! | `cost.rs`      | `cost=`: requests one request counts                   |
 //! | `count_status.rs` | `count_status=`: giving back uncounted statuses     |
 //! | `near_limit.rs`| the `near_limit_total` counter                         |
@@ -30,6 +31,7 @@ mod cost;
 mod count_status;
 mod decision;
 mod delay;
+mod early_answer;
 mod filter;
 mod handler;
 mod metrics;
@@ -112,7 +114,7 @@ static NGX_HTTP_RATE_LIMIT_WINDOW_MODULE_CTX: ngx_http_module_t = ngx_http_modul
     create_srv_conf: None,
     merge_srv_conf: None,
     create_loc_conf: Some(Module::create_loc_conf),
-    merge_loc_conf: Some(Module::merge_loc_conf),
+    merge_loc_conf: Some(conf::merge_loc_conf),
 };
 
 // Generate the `ngx_modules` table: required for a loadable cdylib built

@@ -219,3 +219,89 @@ fn reload_with_changed_key_or_window_fails_and_old_config_serves() {
         assert_eq!(key(&ng, &other).status, 429);
     }
 }
+
+// ---------------------------------------------------------------------------
+// A limit that cannot run says so (issue 37)
+// ---------------------------------------------------------------------------
+
+/// `return` answers in the rewrite phase, before the limits: `nginx -t`
+/// warns (and still passes) for a limited location whose first rewrite
+/// instruction is `return`, naming the location and the limit's line; a
+/// proxied location and a conditional `return` get no warning.
+#[test]
+fn return_before_the_limit_warns_at_nginx_t() {
+    let conf = http_conf(
+        r#"rate_limit_window_zone $http_x_key zone=z:1m window=1h;
+        server {
+            listen 127.0.0.1:{{PORT}};
+            location /r {
+                rate_limit_window zone=z limit=3;
+                return 200 "ok\n";
+            }
+            location /proxied { rate_limit_window zone=z limit=3; proxy_pass http://{{UPSTREAM}}; }
+            location /cond {
+                rate_limit_window zone=z limit=3;
+                if ($http_x_block) { return 403; }
+                proxy_pass http://{{UPSTREAM}};
+            }
+        }"#,
+    );
+    let line = 1 + conf
+        .lines()
+        .position(|l| l.contains("limit=3;") && !l.contains("location"))
+        .unwrap();
+    let (ok, out) = test_config(&conf);
+    assert!(ok, "a warning, not an error: {out}");
+    let warns: Vec<&str> = out.lines().filter(|l| l.contains("[warn]")).collect();
+    assert_eq!(warns.len(), 1, "{out}");
+    assert!(
+        warns[0].contains("\"rate_limit_window\" never runs in location \"/r\": its \"return\" answers in the rewrite phase")
+            && warns[0].ends_with(&format!("nginx.conf:{line}")),
+        "line {line}: {out}"
+    );
+}
+
+/// What `nginx -t` cannot see (a `rewrite ... break` that does not match,
+/// then `return`; `set` then `return`) is told at the first such request:
+/// one warning per location and worker, none for a limited proxied location.
+#[test]
+fn return_before_the_limit_warns_at_the_first_request() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&http_conf(
+        r#"rate_limit_window_zone $http_x_key zone=z:1m window=1h;
+        server {
+            listen 127.0.0.1:{{PORT}};
+            location /rw {
+                rate_limit_window zone=z limit=3;
+                rewrite ^/rw/old$ /rw/new break;
+                return 200 "ok\n";
+            }
+            location /set { rate_limit_window zone=z limit=3; set $x 1; return 200 "ok\n"; }
+            location /proxied { rate_limit_window zone=z limit=3; proxy_pass http://{{UPSTREAM}}; }
+        }"#,
+    ));
+    assert!(!ng.error_log().contains("never runs"), "{}", ng.error_log());
+    for path in ["/rw/x", "/set"] {
+        let st: Vec<u16> = (0..6).map(|_| get_key(ng.port, path, "k").status).collect();
+        assert_eq!(st, [200; 6], "{path}: not limited, as the warning says");
+    }
+    let st: Vec<u16> = (0..4)
+        .map(|_| get_key(ng.port, "/proxied", "p").status)
+        .collect();
+    assert_eq!(st, [200, 200, 200, 429]);
+    let log = ng.error_log();
+    for name in ["/rw", "/set"] {
+        let needle = format!("the limits of location \"{name}\" did not run");
+        let n = count_lines(&log, &needle);
+        assert!(
+            (1..=2).contains(&n),
+            "{name}: {n} warnings (2 workers):\n{log}"
+        );
+    }
+    assert_eq!(count_lines(&log, "\"/proxied\" did not run"), 0, "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("[warn]") && l.contains("did not run")),
+        "{log}"
+    );
+}
