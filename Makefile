@@ -1,7 +1,8 @@
 # rate_limit_window — build, run and test the nginx module.
 #
 #   make run    build, then run nginx-conf/gateway.conf in the foreground
-#               (gateway on 127.0.0.1:8080, demo app on 127.0.0.1:8081)
+#               (gateway on 127.0.0.1:8080, demo app on 127.0.0.1:8081;
+#               make run PORT=9090 [APP_PORT=9091] for others)
 #   make test   build, then run every unit and integration test
 #
 # Other targets: build, bench, soak, fuzz, memcheck, deb, test-deb, clean.
@@ -39,7 +40,7 @@ build: deps
 	ls -l $(DIST)
 
 run: build
-	@scripts/run-gateway.sh
+	@PORT="$(PORT)" APP_PORT="$(APP_PORT)" scripts/run-gateway.sh
 
 test: build
 	@scripts/deps.sh $(TEST_DEPS)

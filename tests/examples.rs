@@ -251,3 +251,153 @@ fn problem_json_answers_rfc9457_with_the_real_numbers() {
         "the rejected request never reached the app"
     );
 }
+
+// ---------------------------------------------------------------------------
+// The docs run as printed (issue 37)
+// ---------------------------------------------------------------------------
+
+/// The first ```nginx block after `after` in the file `doc` (relative to the
+/// checkout), verbatim.
+fn nginx_block(doc: &str, after: &str) -> String {
+    let text = std::fs::read_to_string(example_conf_dir().join("..").join(doc)).unwrap();
+    let from = text
+        .find(after)
+        .unwrap_or_else(|| panic!("{doc}: no {after:?}"));
+    let rest = &text[from..];
+    let start = rest.find("```nginx\n").expect("an nginx block") + "```nginx\n".len();
+    let len = rest[start..].find("```").expect("the block ends");
+    rest[start..start + len].to_string()
+}
+
+/// `nginx -t -p PREFIX -c conf/nginx.conf` with `files` (relative to
+/// PREFIX) written first; PREFIX has modules/ and logs/ like every test's.
+fn nginx_t_with(conf: &str, files: &[(&str, &str)]) -> (bool, String) {
+    let prefix = make_prefix();
+    for (rel, text) in files {
+        let path = prefix.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    std::fs::write(prefix.path().join("conf/nginx.conf"), conf).unwrap();
+    nginx_t_in(prefix.path(), "conf/nginx.conf")
+}
+
+fn nginx_t_in(prefix: &std::path::Path, conf: &str) -> (bool, String) {
+    let out = std::process::Command::new(nginx_bin())
+        .args(["-t", "-p"])
+        .arg(prefix)
+        .args(["-c", conf])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run nginx -t");
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.success(), text)
+}
+
+#[test]
+fn readme_quick_start_passes_nginx_t_as_printed() {
+    let quick = nginx_block("README.md", "## Quick start");
+    assert!(
+        quick.contains("rate_limit_window zone=per_ip limit=100;"),
+        "{quick}"
+    );
+    let (ok, out) = nginx_t_with(&quick, &[]);
+    assert!(ok && out.contains("test is successful"), "{quick}\n{out}");
+}
+
+/// The Debian `conf.d` snippet of docs/operations.md, included inside an
+/// `http` block as Debian's nginx.conf does; the whole quick start in its
+/// place fails there, as the docs say.
+#[test]
+fn debian_conf_d_snippet_passes_nginx_t() {
+    let snippet = nginx_block("docs/operations.md", "/etc/nginx/conf.d/rate-limit.conf");
+    assert!(
+        !snippet.contains("load_module") && !snippet.contains("http {"),
+        "{snippet}"
+    );
+    let debian_like = format!(
+        "load_module modules/{MODULE_FILE};\n\
+         events {{}}\n\
+         http {{\n    include conf.d/*.conf;\n}}\n"
+    );
+    let (ok, out) = nginx_t_with(&debian_like, &[("conf/conf.d/rate-limit.conf", &snippet)]);
+    assert!(ok && out.contains("test is successful"), "{snippet}\n{out}");
+    let quick = nginx_block("README.md", "## Quick start");
+    let (ok, out) = nginx_t_with(&debian_like, &[("conf/conf.d/rate-limit.conf", &quick)]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("directive is not allowed here"), "{out}");
+}
+
+/// docs/operations.md#the-module-path: with `-p DIR`, a relative
+/// `load_module` looks in DIR/modules/; the absolute path works.
+#[test]
+fn module_path_under_p_is_absolute() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("logs")).unwrap();
+    let body = "events {}\nhttp { rate_limit_window_zone $binary_remote_addr zone=z:1m; }\n";
+    let relative = format!("load_module modules/{MODULE_FILE};\n{body}");
+    let absolute = format!(
+        "load_module {};\n{body}",
+        module_so().canonicalize().unwrap().display()
+    );
+    for (conf, ok, needle) in [
+        (relative, false, "dlopen()"),
+        (absolute, true, "test is successful"),
+    ] {
+        std::fs::write(dir.path().join("nginx.conf"), &conf).unwrap();
+        let (good, out) = nginx_t_in(dir.path(), "nginx.conf");
+        assert_eq!(good, ok, "{conf}\n{out}");
+        assert!(out.contains(needle), "{out}");
+    }
+}
+
+/// `make run PORT=…`: the Makefile passes PORT and APP_PORT to
+/// scripts/run-gateway.sh, which serves gateway.conf on those ports.
+#[test]
+fn make_run_ports_are_settable() {
+    let root = manifest_dir();
+    let dry = std::process::Command::new("make")
+        .args(["-n", "run", "PORT=9090"])
+        .current_dir(&root)
+        .output()
+        .expect("make -n");
+    let plan = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        plan.contains("PORT=\"9090\" APP_PORT=\"\" scripts/run-gateway.sh"),
+        "{plan}"
+    );
+
+    let (port, app) = (free_port(), free_port());
+    let mut child = std::process::Command::new(root.join("scripts/run-gateway.sh"))
+        .env("PORT", port.to_string())
+        .env("APP_PORT", app.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run-gateway.sh");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !probe(port) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let r = get(port, "/demo");
+    let direct = get(app, "/");
+    // SAFETY: kill(2) on the nginx master this test started (the script
+    // execs nginx); SIGQUIT stops it gracefully.
+    unsafe { libc::kill(child.id() as i32, libc::SIGQUIT) };
+    let _ = child.wait();
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert!(r.text().contains("\"app\":\"demo\""), "{}", r.text());
+    assert_eq!(r.header_num("RateLimit-Limit"), 10);
+    assert_eq!(direct.status, 200);
+
+    for (p, a) in [("0", ""), ("x", ""), ("9090", "9090")] {
+        let st = std::process::Command::new(root.join("scripts/run-gateway.sh"))
+            .env("PORT", p)
+            .env("APP_PORT", a)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(st.code(), Some(2), "PORT={p} APP_PORT={a}");
+    }
+}
