@@ -483,11 +483,8 @@ extern "C" fn set_zone(
     // SAFETY: called by nginx's configuration parser with a valid cf.
     let key = unsafe { args(cf) }[1];
     // SAFETY: as above.
-    if let Err(e) = check_params(
-        "rate_limit_window_zone",
-        &unsafe { words(cf, 2) },
-        ZONE_PARAMS,
-    ) {
+    let params = unsafe { words(cf, 2) };
+    if let Err(e) = check_params("rate_limit_window_zone", &params, ZONE_PARAMS) {
         return emerg(cf, &e.to_string());
     }
     // SAFETY: as above.
@@ -758,47 +755,11 @@ pub unsafe fn init_main_conf(cf: *mut ngx_conf_t, conf: *mut c_void) -> *mut c_c
     for z in mcf.zones() {
         if !z.defined {
             let e = undefined_zone(z.name.as_bytes(), &declared).to_string();
+            let emerg = NGX_LOG_EMERG as ngx_uint_t;
             // SAFETY: cf is the http{} configuration context.
-            unsafe { emerg_at(cf, z.ref_file, z.ref_line, &e) };
+            unsafe { crate::conf_log::log_at(cf, z.ref_file, z.ref_line, emerg, &e) };
             return NGX_CONF_ERROR;
         }
     }
     NGX_CONF_OK
-}
-
-/// Logs `msg` at `[emerg]` as from FILE:LINE (nginx appends
-/// ` in FILE:LINE`), not from where the parser is now: after http{} is
-/// parsed that is the block's end, which is no help.
-///
-/// # Safety
-/// `cf` must be a valid configuration context.
-pub(crate) unsafe fn emerg_at(cf: *mut ngx_conf_t, file: ngx_str_t, line: ngx_uint_t, msg: &str) {
-    // SAFETY: cf is valid (the caller's contract); the stand-in file lives
-    // on this stack frame until conf_file is restored below, and nginx's
-    // logger only reads its name and line.
-    unsafe { log_at(cf, file, line, NGX_LOG_EMERG as ngx_uint_t, msg) }
-}
-
-/// `ngx_conf_log_error` as from FILE:LINE, at `level`.
-///
-/// # Safety
-/// As for [`emerg_at`].
-pub(crate) unsafe fn log_at(
-    cf: *mut ngx_conf_t,
-    file: ngx_str_t,
-    line: ngx_uint_t,
-    level: ngx_uint_t,
-    msg: &str,
-) {
-    // SAFETY: a zeroed ngx_conf_file_t is a closed file with no buffer;
-    // see emerg_at for the lifetime.
-    unsafe {
-        let mut at: nginx_sys::ngx_conf_file_t = core::mem::zeroed();
-        at.file.name = file;
-        at.line = line;
-        let saved = (*cf).conf_file;
-        (*cf).conf_file = &mut at;
-        ngx_conf_log_error!(level, cf, "{}", msg);
-        (*cf).conf_file = saved;
-    }
 }

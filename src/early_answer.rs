@@ -19,7 +19,8 @@ use nginx_sys::{
 use ngx::http::Request;
 use ngx::ngx_log_error;
 
-use crate::conf::{log_at, LocConf};
+use crate::conf::LocConf;
+use crate::conf_log::log_at;
 use crate::Module;
 use ngx::http::HttpModuleLocationConf;
 

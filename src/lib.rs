@@ -7,6 +7,7 @@
 //! | file           | job                                                    |
 //! |----------------|--------------------------------------------------------|
 //! | `conf.rs`      | directives, configuration structs, merge               |
+//! | `conf_log.rs`  | configuration messages as from a directive's line      |
 //! | `zone.rs`      | shared-memory zone init and reuse on reload            |
 //! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
 //! | `decision.rs`  | the per-request decision, kept across redirects        |
@@ -27,6 +28,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod conf;
+mod conf_log;
 mod cost;
 mod count_status;
 mod decision;

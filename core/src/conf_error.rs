@@ -155,19 +155,19 @@ impl From<String> for ConfError {
 
 impl PartialEq<str> for ConfError {
     fn eq(&self, other: &str) -> bool {
-        self.to_string() == other
+        format!("{self}") == other
     }
 }
 
 impl PartialEq<&str> for ConfError {
     fn eq(&self, other: &&str) -> bool {
-        self.to_string() == *other
+        format!("{self}") == **other
     }
 }
 
 impl PartialEq<String> for ConfError {
     fn eq(&self, other: &String) -> bool {
-        self.to_string() == *other
+        format!("{self}") == *other
     }
 }
 
@@ -346,7 +346,7 @@ impl fmt::Display for Units {
             ("m", 60_000),
             ("s", 1000),
         ] {
-            if ms >= len && ms % len == 0 {
+            if ms >= len && ms.is_multiple_of(len) {
                 return write!(f, "{}{unit}", ms / len);
             }
         }
