@@ -167,7 +167,7 @@ fn nginx_t_refuses_bad_fixed_costs() {
         ("limit=10 cost=11", "cost=11 is above limit=10"),
         ("limit=10 cost=0", "invalid cost \"0\""),
         ("limit=10 cost=x", "invalid cost \"x\""),
-        ("limit=10 cost=2 cost=3", "duplicate \"cost=\""),
+        ("limit=10 cost=2 cost=3", "duplicate parameter \"cost=\""),
     ] {
         let conf = http_conf(&format!(
             "rate_limit_window_zone $binary_remote_addr zone=z:1m;
