@@ -480,6 +480,16 @@ fn hint_cases() -> Vec<(&'static str, String, &'static str)> {
             "invalid window \"1.5m\": nginx times are whole numbers; write window=90s",
         ),
         (
+            "window=abc",
+            zone("zone=z:1m window=abc"),
+            "invalid window \"abc\": use a time from 1s to 24h in whole seconds, e.g. window=1m",
+        ),
+        (
+            "zone= without size",
+            zone("zone=z"),
+            "invalid zone size \"zone=z\": use zone=NAME:SIZE, the size in bytes, k or m, e.g. zone=per_ip:10m",
+        ),
+        (
             "window=1.25s",
             zone("zone=z:1m window=1.25s"),
             "write window=1s or window=2s",

@@ -329,6 +329,13 @@ pub fn parse_limit(s: &[u8]) -> Result<u32, LimitError> {
     Ok(n as u32)
 }
 
+/// What an unparsable `window=` should look like.
+const WINDOW_HINT: &str =
+    "use a time from 1s to 24h in whole seconds, e.g. window=1m or window=90s";
+
+/// What `zone=` should look like.
+const ZONE_HINT: &str = "use zone=NAME:SIZE, the size in bytes, k or m, e.g. zone=per_ip:10m";
+
 /// Parses a window length (`window=TIME`) with [`parse_time_ms`] and
 /// validates it with [`Window::from_ms`]: 1 s to 24 h. A bare number is in
 /// seconds, as everywhere in nginx.
@@ -338,7 +345,7 @@ pub fn parse_limit(s: &[u8]) -> Result<u32, LimitError> {
 /// and so are Retry-After and RateLimit-Reset), so `window=1500ms` could
 /// only be sent wrong (`w=1`).
 ///
-/// Errors: `invalid window "X"` when the time does not parse (with the
+/// Errors: `invalid window "X": use a time …` when the time does not parse (with the
 /// same time in whole units when it has a fraction: `1.5m` is `90s`),
 /// `invalid window "X": window must be between 1s and 24h` when out of range,
 /// `invalid window "X": it must be a whole number of seconds`.
@@ -347,7 +354,7 @@ pub fn parse_window(s: &[u8]) -> Result<Window, String> {
         if let Some(e) = fractional_time("window", s) {
             return Err(e.to_string());
         }
-        return Err(format!("invalid window \"{}\"", escape(s)));
+        return Err(format!("invalid window \"{}\": {WINDOW_HINT}", escape(s)));
     };
     let w = Window::from_ms(ms).map_err(|e| format!("invalid window \"{}\": {e}", escape(s)))?;
     if !ms.is_multiple_of(1000) {
@@ -398,7 +405,7 @@ pub struct ZoneParams {
 /// the page size: the glue passes `8 * ngx_pagesize`). A parameter given
 /// twice is refused ([`check_params`]).
 ///
-/// Errors (exact texts): `invalid zone size "zone=..."` (no `:`, empty name
+/// Errors (exact texts): `invalid zone size "zone=...": use zone=NAME:SIZE …` (no `:`, empty name
 /// or a size [`parse_size`] rejects), `invalid zone name "NAME": use only
 /// letters, digits and ` followed by the other HTTP token characters (a
 /// name with any other byte), `zone "NAME" is too small: it must be
@@ -417,7 +424,7 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
 
     for &a in args {
         if let Some(v) = a.strip_prefix(b"zone=") {
-            let bad = || format!("invalid zone size \"{}\"", escape(a));
+            let bad = || format!("invalid zone size \"{}\": {ZONE_HINT}", escape(a));
             let colon = v.iter().rposition(|&c| c == b':').ok_or_else(bad)?;
             let size = parse_size(&v[colon + 1..]).ok_or_else(bad)?;
             if colon == 0 {

@@ -136,8 +136,11 @@ fn windows() {
             format!("invalid window \"{s}\": it must be a whole number of seconds")
         );
     }
-    assert_eq!(parse_window(b"1x").unwrap_err(), "invalid window \"1x\"");
-    assert_eq!(parse_window(b"").unwrap_err(), "invalid window \"\"");
+    assert_eq!(
+        parse_window(b"1x").unwrap_err(),
+        "invalid window \"1x\": use a time from 1s to 24h in whole seconds, e.g. window=1m or window=90s"
+    );
+    assert_eq!(parse_window(b"").unwrap_err(), "invalid window \"\": use a time from 1s to 24h in whole seconds, e.g. window=1m or window=90s");
     for s in ["999ms", "0", "24h1ms", "1d1s", "2d"] {
         assert_eq!(
             parse_window(s.as_bytes()).unwrap_err(),
@@ -291,11 +294,26 @@ fn zone_params_rejected() {
             "window=1m",
             "\"rate_limit_window_zone\" must have \"zone\" parameter",
         ),
-        ("zone=api", "invalid zone size \"zone=api\""),
-        ("zone=:10m", "invalid zone size \"zone=:10m\""),
-        ("zone=api:", "invalid zone size \"zone=api:\""),
-        ("zone=api:10g", "invalid zone size \"zone=api:10g\""),
-        ("zone=api:-1", "invalid zone size \"zone=api:-1\""),
+        (
+            "zone=api",
+            "invalid zone size \"zone=api\": use zone=NAME:SIZE, the size in bytes, k or m, e.g. zone=per_ip:10m",
+        ),
+        (
+            "zone=:10m",
+            "invalid zone size \"zone=:10m\": use zone=NAME:SIZE, the size in bytes, k or m, e.g. zone=per_ip:10m",
+        ),
+        (
+            "zone=api:",
+            "invalid zone size \"zone=api:\": use zone=NAME:SIZE, the size in bytes, k or m, e.g. zone=per_ip:10m",
+        ),
+        (
+            "zone=api:10g",
+            "invalid zone size \"zone=api:10g\": use zone=NAME:SIZE, the size in bytes, k or m, e.g. zone=per_ip:10m",
+        ),
+        (
+            "zone=api:-1",
+            "invalid zone size \"zone=api:-1\": use zone=NAME:SIZE, the size in bytes, k or m, e.g. zone=per_ip:10m",
+        ),
         (
             "zone=api:32767",
             "zone \"api\" is too small: it must be at least 32768 bytes",
@@ -304,8 +322,14 @@ fn zone_params_rejected() {
             "zone=api:0",
             "zone \"api\" is too small: it must be at least 32768 bytes",
         ),
-        ("zone=api:1m window=1y", "invalid window \"1y\""),
-        ("zone=api:1m window=", "invalid window \"\""),
+        (
+            "zone=api:1m window=1y",
+            "invalid window \"1y\": use a time from 1s to 24h in whole seconds, e.g. window=1m or window=90s",
+        ),
+        (
+            "zone=api:1m window=",
+            "invalid window \"\": use a time from 1s to 24h in whole seconds, e.g. window=1m or window=90s",
+        ),
         (
             "zone=api:1m window=500ms",
             "invalid window \"500ms\": window must be between 1s and 24h",
