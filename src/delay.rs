@@ -40,7 +40,7 @@ use ngx::core::Status;
 use ngx::http::Request;
 use ngx::{ngx_log_debug_mask, ngx_log_error, ngx_string};
 use rate_limit_window_core::delay::{plan, LimitWait, Plan, DEFAULT_MAX_HELD};
-use rate_limit_window_core::{strict, Counts, Outcome};
+use rate_limit_window_core::{fit, strict, Counts, Outcome};
 
 use crate::conf::{Limit, LocConf};
 use crate::decision::{self, Applied, Verdict};
@@ -227,65 +227,68 @@ unsafe fn waits(r: *mut ngx_http_request_t, rej: &Rejection) -> Vec<LimitWait> {
         let Ok(Judge::Limit { hash, limit, .. }) = judge(req, zone, table, l.value) else {
             continue;
         };
+        // SAFETY: r is valid.
+        let cost = unsafe { crate::cost::quiet(r, l.cost, limit) };
         let snap = table.peek(hash, rej.now);
         let w = zone.window;
+        let need = Need {
+            limit,
+            cost,
+            delay_ms: l.delay_ms,
+            rejected_now: n == rej.index,
+        };
         if let Some(s) = snap.strict {
-            out.push(strict_wait(
-                &s,
-                rej,
-                zone,
-                limit,
-                l.delay_ms,
-                n == rej.index,
-            ));
+            out.push(strict_wait(&s, rej, zone, need));
             continue;
         }
         let mut counts = Counts {
             current: snap.current,
             previous: snap.previous,
         };
-        let own = rej.applied.iter().any(|a| {
-            ptr::eq(a.zone, zone)
-                && a.admission
-                    .is_some_and(|adm| adm.window_index() == snap.window_index)
-        });
-        if own {
-            counts.current = counts.current.saturating_sub(1);
-        }
+        // The request's own admission by an earlier limit of this zone.
+        let own: u32 = rej
+            .applied
+            .iter()
+            .filter(|a| ptr::eq(a.zone, zone))
+            .filter_map(|a| a.admission)
+            .filter(|adm| adm.window_index() == snap.window_index)
+            .map(|adm| adm.cost())
+            .sum();
+        counts.current = counts.current.saturating_sub(own);
         let e = w.elapsed_ms(rej.now);
-        out.push(LimitWait::of(
-            counts,
-            e,
-            w.ms(),
-            limit,
-            l.delay_ms,
-            n == rej.index,
-        ));
+        let wait = fit::wait_ms(counts, e, w.ms(), limit, cost);
+        out.push(LimitWait::from_wait(wait, need.delay_ms, need.rejected_now));
     }
     out
 }
 
-/// [`LimitWait::of`] for a strict zone's key state `s` (its sub-window
-/// counts at `rej.now`), less the request's own admission in this zone.
-fn strict_wait(
-    s: &strict::State,
-    rej: &Rejection,
-    zone: &ZoneConf,
+/// What one limit asks of a held request.
+#[derive(Clone, Copy)]
+struct Need {
+    /// Requests per window.
     limit: u32,
+    /// The request's cost under this limit.
+    cost: u32,
+    /// The limit's `delay=` (ms).
     delay_ms: u64,
+    /// This limit has just rejected the request.
     rejected_now: bool,
-) -> LimitWait {
+}
+
+/// The wait of a strict zone's key state `s` (its sub-window counts at
+/// `rej.now`), less the request's own admission in this zone, until the
+/// whole cost fits ([`fit::strict_wait_ms`]).
+fn strict_wait(s: &strict::State, rej: &Rejection, zone: &ZoneConf, need: Need) -> LimitWait {
     let mut s = *s;
     for a in rej.applied.iter().filter(|a| ptr::eq(a.zone, zone)) {
-        let at = a
-            .admission
-            .and_then(|adm| s.index.checked_sub(adm.window_index()));
+        let Some(adm) = a.admission else { continue };
+        let at = s.index.checked_sub(adm.window_index());
         if let Some(c) = at.and_then(|i| s.counts.get_mut(i as usize)) {
-            *c = c.saturating_sub(1);
+            *c = c.saturating_sub(adm.cost());
         }
     }
-    let wait_ms = (limit > 0).then(|| strict::retry_after_ms(&s, rej.now, zone.window.ms(), limit));
-    LimitWait::from_wait(wait_ms, delay_ms, rejected_now)
+    let wait = fit::strict_wait_ms(&s, rej.now, zone.window.ms(), need.limit, need.cost);
+    LimitWait::from_wait(wait, need.delay_ms, need.rejected_now)
 }
 
 /// Holds `r` for `wait_ms`: takes a place under `delay_max_held` (the

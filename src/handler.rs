@@ -582,13 +582,10 @@ fn longest_wait(r: &mut Request, limits: &[conf::Limit], now: u64) -> u32 {
             continue;
         };
         if let Ok(Judge::Limit { hash, limit, .. }) = judge(r, zone, table, l.value) {
-            // The whole cost must fit: as a limit `cost - 1` lower would
-            // admit one request.
             // SAFETY: the request is valid for this call.
-            let limit = limit
-                .saturating_add(1)
-                .saturating_sub(unsafe { cost::quiet(r.into(), l.cost, limit) });
-            longest = longest.max(table.retry_after_secs(hash, now, limit));
+            let cost = unsafe { cost::quiet(r.into(), l.cost, limit) };
+            // The whole cost must fit (the core's one rule, `fit`).
+            longest = longest.max(table.retry_after_secs(hash, now, limit, cost));
         }
     }
     longest

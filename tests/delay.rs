@@ -597,3 +597,62 @@ fn http2_held_stream_does_not_hold_the_others() {
     }
     assert_eq!(up.received(), 6);
 }
+
+/// Holds logged ("delaying request by N ms") since `off` in `ng`'s error log.
+fn holds_since(ng: &Nginx, off: usize) -> usize {
+    count_lines(&ng.error_log_since(off), "delaying request by")
+}
+
+/// Issue 31: `delay=` with `cost=` asks when the whole cost fits. In a 60 s
+/// window, 8 of 10 counted, a cost of 4 fits 7.5 s into the next window:
+/// later than `delay=20s` from anywhere but the last 12.5 s of a window,
+/// so it is refused at once, not held on 1 ms timers until the delay runs
+/// out.
+#[test]
+fn cost_that_cannot_fit_within_delay_is_refused_at_once() {
+    let up = Upstream::start();
+    let ng = start(
+        &up,
+        &conf("60s", "rate_limit_window zone=z limit=10 cost=4 delay=20s;"),
+    );
+    clear_of_boundary(60_000, 15_000);
+    for _ in 0..2 {
+        assert_eq!(get_key(ng.port, "/", "costly").status, 200);
+    }
+    let off = ng.error_log_len();
+    let sent = Instant::now();
+    let r = get_key(ng.port, "/", "costly");
+    let took = sent.elapsed();
+    assert_eq!(r.status, 429, "{}", r.describe());
+    assert!(took < Duration::from_millis(500), "not at once: {took:?}");
+    let holds = holds_since(&ng, off);
+    assert!(holds <= 2, "{holds} holds logged");
+    assert_eq!(r.header("X-RLW-Delay"), Some("0"));
+    // Retry-After is the wait for the whole cost: more than the delay.
+    assert!(r.header_num("Retry-After") > 20, "{}", r.describe());
+}
+
+/// The same in a 2 s window, where the whole cost fits within the delay:
+/// admitted after at most 3 holds, at the first moment it fits.
+#[test]
+fn cost_that_fits_within_delay_is_admitted_after_few_holds() {
+    let up = Upstream::start();
+    let ng = start(
+        &up,
+        &conf("2s", "rate_limit_window zone=z limit=10 cost=4 delay=20s;"),
+    );
+    clear_of_boundary(2_000, 1_500);
+    for _ in 0..2 {
+        assert_eq!(get_key(ng.port, "/", "costly").status, 200);
+    }
+    let off = ng.error_log_len();
+    let r = get_key(ng.port, "/", "costly");
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert_eq!(r.header("X-RLW-Status"), Some("DELAYED"));
+    let holds = holds_since(&ng, off);
+    assert!((1..=3).contains(&holds), "{holds} holds logged");
+    assert_eq!(delayed(ng.port, "admitted"), 1.0);
+    // Held until the whole cost fits: 250 ms (W/8) into the next window.
+    let waited = r.header_num("X-RLW-Delay");
+    assert!((250..=2_300).contains(&waited), "waited {waited} ms");
+}

@@ -65,6 +65,7 @@
 mod atomic;
 pub mod cluster;
 pub mod delay;
+pub mod fit;
 pub mod limit_opts;
 pub mod mode;
 pub mod parse;

@@ -8,6 +8,7 @@ use super::layout::{
 };
 use super::place::{Candidate, Found};
 use super::{FailPolicy, KeyHash, Table, CHOICES};
+use crate::fit;
 use crate::window::{self, Counts};
 
 /// Whether the request was admitted.
@@ -32,6 +33,11 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// Requests counted by the admission (its cost).
+    pub fn cost(&self) -> u32 {
+        self.cost
+    }
+
     /// The window index (UTC epoch index) the admission was counted in; in
     /// a strict zone, the sub-window index ([`crate::strict::sub_index`]).
     pub fn window_index(&self) -> u64 {
@@ -209,7 +215,7 @@ impl Table<'_> {
             fp: key.fingerprint(),
             now_idx,
             elapsed,
-            limit: (limit.saturating_add(1)).saturating_sub(cost),
+            limit: fit::effective_limit(limit, cost),
             cost,
             policy,
             shard,
@@ -324,7 +330,8 @@ impl Table<'_> {
     #[inline(never)]
     fn rejected(&self, counts: Counts, elapsed: u64, limit: u32, estimate: u32) -> Decision {
         let w = self.window.ms();
-        let retry_after_s = window::retry_after_secs(counts, elapsed, w, limit);
+        let retry_after_s =
+            fit::retry_after_secs(fit::wait_ms_effective(counts, elapsed, w, limit), w);
         let reset_s = window::reset_secs(elapsed, w);
         Decision::rejected(retry_after_s, reset_s, estimate, Events::default())
     }
@@ -369,7 +376,8 @@ impl Table<'_> {
         events.clock_backwards |= v.backwards;
         let (ok, est, remaining) = window::decide(v.counts, v.elapsed, self.wdiv, q.limit);
         if !ok {
-            let retry_after_s = window::retry_after_secs(v.counts, v.elapsed, w, q.limit);
+            let wait = fit::wait_ms_effective(v.counts, v.elapsed, w, q.limit);
+            let retry_after_s = fit::retry_after_secs(wait, w);
             return Some(Decision::rejected(retry_after_s, reset_s, est, *events));
         }
         // Admitted: current < limit <= MAX_LIMIT < COUNT_MAX.
@@ -409,7 +417,7 @@ impl Table<'_> {
         let w = self.window.ms();
         let reset_s = window::reset_secs(q.elapsed, w);
         if q.limit == 0 {
-            let retry_after_s = window::retry_after_secs(Counts::default(), q.elapsed, w, 0);
+            let retry_after_s = fit::retry_after_secs(None, w);
             return Some(Decision::rejected(retry_after_s, reset_s, 0, *events));
         }
         let (target, idle, live) = match (free, victim, q.policy) {
