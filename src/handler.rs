@@ -659,6 +659,11 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
             crate::sync::log_outage(log, zone, header, now.saturating_sub(since));
         }
     }
+    if d.events.evicted_over_limit {
+        if let Some(header) = zone.header() {
+            header.evict_over_limit.fetch_add(1, Ordering::Relaxed);
+        }
+    }
     let episode = |c: Counter| table.note_episode(c, now, EPISODE_QUIET_MS);
     if d.events.evicted_live && episode(Counter::EvictLive) {
         ngx_log_error!(

@@ -215,7 +215,7 @@ mod held {
 
         #[test]
         fn held_request_admitted_at_first_fit_or_rejected_at_once(
-            w in prop_oneof![Just(1_000u64), Just(2_000u64), Just(60_000u64), 500u64..100_000],
+            w in prop_oneof![Just(1_000u64), Just(2_000u64), Just(60_000u64), 1_000u64..100_000],
             limit in 1u32..15,
             cost in 1u32..18,
             delay_w in 0u64..300,

@@ -116,12 +116,13 @@ const FAMILIES: &[Family] = &[
     family(
         "rate_limit_window_evictions_total",
         "counter",
-        "Slots taken over for a new client: idle (no traffic for 2+ windows) or live (the zone is too small).",
+        "Slots taken over for a new client: idle (no traffic for 2+ windows), live (the zone is too small), over_limit (live, and refused since its last admission: every candidate was at its limit; also counted in live).",
         Samples::By(
             "kind",
             &[
                 ("idle", |l| counter(l, Counter::EvictIdle)),
                 ("live", |l| counter(l, Counter::EvictLive)),
+                ("over_limit", |l| atomic(&l.header.evict_over_limit)),
             ],
         ),
     ),

@@ -3,8 +3,8 @@
 //! `undo`.
 
 use super::layout::{
-    fp_of, idx_delta, is_ahead, prefetch, view, Counter, Slot, COUNT_BITS, COUNT_MASK, COUNT_MAX,
-    IDX_MASK,
+    fp_of, idx_delta, is_ahead, is_limited, prefetch, view, Counter, Slot, COUNT_BITS, COUNT_MASK,
+    COUNT_MAX, IDX_MASK, LIMITED, TICK_MAX,
 };
 use super::place::{Candidate, Found};
 use super::{FailPolicy, KeyHash, Table, CHOICES};
@@ -52,6 +52,9 @@ impl Admission {
 pub struct Events {
     /// A live key was evicted to make room (`FailPolicy::Open`).
     pub evicted_live: bool,
+    /// The live key evicted was refused since its last admission (at or
+    /// over its limit): every candidate was (`FailPolicy::Open`).
+    pub evicted_over_limit: bool,
     /// An idle key's slot was reused.
     pub evicted_idle: bool,
     /// The key's slot was from a later window than `now_ms`.
@@ -296,6 +299,7 @@ impl Table<'_> {
         };
         let (ok, estimate, remaining) = window::decide(counts, elapsed, self.wdiv, q.limit);
         if !ok {
+            self.mark_limited(slot, value);
             return self.rejected(counts, elapsed, q.limit, estimate);
         }
         let tick = u128::from(self.tick(elapsed)) << 64;
@@ -322,6 +326,17 @@ impl Table<'_> {
         let reset_s = window::reset_secs(elapsed, self.window.ms());
         let admission = Admission::new(slot, &q, now_idx);
         Decision::admitted(remaining, reset_s, estimate, admission, Events::default())
+    }
+
+    /// Marks the client at `slot` (read as `value`) refused since its last
+    /// admission ([`LIMITED`]), once: a lost CAS is left to the next
+    /// rejection. Nothing else of the slot changes.
+    #[cold]
+    #[inline(never)]
+    fn mark_limited(&self, slot: usize, value: u128) {
+        if !is_limited(value) {
+            let _ = self.cas(slot, value, value | LIMITED);
+        }
     }
 
     /// The decision for a request over its limit (no events, nothing
@@ -376,6 +391,7 @@ impl Table<'_> {
         events.clock_backwards |= v.backwards;
         let (ok, est, remaining) = window::decide(v.counts, v.elapsed, self.wdiv, q.limit);
         if !ok {
+            self.mark_limited(slot, value);
             let wait = fit::wait_ms_effective(v.counts, v.elapsed, w, q.limit);
             let retry_after_s = fit::retry_after_secs(wait, w);
             return Some(Decision::rejected(retry_after_s, reset_s, est, *events));
@@ -384,7 +400,7 @@ impl Table<'_> {
         let new = Slot {
             fp: q.fp,
             tick: if v.backwards {
-                s.tick
+                s.tick & TICK_MAX
             } else {
                 self.tick(q.elapsed)
             },
@@ -437,6 +453,7 @@ impl Table<'_> {
         }
         events.evicted_idle |= idle;
         events.evicted_live |= live;
+        events.evicted_over_limit |= live && is_limited(target.value);
         let slot = self.dedup(q.key, q.fp, target.slot, q.now_idx, q.elapsed);
         let first = Counts {
             current: 1,
