@@ -108,6 +108,20 @@ impl LimitWait {
     }
 }
 
+/// The fair queue of held requests, per client (a limit's key):
+///
+/// * a request newly held behind `ahead` requests of its client that are
+///   held already waits for its own turn ([`crate::fit::turn_ms`]: each
+///   one before it admitted at the first ms it fits), so held requests wake
+///   in order and about once per admission, not all at the same ms;
+/// * a request whose turn does not come within `delay` is refused at once:
+///   a client holds at most what can be admitted within `delay` (as
+///   `limit_req`'s per-key `burst`), so one client's flood leaves the rest
+///   of `delay_max_held` to others' delayable requests (a client whose
+///   share is larger than the cap can still fill it);
+/// * a request woken and held again (another request took the room) goes
+///   back with `ahead = 0`: it has waited longest.
+///
 /// What to do with a request, given every limit's wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plan {
@@ -288,6 +302,45 @@ mod tests {
         let l = of(counts(4, 0), 0, W, 5, 10, true);
         assert_eq!(l.wait_ms, Some(1));
         assert_eq!(plan(&[l], 0), Plan::Hold { wait_ms: 1 });
+    }
+
+    #[test]
+    fn a_queue_wakes_once_per_admission_and_refuses_past_the_delay() {
+        // limit=2 per 2 s, delay=10s: 2 admitted at 100 ms, then 28 more
+        // of one client at once. Each is planned for its turn behind the
+        // ones held before it; those whose turn is past the delay are
+        // refused at once.
+        let (limit, delay, start) = (2u32, 10_000u64, 100u64);
+        let mut turns = vec![];
+        for ahead in 0..28 {
+            let c = counts(limit, 0);
+            let w = fit::turn_ms(c, start % W, W, limit, 1, ahead);
+            match plan(&[LimitWait::from_wait(w, delay, true)], 0) {
+                Plan::Hold { wait_ms } => turns.push(start + wait_ms),
+                Plan::Reject => break,
+                Plan::Admit => panic!("a full window admits nothing"),
+            }
+        }
+        // The share: what can be admitted within the delay.
+        assert!(
+            (8..=11).contains(&turns.len()),
+            "{} turns: {turns:?}",
+            turns.len()
+        );
+        // Woken in order, each at the first ms it fits once those before
+        // it were admitted: one wake per admission, none held again.
+        let mut log: Vec<u64> = vec![start, start];
+        for (k, &t) in turns.iter().enumerate() {
+            assert!(k == 0 || t > turns[k - 1], "{turns:?}");
+            let (idx, e) = (t / W, t % W);
+            let count_in = |i: u64| log.iter().filter(|&&a| a / W == i).count() as u32;
+            let c = Counts {
+                current: count_in(idx),
+                previous: count_in(idx.wrapping_sub(1)),
+            };
+            assert_eq!(fit::wait_ms(c, e, W, limit, 1), Some(0), "turn {k} at {t}");
+            log.push(t);
+        }
     }
 
     #[test]

@@ -55,6 +55,62 @@ pub fn strict_wait_ms(
     strict::retry_after_cost_ms(state, now_ms, window_ms, limit, cost.max(1))
 }
 
+/// Wait in ms until the turn of a request of `cost` held behind `ahead`
+/// requests of its client (each of the same cost), with no other traffic:
+/// each one before it admitted at the first ms it fits, then this one
+/// ([`wait_ms`] for `ahead = 0`); `None`: never.
+pub fn turn_ms(
+    counts: Counts,
+    elapsed_ms: u64,
+    window_ms: u64,
+    limit: u32,
+    cost: u32,
+    ahead: u32,
+) -> Option<u64> {
+    let (mut c, mut e, mut t) = (counts, elapsed_ms.min(window_ms - 1), 0u64);
+    for n in 0..=ahead {
+        let w = wait_ms(c, e, window_ms, limit, cost)?;
+        t += w;
+        if n == ahead {
+            break;
+        }
+        // Move `w` ms on, then count the admission.
+        let to = e + w;
+        (c, e) = match to / window_ms {
+            0 => (c, to),
+            1 => (
+                Counts {
+                    current: 0,
+                    previous: c.current,
+                },
+                to - window_ms,
+            ),
+            _ => (Counts::default(), to % window_ms),
+        };
+        c.current = c.current.saturating_add(cost.max(1));
+    }
+    Some(t)
+}
+
+/// [`turn_ms`] for a strict key in `state` at `now_ms`.
+pub fn strict_turn_ms(
+    state: &strict::State,
+    now_ms: u64,
+    window_ms: u64,
+    limit: u32,
+    cost: u32,
+    ahead: u32,
+) -> Option<u64> {
+    let (mut s, mut t) = (*state, now_ms);
+    for n in 0..=ahead {
+        t += strict_wait_ms(&s, t, window_ms, limit, cost)?;
+        if n < ahead {
+            s = strict::decide_cost(s, t, window_ms, limit, cost).state;
+        }
+    }
+    Some(t - now_ms)
+}
+
 /// Retry-After in whole seconds (rounded up) for a wait: a request that
 /// never fits is told to come back after a window, as before.
 pub fn retry_after_secs(wait_ms: Option<u64>, window_ms: u64) -> u32 {

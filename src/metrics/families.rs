@@ -250,6 +250,12 @@ const FAMILIES: &[Family] = &[
         ),
     ),
     family(
+        "rate_limit_window_delay_share_full_total",
+        "counter",
+        "Delayable requests refused at once: their client's share of the delay queue was full.",
+        Samples::One(|l| atomic(&l.header.delay.share_full)),
+    ),
+    family(
         "rate_limit_window_delay_held",
         "gauge",
         "Requests held by delay= now, by every worker.",
