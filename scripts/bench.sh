@@ -11,6 +11,8 @@
 #   abusers     clients over their limit still refused after a flood of 1M new
 #               clients, 1 MB zone, this module vs limit_req (not in the
 #               default list: RLW_BENCH_ONLY=abusers)
+#   delayq      holds per admission of one client's burst held by delay=
+#               (not in the default list: RLW_BENCH_ONLY=delayq)
 #   accuracy    core/benches/accuracy.rs output, copied
 #   micro       core/benches/decision.rs (criterion), ns/decision vs mutex
 #   callgrind   instructions per request under valgrind (repeatable)
@@ -75,6 +77,7 @@ BENCH_CAP_RLW_N=${BENCH_CAP_RLW_N:-"5000 10000 20000 40000 50000 55000 60000 650
 BENCH_CAP_LR_N=${BENCH_CAP_LR_N:-"2000 5000 7000 8000 9000 10000 20000"}
 BENCH_ABUSE_N=${BENCH_ABUSE_N:-"100 1000 5000 10000 30000 50000"}
 BENCH_FLOOD_KEYS=${BENCH_FLOOD_KEYS:-1000000}
+BENCH_DELAY_BURST=${BENCH_DELAY_BURST:-30}
 BENCH_CAP_MODE=${BENCH_CAP_MODE:-estimate}
 BENCH_MODES_REPS=${BENCH_MODES_REPS:-10}
 BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput modes capacity accuracy micro callgrind redis hugepages scaling cluster"}
@@ -509,6 +512,45 @@ bench_abusers() {
         ABUSERS_MD+=$'\n'"$row | $sents |"
     done
     stop_nginx
+}
+
+# ---------------------------------------------------------------- delay queue
+
+# Issue 36's delay case: one worker, limit=2 per 2 s, delay=10s
+# delay_max_held=20, BENCH_DELAY_BURST requests of one client at once;
+# holds logged ("delaying request by") per held-then-admitted request.
+bench_delayq() {
+    log "== delayq: $BENCH_DELAY_BURST requests of one client at once, limit=2 per 2 s, delay=10s"
+    fresh_prefix
+    PORT=$(free_port)
+    local conf=$PREFIX/conf/nginx.conf
+    render "$BENCH_DIR/capacity-head.conf.in" "$conf"
+    cat >>"$conf" <<CONF
+    rate_limit_window_zone \$http_x_key zone=q:1m window=2s;
+    server {
+        listen 127.0.0.1:$PORT;
+        location /none/ { empty_gif; }
+        location = /metrics { rate_limit_window_metrics; }
+        location = /q { rate_limit_window zone=q limit=2 delay=10s delay_max_held=20; empty_gif; }
+    }
+}
+CONF
+    start_nginx "$conf"
+    local out=$RESULTS/delayq.txt i holds admitted pids=()
+    : >"$out"
+    for i in $(seq "$BENCH_DELAY_BURST"); do
+        curl -s -o /dev/null -w '%{http_code}\n' --max-time 30 -H "X-Key: one" "http://127.0.0.1:$PORT/q" >>"$out" &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    check_nginx_alive
+    holds=$(grep -c "delaying request by" "$PREFIX/logs/error.log" || true)
+    admitted=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^rate_limit_window_delayed_total\{zone="q",result="admitted"\}/ {print $2}')
+    stop_nginx
+    log "delayq: statuses $(sort "$out" | uniq -c | tr '\n' ' '); $holds holds, $admitted held then admitted"
+    DELAYQ_MD="| requests at once | 200 | 429 | held then admitted | holds logged | holds per admission |
+|---:|---:|---:|---:|---:|---:|
+| $BENCH_DELAY_BURST | $(grep -c '^200' "$out") | $(grep -c '^429' "$out") | $admitted | $holds | $(python3 -c 'import sys; a=float(sys.argv[2] or 0); print("%.2f" % (float(sys.argv[1]) / a) if a else "n/a")' "$holds" "$admitted") |"
 }
 
 # ---------------------------------------------------------------- core benches
@@ -1182,6 +1224,22 @@ $ABUSERS_MD
 
 EOF
         fi
+        if section_on delayq; then
+            cat <<EOF
+## Delay queue: holds per admission
+
+${ALONE_NOTE}One nginx worker, \`rate_limit_window zone=q limit=2 delay=10s
+delay_max_held=20\` in a \`window=2s\` zone, \`empty_gif\`. $BENCH_DELAY_BURST requests of one
+client (\`X-Key: one\`) sent at once (curl, one connection each). A held
+request waits for its own turn behind its client's held requests; one whose
+turn is past \`delay\` is refused at once. "Holds logged" counts the
+\`delaying request by\` lines (every hold and re-hold); "held then admitted"
+is \`rate_limit_window_delayed_total{result="admitted"}\`.
+
+$DELAYQ_MD
+
+EOF
+        fi
         if section_on scaling; then
             cat <<EOF
 ## Worker scaling
@@ -1255,13 +1313,14 @@ alone_note() {
 
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
 THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" CALLGRIND_MD="" REDIS_MD="" HUGEPAGES_MD=""
-SCALING_MD="" SCALING_WRK="" CLUSTER_MD="" MODES_MD="" ABUSERS_MD=""
+SCALING_MD="" SCALING_WRK="" CLUSTER_MD="" MODES_MD="" ABUSERS_MD="" DELAYQ_MD=""
 preflight
 [ "$BENCH_REPS" -ge 3 ] || log "warning: BENCH_REPS=$BENCH_REPS < 3: fine for trying the script, not for numbers to quote"
 section_on throughput && bench_throughput
 section_on modes && bench_modes
 section_on capacity && bench_capacity
 section_on abusers && bench_abusers
+section_on delayq && bench_delayq
 section_on callgrind && bench_callgrind
 section_on redis && bench_redis
 section_on hugepages && bench_hugepages
