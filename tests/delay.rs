@@ -728,7 +728,7 @@ fn one_client_flood_leaves_places_for_another() {
     eprintln!("flood: {held} held then admitted, {refused} refused at once");
     // The flood's share: what 2 per 2 s admits within 10 s (about 10),
     // never all 20 places.
-    assert!(held >= 5 && held <= 12, "held {held}: {flood:#?}");
+    assert!((5..=12).contains(&held), "held {held}: {flood:#?}");
     assert_eq!(share_full(ng.port), (30 - 2 - held) as f64);
     assert!(flood
         .iter()
