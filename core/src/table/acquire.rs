@@ -453,7 +453,11 @@ impl Table<'_> {
         }
         events.evicted_idle |= idle;
         events.evicted_live |= live;
-        events.evicted_over_limit |= live && is_limited(target.value);
+        if live {
+            // Only a full zone's eviction (rare): keep the new-key path short.
+            core::hint::cold_path();
+            events.evicted_over_limit |= is_limited(target.value);
+        }
         let slot = self.dedup(q.key, q.fp, target.slot, q.now_idx, q.elapsed);
         let first = Counts {
             current: 1,
