@@ -16,6 +16,11 @@ batches), statuses counted. Used where wrk's time-based runs do not fit:
       COUNT requests, X-Key constant ("hot") or c<i> ("distinct").
       Prints a JSON object of status counts.
 
+  abusers   PORT PATH N prime|check [BATCH]
+      prime: keys a0 .. a(N-1) twice each (the second over a limit of 1);
+      check: each once more. Prints a JSON object of status counts and
+      "refused" = number of 429 or 503.
+
   cluster   PORTS WINDOW_S LIMIT NWINDOWS
       PORTS: three gateways' ports, comma-separated. From the next window
       boundary (windows aligned on the UTC epoch, WINDOW_S seconds long)
@@ -178,6 +183,16 @@ def main(argv):
         if slots_used is not None:
             res["slots_used"] = slots_used
         print(json.dumps(res))
+    elif cmd == "abusers":
+        n = int(argv[4])
+        batch = int(argv[6]) if len(argv) > 6 else 128
+        keys = ["a%d" % i for i in range(n)]
+        if argv[5] == "prime":
+            keys = [k for k in keys for _ in range(2)]
+        c = Conn(port)
+        st = c.run(path, keys, batch)
+        c.close()
+        print(json.dumps({"n": n, "statuses": count(st), "refused": rejected(st)}))
     elif cmd == "fixed":
         total = int(argv[4])
         mode = argv[5]

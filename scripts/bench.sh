@@ -8,6 +8,11 @@
 #   modes       req/s of mode=strict against mode=estimate (same limit, same
 #               keys), one nginx, runs alternated, ratios per rep
 #   capacity    clients remembered by a 1 MB zone, this module vs limit_req
+#   abusers     clients over their limit still refused after a flood of 1M new
+#               clients, 1 MB zone, this module vs limit_req (not in the
+#               default list: RLW_BENCH_ONLY=abusers)
+#   delayq      holds per admission of one client's burst held by delay=
+#               (not in the default list: RLW_BENCH_ONLY=delayq)
 #   accuracy    core/benches/accuracy.rs output, copied
 #   micro       core/benches/decision.rs (criterion), ns/decision vs mutex
 #   callgrind   instructions per request under valgrind (repeatable)
@@ -40,6 +45,7 @@
 #   BENCH_MODES_REPS=10 reps per variant in the modes section
 #   BENCH_CAP_RLW_N / BENCH_CAP_LR_N   key counts for the capacity section
 #   BENCH_CAP_MODE=estimate            mode= of this module's capacity zones (or strict)
+#   BENCH_ABUSE_N, BENCH_FLOOD_KEYS=1000000   abusers and new clients (abusers)
 #   BENCH_CLUSTER_LIMIT=100, BENCH_CLUSTER_WINDOW=10, BENCH_CLUSTER_WINDOWS=4
 #                      the cluster section's limit, window (s) and windows sent
 #   BENCH_CLUSTER_KEYS="10000 100000" active clients of its sync on/off runs
@@ -69,6 +75,9 @@ BENCH_QUICK=${BENCH_QUICK:-0}
 BENCH_CG_REQS=${BENCH_CG_REQS:-2000}
 BENCH_CAP_RLW_N=${BENCH_CAP_RLW_N:-"5000 10000 20000 40000 50000 55000 60000 65000 70000 80000 100000"}
 BENCH_CAP_LR_N=${BENCH_CAP_LR_N:-"2000 5000 7000 8000 9000 10000 20000"}
+BENCH_ABUSE_N=${BENCH_ABUSE_N:-"100 1000 5000 10000 30000 50000"}
+BENCH_FLOOD_KEYS=${BENCH_FLOOD_KEYS:-1000000}
+BENCH_DELAY_BURST=${BENCH_DELAY_BURST:-30}
 BENCH_CAP_MODE=${BENCH_CAP_MODE:-estimate}
 BENCH_MODES_REPS=${BENCH_MODES_REPS:-10}
 BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput modes capacity accuracy micro callgrind redis hugepages scaling cluster"}
@@ -442,6 +451,106 @@ bench_capacity() {
     [ $((SECONDS - t0)) -lt 600 ] || log "warning: capacity section was slow ($((SECONDS - t0)) s)"
     stop_nginx
     CAPACITY_MD=$(python3 "$BENCH_DIR/report.py" capacity "$jsonl")
+}
+
+# ---------------------------------------------------------------- abusers
+
+# flood_keys PATH N: wrk runs of 5 s with a new X-Key per request
+# (bench/keys.lua) until N requests were sent; prints how many.
+flood_keys() {
+    local path=$1 want=$2 sent=0 out n
+    out=$RESULTS/abusers-wrk.txt
+    while [ "$sent" -lt "$want" ]; do
+        timeout 60 wrk -t2 -c32 -d5s -s "$BENCH_DIR/keys.lua" "http://127.0.0.1:$PORT$path" \
+            -- "$want" "$((sent / 2))" 2 >"$out" 2>&1 || { cat "$out" >&2; die "wrk failed (abusers)"; }
+        n=$(awk '/requests in/ {print $1}' "$out")
+        [ "${n:-0}" -gt 0 ] || { cat "$out" >&2; die "wrk completed no request (abusers)"; }
+        sent=$((sent + n))
+    done
+    echo "$sent"
+}
+
+# N abusers over a limit of 1 in a 1 MB zone, then BENCH_FLOOD_KEYS new
+# clients: how many abusers are still refused, this module vs limit_req.
+bench_abusers() {
+    log "== abusers: 1 MB zones; N = $BENCH_ABUSE_N; flood of $BENCH_FLOOD_KEYS new keys"
+    fresh_prefix
+    PORT=$(free_port)
+    local conf=$PREFIX/conf/nginx.conf n v j sent refused
+    render "$BENCH_DIR/capacity-head.conf.in" "$conf"
+    for n in $BENCH_ABUSE_N; do
+        echo "    rate_limit_window_zone \$http_x_key zone=ab_rlw_$n:1m window=1h;" >>"$conf"
+        echo "    limit_req_zone \$http_x_key zone=ab_lr_$n:1m rate=1r/m;" >>"$conf"
+    done
+    {
+        echo "    server {"
+        echo "        listen 127.0.0.1:$PORT;"
+        echo "        location /none/ { empty_gif; }"
+        for n in $BENCH_ABUSE_N; do
+            echo "        location = /rlw/$n { rate_limit_window zone=ab_rlw_$n limit=1; rate_limit_window_log_level info; rate_limit_window_headers off; empty_gif; }"
+            echo "        location = /lr/$n { limit_req zone=ab_lr_$n; limit_req_status 429; limit_req_log_level info; empty_gif; }"
+        done
+        echo "    }"
+        echo "}"
+    } >>"$conf"
+    start_nginx "$conf"
+    ABUSERS_MD="| abusers N | this module: still refused | limit_req: still refused | new clients sent (this module / limit_req) |
+|---:|---:|---:|---|"
+    for n in $BENCH_ABUSE_N; do
+        local row="| $n" sents=""
+        for v in rlw lr; do
+            j=$(python3 "$BENCH_DIR/httpclient.py" abusers "$PORT" "/$v/$n" "$n" prime) || die "abusers prime failed ($v, N=$n)"
+            log "abusers $v N=$n prime: $j"
+            sent=$(flood_keys "/$v/$n" "$BENCH_FLOOD_KEYS")
+            j=$(python3 "$BENCH_DIR/httpclient.py" abusers "$PORT" "/$v/$n" "$n" check) || die "abusers check failed ($v, N=$n)"
+            log "abusers $v N=$n after $sent new clients: $j"
+            refused=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["refused"])' "$j")
+            row+=" | $refused ($((100 * refused / n))%)"
+            sents+="${sents:+ / }$sent"
+            check_nginx_alive
+        done
+        ABUSERS_MD+=$'\n'"$row | $sents |"
+    done
+    stop_nginx
+}
+
+# ---------------------------------------------------------------- delay queue
+
+# Issue 36's delay case: one worker, limit=2 per 2 s, delay=10s
+# delay_max_held=20, BENCH_DELAY_BURST requests of one client at once;
+# holds logged ("delaying request by") per held-then-admitted request.
+bench_delayq() {
+    log "== delayq: $BENCH_DELAY_BURST requests of one client at once, limit=2 per 2 s, delay=10s"
+    fresh_prefix
+    PORT=$(free_port)
+    local conf=$PREFIX/conf/nginx.conf
+    render "$BENCH_DIR/capacity-head.conf.in" "$conf"
+    cat >>"$conf" <<CONF
+    rate_limit_window_zone \$http_x_key zone=q:1m window=2s;
+    server {
+        listen 127.0.0.1:$PORT;
+        location /none/ { empty_gif; }
+        location = /metrics { rate_limit_window_metrics; }
+        location = /q { rate_limit_window zone=q limit=2 delay=10s delay_max_held=20; empty_gif; }
+    }
+}
+CONF
+    start_nginx "$conf"
+    local out=$RESULTS/delayq.txt i holds admitted pids=()
+    : >"$out"
+    for i in $(seq "$BENCH_DELAY_BURST"); do
+        curl -s -o /dev/null -w '%{http_code}\n' --max-time 30 -H "X-Key: one" "http://127.0.0.1:$PORT/q" >>"$out" &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    check_nginx_alive
+    holds=$(grep -c "delaying request by" "$PREFIX/logs/error.log" || true)
+    admitted=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^rate_limit_window_delayed_total\{zone="q",result="admitted"\}/ {print $2}')
+    stop_nginx
+    log "delayq: statuses $(sort "$out" | uniq -c | tr '\n' ' '); $holds holds, $admitted held then admitted"
+    DELAYQ_MD="| requests at once | 200 | 429 | held then admitted | holds logged | holds per admission |
+|---:|---:|---:|---:|---:|---:|
+| $BENCH_DELAY_BURST | $(grep -c '^200' "$out") | $(grep -c '^429' "$out") | $admitted | $holds | $(python3 -c 'import sys; a=float(sys.argv[2] or 0); print("%.2f" % (float(sys.argv[1]) / a) if a else "n/a")' "$holds" "$admitted") |"
 }
 
 # ---------------------------------------------------------------- core benches
@@ -1098,6 +1207,39 @@ $HUGEPAGES_MD
 
 EOF
         fi
+        if section_on abusers; then
+            cat <<EOF
+## Under a flood: abusers kept per MB
+
+${ALONE_NOTE}One 1 MB zone per limiter and N. N abusers (\`X-Key\` a0 … a(N-1)) each
+send two requests over a limit of 1 (this module: \`limit=1 window=1h\`;
+limit_req: \`rate=1r/m\`, no burst): one admitted, one refused. Then
+$BENCH_FLOOD_KEYS new clients (wrk, bench/keys.lua, a new \`X-Key\` per request) go
+through the same location, and each abuser sends once more: "still
+refused" counts the abusers the limiter still remembers at their limit (a
+forgotten one is admitted with a fresh limit). limit_req's check comes
+within a minute of its priming (rate=1r/m).
+
+$ABUSERS_MD
+
+EOF
+        fi
+        if section_on delayq; then
+            cat <<EOF
+## Delay queue: holds per admission
+
+${ALONE_NOTE}One nginx worker, \`rate_limit_window zone=q limit=2 delay=10s
+delay_max_held=20\` in a \`window=2s\` zone, \`empty_gif\`. $BENCH_DELAY_BURST requests of one
+client (\`X-Key: one\`) sent at once (curl, one connection each). A held
+request waits for its own turn behind its client's held requests; one whose
+turn is past \`delay\` is refused at once. "Holds logged" counts the
+\`delaying request by\` lines (every hold and re-hold); "held then admitted"
+is \`rate_limit_window_delayed_total{result="admitted"}\`.
+
+$DELAYQ_MD
+
+EOF
+        fi
         if section_on scaling; then
             cat <<EOF
 ## Worker scaling
@@ -1171,12 +1313,14 @@ alone_note() {
 
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
 THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" CALLGRIND_MD="" REDIS_MD="" HUGEPAGES_MD=""
-SCALING_MD="" SCALING_WRK="" CLUSTER_MD="" MODES_MD=""
+SCALING_MD="" SCALING_WRK="" CLUSTER_MD="" MODES_MD="" ABUSERS_MD="" DELAYQ_MD=""
 preflight
 [ "$BENCH_REPS" -ge 3 ] || log "warning: BENCH_REPS=$BENCH_REPS < 3: fine for trying the script, not for numbers to quote"
 section_on throughput && bench_throughput
 section_on modes && bench_modes
 section_on capacity && bench_capacity
+section_on abusers && bench_abusers
+section_on delayq && bench_delayq
 section_on callgrind && bench_callgrind
 section_on redis && bench_redis
 section_on hugepages && bench_hugepages

@@ -23,10 +23,11 @@
 //! request costs, a connection and a timer, is a worker's resource, bounded
 //! per worker by `worker_connections`.
 
-use core::cell::Cell;
+use core::cell::{Cell, RefCell};
 use core::ffi::c_void;
 use core::ptr;
 use core::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
 
 use nginx_sys::{
     ngx_add_timer, ngx_conf_t, ngx_del_timer, ngx_handle_read_event, ngx_handle_write_event,
@@ -40,7 +41,7 @@ use ngx::core::Status;
 use ngx::http::Request;
 use ngx::{ngx_log_debug_mask, ngx_log_error, ngx_string};
 use rate_limit_window_core::delay::{plan, LimitWait, Plan, DEFAULT_MAX_HELD};
-use rate_limit_window_core::{strict, Counts, Outcome};
+use rate_limit_window_core::{fit, strict, Counts, Outcome};
 
 use crate::conf::{Limit, LocConf};
 use crate::decision::{self, Applied, Verdict};
@@ -58,6 +59,9 @@ pub struct LocDelay {
     pub max_held: ngx_uint_t,
     /// Requests this worker holds now in this location.
     held: Cell<ngx_uint_t>,
+    /// Of those, how many each client holds (by the rejecting limit's key
+    /// hash): its place in the fair queue (see the core's `delay`).
+    clients: RefCell<HashMap<u64, u32>>,
 }
 
 impl Default for LocDelay {
@@ -65,6 +69,24 @@ impl Default for LocDelay {
         Self {
             max_held: UNSET_UINT,
             held: Cell::new(0),
+            clients: RefCell::new(HashMap::new()),
+        }
+    }
+}
+
+impl LocDelay {
+    /// Requests `client` holds now (this worker, this location).
+    fn held_by(&self, client: u64) -> u32 {
+        self.clients.borrow().get(&client).copied().unwrap_or(0)
+    }
+
+    /// One more (`up`) or one fewer held request of `client`.
+    fn track(&self, client: u64, up: bool) {
+        let mut map = self.clients.borrow_mut();
+        let n = map.entry(client).or_insert(0);
+        *n = if up { *n + 1 } else { n.saturating_sub(1) };
+        if *n == 0 {
+            map.remove(&client);
         }
     }
 }
@@ -113,6 +135,9 @@ pub struct DelayStats {
     pub wait_ms: AtomicU64,
     /// Held now, by every worker.
     pub held: AtomicU64,
+    /// Refused at once because their client's share of the queue was full
+    /// (its turn, behind its held requests, would come after `delay`).
+    pub share_full: AtomicU64,
 }
 
 /// The hold of one main request: the data of a cleanup entry on its pool.
@@ -125,6 +150,8 @@ struct Hold {
     waited_ms: u64,
     /// True while it has a place under `delay_max_held`.
     held: bool,
+    /// The client (the rejecting limit's key hash) whose share it takes.
+    client: u64,
 }
 
 /// What the handler does with a request that a limit has just rejected.
@@ -173,18 +200,29 @@ pub unsafe fn on_reject(r: *mut ngx_http_request_t, rej: &Rejection) -> OnReject
         .as_ref()
         .map_or(0, |h| rej.now.saturating_sub(h.since_ms));
     // SAFETY: r is valid.
-    let waits = unsafe { waits(r, rej) };
+    let client = unsafe { client_of(r, rej) };
+    // Its client's requests held before it (none for one held again: it
+    // has waited longest).
+    let ahead = match hold {
+        None => rej.lcf.delay.held_by(client),
+        Some(_) => 0,
+    };
     // SAFETY: r is valid.
     let log = unsafe { (*(*r).connection).log };
+    // SAFETY: r is valid.
+    let waits = unsafe { waits(r, rej, ahead) };
     match plan(&waits, waited) {
         Plan::Hold { wait_ms } if rej.lcf.dry_run != 0 => {
             log_hold(log, rej, wait_ms, "dry run, would delay");
             count(rej.limits, |s| &s.dry_run, 1);
             OnReject::WouldHold
         }
+        Plan::Reject if hold.is_none() && ahead > 0 && rej.lcf.dry_run == 0 => {
+            share_full(log, rej, ahead)
+        }
         Plan::Hold { wait_ms } => {
             // SAFETY: r is valid.
-            match unsafe { hold_for(r, rej, hold, wait_ms) } {
+            match unsafe { hold_for(r, rej, hold, client, wait_ms) } {
                 Ok(()) => {
                     log_hold(log, rej, wait_ms, "delaying");
                     OnReject::Hold
@@ -204,13 +242,47 @@ pub unsafe fn on_reject(r: *mut ngx_http_request_t, rej: &Rejection) -> OnReject
     }
 }
 
-/// Each limit's wait, read without counting anything. The limits that
-/// admitted the request before the rejecting one have its admission
+/// Refuses a request at once: its client's share of the queue is full
+/// (`ahead` of its requests held already). Counted and logged.
+fn share_full(log: *mut ngx_log_t, rej: &Rejection, ahead: u32) -> OnReject {
+    count(rej.limits, |s| &s.share_full, 1);
+    ngx_log_error!(
+        rej.lcf.log_level,
+        log,
+        "rate_limit_window: the client holds {} requests, its share of delay, rejecting",
+        ahead
+    );
+    OnReject::Reject
+}
+
+/// The client of a rejected request: the rejecting limit's key hash (0 if
+/// it cannot be judged again).
+///
+/// # Safety
+/// `r` must be a valid request.
+unsafe fn client_of(r: *mut ngx_http_request_t, rej: &Rejection) -> u64 {
+    let l = &rej.limits[rej.index];
+    // SAFETY: zones live in the configuration pool for the cycle.
+    let zone = unsafe { &*l.zone };
+    let Some(table) = zone.table.as_ref() else {
+        return 0;
+    };
+    // SAFETY: r is valid and shares the representation of `Request`.
+    let req = unsafe { Request::from_ngx_http_request(r) };
+    match judge(req, zone, table, l.value) {
+        Ok(Judge::Limit { hash, .. }) => hash.0,
+        _ => 0,
+    }
+}
+
+/// Each limit's wait until the request's turn, behind `ahead` requests of
+/// its client held before it, read without counting anything. The limits
+/// that admitted the request before the rejecting one have its admission
 /// taken out of their counts.
 ///
 /// # Safety
 /// `r` must be a valid request.
-unsafe fn waits(r: *mut ngx_http_request_t, rej: &Rejection) -> Vec<LimitWait> {
+unsafe fn waits(r: *mut ngx_http_request_t, rej: &Rejection, ahead: u32) -> Vec<LimitWait> {
     let mut out = Vec::with_capacity(rej.limits.len());
     for (n, l) in rej.limits.iter().enumerate() {
         if n == rej.index && rej.outcome != Outcome::Rejected {
@@ -227,65 +299,72 @@ unsafe fn waits(r: *mut ngx_http_request_t, rej: &Rejection) -> Vec<LimitWait> {
         let Ok(Judge::Limit { hash, limit, .. }) = judge(req, zone, table, l.value) else {
             continue;
         };
+        // SAFETY: r is valid.
+        let cost = unsafe { crate::cost::quiet(r, l.cost, limit) };
         let snap = table.peek(hash, rej.now);
         let w = zone.window;
+        let need = Need {
+            limit,
+            cost,
+            ahead,
+            delay_ms: l.delay_ms,
+            rejected_now: n == rej.index,
+        };
         if let Some(s) = snap.strict {
-            out.push(strict_wait(
-                &s,
-                rej,
-                zone,
-                limit,
-                l.delay_ms,
-                n == rej.index,
-            ));
+            out.push(strict_wait(&s, rej, zone, need));
             continue;
         }
         let mut counts = Counts {
             current: snap.current,
             previous: snap.previous,
         };
-        let own = rej.applied.iter().any(|a| {
-            ptr::eq(a.zone, zone)
-                && a.admission
-                    .is_some_and(|adm| adm.window_index() == snap.window_index)
-        });
-        if own {
-            counts.current = counts.current.saturating_sub(1);
-        }
+        // The request's own admission by an earlier limit of this zone.
+        let own: u32 = rej
+            .applied
+            .iter()
+            .filter(|a| ptr::eq(a.zone, zone))
+            .filter_map(|a| a.admission)
+            .filter(|adm| adm.window_index() == snap.window_index)
+            .map(|adm| adm.cost())
+            .sum();
+        counts.current = counts.current.saturating_sub(own);
         let e = w.elapsed_ms(rej.now);
-        out.push(LimitWait::of(
-            counts,
-            e,
-            w.ms(),
-            limit,
-            l.delay_ms,
-            n == rej.index,
-        ));
+        let wait = fit::turn_ms(counts, e, w.ms(), limit, cost, ahead);
+        out.push(LimitWait::from_wait(wait, need.delay_ms, need.rejected_now));
     }
     out
 }
 
-/// [`LimitWait::of`] for a strict zone's key state `s` (its sub-window
-/// counts at `rej.now`), less the request's own admission in this zone.
-fn strict_wait(
-    s: &strict::State,
-    rej: &Rejection,
-    zone: &ZoneConf,
+/// What one limit asks of a held request.
+#[derive(Clone, Copy)]
+struct Need {
+    /// Requests per window.
     limit: u32,
+    /// The request's cost under this limit.
+    cost: u32,
+    /// Requests of its client held before it.
+    ahead: u32,
+    /// The limit's `delay=` (ms).
     delay_ms: u64,
+    /// This limit has just rejected the request.
     rejected_now: bool,
-) -> LimitWait {
+}
+
+/// The wait of a strict zone's key state `s` (its sub-window counts at
+/// `rej.now`), less the request's own admission in this zone, until the
+/// whole cost fits ([`fit::strict_wait_ms`]).
+fn strict_wait(s: &strict::State, rej: &Rejection, zone: &ZoneConf, need: Need) -> LimitWait {
     let mut s = *s;
     for a in rej.applied.iter().filter(|a| ptr::eq(a.zone, zone)) {
-        let at = a
-            .admission
-            .and_then(|adm| s.index.checked_sub(adm.window_index()));
+        let Some(adm) = a.admission else { continue };
+        let at = s.index.checked_sub(adm.window_index());
         if let Some(c) = at.and_then(|i| s.counts.get_mut(i as usize)) {
-            *c = c.saturating_sub(1);
+            *c = c.saturating_sub(adm.cost());
         }
     }
-    let wait_ms = (limit > 0).then(|| strict::retry_after_ms(&s, rej.now, zone.window.ms(), limit));
-    LimitWait::from_wait(wait_ms, delay_ms, rejected_now)
+    let w = zone.window.ms();
+    let wait = fit::strict_turn_ms(&s, rej.now, w, need.limit, need.cost, need.ahead);
+    LimitWait::from_wait(wait, need.delay_ms, need.rejected_now)
 }
 
 /// Holds `r` for `wait_ms`: takes a place under `delay_max_held` (the
@@ -298,6 +377,7 @@ unsafe fn hold_for(
     r: *mut ngx_http_request_t,
     rej: &Rejection,
     hold: Option<&mut Hold>,
+    client: u64,
     wait_ms: u64,
 ) -> Result<(), ()> {
     let cap = &rej.lcf.delay;
@@ -314,7 +394,7 @@ unsafe fn hold_for(
     }
     if hold.is_none() {
         // SAFETY: r is valid; the record is made before the timer.
-        unsafe { new_hold(r, rej) }?;
+        unsafe { new_hold(r, rej, client) }?;
     }
     // SAFETY: r is valid.
     let armed = unsafe { arm(r, wait_ms) };
@@ -334,7 +414,7 @@ unsafe fn hold_for(
 ///
 /// # Safety
 /// `r` must be a valid main request without a hold.
-unsafe fn new_hold(r: *mut ngx_http_request_t, rej: &Rejection) -> Result<(), ()> {
+unsafe fn new_hold(r: *mut ngx_http_request_t, rej: &Rejection, client: u64) -> Result<(), ()> {
     // SAFETY: r is valid; the pool lives as long as the request.
     let cln = unsafe { ngx_pool_cleanup_add((*r).pool, size_of::<Hold>()) };
     if cln.is_null() {
@@ -348,10 +428,12 @@ unsafe fn new_hold(r: *mut ngx_http_request_t, rej: &Rejection) -> Result<(), ()
             since_ms: rej.now,
             waited_ms: 0,
             held: true,
+            client,
         });
         (*cln).handler = Some(HOLD_TAG);
     }
     rej.lcf.delay.held.set(rej.lcf.delay.held.get() + 1);
+    rej.lcf.delay.track(client, true);
     count(rej.limits, |s| &s.held, 1);
     Ok(())
 }
@@ -450,6 +532,7 @@ unsafe fn unhold(h: &mut Hold) {
         let lcf = unsafe { &*h.lcf };
         let cap = &lcf.delay;
         cap.held.set(cap.held.get().saturating_sub(1));
+        cap.track(h.client, false);
         if let Some(limits) = lcf.limits.as_ref() {
             for l in limits.iter().filter(|l| l.delay_ms > 0) {
                 // SAFETY: zones live in the configuration pool for the cycle.

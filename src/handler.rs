@@ -582,13 +582,10 @@ fn longest_wait(r: &mut Request, limits: &[conf::Limit], now: u64) -> u32 {
             continue;
         };
         if let Ok(Judge::Limit { hash, limit, .. }) = judge(r, zone, table, l.value) {
-            // The whole cost must fit: as a limit `cost - 1` lower would
-            // admit one request.
             // SAFETY: the request is valid for this call.
-            let limit = limit
-                .saturating_add(1)
-                .saturating_sub(unsafe { cost::quiet(r.into(), l.cost, limit) });
-            longest = longest.max(table.retry_after_secs(hash, now, limit));
+            let cost = unsafe { cost::quiet(r.into(), l.cost, limit) };
+            // The whole cost must fit (the core's one rule, `fit`).
+            longest = longest.max(table.retry_after_secs(hash, now, limit, cost));
         }
     }
     longest
@@ -660,6 +657,11 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
     if let Some(header) = zone.header().filter(|_| zone.redis.is_some()) {
         if let Some(since) = header.outage_to_log() {
             crate::sync::log_outage(log, zone, header, now.saturating_sub(since));
+        }
+    }
+    if d.events.evicted_over_limit {
+        if let Some(header) = zone.header() {
+            header.evict_over_limit.fetch_add(1, Ordering::Relaxed);
         }
     }
     let episode = |c: Counter| table.note_episode(c, now, EPISODE_QUIET_MS);

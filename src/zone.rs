@@ -125,9 +125,9 @@ fn acquire_strict(
 /// digit whenever `ZoneHeader` changes (3: the sweep's `slots_used` count
 /// and the `delay` counters; 4: the sync's gateway id, generations and
 /// errors by kind; 5: `near_limit`; 6: the sync's auth, TLS, master and
-/// cluster errors; 7: `resets`), so that a reload onto a zone of another layout is
-/// refused, not misread.
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE7");
+/// cluster errors; 7: `resets`; 8: `evict_over_limit`), so that a reload
+/// onto a zone of another layout is refused, not misread.
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE8");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -206,6 +206,9 @@ pub struct ZoneHeader {
     /// Admitted requests that left the estimate at or above 80% of their
     /// limit (see near_limit.rs).
     pub near_limit: AtomicU64,
+    /// Live clients evicted although refused since their last admission
+    /// (at or over their limit): every candidate was (fail=open).
+    pub evict_over_limit: AtomicU64,
     /// Fingerprints of keys reset by `DELETE` (reset.rs) whose store keys
     /// the sync thread deletes at its next round (0: free entry).
     pub resets: [AtomicU64; RESETS],
@@ -585,6 +588,7 @@ impl ZoneHeader {
             used_acc: zero(),
             slots_used: zero(),
             near_limit: zero(),
+            evict_over_limit: zero(),
             resets: Default::default(),
         }
     }

@@ -162,7 +162,7 @@ fn prometheus_counts_passed_and_rejected() {
     assert_eq!(m.requests("z", "passed"), 6.0);
     assert!(m.val("rate_limit_window_slots", &[("zone", "z")]) > 0.0);
     assert_eq!(m.val("rate_limit_window_slots_used", &[("zone", "z")]), 1.0);
-    for kind in ["idle", "live"] {
+    for kind in ["idle", "live", "over_limit"] {
         assert_eq!(
             m.val(
                 "rate_limit_window_evictions_total",

@@ -542,3 +542,117 @@ fn invalid_limit_values_apply_fail_policy() {
     }
     assert_eq!(up.received(), (n_bad + 2 + 5) as u64);
 }
+
+// ---------------------------------------------------------------------------
+// A flood of new clients cannot free a client over its limit (issue 36)
+// ---------------------------------------------------------------------------
+
+/// Floods `port` with new X-Keys (wrk runs of 6 s, bench/keys.lua, each
+/// run starting where the last stopped) until 1M keys were sent or 30 s
+/// passed; returns the requests completed.
+fn flood_new_keys(port: u16) -> u64 {
+    let t0 = std::time::Instant::now();
+    let mut sent = 0;
+    while sent < 1_000_000 && t0.elapsed() < Duration::from_secs(30) {
+        sent += wrk_new_keys(port, 6, sent);
+    }
+    sent
+}
+
+/// Runs wrk for `secs` s against `port`, every request with a new X-Key
+/// (bench/keys.lua, 1M distinct keys, from `offset`); returns requests
+/// completed.
+fn wrk_new_keys(port: u16, secs: u32, offset: u64) -> u64 {
+    let script = manifest_dir().join("bench/keys.lua");
+    let out = std::process::Command::new("wrk")
+        .args(["-t2", "-c32", &format!("-d{secs}s"), "-s"])
+        .arg(&script)
+        .arg(format!("http://127.0.0.1:{port}/"))
+        .args(["--", "1000000", &(offset / 2).to_string(), "2"])
+        .output()
+        .expect("wrk is required for this test (apt-get install wrk)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "wrk failed: {text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("requests in"))
+        .unwrap_or_else(|| panic!("no wrk summary: {text}"));
+    line.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// 100 abusers at their limit (10 per hour) in a 1 MB zone (about 64,000
+/// slots), then a wrk flood of up to 1M new keys (30 s at most): every
+/// abuser is still refused by its own count (no fail-closed refusal among
+/// theirs), as fail= has it.
+fn abusers_survive_a_flood(fail: &str) {
+    let conf = http_conf(&format!(
+        "rate_limit_window_zone $http_x_key zone=z:1m window=1h fail={fail};
+         access_log off;
+         server {{
+             listen 127.0.0.1:{{{{PORT}}}};
+             location = /metrics {{ rate_limit_window_metrics; }}
+             location / {{
+                 error_log logs/flood.log warn;
+                 rate_limit_window_log_level info;
+                 rate_limit_window zone=z limit=10;
+                 empty_gif;
+             }}
+         }}"
+    ));
+    let ng = Nginx::start(&conf);
+    clear_of_boundary(HOUR_MS, 90_000);
+    let abusers: Vec<String> = (0..100).map(|i| format!("abuser-{i}")).collect();
+    for a in &abusers {
+        for _ in 0..10 {
+            assert_eq!(get_key(ng.port, "/", a).status, 200);
+        }
+        assert_eq!(get_key(ng.port, "/", a).status, 429);
+    }
+    let sent = flood_new_keys(ng.port);
+    let m = |name: &str, labels: &[(&str, &str)]| {
+        prom_value(&metrics_text(ng.port), name, labels).unwrap_or(0.0)
+    };
+    let live = m(
+        "rate_limit_window_evictions_total",
+        &[("zone", "z"), ("kind", "live")],
+    );
+    let over = m(
+        "rate_limit_window_evictions_total",
+        &[("zone", "z"), ("kind", "over_limit")],
+    );
+    let closed_before = m("rate_limit_window_fail_closed_total", &[("zone", "z")]);
+    eprintln!("fail={fail}: {sent} flood requests, evictions live {live}, over_limit {over}, fail_closed {closed_before}");
+    match fail {
+        // At least four times the zone's slots went through it.
+        "open" => assert!(
+            live > 250_000.0,
+            "the flood did not churn the zone: {live} evictions"
+        ),
+        _ => assert!(
+            closed_before > 250_000.0,
+            "the flood did not fill the zone: {closed_before}"
+        ),
+    }
+    assert_eq!(over, 0.0, "a client at its limit was evicted");
+    let statuses: Vec<u16> = abusers
+        .iter()
+        .map(|a| get_key(ng.port, "/", a).status)
+        .collect();
+    let freed = statuses.iter().filter(|&&s| s != 429).count();
+    assert_eq!(freed, 0, "{freed} of 100 abusers freed by the flood");
+    let closed_after = m("rate_limit_window_fail_closed_total", &[("zone", "z")]);
+    assert_eq!(
+        closed_after, closed_before,
+        "abusers refused as new clients, not by their count"
+    );
+}
+
+#[test]
+fn flood_of_new_clients_keeps_abusers_refused() {
+    abusers_survive_a_flood("open");
+}
+
+#[test]
+fn flood_of_new_clients_keeps_abusers_refused_fail_closed() {
+    abusers_survive_a_flood("closed");
+}

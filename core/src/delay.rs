@@ -14,7 +14,6 @@
 //! limit rejects.
 
 use crate::parse::{escape, parse_time_ms};
-use crate::window::{retry_after_ms, Counts};
 
 /// Longest accepted `delay=` (ms): one hour. A held request keeps a client
 /// connection open, so a longer wait is better answered with a 429 and
@@ -80,35 +79,21 @@ fn parse_held(v: &[u8]) -> Option<u32> {
 /// One limit of the location as seen now, for the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LimitWait {
-    /// Wait (ms) until this limit admits one more request; `None`: never
-    /// (a limit of 0, or a zone full under `fail=closed`).
+    /// Wait (ms) until this limit admits the request, whole cost included
+    /// ([`crate::fit`]); `None`: never (a limit of 0, a cost above the
+    /// limit, or a zone full under `fail=closed`).
     pub wait_ms: Option<u64>,
     /// The limit's `delay=` (ms).
     pub delay_ms: u64,
 }
 
 impl LimitWait {
-    /// The wait of a limit with these counts at `elapsed_ms` into its
-    /// window of `window_ms`, for a limit of `limit` requests per window.
-    /// `rejected_now`: the table has just rejected the request under this
-    /// limit, so it waits at least 1 ms even if the counts, read a moment
-    /// later, say otherwise (another worker's request took the room, or
-    /// gave it back, in between).
-    pub fn of(
-        counts: Counts,
-        elapsed_ms: u64,
-        window_ms: u64,
-        limit: u32,
-        delay_ms: u64,
-        rejected_now: bool,
-    ) -> LimitWait {
-        let wait_ms = (limit > 0).then(|| retry_after_ms(counts, elapsed_ms, window_ms, limit));
-        LimitWait::from_wait(wait_ms, delay_ms, rejected_now)
-    }
-
-    /// A limit whose exact wait (ms; `None`: never) was computed elsewhere,
-    /// e.g. by a zone in strict mode (`strict::retry_after_ms`). A limit
-    /// that has just rejected the request waits at least 1 ms.
+    /// A limit whose exact wait until the request, whole cost included,
+    /// fits is `wait_ms` (ms; `None`: never), as [`crate::fit`] computes it
+    /// in either mode. `rejected_now`: the table has just rejected the
+    /// request under this limit, so it waits at least 1 ms even if the
+    /// counts, read a moment later, say otherwise (another worker's request
+    /// took the room, or gave it back, in between).
     pub fn from_wait(wait_ms: Option<u64>, delay_ms: u64, rejected_now: bool) -> LimitWait {
         let wait_ms = wait_ms.map(|w| if rejected_now { w.max(1) } else { w });
         LimitWait { wait_ms, delay_ms }
@@ -123,6 +108,20 @@ impl LimitWait {
     }
 }
 
+/// The fair queue of held requests, per client (a limit's key):
+///
+/// * a request newly held behind `ahead` requests of its client that are
+///   held already waits for its own turn ([`crate::fit::turn_ms`]: each
+///   one before it admitted at the first ms it fits), so held requests wake
+///   in order and about once per admission, not all at the same ms;
+/// * a request whose turn does not come within `delay` is refused at once:
+///   a client holds at most what can be admitted within `delay` (as
+///   `limit_req`'s per-key `burst`), so one client's flood leaves the rest
+///   of `delay_max_held` to others' delayable requests (a client whose
+///   share is larger than the cap can still fill it);
+/// * a request woken and held again (another request took the room) goes
+///   back with `ahead = 0`: it has waited longest.
+///
 /// What to do with a request, given every limit's wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plan {
@@ -162,7 +161,13 @@ pub fn plan(limits: &[LimitWait], waited_ms: u64) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::window::admits;
+    use crate::fit;
+    use crate::window::{admits, Counts};
+
+    /// A limit's wait for a request of cost 1, by the one rule.
+    fn of(c: Counts, e: u64, w: u64, limit: u32, delay: u64, rejected_now: bool) -> LimitWait {
+        LimitWait::from_wait(fit::wait_ms(c, e, w, limit, 1), delay, rejected_now)
+    }
 
     const W: u64 = 2_000;
 
@@ -217,7 +222,7 @@ mod tests {
 
     #[test]
     fn admitted_now_means_no_wait() {
-        let l = LimitWait::of(counts(3, 0), 100, W, 5, 0, false);
+        let l = of(counts(3, 0), 100, W, 5, 0, false);
         assert_eq!(l.wait_ms, Some(0));
         assert_eq!(plan(&[l], 0), Plan::Admit);
     }
@@ -226,7 +231,7 @@ mod tests {
     fn full_window_waits_for_the_next_one() {
         // 5 of 5 at 300 ms into a 2 s window: the next window starts in
         // 1700 ms, and 1 ms into it the previous 5 weigh 5*(W-1)/W < 5.
-        let l = LimitWait::of(counts(5, 0), 300, W, 5, 2_000, true);
+        let l = of(counts(5, 0), 300, W, 5, 2_000, true);
         assert_eq!(l.wait_ms, Some(1_701));
         assert_eq!(plan(&[l], 0), Plan::Hold { wait_ms: 1_701 });
         // The wait is exact: admitted then, not 1 ms before.
@@ -236,12 +241,12 @@ mod tests {
 
     #[test]
     fn delay_bounds_the_wait() {
-        let l = LimitWait::of(counts(5, 0), 300, W, 5, 1_700, true);
+        let l = of(counts(5, 0), 300, W, 5, 1_700, true);
         assert_eq!(plan(&[l], 0), Plan::Reject);
-        let l = LimitWait::of(counts(5, 0), 300, W, 5, 1_701, true);
+        let l = of(counts(5, 0), 300, W, 5, 1_701, true);
         assert_eq!(plan(&[l], 0), Plan::Hold { wait_ms: 1_701 });
         // delay=0 (the default) never holds.
-        let l = LimitWait::of(counts(5, 0), 300, W, 5, 0, true);
+        let l = of(counts(5, 0), 300, W, 5, 0, true);
         assert_eq!(plan(&[l], 0), Plan::Reject);
     }
 
@@ -284,7 +289,7 @@ mod tests {
 
     #[test]
     fn never_is_rejected_whatever_the_delay() {
-        let zero = LimitWait::of(counts(0, 0), 0, W, 0, MAX_DELAY_MS, true);
+        let zero = of(counts(0, 0), 0, W, 0, MAX_DELAY_MS, true);
         assert_eq!(zero.wait_ms, None);
         assert_eq!(plan(&[wait(10, 1_000), zero], 0), Plan::Reject);
         assert_eq!(plan(&[LimitWait::never(MAX_DELAY_MS)], 0), Plan::Reject);
@@ -294,9 +299,48 @@ mod tests {
     fn a_rejection_waits_at_least_one_ms() {
         // Counts read after the table rejected say "admitted now" (another
         // worker gave the room back in between): retry in 1 ms, not spin.
-        let l = LimitWait::of(counts(4, 0), 0, W, 5, 10, true);
+        let l = of(counts(4, 0), 0, W, 5, 10, true);
         assert_eq!(l.wait_ms, Some(1));
         assert_eq!(plan(&[l], 0), Plan::Hold { wait_ms: 1 });
+    }
+
+    #[test]
+    fn a_queue_wakes_once_per_admission_and_refuses_past_the_delay() {
+        // limit=2 per 2 s, delay=10s: 2 admitted at 100 ms, then 28 more
+        // of one client at once. Each is planned for its turn behind the
+        // ones held before it; those whose turn is past the delay are
+        // refused at once.
+        let (limit, delay, start) = (2u32, 10_000u64, 100u64);
+        let mut turns = vec![];
+        for ahead in 0..28 {
+            let c = counts(limit, 0);
+            let w = fit::turn_ms(c, start % W, W, limit, 1, ahead);
+            match plan(&[LimitWait::from_wait(w, delay, true)], 0) {
+                Plan::Hold { wait_ms } => turns.push(start + wait_ms),
+                Plan::Reject => break,
+                Plan::Admit => panic!("a full window admits nothing"),
+            }
+        }
+        // The share: what can be admitted within the delay.
+        assert!(
+            (8..=11).contains(&turns.len()),
+            "{} turns: {turns:?}",
+            turns.len()
+        );
+        // Woken in order, each at the first ms it fits once those before
+        // it were admitted: one wake per admission, none held again.
+        let mut log: Vec<u64> = vec![start, start];
+        for (k, &t) in turns.iter().enumerate() {
+            assert!(k == 0 || t > turns[k - 1], "{turns:?}");
+            let (idx, e) = (t / W, t % W);
+            let count_in = |i: u64| log.iter().filter(|&&a| a / W == i).count() as u32;
+            let c = Counts {
+                current: count_in(idx),
+                previous: count_in(idx.wrapping_sub(1)),
+            };
+            assert_eq!(fit::wait_ms(c, e, W, limit, 1), Some(0), "turn {k} at {t}");
+            log.push(t);
+        }
     }
 
     #[test]
@@ -310,7 +354,7 @@ mod tests {
         let mut admitted_at = vec![];
         for _ in 0..3 {
             let (idx, e) = (now / W, now % W);
-            let l = LimitWait::of(c, e, W, limit, 5_000, true);
+            let l = of(c, e, W, limit, 5_000, true);
             let Plan::Hold { wait_ms } = plan(&[l], now - start) else {
                 panic!("expected a hold at {now}");
             };

@@ -66,6 +66,7 @@ mod atomic;
 pub mod cluster;
 pub mod conf_error;
 pub mod delay;
+pub mod fit;
 pub mod limit_opts;
 pub mod mode;
 pub mod parse;

@@ -263,6 +263,30 @@ pub fn retry_after_ms(state: &State, now_ms: u64, window_ms: u64, limit: u32) ->
     retry_after_at(&s, j, t, window_ms, limit, 1).saturating_add(t - now_ms.min(t))
 }
 
+/// The wait in ms after `now_ms` until `cost` more requests fit, with no
+/// other traffic (`Some(0)`: now); `None` when they never can (a limit of
+/// 0, or a cost above it). Exact, as [`retry_after_ms`]; the rule of
+/// [`decide_cost`]'s Retry-After.
+pub fn retry_after_cost_ms(
+    state: &State,
+    now_ms: u64,
+    window_ms: u64,
+    limit: u32,
+    cost: u32,
+) -> Option<u64> {
+    let limit = limit.min(MAX_STRICT_LIMIT);
+    let cost = cost.max(1);
+    if limit == 0 || cost > limit {
+        return None;
+    }
+    let (j, t, _) = effective(state, now_ms, window_ms);
+    let s = state.at(j);
+    if s.total() + cost <= limit {
+        return Some(0);
+    }
+    Some(retry_after_at(&s, j, t, window_ms, limit, cost).saturating_add(t - now_ms.min(t)))
+}
+
 /// [`retry_after_ms`] for a state already at sub-window `j`, from time `t`,
 /// until `cost` more requests fit.
 fn retry_after_at(s: &State, j: u64, t: u64, window_ms: u64, limit: u32, cost: u32) -> u64 {

@@ -185,3 +185,104 @@ fn clear_resets_one_key_only() {
         assert_eq!(rem, (0..10).rev().collect::<Vec<u32>>());
     });
 }
+
+mod held {
+    //! `delay=` with `cost=`: a held request is admitted at the first ms its
+    //! whole cost fits, or rejected at once when that is later than `delay`
+    //! (issue 31), checked against the reference model.
+    use proptest::prelude::*;
+    use rate_limit_window_core::delay::{plan, LimitWait, Plan};
+    use rate_limit_window_core::fit;
+    use rate_limit_window_core::reference::Model;
+    use rate_limit_window_core::strict::{self, State};
+    use rate_limit_window_core::Window;
+
+    /// Whether `cost` requests of key 0 at `t` would all be admitted by
+    /// the model (tried on a copy).
+    fn fits(m: &Model, t: u64, limit: u32, cost: u32) -> bool {
+        let mut m = m.clone();
+        (0..cost).all(|_| m.acquire(0, t, limit).admitted)
+    }
+
+    /// The wait the glue plans for key 0 at `t`, by the one rule.
+    fn wait(m: &Model, w: u64, t: u64, limit: u32, cost: u32) -> Option<u64> {
+        let (c, e, _, _) = m.view(0, t);
+        fit::wait_ms(c, e, w, limit, cost)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn held_request_admitted_at_first_fit_or_rejected_at_once(
+            w in prop_oneof![Just(1_000u64), Just(2_000u64), Just(60_000u64), 1_000u64..100_000],
+            limit in 1u32..15,
+            cost in 1u32..18,
+            delay_w in 0u64..300,
+            history in proptest::collection::vec(0u64..4_000, 0..40),
+            start in 0u64..1_000_000,
+        ) {
+            let mut m = Model::new(Window::from_ms(w).unwrap());
+            let mut t = super::T0 + start;
+            for dt in history {
+                t += dt * w / 1_000;
+                m.acquire(0, t, limit);
+            }
+            let t0 = t + 1;
+            let delay = delay_w * w / 100;
+            if fits(&m, t0, limit, cost) {
+                // Not rejected: never held.
+                prop_assert_eq!(wait(&m, w, t0, limit, cost), Some(0));
+                return Ok(());
+            }
+            // The hold loop of the glue, with no other traffic.
+            let (mut now, mut holds) = (t0, 0u32);
+            loop {
+                let lw = LimitWait::from_wait(wait(&m, w, now, limit, cost), delay, holds == 0);
+                match plan(&[lw], now - t0) {
+                    Plan::Admit => {
+                        prop_assert!(fits(&m, now, limit, cost));
+                        prop_assert!(!fits(&m, now - 1, limit, cost), "admitted late");
+                        break;
+                    }
+                    Plan::Hold { wait_ms } => {
+                        holds += 1;
+                        now += wait_ms;
+                        prop_assert!(now - t0 <= delay);
+                    }
+                    Plan::Reject => {
+                        prop_assert_eq!(holds, 0, "rejected after holding");
+                        prop_assert!(cost > limit || !fits(&m, t0 + delay, limit, cost));
+                        break;
+                    }
+                }
+                prop_assert!(holds <= 1, "held {} times", holds);
+            }
+        }
+
+        #[test]
+        fn strict_wait_is_the_first_fit(
+            w in prop_oneof![Just(1_000u64), Just(60_000u64), 1_000u64..100_000],
+            limit in 1u32..15,
+            cost in 1u32..18,
+            history in proptest::collection::vec((0u64..3_000, 1u32..4), 0..40),
+        ) {
+            let mut s = State::default();
+            let mut t = super::T0;
+            for (dt, c) in history {
+                t += dt * w / 1_000;
+                s = strict::decide_cost(s, t, w, limit, c).state;
+            }
+            let fits = |at: u64| strict::decide_cost(s, at, w, limit, cost).admitted;
+            match fit::strict_wait_ms(&s, t, w, limit, cost) {
+                None => prop_assert!(cost > limit),
+                Some(d) => {
+                    prop_assert!(fits(t + d));
+                    prop_assert!(d == 0 || !fits(t + d - 1));
+                    let v = strict::decide_cost(s, t, w, limit, cost);
+                    prop_assert_eq!(strict::secs_ceil(v.retry_after_ms), fit::retry_after_secs(Some(d), w));
+                }
+            }
+        }
+    }
+}

@@ -84,7 +84,7 @@ proptest! {
             prop_assert_eq!(d.retry_after_s, strict::secs_ceil(v.retry_after_ms));
             prop_assert_eq!(d.reset_s, strict::secs_ceil(v.reset_ms));
             prop_assert_eq!(d.events.clock_backwards, v.backwards);
-            prop_assert_eq!(t.retry_after_secs(key, now, limit), strict::secs_ceil(strict::retry_after_ms(&v.state, now, window_ms, limit)));
+            prop_assert_eq!(t.retry_after_secs(key, now, limit, 1), strict::secs_ceil(strict::retry_after_ms(&v.state, now, window_ms, limit)));
             if v.admitted {
                 last = d.admission.map(|a| (a, v.state.index));
                 prop_assert_eq!(d.admission.unwrap().window_index(), v.state.index);

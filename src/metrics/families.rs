@@ -116,12 +116,13 @@ const FAMILIES: &[Family] = &[
     family(
         "rate_limit_window_evictions_total",
         "counter",
-        "Slots taken over for a new client: idle (no traffic for 2+ windows) or live (the zone is too small).",
+        "Slots taken over for a new client: idle (no traffic for 2+ windows), live (the zone is too small), over_limit (live, and refused since its last admission: every candidate was at its limit; also counted in live).",
         Samples::By(
             "kind",
             &[
                 ("idle", |l| counter(l, Counter::EvictIdle)),
                 ("live", |l| counter(l, Counter::EvictLive)),
+                ("over_limit", |l| atomic(&l.header.evict_over_limit)),
             ],
         ),
     ),
@@ -247,6 +248,12 @@ const FAMILIES: &[Family] = &[
             |l| Value::Float(l.header.delay.wait_ms.load(Ordering::Relaxed) as f64 / 1000.0),
             |l| atomic(&l.header.delay.admitted),
         ),
+    ),
+    family(
+        "rate_limit_window_delay_share_full_total",
+        "counter",
+        "Delayable requests refused at once: their client's share of the delay queue was full.",
+        Samples::One(|l| atomic(&l.header.delay.share_full)),
     ),
     family(
         "rate_limit_window_delay_held",

@@ -3,11 +3,12 @@
 //! `undo`.
 
 use super::layout::{
-    fp_of, idx_delta, is_ahead, prefetch, view, Counter, Slot, COUNT_BITS, COUNT_MASK, COUNT_MAX,
-    IDX_MASK,
+    fp_of, idx_delta, is_ahead, is_limited, prefetch, view, Counter, Slot, COUNT_BITS, COUNT_MASK,
+    COUNT_MAX, IDX_MASK, LIMITED, TICK_MAX,
 };
 use super::place::{Candidate, Found};
 use super::{FailPolicy, KeyHash, Table, CHOICES};
+use crate::fit;
 use crate::window::{self, Counts};
 
 /// Whether the request was admitted.
@@ -32,6 +33,11 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// Requests counted by the admission (its cost).
+    pub fn cost(&self) -> u32 {
+        self.cost
+    }
+
     /// The window index (UTC epoch index) the admission was counted in; in
     /// a strict zone, the sub-window index ([`crate::strict::sub_index`]).
     pub fn window_index(&self) -> u64 {
@@ -46,6 +52,9 @@ impl Admission {
 pub struct Events {
     /// A live key was evicted to make room (`FailPolicy::Open`).
     pub evicted_live: bool,
+    /// The live key evicted was refused since its last admission (at or
+    /// over its limit): every candidate was (`FailPolicy::Open`).
+    pub evicted_over_limit: bool,
     /// An idle key's slot was reused.
     pub evicted_idle: bool,
     /// The key's slot was from a later window than `now_ms`.
@@ -209,7 +218,7 @@ impl Table<'_> {
             fp: key.fingerprint(),
             now_idx,
             elapsed,
-            limit: (limit.saturating_add(1)).saturating_sub(cost),
+            limit: fit::effective_limit(limit, cost),
             cost,
             policy,
             shard,
@@ -290,6 +299,7 @@ impl Table<'_> {
         };
         let (ok, estimate, remaining) = window::decide(counts, elapsed, self.wdiv, q.limit);
         if !ok {
+            self.mark_limited(slot, value);
             return self.rejected(counts, elapsed, q.limit, estimate);
         }
         let tick = u128::from(self.tick(elapsed)) << 64;
@@ -318,13 +328,25 @@ impl Table<'_> {
         Decision::admitted(remaining, reset_s, estimate, admission, Events::default())
     }
 
+    /// Marks the client at `slot` (read as `value`) refused since its last
+    /// admission ([`LIMITED`]), once: a lost CAS is left to the next
+    /// rejection. Nothing else of the slot changes.
+    #[cold]
+    #[inline(never)]
+    fn mark_limited(&self, slot: usize, value: u128) {
+        if !is_limited(value) {
+            let _ = self.cas(slot, value, value | LIMITED);
+        }
+    }
+
     /// The decision for a request over its limit (no events, nothing
     /// counted), out of line: the hot path is the admission.
     #[cold]
     #[inline(never)]
     fn rejected(&self, counts: Counts, elapsed: u64, limit: u32, estimate: u32) -> Decision {
         let w = self.window.ms();
-        let retry_after_s = window::retry_after_secs(counts, elapsed, w, limit);
+        let retry_after_s =
+            fit::retry_after_secs(fit::wait_ms_effective(counts, elapsed, w, limit), w);
         let reset_s = window::reset_secs(elapsed, w);
         Decision::rejected(retry_after_s, reset_s, estimate, Events::default())
     }
@@ -369,14 +391,16 @@ impl Table<'_> {
         events.clock_backwards |= v.backwards;
         let (ok, est, remaining) = window::decide(v.counts, v.elapsed, self.wdiv, q.limit);
         if !ok {
-            let retry_after_s = window::retry_after_secs(v.counts, v.elapsed, w, q.limit);
+            self.mark_limited(slot, value);
+            let wait = fit::wait_ms_effective(v.counts, v.elapsed, w, q.limit);
+            let retry_after_s = fit::retry_after_secs(wait, w);
             return Some(Decision::rejected(retry_after_s, reset_s, est, *events));
         }
         // Admitted: current < limit <= MAX_LIMIT < COUNT_MAX.
         let new = Slot {
             fp: q.fp,
             tick: if v.backwards {
-                s.tick
+                s.tick & TICK_MAX
             } else {
                 self.tick(q.elapsed)
             },
@@ -409,7 +433,7 @@ impl Table<'_> {
         let w = self.window.ms();
         let reset_s = window::reset_secs(q.elapsed, w);
         if q.limit == 0 {
-            let retry_after_s = window::retry_after_secs(Counts::default(), q.elapsed, w, 0);
+            let retry_after_s = fit::retry_after_secs(None, w);
             return Some(Decision::rejected(retry_after_s, reset_s, 0, *events));
         }
         let (target, idle, live) = match (free, victim, q.policy) {
@@ -429,6 +453,11 @@ impl Table<'_> {
         }
         events.evicted_idle |= idle;
         events.evicted_live |= live;
+        if live {
+            // Only a full zone's eviction (rare): keep the new-key path short.
+            core::hint::cold_path();
+            events.evicted_over_limit |= is_limited(target.value);
+        }
         let slot = self.dedup(q.key, q.fp, target.slot, q.now_idx, q.elapsed);
         let first = Counts {
             current: 1,

@@ -232,10 +232,32 @@ pub(super) fn view(s: Slot, now_idx: u64, ahead: u64, elapsed: u64) -> View {
     }
 }
 
-/// The smallest shift that maps `0..window_ms` into `0..=255`.
+/// Largest touch tick: the tick is the low 7 bits of the slot's tick byte.
+pub(super) const TICK_MAX: u8 = 0x7f;
+/// The top bit of the tick byte (bit 71 of a slot value): the client was
+/// refused since its last admission, i.e. it is at or over its limit (set
+/// by a rejection, cleared by every admission, which rewrites the byte).
+/// The eviction spares such a client while another candidate is below its
+/// limit. Old values (8-bit ticks) read as a tick and, at worst, a stale
+/// flag until the slot's next admission: the layout version stays.
+pub(super) const LIMITED: u128 = 1 << 71;
+
+/// Whether a slot value carries [`LIMITED`].
+#[inline(always)]
+pub(super) fn is_limited(value: u128) -> bool {
+    value & LIMITED != 0
+}
+
+/// The touch tick of a slot value, without [`LIMITED`].
+#[inline(always)]
+pub(super) fn tick_of(value: u128) -> u8 {
+    (value >> 64) as u8 & TICK_MAX
+}
+
+/// The smallest shift that maps `0..window_ms` into `0..=TICK_MAX`.
 pub(super) fn tick_shift(window_ms: u64) -> u32 {
     let mut shift = 0;
-    while (window_ms.saturating_sub(1) >> shift) > 255 {
+    while (window_ms.saturating_sub(1) >> shift) > u64::from(TICK_MAX) {
         shift += 1;
     }
     shift

@@ -22,7 +22,7 @@
 //! Each slot is one `AtomicU128`, only ever changed by compare-and-swap:
 //!
 //! ```text
-//! high 64 bits: fingerprint (56 bits) << 8 | touch tick (8 bits)
+//! high 64 bits: fingerprint (56 bits) << 8 | limited (1 bit) << 7 | touch tick (7 bits)
 //! low 64 bits:  window index mod 2^24 (bits 40..64)
 //!             | previous count (bits 20..40) | current count (bits 0..20)
 //! ```
@@ -30,8 +30,11 @@
 //! * fingerprint: the top 56 bits of the key hash, never 0 for a used slot;
 //!   0 means the slot was never used (and it never goes back to 0);
 //! * touch tick: `elapsed_ms >> s` at the last update, with the smallest `s`
-//!   that maps the window into `0..=255` (128 to 256 steps per window), used
+//!   that maps the window into `0..=127` (64 to 128 steps per window), used
 //!   to pick the least recently active victim within a window;
+//! * limited: the client was refused since its last admission (at or over
+//!   its limit); the eviction spares it while a candidate below its limit
+//!   remains;
 //! * counts: requests, saturating at `2^20 - 1` (>= [`MAX_LIMIT`](crate::window::MAX_LIMIT)).
 //!
 //! Window indices are compared modulo 2^24 as a signed delta `now - slot`:

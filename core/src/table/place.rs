@@ -9,8 +9,8 @@ use core::mem::MaybeUninit;
 use portable_atomic::{AtomicU128, Ordering};
 
 use super::layout::{
-    fp_of, idx_delta, is_free_value, prefetch, view, Counter, Slot, COUNT_MAX, IDX_HALF, IDX_MASK,
-    SLOTS_PER_LINE,
+    fp_of, idx_delta, is_free_value, is_limited, prefetch, tick_of, view, Counter, Slot,
+    COUNTS_MASK, COUNT_BITS, COUNT_MASK, COUNT_MAX, IDX_HALF, IDX_MASK, SLOTS_PER_LINE, TICK_MAX,
 };
 use super::scan;
 use super::{KeyHash, Table, CHOICES, PROBE};
@@ -61,6 +61,33 @@ pub(super) enum Found {
         free_is_used: bool,
         victim: Option<Candidate>,
     },
+}
+
+/// Age of a live slot value as one integer, larger is older: the signed
+/// window delta (biased to be non-negative), then `TICK_MAX - tick`
+/// (32 bits in all).
+#[inline(always)]
+fn age(value: u128, now_idx: u64, ahead: u64) -> u64 {
+    let d = idx_delta(now_idx, (value as u64) >> 40);
+    // Adding `ahead` mod 2^24 maps the slots ahead of now,
+    // [2^24 - ahead, 2^24), onto [0, ahead) (the youngest) and every other
+    // delta d onto d + ahead, keeping the order.
+    (((d + ahead) & IDX_MASK) << 8) | u64::from(TICK_MAX - tick_of(value))
+}
+
+/// The requests a live slot value holds as seen from window `now_idx`:
+/// both counts in its own window, its current count once that window is
+/// the previous one (at most `2 * COUNT_MAX`, 21 bits).
+#[inline(always)]
+fn count_now(value: u128, now_idx: u64) -> u32 {
+    let lo = value as u64;
+    let current = (lo & COUNT_MASK) as u32;
+    let previous = ((lo & COUNTS_MASK) >> COUNT_BITS) as u32;
+    if idx_delta(now_idx, lo >> 40) == 1 {
+        current
+    } else {
+        current + previous
+    }
 }
 
 impl Table<'_> {
@@ -238,32 +265,37 @@ impl Table<'_> {
             return found;
         }
         let best = fewest_live(p, &live, &free);
+        // Only a full pair of groups needs a victim (rare): look for it
+        // then, among the values loaded above.
+        let victim = if best.is_none() {
+            self.victim(p, &loaded, now_idx, ahead)
+        } else {
+            None
+        };
         Found::Absent {
             free: best.map(|(c, _)| c),
             free_is_used: best.is_some_and(|(_, u)| u),
-            // Only a full pair of groups needs a victim (rare): look for it
-            // then, among the values loaded above.
-            victim: if best.is_none() {
-                self.oldest(p, &loaded, now_idx, ahead)
-            } else {
-                None
-            },
+            victim,
         }
     }
 
-    /// The least recently active live slot of the key's groups, from the
-    /// slot values the survey loaded: the oldest window, then the smallest
-    /// touch tick; the first one in probe order on a tie.
+    /// The live slot of the key's groups whose loss admits least, from the
+    /// slot values the survey loaded (O(1): the `2 * PROBE` candidates):
+    /// one not refused since its last admission ([`is_limited`]) while
+    /// there is one, then the lowest count, then the least recently active
+    /// (the oldest window, then the smallest touch tick); the first one in
+    /// probe order on a tie.
     #[cold]
-    pub(super) fn oldest(
+    pub(super) fn victim(
         &self,
         p: &Place,
         loaded: &[&[u128; PROBE]; CHOICES],
         now_idx: u64,
         ahead: u64,
     ) -> Option<Candidate> {
-        // Age as one integer, larger is older: the signed window delta
-        // (biased to be non-negative), then 255 - tick.
+        // Rank as one integer, smaller is evicted first: limited (bit 63),
+        // the count seen from now (bits 40..62), then the age (bits 0..40,
+        // larger is older, so stored inverted).
         let mut victim: Option<(u64, Candidate)> = None;
         for (j, values) in loaded.iter().enumerate().take(p.groups) {
             for i in 0..PROBE {
@@ -272,15 +304,12 @@ impl Table<'_> {
                 if fp_of(value) == 0 || is_free_value(value, now_idx, ahead) {
                     continue;
                 }
-                let d = idx_delta(now_idx, (value as u64) >> 40);
-                // Adding `ahead` mod 2^24 maps the slots ahead of now,
-                // [2^24 - ahead, 2^24), onto [0, ahead) (the youngest) and
-                // every other delta d onto d + ahead, keeping the order.
-                let age =
-                    (((d + ahead) & IDX_MASK) << 8) | u64::from(u8::MAX - (value >> 64) as u8);
-                if victim.is_none_or(|(a, _)| age > a) {
+                let rank = (u64::from(is_limited(value)) << 63)
+                    | (u64::from(count_now(value, now_idx)) << 40)
+                    | ((1 << 40) - 1 - age(value, now_idx, ahead));
+                if victim.is_none_or(|(r, _)| rank < r) {
                     let slot = p.base[j] + at;
-                    victim = Some((age, Candidate { slot, value }));
+                    victim = Some((rank, Candidate { slot, value }));
                 }
             }
         }
@@ -288,10 +317,10 @@ impl Table<'_> {
     }
 
     /// The touch tick of a request `elapsed` ms into its window: `elapsed >>
-    /// tick_shift`, between 128 and 256 steps per window (no division).
+    /// tick_shift`, between 64 and 128 steps per window (no division).
     #[inline]
     pub(super) fn tick(&self, elapsed: u64) -> u8 {
-        (elapsed >> self.tick_shift).min(255) as u8
+        (elapsed >> self.tick_shift).min(u64::from(TICK_MAX)) as u8
     }
 
     pub(super) fn count(&self, shard: usize, c: Counter) {

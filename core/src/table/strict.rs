@@ -31,9 +31,10 @@ use super::acquire::{Admission, Decision, Events, Outcome};
 use super::maintenance::Snapshot;
 use super::place::{Candidate, Place};
 use super::{FailPolicy, KeyHash, Table, CHOICES, PROBE};
+use crate::fit;
 use crate::mode::Mode;
 use crate::strict::{self, State, SPAN, SUB_BITS, SUB_MASK};
-use crate::window::{self, Counts};
+use crate::window::Counts;
 
 /// Sub-windows a slot may be ahead of the caller's clock, at most.
 const SUB_HALF: u64 = 1 << (SUB_BITS - 1);
@@ -336,14 +337,30 @@ impl Table<'_> {
         }
     }
 
-    /// Seconds until one more request of `key` is admitted at `now_ms`
-    /// under `limit`, with no other traffic (0: admitted now), in either
-    /// mode.
-    pub fn retry_after_secs(&self, key: KeyHash, now_ms: u64, limit: u32) -> u32 {
+    /// Seconds until a request of `key` costing `cost` fits at `now_ms`
+    /// under `limit`, with no other traffic (0: now), in either mode
+    /// ([`crate::fit`]'s rule; a window when it never fits).
+    pub fn retry_after_secs(&self, key: KeyHash, now_ms: u64, limit: u32, cost: u32) -> u32 {
+        let w = self.window.ms();
+        match (self.wait_ms(key, now_ms, limit, cost), self.strict) {
+            // A strict zone's stand-in for "never" is its decision's: a
+            // window from the key's newest sub-window.
+            (None, true) => {
+                let s = self.peek(key, now_ms).strict.unwrap_or_default();
+                strict::secs_ceil(strict::retry_after_ms(&s, now_ms, w, 0))
+            }
+            (wait, _) => fit::retry_after_secs(wait, w),
+        }
+    }
+
+    /// Wait in ms until a request of `key` costing `cost` fits at `now_ms`
+    /// under `limit`, with no other traffic (`Some(0)`: now; `None`:
+    /// never), in either mode ([`crate::fit`]'s rule).
+    pub fn wait_ms(&self, key: KeyHash, now_ms: u64, limit: u32, cost: u32) -> Option<u64> {
         let snap = self.peek(key, now_ms);
         let w = self.window.ms();
         match snap.strict {
-            Some(s) => strict::secs_ceil(strict::retry_after_ms(&s, now_ms, w, limit)),
+            Some(s) => fit::strict_wait_ms(&s, now_ms, w, limit, cost),
             None => {
                 let counts = Counts {
                     current: snap.current,
@@ -351,7 +368,7 @@ impl Table<'_> {
                 };
                 let start = self.window.start_ms(snap.window_index);
                 let elapsed = now_ms.saturating_sub(start).min(w);
-                window::retry_after_secs(counts, elapsed, w, limit)
+                fit::wait_ms(counts, elapsed, w, limit, cost)
             }
         }
     }

@@ -1,0 +1,154 @@
+//! Eviction under a flood of new clients (issue 36): when no idle slot is
+//! left, the victim is the candidate whose loss admits least, the lowest
+//! count, and never a client refused since its last admission (at or over
+//! its limit) while another candidate is below it. If every candidate is
+//! at its limit, `fail=` decides: `open` evicts one, `closed` refuses.
+
+use rate_limit_window_core::*;
+
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+const W: u64 = 60_000;
+/// A window boundary (2026-01-01T00:00:00Z).
+const T0: u64 = 1_767_225_600_000;
+
+/// A table of `slots` slots (16: one group, so every slot is a candidate
+/// for every key).
+fn with_table(slots: usize, f: impl FnOnce(&Table)) {
+    let bytes = Table::HEADER_BYTES + slots * SLOT_BYTES;
+    let mut buf: Vec<Line> = (0..bytes.div_ceil(64)).map(|_| Line([0; 64])).collect();
+    // SAFETY: exclusive, aligned buffer that outlives the table.
+    let t = unsafe {
+        Table::init(
+            buf.as_mut_ptr().cast(),
+            bytes,
+            Window::from_ms(W).unwrap(),
+            [1, 2],
+        )
+    }
+    .unwrap();
+    f(&t);
+}
+
+fn ask(t: &Table, key: &str, now: u64, limit: u32, policy: FailPolicy) -> Decision {
+    t.acquire(t.hash_key(key.as_bytes()), now, limit, policy, 0)
+}
+
+/// `limit` admitted, then one refused: an abuser at its limit.
+fn abuse(t: &Table, key: &str, now: u64, limit: u32) {
+    for _ in 0..limit {
+        assert_eq!(
+            ask(t, key, now, limit, FailPolicy::Open).outcome,
+            Outcome::Admitted
+        );
+    }
+    assert_eq!(
+        ask(t, key, now, limit, FailPolicy::Open).outcome,
+        Outcome::Rejected
+    );
+}
+
+#[test]
+fn a_flood_of_new_clients_never_frees_a_refused_client() {
+    for policy in [FailPolicy::Open, FailPolicy::Closed] {
+        with_table(16, |t| {
+            assert_eq!(t.capacity(), 16);
+            // 15 abusers at a limit of 1 (the same count as each new
+            // client's), one ordinary client.
+            for i in 0..15 {
+                abuse(t, &format!("abuser{i}"), T0, 1);
+            }
+            assert_eq!(ask(t, "ordinary", T0, 5, policy).outcome, Outcome::Admitted);
+            for i in 0..10_000 {
+                let d = ask(t, &format!("new{i}"), T0 + 1 + i / 10, 5, policy);
+                match policy {
+                    FailPolicy::Open => {
+                        assert_eq!(d.outcome, Outcome::Admitted);
+                        assert!(d.events.evicted_live && !d.events.evicted_over_limit);
+                    }
+                    FailPolicy::Closed => assert_eq!(d.outcome, Outcome::FailClosed),
+                }
+            }
+            for i in 0..15 {
+                let d = ask(t, &format!("abuser{i}"), T0 + 2_000, 1, policy);
+                assert_eq!(d.outcome, Outcome::Rejected, "abuser{i} freed ({policy:?})");
+            }
+        });
+    }
+}
+
+#[test]
+fn the_lowest_count_is_evicted_first() {
+    with_table(16, |t| {
+        for i in 0..16u32 {
+            let key = format!("key{i}");
+            // key7 holds 1 request, every other key 3 + i; key7 is also
+            // the most recently active, so age alone would spare it.
+            let n = if i == 7 { 1 } else { 3 + i };
+            let now = if i == 7 { T0 + 500 } else { T0 };
+            for _ in 0..n {
+                assert_eq!(
+                    ask(t, &key, now, 100, FailPolicy::Open).outcome,
+                    Outcome::Admitted
+                );
+            }
+        }
+        let d = ask(t, "new", T0 + 1_000, 100, FailPolicy::Open);
+        assert!(d.events.evicted_live);
+        let peek = |k: &str| t.peek(t.hash_key(k.as_bytes()), T0 + 1_000).current;
+        assert_eq!(peek("key7"), 0, "the lowest count was kept");
+        assert_eq!(peek("key0"), 3);
+        // Then the new client, the only count of 1 left.
+        let d = ask(t, "newer", T0 + 2_000, 100, FailPolicy::Open);
+        assert!(d.events.evicted_live);
+        assert_eq!((peek("new"), peek("newer"), peek("key0")), (0, 1, 3));
+    });
+}
+
+#[test]
+fn when_every_candidate_is_at_its_limit_fail_decides() {
+    with_table(16, |t| {
+        for i in 0..16 {
+            abuse(t, &format!("abuser{i}"), T0, 2);
+        }
+        // fail=closed: the new client is refused, no abuser is forgotten.
+        let d = ask(t, "new", T0 + 10, 2, FailPolicy::Closed);
+        assert_eq!(d.outcome, Outcome::FailClosed);
+        // fail=open: today's behaviour, one is evicted and it shows.
+        let d = ask(t, "new", T0 + 10, 2, FailPolicy::Open);
+        assert_eq!(d.outcome, Outcome::Admitted);
+        assert!(d.events.evicted_live && d.events.evicted_over_limit);
+        let kept = (0..16)
+            .filter(|i| {
+                t.peek(t.hash_key(format!("abuser{i}").as_bytes()), T0 + 10)
+                    .current
+                    == 2
+            })
+            .count();
+        assert_eq!(kept, 15);
+    });
+}
+
+#[test]
+fn an_admission_clears_the_mark() {
+    with_table(16, |t| {
+        abuse(t, "was_abuser", T0, 2);
+        for i in 0..15 {
+            for _ in 0..5 {
+                ask(t, &format!("key{i}"), T0, 100, FailPolicy::Open);
+            }
+        }
+        // Next window, its previous 2 have decayed enough: admitted again
+        // (3 counted now, no longer marked), so it is the victim of the
+        // others' 5.
+        let later = T0 + W + W / 2 + 1;
+        assert_eq!(
+            ask(t, "was_abuser", later, 2, FailPolicy::Open).outcome,
+            Outcome::Admitted
+        );
+        let d = ask(t, "new", later, 100, FailPolicy::Open);
+        assert!(d.events.evicted_live && !d.events.evicted_over_limit);
+        assert_eq!(t.peek(t.hash_key(b"was_abuser"), later).current, 0);
+    });
+}
