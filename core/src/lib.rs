@@ -65,6 +65,8 @@
 mod atomic;
 pub mod cluster;
 pub mod delay;
+pub mod fleet;
+pub mod hot;
 pub mod limit_opts;
 pub mod mode;
 pub mod parse;
