@@ -852,3 +852,99 @@ fn a_drifted_gateway_is_seen_on_both_sides() {
         "{log}"
     );
 }
+
+/// A gateway for `hot_client_among_200k_cold_ones_is_held_to_its_bound`:
+/// zone `c` of 64 MB (room for the cold clients), limit 40, `empty_gif`
+/// (no upstream: the load generator, not the upstream, is the limit).
+fn big_gateway(redis_port: u16) -> Nginx {
+    let conf = http_conf(&format!(
+        r#"
+        rate_limit_window_zone $http_x_key zone=c:64m window=1m redis=127.0.0.1:{redis_port} sync=100ms secret=cluster-test-secret-0123;
+        server {{
+            listen 127.0.0.1:{{{{PORT}}}} reuseport;
+            location / {{ rate_limit_window zone=c limit=40; empty_gif; }}
+            location = /metrics {{ rate_limit_window_metrics; }}
+        }}"#
+    ));
+    Nginx::builder().workers(2).start(&conf)
+}
+
+/// Issue 33: 200,000+ distinct clients (wrk with bench/keys.lua, each far
+/// below its limit) on gateway a while a hot client alternates between a
+/// and b at 20 requests/s. The hot client is held to the documented bound
+/// `L + N·r·(s + t) + max(0, r·(2s + 2t) − L/2)`, with `t` the measured
+/// p99 round time, and the rounds read back only flagged clients.
+#[test]
+fn a_hot_client_among_200k_cold_ones_is_held_to_its_bound() {
+    const COLD: u64 = 250_000;
+    let redis = RedisServer::start();
+    let a = big_gateway(redis.port);
+    let b = big_gateway(redis.port);
+    clear_of_boundary(60_000, 50_000);
+    let lua = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/keys.lua");
+    let mut wrk = Command::new("wrk")
+        .args(["-t2", "-c16", "-d45s", "-s"])
+        .arg(&lua)
+        .arg(format!("http://127.0.0.1:{}/", a.port))
+        .args(["--", &COLD.to_string(), "0", "2"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("wrk not found: `make bench` installs it");
+    let passed = |g: &Nginx| {
+        prom_value(
+            &get(g.port, "/metrics").text(),
+            "rate_limit_window_requests_total",
+            &[("zone", "c"), ("result", "passed")],
+        )
+        .unwrap_or(0.0)
+    };
+    let cold_reached = wait_for(Duration::from_secs(40), || passed(&a) >= 200_000.0);
+    let cold = passed(&a);
+    if !cold_reached {
+        let _ = wrk.kill();
+    }
+    assert!(cold_reached, "only {cold} cold requests in 40 s");
+    // Every cold key so far is distinct (wrk cycles through 250,000).
+    let admitted = alternate_hot([a.port, b.port], 100);
+    let _ = wrk.kill();
+    let _ = wrk.wait();
+    let metric = |g: &Nginx, name: &str| {
+        prom_value(&get(g.port, "/metrics").text(), name, &[("zone", "c")]).unwrap_or(-1.0)
+    };
+    let t = metric(&a, "rate_limit_window_sync_round_p99_seconds")
+        .max(metric(&b, "rate_limit_window_sync_round_p99_seconds"));
+    let (l, n, r, s) = (40.0, 2.0, 20.0, 0.1);
+    let bound = l + n * r * (s + t) + f64::max(0.0, r * (2.0 * s + 2.0 * t) - l / 2.0);
+    let total = admitted[0] + admitted[1];
+    let read = metric(&a, "rate_limit_window_sync_keys_read_total");
+    let pushed = metric(&a, "rate_limit_window_sync_keys_pushed_total");
+    let flagged = metric(&a, "rate_limit_window_sync_flagged");
+    eprintln!(
+        "{cold} cold clients on a; hot client admitted {admitted:?} = {total} for limit 40 \
+         (bound {bound:.1} with round p99 {t:.3} s); a pushed {pushed}, read back {read}, \
+         flagged now {flagged}"
+    );
+    assert!(f64::from(total) <= bound, "{total} > bound {bound:.1}");
+    assert!(total >= 40, "{total}: the hot client was under-admitted");
+    assert!(pushed >= 200_000.0, "cold counts not pushed: {pushed}");
+    assert!(
+        read < cold / 10.0,
+        "read back {read} keys for {cold} cold clients: not proportional to the flagged"
+    );
+}
+
+/// Sends `n` requests of the hot client, alternating between `ports` at
+/// 20 requests/s; returns the admitted per gateway.
+fn alternate_hot(ports: [u16; 2], n: usize) -> [u32; 2] {
+    let mut admitted = [0u32; 2];
+    for i in 0..n {
+        let r = get_key(ports[i % 2], "/", "hot");
+        match r.status {
+            200 => admitted[i % 2] += 1,
+            429 => {}
+            s => panic!("unexpected status {s}: {}", r.describe()),
+        }
+        sleep(Duration::from_millis(50));
+    }
+    admitted
+}
