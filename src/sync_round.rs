@@ -175,8 +175,12 @@ fn settle_batch(
     for it in batch {
         let p = &it.push;
         let wrote = !p.write || ints(&mut replies, 2);
-        if it.flag && ints(&mut replies, 2) {
-            st.hot.flagged(p.fingerprint);
+        if it.flag {
+            if ints(&mut replies, 2) {
+                st.hot.flagged(p.fingerprint);
+            } else {
+                bad += 1;
+            }
         }
         let reply = if it.read { replies.next() } else { None };
         let stored = reply.as_ref().and_then(fields);
@@ -219,8 +223,11 @@ fn read_hot(
         .arg(-1);
     let deadline = Instant::now() + Duration::from_millis(BATCH_MS);
     let replies = conn.exec(&pipe, deadline)?;
-    if let Some(Value::Array(items)) = replies.first() {
-        st.hot.absorb(items.iter().filter_map(bytes));
+    match replies.first() {
+        Some(Value::Array(items)) => st.hot.absorb(items.iter().filter_map(bytes)),
+        // An error reply (an ACL without LRANGE, a key of another type):
+        // counted; the round goes on with what is known.
+        _ => key_error(ctx),
     }
     let stats = &ctx.owner.header.stats;
     stats.flagged.store(st.hot.len() as u64, Ordering::Relaxed);
@@ -253,6 +260,9 @@ fn fleet(
     pipe.cmd("HGETALL").arg(&key);
     let deadline = Instant::now() + Duration::from_millis(BATCH_MS);
     let replies = conn.exec(&pipe, deadline)?;
+    if !matches!(replies.first(), Some(Value::Int(_))) {
+        key_error(ctx);
+    }
     let Some(f) = replies.get(2).and_then(fields) else {
         return Ok(());
     };
@@ -307,6 +317,12 @@ fn reset_keys(conn: &mut Link, ctx: &RoundCtx<'_>, now: u64) -> Result<(), Round
         ctx.ledger.forget(ctx.table, fp, now);
     }
     Ok(())
+}
+
+/// Counts one command's error reply in a round that goes on.
+fn key_error(ctx: &RoundCtx<'_>) {
+    let header = ctx.owner.header;
+    header.sync_err_key.fetch_add(1, Ordering::Relaxed);
 }
 
 fn bytes(v: &Value) -> Option<&[u8]> {
