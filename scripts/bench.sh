@@ -50,7 +50,10 @@
 #                      the cluster section's limit, window (s) and windows sent
 #   BENCH_CLUSTER_KEYS="10000 100000" active clients of its sync on/off runs
 #   BENCH_CLUSTER_REPS=6 reps per variant there
-#   BENCH_SECTIONS="throughput modes capacity accuracy micro callgrind redis hugepages scaling cluster"
+#   BENCH_SCALE_GATEWAYS="1 3", BENCH_SCALE_KEYS="10000 100000 1000000",
+#   BENCH_SCALE_SECS=30 (at most 55)  the cluster_scale section: gateways, cold clients
+#                      sent to gateway 1 (wrk, bench/keys.lua), seconds per run
+#   BENCH_SECTIONS="throughput modes capacity accuracy micro callgrind redis hugepages scaling cluster cluster_scale"
 #   BENCH_OUT=BENCHMARKS.md
 #   RLW_BENCH_ONLY="cluster"  run only these sections and replace only their
 #                      sections in an existing BENCH_OUT (the others, the
@@ -80,7 +83,7 @@ BENCH_FLOOD_KEYS=${BENCH_FLOOD_KEYS:-1000000}
 BENCH_DELAY_BURST=${BENCH_DELAY_BURST:-30}
 BENCH_CAP_MODE=${BENCH_CAP_MODE:-estimate}
 BENCH_MODES_REPS=${BENCH_MODES_REPS:-10}
-BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput modes capacity accuracy micro callgrind redis hugepages scaling cluster"}
+BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput modes capacity accuracy micro callgrind redis hugepages scaling cluster cluster_scale"}
 RLW_BENCH_ONLY=${RLW_BENCH_ONLY:-}
 [ -z "$RLW_BENCH_ONLY" ] || BENCH_SECTIONS=$RLW_BENCH_ONLY
 BENCH_CLUSTER_LIMIT=${BENCH_CLUSTER_LIMIT:-100}
@@ -88,6 +91,10 @@ BENCH_CLUSTER_WINDOW=${BENCH_CLUSTER_WINDOW:-10}
 BENCH_CLUSTER_WINDOWS=${BENCH_CLUSTER_WINDOWS:-4}
 BENCH_CLUSTER_KEYS=${BENCH_CLUSTER_KEYS:-"10000 100000"}
 BENCH_CLUSTER_REPS=${BENCH_CLUSTER_REPS:-6}
+BENCH_SCALE_GATEWAYS=${BENCH_SCALE_GATEWAYS:-"1 3"}
+BENCH_SCALE_KEYS=${BENCH_SCALE_KEYS:-"10000 100000 1000000"}
+BENCH_SCALE_SECS=${BENCH_SCALE_SECS:-30}
+[ "$BENCH_SCALE_SECS" -le 55 ] || { echo "BENCH_SCALE_SECS must be at most 55 (one window)" >&2; exit 1; }
 BENCH_SCALE_REPS=${BENCH_SCALE_REPS:-5}
 BENCH_SCALE_CONNS=${BENCH_SCALE_CONNS:-32}
 BENCH_OUT=${BENCH_OUT:-BENCHMARKS.md}
@@ -221,7 +228,7 @@ preflight() {
     command -v python3 >/dev/null || die "python3 is required (bench/httpclient.py, bench/report.py)"
     command -v curl >/dev/null || die "curl is required"
     python3 "$BENCH_DIR/report.py" selftest >/dev/null || die "bench/report.py selftest failed"
-    if section_on throughput || section_on modes || section_on scaling || section_on hugepages || section_on redis || section_on cluster; then
+    if section_on throughput || section_on modes || section_on scaling || section_on hugepages || section_on redis || section_on cluster || section_on cluster_scale; then
         command -v wrk >/dev/null || die "wrk is required (scripts/deps.sh wrk)"
     fi
     rm -rf "$RESULTS" "$BIN"
@@ -945,6 +952,129 @@ bench_cluster() {
         "$RESULTS/cluster-sync.tsv" "$RESULTS/cluster-sync-metrics.txt" "$RESULTS/cluster-sync-catchup.txt")
 }
 
+# ---------------------------------------------------------------- cluster_scale
+
+SCALE_LIMIT=100
+
+# start_scale_gateways G N: G gateways with one zone `s` sized for N
+# clients, limit SCALE_LIMIT per minute on /, empty_gif.
+start_scale_gateways() {
+    local i saved_prefix=$PREFIX mb=$(($2 * 96 / 1000000 + 16))
+    GATEWAY_PORTS=() GATEWAY_PIDS=()
+    for i in $(seq 1 "$1"); do
+        PREFIX=$WORK/prefix-gw$i
+        fresh_prefix
+        PORT=$(free_port)
+        {
+            conf_head
+            cat <<EOF
+    rate_limit_window_zone \$http_x_key zone=s:${mb}m window=1m $(sync_params);
+    server {
+        listen 127.0.0.1:$PORT reuseport;
+        location / { rate_limit_window zone=s limit=$SCALE_LIMIT; empty_gif; }
+        location = /metrics { rate_limit_window_metrics; }
+    }
+}
+EOF
+        } >"$PREFIX/conf/nginx.conf"
+        start_nginx "$PREFIX/conf/nginx.conf"
+        GATEWAY_PORTS+=("$PORT")
+        GATEWAY_PIDS+=("$NGINX_PID")
+        NGINX_PID=""
+    done
+    PREFIX=$saved_prefix
+}
+
+# sync_cpu_ticks MASTER_PID: utime + stime (clock ticks) of the rlw-sync
+# thread among MASTER_PID's workers.
+sync_cpu_ticks() {
+    local w t
+    for w in $(pgrep -P "$1"); do
+        for t in /proc/"$w"/task/*; do
+            if grep -q '^rlw-sync' "$t/comm" 2>/dev/null; then
+                awk '{print $14 + $15}' "$t/stat"
+                return
+            fi
+        done
+    done
+    echo 0
+}
+
+# metric_of FILE NAME: the value of sample NAME{zone="s"} in a saved /metrics.
+metric_of() {
+    awk -v s="$2{zone=\"s\"}" '$1 == s {print $2}' "$1"
+}
+
+# scale_run G N: one run; appends a row to CLUSTER_SCALE_ROWS.
+scale_run() {
+    local g=$1 n=$2 secs=$BENCH_SCALE_SECS i ports cpu0=() cpu1=() hot
+    log "cluster_scale: $g gateway(s), $n cold clients, ${secs}s"
+    start_scale_gateways "$g" "$n"
+    redis-cli -p "$REDIS_PORT" flushall >/dev/null
+    sleep 1
+    # The whole run inside one window of 1 min, so that the hot client's
+    # admissions compare with its limit (a boundary would let more through).
+    while [ $(($(date +%s) % 60)) -gt $((57 - secs)) ]; do sleep 0.2; done
+    redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
+    for i in $(seq 0 $((g - 1))); do cpu0+=("$(sync_cpu_ticks "${GATEWAY_PIDS[$i]}")"); done
+    ports=$(IFS=,; echo "${GATEWAY_PORTS[*]}")
+    wrk -t2 -c16 -d"${secs}s" -s "$BENCH_DIR/keys.lua" "http://127.0.0.1:${GATEWAY_PORTS[0]}/" \
+        -- "$n" 0 2 >"$RESULTS/scale-$g-$n-wrk.txt" &
+    local wrk_pid=$!
+    hot=$(python3 - "$ports" "$secs" <<'PY'
+import http.client, sys, time
+ports = [int(p) for p in sys.argv[1].split(",")]
+end = time.time() + float(sys.argv[2]) - 1
+conns = [http.client.HTTPConnection("127.0.0.1", p, timeout=10) for p in ports]
+sent = ok = i = 0
+while time.time() < end:
+    c = conns[i % len(ports)]
+    c.request("GET", "/", headers={"X-Key": "hot"})
+    r = c.getresponse(); r.read()
+    sent += 1; ok += r.status == 200; i += 1
+    time.sleep(0.05)
+print(ok, sent)
+PY
+)
+    wait "$wrk_pid"
+    for i in $(seq 0 $((g - 1))); do cpu1+=("$(sync_cpu_ticks "${GATEWAY_PIDS[$i]}")"); done
+    curl -s "http://127.0.0.1:${GATEWAY_PORTS[0]}/metrics" >"$RESULTS/scale-$g-$n-metrics.txt"
+    redis-cli -p "$REDIS_PORT" info commandstats >"$RESULTS/scale-$g-$n-cmdstats.txt"
+    redis-cli -p "$REDIS_PORT" info stats >"$RESULTS/scale-$g-$n-stats.txt"
+    stop_gateways
+    local reqs calls inb outb p99 lag cpu=0 hz m=$RESULTS/scale-$g-$n-metrics.txt
+    reqs=$(awk '/requests in/ {print $1}' "$RESULTS/scale-$g-$n-wrk.txt")
+    calls=$(grep -o 'calls=[0-9]*' "$RESULTS/scale-$g-$n-cmdstats.txt" | cut -d= -f2 | awk '{s += $1} END {print s + 0}')
+    inb=$(tr -d '\r' <"$RESULTS/scale-$g-$n-stats.txt" | awk -F: '/^total_net_input_bytes/ {print $2 + 0}')
+    outb=$(tr -d '\r' <"$RESULTS/scale-$g-$n-stats.txt" | awk -F: '/^total_net_output_bytes/ {print $2 + 0}')
+    p99=$(metric_of "$m" rate_limit_window_sync_round_p99_seconds)
+    lag=$(metric_of "$m" rate_limit_window_sync_lag_seconds)
+    hz=$(getconf CLK_TCK)
+    for i in $(seq 0 $((g - 1))); do cpu=$((cpu + ${cpu1[$i]} - ${cpu0[$i]})); done
+    CLUSTER_SCALE_ROWS+=$(awk -v g="$g" -v n="$n" -v r="${reqs:-0}" -v c="${calls:-0}" -v i="${inb:-0}" -v o="${outb:-0}" \
+        -v s="$secs" -v p="${p99:--1}" -v l="${lag:--1}" -v h="$hot" -v cpu="$cpu" -v hz="$hz" -v lim="$SCALE_LIMIT" 'BEGIN {
+        split(h, hh, " "); d = r; if (d > n) d = n
+        printf "| %d | %d | %d | %.0f | %.0f | %.3f | %.3f | %d of %d (limit %d) | %.1f%% |\n",
+            g, n, d, c / s / g, (i + o) / s / g, p, l, hh[1], hh[2], lim, 100 * cpu / hz / s / g }')$'\n'
+}
+
+bench_cluster_scale() {
+    command -v redis-server >/dev/null || { CLUSTER_SCALE_MD="_Skipped: redis-server is not installed._"; return; }
+    log "== cluster_scale: gateways $BENCH_SCALE_GATEWAYS x cold clients $BENCH_SCALE_KEYS"
+    start_redis
+    CLUSTER_SCALE_ROWS=""
+    local g n
+    for g in $BENCH_SCALE_GATEWAYS; do
+        for n in $BENCH_SCALE_KEYS; do
+            scale_run "$g" "$n"
+        done
+    done
+    stop_redis
+    CLUSTER_SCALE_MD="| gateways | N | clients | Redis commands/s per gateway | Redis bytes/s per gateway | round p99 (s) | lag (s) | hot client admitted | sync thread CPU per gateway |
+|---|---|---|---|---|---|---|---|---|
+$CLUSTER_SCALE_ROWS"
+}
+
 # ---------------------------------------------------------------- scaling
 
 # Worker counts for the scaling section: powers of two below nproc, then nproc.
@@ -1287,6 +1417,26 @@ $CLUSTER_MD
 
 EOF
         fi
+        if section_on cluster_scale; then
+            cat <<EOF
+## Cluster at scale: cold clients and one hot client
+
+${ALONE_NOTE}G gateways (2 workers each, one zone of 1 min windows, limit
+$SCALE_LIMIT, \`sync=100ms\`, one local redis-server). wrk
+(\`bench/keys.lua\`) sends N distinct cold clients to gateway 1 for
+$BENCH_SCALE_SECS s, inside one window; meanwhile one hot client sends 20
+requests/s round-robin across the gateways (the single gateway admits it
+exactly its limit: the reference). Redis commands and
+bytes (in + out) are from \`INFO commandstats\` / \`INFO stats\` (reset
+before each run), per gateway and second; round p99 and lag from the
+metrics of gateway 1 at the end; sync CPU is the \`rlw-sync\` thread's user
++ system time over the run, per gateway. "clients" is the distinct cold
+clients actually sent (wrk's requests, at most N).
+
+$CLUSTER_SCALE_MD
+
+EOF
+        fi
     } >"$tmp"
     if [ -n "$RLW_BENCH_ONLY" ] && [ -f "$BENCH_OUT" ]; then
         python3 "$BENCH_DIR/report.py" splice "$BENCH_OUT" "$tmp" >"$tmp.spliced"
@@ -1313,7 +1463,7 @@ alone_note() {
 
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
 THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" CALLGRIND_MD="" REDIS_MD="" HUGEPAGES_MD=""
-SCALING_MD="" SCALING_WRK="" CLUSTER_MD="" MODES_MD="" ABUSERS_MD="" DELAYQ_MD=""
+SCALING_MD="" SCALING_WRK="" CLUSTER_MD="" MODES_MD="" ABUSERS_MD="" DELAYQ_MD="" CLUSTER_SCALE_MD=""
 preflight
 [ "$BENCH_REPS" -ge 3 ] || log "warning: BENCH_REPS=$BENCH_REPS < 3: fine for trying the script, not for numbers to quote"
 section_on throughput && bench_throughput
@@ -1326,6 +1476,7 @@ section_on redis && bench_redis
 section_on hugepages && bench_hugepages
 section_on scaling && bench_scaling
 section_on cluster && bench_cluster
+section_on cluster_scale && bench_cluster_scale
 section_on accuracy && bench_accuracy
 section_on micro && bench_micro
 write_report

@@ -20,7 +20,9 @@
 //! | `variables.rs` | `$rate_limit_window_status`, `$rate_limit_window_remaining` |
 //! | `metrics.rs`   | the `rate_limit_window_metrics` content handler        |
 //! | `reset.rs`     | `reset=on`: DELETE clears one client's counts          |
-//! | `sync.rs`      | cluster sync through Redis (`redis=` zones)            |
+//! | `sync.rs`      | cluster sync through Redis (`redis=` zones): thread    |
+//! | `sync_round.rs`| one sync round: what is pushed, flagged and read back  |
+//! | `sync_stats.rs`| sync round measurements and the fleet seen in Redis    |
 //! | `redis_link.rs`| one Redis connection with bounded waits (sync thread)  |
 //! | `sweep.rs`     | the timer that clears long-idle slots (worker 0)       |
 //! | `util.rs`      | small helpers: time, numbers into pool memory, logging |
@@ -43,6 +45,8 @@ mod redis_link;
 mod reset;
 mod sweep;
 mod sync;
+mod sync_round;
+mod sync_stats;
 mod util;
 mod variables;
 mod zone;

@@ -18,7 +18,14 @@ pub fn is_near(limit: u32, remaining: u32) -> bool {
 }
 
 /// Counts an admitted request in its zone if it was near the limit.
+/// Also notes the smallest limit admitted against in a Redis-backed zone
+/// (the sync's flag threshold, see `hot.rs` in the core).
 pub fn note(a: &Applied) {
+    if a.zone.redis.is_some() {
+        if let Some(header) = a.zone.header() {
+            header.stats.note_limit(a.limit);
+        }
+    }
     if !is_near(a.limit, a.remaining) {
         return;
     }

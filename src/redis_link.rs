@@ -1,8 +1,13 @@
 //! One connection to Redis with bounded waits, for the sync thread.
 //!
 //! Every call takes a deadline (an [`Instant`]) and never blocks past it:
-//! name resolution, connect and the connection handshake in [`Link::open`],
-//! writing a pipeline and reading each of its replies in [`Link::exec`].
+//! connect and the connection handshake in [`Link::open`], writing a
+//! pipeline and reading each of its replies in [`Link::exec`]. Every wait is
+//! bounded *inside the socket* (connect, read and write timeouts on every
+//! socket, sentinels and cluster nodes included): no call runs in a helper
+//! thread, so no thread or descriptor is ever left behind by a timeout.
+//! Name resolution is the system resolver's, in the sync thread, bounded by
+//! its own timeouts (`resolv.conf`); IP addresses need none.
 //! A call that runs out of time, or fails on the socket, leaves the link
 //! unusable (a later reply could belong to the abandoned pipeline): the
 //! caller drops it and opens a new one.
@@ -14,12 +19,10 @@
 //! Used only from the sync thread: nothing here touches nginx.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rate_limit_window_core::redis_url::{RedisMode, RedisNode, RedisParams, Secret};
 use redis::cluster::{ClusterClientBuilder, ClusterConnection};
-use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
 use redis::{
     ClientTlsConfig, ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo,
     TlsCertificates, TlsMode, Value,
@@ -87,29 +90,9 @@ impl RedisTarget {
     }
 }
 
-/// Runs `f` in a helper thread and waits for it until `deadline`: for the
-/// crate's calls that take no timeout (sentinel discovery, cluster slot
-/// discovery). On timeout the thread is abandoned; it owns only copies.
-fn within<T: Send + 'static>(
-    deadline: Instant,
-    what: &str,
-    f: impl FnOnce() -> Result<T, LinkError> + Send + 'static,
-) -> Result<T, LinkError> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new()
-        .name("rlw-connect".into())
-        .spawn(move || {
-            let _ = tx.send(f());
-        })
-        .map_err(|e| LinkError::new(LinkErrorKind::Connection, format!("{what}: {e}")))?;
-    match rx.recv_timeout(left(deadline)?) {
-        Ok(r) => r,
-        Err(_) => Err(LinkError::new(
-            LinkErrorKind::Timeout,
-            format!("{what} timed out"),
-        )),
-    }
-}
+/// Shortest connect and reply timeout of one cluster node while the link
+/// opens (ms).
+const MIN_NODE_MS: u64 = 50;
 
 /// The password as the crate takes it.
 fn pw(s: &Secret) -> String {
@@ -255,30 +238,32 @@ fn left(deadline: Instant) -> Result<Duration, LinkError> {
     }
 }
 
-/// Resolves `host:port` before `deadline`. `getaddrinfo` has no timeout,
-/// so it runs in a helper thread that is abandoned (it owns only copies)
-/// if the deadline passes first.
+/// The timeout to give the crate's connect: it bounds the TCP connect and
+/// then *each* reply of the handshake (`AUTH`, `SELECT`; `CLIENT SETINFO`
+/// is disabled) separately, so a third of the time left keeps the whole
+/// connect within `deadline`.
+fn handshake(deadline: Instant) -> Result<Duration, LinkError> {
+    Ok(left(deadline)? / 3)
+}
+
+/// Resolves `host:port` in this thread (the system resolver's own
+/// timeouts bound it; an IP address needs no lookup), then checks that
+/// `deadline` has not passed.
 fn resolve(host: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>, LinkError> {
-    let (tx, rx) = mpsc::channel();
-    let name = host.to_owned();
-    std::thread::Builder::new()
-        .name("rlw-resolve".into())
-        .spawn(move || {
-            let _ = tx.send((name.as_str(), port).to_socket_addrs().map(Vec::from_iter));
-        })
-        .map_err(|e| LinkError::new(LinkErrorKind::Connection, format!("resolver: {e}")))?;
-    match rx.recv_timeout(left(deadline)?) {
-        Ok(Ok(addrs)) if !addrs.is_empty() => Ok(addrs),
-        Ok(Ok(_)) => Err(LinkError::new(LinkErrorKind::Connection, "no address")),
-        Ok(Err(e)) => Err(LinkError::new(
-            LinkErrorKind::Connection,
-            format!("cannot resolve the host: {e}"),
-        )),
-        Err(_) => Err(LinkError::new(
-            LinkErrorKind::Timeout,
-            "name resolution timed out",
-        )),
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| {
+            LinkError::new(
+                LinkErrorKind::Connection,
+                format!("cannot resolve the host: {e}"),
+            )
+        })?
+        .collect();
+    left(deadline)?;
+    if addrs.is_empty() {
+        return Err(LinkError::new(LinkErrorKind::Connection, "no address"));
     }
+    Ok(addrs)
 }
 
 /// The connection of a [`Link`]: one server (single or sentinel mode) or
@@ -323,7 +308,7 @@ impl Link {
                     addr: ConnectionAddr::Unix(path.into()),
                     redis,
                 };
-                Ok(redis::Client::open(info)?.get_connection_with_timeout(left(deadline)?)?)
+                Ok(redis::Client::open(info)?.get_connection_with_timeout(handshake(deadline)?)?)
             }
             Some(RedisNode::Tcp { host, port }) if target.params.addr.tls => {
                 // The name stays as given: the certificate is checked against it.
@@ -336,7 +321,7 @@ impl Link {
                     root_cert: None,
                 });
                 let client = redis::Client::build_with_tls(info, certs)?;
-                Ok(client.get_connection_with_timeout(left(deadline)?)?)
+                Ok(client.get_connection_with_timeout(handshake(deadline)?)?)
             }
             Some(RedisNode::Tcp { host, port }) => {
                 let info = ConnectionInfo {
@@ -349,45 +334,45 @@ impl Link {
         }
     }
 
-    /// Sentinel mode: the sentinels name the master of `redis_master=`,
-    /// whose role is checked, and the link connects to it.
+    /// Sentinel mode: each sentinel in turn, over a connection with
+    /// connect, read and write timeouts, names the master of
+    /// `redis_master=` (`SENTINEL get-master-addr-by-name`); the link
+    /// connects to it and checks its `ROLE`. Each sentinel gets an equal
+    /// share of the time left, so one that fails, hangs or names a stale
+    /// master leaves time to ask the next.
     fn open_sentinel(
         target: &RedisTarget,
         deadline: Instant,
     ) -> Result<redis::Connection, LinkError> {
-        let p = &target.params;
-        let sentinels: Vec<ConnectionAddr> = p
+        let sentinels: Vec<(&str, u16)> = target
+            .params
             .addr
             .nodes
             .iter()
             .filter_map(|n| match n {
-                RedisNode::Tcp { host, port } => Some(target.addr(host, *port)),
+                RedisNode::Tcp { host, port } => Some((host.as_str(), *port)),
                 RedisNode::Unix(_) => None,
             })
             .collect();
-        let master = p.master.clone().unwrap_or_default();
-        let mut b = SentinelClientBuilder::new(sentinels, master, SentinelServerType::Master)?
-            .set_client_to_redis_db(p.addr.db);
-        if let Some(u) = &p.addr.username {
-            b = b.set_client_to_sentinel_username(u.clone());
+        let mut last = LinkError::new(LinkErrorKind::Connection, "no sentinel");
+        let mut unknown = false;
+        for (i, &(host, port)) in sentinels.iter().enumerate() {
+            let share = left(deadline)? / (sentinels.len() - i) as u32;
+            let step = Instant::now() + share;
+            let found = ask_sentinel(target, host, port, step).and_then(|named| match named {
+                Some((h, p)) => connect_master(target, &h, p, step).map(Some),
+                None => Ok(None),
+            });
+            match found {
+                Ok(Some(conn)) => return Ok(conn),
+                Ok(None) => unknown = true,
+                Err(e) => last = e,
+            }
         }
-        if let Some(s) = &p.addr.password {
-            b = b.set_client_to_sentinel_password(pw(s));
+        if unknown {
+            last = LinkError::new(LinkErrorKind::Master, "no sentinel knows the master");
         }
-        if let Some(s) = &p.master_password {
-            b = b.set_client_to_redis_password(pw(s));
-        }
-        if let Some(certs) = target.certs() {
-            b = b
-                .set_client_to_sentinel_tls_mode(TlsMode::Secure)
-                .set_client_to_redis_tls_mode(TlsMode::Secure)
-                .set_client_to_sentinel_certificates(certs.clone())
-                .set_client_to_redis_certificates(certs);
-        }
-        let mut client = b.build()?;
-        within(deadline, "sentinel discovery", move || {
-            Ok(client.get_connection()?)
-        })
+        Err(last)
     }
 
     /// Cluster mode: the seed nodes give the slot map; MOVED and ASK
@@ -409,7 +394,11 @@ impl Link {
                 RedisNode::Unix(_) => None,
             })
             .collect();
-        let step = left(deadline)?;
+        // Every node connection the crate opens (seeds, slot refreshes,
+        // redirections) has these connect and read timeouts; a hung node
+        // costs at most one share per seed, never a thread.
+        let step = (handshake(deadline)? / (seeds.len().max(1) as u32))
+            .max(Duration::from_millis(MIN_NODE_MS));
         let mut b = ClusterClientBuilder::new(seeds)
             .connection_timeout(step)
             .response_timeout(step)
@@ -425,10 +414,9 @@ impl Link {
         if let Some(certs) = target.certs() {
             b = b.tls(TlsMode::Secure).certs(certs);
         }
-        let client = b.build()?;
-        within(deadline, "cluster discovery", move || {
-            Ok(client.get_connection()?)
-        })
+        let conn = b.build()?.get_connection()?;
+        left(deadline)?;
+        Ok(conn)
     }
 
     /// Tries each resolved address of `host` in turn until one connects.
@@ -443,7 +431,7 @@ impl Link {
             let mut at = info.clone();
             at.addr = ConnectionAddr::Tcp(addr.ip().to_string(), addr.port());
             let client = redis::Client::open(at)?;
-            match client.get_connection_with_timeout(left(deadline)?) {
+            match client.get_connection_with_timeout(handshake(deadline)?) {
                 Ok(c) => return Ok(c),
                 Err(e) => last = e.into(),
             }
@@ -492,6 +480,109 @@ impl Link {
     /// True once a call failed mid-way: drop the link and open a new one.
     pub fn is_broken(&self) -> bool {
         self.broken
+    }
+}
+
+/// Opens a connection to `info` (TLS with `target`'s certificates when
+/// configured), handshake included, before `deadline`; its read and write
+/// timeouts are set to the time left.
+fn connect_timed(
+    target: &RedisTarget,
+    info: ConnectionInfo,
+    deadline: Instant,
+) -> Result<redis::Connection, LinkError> {
+    let client = match target.certs() {
+        Some(certs) => redis::Client::build_with_tls(info, certs)?,
+        None => redis::Client::open(info)?,
+    };
+    let conn = client.get_connection_with_timeout(handshake(deadline)?)?;
+    timed(&conn, deadline)?;
+    Ok(conn)
+}
+
+/// Sets `conn`'s read and write timeouts to the time left before `deadline`.
+fn timed(conn: &redis::Connection, deadline: Instant) -> Result<(), LinkError> {
+    conn.set_write_timeout(Some(left(deadline)?))?;
+    conn.set_read_timeout(Some(left(deadline)?))?;
+    Ok(())
+}
+
+/// Asks the sentinel at `host:port` for the master of `redis_master=`:
+/// its address, or `None` when the sentinel knows no such master.
+fn ask_sentinel(
+    target: &RedisTarget,
+    host: &str,
+    port: u16,
+    deadline: Instant,
+) -> Result<Option<(String, u16)>, LinkError> {
+    let p = &target.params;
+    let info = ConnectionInfo {
+        addr: target.addr(host, port),
+        redis: RedisConnectionInfo {
+            db: 0,
+            username: p.addr.username.clone(),
+            password: p.addr.password.as_ref().map(pw),
+            protocol: ProtocolVersion::RESP2,
+        },
+    };
+    let mut conn = connect_timed(target, info, deadline)?;
+    let master = p.master.clone().unwrap_or_default();
+    let reply: Value = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg(master)
+        .query(&mut conn)?;
+    match reply {
+        Value::Nil => Ok(None),
+        Value::Array(a) if a.len() == 2 => {
+            let text = |v: &Value| bytes_text(v).map(str::to_owned);
+            let host = text(&a[0]);
+            let port = text(&a[1]).and_then(|t| t.parse::<u16>().ok());
+            host.zip(port)
+                .map(Some)
+                .ok_or_else(|| LinkError::new(LinkErrorKind::Reply, "unusable sentinel reply"))
+        }
+        _ => Err(LinkError::new(
+            LinkErrorKind::Reply,
+            "unusable sentinel reply",
+        )),
+    }
+}
+
+/// The text of a bulk or simple string reply.
+fn bytes_text(v: &Value) -> Option<&str> {
+    match v {
+        Value::BulkString(b) => core::str::from_utf8(b).ok(),
+        Value::SimpleString(s) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+/// Connects to the master a sentinel named and checks that its `ROLE` is
+/// `master` (a sentinel may name a stale one during a failover).
+fn connect_master(
+    target: &RedisTarget,
+    host: &str,
+    port: u16,
+    deadline: Instant,
+) -> Result<redis::Connection, LinkError> {
+    let p = &target.params;
+    let info = ConnectionInfo {
+        addr: target.addr(host, port),
+        redis: RedisConnectionInfo {
+            db: p.addr.db,
+            username: None,
+            password: p.master_password.as_ref().map(pw),
+            protocol: ProtocolVersion::RESP2,
+        },
+    };
+    let mut conn = connect_timed(target, info, deadline)?;
+    let role: Value = redis::cmd("ROLE").query(&mut conn)?;
+    match role {
+        Value::Array(a) if a.first().and_then(bytes_text) == Some("master") => Ok(conn),
+        _ => Err(LinkError::new(
+            LinkErrorKind::Connection,
+            "the server the sentinel named is not a master",
+        )),
     }
 }
 

@@ -54,17 +54,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nginx_sys::{ngx_log_t, NGX_LOG_ERR, NGX_LOG_NOTICE, NGX_LOG_WARN};
 use ngx::ngx_log_error;
-use rate_limit_window_core::cluster::{
-    claim, gateway_field, redis_key, shares, Claim, Ledger, Push,
-};
+use rate_limit_window_core::cluster::{claim, Claim, Ledger};
+use rate_limit_window_core::fleet::{Diff, Profile};
 use rate_limit_window_core::{Table, Window};
-use redis::Value;
 
 use crate::redis_link::{Link, LinkError, LinkErrorKind, RedisTarget};
+use crate::sync_round::{round, RoundState};
+use crate::sync_stats::Durations;
 use crate::zone::{ZoneConf, ZoneHeader};
 
-/// Largest number of keys per pipelined batch.
-const BATCH: usize = 1000;
 /// Reconnect backoff bounds (ms).
 const BACKOFF_MIN_MS: u64 = 100;
 const BACKOFF_MAX_MS: u64 = 1_000;
@@ -78,11 +76,13 @@ const POLL_MS: u64 = 50;
 /// What a sync thread needs; all of it outlives the thread (the cycle's
 /// configuration and the shared zone stay until the worker exits, or until
 /// a single-process reload, and `stop_all` joins the threads before that).
-struct Job {
-    name: String,
+pub(crate) struct Job {
+    pub name: String,
     target: RedisTarget,
-    sync_ms: u64,
-    window: Window,
+    pub sync_ms: u64,
+    pub window: Window,
+    /// What this gateway publishes to the fleet hash (never the secret).
+    pub profile: Profile,
     table: *const Table<'static>,
     header: *const ZoneHeader,
 }
@@ -114,6 +114,12 @@ pub fn start_all(zones: &[*mut ZoneConf]) {
             target: RedisTarget::from_params(r),
             sync_ms: r.sync_ms,
             window: zone.window,
+            profile: Profile::new(
+                zone.name.as_bytes(),
+                &r.secret,
+                zone.window.ms(),
+                zone.mode.name(),
+            ),
             table,
             header: zone.header,
         };
@@ -170,6 +176,7 @@ pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
     if let Some(since) = header.outage_to_log() {
         log_outage(log, zone, header, now_ms.saturating_sub(since));
     }
+    log_fleet(log, zone, header);
     let owner = header.sync_owner.load(Ordering::Acquire);
     if owner != 0 && header.logged_owner.swap(owner, Ordering::Relaxed) != owner {
         ngx_log_error!(
@@ -180,6 +187,27 @@ pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
             owner
         );
     }
+}
+
+/// Logs, once per episode, that gateways use this zone's name in Redis
+/// with another secret, window or mode (never the secret itself).
+fn log_fleet(log: *mut ngx_log_t, zone: &ZoneConf, header: &ZoneHeader) {
+    let stats = &header.stats;
+    let episode = stats.episode.load(Ordering::Relaxed);
+    let diff = stats.diff.load(Ordering::Relaxed);
+    if diff == 0 || stats.logged_episode.swap(episode, Ordering::Relaxed) == episode {
+        return;
+    }
+    ngx_log_error!(
+        NGX_LOG_WARN,
+        log,
+        "rate_limit_window_zone \"{}\": {} other gateway(s) use this zone name in redis with \
+         another {}: they do not share counts with this gateway, so a client can get the limit \
+         on each; give every gateway the same \"secret=\", \"window=\" and \"mode=\"",
+        zone.name_str(),
+        stats.mismatched.load(Ordering::Relaxed),
+        Diff::describe(diff)
+    );
 }
 
 /// Logs an outage of `for_ms` ms once: an `[error]` when its kind needs an
@@ -221,8 +249,8 @@ fn lease_timeout_ms(sync_ms: u64) -> u64 {
 }
 
 /// This thread's view of the ownership words.
-struct Owner<'h> {
-    header: &'h ZoneHeader,
+pub(crate) struct Owner<'h> {
+    pub header: &'h ZoneHeader,
     /// This thread's generation.
     me: u64,
     timeout_ms: u64,
@@ -274,7 +302,7 @@ impl Owner<'_> {
 
     /// True while the thread should go on: not stopped, and still the
     /// owner (beating the heartbeat).
-    fn keep_on(&self, stop: &AtomicBool) -> bool {
+    pub fn keep_on(&self, stop: &AtomicBool) -> bool {
         !stop.load(Ordering::Relaxed) && self.claim() == Claim::Held
     }
 
@@ -296,7 +324,7 @@ impl Owner<'_> {
 }
 
 /// Why a round ended early.
-enum RoundError {
+pub(crate) enum RoundError {
     Link(LinkError),
     /// Stopped, or lost the ownership, between batches.
     Stopped,
@@ -325,7 +353,8 @@ fn run(job: Job, stop: &AtomicBool) {
     header.sync_handover.fetch_max(owner.me, Ordering::AcqRel);
     let mut conn: Option<Link> = None;
     let mut backoff = BACKOFF_MIN_MS;
-    let mut pushes = Vec::new();
+    let mut state = RoundState::default();
+    let mut durations = Durations::default();
 
     while !stop.load(Ordering::Relaxed) {
         match owner.claim() {
@@ -347,13 +376,21 @@ fn run(job: Job, stop: &AtomicBool) {
                     owner: &owner,
                     stop,
                 };
-                round(c, &ctx, &mut pushes, started)
+                round(c, &ctx, &mut state, started)
             });
         let nap_ms = match result {
-            Ok(()) => {
+            Ok(done) => {
                 backoff = BACKOFF_MIN_MS;
+                let stats = &header.stats;
+                durations.add(stats, epoch_ms().saturating_sub(started));
+                stats.last_pushed.store(done.pushed, Ordering::Relaxed);
+                stats.last_read.store(done.read, Ordering::Relaxed);
                 header.sync_rounds.fetch_add(1, Ordering::Relaxed);
-                header.last_sync_ms.store(epoch_ms(), Ordering::Relaxed);
+                // The lag counts from the last round that visited every
+                // active client (a round cut by its deadline resumes).
+                if done.full {
+                    header.last_sync_ms.store(epoch_ms(), Ordering::Relaxed);
+                }
                 header.down_since_ms.store(0, Ordering::Relaxed);
                 job.sync_ms
                     .saturating_sub(epoch_ms().saturating_sub(started))
@@ -408,140 +445,10 @@ fn connect<'c>(
 }
 
 /// What a round works on.
-struct RoundCtx<'a> {
-    table: &'a Table<'static>,
-    ledger: &'a Ledger<'static>,
-    job: &'a Job,
-    owner: &'a Owner<'a>,
-    stop: &'a AtomicBool,
-}
-
-/// Longest one pipelined batch may wait for its replies (ms): also about
-/// the longest a stop waits for a round in flight.
-const BATCH_MS: u64 = 500;
-/// Shortest whole-round deadline (ms); it is twice `sync=` when longer.
-const ROUND_MIN_MS: u64 = 2_000;
-
-/// One write/read round for every client active in the current window:
-/// per key, `HSET` of this gateway's own count (when it changed) with a
-/// `PEXPIRE` of two windows, and `HGETALL` for the other gateways' share.
-/// A key whose replies are errors is counted and left for the next round.
-/// The whole round has a deadline (twice the interval, at least 2 s), each
-/// batch one of `BATCH_MS`; between batches the owner beats its heartbeat
-/// and checks the stop flag and its ownership.
-fn round(
-    conn: &mut Link,
-    ctx: &RoundCtx<'_>,
-    pushes: &mut Vec<Push>,
-    now: u64,
-) -> Result<(), RoundError> {
-    reset_keys(conn, ctx, now)?;
-    pushes.clear();
-    ctx.ledger.plan(ctx.table, now, pushes);
-    let header = ctx.owner.header;
-    let me = gateway_field(header.gateway_id);
-    let ttl_ms = ctx.job.window.ms() * 2;
-    let round_ms = (ctx.job.sync_ms * 2).max(ROUND_MIN_MS);
-    let round_deadline = Instant::now() + Duration::from_millis(round_ms);
-    for batch in pushes.chunks(BATCH) {
-        if !ctx.owner.keep_on(ctx.stop) {
-            return Err(RoundError::Stopped);
-        }
-        let mut pipe = redis::pipe();
-        for p in batch {
-            let key = redis_key(&ctx.job.name, p.window_index, p.fingerprint);
-            if p.write {
-                pipe.cmd("HSET").arg(&key).arg(&me).arg(p.own);
-                pipe.cmd("PEXPIRE").arg(&key).arg(ttl_ms);
-            }
-            pipe.cmd("HGETALL").arg(&key);
-        }
-        let deadline = round_deadline.min(Instant::now() + Duration::from_millis(BATCH_MS));
-        let replies = conn.exec(&pipe, deadline)?;
-        settle_batch(ctx, batch, replies, &me, now);
-    }
-    Ok(())
-}
-
-/// Deletes the store hashes (current and previous window) of each key
-/// reset by `DELETE` since the last round (see `reset.rs`), then forgets
-/// its share here. `DEL` is idempotent: on an error the resets are queued
-/// again for the next round.
-fn reset_keys(conn: &mut Link, ctx: &RoundCtx<'_>, now: u64) -> Result<(), RoundError> {
-    let header = ctx.owner.header;
-    let fps: Vec<u64> = header
-        .resets
-        .iter()
-        .map(|e| e.swap(0, Ordering::AcqRel))
-        .filter(|&fp| fp != 0)
-        .collect();
-    if fps.is_empty() {
-        return Ok(());
-    }
-    let index = ctx.job.window.index(now);
-    let mut pipe = redis::pipe();
-    for &fp in &fps {
-        for w in [index, index.saturating_sub(1)] {
-            pipe.cmd("DEL").arg(redis_key(&ctx.job.name, w, fp));
-        }
-    }
-    let deadline = Instant::now() + Duration::from_millis(BATCH_MS);
-    if let Err(e) = conn.exec(&pipe, deadline) {
-        for fp in fps {
-            let _ = header.resets.iter().any(|e| {
-                e.compare_exchange(0, fp, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-            });
-        }
-        return Err(e.into());
-    }
-    for fp in fps {
-        ctx.ledger.forget(ctx.table, fp, now);
-    }
-    Ok(())
-}
-
-/// Settles each key of a batch whose replies are good; counts the others.
-fn settle_batch(ctx: &RoundCtx<'_>, batch: &[Push], replies: Vec<Value>, me: &str, now: u64) {
-    let mut replies = replies.into_iter();
-    let (mut pushed, mut bad) = (0u64, 0u64);
-    for p in batch {
-        let wrote = !p.write
-            || [replies.next(), replies.next()]
-                .iter()
-                .all(|r| matches!(r, Some(Value::Int(_))));
-        match (wrote, replies.next().as_ref().and_then(fields)) {
-            (true, Some(f)) => {
-                pushed += u64::from(p.write);
-                let stored = shares(f.iter().map(|(k, v)| (*k, *v)), me);
-                ctx.ledger.settle(ctx.table, p, stored, now);
-            }
-            _ => bad += 1,
-        }
-    }
-    let header = ctx.owner.header;
-    header.sync_keys_pushed.fetch_add(pushed, Ordering::Relaxed);
-    header.sync_err_key.fetch_add(bad, Ordering::Relaxed);
-}
-
-fn bytes(v: &Value) -> Option<&[u8]> {
-    match v {
-        Value::BulkString(b) => Some(b.as_slice()),
-        _ => None,
-    }
-}
-
-/// The `(field, value)` pairs of an `HGETALL` reply (RESP2 or RESP3).
-fn fields(v: &Value) -> Option<Vec<(&[u8], &[u8])>> {
-    match v {
-        Value::Array(items) => items
-            .chunks(2)
-            .map(|kv| Some((bytes(&kv[0])?, bytes(kv.get(1)?)?)))
-            .collect(),
-        Value::Map(pairs) => pairs
-            .iter()
-            .map(|(k, v)| Some((bytes(k)?, bytes(v)?)))
-            .collect(),
-        _ => None,
-    }
+pub(crate) struct RoundCtx<'a> {
+    pub table: &'a Table<'static>,
+    pub ledger: &'a Ledger<'static>,
+    pub job: &'a Job,
+    pub owner: &'a Owner<'a>,
+    pub stop: &'a AtomicBool,
 }

@@ -125,9 +125,10 @@ fn acquire_strict(
 /// digit whenever `ZoneHeader` changes (3: the sweep's `slots_used` count
 /// and the `delay` counters; 4: the sync's gateway id, generations and
 /// errors by kind; 5: `near_limit`; 6: the sync's auth, TLS, master and
-/// cluster errors; 7: `resets`; 8: `evict_over_limit`), so that a reload
-/// onto a zone of another layout is refused, not misread.
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE8");
+/// cluster errors; 7: `resets`; 8: `evict_over_limit`; 9: the sync's
+/// `stats`), so that a reload onto a zone of another layout is refused, not
+/// misread.
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE9");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -212,6 +213,8 @@ pub struct ZoneHeader {
     /// Fingerprints of keys reset by `DELETE` (reset.rs) whose store keys
     /// the sync thread deletes at its next round (0: free entry).
     pub resets: [AtomicU64; RESETS],
+    /// Sync round measurements and the fleet seen in Redis (sync_stats.rs).
+    pub stats: crate::sync_stats::SyncStats,
 }
 
 /// Resets of a Redis-backed zone waiting for the next sync round.
@@ -590,6 +593,7 @@ impl ZoneHeader {
             near_limit: zero(),
             evict_over_limit: zero(),
             resets: Default::default(),
+            stats: Default::default(),
         }
     }
 }

@@ -384,7 +384,10 @@ fn faults_never_inflate_the_cluster_total_and_other_keys_keep_syncing() {
         let mut max_seen = 0;
         while Instant::now() < until {
             admitted += send(a.port, "k1", 10) + send(b.port, "k1", 10) + send(a.port, "k2", 5);
+            // Both gateways keep writing the victim (a round writes only
+            // counts that changed, and reads back only flagged clients).
             send(a.port, "victim", 1);
+            send(b.port, "victim", 1);
             let total = hash_total(redis.port);
             assert!(
                 total <= admitted,
@@ -417,8 +420,14 @@ fn faults_never_inflate_the_cluster_total_and_other_keys_keep_syncing() {
     assert_eq!(cli(redis.port, &["GET", &victim]).trim(), "not-a-hash");
     // Both gateways see the whole cluster's count of k1.
     let current = |port| key_json(port, "c", b"k1")["current"].as_f64().unwrap();
-    assert!(wait_for(Duration::from_secs(3), || current(a.port)
-        == current(b.port)));
+    assert!(
+        wait_for(Duration::from_secs(3), || current(a.port)
+            == current(b.port)),
+        "k1: a {} b {}; a: {}",
+        current(a.port),
+        current(b.port),
+        get(a.port, "/metrics").text()
+    );
 }
 
 #[test]
@@ -743,4 +752,199 @@ fn a_reset_clears_the_clients_cluster_count() {
     sleep(Duration::from_millis(400));
     assert_eq!(send(b.port, "client-r", 1), 0, "B sees A's new 20");
     assert_eq!(hash_total(redis.port), 40);
+}
+
+/// A gateway with zones `f1` (secret `s1`, window 1m) and `f2` (secret
+/// `s2`, window `w2`), each limited at 40 on `/f1` and `/f2`.
+fn fleet_gateway(redis_port: u16, upstream: &Upstream, s1: &str, s2: &str, w2: &str) -> Nginx {
+    let conf = http_conf(&format!(
+        r#"
+        rate_limit_window_zone $http_x_key zone=f1:1m window=1m redis=127.0.0.1:{redis_port} sync=100ms secret={s1};
+        rate_limit_window_zone $http_x_key zone=f2:1m window={w2} redis=127.0.0.1:{redis_port} sync=100ms secret={s2};
+        server {{
+            listen 127.0.0.1:{{{{PORT}}}} reuseport;
+            location /f1 {{ rate_limit_window zone=f1 limit=40; proxy_pass http://{{{{UPSTREAM}}}}; }}
+            location /f2 {{ rate_limit_window zone=f2 limit=40; proxy_pass http://{{{{UPSTREAM}}}}; }}
+            location = /metrics {{ rate_limit_window_metrics; }}
+        }}"#
+    ));
+    Nginx::builder()
+        .workers(2)
+        .upstream_of(upstream)
+        .start(&conf)
+}
+
+/// Issue 37: three gateways on one Redis, two sharing and one drifted (in
+/// zone `f1` its secret, in zone `f2` its window). Each sees the fleet:
+/// `sync_peers` and `sync_peers_mismatched` on both sides, one `[warn]`
+/// each saying what differs (never the secret), and counts received from
+/// the other gateways only where they are shared.
+#[test]
+fn a_drifted_gateway_is_seen_on_both_sides() {
+    let redis = RedisServer::start();
+    let up = Upstream::start();
+    let (good, bad) = ("fleet-secret-shared-01", "fleet-secret-drifted-2");
+    let a = fleet_gateway(redis.port, &up, good, good, "1m");
+    let b = fleet_gateway(redis.port, &up, good, good, "1m");
+    let c = fleet_gateway(redis.port, &up, bad, good, "2m");
+    clear_of_boundary(60_000, 15_000);
+    let metric = |g: &Nginx, name: &str, zone: &str| {
+        prom_value(&get(g.port, "/metrics").text(), name, &[("zone", zone)]).unwrap_or(-1.0)
+    };
+    let fleet = |g: &Nginx, zone: &str| {
+        (
+            metric(g, "rate_limit_window_sync_peers", zone),
+            metric(g, "rate_limit_window_sync_peers_mismatched", zone),
+        )
+    };
+    let seen = wait_for(Duration::from_secs(15), || {
+        ["f1", "f2"].iter().all(|z| {
+            fleet(&a, z) == (2.0, 1.0) && fleet(&b, z) == (2.0, 1.0) && fleet(&c, z) == (1.0, 2.0)
+        })
+    });
+    let all: Vec<_> = [&a, &b, &c]
+        .iter()
+        .map(|g| (fleet(g, "f1"), fleet(g, "f2")))
+        .collect();
+    eprintln!("(peers, mismatched) of f1, f2 on a, b, c: {all:?}");
+    assert!(seen, "fleet not seen: {all:?}");
+
+    // One warning per zone and side, saying what differs.
+    let warned = |g: &Nginx, zone: &str, n: u32, what: &str| {
+        let line = format!("zone \"{zone}\": {n} other gateway(s) use this zone name in redis with another {what}:");
+        count_lines(&g.error_log(), &line) == 1
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            warned(&a, "f1", 1, "secret")
+                && warned(&a, "f2", 1, "window")
+                && warned(&c, "f1", 2, "secret")
+                && warned(&c, "f2", 2, "window")
+        }),
+        "warnings missing:\na: {}\nc: {}",
+        a.error_log(),
+        c.error_log()
+    );
+    for g in [&a, &b, &c] {
+        let log = g.error_log();
+        assert!(
+            !log.contains(good) && !log.contains(bad),
+            "a secret in the log: {log}"
+        );
+    }
+
+    // Sharing works between a and b (counts received), and not with c.
+    for i in 0..60 {
+        let g = [&a, &b, &c][i % 3];
+        get_key(g.port, "/f1", "client");
+        sleep(Duration::from_millis(30));
+    }
+    sleep(Duration::from_millis(500));
+    let received = |g: &Nginx| metric(g, "rate_limit_window_sync_received_total", "f1");
+    let (ra, rb, rc) = (received(&a), received(&b), received(&c));
+    eprintln!("counts received in f1: a {ra}, b {rb}, c {rc}");
+    assert!(ra >= 10.0 && rb >= 10.0, "a {ra}, b {rb}");
+    assert_eq!(rc, 0.0, "the drifted gateway received counts");
+    let log = a.error_log();
+    assert_eq!(
+        count_lines(&log, "other gateway(s) use this zone name"),
+        2,
+        "{log}"
+    );
+}
+
+/// A gateway for `hot_client_among_200k_cold_ones_is_held_to_its_bound`:
+/// zone `c` of 64 MB (room for the cold clients), limit 40, `empty_gif`
+/// (no upstream: the load generator, not the upstream, is the limit).
+fn big_gateway(redis_port: u16) -> Nginx {
+    let conf = http_conf(&format!(
+        r#"
+        rate_limit_window_zone $http_x_key zone=c:64m window=1m redis=127.0.0.1:{redis_port} sync=100ms secret=cluster-test-secret-0123;
+        server {{
+            listen 127.0.0.1:{{{{PORT}}}} reuseport;
+            location / {{ rate_limit_window zone=c limit=40; empty_gif; }}
+            location = /metrics {{ rate_limit_window_metrics; }}
+        }}"#
+    ));
+    Nginx::builder().workers(2).start(&conf)
+}
+
+/// Issue 33: 200,000+ distinct clients (wrk with bench/keys.lua, each far
+/// below its limit) on gateway a while a hot client alternates between a
+/// and b at 20 requests/s. The hot client is held to the documented bound
+/// `L + N·r·(s + t) + max(0, r·(2s + 2t) − L/2)`, with `t` the measured
+/// p99 round time, and the rounds read back only flagged clients.
+#[test]
+fn a_hot_client_among_200k_cold_ones_is_held_to_its_bound() {
+    const COLD: u64 = 250_000;
+    let redis = RedisServer::start();
+    let a = big_gateway(redis.port);
+    let b = big_gateway(redis.port);
+    clear_of_boundary(60_000, 50_000);
+    let lua = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/keys.lua");
+    let mut wrk = Command::new("wrk")
+        .args(["-t2", "-c16", "-d45s", "-s"])
+        .arg(&lua)
+        .arg(format!("http://127.0.0.1:{}/", a.port))
+        .args(["--", &COLD.to_string(), "0", "2"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("wrk not found: `make bench` installs it");
+    let passed = |g: &Nginx| {
+        prom_value(
+            &get(g.port, "/metrics").text(),
+            "rate_limit_window_requests_total",
+            &[("zone", "c"), ("result", "passed")],
+        )
+        .unwrap_or(0.0)
+    };
+    let cold_reached = wait_for(Duration::from_secs(40), || passed(&a) >= 200_000.0);
+    let cold = passed(&a);
+    if !cold_reached {
+        let _ = wrk.kill();
+    }
+    assert!(cold_reached, "only {cold} cold requests in 40 s");
+    // Every cold key so far is distinct (wrk cycles through 250,000).
+    let admitted = alternate_hot([a.port, b.port], 100);
+    let _ = wrk.kill();
+    let _ = wrk.wait();
+    let metric = |g: &Nginx, name: &str| {
+        prom_value(&get(g.port, "/metrics").text(), name, &[("zone", "c")]).unwrap_or(-1.0)
+    };
+    let t = metric(&a, "rate_limit_window_sync_round_p99_seconds")
+        .max(metric(&b, "rate_limit_window_sync_round_p99_seconds"));
+    let (l, n, r, s) = (40.0, 2.0, 20.0, 0.1);
+    let bound = l + n * r * (s + t) + f64::max(0.0, r * (2.0 * s + 2.0 * t) - l / 2.0);
+    let total = admitted[0] + admitted[1];
+    let read = metric(&a, "rate_limit_window_sync_keys_read_total");
+    let pushed = metric(&a, "rate_limit_window_sync_keys_pushed_total");
+    let flagged = metric(&a, "rate_limit_window_sync_flagged");
+    eprintln!(
+        "{cold} cold clients on a; hot client admitted {admitted:?} = {total} for limit 40 \
+         (bound {bound:.1} with round p99 {t:.3} s); a pushed {pushed}, read back {read}, \
+         flagged now {flagged}"
+    );
+    assert!(f64::from(total) <= bound, "{total} > bound {bound:.1}");
+    assert!(total >= 40, "{total}: the hot client was under-admitted");
+    assert!(pushed >= 200_000.0, "cold counts not pushed: {pushed}");
+    assert!(
+        read < cold / 10.0,
+        "read back {read} keys for {cold} cold clients: not proportional to the flagged"
+    );
+}
+
+/// Sends `n` requests of the hot client, alternating between `ports` at
+/// 20 requests/s; returns the admitted per gateway.
+fn alternate_hot(ports: [u16; 2], n: usize) -> [u32; 2] {
+    let mut admitted = [0u32; 2];
+    for i in 0..n {
+        let r = get_key(ports[i % 2], "/", "hot");
+        match r.status {
+            200 => admitted[i % 2] += 1,
+            429 => {}
+            s => panic!("unexpected status {s}: {}", r.describe()),
+        }
+        sleep(Duration::from_millis(50));
+    }
+    admitted
 }

@@ -126,3 +126,42 @@ fn limits_survive_a_slot_migration() {
         assert!((60..=64).contains(&total), "client-{c}: {total} ({adm:?})");
     }
 }
+
+/// One node hung (SIGSTOP: the kernel still completes connects, nothing
+/// answers): every round that needs it fails on its timeout, counted, the
+/// sync thread keeps trying without a thread or descriptor more, requests
+/// are decided locally, and sharing resumes once the node is back.
+#[test]
+fn a_hung_node_neither_stops_rounds_nor_leaks() {
+    let cluster = RedisCluster::start();
+    let up = Upstream::start();
+    let redis = format!("redis={} redis_mode=cluster", cluster.url());
+    let g = redis_gateway(&redis, &up, 1000);
+    for c in 0..CLIENTS {
+        assert_eq!(get_key(g.port, "/", &format!("client-{c}")).status, 200);
+    }
+    let rounds = || zone_metric(g.port, "rate_limit_window_sync_rounds_total");
+    let failures = || zone_metric(g.port, "rate_limit_window_sync_failures_total");
+    assert!(wait_for(Duration::from_secs(10), || rounds() > 3.0));
+    cluster.nodes[0].signal(libc::SIGSTOP);
+    let hung_at = failures();
+    assert_usage_constant(&g, 8, || {
+        for c in 0..CLIENTS {
+            let s = get_key(g.port, "/", &format!("client-{c}")).status;
+            assert_eq!(s, 200, "a request failed while a node hangs");
+        }
+    });
+    let failed = failures() - hung_at;
+    eprintln!("hung node: {failed} failed rounds in 8 s");
+    assert!(failed >= 4.0, "the sync stopped trying: {failed} failures");
+    cluster.nodes[0].signal(libc::SIGCONT);
+    let back = rounds();
+    assert!(
+        wait_for(Duration::from_secs(30), || {
+            get_key(g.port, "/", "client-0");
+            rounds() >= back + 5.0
+        }),
+        "rounds did not resume after the node came back: {back} -> {}",
+        rounds()
+    );
+}

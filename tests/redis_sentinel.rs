@@ -139,3 +139,89 @@ fn master_password_from_a_file() {
     );
     assert!(!a.error_log().contains(password));
 }
+
+/// A sentinel listed first that accepts connections and never answers: the
+/// sync asks the next sentinel within its share of the connect deadline,
+/// rounds go on, the limit is shared, and worker 0 keeps its threads and
+/// descriptors (issue 33: with the crate's sentinel client, 0 rounds in
+/// 30 s and a thread and a socket more every 1.5 s).
+#[test]
+fn a_hung_sentinel_listed_first_neither_stops_nor_leaks() {
+    let set = SentinelSet::start();
+    let hung = HungServer::start();
+    let up = Upstream::start();
+    let url = set
+        .url()
+        .replacen("redis://", &format!("redis://127.0.0.1:{},", hung.port), 1);
+    let redis = format!("redis={url} redis_mode=sentinel redis_master={SENTINEL_MASTER}");
+    let a = redis_gateway(&redis, &up, 40);
+    let b = redis_gateway(&redis, &up, 40);
+    clear_of_boundary(60_000, 20_000);
+    let rounds = |g: &Nginx| zone_metric(g.port, "rate_limit_window_sync_rounds_total");
+    assert!(
+        wait_for(Duration::from_secs(10), || rounds(&a) > 5.0
+            && rounds(&b) > 5.0),
+        "no rounds through the healthy sentinels: {} / {}",
+        rounds(&a),
+        rounds(&b)
+    );
+    assert!(hung.accepted() >= 2, "the hung sentinel was never asked");
+    let admitted = alternate([a.port, b.port], "client", 60);
+    let total = admitted[0] + admitted[1];
+    eprintln!("hung first sentinel: admitted {admitted:?} = {total} for limit 40");
+    assert!((40..=44).contains(&total), "{total} ({admitted:?})");
+    // Reconnects through the hung sentinel (each round's link is dropped by
+    // killing its master connection) never add a thread or a descriptor.
+    let before = rounds(&a);
+    let master = set.master.port.to_string();
+    assert_usage_constant(&a, 8, || {
+        cli(&["-p", &master, "CLIENT", "KILL", "TYPE", "normal"]);
+    });
+    let after = rounds(&a);
+    eprintln!(
+        "rounds during 8 s of dropped connections: {}",
+        after - before
+    );
+    assert!(
+        after - before >= 10.0,
+        "rounds stopped: {before} -> {after}"
+    );
+}
+
+/// Every sentinel hung: each connect fails on its timeout, counted as
+/// `timeout`, requests are decided locally, and worker 0's threads and
+/// descriptors stay constant while the sync keeps retrying.
+#[test]
+fn hung_sentinels_time_out_without_leaking() {
+    let hung = [HungServer::start(), HungServer::start()];
+    let up = Upstream::start();
+    let redis = format!(
+        "redis=redis://127.0.0.1:{},127.0.0.1:{} redis_mode=sentinel redis_master={SENTINEL_MASTER}",
+        hung[0].port, hung[1].port
+    );
+    let g = redis_gateway(&redis, &up, 3);
+    let timeouts = || {
+        prom_value(
+            &get(g.port, "/metrics").text(),
+            "rate_limit_window_sync_failures_total",
+            &[("zone", "c"), ("kind", "timeout")],
+        )
+        .unwrap_or(0.0)
+    };
+    assert!(wait_for(Duration::from_secs(10), || timeouts() >= 2.0));
+    let first = timeouts();
+    assert_usage_constant(&g, 8, || {
+        get_key(g.port, "/", "k");
+    });
+    let later = timeouts();
+    eprintln!("timeouts counted: {first} then {later} 8 s later");
+    assert!(
+        later >= first + 4.0,
+        "the sync stopped retrying: {first} -> {later}"
+    );
+    let asked = [hung[0].accepted(), hung[1].accepted()];
+    assert!(
+        asked[1] >= 4,
+        "the second sentinel was never asked: {asked:?}"
+    );
+}

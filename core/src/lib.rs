@@ -67,6 +67,8 @@ pub mod cluster;
 pub mod conf_error;
 pub mod delay;
 pub mod fit;
+pub mod fleet;
+pub mod hot;
 pub mod limit_opts;
 pub mod mode;
 pub mod parse;

@@ -215,6 +215,65 @@ const FAMILIES: &[Family] = &[
         |l| atomic(&l.header.sync_keys_pushed),
     ),
     sync_family(
+        "rate_limit_window_sync_keys_read_total",
+        "counter",
+        "Keys read back from Redis (clients flagged near their limit by some gateway).",
+        |l| atomic(&l.header.stats.read_total),
+    ),
+    Family {
+        name: "rate_limit_window_sync_round_keys",
+        kind: "gauge",
+        help: "Keys the last sync round wrote (pushed) and read back (read).",
+        redis_only: true,
+        samples: Samples::By(
+            "kind",
+            &[
+                ("pushed", |l| atomic(&l.header.stats.last_pushed)),
+                ("read", |l| atomic(&l.header.stats.last_read)),
+            ],
+        ),
+    },
+    Family {
+        name: "rate_limit_window_sync_round_seconds",
+        kind: "summary",
+        help: "Duration of the sync rounds that went through.",
+        redis_only: true,
+        samples: Samples::SumCount(
+            |l| Value::Float(l.header.stats.round_ms_sum.load(Ordering::Relaxed) as f64 / 1000.0),
+            |l| atomic(&l.header.stats.round_count),
+        ),
+    },
+    sync_family(
+        "rate_limit_window_sync_round_p99_seconds",
+        "gauge",
+        "99th percentile of the duration of the last 200 sync rounds.",
+        |l| Value::Float(l.header.stats.round_p99_ms.load(Ordering::Relaxed) as f64 / 1000.0),
+    ),
+    sync_family(
+        "rate_limit_window_sync_flagged",
+        "gauge",
+        "Clients flagged near their limit in the current window by any gateway (read back each round).",
+        |l| atomic(&l.header.stats.flagged),
+    ),
+    sync_family(
+        "rate_limit_window_sync_received_total",
+        "counter",
+        "Requests of other gateways added to this gateway's counts by the sync.",
+        |l| atomic(&l.header.stats.received),
+    ),
+    sync_family(
+        "rate_limit_window_sync_peers",
+        "gauge",
+        "Gateways seen in Redis in the last minute sharing this zone (same secret, window and mode), this one included; 0 until read.",
+        |l| atomic(&l.header.stats.peers),
+    ),
+    sync_family(
+        "rate_limit_window_sync_peers_mismatched",
+        "gauge",
+        "Gateways seen in Redis in the last minute under this zone's name with another secret, window or mode: they do not share counts with this one.",
+        |l| atomic(&l.header.stats.mismatched),
+    ),
+    sync_family(
         "rate_limit_window_sync_owner_generation",
         "gauge",
         "Generation of the sync thread that owns the zone's sync (0: none); it grows with each reload or respawn of worker 0.",

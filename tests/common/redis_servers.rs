@@ -51,6 +51,15 @@ impl RedisProc {
         }
     }
 
+    /// Sends `signal` to the process (SIGSTOP: a hung server that still
+    /// completes TCP connects in the kernel; SIGCONT: back).
+    pub fn signal(&self, signal: i32) {
+        if let Some(c) = &self.child {
+            // SAFETY: kill(2) only sends a signal to a pid; it touches no memory.
+            unsafe { libc::kill(c.id() as i32, signal) };
+        }
+    }
+
     /// Kills the process now (SIGKILL: a crash, not a shutdown).
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -116,7 +125,7 @@ impl AuthRedis {
         let conf = format!(
             "{}user default on >{ADMIN_PASSWORD} ~* &* +@all\n\
              user {ACL_USER} on >{ACL_PASSWORD} resetkeys ~rlw:* resetchannels -@all \
-             +@connection +hset +hgetall +pexpire +del\n",
+             +@connection +hset +hgetall +pexpire +del +rpush +lrange +hdel\n",
             base_conf(port)
         );
         let server = RedisProc::spawn("redis-server", dir.path(), "auth", &conf, port);
@@ -579,4 +588,77 @@ pub fn outage_line(g: &super::Nginx) -> (String, String) {
         .unwrap()
         .to_string();
     (log, line)
+}
+
+/// A TCP server that accepts connections and never answers (a hung
+/// sentinel or node): the accepted sockets are held until it is dropped.
+pub struct HungServer {
+    pub port: u16,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    _listener: std::thread::JoinHandle<()>,
+}
+
+impl HungServer {
+    pub fn start() -> HungServer {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let count = accepted.clone();
+        let handle = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for s in listener.incoming().flatten() {
+                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                held.push(s);
+            }
+        });
+        HungServer {
+            port,
+            accepted,
+            _listener: handle,
+        }
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The worker of `g` that runs the sync thread of zone `c`, with its
+/// thread and descriptor counts (`/proc/PID/task`, `/proc/PID/fd`).
+pub fn sync_worker_usage(g: &super::Nginx) -> Option<(i32, usize, usize)> {
+    let count = |p: String| std::fs::read_dir(p).map(|d| d.count()).unwrap_or(0);
+    g.worker_pids().into_iter().find_map(|pid| {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        let syncs = tasks.flatten().any(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("rlw-sync"))
+        });
+        syncs.then(|| {
+            (
+                pid,
+                count(format!("/proc/{pid}/task")),
+                count(format!("/proc/{pid}/fd")),
+            )
+        })
+    })
+}
+
+/// Samples `sync_worker_usage` every 500 ms for `secs` seconds and
+/// asserts that the sync worker's threads and descriptors never grow past
+/// their first sample (a leak per retry would add one every round).
+pub fn assert_usage_constant(g: &super::Nginx, secs: u64, mut during: impl FnMut()) {
+    let (pid, threads, fds) = sync_worker_usage(g).expect("no worker runs the sync thread");
+    let mut seen = vec![];
+    for _ in 0..secs * 2 {
+        during();
+        sleep(Duration::from_millis(500));
+        let (p, t, f) = sync_worker_usage(g).expect("the sync thread is gone");
+        assert_eq!(p, pid, "the sync moved to another worker");
+        seen.push((t, f));
+    }
+    eprintln!("sync worker {pid}: {threads} threads, {fds} descriptors at first; then {seen:?}");
+    assert!(
+        seen.iter().all(|&(t, f)| t <= threads && f <= fds + 1),
+        "threads or descriptors grew: {threads}/{fds} then {seen:?}"
+    );
 }
