@@ -57,6 +57,9 @@ pub struct MainConf {
     /// Zones in declaration/reference order. Each points into the
     /// configuration pool and lives as long as the cycle.
     pub zones: Vec<*mut ZoneConf>,
+    /// Index of the hidden variable whose request slot says whether the
+    /// main request failed an access check (see access.rs).
+    pub access_mark: Option<ngx_uint_t>,
 }
 
 impl MainConf {

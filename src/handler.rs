@@ -4,10 +4,11 @@
 //!
 //! The same handler runs in two of nginx's phases, and each location
 //! decides in the one its `rate_limit_window_phase` names: PREACCESS, before
-//! the access checks, or PRECONTENT ("postaccess"), after every access check
-//! has passed and before `try_files` and `mirror` (this module's
-//! postconfiguration runs after theirs, and nginx runs a phase's handlers in
-//! the reverse order of registration).
+//! the access checks and after every other PREACCESS handler (realip's
+//! location-level one included: the handler is put first in the array, and
+//! nginx runs a phase's handlers in reverse order), or PRECONTENT
+//! ("postaccess"), after every access check has passed and before
+//! `try_files` and `mirror` (put last, so run first). See docs/phases.md.
 //!
 //! Order of work. Nothing shared is ever held: the table is lock-free, so
 //! once `acquire` returns, logging and the request pool are safe to use.
@@ -74,6 +75,13 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
     let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(unsafe { &*cf }) else {
         return Status::NGX_ERROR.into();
     };
+    // SAFETY: cf is valid during postconfiguration.
+    let (Some(mark), Some(mcf)) = (unsafe { crate::access::index(cf) }, unsafe {
+        Module::main_conf_mut(&*cf)
+    }) else {
+        return Status::NGX_ERROR.into();
+    };
+    mcf.access_mark = Some(mark);
     let phases: [(
         ngx_http_phases,
         extern "C" fn(*mut ngx_http_request_t) -> ngx_int_t,
@@ -85,28 +93,44 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
         ),
     ];
     for (phase, handler) in phases {
-        if push_handler(cmcf, phase, handler).is_err() {
+        // PREACCESS: first in the array, so it runs last in the phase, after
+        // realip's location-level handler (and limit_req, limit_conn).
+        // PRECONTENT: last, so it runs first, before try_files and mirror.
+        let first = phase == ngx_http_phases_NGX_HTTP_PREACCESS_PHASE;
+        if push_handler(cmcf, phase, handler, first).is_err() {
             return Status::NGX_ERROR.into();
         }
     }
     Status::NGX_OK.into()
 }
 
-/// Appends `handler` to `phase`'s handler array.
+/// Adds `handler` to `phase`'s handler array: at its end (run first in the
+/// phase: nginx runs a phase's handlers in reverse order), or with `first`
+/// at its start (run last).
 fn push_handler(
     cmcf: &mut ngx_http_core_main_conf_t,
     phase: ngx_http_phases,
     handler: extern "C" fn(*mut ngx_http_request_t) -> ngx_int_t,
+    first: bool,
 ) -> Result<(), ()> {
+    let arr = &mut cmcf.phases[phase as usize].handlers;
     // SAFETY: the phase handler arrays are initialised by the core module
     // before any postconfiguration runs.
-    let h = unsafe { ngx_array_push(&mut cmcf.phases[phase as usize].handlers) }
-        .cast::<ngx_http_handler_pt>();
+    let h = unsafe { ngx_array_push(arr) }.cast::<ngx_http_handler_pt>();
     if h.is_null() {
         return Err(());
     }
-    // SAFETY: h is a fresh slot in the handler array.
-    unsafe { *h = Some(handler) };
+    let mut slot = h;
+    if first {
+        let elts = arr.elts.cast::<ngx_http_handler_pt>();
+        // SAFETY: the array holds nelts handlers (the new one included,
+        // at h = elts + nelts - 1); moving the nelts - 1 older ones up by
+        // one stays inside it.
+        unsafe { core::ptr::copy(elts, elts.add(1), arr.nelts - 1) };
+        slot = elts;
+    }
+    // SAFETY: slot is a handler slot of the array.
+    unsafe { *slot = Some(handler) };
     Ok(())
 }
 
@@ -246,10 +270,14 @@ fn eval_limit(r: &Request, value: LimitValue) -> Result<LimitRead, ()> {
 extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     // SAFETY: nginx calls phase handlers with a valid request, which shares
     // the representation of `Request`.
-    handle(
-        unsafe { Request::from_ngx_http_request(r) },
-        Phase::Preaccess,
-    )
+    let r = unsafe { Request::from_ngx_http_request(r) };
+    crate::access::preaccess_enter(r);
+    let rc = handle(r, Phase::Preaccess);
+    if rc == Status::NGX_DECLINED.into() {
+        // On to the access checks (this handler runs last in PREACCESS).
+        crate::access::preaccess_leave(r);
+    }
+    rc
 }
 
 extern "C" fn precontent_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
@@ -264,6 +292,8 @@ extern "C" fn precontent_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
 /// decided it yet.
 fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
     let declined: ngx_int_t = Status::NGX_DECLINED.into();
+    // PRECONTENT follows the access checks: note that they passed.
+    let access_failed = phase == Phase::Postaccess && crate::access::precontent_failed(r);
     let Some(lcf) = Module::location_conf(r.as_ref()) else {
         return declined;
     };
@@ -281,10 +311,11 @@ fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
     if decision::find(r).is_some() || main_decides_later(r) {
         return declined;
     }
-    // An error_page redirect of a request not decided yet: in postaccess,
-    // a request that failed an access check (401, 403) is never counted,
-    // whatever page answers it.
-    if phase == Phase::Postaccess && r.as_ref().error_page() != 0 {
+    // In postaccess, a request that failed an access check (401, 403) is
+    // never counted, whatever page answers it (`error_page` redirects of
+    // other errors are: see access.rs).
+    if phase == Phase::Postaccess && access_failed {
+        ngx_log_debug_http!(r, "rate_limit_window: not counted, an access check failed");
         return declined;
     }
     ngx_log_debug_http!(

@@ -9,6 +9,7 @@
 //! | `conf.rs`      | directives, configuration structs, merge               |
 //! | `zone.rs`      | shared-memory zone init and reuse on reload            |
 //! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
+//! | `access.rs`    | whether the main request failed an access check        |
 //! | `decision.rs`  | the per-request decision, kept across redirects        |
 //! | `delay.rs`     | `delay=`: holding a request on a timer, then again     |
 //! | `cost.rs`      | `cost=`: requests one request counts                   |
@@ -25,6 +26,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+mod access;
 mod conf;
 mod cost;
 mod count_status;
@@ -66,6 +68,10 @@ impl HttpModule for Module {
     unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         // SAFETY: cf is the configuration nginx passes to preconfiguration.
         if unsafe { variables::register(cf) } != Status::NGX_OK.into() {
+            return Status::NGX_ERROR.into();
+        }
+        // SAFETY: as above.
+        if unsafe { access::register_variable(cf) } != Status::NGX_OK.into() {
             return Status::NGX_ERROR.into();
         }
         // SAFETY: as above.
