@@ -30,6 +30,7 @@ use ngx::core::Status;
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, NgxHttpCoreModule, Request};
 use ngx::{ngx_log_debug_http, ngx_log_error};
 
+use rate_limit_window_core::addr::{mask_ipv6, IPV6_PREFIX_MAX};
 use rate_limit_window_core::parse::{escape, parse_limit, LimitError};
 use rate_limit_window_core::{
     Counter, Decision as CoreDecision, FailPolicy, KeyHash, Outcome, Table,
@@ -175,6 +176,14 @@ fn judge_inline(
     if key.is_empty() {
         return Ok(Judge::EmptyKey);
     }
+    let masked;
+    let key = if zone.ipv6_prefix < IPV6_PREFIX_MAX {
+        core::hint::cold_path();
+        masked = mask_ipv6(key, zone.ipv6_prefix);
+        masked.as_ref().map_or(key, |m| &m[..])
+    } else {
+        key
+    };
     let (limit, invalid) = match eval_limit(r, value)? {
         LimitRead::Limit(n) => (n, false),
         LimitRead::Empty => return Ok(Judge::Exempt),

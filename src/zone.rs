@@ -38,6 +38,9 @@ pub struct ZoneConf {
     /// The variable's index when the key is exactly one variable (the usual
     /// `$binary_remote_addr`): read directly, without the script engine.
     pub key_index: Option<ngx_uint_t>,
+    /// `ipv6_prefix=` (bits, 32..=128; 128: whole addresses): IPv6 keys of
+    /// a `$binary_remote_addr` zone are masked to it.
+    pub ipv6_prefix: u8,
     /// Window length; windows are aligned to the UTC epoch.
     pub window: Window,
     /// The rule (`mode=`): the sliding estimate or the strict window.
@@ -223,6 +226,7 @@ impl ZoneConf {
             key: unsafe { core::mem::zeroed() },
             key_src: ngx_str_t::empty(),
             key_index: None,
+            ipv6_prefix: rate_limit_window_core::addr::IPV6_PREFIX_MAX,
             window: Window::from_ms(DEFAULT_WINDOW_MS).expect("default window is valid"),
             mode: Mode::Estimate,
             fail: FailPolicy::Open,

@@ -338,3 +338,93 @@ fn matrix_realip_at_server_level() {
 fn matrix_realip_at_location_level() {
     run_level(Level::Location);
 }
+
+/// Zones keyed by `$binary_remote_addr` behind realip (X-Forwarded-For):
+/// `v6` groups IPv6 clients by /64, `whole` (the default) does not.
+fn ipv6_conf() -> String {
+    http_conf(
+        r#"
+        set_real_ip_from 127.0.0.1;
+        real_ip_header X-Forwarded-For;
+        rate_limit_window_zone $binary_remote_addr zone=v6:1m window=1h ipv6_prefix=64;
+        rate_limit_window_zone $binary_remote_addr zone=whole:1m window=1h;
+        server {
+            listen 127.0.0.1:{{PORT}};
+            location /v6/ { rate_limit_window zone=v6 limit=3; proxy_pass http://{{UPSTREAM}}; }
+            location /whole/ { rate_limit_window zone=whole limit=3; proxy_pass http://{{UPSTREAM}}; }
+            location = /metrics { rate_limit_window_metrics reset=on; }
+        }"#,
+    )
+}
+
+/// One GET of `path` from client `ip` (through X-Forwarded-For).
+fn from(ng: &Nginx, path: &str, ip: &str) -> u16 {
+    request(ng.port, "GET", path, &[("X-Forwarded-For", ip.as_bytes())]).status
+}
+
+#[test]
+fn ipv6_prefix_groups_a_slash_64_through_realip() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&ipv6_conf());
+    clear_of_boundary(HOUR_MS, 30_000);
+    // One /64, four addresses: one count.
+    let host: Vec<u16> = [
+        "2001:db8::1",
+        "2001:db8::2",
+        "2001:db8::ffff:3",
+        "2001:db8::1",
+    ]
+    .iter()
+    .map(|ip| from(&ng, "/v6/", ip))
+    .collect();
+    assert_eq!(host, [200, 200, 200, 429]);
+    // The next /64 has its own count.
+    assert_eq!(from(&ng, "/v6/", "2001:db8:0:1::1"), 200);
+    // IPv4 and IPv4-mapped IPv6 are whole addresses: each its own count
+    // (masked to 64 bits, the two mapped ones would share ::/64).
+    for ip in ["10.0.0.1", "10.0.0.2", "::ffff:10.0.0.1", "::ffff:10.0.0.2"] {
+        let got: Vec<u16> = (0..4).map(|_| from(&ng, "/v6/", ip)).collect();
+        assert_eq!(got, [200, 200, 200, 429], "{ip}");
+    }
+    // Without ipv6_prefix (128), each IPv6 address is a client.
+    for ip in ["2001:db8::1", "2001:db8::2"] {
+        let got: Vec<u16> = (0..4).map(|_| from(&ng, "/whole/", ip)).collect();
+        assert_eq!(got, [200, 200, 200, 429], "{ip}");
+    }
+    let log = ng.error_log();
+    assert!(!log.contains("[alert]") && !log.contains("[crit]"), "{log}");
+}
+
+#[test]
+fn ipv6_prefix_needs_binary_remote_addr_and_a_range() {
+    let conf = |zone: &str| {
+        http_conf(&format!(
+            "{zone}\nserver {{ listen 127.0.0.1:{{{{PORT}}}}; location / {{ rate_limit_window zone=z limit=1; }} }}"
+        ))
+    };
+    let (ok, err) = test_config(&conf(
+        "rate_limit_window_zone $http_x_key zone=z:1m ipv6_prefix=64;",
+    ));
+    assert!(!ok);
+    assert!(
+        err.contains(
+            "[emerg] \"ipv6_prefix=64\" of zone \"z\" needs the key \"$binary_remote_addr\", not \"$http_x_key\""
+        ),
+        "{err}"
+    );
+    for bad in ["16", "129", "64x"] {
+        let (ok, err) = test_config(&conf(&format!(
+            "rate_limit_window_zone $binary_remote_addr zone=z:1m ipv6_prefix={bad};"
+        )));
+        assert!(
+            !ok && err.contains(&format!("invalid ipv6_prefix \"{bad}\"")),
+            "{err}"
+        );
+    }
+    for good in ["32", "64", "128"] {
+        let (ok, err) = test_config(&conf(&format!(
+            "rate_limit_window_zone $binary_remote_addr zone=z:1m ipv6_prefix={good};"
+        )));
+        assert!(ok, "{good}: {err}");
+    }
+}

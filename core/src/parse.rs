@@ -379,6 +379,8 @@ pub struct ZoneParams {
     pub fail: FailPolicy,
     /// Redis synchronisation, when `redis=` is given.
     pub redis: Option<RedisParams>,
+    /// `ipv6_prefix=N` (bits, 32..=128), when given.
+    pub ipv6_prefix: Option<u8>,
 }
 
 /// Parses the words of `rate_limit_window_zone` after KEY.
@@ -400,6 +402,7 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
     let mut window = None;
     let mut fail = FailPolicy::Open;
     let mut redis = RedisArgs::default();
+    let mut ipv6_prefix = None;
 
     for &a in args {
         if let Some(v) = a.strip_prefix(b"zone=") {
@@ -425,6 +428,8 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
             zone = Some((name.to_vec(), size));
         } else if let Some(v) = a.strip_prefix(b"window=") {
             window = Some(parse_window(v)?);
+        } else if let Some(v) = a.strip_prefix(b"ipv6_prefix=") {
+            ipv6_prefix = Some(crate::addr::parse_ipv6_prefix(v)?);
         } else if a == b"fail=open" {
             fail = FailPolicy::Open;
         } else if a == b"fail=closed" {
@@ -445,6 +450,7 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
         window: window.unwrap_or_else(default_window),
         fail,
         redis,
+        ipv6_prefix,
     })
 }
 
