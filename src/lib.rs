@@ -8,6 +8,7 @@
 //! |----------------|--------------------------------------------------------|
 //! | `conf.rs`      | directives, configuration structs, merge               |
 //! | `zone.rs`      | shared-memory zone init and reuse on reload            |
+//! | `resize.rs`    | a zone resized on reload: its clients carried over     |
 //! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
 //! | `access.rs`    | whether the main request failed an access check        |
 //! | `decision.rs`  | the per-request decision, kept across redirects        |
@@ -39,6 +40,7 @@ mod near_limit;
 mod redis_conf;
 mod redis_link;
 mod reset;
+mod resize;
 mod sweep;
 mod sync;
 mod util;

@@ -331,6 +331,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
         if !same_hashing_and_window(zone, old, log) {
             return Status::NGX_ERROR.into();
         }
+        crate::resize::warn_prefix_change(zone, old, log);
         if old.mode != zone.mode {
             ngx_log_error!(
                 NGX_LOG_EMERG,
@@ -375,9 +376,12 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
             return Status::NGX_ERROR.into();
         }
     };
+    // A resize on reload: the running cycle's zone, whose clients are
+    // carried over (with its seed) when they can be.
+    let previous = crate::resize::previous(zone);
     let seed = match &zone.redis {
         Some(r) => config_seed(zone.name.as_bytes(), &r.secret),
-        None => random,
+        None => crate::resize::seed_for(zone, previous).unwrap_or(random),
     };
     let gateway_id = random[0].max(1);
     // SAFETY: `space` is fresh zone memory, ours alone during init.
@@ -386,6 +390,9 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
             // SAFETY: as above; the pool's data pointer tells a later cycle
             // where the header is.
             unsafe { (*shpool).data = space.header.cast() };
+            if let Some(old) = previous {
+                crate::resize::carry(zone, old, log);
+            }
             Status::NGX_OK.into()
         }
         Err(e) => {
