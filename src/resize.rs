@@ -83,7 +83,7 @@ pub fn carry(zone: &ZoneConf, old: &ZoneConf, log: *mut ngx_log_t) {
         Some(why) => Err(why),
         None => new_t
             .carry_from(old_t, now_ms())
-            .map_err(|()| "the tables do not match".to_string()),
+            .ok_or_else(|| "the tables do not match".to_string()),
     };
     match carried {
         Ok(c) => {

@@ -173,7 +173,7 @@ fn path(route: Route, s: &str) -> String {
 fn logged_addr(ip: [u8; 4]) -> String {
     let mut s = String::new();
     for b in ip {
-        if b < 0x20 || b >= 0x7f || b == b'"' || b == b'\\' {
+        if !(0x20..0x7f).contains(&b) || b == b'"' || b == b'\\' {
             s.push_str(&format!("\\x{b:02X}"));
         } else {
             s.push(b as char);
