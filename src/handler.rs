@@ -8,7 +8,8 @@
 //! location-level one included: the handler is put first in the array, and
 //! nginx runs a phase's handlers in reverse order), or PRECONTENT
 //! ("postaccess"), after every access check has passed and before
-//! `try_files` and `mirror` (put last, so run first). See docs/phases.md.
+//! `try_files` and `mirror` (put last, so run first): see phases.rs and
+//! docs/phases.md.
 //!
 //! Order of work. Nothing shared is ever held: the table is lock-free, so
 //! once `acquire` returns, logging and the request pool are safe to use.
@@ -21,13 +22,11 @@
 
 use core::sync::atomic::Ordering;
 use nginx_sys::{
-    ngx_array_push, ngx_conf_t, ngx_http_core_main_conf_t, ngx_http_get_flushed_variable,
-    ngx_http_handler_pt, ngx_http_phases, ngx_http_phases_NGX_HTTP_PREACCESS_PHASE,
-    ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE, ngx_http_request_t, ngx_int_t, ngx_uint_t,
+    ngx_http_get_flushed_variable, ngx_http_request_t, ngx_int_t, ngx_uint_t,
     NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_ERR, NGX_LOG_WARN,
 };
 use ngx::core::Status;
-use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, NgxHttpCoreModule, Request};
+use ngx::http::{HttpModuleLocationConf, Request};
 use ngx::{ngx_log_debug_http, ngx_log_error};
 
 use rate_limit_window_core::addr::{mask_ipv6, IPV6_PREFIX_MAX};
@@ -65,74 +64,6 @@ impl Phase {
             Phase::Postaccess => PHASE_POSTACCESS,
         }
     }
-}
-
-/// Pushes the handler onto the PREACCESS and the PRECONTENT phases.
-///
-/// # Safety
-/// `cf` must be the configuration passed to postconfiguration.
-pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
-    // SAFETY: cf is valid during postconfiguration.
-    let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(unsafe { &*cf }) else {
-        return Status::NGX_ERROR.into();
-    };
-    // SAFETY: cf is valid during postconfiguration.
-    let (Some(mark), Some(mcf)) = (unsafe { crate::access::index(cf) }, unsafe {
-        Module::main_conf_mut(&*cf)
-    }) else {
-        return Status::NGX_ERROR.into();
-    };
-    mcf.access_mark = Some(mark);
-    let phases: [(
-        ngx_http_phases,
-        extern "C" fn(*mut ngx_http_request_t) -> ngx_int_t,
-    ); 2] = [
-        (ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, preaccess_handler),
-        (
-            ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE,
-            precontent_handler,
-        ),
-    ];
-    for (phase, handler) in phases {
-        // PREACCESS: first in the array, so it runs last in the phase, after
-        // realip's location-level handler (and limit_req, limit_conn).
-        // PRECONTENT: last, so it runs first, before try_files and mirror.
-        let first = phase == ngx_http_phases_NGX_HTTP_PREACCESS_PHASE;
-        if push_handler(cmcf, phase, handler, first).is_err() {
-            return Status::NGX_ERROR.into();
-        }
-    }
-    Status::NGX_OK.into()
-}
-
-/// Adds `handler` to `phase`'s handler array: at its end (run first in the
-/// phase: nginx runs a phase's handlers in reverse order), or with `first`
-/// at its start (run last).
-fn push_handler(
-    cmcf: &mut ngx_http_core_main_conf_t,
-    phase: ngx_http_phases,
-    handler: extern "C" fn(*mut ngx_http_request_t) -> ngx_int_t,
-    first: bool,
-) -> Result<(), ()> {
-    let arr = &mut cmcf.phases[phase as usize].handlers;
-    // SAFETY: the phase handler arrays are initialised by the core module
-    // before any postconfiguration runs.
-    let h = unsafe { ngx_array_push(arr) }.cast::<ngx_http_handler_pt>();
-    if h.is_null() {
-        return Err(());
-    }
-    let mut slot = h;
-    if first {
-        let elts = arr.elts.cast::<ngx_http_handler_pt>();
-        // SAFETY: the array holds nelts handlers (the new one included,
-        // at h = elts + nelts - 1); moving the nelts - 1 older ones up by
-        // one stays inside it.
-        unsafe { core::ptr::copy(elts, elts.add(1), arr.nelts - 1) };
-        slot = elts;
-    }
-    // SAFETY: slot is a handler slot of the array.
-    unsafe { *slot = Some(handler) };
-    Ok(())
 }
 
 /// A limit made ready for the table: key hashed, limit evaluated.
@@ -276,7 +207,7 @@ fn eval_limit(r: &Request, value: LimitValue) -> Result<LimitRead, ()> {
     }
 }
 
-extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
+pub(crate) extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     // SAFETY: nginx calls phase handlers with a valid request, which shares
     // the representation of `Request`.
     let r = unsafe { Request::from_ngx_http_request(r) };
@@ -289,7 +220,7 @@ extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     rc
 }
 
-extern "C" fn precontent_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
+pub(crate) extern "C" fn precontent_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     // SAFETY: as for preaccess_handler.
     handle(
         unsafe { Request::from_ngx_http_request(r) },

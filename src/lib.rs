@@ -10,6 +10,7 @@
 //! | `zone.rs`      | shared-memory zone init and reuse on reload            |
 //! | `resize.rs`    | a zone resized on reload: its clients carried over     |
 //! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
+//! | `phases.rs`    | where the handler sits in PREACCESS and PRECONTENT     |
 //! | `access.rs`    | whether the main request failed an access check        |
 //! | `decision.rs`  | the per-request decision, kept across redirects        |
 //! | `delay.rs`     | `delay=`: holding a request on a timer, then again     |
@@ -37,6 +38,7 @@ mod filter;
 mod handler;
 mod metrics;
 mod near_limit;
+mod phases;
 mod redis_conf;
 mod redis_link;
 mod reset;
@@ -82,7 +84,7 @@ impl HttpModule for Module {
 
     unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         // SAFETY: cf is the configuration nginx passes to postconfiguration.
-        if unsafe { handler::register(cf) } != Status::NGX_OK.into() {
+        if unsafe { phases::register(cf) } != Status::NGX_OK.into() {
             return Status::NGX_ERROR.into();
         }
         filter::register();
