@@ -297,9 +297,13 @@ fn check(ng: &Nginx, rows: &[Row]) {
                 .collect();
             assert_eq!(lines.len(), 4, "{}: {addr} logged {lines:?}", row.name);
             if row.variant == "lr" {
+                // limit_req and limit_conn saw the client and let it pass.
                 assert!(
-                    lines.iter().all(|l| l.split('|').nth(3) == Some("PASSED")),
-                    "{}: limit_req: {lines:?}",
+                    lines.iter().all(|l| {
+                        let f: Vec<&str> = l.split('|').collect();
+                        f[3] == "PASSED" && f[4] == "PASSED"
+                    }),
+                    "{}: limit_req, limit_conn: {lines:?}",
                     row.name
                 );
             }
