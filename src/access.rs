@@ -53,16 +53,36 @@ pub unsafe fn register_variable(cf: *mut ngx_conf_t) -> ngx_int_t {
     NGX_OK as ngx_int_t
 }
 
-/// The variable's index in every request's variables array
-/// (postconfiguration), or None on an nginx error.
+/// The mark's variable index, and its three values made once (bindgen's
+/// bit-field setters loop over each bit, some 400 instructions a value).
+#[derive(Clone, Copy)]
+pub struct Marks {
+    index: ngx_uint_t,
+    /// The values for [`ACCESS`], [`PASSED`], [`FAILED`].
+    values: [ngx_http_variable_value_t; 3],
+}
+
+/// The marks of this configuration (postconfiguration), or None on an
+/// nginx error.
 ///
 /// # Safety
 /// `cf` must be the configuration passed to postconfiguration.
-pub unsafe fn index(cf: *mut ngx_conf_t) -> Option<ngx_uint_t> {
+pub unsafe fn marks(cf: *mut ngx_conf_t) -> Option<Marks> {
     let mut name = ngx_string!("rate_limit_window_internal_access");
     // SAFETY: cf is valid; the variable was added in preconfiguration.
     let i = unsafe { ngx_http_get_variable_index(cf, &mut name) };
-    (i != NGX_ERROR as ngx_int_t).then_some(i as ngx_uint_t)
+    if i == NGX_ERROR as ngx_int_t {
+        return None;
+    }
+    let value = |text: &'static [u8; 6]| ngx_http_variable_value_t {
+        _bitfield_align_1: [],
+        _bitfield_1: ngx_http_variable_value_t::new_bitfield_1(6, 1, 0, 0, 0),
+        data: text.as_ptr().cast_mut(),
+    };
+    Some(Marks {
+        index: i as ngx_uint_t,
+        values: [value(&ACCESS), value(&PASSED), value(&FAILED)],
+    })
 }
 
 unsafe extern "C" fn not_found(
@@ -75,17 +95,17 @@ unsafe extern "C" fn not_found(
     NGX_OK as ngx_int_t
 }
 
-/// The mark's slot of the main request `r`, or None for a subrequest or
-/// a configuration without the variable.
-fn slot(r: &mut Request) -> Option<*mut ngx_http_variable_value_t> {
+/// The mark's slot of the main request `r` and the marks, or None for a
+/// subrequest or a configuration without the variable.
+fn slot(r: &mut Request) -> Option<(*mut ngx_http_variable_value_t, Marks)> {
     if !r.is_main() {
         return None;
     }
-    let index = Module::main_conf(r.as_ref())?.access_mark?;
+    let marks = Module::main_conf(r.as_ref())?.access_mark?;
     let raw: *mut ngx_http_request_t = r.into();
     // SAFETY: the index was obtained at configuration time, so it lies
     // within the request's variables array.
-    Some(unsafe { (*raw).variables.add(index) })
+    Some((unsafe { (*raw).variables.add(marks.index) }, marks))
 }
 
 /// The state in the slot: one of the three statics, or null (unset).
@@ -98,34 +118,28 @@ fn state(v: *const ngx_http_variable_value_t) -> *const u8 {
     v.data
 }
 
-fn set(v: *mut ngx_http_variable_value_t, to: &'static [u8; 6]) {
+/// Writes mark `which` (0: access, 1: passed, 2: failed) into the slot.
+fn set(v: *mut ngx_http_variable_value_t, marks: &Marks, which: usize) {
     // SAFETY: v is a slot of a live request's variables array; the data is
     // static, so the value stays readable for the request's life.
-    unsafe {
-        (*v).data = to.as_ptr().cast_mut();
-        (*v).set_len(to.len() as u32);
-        (*v).set_valid(1);
-        (*v).set_no_cacheable(0);
-        (*v).set_not_found(0);
-        (*v).set_escape(0);
-    }
+    unsafe { *v = marks.values[which] };
 }
 
 /// PREACCESS, before deciding: a main request that comes back here while
 /// still in its access checks was redirected by a failed one.
 pub fn preaccess_enter(r: &mut Request) {
-    if let Some(v) = slot(r) {
+    if let Some((v, m)) = slot(r) {
         if ptr::eq(state(v), ACCESS.as_ptr()) {
-            set(v, &FAILED);
+            set(v, &m, 2);
         }
     }
 }
 
 /// PREACCESS, the request goes on to the access checks.
 pub fn preaccess_leave(r: &mut Request) {
-    if let Some(v) = slot(r) {
+    if let Some((v, m)) = slot(r) {
         if !ptr::eq(state(v), FAILED.as_ptr()) {
-            set(v, &ACCESS);
+            set(v, &m, 0);
         }
     }
 }
@@ -133,7 +147,7 @@ pub fn preaccess_leave(r: &mut Request) {
 /// PRECONTENT: the access checks passed, unless the request already failed
 /// one and was redirected here. Returns whether it failed one.
 pub fn precontent_failed(r: &mut Request) -> bool {
-    let Some(v) = slot(r) else {
+    let Some((v, m)) = slot(r) else {
         return false;
     };
     let s = state(v);
@@ -141,7 +155,7 @@ pub fn precontent_failed(r: &mut Request) -> bool {
         return true;
     }
     if ptr::eq(s, ACCESS.as_ptr()) {
-        set(v, &PASSED);
+        set(v, &m, 1);
     }
     false
 }

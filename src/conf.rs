@@ -62,7 +62,7 @@ pub struct MainConf {
     pub zones: Vec<*mut ZoneConf>,
     /// Index of the hidden variable whose request slot says whether the
     /// main request failed an access check (see access.rs).
-    pub access_mark: Option<ngx_uint_t>,
+    pub access_mark: Option<crate::access::Marks>,
 }
 
 impl MainConf {

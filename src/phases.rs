@@ -27,7 +27,7 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
         return Status::NGX_ERROR.into();
     };
     // SAFETY: cf is valid during postconfiguration.
-    let (Some(mark), Some(mcf)) = (unsafe { crate::access::index(cf) }, unsafe {
+    let (Some(mark), Some(mcf)) = (unsafe { crate::access::marks(cf) }, unsafe {
         Module::main_conf_mut(&*cf)
     }) else {
         return Status::NGX_ERROR.into();
