@@ -54,12 +54,18 @@ pub const HEADERS_IETF: ngx_uint_t = 2;
 pub const PHASE_PREACCESS: ngx_uint_t = 0;
 pub const PHASE_POSTACCESS: ngx_uint_t = 1;
 
+/// The key that `ipv6_prefix=` and the metrics' `addr=` lookup need.
+pub const BINARY_REMOTE_ADDR: &[u8] = b"$binary_remote_addr";
+
 /// Main (http{}) configuration: every zone declared or referenced.
 #[derive(Default)]
 pub struct MainConf {
     /// Zones in declaration/reference order. Each points into the
     /// configuration pool and lives as long as the cycle.
     pub zones: Vec<*mut ZoneConf>,
+    /// Index of the hidden variable whose request slot says whether the
+    /// main request failed an access check (see access.rs).
+    pub access_mark: Option<crate::access::Marks>,
 }
 
 impl MainConf {
@@ -522,6 +528,20 @@ extern "C" fn set_zone(
     // SAFETY: cf is the directive's valid configuration context.
     if unsafe { compile_key(cf, zone, key) }.is_err() {
         return NGX_CONF_ERROR;
+    }
+    if let Some(bits) = params.ipv6_prefix {
+        if key.as_bytes() != BINARY_REMOTE_ADDR {
+            return emerg(
+                cf,
+                &format!(
+                    "\"ipv6_prefix={bits}\" of zone \"{}\" needs the key \"$binary_remote_addr\", \
+                     not \"{}\"",
+                    escape(&params.name),
+                    escape(key.as_bytes())
+                ),
+            );
+        }
+        zone.ipv6_prefix = bits;
     }
     zone.window = params.window;
     zone.window_src = params.window_src;

@@ -4,10 +4,12 @@
 //!
 //! The same handler runs in two of nginx's phases, and each location
 //! decides in the one its `rate_limit_window_phase` names: PREACCESS, before
-//! the access checks, or PRECONTENT ("postaccess"), after every access check
-//! has passed and before `try_files` and `mirror` (this module's
-//! postconfiguration runs after theirs, and nginx runs a phase's handlers in
-//! the reverse order of registration).
+//! the access checks and after every other PREACCESS handler (realip's
+//! location-level one included: the handler is put first in the array, and
+//! nginx runs a phase's handlers in reverse order), or PRECONTENT
+//! ("postaccess"), after every access check has passed and before
+//! `try_files` and `mirror` (put last, so run first): see phases.rs and
+//! docs/phases.md.
 //!
 //! Order of work. Nothing shared is ever held: the table is lock-free, so
 //! once `acquire` returns, logging and the request pool are safe to use.
@@ -20,15 +22,14 @@
 
 use core::sync::atomic::Ordering;
 use nginx_sys::{
-    ngx_array_push, ngx_conf_t, ngx_http_core_main_conf_t, ngx_http_get_flushed_variable,
-    ngx_http_handler_pt, ngx_http_phases, ngx_http_phases_NGX_HTTP_PREACCESS_PHASE,
-    ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE, ngx_http_request_t, ngx_int_t, ngx_uint_t,
+    ngx_http_get_flushed_variable, ngx_http_request_t, ngx_int_t, ngx_uint_t,
     NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_ERR, NGX_LOG_WARN,
 };
 use ngx::core::Status;
-use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, NgxHttpCoreModule, Request};
+use ngx::http::{HttpModuleLocationConf, Request};
 use ngx::{ngx_log_debug_http, ngx_log_error};
 
+use rate_limit_window_core::addr::{mask_ipv6, IPV6_PREFIX_MAX};
 use rate_limit_window_core::parse::{escape, parse_limit, LimitError};
 use rate_limit_window_core::{
     Counter, Decision as CoreDecision, FailPolicy, KeyHash, Outcome, Table,
@@ -63,51 +64,6 @@ impl Phase {
             Phase::Postaccess => PHASE_POSTACCESS,
         }
     }
-}
-
-/// Pushes the handler onto the PREACCESS and the PRECONTENT phases.
-///
-/// # Safety
-/// `cf` must be the configuration passed to postconfiguration.
-pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
-    // SAFETY: cf is valid during postconfiguration.
-    let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(unsafe { &*cf }) else {
-        return Status::NGX_ERROR.into();
-    };
-    let phases: [(
-        ngx_http_phases,
-        extern "C" fn(*mut ngx_http_request_t) -> ngx_int_t,
-    ); 2] = [
-        (ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, preaccess_handler),
-        (
-            ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE,
-            precontent_handler,
-        ),
-    ];
-    for (phase, handler) in phases {
-        if push_handler(cmcf, phase, handler).is_err() {
-            return Status::NGX_ERROR.into();
-        }
-    }
-    Status::NGX_OK.into()
-}
-
-/// Appends `handler` to `phase`'s handler array.
-fn push_handler(
-    cmcf: &mut ngx_http_core_main_conf_t,
-    phase: ngx_http_phases,
-    handler: extern "C" fn(*mut ngx_http_request_t) -> ngx_int_t,
-) -> Result<(), ()> {
-    // SAFETY: the phase handler arrays are initialised by the core module
-    // before any postconfiguration runs.
-    let h = unsafe { ngx_array_push(&mut cmcf.phases[phase as usize].handlers) }
-        .cast::<ngx_http_handler_pt>();
-    if h.is_null() {
-        return Err(());
-    }
-    // SAFETY: h is a fresh slot in the handler array.
-    unsafe { *h = Some(handler) };
-    Ok(())
 }
 
 /// A limit made ready for the table: key hashed, limit evaluated.
@@ -151,6 +107,14 @@ fn judge_inline(
     if key.is_empty() {
         return Ok(Judge::EmptyKey);
     }
+    let masked;
+    let key = if zone.ipv6_prefix < IPV6_PREFIX_MAX {
+        core::hint::cold_path();
+        masked = mask_ipv6(key, zone.ipv6_prefix);
+        masked.as_ref().map_or(key, |m| &m[..])
+    } else {
+        key
+    };
     let (limit, invalid) = match eval_limit(r, value)? {
         LimitRead::Limit(n) => (n, false),
         LimitRead::Empty => return Ok(Judge::Exempt),
@@ -243,16 +207,20 @@ fn eval_limit(r: &Request, value: LimitValue) -> Result<LimitRead, ()> {
     }
 }
 
-extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
+pub(crate) extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     // SAFETY: nginx calls phase handlers with a valid request, which shares
     // the representation of `Request`.
-    handle(
-        unsafe { Request::from_ngx_http_request(r) },
-        Phase::Preaccess,
-    )
+    let r = unsafe { Request::from_ngx_http_request(r) };
+    crate::access::preaccess_enter(r);
+    let rc = handle(r, Phase::Preaccess);
+    if rc == Status::NGX_DECLINED.into() {
+        // On to the access checks (this handler runs last in PREACCESS).
+        crate::access::preaccess_leave(r);
+    }
+    rc
 }
 
-extern "C" fn precontent_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
+pub(crate) extern "C" fn precontent_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     // SAFETY: as for preaccess_handler.
     handle(
         unsafe { Request::from_ngx_http_request(r) },
@@ -264,6 +232,8 @@ extern "C" fn precontent_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
 /// decided it yet.
 fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
     let declined: ngx_int_t = Status::NGX_DECLINED.into();
+    // PRECONTENT follows the access checks: note that they passed.
+    let access_failed = phase == Phase::Postaccess && crate::access::precontent_failed(r);
     let Some(lcf) = Module::location_conf(r.as_ref()) else {
         return declined;
     };
@@ -281,10 +251,11 @@ fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
     if decision::find(r).is_some() || main_decides_later(r) {
         return declined;
     }
-    // An error_page redirect of a request not decided yet: in postaccess,
-    // a request that failed an access check (401, 403) is never counted,
-    // whatever page answers it.
-    if phase == Phase::Postaccess && r.as_ref().error_page() != 0 {
+    // In postaccess, a request that failed an access check (401, 403) is
+    // never counted, whatever page answers it (`error_page` redirects of
+    // other errors are: see access.rs).
+    if phase == Phase::Postaccess && access_failed {
+        ngx_log_debug_http!(r, "rate_limit_window: not counted, an access check failed");
         return declined;
     }
     ngx_log_debug_http!(

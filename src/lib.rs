@@ -9,7 +9,10 @@
 //! | `conf.rs`      | directives, configuration structs, merge               |
 //! | `conf_log.rs`  | configuration messages as from a directive's line      |
 //! | `zone.rs`      | shared-memory zone init and reuse on reload            |
+//! | `resize.rs`    | a zone resized on reload: its clients carried over     |
 //! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
+//! | `phases.rs`    | where the handler sits in PREACCESS and PRECONTENT     |
+//! | `access.rs`    | whether the main request failed an access check        |
 //! | `decision.rs`  | the per-request decision, kept across redirects        |
 //! | `delay.rs`     | `delay=`: holding a request on a timer, then again     |
 //! | `early_answer.rs` | warns when a location answers before its limits run |
@@ -29,6 +32,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+mod access;
 mod conf;
 mod conf_log;
 mod cost;
@@ -40,9 +44,11 @@ mod filter;
 mod handler;
 mod metrics;
 mod near_limit;
+mod phases;
 mod redis_conf;
 mod redis_link;
 mod reset;
+mod resize;
 mod sweep;
 mod sync;
 mod sync_round;
@@ -77,12 +83,16 @@ impl HttpModule for Module {
             return Status::NGX_ERROR.into();
         }
         // SAFETY: as above.
+        if unsafe { access::register_variable(cf) } != Status::NGX_OK.into() {
+            return Status::NGX_ERROR.into();
+        }
+        // SAFETY: as above.
         unsafe { delay::register_variable(cf) }
     }
 
     unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         // SAFETY: cf is the configuration nginx passes to postconfiguration.
-        if unsafe { handler::register(cf) } != Status::NGX_OK.into() {
+        if unsafe { phases::register(cf) } != Status::NGX_OK.into() {
             return Status::NGX_ERROR.into();
         }
         filter::register();

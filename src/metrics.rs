@@ -4,6 +4,9 @@
 //!   families are a table in `metrics/families.rs`).
 //! * `GET /location?zone=NAME&key=VALUE` — JSON for one client of one zone;
 //!   VALUE is the key exactly as the zone's key evaluates, percent-decoded.
+//! * `GET /location?zone=NAME&addr=TEXT` — the same for an address in text,
+//!   in a zone keyed by `$binary_remote_addr` (400 with a JSON error
+//!   otherwise, or for a `key=` that is no address's 4 or 16 bytes).
 //!
 //! Access is controlled with the usual `allow`/`deny` in the location.
 
@@ -18,6 +21,7 @@ use nginx_sys::{
 };
 use ngx::core::{Buffer, Status};
 use ngx::http::{HTTPStatus, HttpModuleMainConf, Request};
+use rate_limit_window_core::addr::{addr_key, mask_ipv6};
 use rate_limit_window_core::{estimate_scaled, strict, Counts};
 
 use crate::util::now_ms;
@@ -55,11 +59,53 @@ fn handle(r: &mut Request) -> ngx_int_t {
     let Some(zone) = mcf.zones().find(|z| z.name.as_bytes() == zone_name) else {
         return NGX_HTTP_NOT_FOUND as ngx_int_t;
     };
-    let key = arg(r, "key")
-        .map(|k| percent_decode(&k))
-        .unwrap_or_default();
+    let key = match lookup_key(r, zone) {
+        Ok(k) => k.unwrap_or_default(),
+        Err(e) => return bad_request(r, &e),
+    };
     let body = key_json(zone, &key, now);
     send(r, "application/json", &body)
+}
+
+/// The key a lookup names (GET, or DELETE with `reset=on`): `key=` as the
+/// zone's key evaluates, percent-decoded, or `addr=` as an address in text
+/// (a `$binary_remote_addr` zone only), both masked like the zone
+/// (`ipv6_prefix=`). Ok(None): neither is given. Err: the 400's message.
+pub(crate) fn lookup_key(r: &mut Request, zone: &ZoneConf) -> Result<Option<Vec<u8>>, String> {
+    let binary = zone.key_src.as_bytes() == crate::conf::BINARY_REMOTE_ADDR;
+    match (arg(r, "key"), arg(r, "addr")) {
+        (Some(_), Some(_)) => Err("give key= or addr=, not both".into()),
+        (None, Some(_)) if !binary => Err(format!(
+            "addr= needs a zone keyed by $binary_remote_addr; zone \"{}\" is keyed by \"{}\": use key=",
+            zone.name_str(),
+            String::from_utf8_lossy(zone.key_src.as_bytes())
+        )),
+        (None, Some(addr)) => addr_key(&percent_decode(&addr), zone.ipv6_prefix)
+            .map(Some)
+            .map_err(|e| e.0),
+        (Some(key), None) => {
+            let key = percent_decode(&key);
+            if binary && key.len() != 4 && key.len() != 16 {
+                return Err(format!(
+                    "zone \"{}\" is keyed by $binary_remote_addr, 4 or 16 bytes, and key= has {}: \
+                     look an address up with addr= (addr=192.0.2.1, addr=2001:db8::1)",
+                    zone.name_str(),
+                    key.len()
+                ));
+            }
+            Ok(Some(match mask_ipv6(&key, zone.ipv6_prefix) {
+                Some(m) if binary => m.to_vec(),
+                _ => key,
+            }))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// A 400 with a JSON error.
+pub(crate) fn bad_request(r: &mut Request, msg: &str) -> ngx_int_t {
+    let body = format!("{{\"error\":{}}}\n", json_str(msg));
+    send_status(r, HTTPStatus::BAD_REQUEST, "application/json", &body)
 }
 
 /// The zone as the families read it; None before it is initialised.
@@ -137,7 +183,17 @@ fn strict_key_json(zone: &ZoneConf, s: &strict::State, now: u64) -> String {
 
 /// Sends a 200 response with `body`.
 pub(crate) fn send(r: &mut Request, content_type: &'static str, body: &str) -> ngx_int_t {
-    r.set_status(HTTPStatus::OK);
+    send_status(r, HTTPStatus::OK, content_type, body)
+}
+
+/// Sends a `status` response with `body`.
+fn send_status(
+    r: &mut Request,
+    status: HTTPStatus,
+    content_type: &'static str,
+    body: &str,
+) -> ngx_int_t {
+    r.set_status(status);
     r.set_content_length_n(body.len());
     let out = &mut r.as_mut().headers_out;
     out.content_type = ngx_str_t {

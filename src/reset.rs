@@ -1,5 +1,5 @@
 //! `rate_limit_window_metrics reset=on;`: `DELETE /location?zone=NAME&key=VALUE`
-//! clears one client's counts (current and previous window) and answers
+//! (or `&addr=TEXT`, as for GET) clears one client's counts (current and previous window) and answers
 //! the JSON of what was cleared. Other methods go to the metrics handler;
 //! without `reset=on` the metrics handler answers DELETE with 405.
 //!
@@ -26,7 +26,7 @@ use ngx::ngx_log_error;
 use rate_limit_window_core::Snapshot;
 
 use crate::metrics::format::{json_str, percent_decode};
-use crate::metrics::{arg, send};
+use crate::metrics::{arg, bad_request, lookup_key, send};
 use crate::util::now_ms;
 use crate::zone::ZoneConf;
 use crate::Module;
@@ -49,18 +49,24 @@ fn reset(r: &mut Request) -> ngx_int_t {
     let Some(mcf) = Module::main_conf(r.as_ref()) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
-    let (Some(zone_name), Some(key)) = (arg(r, "zone"), arg(r, "key")) else {
+    let Some(zone_name) = arg(r, "zone") else {
         return NGX_HTTP_BAD_REQUEST as ngx_int_t;
     };
     let zone_name = percent_decode(&zone_name);
     let Some(zone) = mcf.zones().find(|z| z.name.as_bytes() == zone_name) else {
         return NGX_HTTP_NOT_FOUND as ngx_int_t;
     };
+    // key= or addr= (see metrics::lookup_key).
+    let key = match lookup_key(r, zone) {
+        Ok(Some(k)) => k,
+        Ok(None) => return NGX_HTTP_BAD_REQUEST as ngx_int_t,
+        Err(e) => return bad_request(r, &e),
+    };
     let Some(table) = zone.table.as_ref() else {
         return NGX_HTTP_NOT_FOUND as ngx_int_t;
     };
     let now = now_ms();
-    let hash = table.hash_key(&percent_decode(&key));
+    let hash = table.hash_key(&key);
     let cleared = table.clear(hash, now);
     let cluster = cluster_reset(zone, hash.fingerprint());
     log_reset(r, zone, &cleared);

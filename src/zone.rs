@@ -39,6 +39,9 @@ pub struct ZoneConf {
     /// The variable's index when the key is exactly one variable (the usual
     /// `$binary_remote_addr`): read directly, without the script engine.
     pub key_index: Option<ngx_uint_t>,
+    /// `ipv6_prefix=` (bits, 32..=128; 128: whole addresses): IPv6 keys of
+    /// a `$binary_remote_addr` zone are masked to it.
+    pub ipv6_prefix: u8,
     /// Window length; windows are aligned to the UTC epoch.
     pub window: Window,
     /// The `window=` value as written (empty: the default), for messages.
@@ -232,6 +235,7 @@ impl ZoneConf {
             key: unsafe { core::mem::zeroed() },
             key_src: ngx_str_t::empty(),
             key_index: None,
+            ipv6_prefix: rate_limit_window_core::addr::IPV6_PREFIX_MAX,
             window: Window::from_ms(DEFAULT_WINDOW_MS).expect("default window is valid"),
             window_src: Vec::new(),
             mode: Mode::Estimate,
@@ -346,6 +350,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
         if !same_hashing_and_window(zone, old, log) {
             return Status::NGX_ERROR.into();
         }
+        crate::resize::warn_prefix_change(zone, old, log);
         if old.mode != zone.mode {
             ngx_log_error!(
                 NGX_LOG_EMERG,
@@ -390,9 +395,12 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
             return Status::NGX_ERROR.into();
         }
     };
+    // A resize on reload: the running cycle's zone, whose clients are
+    // carried over (with its seed) when they can be.
+    let previous = crate::resize::previous(zone);
     let seed = match &zone.redis {
         Some(r) => config_seed(zone.name.as_bytes(), &r.secret),
-        None => random,
+        None => crate::resize::seed_for(zone, previous).unwrap_or(random),
     };
     let gateway_id = random[0].max(1);
     // SAFETY: `space` is fresh zone memory, ours alone during init.
@@ -401,6 +409,9 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
             // SAFETY: as above; the pool's data pointer tells a later cycle
             // where the header is.
             unsafe { (*shpool).data = space.header.cast() };
+            if let Some(old) = previous {
+                crate::resize::carry(zone, old, log);
+            }
             Status::NGX_OK.into()
         }
         Err(e) => {

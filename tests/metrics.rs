@@ -612,3 +612,76 @@ fn delete_resets_one_client_with_reset_on() {
     assert!(!lines[0].contains(key), "the key is never logged: {log}");
     assert_eq!(up.received(), 5);
 }
+
+/// `?zone=NAME&addr=TEXT`: a client looked up (GET) and reset (DELETE) by
+/// its address in text, masked like the zone (`ipv6_prefix=64` here, the
+/// clients behind realip); a bad address, `addr=` on a zone not keyed by
+/// `$binary_remote_addr`, or a `key=` there that is no address's 4 or 16
+/// bytes: 400 with a JSON error that says what to do.
+#[test]
+fn lookup_and_reset_by_address() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&http_conf(
+        r#"
+        set_real_ip_from 127.0.0.1;
+        real_ip_header X-Forwarded-For;
+        rate_limit_window_zone $binary_remote_addr zone=ip:1m window=1h ipv6_prefix=64;
+        rate_limit_window_zone $http_x_key zone=k:1m window=1h;
+        server {
+            listen 127.0.0.1:{{PORT}};
+            location / { rate_limit_window zone=ip limit=10; proxy_pass http://{{UPSTREAM}}; }
+            location = /ops { rate_limit_window_metrics reset=on; }
+        }"#,
+    ));
+    clear_of_boundary(HOUR_MS, 20_000);
+    for ip in ["2001:db8::1", "2001:db8::1", "2001:db8::2", "192.0.2.1"] {
+        let r = request(ng.port, "GET", "/", &[("X-Forwarded-For", ip.as_bytes())]);
+        assert_eq!(r.status, 200, "{}", r.describe());
+    }
+    let get_json = |q: &str| {
+        let r = get(ng.port, &format!("/ops?{q}"));
+        let v: serde_json::Value = serde_json::from_slice(&r.body)
+            .unwrap_or_else(|e| panic!("{q}: bad JSON {e}: {}", r.describe()));
+        (r.status, v)
+    };
+    // Any address of the /64 finds its three requests; IPv4 its one.
+    for q in [
+        "zone=ip&addr=2001:db8::99",
+        "zone=ip&addr=2001%3Adb8%3A%3A1",
+        "zone=ip&addr=[2001:db8::ffff:1]",
+    ] {
+        let (st, v) = get_json(q);
+        assert_eq!((st, num(&v, "current")), (200, 3.0), "{q}: {v}");
+    }
+    let (st, v) = get_json("zone=ip&addr=192.0.2.1");
+    assert_eq!((st, num(&v, "current")), (200, 1.0), "{v}");
+    let (st, v) = get_json("zone=ip&key=%C0%00%02%01");
+    assert_eq!(
+        (st, num(&v, "current")),
+        (200, 1.0),
+        "4 bytes are an address: {v}"
+    );
+    // Mistakes: 400, with what to do.
+    let errors = [
+        ("zone=ip&addr=not-an-ip", "invalid address \"not-an-ip\""),
+        ("zone=ip&addr=10.0.0", "invalid address"),
+        ("zone=k&addr=192.0.2.1", "use key="),
+        ("zone=ip&key=127.0.0.1", "look an address up with addr="),
+        ("zone=ip&key=1.2.3.4&addr=1.2.3.4", "not both"),
+    ];
+    for (q, want) in errors {
+        let (st, v) = get_json(q);
+        assert_eq!(st, 400, "{q}: {v}");
+        let e = v["error"].as_str().unwrap_or_default();
+        assert!(e.contains(want), "{q}: {e}");
+    }
+    // DELETE by address clears the /64's count.
+    let del = |q: &str| request(ng.port, "DELETE", &format!("/ops?{q}"), &[]);
+    assert_eq!(del("zone=ip&addr=nonsense").status, 400);
+    let r = del("zone=ip&addr=2001:db8::5");
+    assert_eq!(r.status, 200, "{}", r.describe());
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["cleared"]["current"], 3, "{v}");
+    assert_eq!(num(&get_json("zone=ip&addr=2001:db8::1").1, "current"), 0.0);
+    assert_eq!(num(&get_json("zone=ip&addr=192.0.2.1").1, "current"), 1.0);
+}

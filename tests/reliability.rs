@@ -102,6 +102,117 @@ fn reload_under_load_keeps_counts() {
     );
 }
 
+/// A zone of `size` keyed by X-Key (or `key`), limit 5 per minute (a
+/// slot's recency is known to 1/256 of the window: 234 ms).
+fn sized_conf(key: &str, size: &str) -> String {
+    conf(
+        &format!("rate_limit_window_zone {key} zone=z:{size} window=1m;"),
+        "rate_limit_window zone=z limit=5;",
+        "",
+    )
+}
+
+/// (carried, dropped) from the resize notice in `log`.
+fn resize_notice(log: &str, from: usize, to: usize) -> (u64, u64) {
+    let want = format!("rate_limit_window_zone \"z\" resized from {from} to {to} bytes");
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains(&want)).collect();
+    assert_eq!(lines.len(), 1, "{want}: {log}");
+    assert!(lines[0].contains("[notice]"), "{}", lines[0]);
+    let num_before = |what: &str| -> u64 {
+        let head = lines[0].split(what).next().unwrap();
+        head.rsplit(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{}", lines[0]))
+    };
+    (num_before(" live clients carried"), num_before(" dropped"))
+}
+
+/// `zone=z:1m` -> 2m -> 256k -> 32k -> 64k (another key) on reload, while 4
+/// connections keep sending: live clients keep their counts (a client at
+/// its limit stays limited), growing carries all of them, shrinking keeps
+/// the most recently seen that fit, each resize logs one `notice` with the
+/// numbers, and a resize that also changes the key logs a `warn`.
+#[test]
+fn resize_on_reload_carries_counts_under_load() {
+    let up = Upstream::start();
+    let mut ng = Nginx::builder()
+        .upstream_of(&up)
+        .start(&sized_conf("$http_x_key", "1m"));
+    clear_of_boundary(60_000, 25_000);
+    let port = ng.port;
+    for _ in 0..5 {
+        assert_eq!(get_key(port, "/", "hot").status, 200);
+    }
+    assert_eq!(get_key(port, "/", "hot").status, 429);
+    for i in 0..300 {
+        assert_eq!(get_key(port, "/", &format!("c{i}")).status, 200);
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        std::thread::spawn(move || load_until(port, 4, "/", &[("X-Key", b"load")], stop, true))
+    };
+    // Grow: all 302 live clients (hot, c0..c299, load) carried.
+    let off = ng.error_log_len();
+    ng.reload_with(&sized_conf("$http_x_key", "2m"));
+    assert_eq!(
+        resize_notice(&ng.error_log_since(off), 1 << 20, 2 << 20),
+        (302, 0)
+    );
+    assert_eq!(
+        get_key(port, "/", "hot").status,
+        429,
+        "a limited client stays limited"
+    );
+    assert_eq!(current(port, "z", b"c7"), 1);
+    // Shrink, all still fit.
+    let off = ng.error_log_len();
+    ng.reload_with(&sized_conf("$http_x_key", "256k"));
+    assert_eq!(
+        resize_notice(&ng.error_log_since(off), 2 << 20, 256 << 10),
+        (302, 0)
+    );
+    assert_eq!(get_key(port, "/", "hot").status, 429);
+    // Shrink below the live clients: the most recently seen are kept.
+    for i in 0..3000 {
+        get_key(port, "/", &format!("n{i}"));
+    }
+    // Seen later than the others by more than a slot's recency step.
+    std::thread::sleep(Duration::from_millis(600));
+    for _ in 0..2 {
+        assert_eq!(get_key(port, "/", "late").status, 200);
+    }
+    let off = ng.error_log_len();
+    ng.reload_with(&sized_conf("$http_x_key", "32k"));
+    let (carried, dropped) = resize_notice(&ng.error_log_since(off), 256 << 10, 32 << 10);
+    eprintln!("shrink to 32k: {carried} carried, {dropped} dropped of 3303");
+    assert_eq!(carried + dropped, 3303);
+    assert!(dropped > 0 && carried > 500, "{carried} / {dropped}");
+    assert_eq!(
+        current(port, "z", b"late"),
+        2,
+        "the most recent client was kept"
+    );
+    // A resize that changes the key too: counts start over, said at warn.
+    let off = ng.error_log_len();
+    ng.reload_with(&sized_conf("$http_x_other", "64k"));
+    let log = ng.error_log_since(off);
+    assert!(
+        log.contains("[warn]")
+            && log.contains("resized from 32768 to 65536 bytes: the key changed from \"$http_x_key\" to \"$http_x_other\", so every client's counts start over"),
+        "{log}"
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let stats = load.join().unwrap();
+    assert!(stats.responses() > 0);
+    let log = ng.error_log();
+    assert!(
+        !log.contains("[alert]") && !log.contains("[emerg]"),
+        "{log}"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Clock (libfaketime)
 // ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ pub const ZONE_PARAMS: &[&str] = &[
     "window=",
     "mode=",
     "fail=",
+    "ipv6_prefix=",
     "redis=",
     "sync=",
     "secret=",

@@ -62,6 +62,7 @@
 //! collision probability.
 #![warn(missing_docs)]
 
+pub mod addr;
 mod atomic;
 pub mod cluster;
 pub mod conf_error;

@@ -397,6 +397,8 @@ pub struct ZoneParams {
     pub fail: FailPolicy,
     /// Redis synchronisation, when `redis=` is given.
     pub redis: Option<RedisParams>,
+    /// `ipv6_prefix=N` (bits, 32..=128), when given.
+    pub ipv6_prefix: Option<u8>,
 }
 
 /// Parses the words of `rate_limit_window_zone` after KEY.
@@ -421,6 +423,7 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
     let mut window_src = Vec::new();
     let mut fail = FailPolicy::Open;
     let mut redis = RedisArgs::default();
+    let mut ipv6_prefix = None;
 
     for &a in args {
         if let Some(v) = a.strip_prefix(b"zone=") {
@@ -447,6 +450,8 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
         } else if let Some(v) = a.strip_prefix(b"window=") {
             window = Some(parse_window(v)?);
             window_src = v.to_vec();
+        } else if let Some(v) = a.strip_prefix(b"ipv6_prefix=") {
+            ipv6_prefix = Some(crate::addr::parse_ipv6_prefix(v)?);
         } else if let Some(v) = a.strip_prefix(b"fail=") {
             fail = match v {
                 b"open" => FailPolicy::Open,
@@ -472,6 +477,7 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
         window_src,
         fail,
         redis,
+        ipv6_prefix,
     })
 }
 

@@ -211,8 +211,16 @@ fn zone_params_accepted() {
             window_src: vec![],
             fail: FailPolicy::Open,
             redis: None,
+            ipv6_prefix: None,
         }
     );
+    assert_eq!(
+        zone("zone=a:1m ipv6_prefix=64").unwrap().ipv6_prefix,
+        Some(64)
+    );
+    assert!(zone("zone=a:1m ipv6_prefix=16")
+        .unwrap_err()
+        .starts_with("invalid ipv6_prefix \"16\""));
     // The name ends at the last `:`, and only token characters pass.
     assert_eq!(
         zone("window=1h zone=a:b:32k fail=closed").unwrap_err(),

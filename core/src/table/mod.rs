@@ -114,6 +114,7 @@
 //! clock skew across a window boundary exposes this.
 
 mod acquire;
+mod carry;
 mod layout;
 mod maintenance;
 mod place;
@@ -135,6 +136,7 @@ use crate::mode::Mode;
 use crate::window::{FastDiv, Window};
 
 pub use acquire::{Admission, Decision, Events, Outcome};
+pub use carry::Carried;
 pub use layout::{Counter, CHOICES, LAYOUT_VERSION, MAGIC, PROBE, SHARDS, SLOT_BYTES};
 pub use maintenance::Snapshot;
 

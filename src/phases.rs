@@ -1,0 +1,86 @@
+//! Where the phase handler sits in nginx's phases (see docs/phases.md):
+//! first in PREACCESS's array, so that it runs last in that phase, after
+//! realip's location-level handler, `limit_req` and `limit_conn`; last in
+//! PRECONTENT's, so that it runs first there, before `try_files` and
+//! `mirror`. nginx runs a phase's handlers in the reverse order of the
+//! array (`ngx_http_init_phase_handlers`), and a dynamic module's
+//! postconfiguration runs after every static module's.
+
+use nginx_sys::{
+    ngx_array_push, ngx_conf_t, ngx_http_core_main_conf_t, ngx_http_handler_pt, ngx_http_phases,
+    ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE,
+    ngx_http_request_t, ngx_int_t,
+};
+use ngx::core::Status;
+use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
+
+use crate::handler::{preaccess_handler, precontent_handler};
+use crate::Module;
+
+/// Pushes the handler onto the PREACCESS and the PRECONTENT phases.
+///
+/// # Safety
+/// `cf` must be the configuration passed to postconfiguration.
+pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: cf is valid during postconfiguration.
+    let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(unsafe { &*cf }) else {
+        return Status::NGX_ERROR.into();
+    };
+    // SAFETY: cf is valid during postconfiguration.
+    let (Some(mark), Some(mcf)) = (unsafe { crate::access::marks(cf) }, unsafe {
+        Module::main_conf_mut(&*cf)
+    }) else {
+        return Status::NGX_ERROR.into();
+    };
+    mcf.access_mark = Some(mark);
+    let phases: [(
+        ngx_http_phases,
+        extern "C" fn(*mut ngx_http_request_t) -> ngx_int_t,
+    ); 2] = [
+        (ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, preaccess_handler),
+        (
+            ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE,
+            precontent_handler,
+        ),
+    ];
+    for (phase, handler) in phases {
+        // PREACCESS: first in the array, so it runs last in the phase, after
+        // realip's location-level handler (and limit_req, limit_conn).
+        // PRECONTENT: last, so it runs first, before try_files and mirror.
+        let first = phase == ngx_http_phases_NGX_HTTP_PREACCESS_PHASE;
+        if push_handler(cmcf, phase, handler, first).is_err() {
+            return Status::NGX_ERROR.into();
+        }
+    }
+    Status::NGX_OK.into()
+}
+
+/// Adds `handler` to `phase`'s handler array: at its end (run first in the
+/// phase: nginx runs a phase's handlers in reverse order), or with `first`
+/// at its start (run last).
+fn push_handler(
+    cmcf: &mut ngx_http_core_main_conf_t,
+    phase: ngx_http_phases,
+    handler: extern "C" fn(*mut ngx_http_request_t) -> ngx_int_t,
+    first: bool,
+) -> Result<(), ()> {
+    let arr = &mut cmcf.phases[phase as usize].handlers;
+    // SAFETY: the phase handler arrays are initialised by the core module
+    // before any postconfiguration runs.
+    let h = unsafe { ngx_array_push(arr) }.cast::<ngx_http_handler_pt>();
+    if h.is_null() {
+        return Err(());
+    }
+    let mut slot = h;
+    if first {
+        let elts = arr.elts.cast::<ngx_http_handler_pt>();
+        // SAFETY: the array holds nelts handlers (the new one included,
+        // at h = elts + nelts - 1); moving the nelts - 1 older ones up by
+        // one stays inside it.
+        unsafe { core::ptr::copy(elts, elts.add(1), arr.nelts - 1) };
+        slot = elts;
+    }
+    // SAFETY: slot is a handler slot of the array.
+    unsafe { *slot = Some(handler) };
+    Ok(())
+}
