@@ -694,10 +694,10 @@ fn wrk_new_keys(port: u16, secs: u32, offset: u64) -> u64 {
 /// 100 abusers at their limit (10 per hour) in a 1 MB zone (about 64,000
 /// slots), then a wrk flood of up to 1M new keys (30 s at most): every
 /// abuser is still refused by its own count (no fail-closed refusal among
-/// theirs), as fail= has it.
-fn abusers_survive_a_flood(fail: &str) {
+/// theirs), as fail= has it. `mode`: the zone's `mode=`.
+fn abusers_survive_a_flood(fail: &str, mode: &str) {
     let conf = http_conf(&format!(
-        "rate_limit_window_zone $http_x_key zone=z:1m window=1h fail={fail};
+        "rate_limit_window_zone $http_x_key zone=z:1m window=1h fail={fail} mode={mode};
          access_log off;
          server {{
              listen 127.0.0.1:{{{{PORT}}}};
@@ -732,7 +732,7 @@ fn abusers_survive_a_flood(fail: &str) {
         &[("zone", "z"), ("kind", "over_limit")],
     );
     let closed_before = m("rate_limit_window_fail_closed_total", &[("zone", "z")]);
-    eprintln!("fail={fail}: {sent} flood requests, evictions live {live}, over_limit {over}, fail_closed {closed_before}");
+    eprintln!("mode={mode} fail={fail}: {sent} flood requests, evictions live {live}, over_limit {over}, fail_closed {closed_before}");
     match fail {
         // At least four times the zone's slots went through it.
         "open" => assert!(
@@ -760,10 +760,15 @@ fn abusers_survive_a_flood(fail: &str) {
 
 #[test]
 fn flood_of_new_clients_keeps_abusers_refused() {
-    abusers_survive_a_flood("open");
+    abusers_survive_a_flood("open", "estimate");
 }
 
 #[test]
 fn flood_of_new_clients_keeps_abusers_refused_fail_closed() {
-    abusers_survive_a_flood("closed");
+    abusers_survive_a_flood("closed", "estimate");
+}
+
+#[test]
+fn flood_of_new_clients_keeps_abusers_refused_strict() {
+    abusers_survive_a_flood("open", "strict");
 }

@@ -38,7 +38,7 @@
 //! within 1/256): over-counting a past sub-window only rejects earlier, so
 //! the guarantee is untouched and the rounding costs at most 0.4% of the
 //! limit per window, and only for limits above 511 per sub-window. With a
-//! 16-bit sub-window index and a 24-bit key fingerprint the whole state is
+//! 15-bit sub-window index and a 24-bit key fingerprint the whole state is
 //! one 128-bit word, changed by one CAS (see [`pack`]).
 
 use crate::window::MIN_WINDOW_MS;
@@ -61,7 +61,7 @@ const CODE_MASK: u64 = (1 << CODE_BITS) - 1;
 const EXACT: u32 = 2 << MANT_BITS;
 
 /// Bits of the sub-window index kept in a packed state.
-pub const SUB_BITS: u32 = 16;
+pub const SUB_BITS: u32 = 15;
 /// Mask of [`SUB_BITS`].
 pub const SUB_MASK: u64 = (1 << SUB_BITS) - 1;
 /// Bits of the key fingerprint kept in a packed state.
@@ -70,7 +70,12 @@ pub const FP_BITS: u32 = 24;
 const CUR_BITS: u32 = 16;
 const PAST_SHIFT: u32 = CUR_BITS;
 const SUB_SHIFT: u32 = PAST_SHIFT + (SPAN as u32 - 1) * CODE_BITS;
-const FP_SHIFT: u32 = SUB_SHIFT + SUB_BITS;
+/// The one bit between the sub-window index and the fingerprint (bit 103):
+/// not part of the state, [`pack`] leaves it 0 and [`unpack`] ignores it;
+/// the slot table keeps a flag there (`table/layout.rs`). A word packed
+/// with a 16-bit index reads as its index mod 2^15 and this bit.
+pub const SPARE_SHIFT: u32 = SUB_SHIFT + SUB_BITS;
+const FP_SHIFT: u32 = SPARE_SHIFT + 1;
 const _: () = assert!(FP_SHIFT + FP_BITS == 128);
 const _: () = assert!(MIN_WINDOW_MS >= K);
 
@@ -341,7 +346,8 @@ pub fn secs_ceil(ms: u64) -> u32 {
 /// slot) and a state into one 128-bit word:
 ///
 /// ```text
-/// bits 104..128 fingerprint (24 bits)   bits 88..104 sub-window index mod 2^16
+/// bits 104..128 fingerprint (24 bits)   bit 103 spare (0, see [`SPARE_SHIFT`])
+/// bits 88..103  sub-window index mod 2^15
 /// bits 16..88   counts[1..7], 12-bit codes (counts[1] lowest)
 /// bits 0..16    counts[0], exact (saturating at 65,535)
 /// ```
@@ -361,7 +367,7 @@ pub fn packed_fp(v: u128) -> u64 {
     (v >> FP_SHIFT) as u64
 }
 
-/// The sub-window index of a packed word, mod 2^16.
+/// The sub-window index of a packed word, mod 2^15.
 #[inline]
 pub fn packed_sub(v: u128) -> u64 {
     (v >> SUB_SHIFT) as u64 & SUB_MASK
@@ -374,7 +380,7 @@ pub fn packed_empty(v: u128) -> bool {
 }
 
 /// The state of a packed word whose full sub-window index is `index`
-/// (the caller resolves the stored index mod 2^16 against its clock).
+/// (the caller resolves the stored index mod 2^15 against its clock).
 pub fn unpack(v: u128, index: u64) -> State {
     let mut counts = [0u32; SPAN];
     counts[0] = (v & 0xffff) as u32;
@@ -444,6 +450,9 @@ mod tests {
         let v = pack(0xab_cdef, &s);
         assert_eq!(packed_fp(v), 0xab_cdef);
         assert_eq!(packed_sub(v), 0x2345);
+        // Index bit 15 does not reach the spare bit.
+        let high = pack(0xab_cdef, &State { index: 0xa345, ..s });
+        assert_eq!((packed_sub(high), high >> SPARE_SHIFT & 1), (0x2345, 0));
         let back = unpack(v, s.index);
         for i in 0..SPAN {
             assert_eq!(

@@ -248,6 +248,19 @@ pub(super) fn is_limited(value: u128) -> bool {
     value & LIMITED != 0
 }
 
+/// [`LIMITED`] of a strict slot ([`crate::strict::pack`]): its spare bit 103,
+/// between the 15-bit sub-window index and the fingerprint. Set by a
+/// rejection, cleared by every admission (which packs a fresh word). A word
+/// written with a 16-bit index (before this flag) reads as its index mod
+/// 2^15 and, at worst, a stale flag until the key's next admission.
+pub(super) const STRICT_LIMITED: u128 = 1 << crate::strict::SPARE_SHIFT;
+
+/// Whether a strict slot value carries [`STRICT_LIMITED`].
+#[inline(always)]
+pub(super) fn is_strict_limited(value: u128) -> bool {
+    value & STRICT_LIMITED != 0
+}
+
 /// The touch tick of a slot value, without [`LIMITED`].
 #[inline(always)]
 pub(super) fn tick_of(value: u128) -> u8 {

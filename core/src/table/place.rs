@@ -63,6 +63,40 @@ pub(super) enum Found {
     },
 }
 
+/// The eviction rule of both modes (issue 36): the rank of a live
+/// candidate, smaller is evicted first, i.e. the candidate whose loss
+/// admits least. A client not `limited` (refused since its last admission:
+/// at or over its limit) before any limited one, then the lowest `count`
+/// (requests it holds as seen from now, 23 bits kept), then the oldest
+/// (`age`: larger is older, 40 bits kept).
+#[inline(always)]
+pub(super) fn evict_rank(limited: bool, count: u32, age: u64) -> u64 {
+    const AGE_MAX: u64 = (1 << 40) - 1;
+    (u64::from(limited) << 63)
+        | (u64::from(count.min((1 << 23) - 1)) << 40)
+        | (AGE_MAX - age.min(AGE_MAX))
+}
+
+/// The eviction victim so far: the candidate of smallest [`evict_rank`],
+/// the first offered on a tie.
+#[derive(Default)]
+pub(super) struct Victim(Option<(u64, Candidate)>);
+
+impl Victim {
+    /// Considers candidate `c` of rank `rank`.
+    #[inline(always)]
+    pub(super) fn offer(&mut self, rank: u64, c: Candidate) {
+        if self.0.is_none_or(|(r, _)| rank < r) {
+            self.0 = Some((rank, c));
+        }
+    }
+
+    /// The victim, `None` when no candidate was offered.
+    pub(super) fn take(self) -> Option<Candidate> {
+        self.0.map(|(_, c)| c)
+    }
+}
+
 /// Age of a live slot value as one integer, larger is older: the signed
 /// window delta (biased to be non-negative), then `TICK_MAX - tick`
 /// (32 bits in all).
@@ -279,12 +313,9 @@ impl Table<'_> {
         }
     }
 
-    /// The live slot of the key's groups whose loss admits least, from the
-    /// slot values the survey loaded (O(1): the `2 * PROBE` candidates):
-    /// one not refused since its last admission ([`is_limited`]) while
-    /// there is one, then the lowest count, then the least recently active
-    /// (the oldest window, then the smallest touch tick); the first one in
-    /// probe order on a tie.
+    /// The live slot of the key's groups whose loss admits least
+    /// ([`evict_rank`]), from the slot values the survey loaded (O(1): the
+    /// `2 * PROBE` candidates); age is the window, then the touch tick.
     #[cold]
     pub(super) fn victim(
         &self,
@@ -293,10 +324,7 @@ impl Table<'_> {
         now_idx: u64,
         ahead: u64,
     ) -> Option<Candidate> {
-        // Rank as one integer, smaller is evicted first: limited (bit 63),
-        // the count seen from now (bits 40..62), then the age (bits 0..40,
-        // larger is older, so stored inverted).
-        let mut victim: Option<(u64, Candidate)> = None;
+        let mut victim = Victim::default();
         for (j, values) in loaded.iter().enumerate().take(p.groups) {
             for i in 0..PROBE {
                 let at = p.at(j, i);
@@ -304,16 +332,16 @@ impl Table<'_> {
                 if fp_of(value) == 0 || is_free_value(value, now_idx, ahead) {
                     continue;
                 }
-                let rank = (u64::from(is_limited(value)) << 63)
-                    | (u64::from(count_now(value, now_idx)) << 40)
-                    | ((1 << 40) - 1 - age(value, now_idx, ahead));
-                if victim.is_none_or(|(r, _)| rank < r) {
-                    let slot = p.base[j] + at;
-                    victim = Some((rank, Candidate { slot, value }));
-                }
+                let rank = evict_rank(
+                    is_limited(value),
+                    count_now(value, now_idx),
+                    age(value, now_idx, ahead),
+                );
+                let slot = p.base[j] + at;
+                victim.offer(rank, Candidate { slot, value });
             }
         }
-        victim.map(|(_, c)| c)
+        victim.take()
     }
 
     /// The touch tick of a request `elapsed` ms into its window: `elapsed >>

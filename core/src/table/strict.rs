@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! bits 104..128 fingerprint (24 bits, never 0 for a used slot)
-//! bits 88..104  sub-window index mod 2^16
+//! bit 103       limited: refused since its last admission (layout.rs)
+//! bits 88..103  sub-window index mod 2^15
 //! bits 16..88   the six past sub-window counts, 12-bit codes (rounded up)
 //! bits 0..16    the current sub-window count
 //! ```
@@ -21,15 +22,20 @@
 //! (about 2 in 10^6 per new key with 32 live neighbours): they then share
 //! one quota, which only ever rejects earlier, never admits more.
 //!
-//! A sub-window index mod 2^16 wraps after 65,536 sub-windows (3 hours at
-//! `window=1s`): the sweep, which visits every slot at least once an hour,
-//! clears stale counts long before.
+//! A sub-window index mod 2^15 wraps after 32,768 sub-windows (91 minutes
+//! at `window=1s`): the sweep, which visits every slot at least once an
+//! hour, clears stale counts before.
+//!
+//! A full pair of groups evicts by the estimate zones' rule
+//! ([`evict_rank`]): a client not refused since its last admission first,
+//! then the fewest requests in its span, then the oldest sub-window.
 
 use portable_atomic::Ordering;
 
 use super::acquire::{Admission, Decision, Events, Outcome};
+use super::layout::{is_strict_limited, STRICT_LIMITED};
 use super::maintenance::Snapshot;
-use super::place::{Candidate, Place};
+use super::place::{evict_rank, Candidate, Place, Victim};
 use super::{FailPolicy, KeyHash, Table, CHOICES, PROBE};
 use crate::fit;
 use crate::mode::Mode;
@@ -104,7 +110,7 @@ impl Table<'_> {
         let mut live = [0usize; CHOICES];
         let mut free: [Option<Candidate>; CHOICES] = [None; CHOICES];
         let mut open = [true; CHOICES];
-        let mut victim: Option<(u64, Candidate)> = None;
+        let mut victim = Victim::default();
         for i in 0..PROBE {
             for j in 0..p.groups {
                 let slot = p.slot(j, i);
@@ -121,10 +127,7 @@ impl Table<'_> {
                 match self.strict_state(value, now_sub) {
                     Some(s) if f != 0 => {
                         live[j] += 1;
-                        let age = u64::MAX - s.index;
-                        if victim.is_none_or(|(a, _)| age > a) {
-                            victim = Some((age, cand));
-                        }
+                        victim.offer(self.strict_rank(value, &s, now_sub), cand);
                     }
                     _ => {
                         if free[j].is_none() {
@@ -144,8 +147,17 @@ impl Table<'_> {
         }
         SFound::Absent {
             free: best.map(|(_, c)| c),
-            victim: victim.map(|(_, c)| c),
+            victim: victim.take(),
         }
+    }
+
+    /// The [`evict_rank`] of a live strict slot `value` whose state is `s`:
+    /// its flag, the requests of its span seen from `now_sub`, and the age
+    /// of its newest sub-window (a slot ahead of `now_sub` is the youngest).
+    fn strict_rank(&self, value: u128, s: &State, now_sub: u64) -> u64 {
+        let count = s.at(now_sub).total();
+        let age = (now_sub + SUB_HALF).saturating_sub(s.index);
+        evict_rank(is_strict_limited(value), count, age)
     }
 
     /// [`Table::acquire`] of a strict zone.
@@ -183,6 +195,10 @@ impl Table<'_> {
             let v = strict::decide_cost(state, now_ms, w, limit, cost);
             events.clock_backwards |= v.backwards;
             if !v.admitted {
+                if evict.is_none() {
+                    // The key's own slot (never a free slot or a victim).
+                    self.strict_mark_limited(slot, value);
+                }
                 break strict_decision(&v, None, events);
             }
             self.raise_newest(v.state.index);
@@ -193,6 +209,7 @@ impl Table<'_> {
             if let Some((idle, live)) = evict {
                 events.evicted_idle |= idle;
                 events.evicted_live |= live;
+                events.evicted_over_limit |= live && is_strict_limited(value);
                 slot = self.strict_dedup(&p, fp, slot, now_sub);
             }
             let adm = Admission {
@@ -205,6 +222,16 @@ impl Table<'_> {
         };
         self.count_events(shard, &decision);
         decision
+    }
+
+    /// Marks the key at `slot` (read as `value`) refused since its last
+    /// admission ([`STRICT_LIMITED`]), once: a lost CAS is left to the next
+    /// rejection. Nothing else of the slot changes.
+    #[cold]
+    fn strict_mark_limited(&self, slot: usize, value: u128) {
+        if !is_strict_limited(value) {
+            let _ = self.cas(slot, value, value | STRICT_LIMITED);
+        }
     }
 
     /// The decision when no slot can track a new key (`fail=closed`).
@@ -331,7 +358,8 @@ impl Table<'_> {
                 return self.strict_snapshot(None, now_ms);
             };
             let s = self.strict_state(value, now_sub);
-            if strict::packed_empty(value) || self.cas(slot, value, value & !COUNTS) {
+            let cleared = value & !(COUNTS | STRICT_LIMITED);
+            if value == cleared || self.cas(slot, value, cleared) {
                 return self.strict_snapshot(s, now_ms);
             }
         }
