@@ -407,6 +407,23 @@ fn emerg(cf: *mut ngx_conf_t, msg: &str) -> *mut c_char {
 ///
 /// # Safety
 /// `cf` must be the `ngx_conf_t` passed to a directive handler.
+/// The file and line of the directive being parsed (an empty name and
+/// line 0 outside a file).
+///
+/// # Safety
+/// `cf` must be the configuration being parsed.
+unsafe fn conf_position(cf: *mut ngx_conf_t) -> (ngx_str_t, ngx_uint_t) {
+    // SAFETY: cf->conf_file is set (or null) while a file is being parsed.
+    unsafe {
+        let f = (*cf).conf_file;
+        if f.is_null() {
+            (ngx_str_t::empty(), 0)
+        } else {
+            ((*f).file.name, (*f).line)
+        }
+    }
+}
+
 unsafe fn args<'a>(cf: *mut ngx_conf_t) -> &'a [ngx_str_t] {
     // SAFETY: nginx fills cf->args with the directive's words before calling
     // the handler; they live in the configuration pool.
@@ -448,15 +465,8 @@ unsafe fn zone_by_name(cf: *mut ngx_conf_t, name: &ngx_str_t) -> Option<*mut Zon
     }
     // SAFETY: cf->pool is the cycle's configuration pool.
     let pool = unsafe { Pool::from_ngx_pool((*cf).pool) };
-    // SAFETY: cf->conf_file is set while a file is being parsed.
-    let (file, line) = unsafe {
-        let f = (*cf).conf_file;
-        if f.is_null() {
-            (ngx_str_t::empty(), 0)
-        } else {
-            ((*f).file.name, (*f).line)
-        }
-    };
+    // SAFETY: cf is the configuration being parsed.
+    let (file, line) = unsafe { conf_position(cf) };
     let z = pool.allocate(ZoneConf::new(*name, file, line));
     if z.is_null() {
         return None;
@@ -709,15 +719,8 @@ extern "C" fn set_limit(
             &format!("duplicate limit for zone \"{}\"", escape(&params.zone)),
         );
     }
-    // SAFETY: cf->conf_file is set while a file is being parsed.
-    let (file, line) = unsafe {
-        let f = (*cf).conf_file;
-        if f.is_null() {
-            (ngx_str_t::empty(), 0)
-        } else {
-            ((*f).file.name, (*f).line)
-        }
-    };
+    // SAFETY: cf is the configuration being parsed.
+    let (file, line) = unsafe { conf_position(cf) };
     limits.push(Limit {
         file,
         line,

@@ -905,7 +905,7 @@ fn a_hot_client_among_200k_cold_ones_is_held_to_its_bound() {
     }
     assert!(cold_reached, "only {cold} cold requests in 40 s");
     // Every cold key so far is distinct (wrk cycles through 250,000).
-    let admitted = alternate_hot([a.port, b.port], 100);
+    let admitted = common::redis_servers::alternate([a.port, b.port], "hot", 100);
     let _ = wrk.kill();
     let _ = wrk.wait();
     let metric = |g: &Nginx, name: &str| {
@@ -931,20 +931,4 @@ fn a_hot_client_among_200k_cold_ones_is_held_to_its_bound() {
         read < cold / 10.0,
         "read back {read} keys for {cold} cold clients: not proportional to the flagged"
     );
-}
-
-/// Sends `n` requests of the hot client, alternating between `ports` at
-/// 20 requests/s; returns the admitted per gateway.
-fn alternate_hot(ports: [u16; 2], n: usize) -> [u32; 2] {
-    let mut admitted = [0u32; 2];
-    for i in 0..n {
-        let r = get_key(ports[i % 2], "/", "hot");
-        match r.status {
-            200 => admitted[i % 2] += 1,
-            429 => {}
-            s => panic!("unexpected status {s}: {}", r.describe()),
-        }
-        sleep(Duration::from_millis(50));
-    }
-    admitted
 }
