@@ -498,6 +498,10 @@ pub fn redis_gateway(redis: &str, upstream: &super::Upstream, limit: u32) -> sup
                 rate_limit_window zone=c limit={limit};
                 proxy_pass http://{{{{UPSTREAM}}}};
             }}
+            location = /tiny {{
+                rate_limit_window zone=c limit=1;
+                proxy_pass http://{{{{UPSTREAM}}}};
+            }}
             location = /metrics {{ rate_limit_window_metrics; }}
         }}"#
     ));
@@ -505,6 +509,16 @@ pub fn redis_gateway(redis: &str, upstream: &super::Upstream, limit: u32) -> sup
         .workers(2)
         .upstream_of(upstream)
         .start(&conf)
+}
+
+/// Makes every client of the gateway on `port` one that can matter: one
+/// request admitted against `limit=1` (location `/tiny`) makes the flag
+/// threshold 1, so the gateway writes and reads back every active client
+/// (a cold client is otherwise never written). For the fault tests, which
+/// check that counts reach Redis. The setup client is written too.
+pub fn every_client_hot(port: u16) {
+    let r = super::get_key(port, "/tiny", &format!("hot-setup-{port}"));
+    assert_eq!(r.status, 200, "{}", r.describe());
 }
 
 /// Sends `n` requests of `client`, alternating between the gateways on
