@@ -74,7 +74,8 @@ fn cluster_down_keeps_serving_and_is_counted() {
     assert!(wait_for(Duration::from_secs(10), || zone_metric(
         g.port,
         "rate_limit_window_sync_keys_pushed_total"
-    ) >= (CLIENTS + 1) as f64));
+    ) >= (CLIENTS + 1)
+        as f64));
     // One master of three dies (no replica): after the node timeout the
     // others answer CLUSTERDOWN. Requests are still decided locally.
     cluster.nodes[0].kill();

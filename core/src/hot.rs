@@ -325,8 +325,10 @@ mod tests {
                 r.list.push(fp_text(p.fingerprint));
                 g.hot.flagged(p.fingerprint);
             }
-            let text: Vec<(String, String)> =
-                hash.iter().map(|(f, v)| (f.clone(), v.to_string())).collect();
+            let text: Vec<(String, String)> = hash
+                .iter()
+                .map(|(f, v)| (f.clone(), v.to_string()))
+                .collect();
             let stored = shares(text.iter().map(|(f, v)| (f.as_bytes(), v.as_bytes())), &me);
             g.ledger.settle(&g.table, &p, stored, now);
         }
@@ -404,7 +406,11 @@ mod tests {
         }
         sim_round(&mut a, &mut redis, T0 + 1, t);
         assert_eq!(redis.list.len(), 1, "a flags it");
-        assert_eq!(a.table.peek(key, T0 + 1).current, 10, "b's 3 not in Redis yet");
+        assert_eq!(
+            a.table.peek(key, T0 + 1).current,
+            10,
+            "b's 3 not in Redis yet"
+        );
         sim_round(&mut b, &mut redis, T0 + 2, t);
         assert_eq!(b.table.peek(key, T0 + 2).current, 13, "b reads a's 10");
         sim_round(&mut a, &mut redis, T0 + 3, t);
