@@ -221,7 +221,10 @@ fn read_hot(
     let deadline = Instant::now() + Duration::from_millis(BATCH_MS);
     let replies = conn.exec(&pipe, deadline)?;
     match replies.first() {
-        Some(Value::Array(items)) => st.hot.absorb(items.iter().filter_map(bytes)),
+        Some(Value::Array(items)) => {
+            // false: the list lost entries (read again from 0 next round).
+            let _ = st.hot.absorb(items.iter().filter_map(bytes));
+        }
         // An error reply (an ACL without LRANGE, a key of another type):
         // counted; the round goes on with what is known.
         _ => key_error(ctx),

@@ -71,8 +71,12 @@ pub struct Work {
 #[derive(Debug, Default)]
 pub struct HotSet {
     index: u64,
-    /// Entries of the list read so far (the next `LRANGE` starts here).
+    /// Entries of the list read so far.
     read: u64,
+    /// The last entry read: the next `LRANGE` starts with it again, to see
+    /// that the list is still the one read (a Redis restarted empty, or
+    /// failed over to a replica that lacked the end, loses entries).
+    last: Option<Vec<u8>>,
     /// Fingerprints flagged by any gateway.
     hot: HashSet<u64>,
     /// Fingerprints this gateway has appended (flagged once per window).
@@ -90,15 +94,28 @@ impl HotSet {
         }
     }
 
-    /// Where the next `LRANGE` of the list starts.
+    /// Where the next `LRANGE` of the list starts: at the last entry read
+    /// (checked again), or at 0.
     pub fn offset(&self) -> u64 {
-        self.read
+        self.read.saturating_sub(1)
     }
 
     /// Takes in the entries an `LRANGE` from [`Self::offset`] returned.
-    pub fn absorb<'e>(&mut self, entries: impl IntoIterator<Item = &'e [u8]>) {
+    /// When the first is not the last entry read, the list lost entries:
+    /// the next read starts at 0 and this gateway's flags are appended
+    /// again (the clients already known flagged stay flagged). Returns
+    /// false then.
+    pub fn absorb<'e>(&mut self, entries: impl IntoIterator<Item = &'e [u8]>) -> bool {
+        let mut entries = entries.into_iter();
+        if self.read > 0 && entries.next() != self.last.as_deref() {
+            self.read = 0;
+            self.last = None;
+            self.mine.clear();
+            return false;
+        }
         for e in entries {
             self.read += 1;
+            self.last = Some(e.to_vec());
             let fp = core::str::from_utf8(e)
                 .ok()
                 .and_then(|t| u64::from_str_radix(t, 16).ok());
@@ -106,6 +123,7 @@ impl HotSet {
                 self.hot.insert(fp);
             }
         }
+        true
     }
 
     /// Whether this round appends `p`'s client to the list.
@@ -231,8 +249,8 @@ mod tests {
         h.flagged(0xb);
         assert!(!h.to_flag(&near, t), "flagged once per window");
         // Another gateway flagged 0xc: it is read here although cold here.
-        h.absorb([b"0000000000000c".as_slice(), b"garbage".as_slice()]);
-        assert_eq!(h.offset(), 2);
+        assert!(h.absorb([b"0000000000000c".as_slice(), b"garbage".as_slice()]));
+        assert_eq!(h.offset(), 1, "the last entry is read again");
         assert_eq!(
             h.work(&other, t),
             Some(Work {
@@ -243,8 +261,15 @@ mod tests {
         );
         assert_eq!(h.len(), 2);
         // A replayed append repeats an entry: nothing changes but the offset.
-        h.absorb([b"0000000000000c".as_slice()]);
-        assert_eq!((h.len(), h.offset()), (2, 3));
+        assert!(h.absorb([b"garbage".as_slice(), b"0000000000000c".as_slice()]));
+        assert_eq!((h.len(), h.offset()), (2, 2));
+        // The list lost its entries (Redis restarted empty): read from 0
+        // again, and flag again what this gateway had flagged.
+        assert!(!h.absorb([]));
+        assert_eq!((h.len(), h.offset()), (2, 0));
+        assert!(h.to_flag(&near, t), "0xb is appended again");
+        assert!(h.absorb([b"0000000000000b".as_slice()]));
+        assert!(!h.absorb([b"0000000000000d".as_slice()]), "another list");
         h.roll(8);
         assert!(h.is_empty() && h.offset() == 0 && h.to_flag(&near, t));
     }
