@@ -5,10 +5,12 @@
 //! 2. at most once a second, this gateway's fleet profile (`fleet.rs` in
 //!    the core) is written and the fleet hash read;
 //! 3. what is new of the window's hot list (`LRANGE` from what was read);
-//! 4. per active client, from where the last round stopped: `HSET` of this
-//!    gateway's own count when it changed (and `PEXPIRE`), `RPUSH` of its
-//!    fingerprint to the hot list when its own count reached the threshold
-//!    (once per window), and `HGETALL` when it is flagged by any gateway.
+//! 4. per active client that can matter (its own count here reached the
+//!    threshold, or some gateway flagged it; `hot::HotSet::work`), from
+//!    where the last round stopped: `HSET` of this gateway's own count when
+//!    it changed (and `PEXPIRE`), `RPUSH` of its fingerprint to the hot
+//!    list when its own count reached the threshold (once per window), and
+//!    `HGETALL`. An unflagged client below the threshold costs nothing.
 //!
 //! Every write sets a value (`HSET`, `PEXPIRE`, `DEL`) or appends an entry
 //! that readers treat as a set member (`RPUSH`): replaying any part of a
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use rate_limit_window_core::cluster::{gateway_field, redis_key, shares, Push};
 use rate_limit_window_core::fleet::{fleet_key, stale, view};
-use rate_limit_window_core::hot::{fp_text, hot_key, resume_from, threshold, HotSet};
+use rate_limit_window_core::hot::{fp_text, hot_key, resume_from, threshold, HotSet, Work};
 use redis::Value;
 
 use crate::redis_link::Link;
@@ -48,12 +50,11 @@ pub struct RoundState {
     fleet_at: Option<Instant>,
 }
 
-/// One client's commands in a round.
+/// One client's commands in a round (always read back).
 #[derive(Clone, Copy)]
 struct Item {
     push: Push,
-    flag: bool,
-    read: bool,
+    work: Work,
 }
 
 /// How a round ended without an error.
@@ -90,9 +91,8 @@ pub fn round(
     resume_from(&mut st.pushes, st.cursor);
     st.work.clear();
     for &push in &st.pushes {
-        let (flag, read) = (st.hot.to_flag(&push, t), st.hot.to_read(&push, t));
-        if push.write || flag || read {
-            st.work.push(Item { push, flag, read });
+        if let Some(work) = st.hot.work(&push, t) {
+            st.work.push(Item { push, work });
         }
     }
     let mut done = Done {
@@ -130,17 +130,15 @@ fn run_batches(
         for it in batch {
             let p = &it.push;
             let key = redis_key(&ctx.job.name, p.window_index, p.fingerprint);
-            if p.write {
+            if it.work.write {
                 pipe.cmd("HSET").arg(&key).arg(&me).arg(p.own);
                 pipe.cmd("PEXPIRE").arg(&key).arg(ttl_ms);
             }
-            if it.flag {
+            if it.work.flag {
                 pipe.cmd("RPUSH").arg(&hot).arg(fp_text(p.fingerprint));
                 pipe.cmd("PEXPIRE").arg(&hot).arg(ttl_ms);
             }
-            if it.read {
-                pipe.cmd("HGETALL").arg(&key);
-            }
+            pipe.cmd("HGETALL").arg(&key);
         }
         let deadline = round_deadline.min(Instant::now() + Duration::from_millis(BATCH_MS));
         let replies = conn.exec(&pipe, deadline)?;
@@ -174,29 +172,28 @@ fn settle_batch(
     let (mut pushed, mut read, mut received, mut bad) = (0u64, 0u64, 0i64, 0u64);
     for it in batch {
         let p = &it.push;
-        let wrote = !p.write || ints(&mut replies, 2);
-        if it.flag {
+        let wrote = !it.work.write || ints(&mut replies, 2);
+        if it.work.flag {
             if ints(&mut replies, 2) {
                 st.hot.flagged(p.fingerprint);
             } else {
                 bad += 1;
             }
         }
-        let reply = if it.read { replies.next() } else { None };
+        let reply = replies.next();
         let stored = reply.as_ref().and_then(fields);
-        match (wrote, it.read, stored) {
-            (true, true, Some(f)) => {
+        match (wrote, stored) {
+            (true, Some(f)) => {
                 let s = shares(f.iter().map(|(k, v)| (*k, *v)), me);
                 received += ctx.ledger.settle(ctx.table, p, s, now).max(0);
                 read += 1;
             }
-            (true, false, _) => ctx.ledger.record_push(ctx.table, p, now),
             _ => {
                 bad += 1;
                 continue;
             }
         }
-        pushed += u64::from(p.write);
+        pushed += u64::from(it.work.write);
     }
     header.sync_keys_pushed.fetch_add(pushed, Ordering::Relaxed);
     header.sync_err_key.fetch_add(bad, Ordering::Relaxed);
@@ -224,7 +221,10 @@ fn read_hot(
     let deadline = Instant::now() + Duration::from_millis(BATCH_MS);
     let replies = conn.exec(&pipe, deadline)?;
     match replies.first() {
-        Some(Value::Array(items)) => st.hot.absorb(items.iter().filter_map(bytes)),
+        Some(Value::Array(items)) => {
+            // false: the list lost entries (read again from 0 next round).
+            let _ = st.hot.absorb(items.iter().filter_map(bytes));
+        }
         // An error reply (an ACL without LRANGE, a key of another type):
         // counted; the round goes on with what is known.
         _ => key_error(ctx),

@@ -140,6 +140,9 @@ fn a_hung_node_neither_stops_rounds_nor_leaks() {
     let up = Upstream::start();
     let redis = format!("redis={} redis_mode=cluster", cluster.url());
     let g = redis_gateway(&redis, &up, 1000);
+    // The clients' counts are written and read (on every node), as a hot
+    // client's are.
+    every_client_hot(g.port);
     for c in 0..CLIENTS {
         assert_eq!(get_key(g.port, "/", &format!("client-{c}")).status, 200);
     }

@@ -302,18 +302,6 @@ impl<'a> Ledger<'a> {
         self.write(slot, push.fingerprint, push.window_index, pushed, applied);
         added
     }
-
-    /// Records that `push`'s write went through when its key is not read
-    /// back this round (not flagged near its limit, see `hot.rs`): its
-    /// own count as written; the other gateways' share stays as it was.
-    pub fn record_push(&self, table: &Table<'_>, push: &Push, now_ms: u64) {
-        let slot = push.slot as usize;
-        if slot >= self.entries.len() || table.window().index(now_ms) != push.window_index {
-            return;
-        }
-        let (_, applied) = self.read(slot, push.fingerprint, push.window_index);
-        self.write(slot, push.fingerprint, push.window_index, push.own, applied);
-    }
 }
 
 #[cfg(test)]
@@ -611,35 +599,6 @@ mod tests {
         assert_eq!((p[0].own, p[0].write), (1, true), "one new request, not 5");
         round(&a, &mut store, back + 10);
         assert_eq!(a.table.peek(key, back + 10).current, 1);
-    }
-
-    #[test]
-    fn a_push_without_read_back_is_not_written_again() {
-        let a = gateway(1, [9, 8]);
-        let key = a.table.hash_key(b"cold");
-        for i in 0..3 {
-            a.table.acquire(key, T0 + i, 100, FailPolicy::Open, 0);
-        }
-        let mut p = vec![];
-        a.ledger.plan(&a.table, T0 + 5, &mut p);
-        assert_eq!((p[0].own, p[0].write), (3, true));
-        a.ledger.record_push(&a.table, &p[0], T0 + 5);
-        let mut again = vec![];
-        a.ledger.plan(&a.table, T0 + 6, &mut again);
-        assert_eq!(
-            (again[0].own, again[0].write),
-            (3, false),
-            "unchanged: no write"
-        );
-        // A later read back still adds only what is new of the others'.
-        let added = a
-            .ledger
-            .settle(&a.table, &again[0], Shares { mine: 3, others: 4 }, T0 + 6);
-        assert_eq!(added, 4);
-        assert_eq!(a.table.peek(key, T0 + 6).current, 7);
-        let mut third = vec![];
-        a.ledger.plan(&a.table, T0 + 7, &mut third);
-        assert_eq!((third[0].own, third[0].write), (3, false));
     }
 
     #[test]
