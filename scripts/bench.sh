@@ -826,15 +826,13 @@ EOF
 # redis-server, `local` does not; /sync and /local each limit an X-Key to
 # BENCH_CLUSTER_LIMIT requests per window.
 start_gateways() {
-    local i saved_prefix=$PREFIX
-    GATEWAY_PORTS=() GATEWAY_PIDS=()
-    for i in $(seq 1 "$1"); do
-        PREFIX=$WORK/prefix-gw$i
-        fresh_prefix
-        PORT=$(free_port)
-        {
-            conf_head
-            cat <<EOF
+    launch_gateways "$1" cluster_gateway_body
+}
+
+# cluster_gateway_body: the http block's body of one start_gateways gateway
+# (on $PORT).
+cluster_gateway_body() {
+    cat <<EOF
     rate_limit_window_zone \$http_x_key zone=sync:1m window=${BENCH_CLUSTER_WINDOW}s $(sync_params);
     rate_limit_window_zone \$http_x_key zone=local:1m window=${BENCH_CLUSTER_WINDOW}s;
     server {
@@ -846,7 +844,20 @@ start_gateways() {
     }
 }
 EOF
-        } >"$PREFIX/conf/nginx.conf"
+}
+
+# launch_gateways N BODY: N nginx gateways, each in its own prefix
+# ($WORK/prefix-gwI), on its own port (GATEWAY_PORTS; pids in GATEWAY_PIDS
+# for stop_gateways and the cleanup trap); BODY prints the configuration
+# after conf_head, with $PORT set.
+launch_gateways() {
+    local i saved_prefix=$PREFIX
+    GATEWAY_PORTS=() GATEWAY_PIDS=()
+    for i in $(seq 1 "$1"); do
+        PREFIX=$WORK/prefix-gw$i
+        fresh_prefix
+        PORT=$(free_port)
+        { conf_head; "$2"; } >"$PREFIX/conf/nginx.conf"
         start_nginx "$PREFIX/conf/nginx.conf"
         GATEWAY_PORTS+=("$PORT")
         GATEWAY_PIDS+=("$NGINX_PID")
@@ -959,16 +970,15 @@ SCALE_LIMIT=100
 # start_scale_gateways G N: G gateways with one zone `s` sized for N
 # clients, limit SCALE_LIMIT per minute on /, empty_gif.
 start_scale_gateways() {
-    local i saved_prefix=$PREFIX mb=$(($2 * 96 / 1000000 + 16))
-    GATEWAY_PORTS=() GATEWAY_PIDS=()
-    for i in $(seq 1 "$1"); do
-        PREFIX=$WORK/prefix-gw$i
-        fresh_prefix
-        PORT=$(free_port)
-        {
-            conf_head
-            cat <<EOF
-    rate_limit_window_zone \$http_x_key zone=s:${mb}m window=1m $(sync_params);
+    SCALE_MB=$(($2 * 96 / 1000000 + 16))
+    launch_gateways "$1" scale_gateway_body
+}
+
+# scale_gateway_body: the http block's body of one start_scale_gateways
+# gateway (on $PORT, a zone of SCALE_MB MB).
+scale_gateway_body() {
+    cat <<EOF
+    rate_limit_window_zone \$http_x_key zone=s:${SCALE_MB}m window=1m $(sync_params);
     server {
         listen 127.0.0.1:$PORT reuseport;
         location / { rate_limit_window zone=s limit=$SCALE_LIMIT; empty_gif; }
@@ -976,13 +986,6 @@ start_scale_gateways() {
     }
 }
 EOF
-        } >"$PREFIX/conf/nginx.conf"
-        start_nginx "$PREFIX/conf/nginx.conf"
-        GATEWAY_PORTS+=("$PORT")
-        GATEWAY_PIDS+=("$NGINX_PID")
-        NGINX_PID=""
-    done
-    PREFIX=$saved_prefix
 }
 
 # sync_cpu_ticks MASTER_PID: utime + stime (clock ticks) of the rlw-sync

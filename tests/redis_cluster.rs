@@ -64,12 +64,7 @@ fn clients_on_different_nodes_share_limits() {
 fn cluster_down_keeps_serving_and_is_counted() {
     let mut cluster = RedisCluster::start();
     let up = Upstream::start();
-    let redis = format!("redis={} redis_mode=cluster", cluster.url());
-    let g = redis_gateway(&redis, &up, 1000);
-    every_client_hot(g.port);
-    for c in 0..CLIENTS {
-        assert_eq!(get_key(g.port, "/", &format!("client-{c}")).status, 200);
-    }
+    let g = gateway_with_hot_clients(&cluster, &up);
     // The clients and the setup client.
     assert!(wait_for(Duration::from_secs(10), || zone_metric(
         g.port,
@@ -138,14 +133,7 @@ fn limits_survive_a_slot_migration() {
 fn a_hung_node_neither_stops_rounds_nor_leaks() {
     let cluster = RedisCluster::start();
     let up = Upstream::start();
-    let redis = format!("redis={} redis_mode=cluster", cluster.url());
-    let g = redis_gateway(&redis, &up, 1000);
-    // The clients' counts are written and read (on every node), as a hot
-    // client's are.
-    every_client_hot(g.port);
-    for c in 0..CLIENTS {
-        assert_eq!(get_key(g.port, "/", &format!("client-{c}")).status, 200);
-    }
+    let g = gateway_with_hot_clients(&cluster, &up);
     let rounds = || zone_metric(g.port, "rate_limit_window_sync_rounds_total");
     let failures = || zone_metric(g.port, "rate_limit_window_sync_failures_total");
     assert!(wait_for(Duration::from_secs(10), || rounds() > 3.0));
@@ -170,4 +158,16 @@ fn a_hung_node_neither_stops_rounds_nor_leaks() {
         "rounds did not resume after the node came back: {back} -> {}",
         rounds()
     );
+}
+
+/// A gateway on `cluster` whose CLIENTS clients have each sent one request
+/// and are hot (T = 1), so their counts are written and read on every node.
+fn gateway_with_hot_clients(cluster: &RedisCluster, up: &Upstream) -> Nginx {
+    let redis = format!("redis={} redis_mode=cluster", cluster.url());
+    let g = redis_gateway(&redis, up, 1000);
+    every_client_hot(g.port);
+    for c in 0..CLIENTS {
+        assert_eq!(get_key(g.port, "/", &format!("client-{c}")).status, 200);
+    }
+    g
 }
