@@ -81,7 +81,11 @@ fn expected(phase: &str, route: Route) -> [u16; 4] {
 fn limit(phase: &str, variant: &str) -> String {
     let mut s = format!("rate_limit_window_phase {phase}; rate_limit_window zone=rw limit=3;");
     if variant == "lr" {
-        s.push_str(" limit_req zone=lr burst=3 nodelay; limit_conn lc 2;");
+        // limit_conn counts a request until its pool is freed, and a mirror
+        // keeps the pool until the mirrored subrequest is done: on a loaded
+        // machine the next request can arrive first. The bound only has to
+        // be seen (`$limit_conn_status` PASSED), never reached.
+        s.push_str(" limit_req zone=lr burst=3 nodelay; limit_conn lc 8;");
     }
     s
 }
