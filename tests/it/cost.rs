@@ -1,6 +1,6 @@
 //! `cost=N|$variable`: one request counts `cost` requests, against real
 //! nginx (two workers) and a real upstream.
-mod common;
+use crate::common;
 
 use common::*;
 

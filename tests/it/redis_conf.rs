@@ -1,7 +1,7 @@
 //! `nginx -t` on the Redis connection parameters of
 //! `rate_limit_window_zone`: URL forms, modes, TLS files and password
 //! files; no message ever repeats a password.
-mod common;
+use crate::common;
 
 use common::redis_servers::Pki;
 use common::*;

@@ -2,7 +2,7 @@
 //! gateways share one client's limit; the master is killed mid-test, the
 //! sentinels promote the replica, and the gateways follow it: the limit is
 //! shared again after the failover, and no request fails meanwhile.
-mod common;
+use crate::common;
 
 use common::redis_servers::*;
 use common::*;

@@ -3,7 +3,7 @@
 //! one client's limit. A wrong CA or a wrong password is refused by Redis
 //! (or TLS), requests keep being served from local counts, and the
 //! password never reaches the error log.
-mod common;
+use crate::common;
 
 use common::redis_servers::*;
 use common::*;

@@ -3,7 +3,7 @@
 //! are admitted when the sliding window allows, never earlier; others are
 //! served meanwhile; a client that leaves is never counted; the cap and
 //! HTTP/2 streams. Run with `--nocapture` to see the measured timings.
-mod common;
+use crate::common;
 
 use common::*;
 use rate_limit_window_core::window::{admits, retry_after_ms, retry_after_secs, Counts};

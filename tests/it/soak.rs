@@ -1,7 +1,6 @@
 //! Long-running checks, run by `make soak` (which passes --include-ignored).
-mod common;
-#[path = "common/scenarios.rs"]
-mod scenarios;
+use crate::common;
+use crate::common::scenarios;
 
 use common::*;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -98,7 +97,7 @@ fn sliding_window_bound_under_continuous_load() {
 }
 
 // ---------------------------------------------------------------------------
-// Long variants of tests/reliability.rs (scenarios in tests/common/scenarios.rs)
+// Long variants of tests/it/reliability.rs (scenarios in tests/it/common/scenarios.rs)
 // ---------------------------------------------------------------------------
 
 /// Reload every 200 ms for 10 s under load: no failed request, exactly

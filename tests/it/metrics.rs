@@ -1,5 +1,5 @@
 //! rate_limit_window_metrics: Prometheus exposition and the JSON key lookup.
-mod common;
+use crate::common;
 
 use common::*;
 use std::collections::HashMap;

@@ -1,6 +1,6 @@
 //! `nginx -t` on the example configs and on every configuration error the
 //! module must refuse.
-mod common;
+use crate::common;
 
 use common::*;
 use std::fs;

@@ -2,11 +2,10 @@
 //! load, clock steps and DST (libfaketime), and hostile input.
 //!
 //! Short variants (about a minute in all on 2 cores); the long ones are in
-//! tests/soak.rs (`make soak`). Each test prints its numbers on stderr
-//! (`cargo test --test reliability -- --nocapture` shows them).
-mod common;
-#[path = "common/scenarios.rs"]
-mod scenarios;
+//! tests/it/soak.rs (`make soak`). Each test prints its numbers on stderr
+//! (`cargo test --test it reliability -- --nocapture` shows them).
+use crate::common;
+use crate::common::scenarios;
 
 use common::*;
 use scenarios::*;

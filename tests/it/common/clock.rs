@@ -52,7 +52,7 @@ pub fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
-/// A dedicated path to a faketime timestamp file; see tests/clock.rs.
+/// A dedicated path to a faketime timestamp file; see tests/it/clock.rs.
 pub fn libfaketime() -> Option<PathBuf> {
     for p in [
         "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",

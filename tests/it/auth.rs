@@ -2,7 +2,7 @@
 //! keyed by who authentication says the user is. Real nginx with two
 //! workers, a real upstream and a real auth server (`auth_request`), or
 //! `auth_basic` with a password file.
-mod common;
+use crate::common;
 
 use common::auth_server::{Account, AuthServer};
 use common::*;

@@ -1,5 +1,5 @@
-//! Reliability scenarios shared by tests/reliability.rs (short variants)
-//! and tests/soak.rs (long ones): `#[path = "common/scenarios.rs"] mod
+//! Reliability scenarios shared by tests/it/reliability.rs (short variants)
+//! and tests/it/soak.rs (long ones): `#[path = "common/scenarios.rs"] mod
 //! scenarios;` next to `mod common;`. Each scenario asserts its guarantees
 //! and prints its numbers on stderr.
 #![allow(dead_code)]

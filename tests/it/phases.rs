@@ -10,7 +10,7 @@
 //! gives `200 200 200 429`; one counted for the proxy (127.0.0.1), or
 //! twice, or not at all, gives something else. The access log must show the
 //! client's `$binary_remote_addr` and limit_req's verdict for every request.
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::Command;

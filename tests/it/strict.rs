@@ -2,7 +2,7 @@
 //! through, Retry-After that a client can honour, the bound under four
 //! workers and 40 connections, the key lookup, reloads and the refused
 //! configurations.
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! The example configs in nginx-conf/ actually work: each is started (with
 //! its fixed ports swapped for free ones and its backend pointed at the test
 //! upstream) and driven the way its comments describe.
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -1,7 +1,7 @@
 //! `count_status=`: requests are checked before they run, and stay counted
 //! only when their final status is in the list, against real nginx (two
 //! workers) and a real upstream that answers the status it is asked for.
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::TcpStream;

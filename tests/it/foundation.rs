@@ -1,6 +1,6 @@
 //! The module loads into a real multi-worker nginx, proxies, and a limit is
 //! shared by all workers (shared memory).
-mod common;
+use crate::common;
 
 use common::*;
 use std::collections::BTreeSet;

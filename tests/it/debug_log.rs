@@ -3,7 +3,7 @@
 //! any other build pays nothing for them on the request path. The vendored
 //! nginx has no `--with-debug`: this checks the built module, not the
 //! lines' output at run time (see CONTRIBUTING.md, "Debug logging").
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::Command;

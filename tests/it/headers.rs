@@ -3,7 +3,7 @@
 //! error responses; `rate_limit_window_headers off` and `ietf`), the
 //! rejection status, dry run, `$rate_limit_window_status` and the rejection
 //! log line.
-mod common;
+use crate::common;
 
 use common::limits::{conf, key, start, zone, HOUR_MS};
 use common::*;

@@ -1,6 +1,6 @@
 //! Self-tests of the harness (tests/common) against plain nginx features, so
 //! that a failure elsewhere is known to be the module's, not the harness's.
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::Duration;

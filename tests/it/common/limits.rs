@@ -1,5 +1,5 @@
-//! Small helpers shared by the basic limit tests (tests/limits.rs,
-//! tests/headers.rs, tests/directives.rs): one zone keyed by `X-Key`, one
+//! Small helpers shared by the basic limit tests (tests/it/limits.rs,
+//! tests/it/headers.rs, tests/it/directives.rs): one zone keyed by `X-Key`, one
 //! proxied `location /`, and requests that carry a key. Imported by name
 //! (`use common::limits::{...}`), not re-exported, so that the files with
 //! their own `conf` / `start` keep theirs.

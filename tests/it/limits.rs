@@ -2,9 +2,9 @@
 //! workers and a real upstream: rejection with 429 and Retry-After, counting
 //! and remaining, several limits, keys (tiers, empty, binary, composite) and
 //! limit values (0, invalid `limit=$variable`). Response headers and status
-//! are in tests/headers.rs; other nginx directives and reload in
-//! tests/directives.rs.
-mod common;
+//! are in tests/it/headers.rs; other nginx directives and reload in
+//! tests/it/directives.rs.
+use crate::common;
 
 use common::limits::{conf, key, start, zone, HOUR_MS};
 use common::*;

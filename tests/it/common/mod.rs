@@ -9,9 +9,9 @@
 //! `conf` (binaries, nginx.conf fragments, `nginx -t`), `nginx` (the
 //! process), `upstream`, `http` (the client), `load` (parallel requests),
 //! `clock` (time, calendar, libfaketime), `prom` (metrics), and
-//! `auth_server` (the `auth_request` backend of tests/auth.rs). `limits`
-//! (the `conf` / `zone` / `start` / `key` helpers of tests/limits.rs,
-//! tests/headers.rs and tests/directives.rs) is imported by name instead,
+//! `auth_server` (the `auth_request` backend of tests/it/auth.rs). `limits`
+//! (the `conf` / `zone` / `start` / `key` helpers of tests/it/limits.rs,
+//! tests/it/headers.rs and tests/it/directives.rs) is imported by name instead,
 //! as other test files define their own `conf` / `start`.
 #![allow(dead_code)]
 
@@ -25,6 +25,7 @@ mod load;
 mod nginx;
 mod prom;
 pub mod redis_servers;
+pub mod scenarios;
 pub mod status_upstream;
 mod upstream;
 

@@ -6,7 +6,7 @@
 //! positions, Retry-After, RateLimit-Reset and estimates are exact.
 //! Monotonic time is left real so nginx's own timers keep working.
 //! Fails when libfaketime is not installed; `make test` installs it.
-mod common;
+use crate::common;
 
 use common::*;
 

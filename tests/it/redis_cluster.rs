@@ -1,7 +1,7 @@
 //! `redis_mode=cluster`: a Redis Cluster of three masters made with
 //! `redis-cli --cluster create`. Two gateways share the limits of clients
 //! whose keys land on different nodes.
-mod common;
+use crate::common;
 
 use common::redis_servers::*;
 use common::*;

@@ -2,7 +2,7 @@
 //! two workers and a real upstream: error_page, try_files and rewrite (one
 //! count per main request), inheritance between http, server and location
 //! levels, and reload (counts kept, changed key or window refused).
-mod common;
+use crate::common;
 
 use common::limits::{conf, key, start, HOUR_MS};
 use common::*;

@@ -1,6 +1,6 @@
 //! Cluster-wide limits through Redis (`redis=` zones): two gateways, each
 //! with 2 workers, share one limit; a Redis outage never fails a request.
-mod common;
+use crate::common;
 
 use common::fault_proxy::{pid_gone, Fault, FaultProxy, SlowHttp};
 use common::*;

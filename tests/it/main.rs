@@ -1,0 +1,29 @@
+//! The integration tests: one binary, one module per topic, over the
+//! harness in `common/`. `cargo test --release --test it <module>::`
+//! runs one topic.
+
+mod common;
+
+mod auth;
+mod clock;
+mod cluster;
+mod configs;
+mod cost;
+mod count_status;
+mod debug_log;
+mod delay;
+mod directives;
+mod examples;
+mod foundation;
+mod harness;
+mod headers;
+mod limits;
+mod metrics;
+mod phases;
+mod redis_auth_tls;
+mod redis_cluster;
+mod redis_conf;
+mod redis_sentinel;
+mod reliability;
+mod soak;
+mod strict;
