@@ -25,7 +25,7 @@ pub fn parse_ipv6_prefix(v: &[u8]) -> Result<u8, String> {
         _ => Err(format!(
             "invalid ipv6_prefix \"{}\": use a number of bits from {IPV6_PREFIX_MIN} to \
              {IPV6_PREFIX_MAX} (64 groups a host's /64)",
-            crate::parse::escape(v)
+            crate::units::escape(v)
         )),
     }
 }
@@ -65,7 +65,7 @@ pub fn addr_key(text: &[u8], prefix: u8) -> Result<Vec<u8>, BadAddr> {
     let bad = || {
         BadAddr(format!(
             "invalid address \"{}\": use IPv4 (192.0.2.1) or IPv6 (2001:db8::1) text",
-            crate::parse::escape(text)
+            crate::units::escape(text)
         ))
     };
     let s = std::str::from_utf8(text).map_err(|_| bad())?;

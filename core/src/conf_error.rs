@@ -11,7 +11,7 @@
 
 use core::fmt;
 
-use crate::parse::escape;
+use crate::units::escape;
 
 /// The parameters of `rate_limit_window_zone` (after KEY), with their `=`.
 pub const ZONE_PARAMS: &[&str] = &[

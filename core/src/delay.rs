@@ -13,7 +13,7 @@
 //! the plan is [`Plan::Admit`], and gives back the ones it took if a later
 //! limit rejects.
 
-use crate::parse::{escape, parse_time_ms};
+use crate::units::{escape, parse_time_ms};
 
 /// Longest accepted `delay=` (ms): one hour. A held request keeps a client
 /// connection open, so a longer wait is better answered with a 429 and

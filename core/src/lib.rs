@@ -78,6 +78,7 @@ pub mod reference;
 pub mod seed;
 pub mod strict;
 pub mod table;
+pub mod units;
 pub mod window;
 
 pub use table::*;

@@ -7,7 +7,7 @@
 
 use core::fmt;
 
-use crate::parse::escape;
+use crate::units::escape;
 
 /// The rule of a zone.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -12,7 +12,7 @@
 
 use core::fmt;
 
-use crate::parse::{escape, parse_time_ms, MAX_UNIX_PATH};
+use crate::units::{escape, parse_time_ms, MAX_UNIX_PATH};
 
 /// Shortest accepted `sync=` interval, in ms.
 pub const MIN_SYNC_MS: u64 = 10;
