@@ -14,6 +14,7 @@ use crate::common;
 
 use common::*;
 use std::process::Command;
+use std::time::Duration;
 
 const HOUR_MS: u128 = 3_600_000;
 const PHASES: [&str; 2] = ["preaccess", "postaccess"];
@@ -284,6 +285,14 @@ fn check(ng: &Nginx, rows: &[Row]) {
         wrong.len(),
         wrong.join("\n")
     );
+    // A request is logged when it is finalized, after the client has its
+    // answer (a mirror's main request waits for the mirrored subrequest):
+    // wait for every client's four lines before reading them.
+    let want_lines: usize = rows.iter().map(|r| r.clients.len() * 4).sum();
+    let logged = |log: String| log.lines().filter(|l| !l.starts_with("/__")).count();
+    wait_for(Duration::from_secs(5), || {
+        logged(ng.access_log()) >= want_lines
+    });
     let log = ng.access_log();
     let proxy = logged_addr([127, 0, 0, 1]);
     // The harness's readiness probe (`/__rlw_probe`, no realip header).
