@@ -4,13 +4,13 @@
 No protoc: raw bytes travel as they are (no serializers).
 
   grpc_peer.py serve
-      Serves /test.Echo/Call, answering b"echo:" + request. Prints
+      Serves /test.Echo/Call and /test.Other/Call, answering b"echo:" + request. Prints
       "port N" once listening, then "call EPOCH_MS ATTEMPTS" per call
       (ATTEMPTS: the grpc-previous-rpc-attempts metadata, 0 if absent).
 
   grpc_peer.py call JSON
-      JSON: {"target": "127.0.0.1:P", "key": "k", "calls": 1,
-             "retry": false, "timeout_s": 10}
+      JSON: {"target": "127.0.0.1:P", "method": "/test.Echo/Call",
+             "key": "k", "calls": 1, "retry": false, "timeout_s": 10}
       Makes `calls` unary calls one after another on one channel (with
       metadata x-key: key, and a retry policy for RESOURCE_EXHAUSTED when
       "retry" is true), printing one JSON line per call: code, details,
@@ -37,11 +37,14 @@ def serve():
         print(f"call {now_ms()} {attempts}", flush=True)
         return b"echo:" + request
 
-    handler = grpc.method_handlers_generic_handler(
-        "test.Echo", {"Call": grpc.unary_unary_rpc_method_handler(call)}
+    handlers = tuple(
+        grpc.method_handlers_generic_handler(
+            service, {"Call": grpc.unary_unary_rpc_method_handler(call)}
+        )
+        for service in ("test.Echo", "test.Other")
     )
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    server.add_generic_rpc_handlers((handler,))
+    server.add_generic_rpc_handlers(handlers)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     print(f"port {port}", flush=True)
@@ -52,7 +55,7 @@ def retry_options():
     policy = {
         "methodConfig": [
             {
-                "name": [{"service": "test.Echo"}],
+                "name": [{"service": "test.Echo"}, {"service": "test.Other"}],
                 "retryPolicy": {
                     "maxAttempts": 3,
                     # Far shorter than any pushback: a retry that came this
@@ -97,7 +100,7 @@ def one_call(stub, key, timeout):
 def client(spec):
     options = retry_options() if spec.get("retry") else [("grpc.enable_retries", 0)]
     with grpc.insecure_channel(spec["target"], options=options) as channel:
-        stub = channel.unary_unary(METHOD)
+        stub = channel.unary_unary(spec.get("method", METHOD))
         for _ in range(spec.get("calls", 1)):
             out = one_call(stub, spec["key"], spec.get("timeout_s", 10))
             print(json.dumps(out), flush=True)

@@ -99,7 +99,10 @@ mod tests {
 
     #[test]
     fn percent_encoding_follows_the_grpc_spec() {
-        assert_eq!(percent_encode(b"rate limit exceeded"), "rate limit exceeded");
+        assert_eq!(
+            percent_encode(b"rate limit exceeded"),
+            "rate limit exceeded"
+        );
         assert_eq!(percent_encode(b"100% used"), "100%25 used");
         assert_eq!(percent_encode("caf\u{e9}".as_bytes()), "caf%C3%A9");
         assert_eq!(percent_encode(b"a\r\nb\x7f~ "), "a%0D%0Ab%7F~ ");
