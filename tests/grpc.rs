@@ -108,10 +108,15 @@ impl Call {
 /// RESOURCE_EXHAUSTED whose own backoff (10-20 ms) is far below any
 /// pushback.
 fn grpc_calls(port: u16, method: &str, key: &str, n: usize, retry: bool) -> Vec<Call> {
-    let spec = serde_json::json!({
+    run_client(serde_json::json!({
         "target": format!("127.0.0.1:{port}"),
         "method": method, "key": key, "calls": n, "retry": retry, "timeout_s": 20,
-    });
+    }))
+}
+
+/// Runs the gRPC client with `spec` (see tests/grpc_peer.py).
+fn run_client(spec: serde_json::Value) -> Vec<Call> {
+    let n = spec["calls"].as_u64().unwrap() as usize;
     let out = Command::new(PYTHON)
         .arg(peer_script())
         .arg("call")
@@ -281,6 +286,12 @@ fn rejected_call_gets_resource_exhausted_and_the_exact_pushback() {
         count_lines(&ng.error_log(), "limiting requests by zone \"z\""),
         1
     );
+    let text = metrics_text(ng.port);
+    let rejected = [("zone", "z"), ("result", "rejected")];
+    assert_eq!(
+        prom_value(&text, "rate_limit_window_requests_total", &rejected),
+        Some(1.0)
+    );
 }
 
 /// A client with a retry policy for RESOURCE_EXHAUSTED retries after the
@@ -291,7 +302,12 @@ fn retry_policy_waits_the_pushback_then_succeeds() {
     let (up, grpc) = (Upstream::start(), GrpcServer::start());
     let c = conf("2s", "", "", "rate_limit_window zone=z limit=1;", &grpc);
     let ng = Nginx::builder().upstream_of(&up).start(&c);
-    let calls = grpc_calls(ng.port, ECHO, "t2", 2, true);
+    // Both calls 100 ms into a 2 s window (a boundary between them would
+    // admit the second): the wait is then 1.9 s and 1 ms, so 2 s.
+    let calls = run_client(serde_json::json!({
+        "target": format!("127.0.0.1:{}", ng.port),
+        "key": "t2", "calls": 2, "retry": true, "timeout_s": 20, "align": [2000, 100],
+    }));
     for c in &calls {
         assert_eq!(
             (c.code.as_str(), c.reply.as_str()),
@@ -303,8 +319,8 @@ fn retry_policy_waits_the_pushback_then_succeeds() {
     let seen: Vec<_> = log.iter().map(|l| l.verdict.as_str()).collect();
     assert_eq!(seen, ["PASSED", "REJECTED", "PASSED"], "{log:?}");
     assert_eq!(log[2].attempts, "1", "the retry says it is one: {log:?}");
-    let pushback: f64 = log[1].pushback.parse().unwrap();
-    assert!(pushback == 1000.0 || pushback == 2000.0, "{log:?}");
+    assert_eq!(log[1].pushback, "2000", "{log:?}");
+    let pushback = 2000.0;
     let gap_ms = (log[2].msec - log[1].msec) * 1000.0;
     assert!(
         gap_ms >= pushback - 5.0,
@@ -338,6 +354,8 @@ fn grpc_off_gives_the_plain_status() {
         &grpc,
     );
     let ng = Nginx::builder().upstream_of(&up).start(&c);
+    // A window boundary between two calls would admit the second.
+    clear_of_boundary(60_000, 10_000);
     let off = grpc_calls(ng.port, ECHO, "off", 2, false);
     assert_eq!(off[0].code, "OK");
     assert_eq!(off[1].code, "UNAVAILABLE", "{:?}", off[1]);
@@ -371,6 +389,7 @@ fn both_phases_answer_the_grpc_way() {
         let ng = Nginx::builder()
             .upstream_of(&up)
             .start(&conf("1m", "", "", &loc, &grpc));
+        clear_of_boundary(60_000, 5_000);
         let calls = grpc_calls(ng.port, ECHO, phase, 3, false);
         assert_eq!(calls[0].code, "OK", "{phase}");
         for c in &calls[1..] {

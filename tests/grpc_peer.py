@@ -10,11 +10,14 @@ No protoc: raw bytes travel as they are (no serializers).
 
   grpc_peer.py call JSON
       JSON: {"target": "127.0.0.1:P", "method": "/test.Echo/Call",
-             "key": "k", "calls": 1, "retry": false, "timeout_s": 10}
+             "key": "k", "calls": 1, "retry": false, "timeout_s": 10,
+             "align": [WINDOW_MS, OFFSET_MS]}  (method and align optional)
       Makes `calls` unary calls one after another on one channel (with
       metadata x-key: key, and a retry policy for RESOURCE_EXHAUSTED when
       "retry" is true), printing one JSON line per call: code, details,
-      trailing metadata, reply, and its start/end in epoch ms.
+      trailing metadata, reply, and its start/end in epoch ms. With
+      "align", the first call waits (channel connected) until OFFSET_MS
+      into a window of WINDOW_MS.
 """
 import json
 import sys
@@ -97,10 +100,21 @@ def one_call(stub, key, timeout):
     return out
 
 
+def align(window_ms, offset_ms):
+    """Sleeps until `offset_ms` into a window of `window_ms` (windows are
+    aligned on the Unix epoch), so that the calls keep clear of a boundary."""
+    pos = now_ms() % window_ms
+    wait = offset_ms - pos if pos <= offset_ms else window_ms - pos + offset_ms
+    time.sleep(wait / 1000)
+
+
 def client(spec):
     options = retry_options() if spec.get("retry") else [("grpc.enable_retries", 0)]
     with grpc.insecure_channel(spec["target"], options=options) as channel:
         stub = channel.unary_unary(spec.get("method", METHOD))
+        if "align" in spec:
+            grpc.channel_ready_future(channel).result(timeout=10)
+            align(*spec["align"])
         for _ in range(spec.get("calls", 1)):
             out = one_call(stub, spec["key"], spec.get("timeout_s", 10))
             print(json.dumps(out), flush=True)
