@@ -448,6 +448,13 @@ fn held_call_finally_rejected_gets_the_grpc_answer() {
         prom_value(&text, "rate_limit_window_delayed_total", &rejected),
         Some(1.0)
     );
+    let abandoned = [("zone", "z"), ("result", "abandoned")];
+    assert_eq!(
+        prom_value(&text, "rate_limit_window_delayed_total", &abandoned),
+        Some(0.0)
+    );
+    let held_now = prom_value(&text, "rate_limit_window_delay_held", &[("zone", "z")]);
+    assert_eq!(held_now, Some(0.0));
     let log = logged_n(&ng, "held", 3);
     let seen: Vec<_> = log.iter().map(|l| (l.status, l.verdict.as_str())).collect();
     assert_eq!(seen[2], (200, "REJECTED"), "{log:?}");
