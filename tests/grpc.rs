@@ -376,6 +376,30 @@ fn grpc_off_gives_the_plain_status() {
     assert_eq!(statuses("on"), [200, 200]);
 }
 
+/// In dry run a gRPC call over the limit goes through, as any request:
+/// `REJECTED_DRY_RUN`, no gRPC answer.
+#[test]
+fn dry_run_lets_the_call_through() {
+    let (up, grpc) = (Upstream::start(), GrpcServer::start());
+    let loc = "rate_limit_window zone=z limit=1; rate_limit_window_dry_run on;";
+    let ng = Nginx::builder()
+        .upstream_of(&up)
+        .start(&conf("1m", "", "", loc, &grpc));
+    clear_of_boundary(60_000, 5_000);
+    for c in grpc_calls(ng.port, ECHO, "dry", 2, false) {
+        assert_eq!(
+            (c.code.as_str(), c.reply.as_str()),
+            ("OK", "echo:hi"),
+            "{c:?}"
+        );
+        assert_eq!(c.meta("grpc-retry-pushback-ms"), None, "{c:?}");
+    }
+    let log = logged_n(&ng, "dry", 2);
+    let seen: Vec<_> = log.iter().map(|l| l.verdict.as_str()).collect();
+    assert_eq!(seen, ["PASSED", "REJECTED_DRY_RUN"], "{log:?}");
+    assert_eq!(grpc.calls().len(), 2);
+}
+
 /// Both phases answer the gRPC way: preaccess, and postaccess after an
 /// access check (`allow`) has passed.
 #[test]
@@ -563,7 +587,7 @@ fn read_frame(s: &mut TcpStream) -> (u8, u8, u32, Vec<u8>) {
 }
 
 /// Over HTTP/2 the answer is one HEADERS frame with END_STREAM (gRPC's
-/// trailers-only form; a 503 page has HEADERS then DATA), and its header
+/// trailers-only form; a 429 page has HEADERS then DATA), and its header
 /// lines are as specified, with no content-length and, with
 /// `rate_limit_window_headers off`, no RateLimit headers.
 #[test]
