@@ -14,7 +14,7 @@ MODULE   := ngx_http_rate_limit_window_module
 RUN_DIR  := target/run
 
 BUILD_DEPS := libclang-dev libpcre2-dev libssl-dev zlib1g-dev make gcc pkg-config
-TEST_DEPS  := faketime curl redis-server redis-sentinel redis-tools openssl wrk
+TEST_DEPS  := faketime curl redis-server redis-sentinel redis-tools openssl wrk python3-grpcio
 BENCH_DEPS := wrk valgrind python3 curl
 
 .PHONY: all deps build run test soak bench fuzz memcheck deb test-deb clean

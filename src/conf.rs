@@ -149,6 +149,8 @@ pub struct LocConf {
     /// This worker has warned that the location answers before its limits
     /// run (see early_answer.rs).
     pub early_answer_warned: core::sync::atomic::AtomicBool,
+    /// `rate_limit_window_grpc`: answer rejected gRPC calls the gRPC way.
+    pub grpc: ngx_flag_t,
 }
 
 impl Default for LocConf {
@@ -163,6 +165,7 @@ impl Default for LocConf {
             delay: Default::default(),
             extras: false,
             early_answer_warned: Default::default(),
+            grpc: UNSET,
         }
     }
 }
@@ -189,6 +192,7 @@ impl Merge for LocConf {
             self.limits.clone_from(&prev.limits);
         }
         pick(&mut self.phase, prev.phase, UNSET_UINT, PHASE_PREACCESS);
+        pick(&mut self.grpc, prev.grpc, UNSET, crate::grpc::DEFAULT);
         self.delay.merge(&prev.delay);
         self.extras = self.limits.as_ref().is_some_and(|limits| {
             limits
@@ -294,7 +298,7 @@ static mut STATUS_BOUNDS: ngx_conf_num_bounds_t = ngx_conf_num_bounds_t {
 const ANY_LEVEL: u32 = NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF;
 
 /// The module's directives.
-pub static mut COMMANDS: [ngx_command_t; 9] = [
+pub static mut COMMANDS: [ngx_command_t; 10] = [
     ngx_command_t {
         name: ngx_string!("rate_limit_window_zone"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE) as ngx_uint_t,
@@ -359,6 +363,7 @@ pub static mut COMMANDS: [ngx_command_t; 9] = [
         offset: offset_of!(LocConf, phase),
         post: ptr::addr_of_mut!(PHASE_VALUES) as *mut c_void,
     },
+    crate::grpc::COMMAND,
     ngx_command_t::empty(),
 ];
 

@@ -369,7 +369,8 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
     );
     decision::commit(r, pending, verdict, lcf.headers, retry_after);
     if verdict == Verdict::Rejected {
-        return lcf.status;
+        // A gRPC call gets a gRPC answer (grpc.rs), any other the status.
+        return crate::grpc::reject(r, lcf, retry_after);
     }
     declined
 }

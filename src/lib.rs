@@ -20,6 +20,7 @@
 //! | `count_status.rs` | `count_status=`: giving back uncounted statuses     |
 //! | `near_limit.rs`| the `near_limit_total` counter                         |
 //! | `filter.rs`    | the header filter (Retry-After, RateLimit-*)           |
+//! | `grpc.rs`      | gRPC-native rejections (trailers-only, pushback)       |
 //! | `variables.rs` | `$rate_limit_window_status`, `$rate_limit_window_remaining` |
 //! | `metrics.rs`   | the `rate_limit_window_metrics` content handler        |
 //! | `reset.rs`     | `reset=on`: DELETE clears one client's counts          |
@@ -41,6 +42,7 @@ mod decision;
 mod delay;
 mod early_answer;
 mod filter;
+mod grpc;
 mod handler;
 mod metrics;
 mod near_limit;

@@ -69,6 +69,7 @@ pub mod conf_error;
 pub mod delay;
 pub mod fit;
 pub mod fleet;
+pub mod grpc;
 pub mod hot;
 pub mod limit_opts;
 pub mod mode;
