@@ -15,6 +15,7 @@ mod delay;
 mod directives;
 mod examples;
 mod foundation;
+mod grpc;
 mod harness;
 mod headers;
 mod limits;

@@ -1,12 +1,12 @@
 //! gRPC-native rejections (issue 35) against real nginx (two workers,
 //! HTTP/2 without TLS), a real gRPC server behind `grpc_pass` and a real
-//! gRPC client: Debian's python3-grpcio, driven by tests/grpc_peer.py
+//! gRPC client: Debian's python3-grpcio, driven by tests/it/grpc_peer.py
 //! (`make test` installs the package). A rejected gRPC call sees
 //! RESOURCE_EXHAUSTED with the Retry-After wait as `grpc-retry-pushback-ms`,
 //! and a retry policy honours it; `rate_limit_window_grpc off` and
 //! non-gRPC requests keep the plain status; both phases; `delay=`; the
 //! trailers-only answer is one HEADERS frame that ends the stream.
-mod common;
+use crate::common;
 
 use common::*;
 use rate_limit_window_core::fit;
@@ -27,7 +27,7 @@ const OTHER: &str = "/test.Other/Call";
 const MESSAGE: &str = "rate limit exceeded, retry in";
 
 fn peer_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/grpc_peer.py")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/it/grpc_peer.py")
 }
 
 /// The gRPC server (`grpc_peer.py serve`) and the calls it received.
@@ -45,7 +45,7 @@ impl GrpcServer {
             .arg("serve")
             .stdout(Stdio::piped())
             .spawn()
-            .expect("run tests/grpc_peer.py (make test installs python3-grpcio)");
+            .expect("run tests/it/grpc_peer.py (make test installs python3-grpcio)");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let first = lines.next().and_then(Result::ok).unwrap_or_default();
         let port = first
@@ -114,7 +114,7 @@ fn grpc_calls(port: u16, method: &str, key: &str, n: usize, retry: bool) -> Vec<
     }))
 }
 
-/// Runs the gRPC client with `spec` (see tests/grpc_peer.py).
+/// Runs the gRPC client with `spec` (see tests/it/grpc_peer.py).
 fn run_client(spec: serde_json::Value) -> Vec<Call> {
     let n = spec["calls"].as_u64().unwrap() as usize;
     let out = Command::new(PYTHON)
