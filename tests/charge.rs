@@ -234,3 +234,69 @@ fn strict_zones_and_fixed_charges_are_refused_at_nginx_t() {
     let (ok, out) = test_config(&conf("window=1m", limit));
     assert!(ok, "{out}");
 }
+
+/// Sum of every gateway's count in the Redis hashes of zone `tok`.
+fn redis_total(port: u16) -> i64 {
+    let p = port.to_string();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["-p", &p];
+        all.extend_from_slice(args);
+        common::redis_servers::cli(&all)
+    };
+    cli(&["--scan", "--pattern", "rlw:{tok:*"])
+        .lines()
+        .filter(|k| !k.is_empty() && cli(&["TYPE", k]).trim() == "hash")
+        .map(|k| {
+            cli(&["HVALS", k])
+                .lines()
+                .map(|v| v.trim().parse::<i64>().unwrap())
+                .sum::<i64>()
+        })
+        .sum()
+}
+
+/// Two gateways (two workers each) share a `redis=` zone: a charge settled
+/// on one reaches the other through the normal sync (the threshold of
+/// docs/gateways.md counts charges: 600 and 350 are over 1000 / 4), and the
+/// store holds each gateway's charged count.
+#[test]
+fn charges_reach_the_other_gateway_through_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _redis = common::redis_servers::RedisProc::spawn(
+        "redis-server",
+        dir.path(),
+        "redis",
+        &format!("bind 127.0.0.1\nport {port}\nsave \"\"\nappendonly no\n"),
+        port,
+    );
+    let up = StatusUpstream::start();
+    let zone = format!(
+        "window=1h redis=127.0.0.1:{port} sync=100ms secret=charge-test-secret-0123456"
+    );
+    let c = conf(&zone, "limit=1000 charge=$upstream_http_x_tokens");
+    let a = Nginx::builder().upstream(&up.addr()).start(&c);
+    let b = Nginx::builder().upstream(&up.addr()).start(&c);
+    // Counts of one hour: a boundary would split them.
+    clear_of_boundary(3_600_000, 120_000);
+    let count = |port: u16| key_json(port, "tok", b"k")["current"].as_u64().unwrap();
+    let both = |want: u64| {
+        wait_for(Duration::from_secs(5), || {
+            count(a.port) == want && count(b.port) == want
+        })
+    };
+    // A client's count reaches a gateway once it is active there.
+    assert_eq!(get_key(a.port, "/?tokens=600", "k").status, 200);
+    assert!(wait_for(Duration::from_secs(5), || count(a.port) == 600));
+    assert_eq!(get_key(b.port, "/?tokens=350", "k").status, 200);
+    assert!(both(950), "a {} b {}", count(a.port), count(b.port));
+    // 950 + 1 fits: let in on either gateway, then the budget is spent.
+    assert_eq!(get_key(a.port, "/?tokens=100", "k").status, 200);
+    assert!(both(1050), "a {} b {}", count(a.port), count(b.port));
+    for port in [a.port, b.port] {
+        let r = get_key(port, "/?tokens=1", "k");
+        assert_eq!(r.status, 429, "{}", r.describe());
+    }
+    assert!(wait_for(Duration::from_secs(5), || redis_total(port) == 1050));
+    assert_eq!(up.received_total(), 3);
+}
