@@ -300,3 +300,32 @@ fn charges_reach_the_other_gateway_through_redis() {
     assert!(wait_for(Duration::from_secs(5), || redis_total(port) == 1050));
     assert_eq!(up.received_total(), 3);
 }
+
+/// Calls in flight are each let in by their cost: the budget is overrun by
+/// at most their charges (docs/charge.md), and then refuses until it allows.
+#[test]
+fn concurrent_calls_overrun_by_at_most_their_own_charges() {
+    let up = StatusUpstream::start();
+    let clock = FakeClock::new(T0 + 1);
+    let ng = start(
+        &clock,
+        &up,
+        &conf("window=1m", "limit=1000 charge=$upstream_http_x_tokens"),
+    );
+    // 900 used: one more token fits, so every call that arrives now fits.
+    assert_eq!(get_key(ng.port, "/?tokens=900", "k").status, 200);
+    assert_eq!(settled(ng.port, "k", 900), 900);
+    // Four calls in flight together (the upstream answers after 500 ms):
+    // at arrival each counts 1, 904 at most, so all four are let in.
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let port = ng.port;
+            std::thread::spawn(move || get_key(port, "/?tokens=300&sleep=500", "k").status)
+        })
+        .collect();
+    let statuses: Vec<u16> = calls.into_iter().map(|c| c.join().unwrap()).collect();
+    assert_eq!(statuses, [200; 4]);
+    // 900 + 4 x 300: over the budget by 1,100, within the four charges.
+    assert_eq!(settled(ng.port, "k", 2100), 2100);
+    assert_eq!(get_key(ng.port, "/?tokens=1", "k").status, 429);
+}
