@@ -25,7 +25,7 @@ use nginx_sys::{
 use ngx::core::{Pool, Status};
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
 use ngx::{ngx_log_debug_http, ngx_log_error};
-use rate_limit_window_core::charge::parse_charge;
+use rate_limit_window_core::charge::{final_count, parse_charge};
 use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::parse::escape;
 
@@ -161,8 +161,54 @@ extern "C" fn log_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
             // SAFETY: r is valid; h was made for it.
             h.charged = unsafe { read(r, h) };
         }
+        h.read = true;
     }
     Status::NGX_OK.into()
+}
+
+/// Adds `$rate_limit_window_charge`: what the request counts once settled
+/// under its first limit with `charge=` (the charge; its cost when the
+/// charge was invalid; 0 when `count_status=` gives it back), from the LOG
+/// phase on (the access log); empty before, or without `charge=`.
+///
+/// # Safety
+/// `cf` must be the configuration passed to preconfiguration.
+pub unsafe fn register_variable(cf: *mut ngx_conf_t) -> ngx_int_t {
+    let mut name = ngx::ngx_string!("rate_limit_window_charge");
+    let flags = nginx_sys::NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t;
+    // SAFETY: cf is valid; nginx copies the name.
+    let v = unsafe { nginx_sys::ngx_http_add_variable(cf, &mut name, flags) };
+    if v.is_null() {
+        return Status::NGX_ERROR.into();
+    }
+    // SAFETY: v is the variable nginx just created.
+    unsafe {
+        (*v).get_handler = Some(get_charge);
+        (*v).data = 0;
+    }
+    Status::NGX_OK.into()
+}
+
+unsafe extern "C" fn get_charge(
+    r: *mut ngx_http_request_t,
+    v: *mut nginx_sys::ngx_http_variable_value_t,
+    _: usize,
+) -> ngx_int_t {
+    // SAFETY: nginx passes a valid request, whose main request outlives it.
+    let main = unsafe { (*r).main };
+    // SAFETY: main is valid; the entries are only read here.
+    let held = unsafe { count_status::held_mut(main) };
+    let count = held
+        .and_then(|h| h.iter().find(|h| !h.charge.is_null() && h.read))
+        .map(|h| {
+            // SAFETY: main is valid.
+            let status = unsafe { count_status::final_status(main) };
+            final_count(h.admission.cost(), h.counts(status), h.charged)
+        });
+    // SAFETY: called by nginx as a get handler.
+    let (r, v) = unsafe { crate::variables::args(r, v) };
+    let text = count.map(|n| n.to_string()).unwrap_or_default();
+    crate::variables::set(r, v, text.as_bytes())
 }
 
 /// The charge of `h` for `r`: None when it is empty or invalid (logged

@@ -48,6 +48,8 @@ pub struct Held {
     /// The charge read in the log phase; None: none, or invalid (the
     /// admission keeps its cost).
     pub charged: Option<u32>,
+    /// The log phase has read the charge (`$rate_limit_window_charge`).
+    pub read: bool,
 }
 
 impl Held {
@@ -103,6 +105,7 @@ unsafe fn reserve_slow(r: *mut ngx_http_request_t, limits: &[Limit], applied: &[
                 statuses: l.count_status,
                 charge: l.charge.unwrap_or(core::ptr::null_mut()),
                 charged: None,
+                read: false,
             })
         })
         .collect();

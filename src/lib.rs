@@ -89,6 +89,10 @@ impl HttpModule for Module {
             return Status::NGX_ERROR.into();
         }
         // SAFETY: as above.
+        if unsafe { charge::register_variable(cf) } != Status::NGX_OK.into() {
+            return Status::NGX_ERROR.into();
+        }
+        // SAFETY: as above.
         unsafe { delay::register_variable(cf) }
     }
 

@@ -329,3 +329,46 @@ fn concurrent_calls_overrun_by_at_most_their_own_charges() {
     assert_eq!(settled(ng.port, "k", 2100), 2100);
     assert_eq!(get_key(ng.port, "/?tokens=1", "k").status, 429);
 }
+
+/// `$rate_limit_window_charge` in the access log: what each request
+/// counted once settled (its charge, its cost when the charge was invalid,
+/// 0 when count_status= gave it back); empty on a rejected request.
+#[test]
+fn the_charge_variable_logs_what_each_request_counted() {
+    let up = StatusUpstream::start();
+    let clock = FakeClock::new(T0 + 1);
+    let c = http_conf(
+        r#"log_format charge "$http_x_key $status charge=$rate_limit_window_charge";
+        rate_limit_window_zone $http_x_key zone=tok:1m window=1m;
+        server {
+            listen 127.0.0.1:{{PORT}};
+            location / {
+                access_log logs/charge.log charge;
+                rate_limit_window zone=tok limit=100 cost=2 count_status=2xx charge=$upstream_http_x_tokens;
+                proxy_pass http://{{UPSTREAM}};
+            }
+            location = /metrics { rate_limit_window_metrics; }
+        }"#,
+    );
+    let ng = start(&clock, &up, &c);
+    for path in ["/?tokens=40", "/?tokens=bad", "/status/500?tokens=9", "/?tokens=57"] {
+        get_key(ng.port, path, "k");
+    }
+    // 40 + 2 + 0 + 57 = 99: the next call (cost 2) does not fit.
+    assert_eq!(settled(ng.port, "k", 99), 99);
+    assert_eq!(get_key(ng.port, "/?tokens=1", "k").status, 429);
+    let log_path = ng.prefix().join("logs/charge.log");
+    let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    wait_for(Duration::from_secs(5), || read().lines().count() == 5);
+    let lines: Vec<String> = read().lines().map(String::from).collect();
+    assert_eq!(
+        lines,
+        [
+            "k 200 charge=40",
+            "k 200 charge=2",
+            "k 500 charge=0",
+            "k 200 charge=57",
+            "k 429 charge=",
+        ]
+    );
+}
