@@ -222,10 +222,10 @@ unsafe fn read(r: *mut ngx_http_request_t, h: &Held) -> Option<u32> {
     if unsafe { ngx_http_complex_value(r, h.charge, &mut s) } != Status::NGX_OK.into() {
         return None;
     }
-    // SAFETY: a non-empty value lives in the request pool.
     let bytes = if s.len == 0 {
         &[][..]
     } else {
+        // SAFETY: a non-empty value lives in the request pool.
         unsafe { core::slice::from_raw_parts(s.data, s.len) }
     };
     // SAFETY: zones live in the configuration pool for the cycle.

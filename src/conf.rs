@@ -725,11 +725,12 @@ extern "C" fn set_limit(
     // SAFETY: cf is the configuration being parsed.
     let (file, line) = unsafe { conf_position(cf) };
     // SAFETY: cf is valid; zone is in its configuration pool.
-    let charge = match unsafe { crate::charge::compile(cf, zone, opts.charge.as_deref(), (file, line)) } {
-        Ok(c) => c,
-        Err(e) if e.is_empty() => return NGX_CONF_ERROR,
-        Err(e) => return emerg(cf, &e),
-    };
+    let charge =
+        match unsafe { crate::charge::compile(cf, zone, opts.charge.as_deref(), (file, line)) } {
+            Ok(c) => c,
+            Err(e) if e.is_empty() => return NGX_CONF_ERROR,
+            Err(e) => return emerg(cf, &e),
+        };
     limits.push(Limit {
         charge,
         file,

@@ -49,7 +49,11 @@ fn start(clock: &FakeClock, up: &StatusUpstream, conf: &str) -> Nginx {
 /// The key's count in the current window, once it reads `want` (the
 /// settlement runs as nginx frees the request, just after the response).
 fn settled(port: u16, key: &str, want: u64) -> u64 {
-    let read = || key_json(port, "tok", key.as_bytes())["current"].as_u64().unwrap();
+    let read = || {
+        key_json(port, "tok", key.as_bytes())["current"]
+            .as_u64()
+            .unwrap()
+    };
     wait_for(Duration::from_secs(5), || read() == want);
     read()
 }
@@ -179,8 +183,9 @@ fn an_invalid_charge_keeps_the_cost_warns_once_and_is_counted() {
         assert_eq!(get_key(ng.port, path, "k").status, 200, "{path}");
     }
     assert_eq!(settled(ng.port, "k", 4), 4);
-    assert!(wait_for(Duration::from_secs(5), || invalid_charges(ng.port)
-        == 4.0));
+    assert!(wait_for(Duration::from_secs(5), || invalid_charges(
+        ng.port
+    ) == 4.0));
     let log = ng.error_log();
     assert_eq!(count_lines(&log, "is not a count"), 1, "{log}");
     assert!(
@@ -271,9 +276,8 @@ fn charges_reach_the_other_gateway_through_redis() {
         port,
     );
     let up = StatusUpstream::start();
-    let zone = format!(
-        "window=1h redis=127.0.0.1:{port} sync=100ms secret=charge-test-secret-0123456"
-    );
+    let zone =
+        format!("window=1h redis=127.0.0.1:{port} sync=100ms secret=charge-test-secret-0123456");
     let c = conf(&zone, "limit=1000 charge=$upstream_http_x_tokens");
     let a = Nginx::builder().upstream(&up.addr()).start(&c);
     let b = Nginx::builder().upstream(&up.addr()).start(&c);
@@ -351,7 +355,12 @@ fn the_charge_variable_logs_what_each_request_counted() {
         }"#,
     );
     let ng = start(&clock, &up, &c);
-    for path in ["/?tokens=40", "/?tokens=bad", "/status/500?tokens=9", "/?tokens=57"] {
+    for path in [
+        "/?tokens=40",
+        "/?tokens=bad",
+        "/status/500?tokens=9",
+        "/?tokens=57",
+    ] {
         get_key(ng.port, path, "k");
     }
     // 40 + 2 + 0 + 57 = 99: the next call (cost 2) does not fit.

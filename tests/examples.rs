@@ -426,9 +426,7 @@ fn llm_tokens_charges_what_each_call_used_per_minute_and_per_day() {
         let path = format!("/v1/chat?tokens={tokens}");
         request(ng.port, "GET", &path, &[("X-API-Key", key)])
     };
-    let count = |zone: &str| {
-        key_json(ng.port, zone, hobby)["current"].as_u64().unwrap()
-    };
+    let count = |zone: &str| key_json(ng.port, zone, hobby)["current"].as_u64().unwrap();
     let settled = |zone: &str, want: u64| {
         wait_for(std::time::Duration::from_secs(5), || count(zone) == want);
         count(zone)
@@ -470,4 +468,3 @@ fn llm_tokens_charges_what_each_call_used_per_minute_and_per_day() {
     assert_eq!(call(team, 50_000).status, 200);
     assert_eq!(up.received_total(), 8);
 }
-

@@ -140,6 +140,9 @@ mod tests {
         ] {
             assert!(parse_charge(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(parse_charge(b"12 tokens"), Err(ChargeError(b"12 tokens".to_vec())));
+        assert_eq!(
+            parse_charge(b"12 tokens"),
+            Err(ChargeError(b"12 tokens".to_vec()))
+        );
     }
 }

@@ -167,10 +167,9 @@ mod tests {
         let mut r = Region::new(small_bytes(64));
         let len = r.len();
         // SAFETY: the buffer is valid, exclusively borrowed and aligned.
-        let t = unsafe {
-            Table::init_mode(r.ptr(), len, win(MIN), [1, 2], crate::mode::Mode::Strict)
-        }
-        .unwrap();
+        let t =
+            unsafe { Table::init_mode(r.ptr(), len, win(MIN), [1, 2], crate::mode::Mode::Strict) }
+                .unwrap();
         let k = t.hash_key(b"k");
         let a = admit(&t, k, T0, 10, 2);
         assert_eq!(t.settle(&a, 9), Settled::Unchanged);
@@ -187,8 +186,8 @@ mod tests {
         let t = table(&mut r, MIN);
         let mut l = vec![0u64; Ledger::bytes_for(t.capacity()) / 8];
         // SAFETY: the buffer outlives the ledger and is 8-byte aligned.
-        let ledger = unsafe { Ledger::over(l.as_mut_ptr().cast(), l.len() * 8, t.capacity()) }
-            .unwrap();
+        let ledger =
+            unsafe { Ledger::over(l.as_mut_ptr().cast(), l.len() * 8, t.capacity()) }.unwrap();
         let k = t.hash_key(b"k");
         let a = admit(&t, k, T0, 1_000, 1);
         let mut plan = vec![];
