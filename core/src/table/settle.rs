@@ -206,4 +206,80 @@ mod tests {
         assert_eq!((plan[0].own, plan[0].write), (300, true));
         assert_eq!(t.peek(k, T0).current, 320);
     }
+
+    /// One step of a client's life: a call arrives `dt_ms` after the last
+    /// one with `cost`, or call `which` (mod the calls so far) is settled at
+    /// `charge`.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Admit { dt_ms: u64, cost: u32 },
+        Settle { which: usize, charge: u32 },
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0u64..90_000, 1u32..5).prop_map(|(dt_ms, cost)| Op::Admit { dt_ms, cost }),
+            (0usize..64, 0u32..2_000).prop_map(|(which, charge)| Op::Settle { which, charge }),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
+
+        /// Against an exact model (each window's count: its calls' costs,
+        /// then each settled call's charge in place of its cost, when
+        /// settled at most one window later): the table's current and
+        /// previous counts are always the model's.
+        #[test]
+        fn settlements_match_an_exact_model(ops in proptest::collection::vec(op(), 1..60)) {
+            let mut r = Region::new(small_bytes(64));
+            let t = table(&mut r, MIN);
+            let k = t.hash_key(b"k");
+            let w = win(MIN);
+            let mut now = T0;
+            let mut calls: Vec<(Admission, u64, bool)> = vec![];
+            let mut counts = std::collections::HashMap::<u64, i64>::new();
+            let mut slot_window = None;
+            for op in ops {
+                match op {
+                    Op::Admit { dt_ms, cost } => {
+                        now += dt_ms;
+                        let a = admit(&t, k, now, 1_000_000, cost);
+                        *counts.entry(w.index(now)).or_default() += i64::from(cost);
+                        slot_window = Some(w.index(now));
+                        calls.push((a, w.index(now), false));
+                    }
+                    Op::Settle { which, charge } => {
+                        if calls.is_empty() {
+                            continue;
+                        }
+                        let n = calls.len();
+                        let (a, at, settled) = &mut calls[which % n];
+                        if std::mem::replace(settled, true) {
+                            continue;
+                        }
+                        let done = t.settle(a, charge);
+                        let behind = slot_window.unwrap() - *at;
+                        let delta = i64::from(charge) - i64::from(a.cost());
+                        let want = match (delta, behind) {
+                            (0, _) => Settled::Unchanged,
+                            (d, 0) => Settled::Current(d),
+                            (d, 1) => Settled::Previous(d),
+                            _ => Settled::Expired,
+                        };
+                        proptest::prop_assert_eq!(done, want);
+                        if behind <= 1 {
+                            *counts.entry(*at).or_default() += delta;
+                        }
+                    }
+                }
+                let Some(sw) = slot_window else { continue };
+                let s = t.peek(k, now);
+                let c = |i: u64| counts.get(&i).copied().unwrap_or(0);
+                proptest::prop_assert_eq!(i64::from(s.current), c(sw));
+                proptest::prop_assert_eq!(i64::from(s.previous), c(sw - 1));
+            }
+        }
+    }
 }
