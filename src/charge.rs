@@ -26,6 +26,7 @@ use ngx::core::{Pool, Status};
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
 use ngx::{ngx_log_debug_http, ngx_log_error};
 use rate_limit_window_core::charge::{final_count, parse_charge};
+use rate_limit_window_core::limit_opts::LimitOpts;
 use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::parse::escape;
 
@@ -67,9 +68,9 @@ fn strict_refusal(zone: &[u8]) -> String {
     )
 }
 
-/// Compiles `charge=` of a `rate_limit_window` on `zone` (None when the
-/// directive has none) and notes the zone as charged, at `at` (file, line).
-/// Err: the message of an `[emerg]` (empty: nginx already logged one).
+/// Compiles `charge=` of a `rate_limit_window` (`opts`) on `zone` (None
+/// when the directive has none) and notes the zone as charged, at `at`
+/// (file, line). Err(()) once an `[emerg]` is logged.
 ///
 /// # Safety
 /// `cf` must be the configuration of the directive being parsed, `zone`
@@ -77,27 +78,29 @@ fn strict_refusal(zone: &[u8]) -> String {
 pub unsafe fn compile(
     cf: *mut ngx_conf_t,
     zone: *mut ZoneConf,
-    text: Option<&[u8]>,
+    opts: &LimitOpts,
     at: (ngx_str_t, ngx_uint_t),
-) -> Result<Option<*mut ngx_http_complex_value_t>, String> {
-    let Some(text) = text else {
+) -> Result<Option<*mut ngx_http_complex_value_t>, ()> {
+    let Some(text) = opts.charge.as_deref() else {
         return Ok(None);
     };
     // SAFETY: the caller guarantees the zone is valid and ours to change
     // while the configuration is parsed.
     let zone = unsafe { &mut *zone };
     if zone.defined && zone.mode == Mode::Strict {
-        return Err(strict_refusal(zone.name.as_bytes()));
+        let msg = strict_refusal(zone.name.as_bytes());
+        ngx::ngx_conf_log_error!(NGX_LOG_EMERG, cf, "{}", msg);
+        return Err(());
     }
     zone.charge_at.get_or_insert(at);
     // SAFETY: cf->pool is the configuration pool.
     let pool = unsafe { Pool::from_ngx_pool((*cf).pool) };
     let cv = pool.calloc_type::<ngx_http_complex_value_t>();
     // SAFETY: as above.
-    let s = unsafe { ngx_str_t::from_bytes((*cf).pool, text) }.ok_or_else(String::new)?;
+    let s = unsafe { ngx_str_t::from_bytes((*cf).pool, text) }.ok_or(())?;
     // SAFETY: cv was just allocated from the configuration pool.
     if cv.is_null() || unsafe { crate::conf::compile_complex(cf, &s, cv) }.is_err() {
-        return Err(String::new());
+        return Err(());
     }
     Ok(Some(cv))
 }

@@ -111,8 +111,7 @@ pub struct Limit {
     pub count_status: Option<StatusSet>,
     /// `cost` is the default, a fixed 1: nothing to evaluate per request.
     pub cost_one: bool,
-    /// `charge=`: what the request counts once its response is done
-    /// (charge.rs); None: its cost.
+    /// `charge=`: counted once the response is done (charge.rs); None: cost.
     pub charge: Option<*mut ngx_http_complex_value_t>,
     /// Where the directive is, for warnings about the location.
     pub file: ngx_str_t,
@@ -725,12 +724,9 @@ extern "C" fn set_limit(
     // SAFETY: cf is the configuration being parsed.
     let (file, line) = unsafe { conf_position(cf) };
     // SAFETY: cf is valid; zone is in its configuration pool.
-    let charge =
-        match unsafe { crate::charge::compile(cf, zone, opts.charge.as_deref(), (file, line)) } {
-            Ok(c) => c,
-            Err(e) if e.is_empty() => return NGX_CONF_ERROR,
-            Err(e) => return emerg(cf, &e),
-        };
+    let Ok(charge) = (unsafe { crate::charge::compile(cf, zone, &opts, (file, line)) }) else {
+        return NGX_CONF_ERROR;
+    };
     limits.push(Limit {
         charge,
         file,

@@ -132,7 +132,7 @@ fn acquire_strict(
 /// and the `delay` counters; 4: the sync's gateway id, generations and
 /// errors by kind; 5: `near_limit`; 6: the sync's auth, TLS, master and
 /// cluster errors; 7: `resets`; 8: `evict_over_limit`; 9: the sync's
-/// `stats`), so that a reload onto a zone of another layout is refused, not
+/// `stats`; A: `charge`), so that a reload onto a zone of another layout is refused, not
 /// misread.
 const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONEA");
 
