@@ -381,3 +381,33 @@ fn the_charge_variable_logs_what_each_request_counted() {
         ]
     );
 }
+
+/// A call that ends in the next window is charged in the window it was
+/// counted in, now the previous one (still weighed by the estimate).
+#[test]
+fn a_call_across_a_window_boundary_is_charged_in_its_arrival_window() {
+    let up = StatusUpstream::start();
+    let clock = FakeClock::new(T0 + 59);
+    let ng = start(
+        &clock,
+        &up,
+        &conf("window=1m", "limit=1000 charge=$upstream_http_x_tokens"),
+    );
+    let port = ng.port;
+    let call = std::thread::spawn(move || get_key(port, "/?tokens=500&sleep=800", "k").status);
+    // The call is in flight (counted 1 in the window [T0, T0 + 60)).
+    assert!(wait_for(Duration::from_secs(5), || up.received_total() == 1));
+    clock.set(T0 + 61);
+    // Another call of the client moves it into the next window.
+    assert_eq!(get_key(port, "/?tokens=3", "k").status, 200);
+    assert_eq!(call.join().unwrap(), 200);
+    let read = || {
+        let v = key_json(port, "tok", b"k");
+        (
+            v["previous"].as_u64().unwrap(),
+            v["current"].as_u64().unwrap(),
+        )
+    };
+    wait_for(Duration::from_secs(5), || read() == (500, 3));
+    assert_eq!(read(), (500, 3));
+}
