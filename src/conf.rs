@@ -111,6 +111,8 @@ pub struct Limit {
     pub count_status: Option<StatusSet>,
     /// `cost` is the default, a fixed 1: nothing to evaluate per request.
     pub cost_one: bool,
+    /// `charge=`: counted once the response is done (charge.rs); None: cost.
+    pub charge: Option<*mut ngx_http_complex_value_t>,
     /// Where the directive is, for warnings about the location.
     pub file: ngx_str_t,
     pub line: ngx_uint_t,
@@ -197,7 +199,7 @@ impl Merge for LocConf {
         self.extras = self.limits.as_ref().is_some_and(|limits| {
             limits
                 .iter()
-                .any(|l| l.delay_ms > 0 || l.count_status.is_some())
+                .any(|l| l.delay_ms > 0 || l.count_status.is_some() || l.charge.is_some())
         });
         Ok(())
     }
@@ -726,7 +728,12 @@ extern "C" fn set_limit(
     }
     // SAFETY: cf is the configuration being parsed.
     let (file, line) = unsafe { conf_position(cf) };
+    // SAFETY: cf is valid; zone is in its configuration pool.
+    let Ok(charge) = (unsafe { crate::charge::compile(cf, zone, &opts, (file, line)) }) else {
+        return NGX_CONF_ERROR;
+    };
     limits.push(Limit {
+        charge,
         file,
         line,
         zone,
@@ -786,6 +793,10 @@ pub unsafe fn init_main_conf(cf: *mut ngx_conf_t, conf: *mut c_void) -> *mut c_c
             let emerg = NGX_LOG_EMERG as ngx_uint_t;
             // SAFETY: cf is the http{} configuration context.
             unsafe { crate::conf_log::log_at(cf, z.ref_file, z.ref_line, emerg, &e) };
+            return NGX_CONF_ERROR;
+        }
+        // SAFETY: cf is the http{} configuration context.
+        if unsafe { crate::charge::check_zone(cf, z) }.is_err() {
             return NGX_CONF_ERROR;
         }
     }

@@ -14,25 +14,49 @@
 //! A request that takes longer than a window keeps its reservation in the
 //! previous window (undo reaches one window back), and one still running
 //! two windows later has nothing left to give back.
+//!
+//! The same record settles `charge=` (charge.rs): its log-phase handler
+//! writes each limit's charge into the entries here, and [`settle`] makes
+//! the admission count it ([`Table::settle`](rate_limit_window_core::Table::settle)).
 
 use core::ffi::c_void;
 use core::mem::{align_of, size_of};
 
-use nginx_sys::{ngx_http_request_t, ngx_pool_cleanup_add, NGX_HTTP_VERSION_9};
+use nginx_sys::{
+    ngx_http_complex_value_t, ngx_http_request_t, ngx_pool_cleanup_add, NGX_HTTP_VERSION_9,
+};
 use ngx::ngx_log_debug_mask;
+use rate_limit_window_core::charge::final_count;
 use rate_limit_window_core::limit_opts::StatusSet;
 use rate_limit_window_core::Admission;
 
 use crate::conf::Limit;
 use crate::decision::Applied;
+use crate::util::{self, CleanupTag};
 use crate::zone::ZoneConf;
 
-/// One admission to give back unless the final status is counted.
+/// One admission to settle when the request ends: given back unless the
+/// final status is counted, and made to count its charge.
 #[derive(Clone, Copy)]
-struct Held {
-    zone: *const ZoneConf,
-    admission: Admission,
-    statuses: StatusSet,
+pub struct Held {
+    pub zone: *const ZoneConf,
+    pub admission: Admission,
+    /// `count_status=` (None: every status counts).
+    pub statuses: Option<StatusSet>,
+    /// `charge=` (null: none), evaluated in the log phase (charge.rs).
+    pub charge: *mut ngx_http_complex_value_t,
+    /// The charge read in the log phase; None: none, or invalid (the
+    /// admission keeps its cost).
+    pub charged: Option<u32>,
+    /// The log phase has read the charge (`$rate_limit_window_charge`).
+    pub read: bool,
+}
+
+impl Held {
+    /// Whether the final `status` keeps the request counted.
+    pub fn counts(&self, status: usize) -> bool {
+        self.statuses.is_none_or(|s| s.contains(status))
+    }
 }
 
 /// The cleanup's data: the request, then `n` [`Held`] entries.
@@ -45,16 +69,19 @@ struct Reservations {
 const _: () = assert!(size_of::<Reservations>().is_multiple_of(align_of::<Held>()));
 
 /// After a request passed every limit: keeps the admissions of the limits
-/// with `count_status=` in a cleanup of the main request's pool, to be
+/// with `count_status=` or `charge=` in a cleanup of the main request's pool, to be
 /// settled when the request ends. Nothing to do (one scan of `limits`)
-/// when no limit has `count_status=`. If the pool is out of memory the
+/// when no limit has `count_status=` nor `charge=`. If the pool is out of memory the
 /// admissions simply stay counted.
 ///
 /// # Safety
 /// `r` must be a valid request; `applied` its decision's applied limits,
 /// made from `limits`.
 pub unsafe fn reserve(r: *mut ngx_http_request_t, limits: &[Limit], applied: &[Applied]) {
-    if limits.iter().all(|l| l.count_status.is_none()) {
+    if limits
+        .iter()
+        .all(|l| l.count_status.is_none() && l.charge.is_none())
+    {
         return;
     }
     // SAFETY: the caller guarantees r is valid.
@@ -69,10 +96,16 @@ unsafe fn reserve_slow(r: *mut ngx_http_request_t, limits: &[Limit], applied: &[
         .iter()
         .filter_map(|a| {
             let l = limits.iter().find(|l| l.zone.cast_const() == a.zone)?;
+            if l.count_status.is_none() && l.charge.is_none() {
+                return None;
+            }
             Some(Held {
                 zone: a.zone,
                 admission: a.admission?,
-                statuses: l.count_status?,
+                statuses: l.count_status,
+                charge: l.charge.unwrap_or(core::ptr::null_mut()),
+                charged: None,
+                read: false,
             })
         })
         .collect();
@@ -99,8 +132,27 @@ unsafe fn reserve_slow(r: *mut ngx_http_request_t, limits: &[Limit], applied: &[
         for (i, h) in held.iter().enumerate() {
             entries.add(i).write(*h);
         }
-        (*cln).handler = Some(settle);
+        (*cln).handler = Some(RESERVATIONS_TAG);
     }
+}
+
+/// [`settle`]'s one address, which tags the record's cleanup entry (see
+/// [`util::CleanupTag`]).
+static RESERVATIONS_TAG: CleanupTag = settle;
+
+/// The admissions kept for `r`'s main request, if any (to write their
+/// charges before they are settled).
+///
+/// # Safety
+/// `r` must be a valid main request; the entries are in its pool, and no
+/// other reference to them may be alive.
+pub unsafe fn held_mut<'a>(r: *mut ngx_http_request_t) -> Option<&'a mut [Held]> {
+    // SAFETY: the caller guarantees r is valid; its pool is.
+    let data = unsafe { util::tagged_cleanup((*r).pool, RESERVATIONS_TAG) }?;
+    let res = data.cast::<Reservations>();
+    // SAFETY: entries tagged RESERVATIONS_TAG hold a Reservations followed
+    // by n entries (reserve_slow), in the pool, alive until it is destroyed.
+    Some(unsafe { core::slice::from_raw_parts_mut(res.add(1).cast::<Held>(), (*res).n) })
 }
 
 /// The status nginx logs as `$status`: an error status kept through an
@@ -108,7 +160,7 @@ unsafe fn reserve_slow(r: *mut ngx_http_request_t, limits: &[Limit], applied: &[
 ///
 /// # Safety
 /// `r` must be a valid request.
-unsafe fn final_status(r: *const ngx_http_request_t) -> usize {
+pub unsafe fn final_status(r: *const ngx_http_request_t) -> usize {
     // SAFETY: the caller guarantees r is valid.
     let r = unsafe { &*r };
     if r.err_status != 0 {
@@ -123,7 +175,8 @@ unsafe fn final_status(r: *const ngx_http_request_t) -> usize {
 }
 
 /// The main request's pool is being destroyed: gives back each admission
-/// whose limit does not count the final status. nginx has set the status
+/// whose limit does not count the final status, and makes each other one
+/// count its charge (when it has a valid one). nginx has set the status
 /// of a request that ended without a response (499, 504, 408...) by then,
 /// and the request structure, allocated from this pool, is still intact
 /// while cleanups run.
@@ -140,19 +193,25 @@ unsafe extern "C" fn settle(data: *mut c_void) {
     // may be going away with this request).
     let log = unsafe { (*nginx_sys::ngx_cycle).log };
     for h in held {
-        if h.statuses.contains(status) {
+        let cost = h.admission.cost();
+        let count = final_count(cost, h.counts(status), h.charged);
+        if count == cost {
             continue;
         }
         // SAFETY: zones live in the configuration pool for the cycle,
         // which outlives its requests.
-        if let Some(table) = unsafe { &*h.zone }.table.as_ref() {
-            table.undo(&h.admission);
-        }
+        let Some(table) = unsafe { &*h.zone }.table.as_ref() else {
+            continue;
+        };
+        let done = table.settle(&h.admission, count);
         ngx_log_debug_mask!(
             DebugMask::Http,
             log,
-            "rate_limit_window: status {} not in count_status, admission given back",
-            status
+            "rate_limit_window: status {}, cost {}, counted {}: {:?}",
+            status,
+            cost,
+            count,
+            done
         );
     }
 }

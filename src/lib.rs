@@ -18,6 +18,7 @@
 //! | `early_answer.rs` | warns when a location answers before its limits run |
 //! | `cost.rs`      | `cost=`: requests one request counts                   |
 //! | `count_status.rs` | `count_status=`: giving back uncounted statuses     |
+//! | `charge.rs`    | `charge=`: the charge read when the response is done   |
 //! | `near_limit.rs`| the `near_limit_total` counter                         |
 //! | `filter.rs`    | the header filter (Retry-After, RateLimit-*)           |
 //! | `grpc.rs`      | gRPC-native rejections (trailers-only, pushback)       |
@@ -34,6 +35,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod access;
+mod charge;
 mod conf;
 mod conf_log;
 mod cost;
@@ -89,12 +91,20 @@ impl HttpModule for Module {
             return Status::NGX_ERROR.into();
         }
         // SAFETY: as above.
+        if unsafe { charge::register_variable(cf) } != Status::NGX_OK.into() {
+            return Status::NGX_ERROR.into();
+        }
+        // SAFETY: as above.
         unsafe { delay::register_variable(cf) }
     }
 
     unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         // SAFETY: cf is the configuration nginx passes to postconfiguration.
         if unsafe { phases::register(cf) } != Status::NGX_OK.into() {
+            return Status::NGX_ERROR.into();
+        }
+        // SAFETY: as above.
+        if unsafe { charge::register(cf) } != Status::NGX_OK.into() {
             return Status::NGX_ERROR.into();
         }
         filter::register();

@@ -58,7 +58,7 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
 /// Adds `handler` to `phase`'s handler array: at its end (run first in the
 /// phase: nginx runs a phase's handlers in reverse order), or with `first`
 /// at its start (run last).
-fn push_handler(
+pub(crate) fn push_handler(
     cmcf: &mut ngx_http_core_main_conf_t,
     phase: ngx_http_phases,
     handler: extern "C" fn(*mut ngx_http_request_t) -> ngx_int_t,

@@ -61,6 +61,9 @@ pub struct ZoneConf {
     pub header: *mut ZoneHeader,
     /// The slot table inside the zone; None until the zone is initialised.
     pub table: Option<Table<'static>>,
+    /// Where a `rate_limit_window` first gave the zone a `charge=` (file,
+    /// line), for the refusal of a strict zone (charge.rs).
+    pub charge_at: Option<(ngx_str_t, ngx_uint_t)>,
 }
 
 /// Decides one request of `hash` at `*now` (epoch ms) that counts `cost`
@@ -129,9 +132,9 @@ fn acquire_strict(
 /// and the `delay` counters; 4: the sync's gateway id, generations and
 /// errors by kind; 5: `near_limit`; 6: the sync's auth, TLS, master and
 /// cluster errors; 7: `resets`; 8: `evict_over_limit`; 9: the sync's
-/// `stats`), so that a reload onto a zone of another layout is refused, not
+/// `stats`; A: `charge`), so that a reload onto a zone of another layout is refused, not
 /// misread.
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE9");
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONEA");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -218,6 +221,8 @@ pub struct ZoneHeader {
     pub resets: [AtomicU64; RESETS],
     /// Sync round measurements and the fleet seen in Redis (sync_stats.rs).
     pub stats: crate::sync_stats::SyncStats,
+    /// Invalid `charge=` values (charge.rs).
+    pub charge: crate::charge::ChargeStats,
 }
 
 /// Resets of a Redis-backed zone waiting for the next sync round.
@@ -245,6 +250,7 @@ impl ZoneConf {
             redis: None,
             header: ptr::null_mut(),
             table: None,
+            charge_at: None,
         }
     }
 
@@ -605,6 +611,7 @@ impl ZoneHeader {
             evict_over_limit: zero(),
             resets: Default::default(),
             stats: Default::default(),
+            charge: Default::default(),
         }
     }
 }

@@ -39,6 +39,7 @@ pub const LIMIT_PARAMS: &[&str] = &[
     "delay_max_held=",
     "cost=",
     "count_status=",
+    "charge=",
 ];
 
 /// Largest edit distance at which a name is offered as "did you mean".

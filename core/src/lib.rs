@@ -64,6 +64,7 @@
 
 pub mod addr;
 mod atomic;
+pub mod charge;
 pub mod cluster;
 pub mod conf_error;
 pub mod delay;

@@ -48,6 +48,9 @@ pub struct LimitOpts {
     pub cost: CostSpec,
     /// Statuses that count; None counts every request.
     pub count_status: Option<StatusSet>,
+    /// `charge=$var...`: the raw value text, compiled by the caller;
+    /// evaluated when the response is done (see [`crate::charge`]).
+    pub charge: Option<Vec<u8>>,
 }
 
 impl Default for LimitOpts {
@@ -55,6 +58,7 @@ impl Default for LimitOpts {
         Self {
             cost: CostSpec::Fixed(1),
             count_status: None,
+            charge: None,
         }
     }
 }
@@ -102,7 +106,7 @@ pub fn parse_status_list(s: &[u8]) -> Result<StatusSet, String> {
     Ok(set)
 }
 
-/// Takes `cost=` and `count_status=` out of a `rate_limit_window`'s words;
+/// Takes `cost=`, `count_status=` and `charge=` out of a `rate_limit_window`'s words;
 /// returns the other words, in order, and the options.
 pub fn split_limit_opts<'a>(args: &[&'a [u8]]) -> Result<(Vec<&'a [u8]>, LimitOpts), String> {
     let mut rest = Vec::with_capacity(args.len());
@@ -128,6 +132,18 @@ pub fn split_limit_opts<'a>(args: &[&'a [u8]]) -> Result<(Vec<&'a [u8]>, LimitOp
                 return Err("duplicate \"count_status=\"".into());
             }
             opts.count_status = Some(parse_status_list(v)?);
+        } else if let Some(v) = a.strip_prefix(b"charge=") {
+            if opts.charge.is_some() {
+                return Err("duplicate \"charge=\"".into());
+            }
+            if v.first() != Some(&b'$') {
+                return Err(format!(
+                    "invalid charge \"{}\": a variable read when the response is done \
+                     (\"charge=$upstream_http_x_tokens\"); a fixed count is \"cost=\"",
+                    escape(v)
+                ));
+            }
+            opts.charge = Some(v.to_vec());
         } else {
             rest.push(a);
         }
@@ -198,5 +214,18 @@ mod tests {
         assert!(split_limit_opts(&[b"cost=2", b"cost=3"]).is_err());
         assert!(split_limit_opts(&[b"count_status=401", b"count_status=403"]).is_err());
         assert!(split_limit_opts(&[b"count_status=2"]).is_err());
+    }
+
+    #[test]
+    fn charge_is_a_variable_given_once() {
+        let args: [&[u8]; 3] = [b"zone=z", b"charge=$upstream_http_x_tokens", b"limit=5"];
+        let (rest, opts) = split_limit_opts(&args).unwrap();
+        assert_eq!(rest, [&b"zone=z"[..], b"limit=5"]);
+        assert_eq!(opts.charge, Some(b"$upstream_http_x_tokens".to_vec()));
+        let e = split_limit_opts(&[b"charge=5"]).unwrap_err();
+        assert!(e.contains("a fixed count is \"cost=\""), "{e}");
+        assert!(split_limit_opts(&[b"charge="]).is_err());
+        let e = split_limit_opts(&[b"charge=$a", b"charge=$b"]).unwrap_err();
+        assert_eq!(e, "duplicate \"charge=\"");
     }
 }

@@ -157,6 +157,12 @@ const FAMILIES: &[Family] = &[
         Samples::One(|l| atomic(&l.header.invalid_limits)),
     ),
     family(
+        "rate_limit_window_invalid_charge_total",
+        "counter",
+        "Responses whose charge= value was empty or not an integer (the request counted its cost= instead).",
+        Samples::One(|l| atomic(&l.header.charge.invalid)),
+    ),
+    family(
         "rate_limit_window_near_limit_total",
         "counter",
         "Admitted requests whose estimate after admission was at or above 80% of their limit.",

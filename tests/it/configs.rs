@@ -45,6 +45,7 @@ fn example_configs_follow_conventions() {
         "multi.conf",
         "dry-run.conf",
         "problem-json.conf",
+        "llm-tokens.conf",
     ] {
         let path = example_conf_dir().join(name);
         let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -502,7 +503,7 @@ fn hint_cases() -> Vec<(&'static str, String, &'static str)> {
         (
             "unknown limit parameter",
             limit("zone=z limit=5 frobnicate=1"),
-            "use \"zone=\", \"limit=\", \"delay=\", \"delay_max_held=\", \"cost=\" or \"count_status=\"",
+            "use \"zone=\", \"limit=\", \"delay=\", \"delay_max_held=\", \"cost=\", \"count_status=\" or \"charge=\"",
         ),
         (
             "widow=1m",

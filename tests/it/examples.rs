@@ -401,3 +401,70 @@ fn make_run_ports_are_settable() {
         assert_eq!(st.code(), Some(2), "PORT={p} APP_PORT={a}");
     }
 }
+
+/// llm-tokens.conf: calls are let in by one token and charged the tokens
+/// the model reports; the minute and the day budget each refuse in turn,
+/// with a Retry-After to the ms that lets the next call in. A frozen clock
+/// (libfaketime) at a day boundary instead of waits.
+#[test]
+fn llm_tokens_charges_what_each_call_used_per_minute_and_per_day() {
+    use common::status_upstream::StatusUpstream;
+    const DAY0: i64 = 1_704_067_200; // 2024-01-01T00:00:00Z
+    let (hobby, team) = (&b"k-hobby-2c9e71d04a5b"[..], &b"k-team-7f3a0be6d918"[..]);
+    let up = StatusUpstream::start();
+    let clock = FakeClock::new(DAY0 + 1);
+    let lib = libfaketime().expect("libfaketime not installed (make test installs it)");
+    let ng = Nginx::builder()
+        .upstream(&up.addr())
+        .env("LD_PRELOAD", lib.to_str().unwrap())
+        .env("FAKETIME_TIMESTAMP_FILE", clock.path().to_str().unwrap())
+        .env("FAKETIME_FMT", "%s")
+        .env("FAKETIME_NO_CACHE", "1")
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .start(&example("llm-tokens.conf"));
+    let call = |key: &[u8], tokens: u32| {
+        let path = format!("/v1/chat?tokens={tokens}");
+        request(ng.port, "GET", &path, &[("X-API-Key", key)])
+    };
+    let count = |zone: &str| key_json(ng.port, zone, hobby)["current"].as_u64().unwrap();
+    let settled = |zone: &str, want: u64| {
+        wait_for(std::time::Duration::from_secs(5), || count(zone) == want);
+        count(zone)
+    };
+    // An unknown key never reaches the model.
+    assert_eq!(call(b"k-made-up", 5).status, 401);
+    assert_eq!(up.received_total(), 0);
+    // hobby: 10,000 tokens a minute. Two calls of 6,000: the second is let
+    // in (6,000 + 1 fits) and overruns the minute by its own tokens.
+    for _ in 0..2 {
+        let r = call(hobby, 6_000);
+        assert_eq!(r.status, 200, "{}", r.describe());
+        assert_eq!(r.header("X-Tokens"), None, "hidden from the client");
+    }
+    assert_eq!(settled("llm_minute", 12_000), 12_000);
+    assert_eq!(settled("llm_day", 12_000), 12_000);
+    // Next minute, 12,000 * (60 - e) / 60 < 10,000 from e = 10.001 s.
+    let r = call(hobby, 1);
+    assert_eq!(r.status, 429, "{}", r.describe());
+    assert_eq!(r.header_num("Retry-After"), 70);
+    clock.set(DAY0 + 70);
+    assert_eq!(call(hobby, 1).status, 429);
+    clock.set(DAY0 + 71);
+    assert_eq!(call(hobby, 999).status, 200);
+    assert_eq!(settled("llm_day", 12_999), 12_999);
+    // Later the same day the minute is free, the day (20,000) is not.
+    clock.set(DAY0 + 600);
+    for _ in 0..3 {
+        assert_eq!(call(hobby, 3_000).status, 200);
+    }
+    assert_eq!(settled("llm_day", 21_999), 21_999);
+    let r = call(hobby, 1);
+    assert_eq!(r.status, 429, "{}", r.describe());
+    // Tomorrow, 21,999 * (W - e) < 20,000 * W from e = 7,850,976 ms
+    // (W = 86,400,000 ms): 93,650.976 s from now, so 93,651.
+    assert_eq!(r.header_num("Retry-After"), 93_651);
+    // The team key has budgets of its own.
+    assert_eq!(call(team, 50_000).status, 200);
+    assert_eq!(call(team, 50_000).status, 200);
+    assert_eq!(up.received_total(), 8);
+}

@@ -119,6 +119,7 @@ mod layout;
 mod maintenance;
 mod place;
 pub(crate) mod scan;
+mod settle;
 mod strict;
 #[cfg(test)]
 mod testing;

@@ -139,6 +139,11 @@ impl FakeClock {
         c
     }
 
+    /// The timestamp file, for `FAKETIME_TIMESTAMP_FILE`.
+    pub fn path(&self) -> &Path {
+        &self.file
+    }
+
     /// Freezes the clock nginx sees at `secs` (Unix time, UTC).
     pub fn set(&self, secs: i64) {
         let tmp = self.file.with_extension("tmp");

@@ -1,7 +1,9 @@
 //! A real HTTP/1.1 upstream that answers the status its path asks for:
 //! `/status/401` gets 401, any other path 200; `?sleep=MS` waits that long
-//! before answering (an upstream timeout, a client that gives up first).
-//! Counts the requests it received, by status.
+//! before answering (an upstream timeout, a client that gives up first);
+//! `?tokens=T` reports `X-Tokens: T` (what an LLM call used; any text, for
+//! invalid values; no `tokens=`, no header). Counts the requests it
+//! received, by status.
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Write};
@@ -71,6 +73,15 @@ impl Drop for StatusUpstream {
     }
 }
 
+/// The `X-Tokens` header line a request path asks for (empty: none).
+fn tokens_header(path: &str) -> String {
+    let query = path.split_once('?').map_or("", |(_, q)| q);
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("tokens="))
+        .map_or_else(String::new, |t| format!("X-Tokens: {t}\r\n"))
+}
+
 /// The status and delay (ms) a request path asks for.
 fn wanted(path: &str) -> (u16, u64) {
     let (p, query) = path.split_once('?').unwrap_or((path, ""));
@@ -114,7 +125,8 @@ fn serve(conn: TcpStream, answered: &Mutex<BTreeMap<u16, u64>>) -> io::Result<()
         thread::sleep(Duration::from_millis(sleep));
         let body = format!("status {status}\n");
         let resp = format!(
-            "HTTP/1.1 {status} X\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "HTTP/1.1 {status} X\r\nContent-Type: text/plain\r\n{}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            tokens_header(&path),
             body.len()
         );
         w.write_all(resp.as_bytes())?;
