@@ -5,6 +5,7 @@
 mod common;
 
 mod auth;
+mod charge;
 mod clock;
 mod cluster;
 mod configs;

@@ -2,7 +2,7 @@
 //! response is done, counts what the variable says (here the tokens an
 //! upstream reports in `X-Tokens`), against real nginx (two workers), a
 //! real upstream, and a faked clock (libfaketime) instead of waits.
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
