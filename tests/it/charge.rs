@@ -411,3 +411,31 @@ fn a_call_across_a_window_boundary_is_charged_in_its_arrival_window() {
     wait_for(Duration::from_secs(5), || read() == (500, 3));
     assert_eq!(read(), (500, 3));
 }
+
+/// `delay=`: a request held until its cost fits is charged once admitted,
+/// in the window it was admitted in (real time: nginx's timers hold it).
+#[test]
+fn a_held_request_is_charged_once_admitted() {
+    let up = StatusUpstream::start();
+    let ng = Nginx::builder().upstream(&up.addr()).start(&conf(
+        "window=2s",
+        "limit=10 delay=3s charge=$upstream_http_x_tokens",
+    ));
+    sleep_until_window_offset(2_000, 100);
+    let boundary = (now_ms() / 2_000 + 1) * 2_000;
+    let r = get_key(ng.port, "/?tokens=10", "d");
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert_eq!(settled(ng.port, "d", 10), 10);
+    // At its limit: held until the next window weighs the 10 below 10,
+    // then admitted and charged its 4 tokens there.
+    let r = get_key(ng.port, "/?tokens=4", "d");
+    let admitted_at = now_ms();
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert!(
+        admitted_at >= boundary,
+        "admitted before the window moved on"
+    );
+    assert_eq!(settled(ng.port, "d", 4), 4);
+    assert_eq!(up.received_total(), 2);
+    assert_eq!(invalid_charges(ng.port), 0.0);
+}
