@@ -28,6 +28,7 @@
 //! | `sync_stats.rs`| sync round measurements and the fleet seen in Redis    |
 //! | `redis_link.rs`| one Redis connection with bounded waits (sync thread)  |
 //! | `sweep.rs`     | the timer that clears long-idle slots (worker 0)       |
+//! | `state.rs`     | `state=FILE`: the zone's clients across a restart      |
 //! | `util.rs`      | small helpers: time, numbers into pool memory, logging |
 
 #![allow(clippy::missing_safety_doc)]
@@ -49,6 +50,7 @@ mod redis_conf;
 mod redis_link;
 mod reset;
 mod resize;
+mod state;
 mod sweep;
 mod sync;
 mod sync_round;
@@ -190,11 +192,14 @@ extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     if let Some(mcf) = Module::main_conf(cycle) {
         sync::start_all(&mcf.zones);
         sweep::start(cycle, &mcf.zones);
+        state::start(cycle, &mcf.zones);
     }
     Status::NGX_OK.into()
 }
 
-/// Worker exit (quit, reload, shutdown): stop and join the sync threads.
-extern "C" fn exit_process(_cycle: *mut ngx_cycle_t) {
+/// Worker exit (quit, reload, shutdown): stop and join the sync threads,
+/// then write the zones' state files.
+extern "C" fn exit_process(cycle: *mut ngx_cycle_t) {
     sync::stop_all();
+    state::save_at_exit(cycle);
 }
