@@ -19,6 +19,8 @@
 //!
 //! The format and its checks are the core's (`rate_limit_window_core::state`).
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -240,10 +242,11 @@ fn sync_dir(path: &Path) {
     }
 }
 
-/// Writes every zone's state file (`wait`: wait for the writers' lock),
-/// logging failures at `error` and, when `level` is not debug-only, each
-/// write at `level`.
-fn save_all(cycle: &ngx_cycle_t, wait: bool, level: usize) {
+/// Writes every zone's state file. `periodic`: the timer's write, which
+/// skips a zone whose lock another writer holds, logs each write at `info`
+/// and a failure once per episode; otherwise (exit) it waits for the lock
+/// and logs every write at `notice`, every failure at `error`.
+fn save_all(cycle: &ngx_cycle_t, periodic: bool) {
     let Some(mcf) = Module::main_conf(cycle) else {
         return;
     };
@@ -252,11 +255,38 @@ fn save_all(cycle: &ngx_cycle_t, wait: bool, level: usize) {
             continue;
         };
         let t = Instant::now();
-        match write(zone, path, wait) {
-            Ok(Some(w)) => {
-                ngx_log_error!(
-                level,
-                cycle.log,
+        let result = write(zone, path, !periodic);
+        report(cycle.log, zone, path, result, t, periodic);
+    }
+}
+
+thread_local! {
+    /// Per zone name, the last periodic write failure logged (this
+    /// process's event loop thread only).
+    static FAILING: RefCell<HashMap<Vec<u8>, String>> = RefCell::new(HashMap::new());
+}
+
+/// Logs the outcome of one write (see [`save_all`]).
+fn report(
+    log: *mut ngx_log_t,
+    zone: &ZoneConf,
+    path: &Path,
+    result: io::Result<Option<Written>>,
+    t: Instant,
+    periodic: bool,
+) {
+    let name = zone.name.as_bytes().to_vec();
+    match result {
+        Ok(Some(w)) => {
+            let level = if periodic {
+                NGX_LOG_INFO
+            } else {
+                NGX_LOG_NOTICE
+            };
+            let was = FAILING.with(|f| f.borrow_mut().remove(&name)).is_some();
+            ngx_log_error!(
+                if was { NGX_LOG_NOTICE } else { level },
+                log,
                 "rate_limit_window_zone \"{}\": state file \"{}\" written: {} slots, {} bytes, \
                  {} us",
                 zone.name,
@@ -265,16 +295,20 @@ fn save_all(cycle: &ngx_cycle_t, wait: bool, level: usize) {
                 w.bytes,
                 t.elapsed().as_micros()
             );
-            }
-            Ok(None) => {}
-            Err(e) => {
+        }
+        Ok(None) => {}
+        Err(e) => {
+            let msg = e.to_string();
+            let repeat = periodic
+                && FAILING.with(|f| f.borrow_mut().insert(name, msg.clone())) == Some(msg.clone());
+            if !repeat {
                 ngx_log_error!(
                     NGX_LOG_ERR,
-                    cycle.log,
+                    log,
                     "rate_limit_window_zone \"{}\": cannot write state file \"{}\": {}",
                     zone.name,
                     path.display(),
-                    e
+                    msg
                 );
             }
         }
@@ -309,7 +343,7 @@ pub fn start(cycle: &ngx_cycle_t, zones: &[*mut ZoneConf]) {
 /// writer is busy with), then re-arms unless the process is exiting.
 extern "C" fn tick(ev: *mut ngx_event_t) {
     // SAFETY: ngx_cycle is this worker's running cycle.
-    save_all(unsafe { &*ngx_cycle }, false, NGX_LOG_INFO as usize);
+    save_all(unsafe { &*ngx_cycle }, true);
     // SAFETY: process-wide flags, written by the signal handler or the
     // event loop of this same process; ev is EVENT.
     unsafe {
@@ -326,6 +360,6 @@ pub fn save_at_exit(cycle: *mut ngx_cycle_t) {
     // SAFETY: nginx passes the exiting process's cycle, alive during the
     // call.
     if let Some(cycle) = unsafe { cycle.as_ref() } {
-        save_all(cycle, true, NGX_LOG_NOTICE as usize);
+        save_all(cycle, false);
     }
 }

@@ -162,6 +162,49 @@ fn quit_and_start_keep_counts() {
     assert_eq!(admitted(&ng, "new").0, 5);
 }
 
+/// A reload adopts the zone in memory: the file is not read (no
+/// "restored" line), the counts are the live ones, and the new worker 0
+/// goes on writing the file.
+#[test]
+fn reload_does_not_read_the_file() {
+    let site = Site::new(None);
+    let mut ng = site.start("window=1h", 5);
+    clear_of_boundary(3_600_000, 30_000);
+    send(&ng, "a", 3);
+    let off = ng.error_log_len();
+    ng.reload();
+    send(&ng, "a", 1);
+    let written = wait_for(Duration::from_secs(12), || {
+        let log = ng.error_log_since(off);
+        log.lines().filter(|l| l.contains("written")).count() >= 3
+    });
+    let log = ng.error_log_since(off);
+    assert!(
+        written,
+        "old workers at exit, then the new worker 0:\n{log}"
+    );
+    assert!(
+        !log.contains("restored") && !log.contains("starts empty"),
+        "{log}"
+    );
+    assert_eq!(admitted(&ng, "a").0, 1);
+}
+
+/// A strict zone's clients too (their own slot words).
+#[test]
+fn strict_zone_keeps_counts() {
+    let site = Site::new(None);
+    let ng = site.start("window=1h mode=strict", 4);
+    clear_of_boundary(600_000, 30_000);
+    assert_eq!(admitted(&ng, "a").0, 4);
+    send(&ng, "b", 1);
+    shut(&ng, libc::SIGQUIT);
+    drop(ng);
+    let ng = site.start("window=1h mode=strict", 4);
+    assert_eq!(admitted(&ng, "a").0, 0);
+    assert_eq!(admitted(&ng, "b").0, 3);
+}
+
 /// The same through `nginx -s stop` (SIGTERM: workers exit at once).
 #[test]
 fn stop_and_start_keep_counts() {
