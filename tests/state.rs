@@ -372,3 +372,31 @@ fn bad_state_files_are_logged_and_ignored() {
     assert_eq!(admitted(&ng, "a").0, 0);
     let _ = thread::sleep;
 }
+
+/// `state=` errors at `nginx -t`: an empty path, and `redis=` (whose
+/// counts Redis keeps); a good one passes.
+#[test]
+fn state_parameter_is_checked_at_nginx_t() {
+    let conf = |zone: &str| {
+        proxy_conf(
+            &format!("rate_limit_window_zone $http_x_key zone=z:1m {zone};"),
+            "",
+            "",
+            "rate_limit_window zone=z limit=5;",
+        )
+    };
+    let (ok, out) = test_config(&conf("state="));
+    assert!(
+        !ok && out.contains("invalid \"state=\": give the path"),
+        "{out}"
+    );
+    let (ok, out) = test_config(&conf(
+        "redis=127.0.0.1:9 secret=0123456789abcdef0123 state=/tmp/z.state",
+    ));
+    assert!(
+        !ok && out.contains("\"state=\" cannot be combined with \"redis=\""),
+        "{out}"
+    );
+    let (ok, out) = test_config(&conf("state=z.state window=31d"));
+    assert!(ok, "{out}");
+}
