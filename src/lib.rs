@@ -29,6 +29,7 @@
 //! | `redis_link.rs`| one Redis connection with bounded waits (sync thread)  |
 //! | `sweep.rs`     | the timer that clears long-idle slots (worker 0)       |
 //! | `state.rs`     | `state=FILE`: the zone's clients across a restart      |
+//! | `state_write.rs` | writing state files: timer, writer thread, exit      |
 //! | `util.rs`      | small helpers: time, numbers into pool memory, logging |
 
 #![allow(clippy::missing_safety_doc)]
@@ -51,6 +52,7 @@ mod redis_link;
 mod reset;
 mod resize;
 mod state;
+mod state_write;
 mod sweep;
 mod sync;
 mod sync_round;
@@ -169,6 +171,7 @@ extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     // SAFETY: a process-wide variable set at startup.
     if reload && unsafe { ngx_process } == NGX_PROCESS_SINGLE as ngx_uint_t {
         sync::stop_all();
+        state_write::join(cycle.log);
         if let Some(mcf) = Module::main_conf(cycle) {
             sync::start_all(&mcf.zones);
         }
@@ -192,7 +195,7 @@ extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     if let Some(mcf) = Module::main_conf(cycle) {
         sync::start_all(&mcf.zones);
         sweep::start(cycle, &mcf.zones);
-        state::start(cycle, &mcf.zones);
+        state_write::start(cycle, &mcf.zones);
     }
     Status::NGX_OK.into()
 }
@@ -201,5 +204,5 @@ extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
 /// then write the zones' state files.
 extern "C" fn exit_process(cycle: *mut ngx_cycle_t) {
     sync::stop_all();
-    state::save_at_exit(cycle);
+    state_write::save_at_exit(cycle);
 }
