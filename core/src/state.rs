@@ -405,10 +405,13 @@ pub fn check_identity(saved: &Identity, ours: &Identity) -> Result<(), StateErro
     Err(StateError::Foreign(why))
 }
 
-/// Takes `state=FILE` out of a `rate_limit_window_zone`'s parameters:
-/// the path as written (None without it) and the other parameters.
+/// `state=FILE` as written (None without it), and the zone's other
+/// parameters.
+pub type StateParam<'a> = (Option<&'a [u8]>, Vec<&'a [u8]>);
+
+/// Takes `state=FILE` out of a `rate_limit_window_zone`'s parameters.
 /// Err is the `[emerg]` text (an empty path).
-pub fn take_state<'a>(args: &[&'a [u8]]) -> Result<(Option<&'a [u8]>, Vec<&'a [u8]>), String> {
+pub fn take_state<'a>(args: &[&'a [u8]]) -> Result<StateParam<'a>, String> {
     let mut path = None;
     let mut rest = Vec::with_capacity(args.len());
     for &a in args {

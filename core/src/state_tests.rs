@@ -133,7 +133,8 @@ fn another_version_or_magic_is_refused() {
 fn identity_mismatches_are_foreign() {
     let ours = sample(0).identity;
     assert!(check_identity(&ours, &ours).is_ok());
-    let cases: [(&dyn Fn(&mut Identity), &str); 4] = [
+    type Edit<'a> = &'a dyn Fn(&mut Identity);
+    let cases: [(Edit, &str); 4] = [
         (&|i| i.zone = b"other".to_vec(), "zone \"other\""),
         (&|i| i.key = b"$http_x_key".to_vec(), "key \"$http_x_key\""),
         (&|i| i.window_ms = 60_000, "window 60000ms"),
