@@ -215,3 +215,20 @@ proptest! {
         let _ = decode(&b);
     }
 }
+
+/// A version 1 file as written by hand from the format's description
+/// (also the fuzz target's seed): this version must keep reading it.
+#[test]
+fn reads_the_version_1_reference_file() {
+    let f = decode(include_bytes!("../testdata/state_v1.bin")).unwrap();
+    assert_eq!(f.identity.zone, b"z");
+    assert_eq!(f.identity.key, b"$http_x_key");
+    assert_eq!((f.identity.window_ms, f.identity.strict), (60_000, false));
+    assert_eq!(f.seed, [7, 9]);
+    assert_eq!(f.saved_ms, 1_767_225_600_000);
+    assert_eq!((f.table.capacity, f.table.slots.len()), (64, 5));
+    assert_eq!(
+        f.other,
+        vec![(section::OVERRIDES, b"overrides later".to_vec())]
+    );
+}
