@@ -132,9 +132,14 @@ fn write(job: &Job, wait: bool) -> io::Result<Option<(usize, usize)>> {
     };
     let bytes = state::encode(&file);
     let tmp = sibling(&job.path, ".tmp");
+    // A new file every time (O_EXCL): mode 0600 whatever a leftover had,
+    // and never through a link planted at that name.
+    match fs::remove_file(&tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
     let mut f = OpenOptions::new()
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .write(true)
         .mode(0o600)
         .open(&tmp)?;

@@ -168,6 +168,10 @@ fn quit_and_start_keep_counts() {
     );
     assert_eq!(admitted(&ng, "half").0, 3);
     assert_eq!(admitted(&ng, "new").0, 5);
+    // The next writes replaced the leftover (renamed away) and kept 0600.
+    shut(&ng, libc::SIGQUIT);
+    assert!(!site.state().with_extension("state.tmp").exists());
+    assert_eq!(mode_of(&site.state()), 0o600);
 }
 
 /// A reload adopts the zone in memory: the file is not read (no
