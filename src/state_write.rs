@@ -1,6 +1,7 @@
 //! Writing the zones' state files (`state=`, see state.rs): every
 //! [`EVERY_MS`] by worker 0, in a thread so that the event loop never
-//! waits for the scan, the disk or fsync, and by every worker at exit.
+//! waits for the scan, the disk or fsync (skipping a zone unchanged since
+//! its last write), and by every worker at exit.
 //!
 //! A write takes an exclusive `flock` on `FILE.lock`, snapshots the table
 //! (one atomic load per slot), writes `FILE.tmp`, fsyncs it, renames it
@@ -17,6 +18,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
+use std::hash::{Hash, Hasher};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
@@ -53,19 +55,36 @@ struct Job {
     path: PathBuf,
     /// Epoch ms of the snapshot (read on the event loop thread).
     now: u64,
+    /// A periodic job: the digest of this process's last write of the
+    /// zone, whose table is not written again while it is unchanged.
+    last: Option<u64>,
+}
+
+/// What a write did.
+enum Wrote {
+    /// The file was replaced: slots and bytes written, the table's digest.
+    File {
+        slots: usize,
+        bytes: usize,
+        digest: u64,
+    },
+    /// Another writer held the lock (a periodic write skips then).
+    Busy,
+    /// The table is as at this process's last periodic write.
+    Unchanged,
 }
 
 /// What one write did, for the log.
 struct Outcome {
     name: String,
     path: PathBuf,
-    /// Slots and bytes written; Ok(None): another writer held the lock.
-    result: io::Result<Option<(usize, usize)>>,
+    result: io::Result<Wrote>,
     took: Duration,
 }
 
-/// The jobs of every zone of `cycle` with a state file.
-fn jobs(cycle: &ngx_cycle_t) -> Vec<Job> {
+/// The jobs of every zone of `cycle` with a state file (`periodic`: with
+/// the digests of this process's last writes).
+fn jobs(cycle: &ngx_cycle_t, periodic: bool) -> Vec<Job> {
     let Some(mcf) = Module::main_conf(cycle) else {
         return Vec::new();
     };
@@ -78,6 +97,9 @@ fn jobs(cycle: &ngx_cycle_t) -> Vec<Job> {
                 table: z.table.as_ref()?,
                 path: z.state.clone()?,
                 now,
+                last: periodic
+                    .then(|| LAST.with(|l| l.borrow().get(z.name.as_bytes()).copied()))
+                    .flatten(),
             })
         })
         .collect()
@@ -115,19 +137,25 @@ fn lock(path: &Path, wait: bool) -> io::Result<Option<File>> {
     }
 }
 
-/// Snapshots the table and replaces the file, under the writers' lock:
-/// (slots, bytes) written, or None when `wait` is false and the lock is
-/// another writer's.
-fn write(job: &Job, wait: bool) -> io::Result<Option<(usize, usize)>> {
-    let Some(_lock) = lock(&job.path, wait)? else {
-        return Ok(None);
+/// Snapshots the table and replaces the file, under the writers' lock
+/// (waited for, unless the job is periodic).
+fn write(job: &Job) -> io::Result<Wrote> {
+    let Some(_lock) = lock(&job.path, job.last.is_none())? else {
+        return Ok(Wrote::Busy);
     };
     // Taken under the lock: the last writer's snapshot is the newest.
+    let table = job.table.save(job.now);
+    let mut h = std::hash::DefaultHasher::new();
+    (table.newest, &table.slots).hash(&mut h);
+    let digest = h.finish();
+    if job.last == Some(digest) {
+        return Ok(Wrote::Unchanged);
+    }
     let file = StateFile {
         identity: job.identity.clone(),
         seed: job.table.seed(),
         saved_ms: job.now,
-        table: job.table.save(job.now),
+        table,
         other: Vec::new(),
     };
     let bytes = state::encode(&file);
@@ -148,7 +176,11 @@ fn write(job: &Job, wait: bool) -> io::Result<Option<(usize, usize)>> {
     drop(f);
     fs::rename(&tmp, &job.path)?;
     sync_dir(&job.path);
-    Ok(Some((file.table.slots.len(), bytes.len())))
+    Ok(Wrote::File {
+        slots: file.table.slots.len(),
+        bytes: bytes.len(),
+        digest,
+    })
 }
 
 /// fsyncs the directory of `path`, so that the rename survives a power
@@ -161,11 +193,11 @@ fn sync_dir(path: &Path) {
 }
 
 /// Runs `jobs` one after another.
-fn run(jobs: Vec<Job>, wait: bool) -> Vec<Outcome> {
+fn run(jobs: Vec<Job>) -> Vec<Outcome> {
     jobs.into_iter()
         .map(|job| {
             let t = Instant::now();
-            let result = write(&job, wait);
+            let result = write(&job);
             Outcome {
                 name: job.name,
                 path: job.path,
@@ -181,13 +213,20 @@ thread_local! {
     static WRITER: RefCell<Option<JoinHandle<Vec<Outcome>>>> = const { RefCell::new(None) };
     /// Per zone name, the last periodic write failure logged.
     static FAILING: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
+    /// Per zone name, the digest of the table this process last wrote.
+    static LAST: RefCell<HashMap<Vec<u8>, u64>> = RefCell::new(HashMap::new());
 }
 
 /// Logs one write's outcome. Periodic writes log at `info`, a failure
 /// once per episode; exit writes at `notice`, every failure.
 fn report(log: *mut ngx_log_t, o: Outcome, periodic: bool) {
     match o.result {
-        Ok(Some((slots, bytes))) => {
+        Ok(Wrote::File {
+            slots,
+            bytes,
+            digest,
+        }) => {
+            LAST.with(|l| l.borrow_mut().insert(o.name.clone().into_bytes(), digest));
             let was_failing = FAILING.with(|f| f.borrow_mut().remove(&o.name)).is_some();
             let level = if periodic && !was_failing {
                 NGX_LOG_INFO
@@ -206,7 +245,7 @@ fn report(log: *mut ngx_log_t, o: Outcome, periodic: bool) {
                 o.took.as_micros()
             );
         }
-        Ok(None) => {}
+        Ok(Wrote::Busy | Wrote::Unchanged) => {}
         Err(e) => {
             let msg = e.to_string();
             let again = FAILING.with(|f| f.borrow_mut().insert(o.name.clone(), msg.clone()));
@@ -270,8 +309,8 @@ extern "C" fn tick(ev: *mut ngx_event_t) {
     // SAFETY: ngx_cycle is this worker's running cycle.
     let cycle = unsafe { &*ngx_cycle };
     if collect(cycle.log, false) {
-        let jobs = jobs(cycle);
-        let h = crate::sync::spawn_blocked("rlw-state".into(), move || run(jobs, false));
+        let jobs = jobs(cycle, true);
+        let h = crate::sync::spawn_blocked("rlw-state".into(), move || run(jobs));
         WRITER.with(|w| *w.borrow_mut() = h);
     }
     // SAFETY: process-wide flags, written by the signal handler or the
@@ -299,7 +338,7 @@ pub fn save_at_exit(cycle: *mut ngx_cycle_t) {
         return;
     };
     join(cycle.log);
-    for o in run(jobs(cycle), true) {
+    for o in run(jobs(cycle, false)) {
         report(cycle.log, o, false);
     }
 }
