@@ -116,12 +116,20 @@ pub fn restore(zone: &ZoneConf, file: &StateFile, log: *mut ngx_log_t) {
     let now = now_ms();
     match table.restore(&file.table, now) {
         Ok(r) => {
+            // SAFETY: a process-wide flag nginx sets before loading any
+            // configuration.
+            let what = if unsafe { nginx_sys::ngx_test_config } != 0 {
+                "would restore"
+            } else {
+                "restored"
+            };
             ngx_log_error!(
                 NGX_LOG_NOTICE,
                 log,
-                "rate_limit_window_zone \"{}\": restored {} live clients from state file \"{}\" \
-             written {}s ago ({} could not be placed)",
+                "rate_limit_window_zone \"{}\": {} {} live clients from state file \"{}\" \
+                 written {}s ago ({} could not be placed)",
                 zone.name,
+                what,
                 r.live,
                 zone.state.as_deref().unwrap_or(Path::new("")).display(),
                 now.saturating_sub(file.saved_ms) / 1000,

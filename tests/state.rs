@@ -46,7 +46,16 @@ impl Site {
 
     /// nginx with zone `z` (`zone_args` after the key) limited to `limit`.
     fn start(&self, zone_args: &str, limit: u32) -> Nginx {
-        let conf = proxy_conf(
+        let conf = self.conf(zone_args, limit);
+        match &self.clock {
+            Some(c) => start_faked(c, &self.up, "UTC", &conf),
+            None => Nginx::builder().upstream_of(&self.up).start(&conf),
+        }
+    }
+
+    /// The configuration [`Site::start`] runs.
+    fn conf(&self, zone_args: &str, limit: u32) -> String {
+        proxy_conf(
             &format!(
                 "rate_limit_window_zone $http_x_key zone=z:1m {zone_args} state={};",
                 self.state().display()
@@ -54,11 +63,7 @@ impl Site {
             "",
             "",
             &format!("rate_limit_window zone=z limit={limit}; rate_limit_window_headers on;"),
-        );
-        match &self.clock {
-            Some(c) => start_faked(c, &self.up, "UTC", &conf),
-            None => Nginx::builder().upstream_of(&self.up).start(&conf),
-        }
+        )
     }
 
     fn set_clock(&self, secs: i64) {
@@ -225,6 +230,19 @@ fn stop_and_start_keep_counts() {
     clear_of_boundary(3_600_000, 30_000);
     send(&ng, "a", 3);
     shut(&ng, libc::SIGTERM);
+    // `nginx -t` reads the file and says (in the log) what a start would
+    // restore.
+    let off = ng.error_log_len();
+    let t = std::process::Command::new(nginx_bin())
+        .arg("-t")
+        .arg("-p")
+        .arg(ng.prefix())
+        .args(["-c", "conf/nginx.conf"])
+        .output()
+        .unwrap();
+    assert!(t.status.success());
+    let log = ng.error_log_since(off);
+    assert!(log.contains("would restore 1 live clients"), "{log}");
     drop(ng);
     let ng = site.start("window=1h", 4);
     assert_eq!(admitted(&ng, "a").0, 1);
