@@ -155,7 +155,7 @@ fn quit_and_start_keep_counts() {
     // file left is whole, as the restart below shows.
     let exits = log
         .lines()
-        .filter(|l| l.contains("[notice]") && l.contains("written"))
+        .filter(|l| l.contains("[notice]") && l.contains("written:"))
         .count();
     assert_eq!(exits, 2, "{log}");
     assert_eq!(mode_of(&site.state()), 0o600);
@@ -193,7 +193,7 @@ fn reload_does_not_read_the_file() {
     send(&ng, "a", 1);
     let written = wait_for(Duration::from_secs(16), || {
         let log = ng.error_log_since(off);
-        log.lines().filter(|l| l.contains("written")).count() >= 3
+        log.lines().filter(|l| l.contains("written:")).count() >= 3
     });
     let log = ng.error_log_since(off);
     assert!(
@@ -262,7 +262,7 @@ fn periodic_write_survives_kill_9() {
     let writes = || {
         ng.error_log_since(off)
             .lines()
-            .filter(|l| l.contains("written"))
+            .filter(|l| l.contains("written:"))
             .count()
     };
     // The timer fires every 5 s; a write is logged at the tick after it.
