@@ -566,6 +566,11 @@ extern "C" fn set_zone(
     zone.fail = params.fail;
     zone.size = params.size;
     zone.redis = params.redis;
+    // SAFETY: cf is valid; cf->cycle is the cycle being configured.
+    let (words, prefix) = unsafe { (words(cf, 2), (*(*cf).cycle).prefix.as_bytes()) };
+    if let Err(e) = crate::state::configure(zone, &words, prefix) {
+        return emerg(cf, &e);
+    }
     zone.defined = true;
     // SAFETY: as above; zp is the zone just defined.
     match unsafe { add_shared_zone(cf, zp, name) } {
@@ -585,6 +590,7 @@ unsafe fn zone_params(cf: *mut ngx_conf_t) -> Result<(Mode, ZoneParams), String>
     let min_size = 8 * unsafe { ngx_pagesize };
     // SAFETY: cf is valid (the caller's contract).
     let (mode, rest) = take_mode(&unsafe { words(cf, 2) })?;
+    let (_, rest) = rate_limit_window_core::state::take_state(&rest)?; // state.rs reads it
     let mut params = parse_zone_params(&rest, min_size).map_err(|e| e.to_string())?;
     check_mode(mode, params.redis.is_some())?;
     if let Some(e) = params.redis.as_ref().and_then(|r| secret_error(&r.secret)) {

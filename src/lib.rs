@@ -30,6 +30,8 @@
 //! | `sync_stats.rs`| sync round measurements and the fleet seen in Redis    |
 //! | `redis_link.rs`| one Redis connection with bounded waits (sync thread)  |
 //! | `sweep.rs`     | the timer that clears long-idle slots (worker 0)       |
+//! | `state.rs`     | `state=FILE`: the zone's clients across a restart      |
+//! | `state_write.rs` | writing state files: timer, writer thread, exit      |
 //! | `util.rs`      | small helpers: time, numbers into pool memory, logging |
 
 #![allow(clippy::missing_safety_doc)]
@@ -53,6 +55,8 @@ mod redis_conf;
 mod redis_link;
 mod reset;
 mod resize;
+mod state;
+mod state_write;
 mod sweep;
 mod sync;
 mod sync_round;
@@ -179,6 +183,7 @@ extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     // SAFETY: a process-wide variable set at startup.
     if reload && unsafe { ngx_process } == NGX_PROCESS_SINGLE as ngx_uint_t {
         sync::stop_all();
+        state_write::join(cycle.log);
         if let Some(mcf) = Module::main_conf(cycle) {
             sync::start_all(&mcf.zones);
         }
@@ -202,11 +207,14 @@ extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     if let Some(mcf) = Module::main_conf(cycle) {
         sync::start_all(&mcf.zones);
         sweep::start(cycle, &mcf.zones);
+        state_write::start(cycle, &mcf.zones);
     }
     Status::NGX_OK.into()
 }
 
-/// Worker exit (quit, reload, shutdown): stop and join the sync threads.
-extern "C" fn exit_process(_cycle: *mut ngx_cycle_t) {
+/// Worker exit (quit, reload, shutdown): stop and join the sync threads,
+/// then write the zones' state files.
+extern "C" fn exit_process(cycle: *mut ngx_cycle_t) {
     sync::stop_all();
+    state_write::save_at_exit(cycle);
 }

@@ -134,7 +134,10 @@ pub fn start_all(zones: &[*mut ZoneConf]) {
 
 /// Spawns a thread with every signal blocked from its first instruction:
 /// signals are the event loop's (nginx's own thread pool does the same).
-fn spawn_blocked(name: String, f: impl FnOnce() + Send + 'static) -> Option<JoinHandle<()>> {
+pub(crate) fn spawn_blocked<T: Send + 'static>(
+    name: String,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<JoinHandle<T>> {
     // SAFETY: sigset_t is plain data that sigfillset initialises; the
     // calling thread's mask is restored right after the spawn, and a new
     // thread inherits the mask in force when it is created.

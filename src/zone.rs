@@ -55,6 +55,8 @@ pub struct ZoneConf {
     pub size: usize,
     /// Cluster sync through Redis (`redis=`), if configured.
     pub redis: Option<RedisParams>,
+    /// The state file (`state=`, absolute), if configured (see state.rs).
+    pub state: Option<std::path::PathBuf>,
     pub shm_zone: *mut ngx_shm_zone_t,
     /// The zone header (set by `init_zone`): where the table is, plus the
     /// cluster-sync state shared by all workers.
@@ -248,6 +250,7 @@ impl ZoneConf {
             size: 0,
             shm_zone: ptr::null_mut(),
             redis: None,
+            state: None,
             header: ptr::null_mut(),
             table: None,
             charge_at: None,
@@ -404,9 +407,16 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
     // A resize on reload: the running cycle's zone, whose clients are
     // carried over (with its seed) when they can be.
     let previous = crate::resize::previous(zone);
+    // A zone new to this start: its state file's clients, with their seed.
+    let saved = previous
+        .is_none()
+        .then(|| crate::state::load(zone, log))
+        .flatten();
     let seed = match &zone.redis {
         Some(r) => config_seed(zone.name.as_bytes(), &r.secret),
-        None => crate::resize::seed_for(zone, previous).unwrap_or(random),
+        None => crate::resize::seed_for(zone, previous)
+            .or(saved.as_ref().map(|f| f.seed))
+            .unwrap_or(random),
     };
     let gateway_id = random[0].max(1);
     // SAFETY: `space` is fresh zone memory, ours alone during init.
@@ -417,6 +427,9 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
             unsafe { (*shpool).data = space.header.cast() };
             if let Some(old) = previous {
                 crate::resize::carry(zone, old, log);
+            }
+            if let Some(f) = saved {
+                crate::state::restore(zone, &f, log);
             }
             Status::NGX_OK.into()
         }

@@ -20,6 +20,7 @@ pub const ZONE_PARAMS: &[&str] = &[
     "mode=",
     "fail=",
     "ipv6_prefix=",
+    "state=",
     "redis=",
     "sync=",
     "secret=",

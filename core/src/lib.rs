@@ -78,6 +78,7 @@ pub mod parse;
 pub mod redis_url;
 pub mod reference;
 pub mod seed;
+pub mod state;
 pub mod strict;
 pub mod table;
 pub mod units;

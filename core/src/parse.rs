@@ -100,13 +100,13 @@ pub fn parse_limit(s: &[u8]) -> Result<u32, LimitError> {
 
 /// What an unparsable `window=` should look like.
 const WINDOW_HINT: &str =
-    "use a time from 1s to 24h in whole seconds, e.g. window=1m or window=90s";
+    "use a time from 1s to 31d in whole seconds, e.g. window=1m or window=90s";
 
 /// What `zone=` should look like.
 const ZONE_HINT: &str = "use zone=NAME:SIZE, the size in bytes, k or m, e.g. zone=per_ip:10m";
 
 /// Parses a window length (`window=TIME`) with [`parse_time_ms`] and
-/// validates it with [`Window::from_ms`]: 1 s to 24 h. A bare number is in
+/// validates it with [`Window::from_ms`]: 1 s to 31 days. A bare number is in
 /// seconds, as everywhere in nginx.
 ///
 /// The window must be a whole number of seconds: the headers that tell it
@@ -116,7 +116,7 @@ const ZONE_HINT: &str = "use zone=NAME:SIZE, the size in bytes, k or m, e.g. zon
 ///
 /// Errors: `invalid window "X": use a time …` when the time does not parse (with the
 /// same time in whole units when it has a fraction: `1.5m` is `90s`),
-/// `invalid window "X": window must be between 1s and 24h` when out of range,
+/// `invalid window "X": window must be between 1s and 31d` when out of range,
 /// `invalid window "X": it must be a whole number of seconds`.
 pub fn parse_window(s: &[u8]) -> Result<Window, String> {
     let Some(ms) = parse_time_ms(s) else {

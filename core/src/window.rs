@@ -17,8 +17,9 @@ use core::fmt;
 
 /// Shortest accepted window, in ms (1 s).
 pub const MIN_WINDOW_MS: u64 = 1_000;
-/// Longest accepted window, in ms (24 h).
-pub const MAX_WINDOW_MS: u64 = 86_400_000;
+/// Longest accepted window, in ms (31 days: a monthly quota). Windows of
+/// `FAST_W` (2^31 ms, about 24.9 days) or more decide in u128 (see there).
+pub const MAX_WINDOW_MS: u64 = 31 * 86_400_000;
 /// Window used when the configuration names none, in ms (1 min).
 pub const DEFAULT_WINDOW_MS: u64 = 60_000;
 /// Largest accepted limit, in requests per window. The table stores counts in
@@ -36,7 +37,7 @@ pub struct Window {
     ms: u64,
 }
 
-/// The error returned by [`Window::from_ms`] for a length outside 1 s..=24 h.
+/// The error returned by [`Window::from_ms`] for a length outside 1 s..=31 d.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowError {
     /// The rejected length, in ms.
@@ -45,14 +46,14 @@ pub struct WindowError {
 
 impl fmt::Display for WindowError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("window must be between 1s and 24h")
+        f.write_str("window must be between 1s and 31d")
     }
 }
 
 impl std::error::Error for WindowError {}
 
 impl Window {
-    /// Validates a window length in ms: `1_000..=86_400_000`.
+    /// Validates a window length in ms: `1_000..=2_678_400_000` (1 s to 31 days).
     pub fn from_ms(ms: u64) -> Result<Window, WindowError> {
         if (MIN_WINDOW_MS..=MAX_WINDOW_MS).contains(&ms) {
             Ok(Window { ms })
@@ -101,10 +102,11 @@ fn scaled128(c: Counts, elapsed_ms: u64, window_ms: u64) -> u128 {
     u128::from(c.current) * w + u128::from(c.previous) * rest
 }
 
-/// Windows below this length (every valid [`Window`]: at most 2^27 ms) keep
-/// every product in u64: `count * W < 2^32 * 2^31 = 2^63`, and the sum of
-/// two such products, or `limit * W`, stays below 2^64. The u128 versions
-/// remain for arbitrary `window_ms` arguments; both give identical results.
+/// Windows below this length (2^31 ms, about 24.9 days: every valid
+/// [`Window`] up to 24 days) keep every product in u64: `count * W < 2^32 *
+/// 2^31 = 2^63`, and the sum of two such products, or `limit * W`, stays
+/// below 2^64. Longer windows (up to [`MAX_WINDOW_MS`], 31 days) take the
+/// u128 versions; both give identical results.
 const FAST_W: u64 = 1 << 31;
 
 /// [`scaled128`] in u64 when `window_ms < FAST_W` (no overflow, see there).
@@ -163,9 +165,8 @@ pub(crate) fn decide(c: Counts, elapsed_ms: u64, w: FastDiv, limit: u32) -> (boo
     (ok, u32::try_from(est).unwrap_or(u32::MAX), rem)
 }
 
-/// [`decide`] for windows of `FAST_W` or more, in u128. No valid [`Window`]
-/// is that long; out of line so that its code stays off the hot path's
-/// cache lines.
+/// [`decide`] for windows of `FAST_W` or more (25 to 31 days), in u128;
+/// out of line so that its code stays off the hot path's cache lines.
 #[cold]
 #[inline(never)]
 fn decide_wide(c: Counts, elapsed_ms: u64, window_ms: u64, limit: u32) -> (bool, u32, u32) {
@@ -184,7 +185,8 @@ fn decide_wide(c: Counts, elapsed_ms: u64, window_ms: u64, limit: u32) -> (bool,
 
 /// The scaled sliding estimate `current * W + previous * (W - elapsed)`, in
 /// units of `1/W` request (`W = window_ms`, `elapsed_ms` clamped to `W`).
-/// Saturates at `u64::MAX` (unreachable for `W <= MAX_WINDOW_MS`).
+/// Saturates at `u64::MAX` (unreachable for the counts a table stores, at
+/// most 2^20, with `W <= MAX_WINDOW_MS`).
 pub fn estimate_scaled(c: Counts, elapsed_ms: u64, window_ms: u64) -> u64 {
     if window_ms < FAST_W {
         return scaled64(c, elapsed_ms, window_ms);
@@ -338,12 +340,17 @@ mod tests {
     fn window_bounds() {
         assert!(Window::from_ms(999).is_err());
         assert!(Window::from_ms(0).is_err());
-        assert!(Window::from_ms(86_400_001).is_err());
+        assert!(Window::from_ms(31 * 86_400_000 + 1).is_err());
         assert_eq!(Window::from_ms(1_000).unwrap().ms(), 1_000);
         assert_eq!(Window::from_ms(86_400_000).unwrap().ms(), 86_400_000);
         assert_eq!(
+            Window::from_ms(2_678_400_000).unwrap().ms(),
+            MAX_WINDOW_MS,
+            "31 days"
+        );
+        assert_eq!(
             Window::from_ms(5).unwrap_err().to_string(),
-            "window must be between 1s and 24h"
+            "window must be between 1s and 31d"
         );
     }
 
@@ -356,7 +363,7 @@ mod tests {
         assert_eq!(w.elapsed_ms(60_000), 0);
         assert_eq!(w.elapsed_ms(119_999), 59_999);
         assert_eq!(w.start_ms(2), 120_000);
-        let day = Window::from_ms(MAX_WINDOW_MS).unwrap();
+        let day = Window::from_ms(86_400_000).unwrap();
         // 2026-01-01T00:00:00Z
         let t = 1_767_225_600_000;
         assert_eq!(day.elapsed_ms(t), 0);
@@ -456,7 +463,11 @@ mod tests {
                 rng(&mut st) as u32
             };
             let s = scaled128(c, e, w);
-            assert_eq!(u128::from(estimate_scaled(c, e, w)), s);
+            // Saturates only for counts far above what a table stores.
+            assert_eq!(
+                u128::from(estimate_scaled(c, e, w)),
+                s.min(u128::from(u64::MAX))
+            );
             assert_eq!(
                 u128::from(estimate(c, e, w)),
                 (s / u128::from(w)).min(u128::from(u32::MAX))

@@ -152,7 +152,7 @@ proptest! {
     }
 
     #[test]
-    fn retry_after_is_exact(window_ms in 1_000u64..=86_400_000,
+    fn retry_after_is_exact(window_ms in prop_oneof![1_000u64..=86_400_000, 86_400_000u64..=MAX_WINDOW_MS],
                             limit in 1u32..=1_000_000,
                             cur in 0u32..=1_048_575,
                             prev in 0u32..=1_048_575,

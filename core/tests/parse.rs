@@ -127,6 +127,8 @@ fn windows() {
     assert_eq!(parse_window(b"1s"), Ok(w(1_000)));
     assert_eq!(parse_window(b"1"), Ok(w(1_000)));
     assert_eq!(parse_window(b"24h"), Ok(w(86_400_000)));
+    assert_eq!(parse_window(b"2d"), Ok(w(2 * 86_400_000)));
+    assert_eq!(parse_window(b"31d"), Ok(w(31 * 86_400_000)));
     assert_eq!(parse_window(b"1000ms"), Ok(w(1_000)));
     assert_eq!(parse_window(b"1m30s"), Ok(w(90_000)));
     // The headers count in seconds: a fraction could only be sent wrong.
@@ -138,13 +140,13 @@ fn windows() {
     }
     assert_eq!(
         parse_window(b"1x").unwrap_err(),
-        "invalid window \"1x\": use a time from 1s to 24h in whole seconds, e.g. window=1m or window=90s"
+        "invalid window \"1x\": use a time from 1s to 31d in whole seconds, e.g. window=1m or window=90s"
     );
-    assert_eq!(parse_window(b"").unwrap_err(), "invalid window \"\": use a time from 1s to 24h in whole seconds, e.g. window=1m or window=90s");
-    for s in ["999ms", "0", "24h1ms", "1d1s", "2d"] {
+    assert_eq!(parse_window(b"").unwrap_err(), "invalid window \"\": use a time from 1s to 31d in whole seconds, e.g. window=1m or window=90s");
+    for s in ["999ms", "0", "31d1ms", "31d1s", "32d"] {
         assert_eq!(
             parse_window(s.as_bytes()).unwrap_err(),
-            format!("invalid window \"{s}\": window must be between 1s and 24h")
+            format!("invalid window \"{s}\": window must be between 1s and 31d")
         );
     }
 }
@@ -296,7 +298,7 @@ fn zone_params_rejected() {
     let table: &[(&str, &str)] = &[
         (
             "",
-            "invalid parameter \"\" in \"rate_limit_window_zone\": use \"zone=\", \"window=\", \"mode=\", \"fail=\", \"ipv6_prefix=\", \"redis=\", \"sync=\", \"secret=\", \"redis_mode=\", \"redis_master=\", \"redis_ca=\", \"redis_cert=\", \"redis_key=\" or \"redis_password_file=\"",
+            "invalid parameter \"\" in \"rate_limit_window_zone\": use \"zone=\", \"window=\", \"mode=\", \"fail=\", \"ipv6_prefix=\", \"state=\", \"redis=\", \"sync=\", \"secret=\", \"redis_mode=\", \"redis_master=\", \"redis_ca=\", \"redis_cert=\", \"redis_key=\" or \"redis_password_file=\"",
         ),
         (
             "window=1m",
@@ -332,15 +334,15 @@ fn zone_params_rejected() {
         ),
         (
             "zone=api:1m window=1y",
-            "invalid window \"1y\": use a time from 1s to 24h in whole seconds, e.g. window=1m or window=90s",
+            "invalid window \"1y\": use a time from 1s to 31d in whole seconds, e.g. window=1m or window=90s",
         ),
         (
             "zone=api:1m window=",
-            "invalid window \"\": use a time from 1s to 24h in whole seconds, e.g. window=1m or window=90s",
+            "invalid window \"\": use a time from 1s to 31d in whole seconds, e.g. window=1m or window=90s",
         ),
         (
             "zone=api:1m window=500ms",
-            "invalid window \"500ms\": window must be between 1s and 24h",
+            "invalid window \"500ms\": window must be between 1s and 31d",
         ),
         (
             "zone=api:1m fail=maybe",
@@ -429,13 +431,13 @@ fn zone_params_rejected() {
         format!(
             "invalid parameter \"x{}...\" in \"rate_limit_window_zone\": {}",
             "y".repeat(63),
-            "use \"zone=\", \"window=\", \"mode=\", \"fail=\", \"ipv6_prefix=\", \"redis=\", \"sync=\", \"secret=\", \"redis_mode=\", \"redis_master=\", \"redis_ca=\", \"redis_cert=\", \"redis_key=\" or \"redis_password_file=\""
+            "use \"zone=\", \"window=\", \"mode=\", \"fail=\", \"ipv6_prefix=\", \"state=\", \"redis=\", \"sync=\", \"secret=\", \"redis_mode=\", \"redis_master=\", \"redis_ca=\", \"redis_cert=\", \"redis_key=\" or \"redis_password_file=\""
         )
     );
     let words: [&[u8]; 2] = [b"zone=a:1m", b"bad\n"];
     assert_eq!(
         parse_zone_params(&words, MIN).unwrap_err(),
-        format!("invalid parameter \"bad\\x0a\" in \"rate_limit_window_zone\": {}", "use \"zone=\", \"window=\", \"mode=\", \"fail=\", \"ipv6_prefix=\", \"redis=\", \"sync=\", \"secret=\", \"redis_mode=\", \"redis_master=\", \"redis_ca=\", \"redis_cert=\", \"redis_key=\" or \"redis_password_file=\"")
+        format!("invalid parameter \"bad\\x0a\" in \"rate_limit_window_zone\": {}", "use \"zone=\", \"window=\", \"mode=\", \"fail=\", \"ipv6_prefix=\", \"state=\", \"redis=\", \"sync=\", \"secret=\", \"redis_mode=\", \"redis_master=\", \"redis_ca=\", \"redis_cert=\", \"redis_key=\" or \"redis_password_file=\"")
     );
     // A zone name of other than token characters, escaped in the message.
     for (name, shown) in [

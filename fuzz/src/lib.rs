@@ -30,6 +30,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("limit_params", limit_params),
     ("table_model", table_model),
     ("table_tiny", table_tiny),
+    ("state_file", state_file),
 ];
 
 /// The smallest zone size the fuzzed glue would pass (8 pages of 4 KiB).
@@ -469,4 +470,30 @@ pub fn table_tiny(data: &[u8]) {
         }
     }
     assert_eq!(table.counter(Counter::FailClosed), fail_closed);
+}
+
+/// A state file (`state=`): decoding any bytes never panics; a decoded
+/// file encodes to bytes that decode to the same content; its table
+/// restores (or is refused) into a small fresh table of either capacity
+/// without panicking.
+pub fn state_file(data: &[u8]) {
+    use rate_limit_window_core::mode::Mode;
+    use rate_limit_window_core::state::{decode, encode};
+    let Ok(f) = decode(data) else {
+        return;
+    };
+    assert_eq!(decode(&encode(&f)).expect("re-encoded file"), f);
+    let slots = if f.table.capacity == 64 { 64 } else { 32 };
+    let mut buf = region(Table::HEADER_BYTES + slots * SLOT_BYTES);
+    let len = buf.len() * 64;
+    let w = Window::from_ms(60_000).expect("window");
+    let mode = if f.table.strict {
+        Mode::Strict
+    } else {
+        Mode::Estimate
+    };
+    // SAFETY: an exclusive, 64-byte aligned buffer that outlives the table.
+    let t =
+        unsafe { Table::init_mode(buf.as_mut_ptr().cast(), len, w, f.seed, mode) }.expect("init");
+    let _ = t.restore(&f.table, T0.wrapping_add(f.saved_ms % 1_000_000));
 }

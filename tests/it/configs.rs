@@ -189,17 +189,17 @@ fn error_cases() -> Vec<(&'static str, String, &'static str)> {
             "invalid window",
         ),
         (
-            "window=2d",
+            "window=32d (over 31d)",
             conf_with(
-                "rate_limit_window_zone $http_x_key zone=z:1m window=2d;",
+                "rate_limit_window_zone $http_x_key zone=z:1m window=32d;",
                 "rate_limit_window zone=z limit=5;",
             ),
             "invalid window",
         ),
         (
-            "window=86401s (over 24h)",
+            "window=2678401s (over 31d)",
             conf_with(
-                "rate_limit_window_zone $http_x_key zone=z:1m window=86401s;",
+                "rate_limit_window_zone $http_x_key zone=z:1m window=2678401s;",
                 "rate_limit_window zone=z limit=5;",
             ),
             "invalid window",
@@ -421,7 +421,9 @@ fn windows_are_whole_seconds() {
             "window={w}: {out}"
         );
     }
-    for w in ["1000ms", "2s", "90", "1m30s", "24h"] {
+    for w in [
+        "1000ms", "2s", "90", "1m30s", "24h", "2d", "31d", "2678400s",
+    ] {
         let (ok, out) = test_config(&conf_with(
             &format!("rate_limit_window_zone $http_x_key zone=z:1m window={w};"),
             "rate_limit_window zone=z limit=5;",
@@ -483,7 +485,7 @@ fn hint_cases() -> Vec<(&'static str, String, &'static str)> {
         (
             "window=abc",
             zone("zone=z:1m window=abc"),
-            "invalid window \"abc\": use a time from 1s to 24h in whole seconds, e.g. window=1m",
+            "invalid window \"abc\": use a time from 1s to 31d in whole seconds, e.g. window=1m",
         ),
         (
             "zone= without size",

@@ -28,4 +28,5 @@ mod redis_conf;
 mod redis_sentinel;
 mod reliability;
 mod soak;
+mod state;
 mod strict;

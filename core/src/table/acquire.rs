@@ -640,7 +640,7 @@ mod tests {
             Outcome::Admitted
         );
         let mut r2 = Region::new(small_bytes(64));
-        let t = table(&mut r2, MAX_WINDOW_MS);
+        let t = table(&mut r2, 86_400_000);
         let k = t.hash_key(b"k");
         assert_eq!(
             t.acquire(k, T0, 1, FailPolicy::Open, 0).outcome,

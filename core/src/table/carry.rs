@@ -67,7 +67,7 @@ impl Table<'_> {
     /// Puts slot value `v` at the first never-used slot of its sequence in
     /// the emptier of its groups (the lookup's boundary, as an insert
     /// would). False when there is no room or no certain place.
-    fn put(&self, v: u128) -> bool {
+    pub(super) fn put(&self, v: u128) -> bool {
         let fp = fp_of(v);
         let (lo, hi) = (
             self.place(KeyHash(fp << 8)),

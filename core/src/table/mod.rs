@@ -117,6 +117,7 @@ mod acquire;
 mod carry;
 mod layout;
 mod maintenance;
+mod persist;
 mod place;
 pub(crate) mod scan;
 mod settle;
@@ -140,6 +141,7 @@ pub use acquire::{Admission, Decision, Events, Outcome};
 pub use carry::Carried;
 pub use layout::{Counter, CHOICES, LAYOUT_VERSION, MAGIC, PROBE, SHARDS, SLOT_BYTES};
 pub use maintenance::Snapshot;
+pub use persist::{RestoreError, Restored, SavedTable};
 
 use layout::{tick_shift, Header, PREFETCH_BYTES};
 

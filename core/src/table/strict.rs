@@ -45,7 +45,7 @@ use crate::window::Counts;
 /// Sub-windows a slot may be ahead of the caller's clock, at most.
 const SUB_HALF: u64 = 1 << (SUB_BITS - 1);
 /// The count bits of a packed strict value (0..88).
-const COUNTS: u128 = (1 << 88) - 1;
+pub(super) const COUNTS: u128 = (1 << 88) - 1;
 
 /// The strict fingerprint of a key: 24 bits of a multiplicative mix of its
 /// whole hash (never 0).

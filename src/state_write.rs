@@ -1,0 +1,344 @@
+//! Writing the zones' state files (`state=`, see state.rs): every
+//! [`EVERY_MS`] by worker 0, in a thread so that the event loop never
+//! waits for the scan, the disk or fsync (skipping a zone unchanged since
+//! its last write), and by every worker at exit.
+//!
+//! A write takes an exclusive `flock` on `FILE.lock`, snapshots the table
+//! (one atomic load per slot), writes `FILE.tmp`, fsyncs it, renames it
+//! over FILE and fsyncs the directory. Under the lock writers follow one
+//! another, so the file left is the last writer's, the newest snapshot;
+//! a writer killed at any point leaves FILE whole (the rename is atomic)
+//! and releases the lock as it dies.
+//!
+//! The writer thread has every signal blocked, reads only the shared
+//! table and its own copies of the zone's name, identity and path, and
+//! logs nothing: the event loop collects its outcome at the next tick (or
+//! at exit, when it is joined before the configuration goes away).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::hash::{Hash, Hasher};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use core::ptr;
+
+use nginx_sys::{
+    ngx_add_timer, ngx_cycle, ngx_cycle_t, ngx_event_t, ngx_exiting, ngx_log_t, ngx_msec_t,
+    ngx_quit, ngx_terminate, NGX_LOG_ERR, NGX_LOG_INFO, NGX_LOG_NOTICE,
+};
+use ngx::http::HttpModuleMainConf;
+use ngx::ngx_log_error;
+use rate_limit_window_core::state::{self, Identity, StateFile};
+use rate_limit_window_core::Table;
+
+use crate::util::now_ms;
+use crate::zone::ZoneConf;
+use crate::Module;
+
+/// How often worker 0 writes the state files (ms): what a crash (kill -9,
+/// power loss) can lose.
+pub const EVERY_MS: ngx_msec_t = 5_000;
+
+/// One zone's write, with everything the writer thread needs.
+struct Job {
+    /// Zone name, for the log.
+    name: String,
+    identity: Identity,
+    /// The zone's table, in shared memory mapped for the whole cycle.
+    table: &'static Table<'static>,
+    path: PathBuf,
+    /// Epoch ms of the snapshot (read on the event loop thread).
+    now: u64,
+    /// A periodic job: the digest of this process's last write of the
+    /// zone, whose table is not written again while it is unchanged.
+    last: Option<u64>,
+}
+
+/// What a write did.
+enum Wrote {
+    /// The file was replaced: slots and bytes written, the table's digest.
+    File {
+        slots: usize,
+        bytes: usize,
+        digest: u64,
+    },
+    /// Another writer held the lock (a periodic write skips then).
+    Busy,
+    /// The table is as at this process's last periodic write.
+    Unchanged,
+}
+
+/// What one write did, for the log.
+struct Outcome {
+    name: String,
+    path: PathBuf,
+    result: io::Result<Wrote>,
+    took: Duration,
+}
+
+/// The jobs of every zone of `cycle` with a state file (`periodic`: with
+/// the digests of this process's last writes).
+fn jobs(cycle: &ngx_cycle_t, periodic: bool) -> Vec<Job> {
+    let Some(mcf) = Module::main_conf(cycle) else {
+        return Vec::new();
+    };
+    let now = now_ms();
+    mcf.zones()
+        .filter_map(|z: &'static ZoneConf| {
+            Some(Job {
+                name: z.name_str().into_owned(),
+                identity: crate::state::identity(z),
+                table: z.table.as_ref()?,
+                path: z.state.clone()?,
+                now,
+                last: periodic
+                    .then(|| LAST.with(|l| l.borrow().get(z.name.as_bytes()).copied()))
+                    .flatten(),
+            })
+        })
+        .collect()
+}
+
+/// `path` with `suffix` appended to its file name.
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Takes the writers' lock (`FILE.lock`, flock): blocking, or None at
+/// once when another writer holds it and `wait` is false.
+fn lock(path: &Path, wait: bool) -> io::Result<Option<File>> {
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(sibling(path, ".lock"))?;
+    let op = libc::LOCK_EX | if wait { 0 } else { libc::LOCK_NB };
+    loop {
+        // SAFETY: flock on a descriptor we own; released when it closes
+        // (or when this process dies).
+        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+            return Ok(Some(f));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => return Ok(None),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Snapshots the table and replaces the file, under the writers' lock
+/// (waited for, unless the job is periodic).
+fn write(job: &Job) -> io::Result<Wrote> {
+    let Some(_lock) = lock(&job.path, job.last.is_none())? else {
+        return Ok(Wrote::Busy);
+    };
+    // Taken under the lock: the last writer's snapshot is the newest.
+    let table = job.table.save(job.now);
+    let mut h = std::hash::DefaultHasher::new();
+    (table.newest, &table.slots).hash(&mut h);
+    let digest = h.finish();
+    if job.last == Some(digest) {
+        return Ok(Wrote::Unchanged);
+    }
+    let file = StateFile {
+        identity: job.identity.clone(),
+        seed: job.table.seed(),
+        saved_ms: job.now,
+        table,
+        other: Vec::new(),
+    };
+    let bytes = state::encode(&file);
+    let tmp = sibling(&job.path, ".tmp");
+    // A new file every time (O_EXCL): mode 0600 whatever a leftover had,
+    // and never through a link planted at that name.
+    match fs::remove_file(&tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut f = OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(&bytes)?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(&tmp, &job.path)?;
+    sync_dir(&job.path);
+    Ok(Wrote::File {
+        slots: file.table.slots.len(),
+        bytes: bytes.len(),
+        digest,
+    })
+}
+
+/// fsyncs the directory of `path`, so that the rename survives a power
+/// loss (best effort: some file systems refuse it).
+fn sync_dir(path: &Path) {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    if let Ok(d) = File::open(dir.unwrap_or(Path::new("."))) {
+        let _ = d.sync_all();
+    }
+}
+
+/// Runs `jobs` one after another.
+fn run(jobs: Vec<Job>) -> Vec<Outcome> {
+    jobs.into_iter()
+        .map(|job| {
+            let t = Instant::now();
+            let result = write(&job);
+            Outcome {
+                name: job.name,
+                path: job.path,
+                result,
+                took: t.elapsed(),
+            }
+        })
+        .collect()
+}
+
+thread_local! {
+    /// The periodic writer thread, while one runs (event loop thread only).
+    static WRITER: RefCell<Option<JoinHandle<Vec<Outcome>>>> = const { RefCell::new(None) };
+    /// Per zone name, the last periodic write failure logged.
+    static FAILING: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
+    /// Per zone name, the digest of the table this process last wrote.
+    static LAST: RefCell<HashMap<Vec<u8>, u64>> = RefCell::new(HashMap::new());
+}
+
+/// Logs one write's outcome. Periodic writes log at `info`, a failure
+/// once per episode; exit writes at `notice`, every failure.
+fn report(log: *mut ngx_log_t, o: Outcome, periodic: bool) {
+    match o.result {
+        Ok(Wrote::File {
+            slots,
+            bytes,
+            digest,
+        }) => {
+            LAST.with(|l| l.borrow_mut().insert(o.name.clone().into_bytes(), digest));
+            let was_failing = FAILING.with(|f| f.borrow_mut().remove(&o.name)).is_some();
+            let level = if periodic && !was_failing {
+                NGX_LOG_INFO
+            } else {
+                NGX_LOG_NOTICE
+            };
+            ngx_log_error!(
+                level,
+                log,
+                "rate_limit_window_zone \"{}\": state file \"{}\" written: {} slots, {} bytes, \
+                 {} us",
+                o.name,
+                o.path.display(),
+                slots,
+                bytes,
+                o.took.as_micros()
+            );
+        }
+        Ok(Wrote::Busy | Wrote::Unchanged) => {}
+        Err(e) => {
+            let msg = e.to_string();
+            let again = FAILING.with(|f| f.borrow_mut().insert(o.name.clone(), msg.clone()));
+            if !periodic || again.as_ref() != Some(&msg) {
+                ngx_log_error!(
+                    NGX_LOG_ERR,
+                    log,
+                    "rate_limit_window_zone \"{}\": cannot write state file \"{}\": {}",
+                    o.name,
+                    o.path.display(),
+                    msg
+                );
+            }
+        }
+    }
+}
+
+/// Joins the periodic writer if it is done (or, with `wait`, whenever it
+/// is) and logs its outcome. True when no writer runs any more.
+fn collect(log: *mut ngx_log_t, wait: bool) -> bool {
+    let Some(h) = WRITER.with(|w| w.borrow_mut().take()) else {
+        return true;
+    };
+    if !wait && !h.is_finished() {
+        WRITER.with(|w| *w.borrow_mut() = Some(h));
+        return false;
+    }
+    for o in h.join().unwrap_or_default() {
+        report(log, o, true);
+    }
+    true
+}
+
+/// The timer event of this process (only worker 0 arms it).
+// SAFETY: an all-zero ngx_event_t is an idle event, which is how nginx
+// allocates its own (ngx_pcalloc).
+static mut EVENT: ngx_event_t = unsafe { core::mem::zeroed() };
+
+/// Arms the periodic write, if a zone has a state file. Called from
+/// `init_process` of worker 0 (or the single process).
+pub fn start(cycle: &ngx_cycle_t, zones: &[*mut ZoneConf]) {
+    // SAFETY: zone pointers come from the configuration pool, valid for
+    // the cycle.
+    if !zones.iter().any(|&z| unsafe { (*z).state.is_some() }) {
+        return;
+    }
+    // SAFETY: EVENT is only touched by this process's event loop thread:
+    // here at process start and in `tick`, which nginx calls from it.
+    unsafe {
+        let ev = ptr::addr_of_mut!(EVENT);
+        (*ev).handler = Some(tick);
+        (*ev).log = cycle.log;
+        (*ev).set_cancelable(1);
+        ngx_add_timer(ev, EVERY_MS);
+    }
+}
+
+/// The timer handler: logs the last write's outcome and starts the next
+/// (unless the last one still runs), then re-arms unless exiting.
+extern "C" fn tick(ev: *mut ngx_event_t) {
+    // SAFETY: ngx_cycle is this worker's running cycle.
+    let cycle = unsafe { &*ngx_cycle };
+    if collect(cycle.log, false) {
+        let jobs = jobs(cycle, true);
+        let h = crate::sync::spawn_blocked("rlw-state".into(), move || run(jobs));
+        WRITER.with(|w| *w.borrow_mut() = h);
+    }
+    // SAFETY: process-wide flags, written by the signal handler or the
+    // event loop of this same process; ev is EVENT.
+    unsafe {
+        if ngx_exiting == 0 && ngx_quit == 0 && ngx_terminate == 0 {
+            ngx_add_timer(ev, EVERY_MS);
+        }
+    }
+}
+
+/// Joins the periodic writer, if one runs (before its configuration goes:
+/// process exit, single-process reload).
+pub fn join(log: *mut ngx_log_t) {
+    collect(log, true);
+}
+
+/// Process exit (quit, stop, reload, respawn): joins the periodic writer,
+/// then writes its cycle's state files, waiting for the lock, so that the
+/// last worker to exit leaves the newest counts.
+pub fn save_at_exit(cycle: *mut ngx_cycle_t) {
+    // SAFETY: nginx passes the exiting process's cycle, alive during the
+    // call.
+    let Some(cycle) = (unsafe { cycle.as_ref() }) else {
+        return;
+    };
+    join(cycle.log);
+    for o in run(jobs(cycle, false)) {
+        report(cycle.log, o, false);
+    }
+}
