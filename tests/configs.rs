@@ -502,7 +502,7 @@ fn hint_cases() -> Vec<(&'static str, String, &'static str)> {
         (
             "unknown limit parameter",
             limit("zone=z limit=5 frobnicate=1"),
-            "use \"zone=\", \"limit=\", \"delay=\", \"delay_max_held=\", \"cost=\" or \"count_status=\"",
+            "use \"zone=\", \"limit=\", \"delay=\", \"delay_max_held=\", \"cost=\", \"count_status=\" or \"ban=\"",
         ),
         (
             "widow=1m",

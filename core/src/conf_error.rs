@@ -29,6 +29,7 @@ pub const ZONE_PARAMS: &[&str] = &[
     "redis_cert=",
     "redis_key=",
     "redis_password_file=",
+    "overrides=",
 ];
 
 /// The parameters of `rate_limit_window`, with their `=`.
@@ -39,6 +40,7 @@ pub const LIMIT_PARAMS: &[&str] = &[
     "delay_max_held=",
     "cost=",
     "count_status=",
+    "ban=",
 ];
 
 /// Largest edit distance at which a name is offered as "did you mean".
