@@ -38,6 +38,7 @@ use rate_limit_window_core::{
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
 use crate::decision::{self, Applied, Verdict};
 use crate::delay;
+use crate::overrides::{self, Applies};
 use crate::util;
 use crate::zone::ZoneConf;
 use crate::Module;
@@ -323,7 +324,11 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
                 now,
             };
             // SAFETY: the request is valid and being decided by `limits`.
-            match unsafe { delay::on_reject(r.into(), &rej) } {
+            let plan = match rejected.overridden {
+                true => delay::OnReject::Reject,
+                false => unsafe { delay::on_reject(r.into(), &rej) },
+            };
+            match plan {
                 delay::OnReject::Hold => {
                     undo_all(pending.applied());
                     ngx_log_debug_http!(r, "rate_limit_window: held by delay=");
@@ -334,7 +339,15 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
                     Verdict::DelayedDryRun
                 }
                 delay::OnReject::Reject => {
-                    retry_after = rejected.d.retry_after_s;
+                    let ban = overrides::Rejected {
+                        hash: rejected.hash,
+                        by_count: rejected.d.outcome == Outcome::Rejected
+                            && !rejected.invalid
+                            && !rejected.overridden,
+                        dry_run: lcf.dry_run != 0,
+                    };
+                    retry_after = overrides::ban(&limits[index], &ban, now, r.log())
+                        .unwrap_or(rejected.d.retry_after_s);
                     reject(r.log(), lcf, pending.applied(), &rejected, shard)
                 }
             }
@@ -419,6 +432,26 @@ fn apply<'z>(
                 continue;
             }
         };
+        let (limit, invalid) = match overrides::apply(zone, hash, limit, now) {
+            Applies::Limit(limit) => (limit, invalid),
+            Applies::Replace(limit) => (limit, false),
+            a => {
+                core::hint::cold_path();
+                let Some(d) = overrides::overridden(r, zone, table, a, shard) else {
+                    continue;
+                };
+                let (limit, invalid, overridden) = (0, false, true);
+                let rejected = Rejected {
+                    zone,
+                    limit,
+                    d,
+                    invalid,
+                    hash,
+                    overridden,
+                };
+                return Ok(Some(Rejection { rejected, index: n }));
+            }
+        };
         let asked = if l.cost_one && !invalid {
             // The default cost: always fits, nothing to evaluate.
             Some((limit, 1, false))
@@ -462,6 +495,8 @@ fn apply<'z>(
                 limit,
                 d,
                 invalid,
+                hash,
+                overridden: false,
             };
             return Ok(Some(Rejection { rejected, index: n }));
         }
@@ -507,6 +542,9 @@ struct Rejected<'a> {
     d: CoreDecision,
     /// Its limit variable held garbage (fail=closed).
     invalid: bool,
+    hash: KeyHash,
+    /// An override (block, ban) rejected it, not the count.
+    overridden: bool,
 }
 
 /// A request rejected by one limit is counted by none: gives back the
@@ -583,6 +621,7 @@ fn log_rejection(
         limit,
         d,
         invalid,
+        ..
     } = rejected;
     let what = match d.outcome {
         Outcome::FailClosed => "zone is full, rejecting a new client (fail=closed)",

@@ -44,6 +44,7 @@ mod filter;
 mod handler;
 mod metrics;
 mod near_limit;
+mod overrides;
 mod phases;
 mod redis_conf;
 mod redis_link;

@@ -17,6 +17,7 @@ use ngx::core::Status;
 use ngx::ngx_log_error;
 use rate_limit_window_core::conf_error::{zone_change, ZoneIdentity};
 use rate_limit_window_core::mode::Mode;
+use rate_limit_window_core::overrides::{Overrides, DEFAULT_OVERRIDES};
 use rate_limit_window_core::parse::RedisParams;
 use rate_limit_window_core::seed::seed_from;
 use rate_limit_window_core::{
@@ -61,6 +62,10 @@ pub struct ZoneConf {
     pub header: *mut ZoneHeader,
     /// The slot table inside the zone; None until the zone is initialised.
     pub table: Option<Table<'static>>,
+    /// `overrides=`: most per-client overrides (see overrides.rs).
+    pub overrides_cap: usize,
+    /// The override table inside the zone; None until it is initialised.
+    pub overrides: Option<Overrides<'static>>,
 }
 
 /// Decides one request of `hash` at `*now` (epoch ms) that counts `cost`
@@ -129,9 +134,9 @@ fn acquire_strict(
 /// and the `delay` counters; 4: the sync's gateway id, generations and
 /// errors by kind; 5: `near_limit`; 6: the sync's auth, TLS, master and
 /// cluster errors; 7: `resets`; 8: `evict_over_limit`; 9: the sync's
-/// `stats`), so that a reload onto a zone of another layout is refused, not
-/// misread.
-const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONE9");
+/// `stats`; A: the override table), so that a reload onto a zone of another
+/// layout is refused, not misread.
+const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONEA");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
 /// and tells a new cycle where the table is. Its sync fields are written by
@@ -146,6 +151,9 @@ pub struct ZoneHeader {
     /// its length in bytes.
     pub ledger: *mut u8,
     pub ledger_len: usize,
+    /// The override table (overrides.rs) and its length in bytes.
+    overrides: *mut u8,
+    overrides_len: usize,
     /// This gateway's id in the cluster store (random, never 0): the hash
     /// field under which it writes its own counts. Kept across reloads.
     pub gateway_id: u64,
@@ -245,6 +253,8 @@ impl ZoneConf {
             redis: None,
             header: ptr::null_mut(),
             table: None,
+            overrides_cap: DEFAULT_OVERRIDES,
+            overrides: None,
         }
     }
 
@@ -411,6 +421,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
             unsafe { (*shpool).data = space.header.cast() };
             if let Some(old) = previous {
                 crate::resize::carry(zone, old, log);
+                crate::overrides::carry(zone, old, log);
             }
             Status::NGX_OK.into()
         }
@@ -524,6 +535,14 @@ unsafe fn format(
         len,
     } = space;
     advise_huge_pages(region, len);
+    // The override table at the end: the memory `overrides=` added.
+    let ovr_len = crate::overrides::region_bytes(zone.overrides_cap);
+    let len = len.checked_sub(ovr_len).ok_or(TableError::TooSmall)?;
+    let ovr = region.wrapping_add(len);
+    // SAFETY: the tail of our fresh, page-aligned region (so 64-byte
+    // aligned: `len` and `ovr_len` are multiples of 64), ours alone.
+    let overrides = unsafe { Overrides::init(ovr, ovr_len, zone.overrides_cap) }
+        .map_err(|_| TableError::TooSmall)?;
     // A Redis-backed zone gives half of its memory to the sync ledger.
     let (table_len, ledger, ledger_len) = if zone.redis.is_some() {
         let t = len / 2 / 64 * 64;
@@ -543,11 +562,13 @@ unsafe fn format(
             table_len,
             ledger,
             ledger_len,
+            overrides: (ovr, ovr_len),
             gateway_id,
         }))
     };
     zone.header = header;
     zone.table = Some(table);
+    zone.overrides = Some(overrides);
     Ok(())
 }
 
@@ -559,6 +580,8 @@ struct Layout {
     ledger: *mut u8,
     /// Bytes.
     ledger_len: usize,
+    /// The override table and its length in bytes.
+    overrides: (*mut u8, usize),
     gateway_id: u64,
 }
 
@@ -573,6 +596,8 @@ impl ZoneHeader {
             table_len: l.table_len,
             ledger: l.ledger,
             ledger_len: l.ledger_len,
+            overrides: l.overrides.0,
+            overrides_len: l.overrides.1,
             gateway_id: l.gateway_id,
             sync_owner: zero(),
             sync_heartbeat_ms: zero(),
@@ -628,8 +653,20 @@ fn adopt(zone: &mut ZoneConf, header: *mut ZoneHeader, log: *mut ngx_log_t) -> n
         Table::attach_mode((*header).table, (*header).table_len, zone.window, zone.mode)
     } {
         Ok(t) => {
+            // SAFETY: as above; the override table it formatted.
+            let o = unsafe { Overrides::attach((*header).overrides, (*header).overrides_len) };
+            let Ok(o) = o else {
+                ngx_log_error!(
+                    NGX_LOG_EMERG,
+                    log,
+                    "rate_limit_window_zone \"{}\": cannot reuse the zone: no override table; restart nginx or use a new zone name",
+                    zone.name
+                );
+                return Status::NGX_ERROR.into();
+            };
             zone.header = header;
             zone.table = Some(t);
+            zone.overrides = Some(o);
             Status::NGX_OK.into()
         }
         Err(e) => {

@@ -548,7 +548,7 @@ fn hint_cases() -> Vec<(&'static str, String, &'static str)> {
         (
             "metrics reset=yes",
             http_conf("server { listen 127.0.0.1:{{PORT}}; location = /m { rate_limit_window_metrics reset=yes; } }"),
-            "reset=on or reset=off",
+            "write=on or write=off",
         ),
         (
             "limit= twice",

@@ -116,7 +116,10 @@ impl Cursor<'_> {
             b'r' => b'\r',
             b't' => b'\t',
             b'u' => {
-                let hex = self.s.get(self.at..self.at + 4).ok_or("not JSON: bad \\u")?;
+                let hex = self
+                    .s
+                    .get(self.at..self.at + 4)
+                    .ok_or("not JSON: bad \\u")?;
                 if !hex.iter().all(u8::is_ascii_hexdigit) {
                     return Err("not JSON: bad \\u escape".into());
                 }

@@ -76,7 +76,12 @@ mod tests {
         assert_eq!((n, rest), (10, vec![&b"zone=a:1m"[..]]));
         assert_eq!(take_overrides(&[b"zone=a:1m"]).unwrap().0, 1024);
         assert_eq!(take_overrides(&[b"overrides=1048576"]).unwrap().0, 1 << 20);
-        for bad in [&b"overrides=0"[..], b"overrides=", b"overrides=-1", b"overrides=1048577"] {
+        for bad in [
+            &b"overrides=0"[..],
+            b"overrides=",
+            b"overrides=-1",
+            b"overrides=1048577",
+        ] {
             let e = take_overrides(&[bad]).unwrap_err();
             assert!(e.starts_with("invalid overrides"), "{e}");
         }
