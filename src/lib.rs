@@ -22,7 +22,9 @@
 //! | `filter.rs`    | the header filter (Retry-After, RateLimit-*)           |
 //! | `variables.rs` | `$rate_limit_window_status`, `$rate_limit_window_remaining` |
 //! | `metrics.rs`   | the `rate_limit_window_metrics` content handler        |
-//! | `reset.rs`     | `reset=on`: DELETE clears one client's counts          |
+//! | `reset.rs`     | `write=on`: DELETE clears one client's counts          |
+//! | `overrides.rs` | per-client overrides and bans on the request path      |
+//! | `override_api.rs` | `write=on`: PUT/DELETE/list of overrides (JSON)     |
 //! | `sync.rs`      | cluster sync through Redis (`redis=` zones): thread    |
 //! | `sync_round.rs`| one sync round: what is pushed, flagged and read back  |
 //! | `sync_stats.rs`| sync round measurements and the fleet seen in Redis    |
@@ -44,6 +46,7 @@ mod filter;
 mod handler;
 mod metrics;
 mod near_limit;
+mod override_api;
 mod overrides;
 mod phases;
 mod redis_conf;
