@@ -323,9 +323,10 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
                 outcome: rejected.d.outcome,
                 now,
             };
-            // SAFETY: the request is valid and being decided by `limits`.
+            // A blocked or banned client is never held by delay=.
             let plan = match rejected.overridden {
                 true => delay::OnReject::Reject,
+                // SAFETY: the request is valid and being decided by `limits`.
                 false => unsafe { delay::on_reject(r.into(), &rej) },
             };
             match plan {

@@ -521,15 +521,28 @@ impl<'a> Overrides<'a> {
         for (idx, w) in self.chain(fp) {
             match decode(w) {
                 Slot::Empty => break,
-                Slot::Live(e) if e.fp == fp => {
-                    if self.kill(idx, w) && !e.expired(now_ms) {
-                        removed = removed.or(Some(e));
-                    }
-                }
+                Slot::Live(e) if e.fp == fp => removed = removed.or(self.kill_fp(idx, fp, now_ms)),
                 _ => {}
             }
         }
         removed
+    }
+
+    /// Tombstones slot `idx` while it holds `fp` (retrying a lost CAS, as
+    /// a concurrent `set` may have changed the entry); returns the entry
+    /// if it was live.
+    fn kill_fp(&self, idx: usize, fp: u64, now_ms: u64) -> Option<Entry> {
+        loop {
+            let w = self.slots[idx].load(Ordering::Acquire);
+            match decode(w) {
+                Slot::Live(e) if e.fp == fp => {
+                    if self.kill(idx, w) {
+                        return (!e.expired(now_ms)).then_some(e);
+                    }
+                }
+                _ => return None,
+            }
+        }
     }
 
     /// Restores an entry saved earlier (a state file): [`Overrides::set`],

@@ -131,7 +131,7 @@ fn churn_keeps_working() {
     let mut r = Region::new(4);
     let t = r.table(4);
     for round in 0..10_000u64 {
-        let fp = round * 0x9e37_79b9_7f4a_7c15 & FP_MASK | 1;
+        let fp = (round.wrapping_mul(0x9e37_79b9_7f4a_7c15) & FP_MASK) | 1;
         t.set(limit(fp, 1, 0), 0).unwrap();
         assert!(t.get(fp, 0).is_some());
         assert_eq!(t.remove(fp, 0).map(|e| e.fp), Some(fp));
@@ -238,7 +238,7 @@ fn concurrent_sets_of_many_clients_all_land_within_capacity() {
             let full = &full;
             s.spawn(move || {
                 for i in 0..50u64 {
-                    let fp = (n * 1000 + i + 1) * 0x9e37_79b9 & FP_MASK;
+                    let fp = ((n * 1000 + i + 1) * 0x9e37_79b9) & FP_MASK;
                     if t.set(limit(fp, 1, 0), 0).is_err() {
                         full.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
@@ -260,7 +260,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     // Few distinct clients so that operations collide on them.
-    let fp = (1u64..12).prop_map(|i| i * 0x0101_0101 & FP_MASK);
+    let fp = (1u64..12).prop_map(|i| (i * 0x0101_0101) & FP_MASK);
     prop_oneof![
         (fp.clone(), 0..100u32, 0..3u64).prop_map(|(f, n, e)| Op::Set(f, n, e)),
         fp.prop_map(Op::Remove),
