@@ -84,7 +84,8 @@ pub(crate) enum Judge {
 
 /// Evaluates one limit's key and value for the request. Err(()) means the
 /// key could not be evaluated (an nginx error). Out of line, for the
-/// paths off the admission ([`judge_inline`] is the request path's).
+/// paths off the admission ([`judge_inline`] is the request path's); the
+/// client's override applies (overrides.rs).
 #[inline(never)]
 pub(crate) fn judge(
     r: &mut Request,
@@ -92,7 +93,7 @@ pub(crate) fn judge(
     table: &Table<'static>,
     value: LimitValue,
 ) -> Result<Judge, ()> {
-    judge_inline(r, zone, table, value)
+    judge_inline(r, zone, table, value).map(|j| overrides::judged(zone, j))
 }
 
 /// [`judge`], inlined into the request path: its answer stays in registers

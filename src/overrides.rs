@@ -17,6 +17,7 @@ use rate_limit_window_core::overrides::{Action, Entry, Overrides};
 use rate_limit_window_core::{Counter, Decision, Events, KeyHash, Outcome, Table};
 
 use crate::conf::Limit;
+use crate::handler::Judge;
 use crate::zone::ZoneConf;
 
 /// Retry-After of a `block` without `ttl`, in seconds: the zone's window
@@ -59,6 +60,27 @@ fn apply_slow(zone: &ZoneConf, o: &Overrides, hash: KeyHash, limit: u32, now: u6
         Action::Limit(n) => Applies::Replace(n),
         Action::Exempt => Applies::Exempt,
         Action::Block | Action::Ban => Applies::Reject(rejection(zone, &e, now)),
+    }
+}
+
+/// A limit judged off the admission path (Retry-After of the limits after
+/// a rejecting one, `delay=`'s waits), with the client's override: its
+/// limit, exempt (the limit does not apply), or a block or ban as a limit
+/// of 0.
+pub(crate) fn judged(zone: &ZoneConf, j: Judge) -> Judge {
+    let Judge::Limit { hash, limit, .. } = j else {
+        return j;
+    };
+    let limit = match apply(zone, hash, limit, crate::util::now_ms()) {
+        Applies::Limit(_) => return j,
+        Applies::Replace(n) => n,
+        Applies::Exempt => return Judge::Exempt,
+        Applies::Reject(_) => 0,
+    };
+    Judge::Limit {
+        hash,
+        limit,
+        invalid: false,
     }
 }
 
