@@ -241,6 +241,22 @@ fn a_reload_keeps_overrides() {
     assert_eq!(admitted(&s), 5, "{s:?}");
     assert_eq!(lookup(&ng, "z", "frank")["override"]["action"], "block");
     assert_eq!(list(&ng, "z", "")["live"], 2);
+    // A new overrides= gives the zone new memory: the overrides are
+    // carried over.
+    let bigger = conf().replace(
+        "zone=z:1m window=60s;",
+        "zone=z:1m window=60s overrides=64;",
+    );
+    ng.reload_with(&bigger);
+    assert!(wait_for(std::time::Duration::from_secs(10), || {
+        list(&ng, "z", "")["capacity"] == 64
+    }));
+    let l = list(&ng, "z", "");
+    assert_eq!(l["live"], 2, "{l}");
+    assert_eq!(get_key(ng.port, "/", "frank").status, 429);
+    assert!(ng
+        .error_log()
+        .contains("2 overrides carried over, 0 dropped"));
 }
 
 #[test]
