@@ -437,6 +437,9 @@ fn metrics_reset_parameter() {
         ("reset=off", true),
         ("reset=yes", false),
         ("reset=on reset=on", false),
+        ("write=on", true),
+        ("write=off", true),
+        ("write=yes", false),
     ] {
         let conf = http_conf(&format!(
             "server {{ listen 127.0.0.1:{{{{PORT}}}}; location = /m {{ rate_limit_window_metrics {param}; }} }}"

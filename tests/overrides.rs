@@ -503,3 +503,39 @@ fn addr_works_where_key_does() {
     let (s, _) = burst(&ng, "/", "x", 3);
     assert_eq!(admitted(&s), 2, "counted again: {s:?}");
 }
+
+#[test]
+fn bad_parameters_fail_nginx_t() {
+    let conf = |zone_extra: &str, limit_extra: &str| {
+        proxy_conf(
+            &format!("rate_limit_window_zone $http_x_key zone=z:1m {zone_extra};"),
+            "",
+            "",
+            &format!("rate_limit_window zone=z limit=5 {limit_extra};"),
+        )
+    };
+    for (zone_extra, limit_extra, needle) in [
+        ("overrides=0", "", "invalid overrides \"0\""),
+        ("overrides=x", "", "invalid overrides \"x\""),
+        ("overrides=1048577", "", "an integer from 1 to 1048576"),
+        (
+            "overrides=2 overrides=3",
+            "",
+            "duplicate parameter \"overrides=\"",
+        ),
+        ("", "ban=500ms", "invalid ban \"500ms\""),
+        ("", "ban=31d", "use a time from 1s to 30d"),
+        ("", "ban=1m ban=2m", "duplicate parameter \"ban=\""),
+        (
+            "",
+            "overrides=5",
+            "it belongs on \"rate_limit_window_zone\"",
+        ),
+    ] {
+        let (ok, out) = test_config(&conf(zone_extra, limit_extra));
+        assert!(!ok, "{zone_extra} {limit_extra}: accepted");
+        assert!(out.contains(needle), "{zone_extra} {limit_extra}: {out}");
+    }
+    let (ok, out) = test_config(&conf("overrides=1", "ban=30d"));
+    assert!(ok, "{out}");
+}
