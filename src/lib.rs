@@ -47,6 +47,7 @@ mod handler;
 mod metrics;
 mod near_limit;
 mod override_api;
+mod override_sync;
 mod overrides;
 mod phases;
 mod redis_conf;

@@ -165,8 +165,10 @@ fn put_body(r: &mut Request) -> ngx_int_t {
     };
     o.count_change(change_kind(&body));
     log_change(r, zone, fp, &describe(&entry, now));
+    let cluster = crate::override_sync::share(zone, fp);
     let answer = format!(
-        "{{\"zone\":{},\"fingerprint\":\"{fp:014x}\",\"override\":{},\"previous\":{}}}\n",
+        "{{\"zone\":{},\"fingerprint\":\"{fp:014x}\",\"override\":{},\"previous\":{},\
+         \"cluster\":{cluster}}}\n",
         json_str(&zone.name_str()),
         entry_json(&entry, now),
         previous.map_or("null".into(), |p| entry_json(&p, now))
@@ -197,8 +199,10 @@ pub(crate) fn remove(r: &mut Request) -> ngx_int_t {
         o.count_change(ChangeKind::Remove);
         log_change(r, zone, fp, &format!("removed ({})", describe(e, now)));
     }
+    // Removed on every gateway, even if this one had none.
+    let cluster = crate::override_sync::share(zone, fp);
     let answer = format!(
-        "{{\"zone\":{},\"fingerprint\":\"{fp:014x}\",\"removed\":{}}}\n",
+        "{{\"zone\":{},\"fingerprint\":\"{fp:014x}\",\"removed\":{},\"cluster\":{cluster}}}\n",
         json_str(&zone.name_str()),
         removed.map_or("null".into(), |e| entry_json(&e, now))
     );
@@ -217,6 +221,7 @@ pub(crate) fn lift_ban(zone: &ZoneConf, fp: u64, now: u64) -> bool {
     let lifted = o.remove(fp, now).is_some();
     if lifted {
         o.count_change(ChangeKind::Remove);
+        crate::override_sync::share(zone, fp);
     }
     lifted
 }

@@ -162,6 +162,7 @@ fn ban_slow(limit: &Limit, hash: KeyHash, now: u64, log: *mut ngx_log_t) -> Opti
         return None;
     }
     let secs = limit.ban_ms.div_ceil(1000);
+    crate::override_sync::share(zone, hash.fingerprint());
     ngx_log_error!(
         NGX_LOG_NOTICE,
         log,

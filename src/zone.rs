@@ -224,6 +224,9 @@ pub struct ZoneHeader {
     /// Fingerprints of keys reset by `DELETE` (reset.rs) whose store keys
     /// the sync thread deletes at its next round (0: free entry).
     pub resets: [AtomicU64; RESETS],
+    /// Fingerprints of clients whose override changed here, which the sync
+    /// thread writes to Redis at its next round (override_sync.rs; 0: free).
+    pub ovr_pending: [AtomicU64; 32],
     /// Sync round measurements and the fleet seen in Redis (sync_stats.rs).
     pub stats: crate::sync_stats::SyncStats,
 }
@@ -313,6 +316,14 @@ pub fn config_seed(name: &[u8], secret: &[u8]) -> [u64; 2] {
 }
 
 impl ZoneHeader {
+    /// The zone's override table (for the sync thread, which has the
+    /// header only).
+    pub fn overrides(&self) -> Option<Overrides<'static>> {
+        // SAFETY: the region `format` wrote in this zone, mapped as long as
+        // the header is.
+        unsafe { Overrides::attach(self.overrides, self.overrides_len) }.ok()
+    }
+
     /// Notes the start of an outage; returns true the first time a given
     /// outage is seen by anyone (so it is logged once).
     pub fn outage_to_log(&self) -> Option<u64> {
@@ -629,6 +640,7 @@ impl ZoneHeader {
             near_limit: zero(),
             evict_over_limit: zero(),
             resets: Default::default(),
+            ovr_pending: Default::default(),
             stats: Default::default(),
         }
     }

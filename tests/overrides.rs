@@ -539,3 +539,106 @@ fn bad_parameters_fail_nginx_t() {
     let (ok, out) = test_config(&conf("overrides=1", "ban=30d"));
     assert!(ok, "{out}");
 }
+
+/// A real redis-server on a free port, killed on drop.
+struct Redis(std::process::Child, u16);
+
+impl Redis {
+    fn start() -> Redis {
+        let port = free_port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server not found: `make test` installs the redis-server package");
+        let up = wait_for(std::time::Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        assert!(up, "redis-server did not start on {port}");
+        Redis(child, port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A gateway (2 workers) whose zone `f` syncs through `redis`.
+fn fleet_gateway(redis: &Redis, up: &Upstream) -> Nginx {
+    Nginx::builder().upstream_of(up).start(&proxy_conf(
+        &format!(
+            "rate_limit_window_zone $http_x_key zone=f:1m window=60s redis=127.0.0.1:{} \
+             sync=100ms secret=fleet-overrides-secret-01;",
+            redis.1
+        ),
+        "reuseport",
+        "location /ban { rate_limit_window zone=f limit=1 ban=1h; proxy_pass http://{{UPSTREAM}}; }
+         location = /api { rate_limit_window_metrics write=on; }",
+        "rate_limit_window zone=f limit=2;",
+    ))
+}
+
+/// The fingerprints and actions a gateway lists for zone `f`.
+fn listed(ng: &Nginx) -> Vec<(String, String)> {
+    let l = json(&get(ng.port, "/api?zone=f&overrides"));
+    let mut v: Vec<(String, String)> = l["overrides"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["fingerprint"].to_string(), e["action"].to_string()))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_fleets_gateways_share_overrides_and_bans() {
+    let redis = Redis::start();
+    let up = Upstream::start();
+    let a = fleet_gateway(&redis, &up);
+    let b = fleet_gateway(&redis, &up);
+    let soon = std::time::Duration::from_secs(5);
+    // Set on A: B applies it within about a second.
+    let r = put(&a, "f", "mallory", r#"{"block":true}"#);
+    assert_eq!(json(&r)["cluster"], "scheduled", "{}", r.describe());
+    assert!(
+        wait_for(soon, || lookup_on(&b, "mallory")["override"]["action"]
+            == "block"),
+        "B never got the block"
+    );
+    let (s, _) = burst(&b, "/", "mallory", 5);
+    assert_eq!(admitted(&s), 0, "{s:?}");
+    // The same PUT again (a retry) changes nothing.
+    put(&a, "f", "mallory", r#"{"block":true}"#);
+    put(&b, "f", "nick", r#"{"limit":5}"#);
+    assert!(wait_for(soon, || listed(&a).len() == 2 && listed(&a) == listed(&b)));
+    let (s, _) = burst(&a, "/", "nick", 3);
+    assert_eq!(admitted(&s), 3, "the limit of 5 from B applies on A: {s:?}");
+    // Removed on B: gone on A too.
+    let r = request(b.port, "DELETE", "/api?zone=f&key=mallory&override", &[]);
+    assert_eq!(json(&r)["cluster"], "scheduled");
+    assert!(
+        wait_for(soon, || lookup_on(&a, "mallory")["override"].is_null()),
+        "A kept the removed block"
+    );
+    assert_eq!(get_key(a.port, "/", "mallory").status, 200);
+    assert!(wait_for(soon, || listed(&a) == listed(&b) && listed(&b).len() == 1));
+    // A ban tripped on A holds on B.
+    burst(&a, "/ban", "oscar", 2);
+    assert!(
+        wait_for(soon, || lookup_on(&b, "oscar")["override"]["action"]
+            == "ban"),
+        "the ban never reached B"
+    );
+    let r = get_key(b.port, "/ban", "oscar");
+    assert_eq!(r.status, 429);
+    assert!(r.header_num("Retry-After") > 3500, "{}", r.describe());
+}
+
+fn lookup_on(ng: &Nginx, key: &str) -> serde_json::Value {
+    json(&get(ng.port, &format!("/api?zone=f&key={key}")))
+}

@@ -74,6 +74,7 @@ pub mod limit_opts;
 pub mod mode;
 pub mod override_body;
 pub mod override_conf;
+pub mod override_sync;
 pub mod overrides;
 pub mod parse;
 pub mod redis_url;
