@@ -94,7 +94,15 @@ fn push(conn: &mut Link, ctx: &RoundCtx<'_>, o: &Overrides, now: u64) -> Result<
         pipe.cmd("HSET").arg(&key).arg(field(fp)).arg(state);
     }
     pipe.cmd("PEXPIRE").arg(&key).arg(HASH_TTL_MS);
-    conn.exec(&pipe, Instant::now() + Duration::from_millis(CALL_MS))?;
+    let replies = conn.exec(&pipe, Instant::now() + Duration::from_millis(CALL_MS))?;
+    // An error reply (the key holds another type) drops the change: it is
+    // counted with the keys' errors (`sync_failures_total{kind="key"}`).
+    let bad = replies
+        .iter()
+        .filter(|v| !matches!(v, redis::Value::Int(_)))
+        .count();
+    let header = ctx.owner.header;
+    header.sync_err_key.fetch_add(bad as u64, Ordering::Relaxed);
     for fp in fps {
         // A client changed again meanwhile was written with its newer
         // state or is written at the next round: either way, done.
