@@ -25,6 +25,7 @@
 //! | `reset.rs`     | `write=on`: DELETE clears one client's counts          |
 //! | `overrides.rs` | per-client overrides and bans on the request path      |
 //! | `override_api.rs` | `write=on`: PUT/DELETE/list of overrides (JSON)     |
+//! | `override_sync.rs` | a `redis=` zone's overrides shared by the fleet    |
 //! | `sync.rs`      | cluster sync through Redis (`redis=` zones): thread    |
 //! | `sync_round.rs`| one sync round: what is pushed, flagged and read back  |
 //! | `sync_stats.rs`| sync round measurements and the fleet seen in Redis    |

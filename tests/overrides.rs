@@ -642,3 +642,36 @@ fn a_fleets_gateways_share_overrides_and_bans() {
 fn lookup_on(ng: &Nginx, key: &str) -> serde_json::Value {
     json(&get(ng.port, &format!("/api?zone=f&key={key}")))
 }
+
+#[test]
+fn a_blocked_client_is_never_held_by_delay() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&proxy_conf(
+        "rate_limit_window_zone $http_x_key zone=d:1m window=60s;",
+        "",
+        "location = /api { rate_limit_window_metrics write=on; }",
+        "rate_limit_window zone=d limit=2 delay=30s;",
+    ));
+    put(&ng, "d", "pat", r#"{"block":true,"ttl":600}"#);
+    let r = get_key(ng.port, "/", "pat");
+    assert_eq!(r.status, 429, "{}", r.describe());
+    let left = r.header_num("Retry-After");
+    assert!((599..=600).contains(&left), "{left}");
+    let text = get(ng.port, "/api").text();
+    for result in ["admitted", "rejected", "abandoned", "dry_run"] {
+        let held = prom_value(
+            &text,
+            "rate_limit_window_delayed_total",
+            &[("zone", "d"), ("result", result)],
+        );
+        assert_eq!(held, Some(0.0), "{result}");
+    }
+    assert_eq!(
+        prom_value(
+            &text,
+            "rate_limit_window_requests_total",
+            &[("zone", "d"), ("result", "rejected")]
+        ),
+        Some(1.0)
+    );
+}
