@@ -341,14 +341,10 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
                     Verdict::DelayedDryRun
                 }
                 delay::OnReject::Reject => {
-                    let ban = overrides::Rejected {
-                        hash: rejected.hash,
-                        by_count: rejected.d.outcome == Outcome::Rejected
-                            && !rejected.invalid
-                            && !rejected.overridden,
-                        dry_run: lcf.dry_run != 0,
-                    };
-                    retry_after = overrides::ban(&limits[index], &ban, now, r.log())
+                    // ban=: only a rejection by the count, not in a dry run.
+                    let bans = rejected.d.outcome == Outcome::Rejected
+                        && !(rejected.invalid || rejected.overridden || lcf.dry_run != 0);
+                    retry_after = overrides::ban(&limits[index], rejected.hash, bans, now, r.log())
                         .unwrap_or(rejected.d.retry_after_s);
                     reject(r.log(), lcf, pending.applied(), &rejected, shard)
                 }

@@ -131,25 +131,23 @@ pub(crate) fn overridden(
     d
 }
 
-/// A rejection, as `ban=` needs it.
-pub(crate) struct Rejected {
-    pub hash: KeyHash,
-    /// The table's answer was `Rejected` (not a full zone, not an invalid
-    /// limit, not an override's block).
-    pub by_count: bool,
-    /// `rate_limit_window_dry_run` is on: nothing is banned.
-    pub dry_run: bool,
-}
-
-/// After `limit` rejected a client: with `ban=`, records the ban (an
-/// operator's override wins), logs it at `notice`, and returns its
-/// Retry-After in seconds (the ban's length). None: no ban recorded.
-pub(crate) fn ban(limit: &Limit, rej: &Rejected, now: u64, log: *mut ngx_log_t) -> Option<u32> {
-    if limit.ban_ms == 0 || !rej.by_count || rej.dry_run {
+/// After `limit` rejected client `hash`: with `ban=`, and when `bans`
+/// (the count rejected it: not a full zone, an invalid limit, an
+/// override's block, nor a dry run), records the ban (an operator's
+/// override wins), logs it at `notice`, and returns its Retry-After in
+/// seconds (the ban's length). None: no ban recorded.
+pub(crate) fn ban(
+    limit: &Limit,
+    hash: KeyHash,
+    bans: bool,
+    now: u64,
+    log: *mut ngx_log_t,
+) -> Option<u32> {
+    if limit.ban_ms == 0 || !bans {
         return None;
     }
     core::hint::cold_path();
-    ban_slow(limit, rej.hash, now, log)
+    ban_slow(limit, hash, now, log)
 }
 
 #[cold]
