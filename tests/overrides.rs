@@ -675,3 +675,26 @@ fn a_blocked_client_is_never_held_by_delay() {
         Some(1.0)
     );
 }
+
+#[test]
+fn a_dry_run_bans_nobody() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&proxy_conf(
+        "rate_limit_window_zone $http_x_key zone=d:1m window=60s;",
+        "",
+        "location = /api { rate_limit_window_metrics write=on; }",
+        "rate_limit_window zone=d limit=1 ban=1h; rate_limit_window_dry_run on;",
+    ));
+    let (s, _) = burst(&ng, "/", "quinn", 4);
+    assert_eq!(admitted(&s), 4, "dry run: {s:?}");
+    let text = get(ng.port, "/api").text();
+    let v = |name, labels: &[(&str, &str)]| prom_value(&text, name, labels);
+    assert_eq!(
+        v("rate_limit_window_bans_total", &[("zone", "d")]),
+        Some(0.0)
+    );
+    let dry = [("zone", "d"), ("result", "rejected_dry_run")];
+    assert_eq!(v("rate_limit_window_requests_total", &dry), Some(3.0));
+    let r = get(ng.port, "/api?zone=d&key=quinn");
+    assert!(json(&r)["override"].is_null(), "{}", r.describe());
+}
