@@ -64,6 +64,8 @@ seed zone_params 4 'zone=z:1m redis=unix:/run/redis.sock'
 seed zone_params 5 'zone=z:1m redis=[::1]:6379 window=1h'
 seed limit_params 1 'zone=api limit=100'
 seed limit_params 2 'zone=api limit=$http_x_limit'
+seed override_body 1 '{"limit": 100}'; seed override_body 2 '{"block":true,"ttl":3600}'
+seed override_body 3 '{"exempt": true}'
 for t in table_model table_tiny; do
     seed $t 1 '\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x00\x00\x00\x01\x05\x00\x00\x02\x05\x0f\x00\x00\x00\x03\x05'
     seed $t 2 '\x01\x10\x20\x30\x40\x50\x60\x70\x80\x09\x10\x27\x00\x00\x01\x01\x0c\x10\x27\x00\x00\x01\x01\x00\x01\x02\x01'

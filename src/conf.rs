@@ -29,6 +29,7 @@ use rate_limit_window_core::conf_error::{
 use rate_limit_window_core::delay::split_delay_params;
 use rate_limit_window_core::limit_opts::{split_limit_opts, CostSpec, StatusSet};
 use rate_limit_window_core::mode::{check_mode, take_mode, Mode};
+use rate_limit_window_core::override_conf::{take_ban, take_overrides};
 use rate_limit_window_core::parse::{
     escape, parse_limit_params, parse_zone_params, single_variable, LimitSpec, ZoneParams,
 };
@@ -104,6 +105,8 @@ pub struct Limit {
     pub value: LimitValue,
     /// `delay=`: longest hold of a request this limit rejects (ms).
     pub delay_ms: u64,
+    /// `ban=`: how long a client this limit rejects stays rejected (ms; 0: no ban).
+    pub ban_ms: u64,
     /// `cost=`: requests one request counts (see cost.rs).
     pub cost: crate::cost::CostValue,
     /// `count_status=`: the final statuses that keep the request counted
@@ -511,7 +514,7 @@ extern "C" fn set_zone(
         return emerg(cf, &e.to_string());
     }
     // SAFETY: as above.
-    let (mode, params) = match unsafe { zone_params(cf) } {
+    let (mode, overrides, params) = match unsafe { zone_params(cf) } {
         Ok(p) => p,
         Err(e) => return emerg(cf, &e),
     };
@@ -563,6 +566,7 @@ extern "C" fn set_zone(
     zone.window = params.window;
     zone.window_src = params.window_src;
     zone.mode = mode;
+    zone.overrides_cap = overrides;
     zone.fail = params.fail;
     zone.size = params.size;
     zone.redis = params.redis;
@@ -585,12 +589,13 @@ extern "C" fn set_zone(
 ///
 /// # Safety
 /// `cf` must be the configuration context of the directive being parsed.
-unsafe fn zone_params(cf: *mut ngx_conf_t) -> Result<(Mode, ZoneParams), String> {
+unsafe fn zone_params(cf: *mut ngx_conf_t) -> Result<(Mode, usize, ZoneParams), String> {
     // SAFETY: ngx_pagesize is set by nginx at startup, before parsing.
     let min_size = 8 * unsafe { ngx_pagesize };
     // SAFETY: cf is valid (the caller's contract).
     let (mode, rest) = take_mode(&unsafe { words(cf, 2) })?;
     let (_, rest) = rate_limit_window_core::state::take_state(&rest)?; // state.rs reads it
+    let (overrides, rest) = take_overrides(&rest)?;
     let mut params = parse_zone_params(&rest, min_size).map_err(|e| e.to_string())?;
     check_mode(mode, params.redis.is_some())?;
     if let Some(e) = params.redis.as_ref().and_then(|r| secret_error(&r.secret)) {
@@ -601,7 +606,7 @@ unsafe fn zone_params(cf: *mut ngx_conf_t) -> Result<(Mode, ZoneParams), String>
         let prefix = unsafe { (*(*cf).cycle).conf_prefix.as_bytes() };
         crate::redis_conf::load(r, prefix)?;
     }
-    Ok((mode, params))
+    Ok((mode, overrides, params))
 }
 
 /// Registers the shared memory of the zone at `zp`, named `name`, whose
@@ -621,7 +626,7 @@ unsafe fn add_shared_zone(
         ngx_shared_memory_add(
             cf,
             &mut shm_name,
-            (*zp).size,
+            (*zp).size + crate::overrides::extra_bytes((*zp).overrides_cap),
             ptr::addr_of_mut!(crate::ngx_http_rate_limit_window_module).cast(),
         )
     };
@@ -674,6 +679,10 @@ extern "C" fn set_limit(
     if let Err(e) = check_params("rate_limit_window", &words, LIMIT_PARAMS) {
         return emerg(cf, &e.to_string());
     }
+    let (ban_ms, words) = match take_ban(&words) {
+        Ok(b) => b,
+        Err(e) => return emerg(cf, &e),
+    };
     let (delay, words) = match split_delay_params(&words) {
         Ok(d) => d,
         Err(e) => return emerg(cf, &e),
@@ -745,6 +754,7 @@ extern "C" fn set_limit(
         zone,
         value,
         delay_ms: delay.delay_ms,
+        ban_ms: ban_ms.unwrap_or(0),
         cost,
         count_status: opts.count_status,
         cost_one: matches!(cost, crate::cost::CostValue::Fixed(1)),
@@ -752,8 +762,9 @@ extern "C" fn set_limit(
     NGX_CONF_OK
 }
 
-/// `rate_limit_window_metrics [reset=on|off];` installs the metrics content
-/// handler (with `reset=on`, the one that also answers DELETE: reset.rs).
+/// `rate_limit_window_metrics [write=on|off];` installs the metrics content
+/// handler (with `write=on`, or its synonym `reset=on`, the one that also
+/// answers DELETE and PUT: reset.rs, override_api.rs).
 extern "C" fn set_metrics(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
@@ -765,16 +776,14 @@ extern "C" fn set_metrics(
     };
     // SAFETY: as for `words`.
     clcf.handler = match unsafe { words(cf, 1) }.as_slice() {
-        [] | [b"reset=off"] => Some(crate::metrics::handler),
-        [b"reset=on"] => Some(crate::reset::handler),
+        [] | [b"reset=off" | b"write=off"] => Some(crate::metrics::handler),
+        [b"reset=on" | b"write=on"] => Some(crate::reset::handler),
         [other] => {
-            return emerg(
-                cf,
-                &format!(
-                    "invalid parameter \"{}\": reset=on or reset=off",
-                    escape(other)
-                ),
-            )
+            let e = format!(
+                "invalid parameter \"{}\": write=on or write=off (reset=on is write=on)",
+                escape(other)
+            );
+            return emerg(cf, &e);
         }
         _ => return NGX_CONF_ERROR,
     };

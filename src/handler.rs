@@ -38,6 +38,7 @@ use rate_limit_window_core::{
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
 use crate::decision::{self, Applied, Verdict};
 use crate::delay;
+use crate::overrides::{self, Applies};
 use crate::util;
 use crate::zone::ZoneConf;
 use crate::Module;
@@ -83,7 +84,8 @@ pub(crate) enum Judge {
 
 /// Evaluates one limit's key and value for the request. Err(()) means the
 /// key could not be evaluated (an nginx error). Out of line, for the
-/// paths off the admission ([`judge_inline`] is the request path's).
+/// paths off the admission ([`judge_inline`] is the request path's); the
+/// client's override applies (overrides.rs).
 #[inline(never)]
 pub(crate) fn judge(
     r: &mut Request,
@@ -91,7 +93,7 @@ pub(crate) fn judge(
     table: &Table<'static>,
     value: LimitValue,
 ) -> Result<Judge, ()> {
-    judge_inline(r, zone, table, value)
+    judge_inline(r, zone, table, value).map(|j| overrides::judged(zone, j))
 }
 
 /// [`judge`], inlined into the request path: its answer stays in registers
@@ -322,8 +324,13 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
                 outcome: rejected.d.outcome,
                 now,
             };
-            // SAFETY: the request is valid and being decided by `limits`.
-            match unsafe { delay::on_reject(r.into(), &rej) } {
+            // A blocked or banned client is never held by delay=.
+            let plan = match rejected.overridden {
+                true => delay::OnReject::Reject,
+                // SAFETY: the request is valid and being decided by `limits`.
+                false => unsafe { delay::on_reject(r.into(), &rej) },
+            };
+            match plan {
                 delay::OnReject::Hold => {
                     undo_all(pending.applied());
                     ngx_log_debug_http!(r, "rate_limit_window: held by delay=");
@@ -334,7 +341,11 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
                     Verdict::DelayedDryRun
                 }
                 delay::OnReject::Reject => {
-                    retry_after = rejected.d.retry_after_s;
+                    // ban=: only a rejection by the count, not in a dry run.
+                    let bans = rejected.d.outcome == Outcome::Rejected
+                        && !(rejected.invalid || rejected.overridden || lcf.dry_run != 0);
+                    retry_after = overrides::ban(&limits[index], rejected.hash, bans, now, r.log())
+                        .unwrap_or(rejected.d.retry_after_s);
                     reject(r.log(), lcf, pending.applied(), &rejected, shard)
                 }
             }
@@ -420,6 +431,26 @@ fn apply<'z>(
                 continue;
             }
         };
+        let (limit, invalid) = match overrides::apply(zone, hash, limit, now) {
+            Applies::Limit(limit) => (limit, invalid),
+            Applies::Replace(limit) => (limit, false),
+            a => {
+                core::hint::cold_path();
+                let Some(d) = overrides::overridden(r, zone, table, a, shard) else {
+                    continue;
+                };
+                let (limit, invalid, overridden) = (0, false, true);
+                let rejected = Rejected {
+                    zone,
+                    limit,
+                    d,
+                    invalid,
+                    hash,
+                    overridden,
+                };
+                return Ok(Some(Rejection { rejected, index: n }));
+            }
+        };
         let asked = if l.cost_one && !invalid {
             // The default cost: always fits, nothing to evaluate.
             Some((limit, 1, false))
@@ -463,6 +494,8 @@ fn apply<'z>(
                 limit,
                 d,
                 invalid,
+                hash,
+                overridden: false,
             };
             return Ok(Some(Rejection { rejected, index: n }));
         }
@@ -508,6 +541,9 @@ struct Rejected<'a> {
     d: CoreDecision,
     /// Its limit variable held garbage (fail=closed).
     invalid: bool,
+    hash: KeyHash,
+    /// An override (block, ban) rejected it, not the count.
+    overridden: bool,
 }
 
 /// A request rejected by one limit is counted by none: gives back the
@@ -584,6 +620,7 @@ fn log_rejection(
         limit,
         d,
         invalid,
+        ..
     } = rejected;
     let what = match d.outcome {
         Outcome::FailClosed => "zone is full, rejecting a new client (fail=closed)",

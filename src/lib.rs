@@ -24,7 +24,10 @@
 //! | `grpc.rs`      | gRPC-native rejections (trailers-only, pushback)       |
 //! | `variables.rs` | `$rate_limit_window_status`, `$rate_limit_window_remaining` |
 //! | `metrics.rs`   | the `rate_limit_window_metrics` content handler        |
-//! | `reset.rs`     | `reset=on`: DELETE clears one client's counts          |
+//! | `reset.rs`     | `write=on`: DELETE clears one client's counts          |
+//! | `overrides.rs` | per-client overrides and bans on the request path      |
+//! | `override_api.rs` | `write=on`: PUT/DELETE/list of overrides (JSON)     |
+//! | `override_sync.rs` | a `redis=` zone's overrides shared by the fleet    |
 //! | `sync.rs`      | cluster sync through Redis (`redis=` zones): thread    |
 //! | `sync_round.rs`| one sync round: what is pushed, flagged and read back  |
 //! | `sync_stats.rs`| sync round measurements and the fleet seen in Redis    |
@@ -50,6 +53,9 @@ mod grpc;
 mod handler;
 mod metrics;
 mod near_limit;
+mod override_api;
+mod override_sync;
+mod overrides;
 mod phases;
 mod redis_conf;
 mod redis_link;

@@ -59,11 +59,20 @@ fn handle(r: &mut Request) -> ngx_int_t {
     let Some(zone) = mcf.zones().find(|z| z.name.as_bytes() == zone_name) else {
         return NGX_HTTP_NOT_FOUND as ngx_int_t;
     };
+    if crate::override_api::has_flag(r, "overrides") {
+        return crate::override_api::list(r, zone);
+    }
     let key = match lookup_key(r, zone) {
         Ok(k) => k.unwrap_or_default(),
         Err(e) => return bad_request(r, &e),
     };
-    let body = key_json(zone, &key, now);
+    let mut body = key_json(zone, &key, now);
+    // The client's override, if any, as "override" (null: none).
+    if body.ends_with("}\n") {
+        body.truncate(body.len() - 2);
+        let o = crate::override_api::lookup_json(zone, &key, now);
+        body.push_str(&format!(",\"override\":{o}}}\n"));
+    }
     send(r, "application/json", &body)
 }
 
@@ -187,7 +196,7 @@ pub(crate) fn send(r: &mut Request, content_type: &'static str, body: &str) -> n
 }
 
 /// Sends a `status` response with `body`.
-fn send_status(
+pub(crate) fn send_status(
     r: &mut Request,
     status: HTTPStatus,
     content_type: &'static str,

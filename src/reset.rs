@@ -1,4 +1,5 @@
-//! `rate_limit_window_metrics reset=on;`: `DELETE /location?zone=NAME&key=VALUE`
+//! `rate_limit_window_metrics write=on;` (or `reset=on`): PUT and
+//! `DELETE …&override` go to override_api.rs; `DELETE /location?zone=NAME&key=VALUE`
 //! (or `&addr=TEXT`, as for GET) clears one client's counts (current and previous window) and answers
 //! the JSON of what was cleared. Other methods go to the metrics handler;
 //! without `reset=on` the metrics handler answers DELETE with 405.
@@ -18,7 +19,7 @@
 use core::sync::atomic::Ordering;
 use nginx_sys::{
     ngx_http_request_t, ngx_int_t, NGX_HTTP_BAD_REQUEST, NGX_HTTP_DELETE,
-    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_FOUND, NGX_LOG_NOTICE,
+    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_FOUND, NGX_HTTP_PUT, NGX_LOG_NOTICE,
 };
 use ngx::core::Status;
 use ngx::http::{HttpModuleMainConf, Request};
@@ -27,6 +28,7 @@ use rate_limit_window_core::Snapshot;
 
 use crate::metrics::format::{json_str, percent_decode};
 use crate::metrics::{arg, bad_request, lookup_key, send};
+use crate::override_api;
 use crate::util::now_ms;
 use crate::zone::ZoneConf;
 use crate::Module;
@@ -34,11 +36,18 @@ use crate::Module;
 /// Content handler installed by `rate_limit_window_metrics reset=on;`.
 pub extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     // SAFETY: nginx calls content handlers with a valid request.
-    if unsafe { (*r).method } as u32 & NGX_HTTP_DELETE == 0 {
+    let method = unsafe { (*r).method } as u32;
+    if method & (NGX_HTTP_DELETE | NGX_HTTP_PUT) == 0 {
         return crate::metrics::handler(r);
     }
     // SAFETY: as above; the request shares the representation of `Request`.
     let req = unsafe { Request::from_ngx_http_request(r) };
+    if method & NGX_HTTP_PUT != 0 {
+        return override_api::put(req);
+    }
+    if override_api::has_flag(req, "override") {
+        return override_api::remove(req);
+    }
     reset(req)
 }
 
@@ -69,8 +78,13 @@ fn reset(r: &mut Request) -> ngx_int_t {
     let hash = table.hash_key(&key);
     let cleared = table.clear(hash, now);
     let cluster = cluster_reset(zone, hash.fingerprint());
-    log_reset(r, zone, &cleared);
-    send(r, "application/json", &answer(zone, &cleared, cluster))
+    let lifted = override_api::lift_ban(zone, hash.fingerprint(), now);
+    log_reset(r, zone, &cleared, lifted);
+    send(
+        r,
+        "application/json",
+        &answer(zone, &cleared, cluster, lifted),
+    )
 }
 
 /// Queues the cluster reset of fingerprint `fp` for the sync thread:
@@ -98,23 +112,24 @@ fn cluster_reset(zone: &ZoneConf, fp: u64) -> &'static str {
 }
 
 /// The JSON of what was cleared.
-fn answer(zone: &ZoneConf, s: &Snapshot, cluster: &str) -> String {
+fn answer(zone: &ZoneConf, s: &Snapshot, cluster: &str, ban_lifted: bool) -> String {
     format!(
         "{{\"zone\":{},\"window_index\":{},\"cleared\":{{\"current\":{},\"previous\":{},\
-         \"estimate\":{}}},\"cluster\":{}}}\n",
+         \"estimate\":{}}},\"cluster\":{},\"ban_lifted\":{}}}\n",
         json_str(&zone.name_str()),
         s.window_index,
         s.current,
         s.previous,
         s.estimate,
-        cluster
+        cluster,
+        ban_lifted
     )
 }
 
 /// The notice line: the zone, what was cleared, the operator's address.
 /// Written to the cycle's log, not the request's: nginx would append the
 /// request line, whose query holds the key.
-fn log_reset(r: &mut Request, zone: &ZoneConf, s: &Snapshot) {
+fn log_reset(r: &mut Request, zone: &ZoneConf, s: &Snapshot, ban_lifted: bool) {
     let c = r.connection();
     // SAFETY: the request's connection is valid while it runs; the cycle
     // while the worker runs.
@@ -123,10 +138,11 @@ fn log_reset(r: &mut Request, zone: &ZoneConf, s: &Snapshot) {
         NGX_LOG_NOTICE,
         log,
         "rate_limit_window: counts of one key of zone \"{}\" reset by {} (cleared: current {}, \
-         previous {})",
+         previous {}){}",
         zone.name_str(),
         String::from_utf8_lossy(addr.as_bytes()),
         s.current,
-        s.previous
+        s.previous,
+        if ban_lifted { ", ban lifted" } else { "" }
     );
 }

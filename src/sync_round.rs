@@ -48,6 +48,8 @@ pub struct RoundState {
     pushes: Vec<Push>,
     work: Vec<Item>,
     fleet_at: Option<Instant>,
+    /// When the fleet's overrides were last read (override_sync.rs).
+    ovr_at: Option<Instant>,
 }
 
 /// One client's commands in a round (always read back).
@@ -78,6 +80,7 @@ pub fn round(
     let round_ms = (ctx.job.sync_ms * 2).max(ROUND_MIN_MS);
     let round_deadline = Instant::now() + Duration::from_millis(round_ms);
     reset_keys(conn, ctx, now)?;
+    crate::override_sync::round(conn, ctx, &mut st.ovr_at, now)?;
     fleet(conn, ctx, st, now)?;
     let index = ctx.job.window.index(now);
     read_hot(conn, ctx, st, index)?;
@@ -333,7 +336,7 @@ fn bytes(v: &Value) -> Option<&[u8]> {
 }
 
 /// The `(field, value)` pairs of an `HGETALL` reply (RESP2 or RESP3).
-fn fields(v: &Value) -> Option<Vec<(&[u8], &[u8])>> {
+pub(crate) fn fields(v: &Value) -> Option<Vec<(&[u8], &[u8])>> {
     match v {
         Value::Array(items) => items
             .chunks(2)

@@ -17,6 +17,7 @@ use ngx::core::Status;
 use ngx::ngx_log_error;
 use rate_limit_window_core::conf_error::{zone_change, ZoneIdentity};
 use rate_limit_window_core::mode::Mode;
+use rate_limit_window_core::overrides::{Overrides, DEFAULT_OVERRIDES};
 use rate_limit_window_core::parse::RedisParams;
 use rate_limit_window_core::seed::seed_from;
 use rate_limit_window_core::{
@@ -66,6 +67,10 @@ pub struct ZoneConf {
     /// Where a `rate_limit_window` first gave the zone a `charge=` (file,
     /// line), for the refusal of a strict zone (charge.rs).
     pub charge_at: Option<(ngx_str_t, ngx_uint_t)>,
+    /// `overrides=`: most per-client overrides (see overrides.rs).
+    pub overrides_cap: usize,
+    /// The override table inside the zone; None until it is initialised.
+    pub overrides: Option<Overrides<'static>>,
 }
 
 /// Decides one request of `hash` at `*now` (epoch ms) that counts `cost`
@@ -134,8 +139,8 @@ fn acquire_strict(
 /// and the `delay` counters; 4: the sync's gateway id, generations and
 /// errors by kind; 5: `near_limit`; 6: the sync's auth, TLS, master and
 /// cluster errors; 7: `resets`; 8: `evict_over_limit`; 9: the sync's
-/// `stats`; A: `charge`), so that a reload onto a zone of another layout is refused, not
-/// misread.
+/// `stats`; A: `charge` and the override table), so that a reload onto a
+/// zone of another layout is refused, not misread.
 const ZONE_MAGIC: u64 = u64::from_le_bytes(*b"RLWZONEA");
 
 /// The first allocation in every zone. It outlives reloads with the zone,
@@ -151,6 +156,9 @@ pub struct ZoneHeader {
     /// its length in bytes.
     pub ledger: *mut u8,
     pub ledger_len: usize,
+    /// The override table (overrides.rs) and its length in bytes.
+    overrides: *mut u8,
+    overrides_len: usize,
     /// This gateway's id in the cluster store (random, never 0): the hash
     /// field under which it writes its own counts. Kept across reloads.
     pub gateway_id: u64,
@@ -221,6 +229,9 @@ pub struct ZoneHeader {
     /// Fingerprints of keys reset by `DELETE` (reset.rs) whose store keys
     /// the sync thread deletes at its next round (0: free entry).
     pub resets: [AtomicU64; RESETS],
+    /// Fingerprints of clients whose override changed here, which the sync
+    /// thread writes to Redis at its next round (override_sync.rs; 0: free).
+    pub ovr_pending: [AtomicU64; 32],
     /// Sync round measurements and the fleet seen in Redis (sync_stats.rs).
     pub stats: crate::sync_stats::SyncStats,
     /// Invalid `charge=` values (charge.rs).
@@ -254,6 +265,8 @@ impl ZoneConf {
             header: ptr::null_mut(),
             table: None,
             charge_at: None,
+            overrides_cap: DEFAULT_OVERRIDES,
+            overrides: None,
         }
     }
 
@@ -312,6 +325,14 @@ pub fn config_seed(name: &[u8], secret: &[u8]) -> [u64; 2] {
 }
 
 impl ZoneHeader {
+    /// The zone's override table (for the sync thread, which has the
+    /// header only).
+    pub fn overrides(&self) -> Option<Overrides<'static>> {
+        // SAFETY: the region `format` wrote in this zone, mapped as long as
+        // the header is.
+        unsafe { Overrides::attach(self.overrides, self.overrides_len) }.ok()
+    }
+
     /// Notes the start of an outage; returns true the first time a given
     /// outage is seen by anyone (so it is logged once).
     pub fn outage_to_log(&self) -> Option<u64> {
@@ -427,6 +448,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_v
             unsafe { (*shpool).data = space.header.cast() };
             if let Some(old) = previous {
                 crate::resize::carry(zone, old, log);
+                crate::overrides::carry(zone, old, log);
             }
             if let Some(f) = saved {
                 crate::state::restore(zone, &f, log);
@@ -543,6 +565,14 @@ unsafe fn format(
         len,
     } = space;
     advise_huge_pages(region, len);
+    // The override table at the end: the memory `overrides=` added.
+    let ovr_len = crate::overrides::region_bytes(zone.overrides_cap);
+    let len = len.checked_sub(ovr_len).ok_or(TableError::TooSmall)?;
+    let ovr = region.wrapping_add(len);
+    // SAFETY: the tail of our fresh, page-aligned region (so 64-byte
+    // aligned: `len` and `ovr_len` are multiples of 64), ours alone.
+    let overrides = unsafe { Overrides::init(ovr, ovr_len, zone.overrides_cap) }
+        .map_err(|_| TableError::TooSmall)?;
     // A Redis-backed zone gives half of its memory to the sync ledger.
     let (table_len, ledger, ledger_len) = if zone.redis.is_some() {
         let t = len / 2 / 64 * 64;
@@ -562,11 +592,13 @@ unsafe fn format(
             table_len,
             ledger,
             ledger_len,
+            overrides: (ovr, ovr_len),
             gateway_id,
         }))
     };
     zone.header = header;
     zone.table = Some(table);
+    zone.overrides = Some(overrides);
     Ok(())
 }
 
@@ -578,6 +610,8 @@ struct Layout {
     ledger: *mut u8,
     /// Bytes.
     ledger_len: usize,
+    /// The override table and its length in bytes.
+    overrides: (*mut u8, usize),
     gateway_id: u64,
 }
 
@@ -592,6 +626,8 @@ impl ZoneHeader {
             table_len: l.table_len,
             ledger: l.ledger,
             ledger_len: l.ledger_len,
+            overrides: l.overrides.0,
+            overrides_len: l.overrides.1,
             gateway_id: l.gateway_id,
             sync_owner: zero(),
             sync_heartbeat_ms: zero(),
@@ -623,6 +659,7 @@ impl ZoneHeader {
             near_limit: zero(),
             evict_over_limit: zero(),
             resets: Default::default(),
+            ovr_pending: Default::default(),
             stats: Default::default(),
             charge: Default::default(),
         }
@@ -648,8 +685,20 @@ fn adopt(zone: &mut ZoneConf, header: *mut ZoneHeader, log: *mut ngx_log_t) -> n
         Table::attach_mode((*header).table, (*header).table_len, zone.window, zone.mode)
     } {
         Ok(t) => {
+            // SAFETY: as above; the override table it formatted.
+            let o = unsafe { Overrides::attach((*header).overrides, (*header).overrides_len) };
+            let Ok(o) = o else {
+                ngx_log_error!(
+                    NGX_LOG_EMERG,
+                    log,
+                    "rate_limit_window_zone \"{}\": cannot reuse the zone: no override table; restart nginx or use a new zone name",
+                    zone.name
+                );
+                return Status::NGX_ERROR.into();
+            };
             zone.header = header;
             zone.table = Some(t);
+            zone.overrides = Some(o);
             Status::NGX_OK.into()
         }
         Err(e) => {

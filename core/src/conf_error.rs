@@ -30,6 +30,7 @@ pub const ZONE_PARAMS: &[&str] = &[
     "redis_cert=",
     "redis_key=",
     "redis_password_file=",
+    "overrides=",
 ];
 
 /// The parameters of `rate_limit_window`, with their `=`.
@@ -41,6 +42,7 @@ pub const LIMIT_PARAMS: &[&str] = &[
     "cost=",
     "count_status=",
     "charge=",
+    "ban=",
 ];
 
 /// Largest edit distance at which a name is offered as "did you mean".

@@ -31,6 +31,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("table_model", table_model),
     ("table_tiny", table_tiny),
     ("state_file", state_file),
+    ("override_body", override_body),
 ];
 
 /// The smallest zone size the fuzzed glue would pass (8 pages of 4 KiB).
@@ -496,4 +497,24 @@ pub fn state_file(data: &[u8]) {
     let t =
         unsafe { Table::init_mode(buf.as_mut_ptr().cast(), len, w, f.seed, mode) }.expect("init");
     let _ = t.restore(&f.table, T0.wrapping_add(f.saved_ms % 1_000_000));
+}
+
+/// `parse_body` of an override PUT: never panics; an accepted body is one
+/// action (never a ban), within range, and its JSON parses back the same;
+/// a rejected one has a message.
+pub fn override_body(data: &[u8]) {
+    use rate_limit_window_core::override_body::{parse_body, MAX_BODY, MAX_TTL_S};
+    use rate_limit_window_core::overrides::Action;
+    match parse_body(data) {
+        Ok(b) => {
+            assert!(data.len() <= MAX_BODY);
+            assert!(b.action != Action::Ban);
+            if let Action::Limit(n) = b.action {
+                assert!(n <= MAX_LIMIT);
+            }
+            assert!(b.ttl_s.is_none_or(|t| (1..=MAX_TTL_S).contains(&t)));
+            assert_eq!(parse_body(b.to_json().as_bytes()), Ok(b));
+        }
+        Err(e) => assert!(!e.is_empty()),
+    }
 }

@@ -4,6 +4,7 @@
 use core::fmt::{self, Write as _};
 use core::sync::atomic::Ordering;
 
+use rate_limit_window_core::overrides::{ChangeKind, Overrides};
 use rate_limit_window_core::{Counter, Table};
 
 use super::format::Label;
@@ -326,7 +327,44 @@ const FAMILIES: &[Family] = &[
         "Requests held by delay= now, by every worker.",
         Samples::One(|l| atomic(&l.header.delay.held)),
     ),
+    family(
+        "rate_limit_window_overrides",
+        "gauge",
+        "Per-client overrides and bans in the zone now (at most overrides=).",
+        Samples::One(|l| ovr(l, |o, _| o.live())),
+    ),
+    family(
+        "rate_limit_window_overrides_total",
+        "counter",
+        "Overrides set or removed through the API (a reset that lifts a ban: remove), by action.",
+        Samples::By(
+            "action",
+            &[
+                ("limit", |l| ovr(l, |o, _| o.changes(ChangeKind::Limit))),
+                ("block", |l| ovr(l, |o, _| o.changes(ChangeKind::Block))),
+                ("exempt", |l| ovr(l, |o, _| o.changes(ChangeKind::Exempt))),
+                ("remove", |l| ovr(l, |o, _| o.changes(ChangeKind::Remove))),
+            ],
+        ),
+    ),
+    family(
+        "rate_limit_window_bans_total",
+        "counter",
+        "Clients banned by a limit's ban=.",
+        Samples::One(|l| ovr(l, |o, _| o.bans_total())),
+    ),
+    family(
+        "rate_limit_window_banned",
+        "gauge",
+        "Clients banned now (ban=).",
+        Samples::One(|l| ovr(l, |o, now| o.banned_now(now))),
+    ),
 ];
+
+/// A value read from the zone's override table (0 before it exists).
+fn ovr(l: &Live, read: fn(&Overrides, u64) -> u64) -> Value {
+    Value::Int(l.zone.overrides.as_ref().map_or(0, |o| read(o, l.now)))
+}
 
 /// The Prometheus text exposition (format 0.0.4) of every initialised zone.
 pub fn exposition(zones: &[Live]) -> String {

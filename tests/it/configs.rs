@@ -440,6 +440,9 @@ fn metrics_reset_parameter() {
         ("reset=off", true),
         ("reset=yes", false),
         ("reset=on reset=on", false),
+        ("write=on", true),
+        ("write=off", true),
+        ("write=yes", false),
     ] {
         let conf = http_conf(&format!(
             "server {{ listen 127.0.0.1:{{{{PORT}}}}; location = /m {{ rate_limit_window_metrics {param}; }} }}"
@@ -505,7 +508,7 @@ fn hint_cases() -> Vec<(&'static str, String, &'static str)> {
         (
             "unknown limit parameter",
             limit("zone=z limit=5 frobnicate=1"),
-            "use \"zone=\", \"limit=\", \"delay=\", \"delay_max_held=\", \"cost=\", \"count_status=\" or \"charge=\"",
+            "use \"zone=\", \"limit=\", \"delay=\", \"delay_max_held=\", \"cost=\", \"count_status=\", \"charge=\" or \"ban=\"",
         ),
         (
             "widow=1m",
@@ -551,7 +554,7 @@ fn hint_cases() -> Vec<(&'static str, String, &'static str)> {
         (
             "metrics reset=yes",
             http_conf("server { listen 127.0.0.1:{{PORT}}; location = /m { rate_limit_window_metrics reset=yes; } }"),
-            "reset=on or reset=off",
+            "write=on or write=off",
         ),
         (
             "limit= twice",

@@ -21,6 +21,7 @@ mod harness;
 mod headers;
 mod limits;
 mod metrics;
+mod overrides;
 mod phases;
 mod redis_auth_tls;
 mod redis_cluster;

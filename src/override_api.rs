@@ -1,0 +1,332 @@
+//! The override API of `rate_limit_window_metrics write=on;` (see
+//! docs/runtime-control.md):
+//!
+//! * `PUT ?zone=NAME&key=VALUE` (or `&addr=TEXT`) with a JSON body
+//!   `{"limit": N}`, `{"block": true}` or `{"exempt": true}`, optionally
+//!   with `"ttl": SECONDS`, sets that client's override;
+//! * `DELETE ?zone=NAME&key=VALUE&override` removes it (a DELETE without
+//!   `&override` resets the counts: reset.rs);
+//! * `GET ?zone=NAME&overrides[&from=SLOT][&count=N]` lists the zone's
+//!   overrides, paged (any `rate_limit_window_metrics`: it changes nothing).
+//!
+//! Bad input changes nothing: 400 with `{"error": "…"}` (the body parser is
+//! the core's `override_body`), 413 for a body over 4 KB, 404 for an
+//! unknown zone, 409 when the zone's table is full. Every change is logged
+//! at `notice` (zone, the operator's address, the action, the key's
+//! fingerprint, never the key) and counted in
+//! `rate_limit_window_overrides_total{zone,action}`.
+
+use nginx_sys::{
+    ngx_http_finalize_request, ngx_http_read_client_request_body, ngx_http_request_t, ngx_int_t,
+    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_SPECIAL_RESPONSE, NGX_LOG_NOTICE,
+};
+use ngx::core::Status;
+use ngx::http::{HTTPStatus, HttpModuleMainConf, Request};
+use ngx::ngx_log_error;
+use rate_limit_window_core::override_body::{parse_body, Body, MAX_BODY};
+use rate_limit_window_core::overrides::{Action, ChangeKind, Entry, Overrides, MAX_EXPIRY_MS};
+
+use crate::metrics::format::{json_str, percent_decode};
+use crate::metrics::{arg, lookup_key, send, send_status};
+use crate::util::now_ms;
+use crate::zone::ZoneConf;
+use crate::Module;
+
+/// Default and largest `count=` of a listing page.
+const PAGE_DEFAULT: usize = 100;
+const PAGE_MAX: usize = 1000;
+
+/// Sends `status` with `{"error": msg}`.
+pub(crate) fn error(r: &mut Request, status: u16, msg: &str) -> ngx_int_t {
+    let body = format!("{{\"error\":{}}}\n", json_str(msg));
+    let status = HTTPStatus::from_u16(status).unwrap_or(HTTPStatus::BAD_REQUEST);
+    send_status(r, status, "application/json", &body)
+}
+
+/// Whether the query has the bare flag `name` (`&override`, no value).
+pub(crate) fn has_flag(r: &Request, name: &str) -> bool {
+    let args = r.as_ref().args.as_bytes();
+    args.split(|&c| c == b'&')
+        .any(|a| a == name.as_bytes() || a.strip_prefix(name.as_bytes()) == Some(b"="))
+}
+
+/// The zone that `?zone=` names, or the error answer's status and text.
+fn zone_of(r: &mut Request) -> Result<&'static ZoneConf, (u16, String)> {
+    let mcf = Module::main_conf(r.as_ref()).ok_or((500, "no configuration".to_string()))?;
+    let name = arg(r, "zone").ok_or((400, "give zone=NAME".to_string()))?;
+    let name = percent_decode(&name);
+    mcf.zones()
+        .find(|z| z.name.as_bytes() == name)
+        .ok_or_else(|| {
+            let n = String::from_utf8_lossy(&name);
+            (404, format!("no zone \"{n}\""))
+        })
+}
+
+/// The zone and the fingerprint of the client a query names.
+fn target(r: &mut Request) -> Result<(&'static ZoneConf, Overrides<'static>, u64), (u16, String)> {
+    let zone = zone_of(r)?;
+    let (Some(t), Some(o)) = (zone.table.as_ref(), zone.overrides) else {
+        return Err((404, "zone not initialised".into()));
+    };
+    let key = match lookup_key(r, zone) {
+        Ok(Some(k)) => k,
+        Ok(None) => return Err((400, "give key=VALUE or addr=ADDRESS".into())),
+        Err(e) => return Err((400, e)),
+    };
+    Ok((zone, o, t.hash_key(&key).fingerprint()))
+}
+
+/// `PUT`: reads the body (at most [`MAX_BODY`] bytes), then sets the
+/// override in [`put_body`].
+pub(crate) fn put(r: &mut Request) -> ngx_int_t {
+    if r.as_ref().headers_in.content_length_n > MAX_BODY as i64 {
+        if r.discard_request_body() != Status::NGX_OK {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+        }
+        return error(r, 413, &format!("body over {MAX_BODY} bytes"));
+    }
+    // SAFETY: a valid request in its content handler; nginx calls
+    // `body_read` once the body is in, and counts the request meanwhile.
+    let rc = unsafe { ngx_http_read_client_request_body(r.into(), Some(body_read)) };
+    if rc >= NGX_HTTP_SPECIAL_RESPONSE as ngx_int_t {
+        return rc;
+    }
+    Status::NGX_DONE.into()
+}
+
+/// The body's post handler: answers and finalizes the request.
+unsafe extern "C" fn body_read(r: *mut ngx_http_request_t) {
+    // SAFETY: nginx calls it with the request whose body it read.
+    let req = unsafe { Request::from_ngx_http_request(r) };
+    let rc = put_body(req);
+    // SAFETY: the request is valid; this ends the read started in `put`.
+    unsafe { ngx_http_finalize_request(r, rc) };
+}
+
+/// The request body's bytes, or None when over [`MAX_BODY`] (or in a
+/// temporary file, which only a larger body is).
+fn body_bytes(r: &Request) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    // SAFETY: a request whose body was read: request_body and its chain
+    // are nginx's, valid while the request is.
+    let mut cl =
+        unsafe { r.as_ref().request_body.as_ref() }.map_or(core::ptr::null_mut(), |b| b.bufs);
+    while !cl.is_null() {
+        // SAFETY: a link of the body's chain, as above.
+        let b = unsafe { &*(*cl).buf };
+        let in_memory = b.temporary() != 0 || b.memory() != 0 || b.mmap() != 0;
+        if (b.in_file() != 0 && !in_memory) || out.len() > MAX_BODY {
+            return None;
+        }
+        if !b.pos.is_null() && b.last > b.pos {
+            // SAFETY: pos..last are the buffer's valid bytes.
+            out.extend_from_slice(unsafe {
+                core::slice::from_raw_parts(b.pos, b.last.offset_from(b.pos) as usize)
+            });
+        }
+        // SAFETY: as above.
+        cl = unsafe { (*cl).next };
+    }
+    (out.len() <= MAX_BODY).then_some(out)
+}
+
+fn put_body(r: &mut Request) -> ngx_int_t {
+    let Some(bytes) = body_bytes(r) else {
+        return error(r, 413, &format!("body over {MAX_BODY} bytes"));
+    };
+    let (zone, o, fp) = match target(r) {
+        Ok(t) => t,
+        Err((status, msg)) => return error(r, status, &msg),
+    };
+    let body = match parse_body(&bytes) {
+        Ok(b) => b,
+        Err(e) => return error(r, 400, &e),
+    };
+    let now = now_ms();
+    let entry = Entry {
+        fp,
+        action: body.action,
+        expires_ms: body
+            .ttl_s
+            .map_or(0, |t| now.saturating_add(t * 1000).min(MAX_EXPIRY_MS)),
+    };
+    let previous = match o.set(entry, now) {
+        Ok(p) => p,
+        Err(full) => {
+            let msg = format!(
+                "zone \"{}\" holds {} overrides already (overrides={}): remove some, or raise overrides=",
+                zone.name_str(),
+                full.capacity,
+                full.capacity
+            );
+            return error(r, 409, &msg);
+        }
+    };
+    o.count_change(change_kind(&body));
+    log_change(r, zone, fp, &describe(&entry, now));
+    let cluster = crate::override_sync::share(zone, fp);
+    let answer = format!(
+        "{{\"zone\":{},\"fingerprint\":\"{fp:014x}\",\"override\":{},\"previous\":{},\
+         \"cluster\":{cluster}}}\n",
+        json_str(&zone.name_str()),
+        entry_json(&entry, now),
+        previous.map_or("null".into(), |p| entry_json(&p, now))
+    );
+    send(r, "application/json", &answer)
+}
+
+fn change_kind(b: &Body) -> ChangeKind {
+    match b.action {
+        Action::Limit(_) => ChangeKind::Limit,
+        Action::Exempt => ChangeKind::Exempt,
+        Action::Block | Action::Ban => ChangeKind::Block,
+    }
+}
+
+/// `DELETE …&override`: removes the client's override (ban included).
+pub(crate) fn remove(r: &mut Request) -> ngx_int_t {
+    if r.discard_request_body() != Status::NGX_OK {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    }
+    let (zone, o, fp) = match target(r) {
+        Ok(t) => t,
+        Err((status, msg)) => return error(r, status, &msg),
+    };
+    let now = now_ms();
+    let removed = o.remove(fp, now);
+    if let Some(e) = removed.as_ref() {
+        o.count_change(ChangeKind::Remove);
+        log_change(r, zone, fp, &format!("removed ({})", describe(e, now)));
+    }
+    // Removed on every gateway, even if this one had none.
+    let cluster = crate::override_sync::share(zone, fp);
+    let answer = format!(
+        "{{\"zone\":{},\"fingerprint\":\"{fp:014x}\",\"removed\":{},\"cluster\":{cluster}}}\n",
+        json_str(&zone.name_str()),
+        removed.map_or("null".into(), |e| entry_json(&e, now))
+    );
+    send(r, "application/json", &answer)
+}
+
+/// A reset (`DELETE` without `&override`) of `fp` lifts its ban, if any:
+/// returns whether it did.
+pub(crate) fn lift_ban(zone: &ZoneConf, fp: u64, now: u64) -> bool {
+    let Some(o) = zone.overrides.as_ref() else {
+        return false;
+    };
+    if o.get(fp, now).is_none_or(|e| e.action != Action::Ban) {
+        return false;
+    }
+    let lifted = o.remove(fp, now).is_some();
+    if lifted {
+        o.count_change(ChangeKind::Remove);
+        crate::override_sync::share(zone, fp);
+    }
+    lifted
+}
+
+/// `GET ?zone=NAME&overrides[&from=SLOT][&count=N]`: one page of the
+/// zone's live overrides, with `next` (the `from=` of the next page, null
+/// on the last).
+pub(crate) fn list(r: &mut Request, zone: &ZoneConf) -> ngx_int_t {
+    let Some(o) = zone.overrides else {
+        return error(r, 404, "zone not initialised");
+    };
+    let num = |r: &mut Request, name: &str| {
+        arg(r, name).map(|v| {
+            std::str::from_utf8(&v)
+                .ok()
+                .and_then(|s| s.parse::<usize>().ok())
+        })
+    };
+    let from = match num(r, "from") {
+        None => 0,
+        Some(Some(n)) => n,
+        Some(None) => return error(r, 400, "from= must be a slot number (a page's \"next\")"),
+    };
+    let count = match num(r, "count") {
+        None => PAGE_DEFAULT,
+        Some(Some(n)) if (1..=PAGE_MAX).contains(&n) => n,
+        _ => return error(r, 400, &format!("count= must be from 1 to {PAGE_MAX}")),
+    };
+    let now = now_ms();
+    let (page, next) = o.page(from, count, now);
+    let items: Vec<String> = page
+        .iter()
+        .map(|e| {
+            format!(
+                "{{\"fingerprint\":\"{:014x}\",{}",
+                e.fp,
+                &entry_json(e, now)[1..]
+            )
+        })
+        .collect();
+    let body = format!(
+        "{{\"zone\":{},\"capacity\":{},\"live\":{},\"overrides\":[{}],\"next\":{}}}\n",
+        json_str(&zone.name_str()),
+        o.capacity(),
+        o.live(),
+        items.join(","),
+        next.map_or("null".into(), |n| n.to_string())
+    );
+    send(r, "application/json", &body)
+}
+
+/// The `"override"` of a lookup: the client's live override or null.
+pub(crate) fn lookup_json(zone: &ZoneConf, key: &[u8], now: u64) -> String {
+    let (Some(t), Some(o)) = (zone.table.as_ref(), zone.overrides.as_ref()) else {
+        return "null".into();
+    };
+    o.get_hash(t.hash_key(key), now)
+        .map_or("null".into(), |e| entry_json(&e, now))
+}
+
+/// One entry as JSON: its action, limit, and seconds left (`expires_in`,
+/// null: never).
+fn entry_json(e: &Entry, now: u64) -> String {
+    let limit = match e.action {
+        Action::Limit(n) => format!(",\"limit\":{n}"),
+        _ => String::new(),
+    };
+    let left = if e.expires_ms == 0 {
+        "null".to_string()
+    } else {
+        format!("{:.3}", e.expires_ms.saturating_sub(now) as f64 / 1000.0)
+    };
+    format!(
+        "{{\"action\":\"{}\"{limit},\"expires_in\":{left}}}",
+        e.action.name()
+    )
+}
+
+/// An entry in words, for the log.
+fn describe(e: &Entry, now: u64) -> String {
+    let what = match e.action {
+        Action::Limit(n) => format!("limit {n}"),
+        a => a.name().to_string(),
+    };
+    match e.secs_left(now) {
+        Some(s) => format!("{what}, for {s}s"),
+        None => what,
+    }
+}
+
+/// The `notice` of a change: zone, the operator's address, the action and
+/// the key's fingerprint. Written to the cycle's log, not the request's:
+/// nginx would append the request line, whose query holds the key.
+fn log_change(r: &mut Request, zone: &ZoneConf, fp: u64, what: &str) {
+    let c = r.connection();
+    // SAFETY: the request's connection is valid while it runs; the cycle
+    // while the worker runs.
+    let (log, addr) = unsafe { ((*nginx_sys::ngx_cycle).log, (*c).addr_text) };
+    ngx_log_error!(
+        NGX_LOG_NOTICE,
+        log,
+        "rate_limit_window: override of client {:014x} in zone \"{}\" changed by {}: {}",
+        fp,
+        zone.name_str(),
+        String::from_utf8_lossy(addr.as_bytes()),
+        what
+    );
+}
