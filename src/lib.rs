@@ -8,6 +8,7 @@
 //! |----------------|--------------------------------------------------------|
 //! | `conf.rs`      | directives, configuration structs, merge               |
 //! | `conf_log.rs`  | configuration messages as from a directive's line      |
+//! | `conf_zone.rs` | `rate_limit_window_zone`: parameters, key, shared zone  |
 //! | `zone.rs`      | shared-memory zone init and reuse on reload            |
 //! | `resize.rs`    | a zone resized on reload: its clients carried over     |
 //! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
@@ -43,6 +44,7 @@ mod access;
 mod charge;
 mod conf;
 mod conf_log;
+mod conf_zone;
 mod cost;
 mod count_status;
 mod decision;
