@@ -398,6 +398,32 @@ mod tests {
 
     const T0: u64 = 1_800_000_000_000 / 60_000 * 60_000;
 
+    /// A charge (`Table::settle`) changes this gateway's own count, which
+    /// the next round's plan writes, the other gateways' share kept.
+    #[test]
+    fn a_settlement_reaches_the_cluster_sync_as_own_count() {
+        let g = gateway(1, [1, 2]);
+        let (t, ledger) = (&g.table, &g.ledger);
+        let k = t.hash_key(b"k");
+        let d = t.acquire_cost(k, T0, 1_000, 1, FailPolicy::Open, 0);
+        let a = d.admission.expect("admitted");
+        let mut plan = vec![];
+        ledger.plan(t, T0, &mut plan);
+        assert_eq!((plan[0].own, plan[0].write), (1, true));
+        // The round wrote 1; another gateway has 20.
+        let stored = Shares {
+            mine: 1,
+            others: 20,
+        };
+        assert_eq!(ledger.settle(t, &plan[0], stored, T0), 20);
+        t.settle(&a, 300);
+        plan.clear();
+        ledger.plan(t, T0, &mut plan);
+        // This gateway's own count is the charge, the others' share kept.
+        assert_eq!((plan[0].own, plan[0].write), (300, true));
+        assert_eq!(t.peek(k, T0).current, 320);
+    }
+
     #[test]
     fn a_reset_forgets_the_cluster_share_and_keeps_the_others_own() {
         let (a, b) = (gateway(1, [1, 2]), gateway(2, [1, 2]));

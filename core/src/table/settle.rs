@@ -179,34 +179,6 @@ mod tests {
         assert_eq!(t.peek(k, T0).estimate, 0);
     }
 
-    #[test]
-    fn a_settlement_reaches_the_cluster_sync_as_own_count() {
-        use crate::cluster::{Ledger, Shares};
-        let mut r = Region::new(small_bytes(64));
-        let t = table(&mut r, MIN);
-        let mut l = vec![0u64; Ledger::bytes_for(t.capacity()) / 8];
-        // SAFETY: the buffer outlives the ledger and is 8-byte aligned.
-        let ledger =
-            unsafe { Ledger::over(l.as_mut_ptr().cast(), l.len() * 8, t.capacity()) }.unwrap();
-        let k = t.hash_key(b"k");
-        let a = admit(&t, k, T0, 1_000, 1);
-        let mut plan = vec![];
-        ledger.plan(&t, T0, &mut plan);
-        assert_eq!((plan[0].own, plan[0].write), (1, true));
-        // The round wrote 1; another gateway has 20.
-        let stored = Shares {
-            mine: 1,
-            others: 20,
-        };
-        assert_eq!(ledger.settle(&t, &plan[0], stored, T0), 20);
-        t.settle(&a, 300);
-        plan.clear();
-        ledger.plan(&t, T0, &mut plan);
-        // This gateway's own count is the charge, the others' share kept.
-        assert_eq!((plan[0].own, plan[0].write), (300, true));
-        assert_eq!(t.peek(k, T0).current, 320);
-    }
-
     /// One step of a client's life: a call arrives `dt_ms` after the last
     /// one with `cost`, or call `which` (mod the calls so far) is settled at
     /// `charge`.
