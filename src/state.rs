@@ -1,5 +1,6 @@
-//! `state=FILE` on `rate_limit_window_zone`: the zone's clients kept across
-//! a stop and a start (a reload keeps the zone in memory anyway).
+//! `state=FILE` on `rate_limit_window_zone`: the zone's clients, and its
+//! overrides and bans, kept across a stop and a start (a reload keeps the
+//! zone in memory anyway).
 //!
 //! * **Read** by the master when it formats a fresh zone (`zone.rs`
 //!   `init_zone`): at start, and at a reload only for a zone that is new
