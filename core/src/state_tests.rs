@@ -379,7 +379,7 @@ fn reads_the_version_1_reference_file() {
     assert_eq!(
         o,
         [
-            (0x00aa_bbcc_ddee_ff, Action::Limit(10), 0),
+            (0x00_aabb_ccdd_eeff, Action::Limit(10), 0),
             (0x11, Action::Ban, 1_767_225_660_000)
         ]
     );
