@@ -155,7 +155,7 @@ fn write(job: &Job) -> io::Result<Wrote> {
     let table = job.table.save(job.now);
     let overrides = job
         .overrides
-        .map(|o| o.iter(job.now).collect::<Vec<_>>())
+        .map(|o| state::savable(o.iter(job.now)))
         .unwrap_or_default();
     let digest = digest(&table, &overrides);
     if job.last == Some(digest) {

@@ -444,18 +444,42 @@ fn read_override(r: &mut Reader) -> Option<Entry> {
     let limit = r.u32()?;
     let expires_ms = r.u64()?;
     let action = match (code, limit) {
-        ([1, 0, 0, 0], n) if n <= MAX_LIMIT => Action::Limit(n),
+        ([1, 0, 0, 0], n) => Action::Limit(n),
         ([2, 0, 0, 0], 0) => Action::Block,
         ([3, 0, 0, 0], 0) => Action::Exempt,
-        ([4, 0, 0, 0], 0) if expires_ms != 0 => Action::Ban,
+        ([4, 0, 0, 0], 0) => Action::Ban,
         _ => return None,
     };
-    let ok = fp != 0 && fp <= FP_MAX && expires_ms <= MAX_EXPIRY_MS;
-    ok.then_some(Entry {
+    let e = Entry {
         fp,
         action,
         expires_ms,
-    })
+    };
+    valid(&e).then_some(e)
+}
+
+/// Whether a state file may hold `e`: a fingerprint of 56 bits, not 0; a
+/// limit at most [`MAX_LIMIT`]; an end within [`MAX_EXPIRY_MS`], never
+/// none for a ban.
+fn valid(e: &Entry) -> bool {
+    let action_ok = match e.action {
+        Action::Limit(n) => n <= MAX_LIMIT,
+        Action::Ban => e.expires_ms != 0,
+        Action::Block | Action::Exempt => true,
+    };
+    action_ok && e.fp != 0 && e.fp <= FP_MAX && e.expires_ms <= MAX_EXPIRY_MS
+}
+
+/// The entries of an override table's scan that a state file holds: one
+/// per client, the first met (two concurrent inserts of one client may
+/// both be live for an instant), and none that `decode` would refuse, so
+/// that a snapshot never makes the whole file unreadable.
+pub fn savable(entries: impl IntoIterator<Item = Entry>) -> Vec<Entry> {
+    let mut seen = std::collections::HashSet::new();
+    entries
+        .into_iter()
+        .filter(|e| valid(e) && seen.insert(e.fp))
+        .collect()
 }
 
 /// Whether a file written by `saved` may be restored into the zone `ours`:

@@ -252,6 +252,36 @@ fn malformed_overrides_are_refused_even_with_a_valid_checksum() {
     );
 }
 
+/// What an override table's scan may show (a client twice during two
+/// concurrent inserts) is saved as a file that decodes: one entry per
+/// client, the first met.
+#[test]
+fn savable_keeps_one_entry_per_client() {
+    let mut scan = sample_overrides();
+    let mut twice = scan[0];
+    twice.action = Action::Block;
+    scan.insert(2, twice);
+    scan.push(Entry {
+        fp: 0,
+        action: Action::Block,
+        expires_ms: 0,
+    });
+    scan.push(Entry {
+        fp: 77,
+        action: Action::Ban,
+        expires_ms: 0,
+    });
+    let mut f = sample(1);
+    f.overrides = scan.clone();
+    assert_eq!(
+        decode(&encode(&f)).unwrap_err(),
+        StateError::Section("OVERRIDES", "malformed")
+    );
+    f.overrides = savable(scan);
+    assert_eq!(f.overrides, sample_overrides());
+    assert_eq!(decode(&encode(&f)).unwrap(), f);
+}
+
 #[test]
 fn another_version_or_magic_is_refused() {
     let mut b = encode(&sample(0));
