@@ -71,7 +71,8 @@ for t in table_model table_tiny; do
     seed $t 2 '\x01\x10\x20\x30\x40\x50\x60\x70\x80\x09\x10\x27\x00\x00\x01\x01\x0c\x10\x27\x00\x00\x01\x01\x00\x01\x02\x01'
     seed $t 3 "$(head -c 512 /dev/zero | tr '\0' '\001')"
 done
-# A valid state file (estimate zone, 64 slots, an OVERRIDES section).
+# A valid state file (estimate zone, 64 slots, an OVERRIDES section with a
+# limit and a ban, a section of an unknown type).
 mkdir -p corpus/state_file
 cp -n regressions/state_file/* corpus/state_file/ 2>/dev/null || true
 

@@ -1,5 +1,6 @@
-//! `state=FILE` on `rate_limit_window_zone`: the zone's clients kept across
-//! a stop and a start (a reload keeps the zone in memory anyway).
+//! `state=FILE` on `rate_limit_window_zone`: the zone's clients, and its
+//! overrides and bans, kept across a stop and a start (a reload keeps the
+//! zone in memory anyway).
 //!
 //! * **Read** by the master when it formats a fresh zone (`zone.rs`
 //!   `init_zone`): at start, and at a reload only for a zone that is new
@@ -25,7 +26,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use nginx_sys::{ngx_log_t, NGX_LOG_ERR, NGX_LOG_NOTICE};
+use nginx_sys::{ngx_log_t, NGX_LOG_ERR, NGX_LOG_NOTICE, NGX_LOG_WARN};
 use ngx::ngx_log_error;
 use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::state::{self, check_identity, Identity, StateFile};
@@ -107,22 +108,34 @@ pub fn load(zone: &ZoneConf, log: *mut ngx_log_t) -> Option<StateFile> {
     }
 }
 
+/// "would restore" under `nginx -t`, "restored" otherwise.
+fn restored_verb() -> &'static str {
+    // SAFETY: a process-wide flag nginx sets before loading any
+    // configuration.
+    if unsafe { nginx_sys::ngx_test_config } != 0 {
+        "would restore"
+    } else {
+        "restored"
+    }
+}
+
 /// Puts a loaded file's clients into the zone's fresh table (formatted
-/// with the file's seed) and logs what was restored.
+/// with the file's seed), then its overrides and bans into the fresh
+/// override table, and logs what was restored.
 pub fn restore(zone: &ZoneConf, file: &StateFile, log: *mut ngx_log_t) {
+    let now = now_ms();
+    restore_clients(zone, file, now, log);
+    restore_overrides(zone, file, now, log);
+}
+
+/// The file's clients and their counts (`now`: epoch ms).
+fn restore_clients(zone: &ZoneConf, file: &StateFile, now: u64, log: *mut ngx_log_t) {
     let Some(table) = zone.table.as_ref() else {
         return;
     };
-    let now = now_ms();
     match table.restore(&file.table, now) {
         Ok(r) => {
-            // SAFETY: a process-wide flag nginx sets before loading any
-            // configuration.
-            let what = if unsafe { nginx_sys::ngx_test_config } != 0 {
-                "would restore"
-            } else {
-                "restored"
-            };
+            let what = restored_verb();
             ngx_log_error!(
                 NGX_LOG_NOTICE,
                 log,
@@ -140,10 +153,87 @@ pub fn restore(zone: &ZoneConf, file: &StateFile, log: *mut ngx_log_t) {
             ngx_log_error!(
                 NGX_LOG_ERR,
                 log,
-                "rate_limit_window_zone \"{}\": state file not restored: {}; the zone starts empty",
+                "rate_limit_window_zone \"{}\": state file's clients not restored: {}; their \
+                 counts start empty",
                 zone.name,
                 e
             );
         }
+    }
+}
+
+/// What restoring a file's overrides did.
+#[derive(Default)]
+struct OverridesRestored {
+    /// Entries now in the table.
+    kept: usize,
+    /// Entries whose ttl (or ban) ended while nginx was down.
+    expired: usize,
+    /// Entries that did not fit (`overrides=` smaller than the list).
+    dropped: usize,
+}
+
+/// The file's overrides and bans (keyed by fingerprints of the file's
+/// seed, which the zone's table was formatted with, so lookups find them);
+/// those whose ttl passed (`now`: epoch ms) are dropped. A table smaller
+/// than the list keeps what fits, said at `warn`.
+fn restore_overrides(zone: &ZoneConf, file: &StateFile, now: u64, log: *mut ngx_log_t) {
+    let Some(o) = zone.overrides.as_ref() else {
+        return;
+    };
+    if file.overrides.is_empty() {
+        return;
+    }
+    let seeded = zone.table.as_ref().is_some_and(|t| t.seed() == file.seed);
+    if !seeded {
+        // Never expected (the table takes the file's seed): entries keyed
+        // by another seed would apply to the wrong clients.
+        ngx_log_error!(
+            NGX_LOG_ERR,
+            log,
+            "rate_limit_window_zone \"{}\": {} overrides of the state file not restored: the \
+             zone's hash seed is not the file's",
+            zone.name,
+            file.overrides.len()
+        );
+        return;
+    }
+    let mut r = OverridesRestored::default();
+    for &e in &file.overrides {
+        match o.restore(e, now) {
+            Ok(true) => r.kept += 1,
+            Ok(false) => r.expired += 1,
+            Err(_) => r.dropped += 1,
+        }
+    }
+    log_overrides(zone, &r, o.capacity(), log);
+}
+
+/// Logs [`restore_overrides`]' outcome: `notice`, or `warn` when some did
+/// not fit.
+fn log_overrides(zone: &ZoneConf, r: &OverridesRestored, capacity: usize, log: *mut ngx_log_t) {
+    ngx_log_error!(
+        NGX_LOG_NOTICE,
+        log,
+        "rate_limit_window_zone \"{}\": {} {} overrides and bans from state file \"{}\" \
+         ({} expired while nginx was down)",
+        zone.name,
+        restored_verb(),
+        r.kept,
+        zone.state.as_deref().unwrap_or(Path::new("")).display(),
+        r.expired
+    );
+    if r.dropped != 0 {
+        ngx_log_error!(
+            NGX_LOG_WARN,
+            log,
+            "rate_limit_window_zone \"{}\": {} overrides and bans of the state file dropped: \
+             overrides={} holds {} of the file's {}",
+            zone.name,
+            r.dropped,
+            capacity,
+            r.kept,
+            r.kept + r.dropped
+        );
     }
 }

@@ -34,8 +34,9 @@ use nginx_sys::{
 };
 use ngx::http::HttpModuleMainConf;
 use ngx::ngx_log_error;
+use rate_limit_window_core::overrides::{Action, Entry, Overrides};
 use rate_limit_window_core::state::{self, Identity, StateFile};
-use rate_limit_window_core::Table;
+use rate_limit_window_core::{SavedTable, Table};
 
 use crate::util::now_ms;
 use crate::zone::ZoneConf;
@@ -52,25 +53,31 @@ struct Job {
     identity: Identity,
     /// The zone's table, in shared memory mapped for the whole cycle.
     table: &'static Table<'static>,
+    /// The zone's override table, in the same shared memory.
+    overrides: Option<Overrides<'static>>,
     path: PathBuf,
     /// Epoch ms of the snapshot (read on the event loop thread).
     now: u64,
     /// A periodic job: the digest of this process's last write of the
-    /// zone, whose table is not written again while it is unchanged.
+    /// zone, whose table and overrides are not written again while they
+    /// are unchanged.
     last: Option<u64>,
 }
 
 /// What a write did.
 enum Wrote {
-    /// The file was replaced: slots and bytes written, the table's digest.
+    /// The file was replaced: slots, overrides and bytes written, the
+    /// digest of what was saved.
     File {
         slots: usize,
+        overrides: usize,
         bytes: usize,
         digest: u64,
     },
     /// Another writer held the lock (a periodic write skips then).
     Busy,
-    /// The table is as at this process's last periodic write.
+    /// The table and overrides are as at this process's last periodic
+    /// write.
     Unchanged,
 }
 
@@ -95,6 +102,7 @@ fn jobs(cycle: &ngx_cycle_t, periodic: bool) -> Vec<Job> {
                 name: z.name_str().into_owned(),
                 identity: crate::state::identity(z),
                 table: z.table.as_ref()?,
+                overrides: z.overrides,
                 path: z.state.clone()?,
                 now,
                 last: periodic
@@ -145,9 +153,11 @@ fn write(job: &Job) -> io::Result<Wrote> {
     };
     // Taken under the lock: the last writer's snapshot is the newest.
     let table = job.table.save(job.now);
-    let mut h = std::hash::DefaultHasher::new();
-    (table.newest, &table.slots).hash(&mut h);
-    let digest = h.finish();
+    let overrides = job
+        .overrides
+        .map(|o| state::savable(o.iter(job.now)))
+        .unwrap_or_default();
+    let digest = digest(&table, &overrides);
     if job.last == Some(digest) {
         return Ok(Wrote::Unchanged);
     }
@@ -156,6 +166,7 @@ fn write(job: &Job) -> io::Result<Wrote> {
         seed: job.table.seed(),
         saved_ms: job.now,
         table,
+        overrides,
         other: Vec::new(),
     };
     let bytes = state::encode(&file);
@@ -178,9 +189,24 @@ fn write(job: &Job) -> io::Result<Wrote> {
     sync_dir(&job.path);
     Ok(Wrote::File {
         slots: file.table.slots.len(),
+        overrides: file.overrides.len(),
         bytes: bytes.len(),
         digest,
     })
+}
+
+/// A digest of what a write saves: the table's used slots and the live
+/// overrides (an override set, changed, removed or expired changes it).
+fn digest(table: &SavedTable, overrides: &[Entry]) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    (table.newest, &table.slots).hash(&mut h);
+    for e in overrides {
+        (e.fp, e.action.name(), e.expires_ms).hash(&mut h);
+        if let Action::Limit(n) = e.action {
+            n.hash(&mut h);
+        }
+    }
+    h.finish()
 }
 
 /// fsyncs the directory of `path`, so that the rename survives a power
@@ -223,6 +249,7 @@ fn report(log: *mut ngx_log_t, o: Outcome, periodic: bool) {
     match o.result {
         Ok(Wrote::File {
             slots,
+            overrides,
             bytes,
             digest,
         }) => {
@@ -236,11 +263,12 @@ fn report(log: *mut ngx_log_t, o: Outcome, periodic: bool) {
             ngx_log_error!(
                 level,
                 log,
-                "rate_limit_window_zone \"{}\": state file \"{}\" written: {} slots, {} bytes, \
-                 {} us",
+                "rate_limit_window_zone \"{}\": state file \"{}\" written: {} slots, {} overrides, \
+                 {} bytes, {} us",
                 o.name,
                 o.path.display(),
                 slots,
+                overrides,
                 bytes,
                 o.took.as_micros()
             );

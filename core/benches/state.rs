@@ -29,6 +29,7 @@ fn file(t: &Table<'_>) -> StateFile {
         seed: t.seed(),
         saved_ms: T0,
         table: t.save(T0 + 1),
+        overrides: vec![],
         other: vec![],
     }
 }

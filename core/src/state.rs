@@ -20,16 +20,18 @@
 //! | 1    | IDENTITY  | window_ms u64, mode u8 (0 estimate, 1 strict), 3 zero bytes, zone name (u32 length + bytes), key source (u32 length + bytes) |
 //! | 2    | SEED      | the zone's hash seed, 2 x u64                               |
 //! | 3    | TABLE     | saved_ms u64, layout u32, strict u8, 3 zero bytes, capacity u64, newest u64, count u64, then count x (position u32, slot word u128) |
-//! | 4    | OVERRIDES | reserved for the zone's overrides and bans (not written yet) |
+//! | 4    | OVERRIDES | count u64, then count x (fingerprint u64, action u8 (1 limit, 2 block, 3 exempt, 4 ban), 3 zero bytes, limit u32, expires_ms u64) |
 //!
-//! IDENTITY, SEED and TABLE must each appear exactly once; a known section
-//! twice, a payload of the wrong length, a bad checksum, a length that does
-//! not match the file, or another magic or version is refused: the caller
-//! logs it and starts with an empty zone.
+//! IDENTITY, SEED and TABLE must each appear exactly once, OVERRIDES at
+//! most once (a file written before it existed has none: no overrides); a
+//! known section twice, a payload of the wrong length or with a value out
+//! of range, a bad checksum, a length that does not match the file, or
+//! another magic or version is refused: the caller logs it and starts with
+//! an empty zone.
 //!
-//! # Adding a section (e.g. OVERRIDES)
+//! # Adding a section
 //!
-//! 1. give it a constant in [`section`] (4 is reserved for the overrides);
+//! 1. give it a constant in [`section`];
 //! 2. add its field to [`StateFile`], write it in [`encode`] with
 //!    `put_section`, and read it in `decode`'s `match` (`other` then no
 //!    longer collects it);
@@ -45,7 +47,9 @@
 
 use core::fmt;
 
+use crate::overrides::{Action, Entry, MAX_EXPIRY_MS, MAX_OVERRIDES};
 use crate::table::SavedTable;
+use crate::window::MAX_LIMIT;
 
 /// The file's first 8 bytes.
 pub const MAGIC: [u8; 8] = *b"RLWSTATE";
@@ -57,6 +61,11 @@ const HEAD: usize = 24;
 const SLOT_RECORD: usize = 20;
 /// Fixed bytes of a TABLE payload before the slots.
 const TABLE_FIXED: usize = 40;
+/// Bytes of one saved override: fingerprint u64, action u8, 3 zero bytes,
+/// limit u32, expiry u64.
+const OVERRIDE_RECORD: usize = 24;
+/// Largest fingerprint (56 bits).
+const FP_MAX: u64 = (1 << 56) - 1;
 
 /// Section types.
 pub mod section {
@@ -66,7 +75,7 @@ pub mod section {
     pub const SEED: u16 = 2;
     /// The slot table's used slots.
     pub const TABLE: u16 = 3;
-    /// Reserved: the zone's overrides and bans.
+    /// The zone's overrides and bans.
     pub const OVERRIDES: u16 = 4;
 }
 
@@ -95,6 +104,9 @@ pub struct StateFile {
     pub saved_ms: u64,
     /// The table's used slots.
     pub table: SavedTable,
+    /// The zone's live overrides and bans (keyed by fingerprints of
+    /// `seed`), in the override table's slot order.
+    pub overrides: Vec<Entry>,
     /// Sections this version does not read: `(type, payload)`.
     pub other: Vec<(u16, Vec<u8>)>,
 }
@@ -214,6 +226,9 @@ pub fn encode(f: &StateFile) -> Vec<u8> {
             o.extend_from_slice(&w.to_le_bytes());
         }
     });
+    put_section(&mut out, section::OVERRIDES, |o| {
+        put_overrides(o, &f.overrides)
+    });
     for (kind, payload) in &f.other {
         put_section(&mut out, *kind, |o| o.extend_from_slice(payload));
     }
@@ -222,6 +237,28 @@ pub fn encode(f: &StateFile) -> Vec<u8> {
     let crc = crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
+}
+
+/// The action's code in an OVERRIDES record, and its limit.
+fn action_code(a: Action) -> (u8, u32) {
+    match a {
+        Action::Limit(n) => (1, n),
+        Action::Block => (2, 0),
+        Action::Exempt => (3, 0),
+        Action::Ban => (4, 0),
+    }
+}
+
+/// Writes an OVERRIDES payload.
+fn put_overrides(o: &mut Vec<u8>, entries: &[Entry]) {
+    o.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    for e in entries {
+        let (code, limit) = action_code(e.action);
+        o.extend_from_slice(&e.fp.to_le_bytes());
+        o.extend_from_slice(&[code, 0, 0, 0]);
+        o.extend_from_slice(&limit.to_le_bytes());
+        o.extend_from_slice(&e.expires_ms.to_le_bytes());
+    }
 }
 
 /// A cursor over a payload that refuses to read past its end.
@@ -302,7 +339,7 @@ fn body(bytes: &[u8]) -> Result<&[u8], StateError> {
 pub fn decode(bytes: &[u8]) -> Result<StateFile, StateError> {
     let mut r = Reader(body(bytes)?);
     let mut f = StateFile::default();
-    let mut seen = [false; 3];
+    let mut seen = [false; 4];
     while !r.done() {
         let bad = StateError::Section("header", "cut short");
         let (kind, reserved, len) = (
@@ -318,6 +355,7 @@ pub fn decode(bytes: &[u8]) -> Result<StateFile, StateError> {
             section::IDENTITY => ("IDENTITY", 0),
             section::SEED => ("SEED", 1),
             section::TABLE => ("TABLE", 2),
+            section::OVERRIDES => ("OVERRIDES", 3),
             _ => {
                 f.other.push((kind, payload.to_vec()));
                 continue;
@@ -329,7 +367,8 @@ pub fn decode(bytes: &[u8]) -> Result<StateFile, StateError> {
         let ok = match kind {
             section::IDENTITY => read_identity(payload, &mut f.identity),
             section::SEED => read_seed(payload, &mut f.seed),
-            _ => read_table(payload, &mut f),
+            section::TABLE => read_table(payload, &mut f),
+            _ => read_overrides(payload, &mut f.overrides),
         };
         ok.ok_or(StateError::Section(name, "malformed"))?;
     }
@@ -373,6 +412,74 @@ fn read_table(p: &[u8], f: &mut StateFile) -> Option<()> {
         .map(|_| Some((r.u32()?, r.u128()?)))
         .collect::<Option<_>>()?;
     r.done().then_some(())
+}
+
+/// Reads an OVERRIDES payload: every field in range (a fingerprint of 56
+/// bits, not 0; a known action; a limit only for `limit`, at most
+/// [`MAX_LIMIT`]; an expiry within [`MAX_EXPIRY_MS`], never 0 for a ban),
+/// no client twice, at most [`MAX_OVERRIDES`] entries.
+fn read_overrides(p: &[u8], out: &mut Vec<Entry>) -> Option<()> {
+    let mut r = Reader(p);
+    let count = usize::try_from(r.u64()?).ok()?;
+    // The length is checked before anything is allocated for the count.
+    if count > MAX_OVERRIDES || count.checked_mul(OVERRIDE_RECORD)? != p.len() - 8 {
+        return None;
+    }
+    let entries = (0..count)
+        .map(|_| read_override(&mut r))
+        .collect::<Option<Vec<_>>>()?;
+    let mut fps: Vec<u64> = entries.iter().map(|e| e.fp).collect();
+    fps.sort_unstable();
+    if fps.windows(2).any(|w| w[0] == w[1]) {
+        return None;
+    }
+    *out = entries;
+    r.done().then_some(())
+}
+
+/// One OVERRIDES record, checked.
+fn read_override(r: &mut Reader) -> Option<Entry> {
+    let fp = r.u64()?;
+    let code = r.take(4)?;
+    let limit = r.u32()?;
+    let expires_ms = r.u64()?;
+    let action = match (code, limit) {
+        ([1, 0, 0, 0], n) => Action::Limit(n),
+        ([2, 0, 0, 0], 0) => Action::Block,
+        ([3, 0, 0, 0], 0) => Action::Exempt,
+        ([4, 0, 0, 0], 0) => Action::Ban,
+        _ => return None,
+    };
+    let e = Entry {
+        fp,
+        action,
+        expires_ms,
+    };
+    valid(&e).then_some(e)
+}
+
+/// Whether a state file may hold `e`: a fingerprint of 56 bits, not 0; a
+/// limit at most [`MAX_LIMIT`]; an end within [`MAX_EXPIRY_MS`], never
+/// none for a ban.
+fn valid(e: &Entry) -> bool {
+    let action_ok = match e.action {
+        Action::Limit(n) => n <= MAX_LIMIT,
+        Action::Ban => e.expires_ms != 0,
+        Action::Block | Action::Exempt => true,
+    };
+    action_ok && e.fp != 0 && e.fp <= FP_MAX && e.expires_ms <= MAX_EXPIRY_MS
+}
+
+/// The entries of an override table's scan that a state file holds: one
+/// per client, the first met (two concurrent inserts of one client may
+/// both be live for an instant), and none that `decode` would refuse, so
+/// that a snapshot never makes the whole file unreadable.
+pub fn savable(entries: impl IntoIterator<Item = Entry>) -> Vec<Entry> {
+    let mut seen = std::collections::HashSet::new();
+    entries
+        .into_iter()
+        .filter(|e| valid(e) && seen.insert(e.fp))
+        .collect()
 }
 
 /// Whether a file written by `saved` may be restored into the zone `ours`:

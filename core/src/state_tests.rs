@@ -4,7 +4,24 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::overrides::{Action, Entry};
 use crate::table::LAYOUT_VERSION;
+
+/// One override of each kind: a limit for ever, a block for an hour, an
+/// exempt, a ban.
+fn sample_overrides() -> Vec<Entry> {
+    let e = |fp, action, expires_ms| Entry {
+        fp,
+        action,
+        expires_ms,
+    };
+    vec![
+        e(0x00ab_cdef_0123_4567, Action::Limit(10), 0),
+        e(0x0012_3456_789a_bcde, Action::Block, 1_767_229_200_000),
+        e(1, Action::Exempt, 0),
+        e((1 << 56) - 1, Action::Ban, 1_767_225_660_000),
+    ]
+}
 
 fn sample(slots: usize) -> StateFile {
     StateFile {
@@ -25,6 +42,7 @@ fn sample(slots: usize) -> StateFile {
                 .map(|i| (i as u32 * 3, (i as u128) << 72 | 5))
                 .collect(),
         },
+        overrides: sample_overrides(),
         other: vec![],
     }
 }
@@ -38,21 +56,27 @@ fn crc32c_matches_the_standard_check_value() {
 #[test]
 fn round_trip() {
     for n in [0, 1, 17] {
-        let f = sample(n);
-        let bytes = encode(&f);
-        // Header, checksum, 3 section heads, IDENTITY, SEED, TABLE.
-        assert_eq!(bytes.len(), 24 + 4 + 8 * 3 + 45 + 16 + 40 + 20 * n);
-        assert_eq!(decode(&bytes).unwrap(), f);
+        for k in [0, 4] {
+            let mut f = sample(n);
+            f.overrides.truncate(k);
+            let bytes = encode(&f);
+            // Header, checksum, 4 section heads, IDENTITY, SEED, TABLE,
+            // OVERRIDES.
+            let want = 24 + 4 + 8 * 4 + 45 + 16 + 40 + 20 * n + 8 + 24 * k;
+            assert_eq!(bytes.len(), want);
+            assert_eq!(decode(&bytes).unwrap(), f);
+        }
     }
 }
 
 #[test]
 fn unknown_sections_are_skipped_and_kept() {
     let mut f = sample(2);
-    f.other = vec![(section::OVERRIDES, b"future".to_vec()), (900, vec![])];
+    f.other = vec![(5, b"future".to_vec()), (900, vec![])];
     let back = decode(&encode(&f)).unwrap();
     assert_eq!(back.other, f.other);
     assert_eq!(back.table, f.table);
+    assert_eq!(back.overrides, f.overrides);
 }
 
 #[test]
@@ -118,6 +142,146 @@ fn malformed_sections_are_refused_even_with_a_valid_checksum() {
     .is_err());
 }
 
+/// The file of `sample(1)` with its OVERRIDES section (the last one)
+/// replaced by `payload` (None: no OVERRIDES section), length and
+/// checksum fixed: only the section check can refuse it.
+fn with_overrides(payload: Option<&[u8]>) -> Result<StateFile, StateError> {
+    let mut f = sample(1);
+    f.overrides.clear();
+    let bytes = encode(&f);
+    // The empty section: head (8), count (8); then the checksum (4).
+    let mut body = bytes[24..bytes.len() - 4 - 16].to_vec();
+    if let Some(p) = payload {
+        body.extend_from_slice(&section::OVERRIDES.to_le_bytes());
+        body.extend_from_slice(&[0, 0]);
+        body.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        body.extend_from_slice(p);
+    }
+    let mut out = bytes[..16].to_vec();
+    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    out.extend_from_slice(&body);
+    let crc = crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    decode(&out)
+}
+
+/// An OVERRIDES payload of `records` (fp, action code, limit, expiry).
+fn overrides_payload(records: &[(u64, u8, u32, u64)]) -> Vec<u8> {
+    let mut p = (records.len() as u64).to_le_bytes().to_vec();
+    for &(fp, code, limit, exp) in records {
+        p.extend_from_slice(&fp.to_le_bytes());
+        p.extend_from_slice(&[code, 0, 0, 0]);
+        p.extend_from_slice(&limit.to_le_bytes());
+        p.extend_from_slice(&exp.to_le_bytes());
+    }
+    p
+}
+
+#[test]
+fn a_file_without_overrides_reads_as_none() {
+    let f = with_overrides(None).unwrap();
+    assert!(f.overrides.is_empty());
+    assert_eq!(f.table, sample(1).table);
+}
+
+#[test]
+fn valid_override_records_are_read() {
+    let p = overrides_payload(&[(7, 1, 1_000_000, 0), (8, 4, 0, 5), (9, 3, 0, 9)]);
+    let f = with_overrides(Some(&p)).unwrap();
+    let want = [
+        (7, Action::Limit(1_000_000), 0),
+        (8, Action::Ban, 5),
+        (9, Action::Exempt, 9),
+    ];
+    let got: Vec<_> = f
+        .overrides
+        .iter()
+        .map(|e| (e.fp, e.action, e.expires_ms))
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn malformed_overrides_are_refused_even_with_a_valid_checksum() {
+    let bad = StateError::Section("OVERRIDES", "malformed");
+    let max_exp = crate::overrides::MAX_EXPIRY_MS;
+    let cases: [(&str, Vec<u8>); 11] = [
+        ("fingerprint 0", overrides_payload(&[(0, 2, 0, 0)])),
+        (
+            "fingerprint over 56 bits",
+            overrides_payload(&[(1 << 56, 2, 0, 0)]),
+        ),
+        ("action 0", overrides_payload(&[(5, 0, 0, 0)])),
+        ("action 5", overrides_payload(&[(5, 5, 0, 0)])),
+        ("a limit on a block", overrides_payload(&[(5, 2, 3, 0)])),
+        ("a huge limit", overrides_payload(&[(5, 1, 1_000_001, 0)])),
+        ("a ban without end", overrides_payload(&[(5, 4, 0, 0)])),
+        (
+            "an expiry out of range",
+            overrides_payload(&[(5, 2, 0, max_exp + 1)]),
+        ),
+        (
+            "one client twice",
+            overrides_payload(&[(5, 2, 0, 0), (5, 3, 0, 0)]),
+        ),
+        ("a count past the records", {
+            let mut p = overrides_payload(&[(5, 2, 0, 0)]);
+            p[0] = 2;
+            p
+        }),
+        ("a huge count", {
+            let mut p = overrides_payload(&[]);
+            p[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+            p
+        }),
+    ];
+    for (what, p) in cases {
+        assert_eq!(with_overrides(Some(&p)).unwrap_err(), bad, "{what}");
+    }
+    let mut flag = overrides_payload(&[(5, 2, 0, 0)]);
+    flag[17] = 1; // a reserved byte after the action
+    assert_eq!(with_overrides(Some(&flag)).unwrap_err(), bad);
+    // The section twice.
+    let e = with_overrides(Some(&overrides_payload(&[]))).map(|_| ());
+    assert!(e.is_ok());
+    let mut f = sample(1);
+    f.other = vec![(section::OVERRIDES, overrides_payload(&[]))];
+    assert_eq!(
+        decode(&encode(&f)).unwrap_err(),
+        StateError::Section("OVERRIDES", "appears twice")
+    );
+}
+
+/// What an override table's scan may show (a client twice during two
+/// concurrent inserts) is saved as a file that decodes: one entry per
+/// client, the first met.
+#[test]
+fn savable_keeps_one_entry_per_client() {
+    let mut scan = sample_overrides();
+    let mut twice = scan[0];
+    twice.action = Action::Block;
+    scan.insert(2, twice);
+    scan.push(Entry {
+        fp: 0,
+        action: Action::Block,
+        expires_ms: 0,
+    });
+    scan.push(Entry {
+        fp: 77,
+        action: Action::Ban,
+        expires_ms: 0,
+    });
+    let mut f = sample(1);
+    f.overrides = scan.clone();
+    assert_eq!(
+        decode(&encode(&f)).unwrap_err(),
+        StateError::Section("OVERRIDES", "malformed")
+    );
+    f.overrides = savable(scan);
+    assert_eq!(f.overrides, sample_overrides());
+    assert_eq!(decode(&encode(&f)).unwrap(), f);
+}
+
 #[test]
 fn another_version_or_magic_is_refused() {
     let mut b = encode(&sample(0));
@@ -177,12 +341,22 @@ proptest! {
         newest in any::<u64>(),
         slots in proptest::collection::vec((any::<u32>(), any::<u128>()), 0..50),
         other in proptest::collection::vec((5u16.., proptest::collection::vec(any::<u8>(), 0..20)), 0..3),
+        ovr in proptest::collection::btree_map(1u64..1 << 56, (0u8..4, 0u32..=1_000_000, 0u64..1 << 44), 0..20),
     ) {
+        let overrides = ovr
+            .into_iter()
+            .map(|(fp, (code, n, exp))| {
+                let action = [Action::Limit(n), Action::Block, Action::Exempt, Action::Ban][code as usize];
+                let expires_ms = if action == Action::Ban { exp.max(1) } else { exp };
+                Entry { fp, action, expires_ms }
+            })
+            .collect();
         let f = StateFile {
             identity: Identity { zone, key, window_ms, strict },
             seed,
             saved_ms,
             table: SavedTable { layout: LAYOUT_VERSION, strict, capacity: 1 << 20, newest, slots },
+            overrides,
             other,
         };
         prop_assert_eq!(decode(&encode(&f)).unwrap(), f);
@@ -227,8 +401,17 @@ fn reads_the_version_1_reference_file() {
     assert_eq!(f.seed, [7, 9]);
     assert_eq!(f.saved_ms, 1_767_225_600_000);
     assert_eq!((f.table.capacity, f.table.slots.len()), (64, 5));
+    let o: Vec<_> = f
+        .overrides
+        .iter()
+        .map(|e| (e.fp, e.action, e.expires_ms))
+        .collect();
     assert_eq!(
-        f.other,
-        vec![(section::OVERRIDES, b"overrides later".to_vec())]
+        o,
+        [
+            (0x00_aabb_ccdd_eeff, Action::Limit(10), 0),
+            (0x11, Action::Ban, 1_767_225_660_000)
+        ]
     );
+    assert_eq!(f.other, vec![(9, b"a later section".to_vec())]);
 }

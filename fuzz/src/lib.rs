@@ -498,7 +498,28 @@ pub fn state_file(data: &[u8]) {
     // SAFETY: an exclusive, 64-byte aligned buffer that outlives the table.
     let t =
         unsafe { Table::init_mode(buf.as_mut_ptr().cast(), len, w, f.seed, mode) }.expect("init");
-    let _ = t.restore(&f.table, T0.wrapping_add(f.saved_ms % 1_000_000));
+    let now = T0.wrapping_add(f.saved_ms % 1_000_000);
+    let _ = t.restore(&f.table, now);
+    restore_overrides(&f.overrides, now);
+}
+
+/// A decoded file's overrides restored into a small override table: never
+/// a panic; every live entry restored is found, as saved, until the table
+/// is full.
+fn restore_overrides(entries: &[rate_limit_window_core::overrides::Entry], now: u64) {
+    use rate_limit_window_core::overrides::Overrides;
+    let cap = 4;
+    let mut buf = region(Overrides::bytes_for(cap));
+    let len = buf.len() * 64;
+    // SAFETY: an exclusive, 64-byte aligned buffer that outlives the table.
+    let o = unsafe { Overrides::init(buf.as_mut_ptr().cast(), len, cap) }.expect("init");
+    for e in entries {
+        match o.restore(*e, now) {
+            Ok(true) => assert_eq!(o.get(e.fp, now), Some(*e)),
+            Ok(false) => assert!(e.expired(now)),
+            Err(full) => assert_eq!(full.capacity, cap),
+        }
+    }
 }
 
 /// `parse_body` of an override PUT: never panics; an accepted body is one
