@@ -698,3 +698,66 @@ fn a_dry_run_bans_nobody() {
     let r = get(ng.port, "/api?zone=d&key=quinn");
     assert!(json(&r)["override"].is_null(), "{}", r.describe());
 }
+
+/// Overrides by address with nginx's own machinery in the location:
+/// realip at location level (the override is found by the real client's
+/// address, never the proxy's), `limit_req` beside the limit (each keeps
+/// counting the real client), and an `error_page` redirect (the limited
+/// request counted once, its override applied before the redirect).
+#[test]
+fn overrides_by_address_with_realip_limit_req_and_error_page() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&http_conf(
+        r#"rate_limit_window_zone $binary_remote_addr zone=ip:1m window=1h;
+        limit_req_zone $binary_remote_addr zone=lr:1m rate=1r/m;
+        server {
+            listen 127.0.0.1:{{PORT}};
+            location /app/ {
+                set_real_ip_from 127.0.0.1;
+                real_ip_header X-Forwarded-For;
+                limit_req zone=lr burst=3 nodelay;
+                rate_limit_window zone=ip limit=2;
+                root html;
+                error_page 404 = @up;
+            }
+            location @up { proxy_pass http://{{UPSTREAM}}; }
+            location = /api { rate_limit_window_metrics write=on; }
+        }"#,
+    ));
+    let set = |addr: &str, body: &str| {
+        let path = format!("/api?zone=ip&addr={addr}");
+        let r = send_body(ng.port, "PUT", &path, body.as_bytes(), false);
+        assert_eq!(r.status, 200, "{}", r.describe());
+    };
+    set("10.9.9.1", "{\"block\":true,\"ttl\":600}");
+    set("10.9.9.2", "{\"exempt\":true}");
+    set("10.9.9.3", "{\"limit\":3}");
+    let from = |addr: &str, n: usize| -> Vec<u16> {
+        (0..n)
+            .map(|_| {
+                let h: &[(&str, &[u8])] = &[("X-Forwarded-For", addr.as_bytes())];
+                request(ng.port, "GET", "/app/missing", h).status
+            })
+            .collect()
+    };
+    // Blocked: rejected from the first request, Retry-After the ttl left.
+    let r = request(
+        ng.port,
+        "GET",
+        "/app/missing",
+        &[("X-Forwarded-For", b"10.9.9.1")],
+    );
+    assert_eq!(r.status, 429, "{}", r.describe());
+    assert!((599..=600).contains(&r.header_num("Retry-After")));
+    // Exempt from this limit; limit_req (1 + burst 3) still holds it.
+    assert_eq!(from("10.9.9.2", 5), [200, 200, 200, 200, 503]);
+    // Its own limit (3), not the location's (2); another client gets 2.
+    assert_eq!(from("10.9.9.3", 4), [200, 200, 200, 429]);
+    assert_eq!(from("10.9.9.4", 3), [200, 200, 429]);
+    // Every admitted request went through the error_page redirect once.
+    assert_eq!(up.received(), 4 + 3 + 2);
+    // The lookup finds the override by the real address.
+    let r = get(ng.port, "/api?zone=ip&addr=10.9.9.3");
+    assert_eq!(json(&r)["override"]["limit"], 3, "{}", r.describe());
+    assert_eq!(json(&r)["current"], 3, "{}", r.describe());
+}
