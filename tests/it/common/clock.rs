@@ -5,6 +5,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -180,10 +181,13 @@ fn faked_builder(file: &Path) -> NginxBuilder {
 /// read) that only ever grows. A test jumps to a point of a window instead
 /// of sleeping until it: for nginx the jump is time that passed, for the
 /// test `now_ms` is the shifted clock. Monotonic time stays real.
-pub struct ShiftedClock {
+#[derive(Clone)]
+pub struct ShiftedClock(Arc<Shift>);
+
+struct Shift {
     _dir: tempfile::TempDir,
     file: PathBuf,
-    shift_ms: AtomicU64,
+    ms: AtomicU64,
 }
 
 impl Default for ShiftedClock {
@@ -197,34 +201,34 @@ impl ShiftedClock {
     pub fn new() -> ShiftedClock {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("faketime.rc");
-        let c = ShiftedClock {
+        let c = ShiftedClock(Arc::new(Shift {
             _dir: dir,
             file,
-            shift_ms: AtomicU64::new(0),
-        };
+            ms: AtomicU64::new(0),
+        }));
         c.write(0);
         c
     }
 
     fn write(&self, shift_ms: u64) {
-        let tmp = self.file.with_extension("tmp");
+        let tmp = self.0.file.with_extension("tmp");
         fs::write(
             &tmp,
             format!("+{}.{:03}\n", shift_ms / 1000, shift_ms % 1000),
         )
         .unwrap();
-        fs::rename(&tmp, &self.file).unwrap();
-        self.shift_ms.store(shift_ms, Ordering::SeqCst);
+        fs::rename(&tmp, &self.0.file).unwrap();
+        self.0.ms.store(shift_ms, Ordering::SeqCst);
     }
 
     /// The time nginx sees, in Unix milliseconds.
     pub fn now_ms(&self) -> u128 {
-        now_ms() + self.shift_ms.load(Ordering::SeqCst) as u128
+        now_ms() + self.0.ms.load(Ordering::SeqCst) as u128
     }
 
     /// Moves the clock forward by `ms`.
     pub fn advance(&self, ms: u128) {
-        self.write(self.shift_ms.load(Ordering::SeqCst) + ms as u64);
+        self.write(self.0.ms.load(Ordering::SeqCst) + ms as u64);
     }
 
     /// Moves the clock forward to the next instant where `now mod window`
@@ -249,6 +253,6 @@ impl ShiftedClock {
 
     /// A builder for nginx under libfaketime, on this clock.
     pub fn builder(&self) -> NginxBuilder {
-        faked_builder(&self.file)
+        faked_builder(&self.0.file)
     }
 }
