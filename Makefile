@@ -42,9 +42,13 @@ build: deps
 run: build
 	@PORT="$(PORT)" APP_PORT="$(APP_PORT)" scripts/run-gateway.sh
 
+# The core's tests without LTO (profile release-no-lto: much faster to link),
+# then the module's integration tests in release, where make build left the
+# dependencies (nginx among them).
 test: build
 	@scripts/deps.sh $(TEST_DEPS)
-	$(CARGO) test --release --workspace
+	$(CARGO) test --profile release-no-lto -p rate_limit_window_core
+	$(CARGO) test --release -p rate_limit_window
 
 soak: build
 	@scripts/deps.sh $(TEST_DEPS)

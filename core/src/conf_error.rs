@@ -474,7 +474,9 @@ pub fn unknown_param(
         return e;
     }
     let name = param_name(word);
-    let other = if core::ptr::eq(valid, ZONE_PARAMS) {
+    // By content: a `const` slice has no one address (each use may get its
+    // own copy; only LTO happened to merge them).
+    let other = if valid == ZONE_PARAMS {
         ("rate_limit_window", LIMIT_PARAMS)
     } else {
         ("rate_limit_window_zone", ZONE_PARAMS)

@@ -64,6 +64,16 @@ fn gateway(redis_port: u16, upstream: &Upstream, limit: u32) -> Nginx {
     gateway_with(redis_port, upstream, limit, None)
 }
 
+/// As `gateway`, with nginx's wall clock on `clock` (libfaketime), so that
+/// the test jumps past a window boundary instead of sleeping until it.
+fn gateway_on(clock: &ShiftedClock, redis_port: u16, upstream: &Upstream, limit: u32) -> Nginx {
+    clock
+        .builder()
+        .workers(2)
+        .upstream_of(upstream)
+        .start(&gateway_conf(redis_port, limit, None))
+}
+
 /// As `gateway`, with `/slow` proxied to `slow` (an upstream that answers
 /// late) when given.
 fn gateway_with(redis_port: u16, upstream: &Upstream, limit: u32, slow: Option<&str>) -> Nginx {
@@ -187,10 +197,11 @@ fn metric(port: u16, name: &str) -> f64 {
 fn two_gateways_share_one_limit() {
     let redis = RedisServer::start();
     let up = Upstream::start();
-    let a = gateway(redis.port, &up, 40);
-    let b = gateway(redis.port, &up, 40);
+    let clock = ShiftedClock::new();
+    let a = gateway_on(&clock, redis.port, &up, 40);
+    let b = gateway_on(&clock, redis.port, &up, 40);
     // The counts of a window boundary are not what this test checks.
-    clear_of_boundary(60_000, 8_000);
+    clock.clear_of_boundary(60_000, 8_000);
 
     // One client alternating between the gateways at about 20 requests/s.
     let mut admitted = [0u32; 2];
@@ -318,10 +329,11 @@ fn redis_outage_keeps_serving_and_is_visible() {
 fn sync_thread_stops_on_reload_and_quit() {
     // Counts carried across reloads are checked within one window: at a
     // minute boundary the earlier requests would only count in part.
-    clear_of_boundary(60_000, 20_000);
+    let clock = ShiftedClock::new();
+    clock.clear_of_boundary(60_000, 20_000);
     let redis = RedisServer::start();
     let up = Upstream::start();
-    let mut a = gateway(redis.port, &up, 5);
+    let mut a = gateway_on(&clock, redis.port, &up, 5);
     for _ in 0..3 {
         assert_eq!(get_key(a.port, "/", "r").status, 200);
     }
@@ -369,13 +381,14 @@ fn send(port: u16, key: &str, n: usize) -> i64 {
 
 #[test]
 fn faults_never_inflate_the_cluster_total_and_other_keys_keep_syncing() {
-    clear_of_boundary(60_000, 35_000);
+    let clock = ShiftedClock::new();
+    clock.clear_of_boundary(60_000, 35_000);
     let redis = RedisServer::start();
     let proxy = FaultProxy::start(redis.port);
     let up = Upstream::start();
     // a reaches Redis through the proxy, b directly.
-    let a = gateway(proxy.port, &up, 1000);
-    let b = gateway(redis.port, &up, 1000);
+    let a = gateway_on(&clock, proxy.port, &up, 1000);
+    let b = gateway_on(&clock, redis.port, &up, 1000);
     // The setup requests are in Redis too: counted as admitted.
     let mut admitted = every_client_hot(a.port) + every_client_hot(b.port);
     assert!(wait_for(Duration::from_secs(5), || keys(
@@ -603,7 +616,8 @@ fn a_redis_zone_needs_a_long_secret() {
 
 #[test]
 fn single_process_reloads_replace_the_sync_thread() {
-    clear_of_boundary(60_000, 20_000);
+    let clock = ShiftedClock::new();
+    clock.clear_of_boundary(60_000, 20_000);
     let redis = RedisServer::start();
     let up = Upstream::start();
     // No workers: the single process runs the sync itself, and a reload
@@ -612,7 +626,7 @@ fn single_process_reloads_replace_the_sync_thread() {
     // watches the process's threads and Redis, not HTTP.)
     let conf =
         gateway_conf(redis.port, 5, None).replace("master_process on;", "master_process off;");
-    let a = Nginx::builder().workers(0).upstream_of(&up).start(&conf);
+    let a = clock.builder().workers(0).upstream_of(&up).start(&conf);
     let pid = a.master_pid();
     assert_eq!(send(a.port, "r", 3), 3);
     assert!(wait_for(Duration::from_secs(5), || hash_total(redis.port) == 3));
@@ -655,8 +669,11 @@ fn single_process_reloads_replace_the_sync_thread() {
 fn three_gateways_round_robin_at_three_times_the_limit() {
     let redis = RedisServer::start();
     let up = Upstream::start();
-    let gws: Vec<Nginx> = (0..3).map(|_| gateway(redis.port, &up, 60)).collect();
-    clear_of_boundary(60_000, 12_000);
+    let clock = ShiftedClock::new();
+    let gws: Vec<Nginx> = (0..3)
+        .map(|_| gateway_on(&clock, redis.port, &up, 60))
+        .collect();
+    clock.clear_of_boundary(60_000, 12_000);
     // One client at 20 requests/s, round-robin: 180 requests, 3x the limit.
     let mut admitted = [0i64; 3];
     for i in 0..180 {
@@ -728,9 +745,10 @@ fn a_reset_clears_the_clients_cluster_count() {
         "rate_limit_window_metrics;",
         "rate_limit_window_metrics reset=on;",
     );
-    let start = || Nginx::builder().workers(2).upstream_of(&up).start(&conf);
+    let clock = ShiftedClock::new();
+    let start = || clock.builder().workers(2).upstream_of(&up).start(&conf);
     let (a, b) = (start(), start());
-    clear_of_boundary(60_000, 15_000);
+    clock.clear_of_boundary(60_000, 15_000);
 
     // 20 requests on each gateway exhaust the limit of 40 in the cluster.
     for port in [a.port, b.port] {
@@ -783,7 +801,14 @@ fn a_reset_clears_the_clients_cluster_count() {
 
 /// A gateway with zones `f1` (secret `s1`, window 1m) and `f2` (secret
 /// `s2`, window `w2`), each limited at 40 on `/f1` and `/f2`.
-fn fleet_gateway(redis_port: u16, upstream: &Upstream, s1: &str, s2: &str, w2: &str) -> Nginx {
+fn fleet_gateway(
+    clock: &ShiftedClock,
+    redis_port: u16,
+    upstream: &Upstream,
+    secrets: (&str, &str),
+    w2: &str,
+) -> Nginx {
+    let (s1, s2) = secrets;
     let conf = http_conf(&format!(
         r#"
         rate_limit_window_zone $http_x_key zone=f1:1m window=1m redis=127.0.0.1:{redis_port} sync=100ms secret={s1};
@@ -795,7 +820,8 @@ fn fleet_gateway(redis_port: u16, upstream: &Upstream, s1: &str, s2: &str, w2: &
             location = /metrics {{ rate_limit_window_metrics; }}
         }}"#
     ));
-    Nginx::builder()
+    clock
+        .builder()
         .workers(2)
         .upstream_of(upstream)
         .start(&conf)
@@ -811,10 +837,11 @@ fn a_drifted_gateway_is_seen_on_both_sides() {
     let redis = RedisServer::start();
     let up = Upstream::start();
     let (good, bad) = ("fleet-secret-shared-01", "fleet-secret-drifted-2");
-    let a = fleet_gateway(redis.port, &up, good, good, "1m");
-    let b = fleet_gateway(redis.port, &up, good, good, "1m");
-    let c = fleet_gateway(redis.port, &up, bad, good, "2m");
-    clear_of_boundary(60_000, 15_000);
+    let clock = ShiftedClock::new();
+    let a = fleet_gateway(&clock, redis.port, &up, (good, good), "1m");
+    let b = fleet_gateway(&clock, redis.port, &up, (good, good), "1m");
+    let c = fleet_gateway(&clock, redis.port, &up, (bad, good), "2m");
+    clock.clear_of_boundary(60_000, 15_000);
     let metric = |g: &Nginx, name: &str, zone: &str| {
         prom_value(&get(g.port, "/metrics").text(), name, &[("zone", zone)]).unwrap_or(-1.0)
     };
@@ -883,7 +910,7 @@ fn a_drifted_gateway_is_seen_on_both_sides() {
 /// A gateway for `hot_client_among_200k_cold_ones_is_held_to_its_bound`:
 /// zone `c` of 64 MB (room for the cold clients), limit 40, `empty_gif`
 /// (no upstream: the load generator, not the upstream, is the limit).
-fn big_gateway(redis_port: u16) -> Nginx {
+fn big_gateway(clock: &ShiftedClock, redis_port: u16) -> Nginx {
     let conf = http_conf(&format!(
         r#"
         rate_limit_window_zone $http_x_key zone=c:64m window=1m redis=127.0.0.1:{redis_port} sync=100ms secret=cluster-test-secret-0123;
@@ -893,7 +920,7 @@ fn big_gateway(redis_port: u16) -> Nginx {
             location = /metrics {{ rate_limit_window_metrics; }}
         }}"#
     ));
-    Nginx::builder().workers(2).start(&conf)
+    clock.builder().workers(2).start(&conf)
 }
 
 /// Issue 33: 200,000+ distinct clients (wrk with bench/keys.lua, each far
@@ -907,9 +934,10 @@ fn big_gateway(redis_port: u16) -> Nginx {
 fn a_hot_client_among_200k_cold_ones_is_held_to_its_bound() {
     const COLD: u64 = 250_000;
     let redis = RedisServer::start();
-    let a = big_gateway(redis.port);
-    let b = big_gateway(redis.port);
-    clear_of_boundary(60_000, 50_000);
+    let clock = ShiftedClock::new();
+    let a = big_gateway(&clock, redis.port);
+    let b = big_gateway(&clock, redis.port);
+    clock.clear_of_boundary(60_000, 50_000);
     let lua = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/keys.lua");
     let mut wrk = Command::new("wrk")
         .args(["-t2", "-c16", "-d45s", "-s"])

@@ -34,8 +34,11 @@ fn conf(window: &str, loc: &str) -> String {
     )
 }
 
-fn start(up: &Upstream, c: &str) -> Nginx {
-    Nginx::builder().upstream_of(up).start(c)
+/// nginx with 2 workers, proxying to `up`, its wall clock on `clock`
+/// (libfaketime): the test jumps to a point of a window instead of
+/// sleeping until it. Held requests still wait in real time.
+fn start_on(clock: &ShiftedClock, up: &Upstream, c: &str) -> Nginx {
+    clock.builder().upstream_of(up).start(c)
 }
 
 /// A `rate_limit_window_delayed_total` sample of zone `z`.
@@ -56,7 +59,8 @@ fn held(port: u16) -> f64 {
         .unwrap_or_else(|| panic!("no held gauge:\n{text}"))
 }
 
-/// One request of a burst, with its client-side times (epoch ms).
+/// One request of a burst, with its client-side times (epoch ms on the
+/// shifted clock nginx sees).
 #[derive(Debug, Clone)]
 struct Shot {
     status: u16,
@@ -69,16 +73,16 @@ struct Shot {
 
 /// `n` requests with X-Key `key`, each on its own connection, released
 /// together.
-fn burst(port: u16, key: &str, n: usize) -> Vec<Shot> {
+fn burst(clock: &ShiftedClock, port: u16, key: &str, n: usize) -> Vec<Shot> {
     let gate = Arc::new(Barrier::new(n));
     let handles: Vec<_> = (0..n)
         .map(|_| {
-            let (gate, key) = (gate.clone(), key.to_string());
+            let (gate, key, clock) = (gate.clone(), key.to_string(), clock.clone());
             thread::spawn(move || {
                 gate.wait();
-                let sent = now_ms();
+                let sent = clock.now_ms();
                 let r = get_key(port, "/", &key);
-                let done = now_ms();
+                let done = clock.now_ms();
                 Shot {
                     status: r.status,
                     rlw: r.header("X-RLW-Status").unwrap_or("").to_string(),
@@ -131,13 +135,15 @@ fn expected_admissions(t0: u64, w: u64, limit: u32, extra: usize) -> Vec<u64> {
 /// than the limit (the upstream has seen 5 until the boundary).
 #[test]
 fn burst_is_held_until_the_window_admits_it() {
+    let clock = ShiftedClock::new();
     let up = Upstream::start();
-    let ng = start(
+    let ng = start_on(
+        &clock,
         &up,
         &conf("2s", "rate_limit_window zone=z limit=5 delay=5s;"),
     );
-    sleep_until_window_offset(2_000, 100);
-    let shots = burst(ng.port, "burst", 8);
+    clock.jump_to_window_offset(2_000, 100);
+    let shots = burst(&clock, ng.port, "burst", 8);
     let t0 = shots.iter().map(|s| s.sent).max().unwrap() as u64;
     let boundary = (t0 / 2_000 + 1) * 2_000;
     assert!(t0 % 2_000 < 1_000, "burst sent late in the window: {t0}");
@@ -193,13 +199,15 @@ fn burst_is_held_until_the_window_admits_it() {
 /// is past the delay: rejected then, with the usual status and Retry-After.
 #[test]
 fn held_then_rejected_when_the_next_room_is_too_late() {
+    let clock = ShiftedClock::new();
     let up = Upstream::start();
-    let ng = start(
+    let ng = start_on(
+        &clock,
         &up,
         &conf("2s", "rate_limit_window zone=z limit=5 delay=2s;"),
     );
-    sleep_until_window_offset(2_000, 100);
-    let shots = burst(ng.port, "late", 8);
+    clock.jump_to_window_offset(2_000, 100);
+    let shots = burst(&clock, ng.port, "late", 8);
     let t0 = shots.iter().map(|s| s.sent).max().unwrap() as u64;
     let boundary = u128::from((t0 / 2_000 + 1) * 2_000);
     let st = tally(&shots.iter().map(|s| s.status).collect::<Vec<_>>());
@@ -233,14 +241,19 @@ fn held_then_rejected_when_the_next_room_is_too_late() {
 /// While the burst is held, the upstream sees only the limit.
 #[test]
 fn nothing_is_counted_while_held() {
+    let clock = ShiftedClock::new();
     let up = Upstream::start();
-    let ng = start(
+    let ng = start_on(
+        &clock,
         &up,
         &conf("2s", "rate_limit_window zone=z limit=5 delay=5s;"),
     );
-    sleep_until_window_offset(2_000, 100);
+    clock.jump_to_window_offset(2_000, 100);
     let port = ng.port;
-    let bg = thread::spawn(move || burst(port, "count", 8));
+    let bg = thread::spawn({
+        let clock = clock.clone();
+        move || burst(&clock, port, "count", 8)
+    });
     assert!(wait_for(Duration::from_secs(1), || held(ng.port) == 3.0));
     let json = key_json(ng.port, "z", b"count");
     assert_eq!(json["current"], 5, "{json}");
@@ -253,14 +266,15 @@ fn nothing_is_counted_while_held() {
 /// The same burst without a delay (the default, and delay=0): three 429s.
 #[test]
 fn no_delay_rejects_the_extra_three() {
+    let clock = ShiftedClock::new();
     for loc in [
         "rate_limit_window zone=z limit=5;",
         "rate_limit_window zone=z limit=5 delay=0;",
     ] {
         let up = Upstream::start();
-        let ng = start(&up, &conf("2s", loc));
-        sleep_until_window_offset(2_000, 100);
-        let shots = burst(ng.port, "nodelay", 8);
+        let ng = start_on(&clock, &up, &conf("2s", loc));
+        clock.jump_to_window_offset(2_000, 100);
+        let shots = burst(&clock, ng.port, "nodelay", 8);
         let st = tally(&shots.iter().map(|s| s.status).collect::<Vec<_>>());
         assert_eq!(st.get(&200), Some(&5), "{loc}: {shots:#?}");
         assert_eq!(st.get(&429), Some(&3), "{loc}: {shots:#?}");
@@ -277,18 +291,20 @@ fn no_delay_rejects_the_extra_three() {
 /// request that was never held.
 #[test]
 fn delay_shorter_than_the_wait_rejects_at_once() {
+    let clock = ShiftedClock::new();
     let up = Upstream::start();
-    let ng = start(
+    let ng = start_on(
+        &clock,
         &up,
         &conf("10s", "rate_limit_window zone=z limit=5 delay=1s;"),
     );
-    sleep_until_window_offset(10_000, 100);
+    clock.jump_to_window_offset(10_000, 100);
     for _ in 0..5 {
         assert_eq!(get_key(ng.port, "/", "short").status, 200);
     }
-    let sent = now_ms();
+    let sent = clock.now_ms();
     let r = get_key(ng.port, "/", "short");
-    let took = now_ms() - sent;
+    let took = clock.now_ms() - sent;
     assert_eq!(r.status, 429, "{}", r.describe());
     assert!(took < 500, "not at once: {took} ms");
     let e = (sent % 10_000) as u64;
@@ -333,13 +349,15 @@ fn status_within(s: &TcpStream, within: Duration) -> Option<u16> {
 /// its timer would have fired, so the next window admits another request.
 #[test]
 fn disconnect_while_held_is_not_counted() {
+    let clock = ShiftedClock::new();
     let up = Upstream::start();
-    let ng = start(
+    let ng = start_on(
+        &clock,
         &up,
         &conf("2s", "rate_limit_window zone=z limit=2 delay=5s;"),
     );
-    sleep_until_window_offset(2_000, 100);
-    let boundary = (now_ms() / 2_000 + 1) * 2_000;
+    clock.jump_to_window_offset(2_000, 100);
+    let boundary = (clock.now_ms() / 2_000 + 1) * 2_000;
     for _ in 0..2 {
         assert_eq!(get_key(ng.port, "/", "gone").status, 200);
     }
@@ -355,7 +373,7 @@ fn disconnect_while_held_is_not_counted() {
     // boundary + 500 ms the previous window weighs 2 * 0.75 = 1.5, so one
     // more fits only if the abandoned request was never counted.
     thread::sleep(Duration::from_millis(
-        (boundary + 500).saturating_sub(now_ms()) as u64,
+        (boundary + 500).saturating_sub(clock.now_ms()) as u64,
     ));
     let r = get_key(ng.port, "/", "gone");
     assert_eq!(r.status, 200, "{}", r.describe());
@@ -371,15 +389,17 @@ fn disconnect_while_held_is_not_counted() {
 /// each: a client holds only what can be admitted within `delay`.)
 #[test]
 fn others_are_served_while_200_are_held() {
+    let clock = ShiftedClock::new();
     let up = Upstream::start();
-    let ng = start(
+    let ng = start_on(
+        &clock,
         &up,
         &conf(
             "10s",
             "rate_limit_window zone=z limit=1 delay=30s delay_max_held=1000;",
         ),
     );
-    clear_of_boundary(10_000, 7_000);
+    clock.clear_of_boundary(10_000, 7_000);
     for i in 0..200 {
         assert_eq!(get_key(ng.port, "/", &format!("flood-{i}")).status, 200);
     }
@@ -412,15 +432,17 @@ fn others_are_served_while_200_are_held() {
 /// `delay_max_held=3` (per worker): the excess is rejected at once.
 #[test]
 fn cap_rejects_the_excess() {
+    let clock = ShiftedClock::new();
     let up = Upstream::start();
-    let ng = start(
+    let ng = start_on(
+        &clock,
         &up,
         &conf(
             "10s",
             "rate_limit_window zone=z limit=1 delay=30s delay_max_held=3;",
         ),
     );
-    clear_of_boundary(10_000, 6_000);
+    clock.clear_of_boundary(10_000, 6_000);
     // Ten clients at their limit, one more request each (one client would
     // be bound by its own share first, see the fair queue tests).
     for i in 0..10 {
@@ -457,15 +479,17 @@ fn cap_rejects_the_excess() {
 /// Dry run: logs what would have been delayed, holds nothing.
 #[test]
 fn dry_run_holds_nothing() {
+    let clock = ShiftedClock::new();
     let up = Upstream::start();
-    let ng = start(
+    let ng = start_on(
+        &clock,
         &up,
         &conf(
             "10s",
             "rate_limit_window zone=z limit=1 delay=30s; rate_limit_window_dry_run on;",
         ),
     );
-    clear_of_boundary(10_000, 3_000);
+    clock.clear_of_boundary(10_000, 3_000);
     assert_eq!(get_key(ng.port, "/", "dry").status, 200);
     let t = Instant::now();
     let r = get_key(ng.port, "/", "dry");
@@ -481,15 +505,19 @@ fn dry_run_holds_nothing() {
 /// admits it at once is not consumed until the other one admits it too.
 #[test]
 fn several_limits_consume_nothing_until_all_admit() {
+    let clock = ShiftedClock::new();
     let up = Upstream::start();
     let zones = "rate_limit_window_zone $http_x_key zone=z:1m window=2s;
                  rate_limit_window_zone $http_x_key zone=hour:1m window=1h;";
     let loc = "rate_limit_window zone=hour limit=10; rate_limit_window zone=z limit=2 delay=5s;";
-    let ng = start(&up, &conf_with(zones, loc));
-    clear_of_boundary(3_600_000, 10_000);
-    sleep_until_window_offset(2_000, 100);
+    let ng = start_on(&clock, &up, &conf_with(zones, loc));
+    clock.clear_of_boundary(3_600_000, 10_000);
+    clock.jump_to_window_offset(2_000, 100);
     let port = ng.port;
-    let bg = thread::spawn(move || burst(port, "two", 3));
+    let bg = thread::spawn({
+        let clock = clock.clone();
+        move || burst(&clock, port, "two", 3)
+    });
     assert!(wait_for(Duration::from_secs(1), || held(ng.port) == 1.0));
     assert_eq!(key_json(ng.port, "hour", b"two")["current"], 2);
     let shots = bg.join().unwrap();
@@ -521,7 +549,7 @@ fn bad_parameters_fail_nginx_t() {
 /// nginx over TLS with HTTP/2 (curl 7.88's h2c prior knowledge cannot
 /// multiplex), zone `z` keyed by `?k=`, limit 1 per 2 s, delay 5 s. The
 /// certificate directory must outlive nginx.
-fn start_h2(up: &Upstream) -> (Nginx, tempfile::TempDir) {
+fn start_h2(clock: &ShiftedClock, up: &Upstream) -> (Nginx, tempfile::TempDir) {
     let certs = tempfile::tempdir().unwrap();
     let tls = tls_h2_listen(certs.path());
     let c = conf_with(
@@ -530,16 +558,17 @@ fn start_h2(up: &Upstream) -> (Nginx, tempfile::TempDir) {
     )
     .replacen("listen 127.0.0.1:{{PORT}} ;", &tls, 1);
     assert!(c.contains("http2 on"), "{c}");
-    (start(up, &c), certs)
+    (start_on(clock, up, &c), certs)
 }
 
 /// HTTP/2: a client that gives up on a held stream (curl --max-time closes
 /// the connection) is forgotten, like an HTTP/1 client.
 #[test]
 fn http2_client_gone_while_held_is_not_counted() {
+    let clock = ShiftedClock::new();
     let up = Upstream::start();
-    let (ng, _certs) = start_h2(&up);
-    sleep_until_window_offset(2_000, 100);
+    let (ng, _certs) = start_h2(&clock, &up);
+    clock.jump_to_window_offset(2_000, 100);
     let url = format!("https://127.0.0.1:{}/?k=g", ng.port);
     let run = |max: &str| {
         Command::new("curl")
@@ -579,9 +608,10 @@ fn http2_client_gone_while_held_is_not_counted() {
 /// HTTP/2: one held stream does not hold the others on its connection.
 #[test]
 fn http2_held_stream_does_not_hold_the_others() {
+    let clock = ShiftedClock::new();
     let up = Upstream::start();
-    let (ng, _certs) = start_h2(&up);
-    sleep_until_window_offset(2_000, 100);
+    let (ng, _certs) = start_h2(&clock, &up);
+    clock.jump_to_window_offset(2_000, 100);
     let base = format!("https://127.0.0.1:{}", ng.port);
     let mut cmd = Command::new("curl");
     cmd.args(["-sSk", "--http2", "--parallel", "--parallel-max", "8"])
@@ -639,12 +669,14 @@ fn holds_since(ng: &Nginx, off: usize) -> usize {
 /// out.
 #[test]
 fn cost_that_cannot_fit_within_delay_is_refused_at_once() {
+    let clock = ShiftedClock::new();
     let up = Upstream::start();
-    let ng = start(
+    let ng = start_on(
+        &clock,
         &up,
         &conf("60s", "rate_limit_window zone=z limit=10 cost=4 delay=20s;"),
     );
-    clear_of_boundary(60_000, 15_000);
+    clock.clear_of_boundary(60_000, 15_000);
     for _ in 0..2 {
         assert_eq!(get_key(ng.port, "/", "costly").status, 200);
     }
@@ -665,12 +697,14 @@ fn cost_that_cannot_fit_within_delay_is_refused_at_once() {
 /// admitted after at most 3 holds, at the first moment it fits.
 #[test]
 fn cost_that_fits_within_delay_is_admitted_after_few_holds() {
+    let clock = ShiftedClock::new();
     let up = Upstream::start();
-    let ng = start(
+    let ng = start_on(
+        &clock,
         &up,
         &conf("2s", "rate_limit_window zone=z limit=10 cost=4 delay=20s;"),
     );
-    clear_of_boundary(2_000, 1_500);
+    clock.clear_of_boundary(2_000, 1_500);
     for _ in 0..2 {
         assert_eq!(get_key(ng.port, "/", "costly").status, 200);
     }
@@ -700,12 +734,12 @@ fn share_full(port: u16) -> f64 {
 /// Issue 36's case: `limit=2` per 2 s, `delay=10s delay_max_held=20`, one
 /// worker; 30 requests of one client at once. Its share is what can be
 /// admitted within 10 s, so it cannot take every place.
-fn flood_one_client(ng: &Nginx) -> Vec<Shot> {
-    burst(ng.port, "flood", 30)
+fn flood_one_client(clock: &ShiftedClock, ng: &Nginx) -> Vec<Shot> {
+    burst(clock, ng.port, "flood", 30)
 }
 
-fn fair_queue(up: &Upstream) -> Nginx {
-    Nginx::builder().upstream_of(up).workers(1).start(&conf(
+fn fair_queue(clock: &ShiftedClock, up: &Upstream) -> Nginx {
+    clock.builder().upstream_of(up).workers(1).start(&conf(
         "2s",
         "rate_limit_window zone=z limit=2 delay=10s delay_max_held=20;",
     ))
@@ -716,13 +750,17 @@ fn fair_queue(up: &Upstream) -> Nginx {
 /// a place.
 #[test]
 fn one_client_flood_leaves_places_for_another() {
+    let clock = ShiftedClock::new();
     let up = Upstream::start();
-    let ng = fair_queue(&up);
-    sleep_until_window_offset(2_000, 100);
+    let ng = fair_queue(&clock, &up);
+    clock.jump_to_window_offset(2_000, 100);
     let port = ng.port;
-    let flood = thread::spawn(move || burst(port, "flood", 30));
+    let flood = thread::spawn({
+        let clock = clock.clone();
+        move || burst(&clock, port, "flood", 30)
+    });
     thread::sleep(Duration::from_millis(300));
-    let polite = burst(ng.port, "polite", 3);
+    let polite = burst(&clock, ng.port, "polite", 3);
     let flood = flood.join().unwrap();
     let statuses: Vec<u16> = polite.iter().map(|s| s.status).collect();
     assert_eq!(statuses, [200, 200, 200], "{polite:#?}");
@@ -747,11 +785,12 @@ fn one_client_flood_leaves_places_for_another() {
 /// comes, not all at the same ms; holds logged per admission stay small.
 #[test]
 fn wake_ups_per_admission_are_bounded() {
+    let clock = ShiftedClock::new();
     let up = Upstream::start();
-    let ng = fair_queue(&up);
-    sleep_until_window_offset(2_000, 100);
+    let ng = fair_queue(&clock, &up);
+    clock.jump_to_window_offset(2_000, 100);
     let off = ng.error_log_len();
-    let flood = flood_one_client(&ng);
+    let flood = flood_one_client(&clock, &ng);
     let admitted = flood.iter().filter(|s| s.rlw == "DELAYED").count();
     let holds = holds_since(&ng, off);
     eprintln!("{holds} holds for {admitted} admissions");

@@ -22,8 +22,9 @@ fn example(name: &str) -> String {
 
 #[test]
 fn gateway_limits_per_ip_and_serves_metrics() {
-    let ng = Nginx::start(&example("gateway.conf"));
-    clear_of_boundary(60_000, 20_000);
+    let clock = ShiftedClock::new();
+    let ng = clock.builder().start(&example("gateway.conf"));
+    clock.clear_of_boundary(60_000, 20_000);
     for i in 0..10 {
         let r = get(ng.port, "/demo");
         assert_eq!(r.status, 200, "request {i}: {}", r.describe());
@@ -74,8 +75,9 @@ fn api_tiers_exempts_internal_and_limits_by_plan() {
     drop(ng);
     // Without the 127.0.0.1 exemption, the plans apply.
     let conf = example("api-tiers.conf").replace("127.0.0.1/32  1;", "");
-    let ng = Nginx::builder().upstream_of(&up).start(&conf);
-    clear_of_boundary(60_000, 20_000);
+    let clock = ShiftedClock::new();
+    let ng = clock.builder().upstream_of(&up).start(&conf);
+    clock.clear_of_boundary(60_000, 20_000);
     // A free key that claims the pro plan still gets the free limit.
     let forged = [("X-API-Key", free), ("X-Plan", &b"pro"[..])];
     let st = hammer(ng.port, "/v1/x", &forged, 120, 4);
@@ -116,10 +118,12 @@ fn api_tiers_exempts_internal_and_limits_by_plan() {
 #[test]
 fn multi_per_client_limit_answers_503() {
     let up = Upstream::start();
-    let ng = Nginx::builder()
+    let clock = ShiftedClock::new();
+    let ng = clock
+        .builder()
         .upstream_of(&up)
         .start(&example("multi.conf"));
-    clear_of_boundary(60_000, 20_000);
+    clock.clear_of_boundary(60_000, 20_000);
     let st = hammer(ng.port, "/search?q=x", &[], 70, 2);
     let t = tally(&st);
     assert_eq!(t.get(&200), Some(&60), "{t:?}");
@@ -129,10 +133,12 @@ fn multi_per_client_limit_answers_503() {
 #[test]
 fn dry_run_logs_would_be_rejections() {
     let up = Upstream::start();
-    let ng = Nginx::builder()
+    let clock = ShiftedClock::new();
+    let ng = clock
+        .builder()
         .upstream_of(&up)
         .start(&example("dry-run.conf"));
-    clear_of_boundary(60_000, 20_000);
+    clock.clear_of_boundary(60_000, 20_000);
     let st = hammer(ng.port, "/", &[], 125, 2);
     assert_eq!(tally(&st).get(&200), Some(&125));
     assert_eq!(up.received(), 125);
@@ -155,8 +161,9 @@ fn auth_gateway_limits_logins_by_ip_and_users_by_plan() {
         Account::new("tok-carol", "carol", "pro"),
     ]);
     let conf = example("auth-gateway.conf").replace("127.0.0.1:9001", &auth.addr());
-    let ng = Nginx::builder().upstream_of(&up).start(&conf);
-    clear_of_boundary(60_000, 20_000);
+    let clock = ShiftedClock::new();
+    let ng = clock.builder().upstream_of(&up).start(&conf);
+    clock.clear_of_boundary(60_000, 20_000);
     let bearer = |token: &str| format!("Bearer {token}");
     // The login is limited by address, before any check.
     let st = hammer(ng.port, "/login", &[], 8, 2);
@@ -210,10 +217,12 @@ fn auth_gateway_limits_logins_by_ip_and_users_by_plan() {
 #[test]
 fn problem_json_answers_rfc9457_with_the_real_numbers() {
     let up = Upstream::start();
-    let ng = Nginx::builder()
+    let clock = ShiftedClock::new();
+    let ng = clock
+        .builder()
         .upstream_of(&up)
         .start(&example("problem-json.conf"));
-    clear_of_boundary(60_000, 20_000);
+    clock.clear_of_boundary(60_000, 20_000);
     for i in 0..5 {
         let r = get(ng.port, "/api/x");
         assert_eq!(r.status, 200, "request {i}: {}", r.describe());

@@ -14,9 +14,10 @@ use std::time::Duration;
 /// admits 40 (+ about one sync interval of traffic), both gateways admit.
 fn share(redis: &str) -> [u32; 2] {
     let up = Upstream::start();
-    let a = redis_gateway(redis, &up, 40);
-    let b = redis_gateway(redis, &up, 40);
-    clear_of_boundary(60_000, 8_000);
+    let clock = ShiftedClock::new();
+    let a = redis_gateway_on(&clock, redis, &up, 40);
+    let b = redis_gateway_on(&clock, redis, &up, 40);
+    clock.clear_of_boundary(60_000, 8_000);
     let admitted = alternate([a.port, b.port], "client-1", 80);
     let total = admitted[0] + admitted[1];
     eprintln!("{redis}: admitted {admitted:?} = {total} for limit 40");
@@ -94,8 +95,9 @@ fn tls_with_client_certificate() {
 /// the failures, logs the outage once, and never logs the password.
 fn refused_keeps_serving(redis: &str, secret: &str, kind: &str, what: &str) {
     let up = Upstream::start();
-    let g = redis_gateway(redis, &up, 5);
-    clear_of_boundary(60_000, 8_000);
+    let clock = ShiftedClock::new();
+    let g = redis_gateway_on(&clock, redis, &up, 5);
+    clock.clear_of_boundary(60_000, 8_000);
     let statuses: Vec<u16> = (0..8).map(|_| get_key(g.port, "/", "k").status).collect();
     // The local limit still holds: 5 admitted, then 429.
     assert_eq!(

@@ -33,9 +33,10 @@ fn clients_on_different_nodes_share_limits() {
     let cluster = RedisCluster::start();
     let up = Upstream::start();
     let redis = format!("redis={} redis_mode=cluster", cluster.url());
-    let a = redis_gateway(&redis, &up, 30);
-    let b = redis_gateway(&redis, &up, 30);
-    clear_of_boundary(60_000, 10_000);
+    let clock = ShiftedClock::new();
+    let a = redis_gateway_on(&clock, &redis, &up, 30);
+    let b = redis_gateway_on(&clock, &redis, &up, 30);
+    clock.clear_of_boundary(60_000, 10_000);
 
     // Every client sends 60 requests at 20 requests/s, alternating
     // between the gateways (the clients start on different gateways).
@@ -100,9 +101,10 @@ fn limits_survive_a_slot_migration() {
     let cluster = RedisCluster::start();
     let up = Upstream::start();
     let redis = format!("redis={} redis_mode=cluster", cluster.url());
-    let a = redis_gateway(&redis, &up, 60);
-    let b = redis_gateway(&redis, &up, 60);
-    clear_of_boundary(60_000, 40_000);
+    let clock = ShiftedClock::new();
+    let a = redis_gateway_on(&clock, &redis, &up, 60);
+    let b = redis_gateway_on(&clock, &redis, &up, 60);
+    clock.clear_of_boundary(60_000, 40_000);
     let send = |rounds: usize, admitted: &mut [[u32; 2]; CLIENTS]| {
         send_rounds([a.port, b.port], rounds, admitted);
     };

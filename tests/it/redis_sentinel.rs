@@ -20,9 +20,10 @@ fn gateways_follow_a_failover() {
         "redis={} redis_mode=sentinel redis_master={SENTINEL_MASTER}",
         set.url()
     );
-    let a = redis_gateway(&redis, &up, 40);
-    let b = redis_gateway(&redis, &up, 40);
-    clear_of_boundary(60_000, 25_000);
+    let clock = ShiftedClock::new();
+    let a = redis_gateway_on(&clock, &redis, &up, 40);
+    let b = redis_gateway_on(&clock, &redis, &up, 40);
+    clock.clear_of_boundary(60_000, 25_000);
 
     let before = alternate([a.port, b.port], "before", 60);
     let total = before[0] + before[1];
@@ -88,7 +89,9 @@ fn gateways_follow_a_failover() {
 fn unknown_master_is_an_error_and_requests_are_served() {
     let set = SentinelSet::start();
     let up = Upstream::start();
-    let g = redis_gateway(
+    let clock = ShiftedClock::new();
+    let g = redis_gateway_on(
+        &clock,
         &format!(
             "redis={} redis_mode=sentinel redis_master=nosuch",
             set.url()
@@ -96,7 +99,7 @@ fn unknown_master_is_an_error_and_requests_are_served() {
         &up,
         3,
     );
-    clear_of_boundary(60_000, 8_000);
+    clock.clear_of_boundary(60_000, 8_000);
     let statuses: Vec<u16> = (0..5).map(|_| get_key(g.port, "/", "k").status).collect();
     assert_eq!(statuses, [200, 200, 200, 429, 429]);
     let (_, line) = outage_line(&g);
@@ -126,9 +129,10 @@ fn master_password_from_a_file() {
         set.url(),
         file.display()
     );
-    let a = redis_gateway(&redis, &up, 40);
-    let b = redis_gateway(&redis, &up, 40);
-    clear_of_boundary(60_000, 8_000);
+    let clock = ShiftedClock::new();
+    let a = redis_gateway_on(&clock, &redis, &up, 40);
+    let b = redis_gateway_on(&clock, &redis, &up, 40);
+    clock.clear_of_boundary(60_000, 8_000);
     let admitted = alternate([a.port, b.port], "client", 60);
     let total = admitted[0] + admitted[1];
     eprintln!("sentinel, master with a password: admitted {admitted:?} = {total} for limit 40");
@@ -154,9 +158,10 @@ fn a_hung_sentinel_listed_first_neither_stops_nor_leaks() {
         .url()
         .replacen("redis://", &format!("redis://127.0.0.1:{},", hung.port), 1);
     let redis = format!("redis={url} redis_mode=sentinel redis_master={SENTINEL_MASTER}");
-    let a = redis_gateway(&redis, &up, 40);
-    let b = redis_gateway(&redis, &up, 40);
-    clear_of_boundary(60_000, 20_000);
+    let clock = ShiftedClock::new();
+    let a = redis_gateway_on(&clock, &redis, &up, 40);
+    let b = redis_gateway_on(&clock, &redis, &up, 40);
+    clock.clear_of_boundary(60_000, 20_000);
     let rounds = |g: &Nginx| zone_metric(g.port, "rate_limit_window_sync_rounds_total");
     assert!(
         wait_for(Duration::from_secs(10), || rounds(&a) > 5.0

@@ -21,11 +21,13 @@ use std::time::Duration;
 #[test]
 fn exact_admission_across_four_workers() {
     let up = Upstream::start();
-    let ng = Nginx::builder()
+    // Frozen ten minutes into the hour: one window, whatever the run's length.
+    let clock = FakeClock::new(FROZEN_MID_HOUR);
+    let ng = clock
+        .builder()
         .workers(4)
         .upstream_of(&up)
         .start(&one_key_conf(1000));
-    clear_of_boundary(HOUR_MS, 60_000);
     let res = hammer_collect(ng.port, 5000, 40, "X-Worker", |_| {
         ("/".into(), vec![("X-Key".into(), b"one".to_vec())])
     });
@@ -135,10 +137,13 @@ fn resize_notice(log: &str, from: usize, to: usize) -> (u64, u64) {
 #[test]
 fn resize_on_reload_carries_counts_under_load() {
     let up = Upstream::start();
-    let mut ng = Nginx::builder()
+    // nginx's clock jumps instead of the test sleeping (libfaketime).
+    let clock = ShiftedClock::new();
+    let mut ng = clock
+        .builder()
         .upstream_of(&up)
         .start(&sized_conf("$http_x_key", "1m"));
-    clear_of_boundary(60_000, 25_000);
+    clock.clear_of_boundary(60_000, 25_000);
     let port = ng.port;
     for _ in 0..5 {
         assert_eq!(get_key(port, "/", "hot").status, 200);
@@ -178,7 +183,7 @@ fn resize_on_reload_carries_counts_under_load() {
         get_key(port, "/", &format!("n{i}"));
     }
     // Seen later than the others by more than a slot's recency step.
-    std::thread::sleep(Duration::from_millis(600));
+    clock.advance(600);
     for _ in 0..2 {
         assert_eq!(get_key(port, "/", "late").status, 200);
     }
@@ -390,12 +395,12 @@ fn big_headers(c: String) -> String {
 #[test]
 fn huge_keys_limited_like_short_keys() {
     let up = Upstream::start();
-    let ng = Nginx::builder().upstream_of(&up).start(&big_headers(conf(
+    let clock = FakeClock::new(FROZEN_MID_HOUR);
+    let ng = clock.builder().upstream_of(&up).start(&big_headers(conf(
         "rate_limit_window_zone $http_x_key zone=z:1m window=1h;",
         "rate_limit_window zone=z limit=1000;",
         "rate_limit_window zone=z limit=3;",
     )));
-    clear_of_boundary(HOUR_MS, 60_000);
     let a = vec![b'a'; 70 * 1024];
     let mut b = a.clone();
     *b.last_mut().unwrap() = b'b';
@@ -439,12 +444,12 @@ fn huge_keys_limited_like_short_keys() {
 #[test]
 fn odd_byte_keys_limited_and_found_in_metrics() {
     let up = Upstream::start();
-    let ng = Nginx::builder().upstream_of(&up).start(&conf(
+    let clock = FakeClock::new(FROZEN_MID_HOUR);
+    let ng = clock.builder().upstream_of(&up).start(&conf(
         "rate_limit_window_zone $http_x_key zone=z:1m window=1h;",
         "rate_limit_window zone=z limit=3;",
         "",
     ));
-    clear_of_boundary(HOUR_MS, 60_000);
     let keys: Vec<Vec<u8>> = vec![
         (0x01u8..=0x08).chain(*b"ctl").collect(),
         (0x7fu8..=0xff).collect(),
@@ -508,14 +513,19 @@ fn odd_byte_keys_limited_and_found_in_metrics() {
     );
 }
 
+/// Distinct clients in the short floods: six times the 1,264 slots of their
+/// 32k zone (`flood_common` checks at least four). The 120,000-client
+/// floods are in tests/it/soak.rs.
+const FLOOD_CLIENTS: usize = 8_000;
+
 #[test]
 fn flood_fail_open_evicts_visibly_and_stays_bounded() {
-    flood_fail_open(30_000);
+    flood_fail_open(FLOOD_CLIENTS);
 }
 
 #[test]
 fn flood_fail_closed_keeps_hot_key_limited() {
-    flood_fail_closed(30_000);
+    flood_fail_closed(FLOOD_CLIENTS);
 }
 
 /// Malformed `limit=$variable` values: fail=open passes (an [error] line
@@ -524,7 +534,8 @@ fn flood_fail_closed_keeps_hot_key_limited() {
 #[test]
 fn invalid_limit_values_apply_fail_policy() {
     let up = Upstream::start();
-    let ng = Nginx::builder().upstream_of(&up).start(&http_conf(
+    let clock = FakeClock::new(FROZEN_MID_HOUR);
+    let ng = clock.builder().upstream_of(&up).start(&http_conf(
         r#"
         map $http_x_case $lim {
             abc "abc"; neg "-5"; exp "1e3"; big "99999999999"; lsp " 5"; tsp "5 "; hex "0x10";
@@ -540,7 +551,6 @@ fn invalid_limit_values_apply_fail_policy() {
             location = /metrics { rate_limit_window_metrics; }
         }"#,
     ));
-    clear_of_boundary(HOUR_MS, 60_000);
     let off = ng.error_log_len();
     let bad = [
         ("abc", "abc"),
@@ -657,14 +667,14 @@ fn invalid_limit_values_apply_fail_policy() {
 // A flood of new clients cannot free a client over its limit (issue 36)
 // ---------------------------------------------------------------------------
 
-/// Floods `port` with new X-Keys (wrk runs of 6 s, bench/keys.lua, each
-/// run starting where the last stopped) until 1M keys were sent or 30 s
-/// passed; returns the requests completed.
-fn flood_new_keys(port: u16) -> u64 {
+/// Floods `port` with new X-Keys (wrk runs of 2 s, bench/keys.lua, each
+/// run starting where the last stopped) until `enough()` holds, 1M keys were
+/// sent or 30 s passed; returns the requests completed.
+fn flood_new_keys(port: u16, enough: impl Fn() -> bool) -> u64 {
     let t0 = std::time::Instant::now();
     let mut sent = 0;
-    while sent < 1_000_000 && t0.elapsed() < Duration::from_secs(30) {
-        sent += wrk_new_keys(port, 6, sent);
+    while sent < 1_000_000 && t0.elapsed() < Duration::from_secs(30) && !enough() {
+        sent += wrk_new_keys(port, 2, sent);
     }
     sent
 }
@@ -691,9 +701,12 @@ fn wrk_new_keys(port: u16, secs: u32, offset: u64) -> u64 {
 }
 
 /// 100 abusers at their limit (10 per hour) in a 1 MB zone (about 64,000
-/// slots), then a wrk flood of up to 1M new keys (30 s at most): every
-/// abuser is still refused by its own count (no fail-closed refusal among
-/// theirs), as fail= has it. `mode`: the zone's `mode=`.
+/// slots), then a wrk flood of new keys until 250,000 of them were evicted
+/// (fail=open) or refused (fail=closed), about four times the zone's slots
+/// (1M keys or 30 s at most): every abuser is still refused by its own
+/// count (no fail-closed refusal among theirs), as fail= has it. `mode`:
+/// the zone's `mode=`. nginx's clock is frozen ten minutes into the hour
+/// window (libfaketime), so the flood never meets a window boundary.
 fn abusers_survive_a_flood(fail: &str, mode: &str) {
     let conf = http_conf(&format!(
         "rate_limit_window_zone $http_x_key zone=z:1m window=1h fail={fail} mode={mode};
@@ -709,8 +722,8 @@ fn abusers_survive_a_flood(fail: &str, mode: &str) {
              }}
          }}"
     ));
-    let ng = Nginx::start(&conf);
-    clear_of_boundary(HOUR_MS, 90_000);
+    let clock = FakeClock::new(FROZEN_MID_HOUR);
+    let ng = clock.builder().start(&conf);
     let abusers: Vec<String> = (0..100).map(|i| format!("abuser-{i}")).collect();
     for a in &abusers {
         for _ in 0..10 {
@@ -718,10 +731,17 @@ fn abusers_survive_a_flood(fail: &str, mode: &str) {
         }
         assert_eq!(get_key(ng.port, "/", a).status, 429);
     }
-    let sent = flood_new_keys(ng.port);
     let m = |name: &str, labels: &[(&str, &str)]| {
         prom_value(&metrics_text(ng.port), name, labels).unwrap_or(0.0)
     };
+    let churned = || match fail {
+        "open" => m(
+            "rate_limit_window_evictions_total",
+            &[("zone", "z"), ("kind", "live")],
+        ),
+        _ => m("rate_limit_window_fail_closed_total", &[("zone", "z")]),
+    };
+    let sent = flood_new_keys(ng.port, || churned() > 250_000.0);
     let live = m(
         "rate_limit_window_evictions_total",
         &[("zone", "z"), ("kind", "live")],

@@ -4,10 +4,12 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::nginx::Nginx;
+use super::nginx::{Nginx, NginxBuilder};
 use super::upstream::Upstream;
 
 pub fn now_ms() -> u128 {
@@ -157,15 +159,105 @@ impl FakeClock {
 /// work, and TZ set to `tz`. Panics if libfaketime is missing (`make test`
 /// installs the faketime package).
 pub fn start_faked(clock: &FakeClock, up: &Upstream, tz: &str, conf: &str) -> Nginx {
+    clock.builder().upstream_of(up).env("TZ", tz).start(conf)
+}
+
+impl FakeClock {
+    /// A builder for nginx under libfaketime, frozen at this clock.
+    pub fn builder(&self) -> NginxBuilder {
+        faked_builder(&self.file).env("FAKETIME_FMT", "%s")
+    }
+}
+
+/// nginx with libfaketime preloaded, reading `file` on every clock read
+/// (FAKETIME_NO_CACHE), with real monotonic time so nginx's timers work.
+fn faked_builder(file: &Path) -> NginxBuilder {
     let lib = libfaketime()
         .expect("libfaketime not installed: `make test` installs the faketime package");
     Nginx::builder()
-        .upstream_of(up)
         .env("LD_PRELOAD", lib.to_str().unwrap())
-        .env("FAKETIME_TIMESTAMP_FILE", clock.file.to_str().unwrap())
-        .env("FAKETIME_FMT", "%s")
+        .env("FAKETIME_TIMESTAMP_FILE", file.to_str().unwrap())
         .env("FAKETIME_NO_CACHE", "1")
         .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .env("TZ", tz)
-        .start(conf)
+}
+
+/// A running clock for nginx under libfaketime: the real wall clock plus a
+/// shift (a relative offset in the timestamp file, re-read on every clock
+/// read) that only ever grows. A test jumps to a point of a window instead
+/// of sleeping until it: for nginx the jump is time that passed, for the
+/// test `now_ms` is the shifted clock. Monotonic time stays real.
+#[derive(Clone)]
+pub struct ShiftedClock(Arc<Shift>);
+
+struct Shift {
+    _dir: tempfile::TempDir,
+    file: PathBuf,
+    ms: AtomicU64,
+}
+
+impl Default for ShiftedClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ShiftedClock {
+    /// Starts with no shift (nginx sees the real time).
+    pub fn new() -> ShiftedClock {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("faketime.rc");
+        let c = ShiftedClock(Arc::new(Shift {
+            _dir: dir,
+            file,
+            ms: AtomicU64::new(0),
+        }));
+        c.write(0);
+        c
+    }
+
+    fn write(&self, shift_ms: u64) {
+        let tmp = self.0.file.with_extension("tmp");
+        fs::write(
+            &tmp,
+            format!("+{}.{:03}\n", shift_ms / 1000, shift_ms % 1000),
+        )
+        .unwrap();
+        fs::rename(&tmp, &self.0.file).unwrap();
+        self.0.ms.store(shift_ms, Ordering::SeqCst);
+    }
+
+    /// The time nginx sees, in Unix milliseconds.
+    pub fn now_ms(&self) -> u128 {
+        now_ms() + self.0.ms.load(Ordering::SeqCst) as u128
+    }
+
+    /// Moves the clock forward by `ms`.
+    pub fn advance(&self, ms: u128) {
+        self.write(self.0.ms.load(Ordering::SeqCst) + ms as u64);
+    }
+
+    /// Moves the clock forward to the next instant where `now mod window`
+    /// equals `offset_ms`: `sleep_until_window_offset` without the sleep.
+    pub fn jump_to_window_offset(&self, window_ms: u128, offset_ms: u128) {
+        let pos = self.now_ms() % window_ms;
+        self.advance(if pos <= offset_ms {
+            offset_ms - pos
+        } else {
+            window_ms - pos + offset_ms
+        });
+    }
+
+    /// Ensures at least `need_ms` remain before the next window boundary by
+    /// jumping past it when fewer do: `clear_of_boundary` without the sleep.
+    pub fn clear_of_boundary(&self, window_ms: u128, need_ms: u128) {
+        let pos = self.now_ms() % window_ms;
+        if window_ms - pos < need_ms {
+            self.advance(window_ms - pos + 50);
+        }
+    }
+
+    /// A builder for nginx under libfaketime, on this clock.
+    pub fn builder(&self) -> NginxBuilder {
+        faked_builder(&self.0.file)
+    }
 }

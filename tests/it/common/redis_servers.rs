@@ -489,7 +489,30 @@ impl RedisCluster {
 /// A gateway (2 workers) whose zone `c` (window 1m, limit `limit` per
 /// client `X-Key`) syncs every 100 ms with the Redis parameters `redis`.
 pub fn redis_gateway(redis: &str, upstream: &super::Upstream, limit: u32) -> super::Nginx {
-    let conf = super::http_conf(&format!(
+    super::Nginx::builder()
+        .workers(2)
+        .upstream_of(upstream)
+        .start(&redis_gateway_conf(redis, limit))
+}
+
+/// As `redis_gateway`, with nginx's wall clock on `clock` (libfaketime), so
+/// that the test jumps past a window boundary instead of sleeping until it.
+pub fn redis_gateway_on(
+    clock: &super::ShiftedClock,
+    redis: &str,
+    upstream: &super::Upstream,
+    limit: u32,
+) -> super::Nginx {
+    clock
+        .builder()
+        .workers(2)
+        .upstream_of(upstream)
+        .start(&redis_gateway_conf(redis, limit))
+}
+
+/// The configuration of `redis_gateway`.
+fn redis_gateway_conf(redis: &str, limit: u32) -> String {
+    super::http_conf(&format!(
         r#"
         rate_limit_window_zone $http_x_key zone=c:1m window=1m {redis} sync=100ms secret=redis-modes-secret-0123;
         server {{
@@ -504,11 +527,7 @@ pub fn redis_gateway(redis: &str, upstream: &super::Upstream, limit: u32) -> sup
             }}
             location = /metrics {{ rate_limit_window_metrics; }}
         }}"#
-    ));
-    super::Nginx::builder()
-        .workers(2)
-        .upstream_of(upstream)
-        .start(&conf)
+    ))
 }
 
 /// Makes every client of the gateway on `port` one that can matter: one

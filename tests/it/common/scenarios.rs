@@ -90,11 +90,13 @@ pub fn kill_workers_under_load(
     every: Duration,
 ) -> KillRun {
     let up = Upstream::start();
-    let ng = Nginx::builder()
+    // Frozen ten minutes into the hour: one window, whatever the run's length.
+    let clock = FakeClock::new(FROZEN_MID_HOUR);
+    let ng = clock
+        .builder()
         .workers(4)
         .upstream_of(&up)
         .start(&one_key_conf(limit));
-    clear_of_boundary(HOUR_MS, 60_000);
     let stop = Arc::new(AtomicBool::new(false));
     let port = ng.port;
     let t0 = Instant::now();
@@ -223,11 +225,13 @@ pub fn kill_workers_under_load(
 /// admitted in all.
 pub fn reload_under_load(limit: u32, conns: usize, duration: Duration) -> usize {
     let up = Upstream::start();
-    let ng = Nginx::builder()
+    // Frozen ten minutes into the hour: one window, whatever the run's length.
+    let clock = FakeClock::new(FROZEN_MID_HOUR);
+    let ng = clock
+        .builder()
         .workers(2)
         .upstream_of(&up)
         .start(&one_key_conf(limit));
-    clear_of_boundary(HOUR_MS, 60_000);
     let port = ng.port;
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
@@ -330,6 +334,7 @@ pub fn rss_growth(before: &BTreeMap<i32, u64>, after: &BTreeMap<i32, u64>) -> i6
 
 /// What a flood saw.
 pub struct Flood {
+    pub clients: usize,
     pub flood: BTreeMap<u16, usize>,
     pub hot_admitted: usize,
     pub hot_statuses: BTreeMap<u16, usize>,
@@ -340,17 +345,24 @@ pub struct Flood {
     pub elapsed: Duration,
 }
 
+/// 2024-01-01T00:10:00Z: ten minutes into an hour window, where a flood
+/// under a frozen clock stays inside one window however long it takes.
+pub const FROZEN_MID_HOUR: i64 = 1_704_067_200 + 600;
+
 /// `clients` distinct keys (one request each, 32 connections) flood a 32k
-/// zone (1792 slots) with `fail`, while a hot key keeps sending to /hot
-/// (limit 5, 3 of them admitted before the flood).
+/// zone (1,264 slots: what nginx's slab and the zone and table headers leave
+/// of 32,768 bytes, at 16 bytes a slot) with `fail`, while a hot
+/// key keeps sending to /hot (limit 5, 3 of them admitted before the
+/// flood). nginx's clock is frozen ten minutes into the hour (libfaketime),
+/// so the flood never meets a window boundary and nothing waits for one.
 pub fn flood_small_zone(fail: &str, clients: usize) -> Flood {
     let up = Upstream::start();
-    let ng = Nginx::builder().upstream_of(&up).start(&conf(
+    let clock = FakeClock::new(FROZEN_MID_HOUR);
+    let ng = clock.builder().upstream_of(&up).start(&conf(
         &format!("rate_limit_window_zone $http_x_key zone=tiny:32k window=1h fail={fail};"),
         "rate_limit_window zone=tiny limit=100;",
         "rate_limit_window zone=tiny limit=5;",
     ));
-    clear_of_boundary(HOUR_MS, 90_000);
     let port = ng.port;
     let hot: Vec<u16> = (0..3)
         .map(|_| get_key(port, "/hot", "hot").status)
@@ -414,6 +426,7 @@ pub fn flood_small_zone(fail: &str, clients: usize) -> Flood {
     }
     assert_eq!(st.len(), clients);
     Flood {
+        clients,
         flood,
         hot_admitted,
         hot_statuses,
@@ -450,6 +463,11 @@ pub fn flood_common(f: &Flood) {
         "a 32k zone holds {slots} slots"
     );
     assert!(used <= slots, "slots_used {used} > slots {slots}");
+    assert!(
+        f.clients as f64 >= 4.0 * slots,
+        "{} clients do not overflow {slots} slots four times over",
+        f.clients
+    );
     let growth = rss_growth(&f.rss_before, &f.rss_after);
     assert!(
         growth < 4096,
