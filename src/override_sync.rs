@@ -37,12 +37,7 @@ pub(crate) fn share(zone: &ZoneConf, fp: u64) -> &'static str {
     let Some(header) = zone.header() else {
         return "\"not shared\"";
     };
-    let queued = header.ovr_pending.iter().any(|e| {
-        e.load(Ordering::Relaxed) == fp
-            || e.compare_exchange(0, fp, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-    });
-    if queued {
+    if crate::util::enqueue(&header.ovr_pending, fp) {
         "\"scheduled\""
     } else {
         "\"not shared\""

@@ -16,7 +16,6 @@
 //! is full). The other gateways' own counts stay theirs: their next rounds
 //! write them again.
 
-use core::sync::atomic::Ordering;
 use nginx_sys::{
     ngx_http_request_t, ngx_int_t, NGX_HTTP_BAD_REQUEST, NGX_HTTP_DELETE,
     NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_FOUND, NGX_HTTP_PUT, NGX_LOG_NOTICE,
@@ -99,12 +98,7 @@ fn cluster_reset(zone: &ZoneConf, fp: u64) -> &'static str {
     }
     // SAFETY: the header lives in the zone as long as the cycle.
     let header = unsafe { &*zone.header };
-    let queued = header.resets.iter().any(|e| {
-        e.load(Ordering::Relaxed) == fp
-            || e.compare_exchange(0, fp, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-    });
-    if queued {
+    if crate::util::enqueue(&header.resets, fp) {
         "\"scheduled\""
     } else {
         "\"not cleared\""

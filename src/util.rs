@@ -131,3 +131,15 @@ pub unsafe fn variable_bytes(v: &ngx_variable_value_t) -> &[u8] {
 // padding) the data pointer.
 const _: () = assert!(size_of::<ngx_variable_value_t>() == 2 * size_of::<usize>());
 const _: () = assert!(core::mem::offset_of!(ngx_variable_value_t, data) == size_of::<usize>());
+
+/// Queues fingerprint `fp` (never 0) in `slots`, lock-free, for the sync
+/// thread: true when it is there (already queued, or put in a free slot,
+/// 0), false when every slot holds another one.
+pub fn enqueue(slots: &[core::sync::atomic::AtomicU64], fp: u64) -> bool {
+    use core::sync::atomic::Ordering;
+    slots.iter().any(|e| {
+        e.load(Ordering::Relaxed) == fp
+            || e.compare_exchange(0, fp, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    })
+}
