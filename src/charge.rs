@@ -15,8 +15,6 @@
 //! An empty or invalid charge keeps `cost=`: one `warn` per zone and
 //! episode, every one counted in `rate_limit_window_invalid_charge_total`.
 
-use core::sync::atomic::{AtomicU64, Ordering};
-
 use nginx_sys::{
     ngx_conf_t, ngx_http_complex_value, ngx_http_complex_value_t,
     ngx_http_phases_NGX_HTTP_LOG_PHASE, ngx_http_request_t, ngx_int_t, ngx_str_t, ngx_uint_t,
@@ -33,30 +31,6 @@ use rate_limit_window_core::parse::escape;
 use crate::count_status::{self, Held};
 use crate::zone::ZoneConf;
 use crate::Module;
-
-/// How long invalid charges of a zone must stop before the next one is
-/// logged again, as a new episode (ms).
-const EPISODE_QUIET_MS: u64 = 60_000;
-
-/// Invalid charges of one zone, in its shared header (all workers).
-#[derive(Default)]
-pub struct ChargeStats {
-    /// Charges that were empty or not an integer (`cost=` counted instead).
-    pub invalid: AtomicU64,
-    /// Epoch ms + 1 of the latest invalid charge (0: never), for episodes.
-    last_invalid: AtomicU64,
-}
-
-impl ChargeStats {
-    /// Counts an invalid charge at `now_ms`; true when it starts a new
-    /// episode (none in the `EPISODE_QUIET_MS` before it), to be logged.
-    fn note_invalid(&self, now_ms: u64) -> bool {
-        self.invalid.fetch_add(1, Ordering::Relaxed);
-        let stamp = now_ms.saturating_add(1);
-        let prev = self.last_invalid.fetch_max(stamp, Ordering::Relaxed);
-        prev == 0 || now_ms.saturating_sub(prev - 1) > EPISODE_QUIET_MS
-    }
-}
 
 /// Why a strict zone refuses `charge=`.
 fn strict_refusal(zone: &[u8]) -> String {

@@ -160,7 +160,7 @@ unsafe fn add_shared_zone(
     // SAFETY: shm is a valid zone descriptor owned by the cycle; zp lives
     // in the configuration pool.
     unsafe {
-        (*shm).init = Some(crate::zone::init_zone);
+        (*shm).init = Some(crate::zone_init::init_zone);
         (*shm).data = zp.cast();
         (*zp).shm_zone = shm;
     }

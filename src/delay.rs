@@ -118,27 +118,7 @@ impl LocDelay {
     }
 }
 
-/// Per-zone counters of held requests, in the zone header (shared by every
-/// worker, kept across reloads).
-#[repr(C)]
-#[derive(Default)]
-pub struct DelayStats {
-    /// Held, then admitted.
-    pub admitted: AtomicU64,
-    /// Held, then rejected (the room was taken and the wait no longer fit).
-    pub rejected: AtomicU64,
-    /// Held, then the client went away: never counted by the limits.
-    pub abandoned: AtomicU64,
-    /// Dry run: would have been held.
-    pub dry_run: AtomicU64,
-    /// Total wait of the admitted ones (ms).
-    pub wait_ms: AtomicU64,
-    /// Held now, by every worker.
-    pub held: AtomicU64,
-    /// Refused at once because their client's share of the queue was full
-    /// (its turn, behind its held requests, would come after `delay`).
-    pub share_full: AtomicU64,
-}
+pub use crate::zone_stats::DelayStats;
 
 /// The hold of one main request: the data of a cleanup entry on its pool.
 struct Hold {

@@ -67,11 +67,14 @@ mod state;
 mod state_write;
 mod sweep;
 mod sync;
+mod sync_ctx;
 mod sync_round;
 mod sync_stats;
 mod util;
 mod variables;
 mod zone;
+mod zone_init;
+mod zone_stats;
 
 use core::ffi::c_char;
 use core::ptr;

@@ -17,7 +17,7 @@ use rate_limit_window_core::override_sync::{field, ovr_key, parse, value, Remote
 use rate_limit_window_core::overrides::Overrides;
 
 use crate::redis_link::Link;
-use crate::sync::{RoundCtx, RoundError};
+use crate::sync_ctx::{RoundCtx, RoundError};
 use crate::zone::ZoneConf;
 
 /// How often the hash is read (ms).
@@ -116,7 +116,7 @@ fn pull(conn: &mut Link, ctx: &RoundCtx<'_>, o: &Overrides, now: u64) -> Result<
     let mut pipe = redis::pipe();
     pipe.cmd("HGETALL").arg(&key);
     let replies = conn.exec(&pipe, Instant::now() + Duration::from_millis(CALL_MS))?;
-    let Some(fields) = replies.first().and_then(crate::sync_round::fields) else {
+    let Some(fields) = replies.first().and_then(crate::sync_ctx::fields) else {
         return Ok(());
     };
     let mut stale = Vec::new();

@@ -185,36 +185,5 @@ pub fn extra_bytes(capacity: usize) -> usize {
 /// Bytes the override table takes at the end of the zone's region (a
 /// multiple of 64).
 pub fn region_bytes(capacity: usize) -> usize {
-    Overrides::bytes_for(capacity).next_multiple_of(64)
-}
-
-/// A resized zone (new memory on reload): copies `old`'s overrides when
-/// the new table kept its hash seed, and logs how many.
-pub fn carry(zone: &ZoneConf, old: &ZoneConf, log: *mut ngx_log_t) {
-    let (Some(new_o), Some(old_o)) = (zone.overrides.as_ref(), old.overrides.as_ref()) else {
-        return;
-    };
-    let (Some(nt), Some(ot)) = (zone.table.as_ref(), old.table.as_ref()) else {
-        return;
-    };
-    if old_o.live() == 0 || nt.seed() != ot.seed() {
-        return;
-    }
-    let now = crate::util::now_ms();
-    let (mut kept, mut dropped) = (0, 0);
-    for e in old_o.iter(now) {
-        match new_o.restore(e, now) {
-            Ok(_) => kept += 1,
-            Err(_) => dropped += 1,
-        }
-    }
-    ngx_log_error!(
-        NGX_LOG_NOTICE,
-        log,
-        "rate_limit_window_zone \"{}\": {} overrides carried over, {} dropped (overrides={})",
-        zone.name,
-        kept,
-        dropped,
-        new_o.capacity()
-    );
+    crate::zone::override_region_bytes(capacity)
 }

@@ -50,15 +50,15 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nginx_sys::{ngx_log_t, NGX_LOG_ERR, NGX_LOG_NOTICE, NGX_LOG_WARN};
 use ngx::ngx_log_error;
-use rate_limit_window_core::cluster::{claim, Claim, Ledger};
+use rate_limit_window_core::cluster::{Claim, Ledger};
 use rate_limit_window_core::fleet::{Diff, Profile};
-use rate_limit_window_core::{Table, Window};
 
 use crate::redis_link::{Link, LinkError, LinkErrorKind, RedisTarget};
+use crate::sync_ctx::{epoch_ms, Job, Owner, RoundCtx, RoundError, POLL_MS};
 use crate::sync_round::{round, RoundState};
 use crate::sync_stats::Durations;
 use crate::zone::{ZoneConf, ZoneHeader};
@@ -69,28 +69,6 @@ const BACKOFF_MAX_MS: u64 = 1_000;
 /// Longest a connect (name resolution included) may take (ms): also about
 /// the longest a stop waits for a connect in flight.
 const CONNECT_MS: u64 = 500;
-/// How often a waiting thread, or a napping owner, checks the stop flag
-/// and the ownership words, and the owner beats its heartbeat (ms).
-const POLL_MS: u64 = 50;
-
-/// What a sync thread needs; all of it outlives the thread (the cycle's
-/// configuration and the shared zone stay until the worker exits, or until
-/// a single-process reload, and `stop_all` joins the threads before that).
-pub(crate) struct Job {
-    pub name: String,
-    target: RedisTarget,
-    pub sync_ms: u64,
-    pub window: Window,
-    /// What this gateway publishes to the fleet hash (never the secret).
-    pub profile: Profile,
-    table: *const Table<'static>,
-    header: *const ZoneHeader,
-}
-
-// SAFETY: the pointers refer to the cycle's configuration and to shared
-// memory, both alive until the thread is joined (see `Job`); the table and
-// header are only used through atomics.
-unsafe impl Send for Job {}
 
 /// Threads of this process: stop flag and handle.
 static THREADS: Mutex<Vec<(Arc<AtomicBool>, JoinHandle<()>)>> = Mutex::new(Vec::new());
@@ -100,15 +78,10 @@ pub fn start_all(zones: &[*mut ZoneConf]) {
     let Ok(mut threads) = THREADS.lock() else {
         return;
     };
-    for &z in zones {
-        // SAFETY: zones live in the configuration pool for the cycle.
-        let zone = unsafe { &*z };
-        let (Some(r), Some(table)) = (zone.redis.as_ref(), zone.table.as_ref()) else {
+    for zone in crate::zone::each(zones) {
+        let (Some(r), Some((table, header))) = (zone.redis.as_ref(), zone.live()) else {
             continue;
         };
-        if zone.header.is_null() {
-            continue;
-        }
         let job = Job {
             name: zone.name.to_string(),
             target: RedisTarget::from_params(r),
@@ -121,7 +94,7 @@ pub fn start_all(zones: &[*mut ZoneConf]) {
                 zone.mode.name(),
             ),
             table,
-            header: zone.header,
+            header,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
@@ -171,11 +144,9 @@ pub fn stop_all() {
 /// generation that owns it. Called by worker 0's sweep timer (and the
 /// outage also by requests, see `handler.rs`): never by a sync thread.
 pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
-    if zone.redis.is_none() || zone.header.is_null() {
+    let Some(header) = zone.header().filter(|_| zone.redis.is_some()) else {
         return;
-    }
-    // SAFETY: the header lives in the zone as long as the cycle.
-    let header = unsafe { &*zone.header };
+    };
     if let Some(since) = header.outage_to_log() {
         log_outage(log, zone, header, now_ms.saturating_sub(since));
     }
@@ -236,124 +207,15 @@ pub fn log_outage(log: *mut ngx_log_t, zone: &ZoneConf, header: &ZoneHeader, for
     );
 }
 
-fn epoch_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// How long an owner may stay silent before a newer generation takes the
-/// sync over (it died without releasing it), in ms. An owner beats at
-/// least every second (between batches, and every `POLL_MS` while it
-/// waits), so a live one is never replaced.
-fn lease_timeout_ms(sync_ms: u64) -> u64 {
-    (sync_ms * 5).max(3_000)
-}
-
-/// This thread's view of the ownership words.
-pub(crate) struct Owner<'h> {
-    pub header: &'h ZoneHeader,
-    /// This thread's generation.
-    me: u64,
-    timeout_ms: u64,
-}
-
-impl Owner<'_> {
-    /// Holds, takes, waits for, or has lost the sync.
-    fn claim(&self) -> Claim {
-        let h = self.header;
-        let now = epoch_ms();
-        let c = claim(
-            h.sync_owner.load(Ordering::Acquire),
-            h.sync_handover.load(Ordering::Acquire),
-            h.sync_heartbeat_ms.load(Ordering::Acquire),
-            self.me,
-            now,
-            self.timeout_ms,
-        );
-        match c {
-            Claim::Take { from } => {
-                let taken = h
-                    .sync_owner
-                    .compare_exchange(from, self.me, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok();
-                if taken {
-                    h.sync_heartbeat_ms.store(now, Ordering::Release);
-                    Claim::Held
-                } else {
-                    Claim::Wait
-                }
-            }
-            Claim::Held => {
-                h.sync_heartbeat_ms.store(now, Ordering::Release);
-                Claim::Held
-            }
-            other => other,
-        }
-    }
-
-    /// Gives the sync up if this thread holds it.
-    fn release(&self) {
-        let _ = self.header.sync_owner.compare_exchange(
-            self.me,
-            0,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
-    }
-
-    /// True while the thread should go on: not stopped, and still the
-    /// owner (beating the heartbeat).
-    pub fn keep_on(&self, stop: &AtomicBool) -> bool {
-        !stop.load(Ordering::Relaxed) && self.claim() == Claim::Held
-    }
-
-    /// Sleeps `ms` as the owner, beating and checking every `POLL_MS`.
-    /// Returns false on stop or lost ownership.
-    fn nap(&self, ms: u64, stop: &AtomicBool) -> bool {
-        let until = Instant::now() + Duration::from_millis(ms);
-        loop {
-            if !self.keep_on(stop) {
-                return false;
-            }
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return true;
-            }
-            std::thread::sleep(left.min(Duration::from_millis(POLL_MS)));
-        }
-    }
-}
-
-/// Why a round ended early.
-pub(crate) enum RoundError {
-    Link(LinkError),
-    /// Stopped, or lost the ownership, between batches.
-    Stopped,
-}
-
-impl From<LinkError> for RoundError {
-    fn from(e: LinkError) -> Self {
-        RoundError::Link(e)
-    }
-}
-
 fn run(job: Job, stop: &AtomicBool) {
-    // SAFETY: see `Job`: both outlive this thread.
-    let (table, header) = unsafe { (&*job.table, &*job.header) };
+    let (table, header) = (job.table, job.header);
     // SAFETY: the ledger region was carved out of the zone for this table.
     let Some(ledger) =
         (unsafe { Ledger::over(header.ledger, header.ledger_len, table.capacity()) })
     else {
         return;
     };
-    let owner = Owner {
-        header,
-        me: header.sync_generation.fetch_add(1, Ordering::AcqRel) + 1,
-        timeout_ms: lease_timeout_ms(job.sync_ms),
-    };
-    header.sync_handover.fetch_max(owner.me, Ordering::AcqRel);
+    let owner = Owner::new(header, job.sync_ms);
     let mut conn: Option<Link> = None;
     let mut backoff = BACKOFF_MIN_MS;
     let mut state = RoundState::default();
@@ -445,13 +307,4 @@ fn connect<'c>(
         *conn = Some(Link::open(target, deadline)?);
     }
     Ok(conn.as_mut().expect("connection was just set"))
-}
-
-/// What a round works on.
-pub(crate) struct RoundCtx<'a> {
-    pub table: &'a Table<'static>,
-    pub ledger: &'a Ledger<'static>,
-    pub job: &'a Job,
-    pub owner: &'a Owner<'a>,
-    pub stop: &'a AtomicBool,
 }

@@ -25,7 +25,7 @@ use rate_limit_window_core::hot::{fp_text, hot_key, resume_from, threshold, HotS
 use redis::Value;
 
 use crate::redis_link::Link;
-use crate::sync::{RoundCtx, RoundError};
+use crate::sync_ctx::{bytes, fields, RoundCtx, RoundError};
 
 /// Largest number of keys per pipelined batch.
 const BATCH: usize = 1000;
@@ -326,26 +326,4 @@ fn reset_keys(conn: &mut Link, ctx: &RoundCtx<'_>, now: u64) -> Result<(), Round
 fn key_error(ctx: &RoundCtx<'_>) {
     let header = ctx.owner.header;
     header.sync_err_key.fetch_add(1, Ordering::Relaxed);
-}
-
-fn bytes(v: &Value) -> Option<&[u8]> {
-    match v {
-        Value::BulkString(b) => Some(b.as_slice()),
-        _ => None,
-    }
-}
-
-/// The `(field, value)` pairs of an `HGETALL` reply (RESP2 or RESP3).
-pub(crate) fn fields(v: &Value) -> Option<Vec<(&[u8], &[u8])>> {
-    match v {
-        Value::Array(items) => items
-            .chunks(2)
-            .map(|kv| Some((bytes(&kv[0])?, bytes(kv.get(1)?)?)))
-            .collect(),
-        Value::Map(pairs) => pairs
-            .iter()
-            .map(|(k, v)| Some((bytes(k)?, bytes(v)?)))
-            .collect(),
-        _ => None,
-    }
 }

@@ -1,28 +1,18 @@
-//! Shared-memory zones: the per-zone configuration, and the zone init
-//! callback that formats a new zone or adopts the old one on reload.
-//!
-//! The table fills the whole zone: at init we take every free page of the
-//! slab pool in one allocation and format it with the core's `Table::init`.
-//! The slab pool's `data` pointer remembers where the table starts.
+//! Shared-memory zones: the per-zone configuration (`ZoneConf`) and the
+//! zone header (`ZoneHeader`), the first allocation in every zone. The
+//! zone init callback that formats a new zone or adopts the old one on
+//! reload is in zone_init.rs.
 
-use core::ffi::c_void;
 use core::ptr;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use nginx_sys::{
-    ngx_http_complex_value_t, ngx_int_t, ngx_log_t, ngx_pagesize_shift, ngx_shm_zone_t,
-    ngx_slab_alloc, ngx_slab_pool_t, ngx_str_t, ngx_uint_t, NGX_LOG_EMERG,
-};
-use ngx::core::Status;
-use ngx::ngx_log_error;
-use rate_limit_window_core::conf_error::{zone_change, ZoneIdentity};
+use nginx_sys::{ngx_http_complex_value_t, ngx_shm_zone_t, ngx_str_t, ngx_uint_t};
+use rate_limit_window_core::conf_error::ZoneIdentity;
 use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::overrides::{Overrides, DEFAULT_OVERRIDES};
 use rate_limit_window_core::parse::RedisParams;
-use rate_limit_window_core::seed::seed_from;
 use rate_limit_window_core::{
-    hash_with_seed, Counter, Decision, FailPolicy, KeyHash, Table, TableError, Window,
-    DEFAULT_WINDOW_MS,
+    Counter, Decision, FailPolicy, KeyHash, Table, TableError, Window, DEFAULT_WINDOW_MS,
 };
 
 /// One `rate_limit_window_zone`, allocated from the configuration pool.
@@ -213,7 +203,7 @@ pub struct ZoneHeader {
     /// Stale slots whose counts the sweep cleared.
     pub swept: AtomicU64,
     /// Requests held by `delay=` (see delay.rs).
-    pub delay: crate::delay::DelayStats,
+    pub delay: crate::zone_stats::DelayStats,
     /// The next slot the sweep's count of used slots visits, and what it
     /// has counted so far in this pass (see `sweep::count_used`).
     pub used_next: AtomicU64,
@@ -235,7 +225,22 @@ pub struct ZoneHeader {
     /// Sync round measurements and the fleet seen in Redis (sync_stats.rs).
     pub stats: crate::sync_stats::SyncStats,
     /// Invalid `charge=` values (charge.rs).
-    pub charge: crate::charge::ChargeStats,
+    pub charge: crate::zone_stats::ChargeStats,
+}
+
+/// The zones of a configuration's list (`MainConf::zones`, raw pointers
+/// into the configuration pool), as references for the cycle.
+pub fn each(zones: &[*mut ZoneConf]) -> impl Iterator<Item = &'static ZoneConf> + '_ {
+    // SAFETY: zone pointers come from the configuration pool and stay
+    // valid (and unchanged after configuration) for the cycle, longer than
+    // any use of this list's zones by the process's timers and threads.
+    zones.iter().map(|&z| unsafe { &*z })
+}
+
+/// Bytes the override table of `capacity` entries takes at the end of the
+/// zone's region (a multiple of 64).
+pub fn override_region_bytes(capacity: usize) -> usize {
+    Overrides::bytes_for(capacity).next_multiple_of(64)
 }
 
 /// Resets of a Redis-backed zone waiting for the next sync round.
@@ -271,7 +276,7 @@ impl ZoneConf {
     }
 
     /// The key and window, as compared on reload.
-    fn identity(&self) -> ZoneIdentity<'_> {
+    pub fn identity(&self) -> ZoneIdentity<'_> {
         ZoneIdentity {
             key: self.key_src.as_bytes(),
             window_ms: self.window.ms(),
@@ -297,33 +302,6 @@ impl ZoneConf {
     }
 }
 
-/// A per-zone random seed for the keyed hash, so nobody can aim collisions
-/// at a client: `getrandom(2)`, retried when interrupted. There is no weak
-/// fallback (time, pid): on failure the zone is refused.
-fn random_seed() -> std::io::Result<[u64; 2]> {
-    seed_from(|buf| {
-        // SAFETY: getrandom writes at most buf.len() bytes into buf.
-        let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-        usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
-    })
-}
-
-/// The hash seed of a Redis-backed zone, derived from its name and
-/// `secret=` so that every gateway of the cluster computes the same key
-/// fingerprints. Without a secret, someone who knows the zone name can
-/// compute fingerprints: set `secret=` where keys come from untrusted input.
-pub fn config_seed(name: &[u8], secret: &[u8]) -> [u64; 2] {
-    let mut material = Vec::with_capacity(name.len() + secret.len() + 1);
-    material.extend_from_slice(name);
-    material.push(0);
-    material.extend_from_slice(secret);
-    const K: [u64; 2] = [0x7261_7465_5f6c_696d, 0x6974_5f77_696e_646f]; // "rate_lim" "it_windo"
-    [
-        hash_with_seed(K, &material).0,
-        hash_with_seed([K[1], K[0]], &material).0,
-    ]
-}
-
 impl ZoneHeader {
     /// The zone's override table (for the sync thread, which has the
     /// header only).
@@ -331,6 +309,20 @@ impl ZoneHeader {
         // SAFETY: the region `format` wrote in this zone, mapped as long as
         // the header is.
         unsafe { Overrides::attach(self.overrides, self.overrides_len) }.ok()
+    }
+
+    /// Whether this header was written by this module, in this layout
+    /// (`ZONE_MAGIC`): checked before a reload adopts the zone.
+    pub fn is_ours(&self) -> bool {
+        self.magic == ZONE_MAGIC
+    }
+
+    /// The slot table this header describes, attached (checked: the
+    /// table's magic, layout version, window and mode).
+    pub fn table(&self, window: Window, mode: Mode) -> Result<Table<'static>, TableError> {
+        // SAFETY: the region `format` wrote in this zone for the table,
+        // mapped as long as the header is; `attach_mode` checks its header.
+        unsafe { Table::attach_mode(self.table, self.table_len, window, mode) }
     }
 
     /// Notes the start of an outage; returns true the first time a given
@@ -344,281 +336,23 @@ impl ZoneHeader {
     }
 }
 
-/// Asks Linux to back the table's `len` bytes at `region` (page-aligned)
-/// with transparent huge pages, before `Table::init` first writes them.
-///
-/// A zone larger than the TLB's reach (a few MB of 4 KB pages) otherwise
-/// costs a page walk on most lookups of a client not seen recently. The
-/// kernel honours the advice only when
-/// `/sys/kernel/mm/transparent_hugepage/shmem_enabled` is `advise` (or
-/// `always`/`within_size`); with `never`, the default of most distributions,
-/// it is a no-op, and a kernel without THP refuses it: either way the zone
-/// works as before, so the result is not checked.
-fn advise_huge_pages(region: *mut u8, len: usize) {
-    #[cfg(target_os = "linux")]
-    // SAFETY: madvise only changes how the kernel backs these pages of our
-    // own mapping; it does not touch their contents.
-    unsafe {
-        libc::madvise(region.cast(), len, libc::MADV_HUGEPAGE);
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (region, len);
-}
-
-/// `ngx_shm_zone_t.init`: formats a new zone, or adopts the previous
-/// cycle's table on reload (`data` is then the old cycle's ZoneConf).
-pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) -> ngx_int_t {
-    // SAFETY: nginx passes the zone it created; data was set to our ZoneConf.
-    let shm_zone = unsafe { &mut *shm_zone };
-    // SAFETY: set_zone stored a pointer to a live, pool-allocated ZoneConf.
-    let zone = unsafe { &mut *shm_zone.data.cast::<ZoneConf>() };
-    let log = shm_zone.shm.log;
-
-    if !data.is_null() {
-        // SAFETY: the old cycle (and its ZoneConf) is alive during init.
-        let old = unsafe { &*data.cast::<ZoneConf>() };
-        if !same_hashing_and_window(zone, old, log) {
-            return Status::NGX_ERROR.into();
-        }
-        crate::resize::warn_prefix_change(zone, old, log);
-        if old.mode != zone.mode {
-            ngx_log_error!(
-                NGX_LOG_EMERG,
-                log,
-                "rate_limit_window_zone \"{}\" was created with mode={}; it cannot change to \
-                 mode={} on reload: use a new zone name",
-                zone.name_str(),
-                old.mode,
-                zone.mode
-            );
-            return Status::NGX_ERROR.into();
-        }
-        return adopt(zone, old.header, log);
-    }
-
-    let shpool = shm_zone.shm.addr.cast::<ngx_slab_pool_t>();
-    if shm_zone.shm.exists != 0 {
-        // A zone inherited from a previous binary (Windows only): the
-        // slab pool's data pointer leads to the table.
-        // SAFETY: the pool header sits at the start of the zone.
-        return adopt(zone, unsafe { (*shpool).data.cast() }, log);
-    }
-    // SAFETY: nginx initialised the slab pool over the zone before init,
-    // and the pool is ours alone until init returns.
-    let Some(space) = (unsafe { allocate(shpool, zone, log) }) else {
-        return Status::NGX_ERROR.into();
-    };
-    // A Redis-backed zone hashes keys alike on every gateway of a cluster
-    // (its seed comes from the configuration) and draws a random gateway
-    // id instead, under which it writes its counts.
-    let random = match random_seed() {
-        Ok(r) => r,
-        Err(e) => {
-            ngx_log_error!(
-                NGX_LOG_EMERG,
-                log,
-                "rate_limit_window_zone \"{}\": getrandom() failed ({}): no unpredictable \
-                 hash seed or gateway id, so the zone is not started",
-                zone.name,
-                e
-            );
-            return Status::NGX_ERROR.into();
-        }
-    };
-    // A resize on reload: the running cycle's zone, whose clients are
-    // carried over (with its seed) when they can be.
-    let previous = crate::resize::previous(zone);
-    // A zone new to this start: its state file's clients, with their seed.
-    let saved = previous
-        .is_none()
-        .then(|| crate::state::load(zone, log))
-        .flatten();
-    let seed = match &zone.redis {
-        Some(r) => config_seed(zone.name.as_bytes(), &r.secret),
-        None => crate::resize::seed_for(zone, previous)
-            .or(saved.as_ref().map(|f| f.seed))
-            .unwrap_or(random),
-    };
-    let gateway_id = random[0].max(1);
-    // SAFETY: `space` is fresh zone memory, ours alone during init.
-    match unsafe { format(zone, space, seed, gateway_id) } {
-        Ok(()) => {
-            // SAFETY: as above; the pool's data pointer tells a later cycle
-            // where the header is.
-            unsafe { (*shpool).data = space.header.cast() };
-            if let Some(old) = previous {
-                crate::resize::carry(zone, old, log);
-                crate::overrides::carry(zone, old, log);
-            }
-            if let Some(f) = saved {
-                crate::state::restore(zone, &f, log);
-            }
-            Status::NGX_OK.into()
-        }
-        Err(e) => {
-            ngx_log_error!(
-                NGX_LOG_EMERG,
-                log,
-                "rate_limit_window_zone \"{}\": {}",
-                zone.name,
-                e
-            );
-            Status::NGX_ERROR.into()
-        }
-    }
-}
-
-/// On reload: the zone keeps its key, window and hashing, or is refused
-/// (with an `[emerg]` that says why and what to do).
-fn same_hashing_and_window(zone: &ZoneConf, old: &ZoneConf, log: *mut ngx_log_t) -> bool {
-    let old_secret = old.redis.as_ref().map(|r| r.secret.as_slice());
-    let new_secret = zone.redis.as_ref().map(|r| r.secret.as_slice());
-    if old.redis.is_some() != zone.redis.is_some() || old_secret != new_secret {
-        ngx_log_error!(
-            NGX_LOG_EMERG,
-            log,
-            "rate_limit_window_zone \"{}\": adding or removing \"redis=\" or changing \"secret=\" \
-             changes how keys are hashed; use a new zone name",
-            zone.name
-        );
-        return false;
-    }
-    if let Some(e) = zone_change(zone.name.as_bytes(), old.identity(), zone.identity()) {
-        ngx_log_error!(NGX_LOG_EMERG, log, "{}", e);
-        return false;
-    }
-    true
-}
-
-/// A new zone's memory: its header, and the region of every other free
-/// page for the table (and a Redis zone's ledger).
-#[derive(Clone, Copy)]
-struct Space {
-    header: *mut ZoneHeader,
-    region: *mut u8,
-    /// Length of `region` in bytes.
-    len: usize,
-}
-
-/// Allocates the header, then takes every free page of the slab pool for
-/// the table; logs an `[emerg]` and returns None when memory runs out.
-///
-/// # Safety
-/// `shpool` must be the zone's initialised slab pool, ours alone (init).
-unsafe fn allocate(
-    shpool: *mut ngx_slab_pool_t,
-    zone: &ZoneConf,
-    log: *mut ngx_log_t,
-) -> Option<Space> {
-    // SAFETY: a small slab allocation; the pool is ours alone during init.
-    let header =
-        unsafe { ngx_slab_alloc(shpool, core::mem::size_of::<ZoneHeader>()) }.cast::<ZoneHeader>();
-    if header.is_null() {
-        ngx_log_error!(
-            NGX_LOG_EMERG,
-            log,
-            "rate_limit_window_zone \"{}\": no memory for the zone header",
-            zone.name
-        );
-        return None;
-    }
-    // SAFETY: the caller guarantees an initialised pool.
-    let mut pages = unsafe { (*shpool).pfree };
-    while pages > 0 {
-        // SAFETY: ngx_pagesize_shift is set at startup.
-        let len = pages << unsafe { ngx_pagesize_shift };
-        // SAFETY: a plain slab allocation; the pool is ours alone during init.
-        let region = unsafe { ngx_slab_alloc(shpool, len) }.cast::<u8>();
-        if !region.is_null() {
-            return Some(Space {
-                header,
-                region,
-                len,
-            });
-        }
-        pages -= 1;
-    }
-    ngx_log_error!(
-        NGX_LOG_EMERG,
-        log,
-        "rate_limit_window_zone \"{}\": no memory for the table",
-        zone.name
-    );
-    None
-}
-
-/// Formats the table (and a Redis zone's ledger) in `space`, writes the
-/// zone header and points the zone at both.
-///
-/// # Safety
-/// `space` must be fresh, page-aligned zone memory from `allocate`, ours
-/// alone during init.
-unsafe fn format(
-    zone: &mut ZoneConf,
-    space: Space,
-    seed: [u64; 2],
-    gateway_id: u64,
-) -> Result<(), TableError> {
-    let Space {
-        header,
-        region,
-        len,
-    } = space;
-    advise_huge_pages(region, len);
-    // The override table at the end: the memory `overrides=` added.
-    let ovr_len = crate::overrides::region_bytes(zone.overrides_cap);
-    let len = len.checked_sub(ovr_len).ok_or(TableError::TooSmall)?;
-    let ovr = region.wrapping_add(len);
-    // SAFETY: the tail of our fresh, page-aligned region (so 64-byte
-    // aligned: `len` and `ovr_len` are multiples of 64), ours alone.
-    let overrides = unsafe { Overrides::init(ovr, ovr_len, zone.overrides_cap) }
-        .map_err(|_| TableError::TooSmall)?;
-    // A Redis-backed zone gives half of its memory to the sync ledger.
-    let (table_len, ledger, ledger_len) = if zone.redis.is_some() {
-        let t = len / 2 / 64 * 64;
-        let ledger = region.wrapping_add(t);
-        // SAFETY: the tail of our fresh region, ours alone during init.
-        unsafe { ptr::write_bytes(ledger, 0, len - t) };
-        (t, ledger, len - t)
-    } else {
-        (len, ptr::null_mut(), 0)
-    };
-    // SAFETY: region is `len` bytes of page-aligned zone memory, ours alone.
-    let table = unsafe { Table::init_mode(region, table_len, zone.window, seed, zone.mode) }?;
-    // SAFETY: header is fresh zone memory sized for a ZoneHeader.
-    unsafe {
-        header.write(ZoneHeader::new(Layout {
-            table: region,
-            table_len,
-            ledger,
-            ledger_len,
-            overrides: (ovr, ovr_len),
-            gateway_id,
-        }))
-    };
-    zone.header = header;
-    zone.table = Some(table);
-    zone.overrides = Some(overrides);
-    Ok(())
-}
-
 /// Where a new zone's table and ledger are, and its gateway id.
-struct Layout {
-    table: *mut u8,
+pub struct Layout {
+    pub table: *mut u8,
     /// Bytes.
-    table_len: usize,
-    ledger: *mut u8,
+    pub table_len: usize,
+    pub ledger: *mut u8,
     /// Bytes.
-    ledger_len: usize,
+    pub ledger_len: usize,
     /// The override table and its length in bytes.
-    overrides: (*mut u8, usize),
-    gateway_id: u64,
+    pub overrides: (*mut u8, usize),
+    pub gateway_id: u64,
 }
 
 impl ZoneHeader {
     /// A new zone's header: the table and ledger it describes, every
     /// counter and lease at zero.
-    fn new(l: Layout) -> Self {
+    pub fn new(l: Layout) -> Self {
         let zero = || AtomicU64::new(0);
         ZoneHeader {
             magic: ZONE_MAGIC,
@@ -662,54 +396,6 @@ impl ZoneHeader {
             ovr_pending: Default::default(),
             stats: Default::default(),
             charge: Default::default(),
-        }
-    }
-}
-
-/// Adopts a zone formatted by an earlier cycle, after validating both
-/// headers (ours, then the table's magic, layout version and window).
-fn adopt(zone: &mut ZoneConf, header: *mut ZoneHeader, log: *mut ngx_log_t) -> ngx_int_t {
-    // SAFETY: header is the first allocation an earlier init made in this
-    // same zone, which nginx kept mapped at the same address.
-    if header.is_null() || unsafe { (*header).magic } != ZONE_MAGIC {
-        ngx_log_error!(
-            NGX_LOG_EMERG,
-            log,
-            "rate_limit_window_zone \"{}\": cannot reuse the zone: bad zone header; restart nginx or use a new zone name",
-            zone.name
-        );
-        return Status::NGX_ERROR.into();
-    }
-    // SAFETY: as above; table/table_len describe the table it formatted.
-    match unsafe {
-        Table::attach_mode((*header).table, (*header).table_len, zone.window, zone.mode)
-    } {
-        Ok(t) => {
-            // SAFETY: as above; the override table it formatted.
-            let o = unsafe { Overrides::attach((*header).overrides, (*header).overrides_len) };
-            let Ok(o) = o else {
-                ngx_log_error!(
-                    NGX_LOG_EMERG,
-                    log,
-                    "rate_limit_window_zone \"{}\": cannot reuse the zone: no override table; restart nginx or use a new zone name",
-                    zone.name
-                );
-                return Status::NGX_ERROR.into();
-            };
-            zone.header = header;
-            zone.table = Some(t);
-            zone.overrides = Some(o);
-            Status::NGX_OK.into()
-        }
-        Err(e) => {
-            ngx_log_error!(
-                NGX_LOG_EMERG,
-                log,
-                "rate_limit_window_zone \"{}\": cannot reuse the zone: {}; restart nginx or use a new zone name",
-                zone.name,
-                e
-            );
-            Status::NGX_ERROR.into()
         }
     }
 }
