@@ -22,12 +22,13 @@
 use core::ptr;
 
 use nginx_sys::{
-    ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable_index, ngx_http_request_t,
-    ngx_http_variable_value_t, ngx_int_t, ngx_uint_t, NGX_ERROR, NGX_HTTP_VAR_NOHASH, NGX_OK,
+    ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable_index, ngx_http_variable_value_t,
+    ngx_int_t, ngx_uint_t, NGX_ERROR, NGX_HTTP_VAR_NOHASH, NGX_OK,
 };
 use ngx::http::{HttpModuleMainConf, Request};
 use ngx::ngx_string;
 
+use crate::req::variable_get;
 use crate::Module;
 
 /// The mark's states; each value's text is 6 bytes.
@@ -43,13 +44,18 @@ static FAILED: [u8; 6] = *b"failed";
 /// `cf` must be the configuration passed to preconfiguration.
 pub unsafe fn register_variable(cf: *mut ngx_conf_t) -> ngx_int_t {
     let mut name = ngx_string!("rate_limit_window_internal_access");
-    // SAFETY: cf is valid; nginx copies the name.
-    let v = unsafe { ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_NOHASH as ngx_uint_t) };
-    if v.is_null() {
+    // SAFETY: cf is valid; nginx copies the name; a non-null v is the
+    // variable nginx just created, ours to set up.
+    let added = unsafe {
+        let v = ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_NOHASH as ngx_uint_t);
+        if let Some(v) = v.as_mut() {
+            v.get_handler = Some(not_found);
+        }
+        !v.is_null()
+    };
+    if !added {
         return NGX_ERROR as ngx_int_t;
     }
-    // SAFETY: v is the variable nginx just created.
-    unsafe { (*v).get_handler = Some(not_found) };
     NGX_OK as ngx_int_t
 }
 
@@ -62,14 +68,11 @@ pub struct Marks {
     values: [ngx_http_variable_value_t; 3],
 }
 
-/// The marks of this configuration (postconfiguration), or None on an
-/// nginx error.
-///
-/// # Safety
-/// `cf` must be the configuration passed to postconfiguration.
-pub unsafe fn marks(cf: *mut ngx_conf_t) -> Option<Marks> {
+/// The marks of this configuration (`cf`: postconfiguration's), or None on
+/// an nginx error.
+pub fn marks(cf: &mut ngx_conf_t) -> Option<Marks> {
     let mut name = ngx_string!("rate_limit_window_internal_access");
-    // SAFETY: cf is valid; the variable was added in preconfiguration.
+    // SAFETY: cf is a valid configuration; nginx copies the name.
     let i = unsafe { ngx_http_get_variable_index(cf, &mut name) };
     if i == NGX_ERROR as ngx_int_t {
         return None;
@@ -85,52 +88,49 @@ pub unsafe fn marks(cf: *mut ngx_conf_t) -> Option<Marks> {
     })
 }
 
-unsafe extern "C" fn not_found(
-    _r: *mut ngx_http_request_t,
-    v: *mut ngx_http_variable_value_t,
-    _data: usize,
-) -> ngx_int_t {
-    // SAFETY: nginx passes a valid value to fill.
-    unsafe { (*v).set_not_found(1) };
-    NGX_OK as ngx_int_t
-}
+variable_get!(
+    not_found,
+    |_: &mut Request, v: &mut ngx_http_variable_value_t| {
+        v.set_not_found(1);
+        NGX_OK as ngx_int_t
+    }
+);
 
 /// The mark's slot of the main request `r` and the marks, or None for a
 /// subrequest or a configuration without the variable.
-fn slot(r: &mut Request) -> Option<(*mut ngx_http_variable_value_t, Marks)> {
+fn slot(r: &mut Request) -> Option<(&mut ngx_http_variable_value_t, Marks)> {
     if !r.is_main() {
         return None;
     }
     let marks = Module::main_conf(r.as_ref())?.access_mark?;
-    let raw: *mut ngx_http_request_t = r.into();
     // SAFETY: the index was obtained at configuration time, so it lies
-    // within the request's variables array.
-    Some((unsafe { (*raw).variables.add(marks.index) }, marks))
+    // within the request's variables array, which lives with the request.
+    Some((
+        unsafe { &mut *r.as_mut().variables.add(marks.index) },
+        marks,
+    ))
 }
 
 /// The state in the slot: one of the three statics, or null (unset).
-fn state(v: *const ngx_http_variable_value_t) -> *const u8 {
-    // SAFETY: v is a slot of a live request's variables array.
-    let v = unsafe { &*v };
+fn state(v: &ngx_http_variable_value_t) -> *const u8 {
     if v.valid() == 0 || v.not_found() != 0 {
         return ptr::null();
     }
     v.data
 }
 
-/// Writes mark `which` (0: access, 1: passed, 2: failed) into the slot.
-fn set(v: *mut ngx_http_variable_value_t, marks: &Marks, which: usize) {
-    // SAFETY: v is a slot of a live request's variables array; the data is
-    // static, so the value stays readable for the request's life.
-    unsafe { *v = marks.values[which] };
+/// Writes mark `which` (0: access, 1: passed, 2: failed) into the slot;
+/// the data is static, so the value stays readable for the request's life.
+fn set(v: &mut ngx_http_variable_value_t, marks: &Marks, which: usize) {
+    *v = marks.values[which];
 }
 
 /// PREACCESS, before deciding: a main request that comes back here while
 /// still in its access checks was redirected by a failed one.
 pub fn preaccess_enter(r: &mut Request) {
     if let Some((v, m)) = slot(r) {
-        if ptr::eq(state(v), ACCESS.as_ptr()) {
-            set(v, &m, 2);
+        if ptr::eq(state(&*v), ACCESS.as_ptr()) {
+            set(&mut *v, &m, 2);
         }
     }
 }
@@ -138,8 +138,8 @@ pub fn preaccess_enter(r: &mut Request) {
 /// PREACCESS, the request goes on to the access checks.
 pub fn preaccess_leave(r: &mut Request) {
     if let Some((v, m)) = slot(r) {
-        if !ptr::eq(state(v), FAILED.as_ptr()) {
-            set(v, &m, 0);
+        if !ptr::eq(state(&*v), FAILED.as_ptr()) {
+            set(&mut *v, &m, 0);
         }
     }
 }
@@ -155,7 +155,7 @@ pub fn precontent_failed(r: &mut Request) -> bool {
         return true;
     }
     if ptr::eq(s, ACCESS.as_ptr()) {
-        set(v, &m, 1);
+        set(&mut *v, &m, 1);
     }
     false
 }

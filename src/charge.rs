@@ -16,12 +16,11 @@
 //! episode, every one counted in `rate_limit_window_invalid_charge_total`.
 
 use nginx_sys::{
-    ngx_conf_t, ngx_http_complex_value, ngx_http_complex_value_t,
-    ngx_http_phases_NGX_HTTP_LOG_PHASE, ngx_http_request_t, ngx_int_t, ngx_str_t, ngx_uint_t,
-    NGX_LOG_EMERG, NGX_LOG_WARN,
+    ngx_conf_t, ngx_http_complex_value_t, ngx_http_phases_NGX_HTTP_LOG_PHASE,
+    ngx_http_variable_value_t, ngx_int_t, ngx_str_t, ngx_uint_t, NGX_LOG_EMERG, NGX_LOG_WARN,
 };
 use ngx::core::{Pool, Status};
-use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
+use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule, Request};
 use ngx::{ngx_log_debug_http, ngx_log_error};
 use rate_limit_window_core::charge::{final_count, parse_charge};
 use rate_limit_window_core::limit_opts::LimitOpts;
@@ -29,6 +28,7 @@ use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::parse::escape;
 
 use crate::count_status::{self, Held};
+use crate::req::{request_handler, variable_get};
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -103,40 +103,42 @@ pub unsafe fn check_zone(cf: *mut ngx_conf_t, zone: &ZoneConf) -> Result<(), ()>
 /// `cf` must be the configuration passed to postconfiguration.
 pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
     // SAFETY: cf is valid during postconfiguration.
-    let Some(mcf) = (unsafe { Module::main_conf(&*cf) }) else {
+    let cf = unsafe { &*cf };
+    let Some(mcf) = Module::main_conf(cf) else {
         return Status::NGX_ERROR.into();
     };
     if mcf.zones().all(|z| z.charge_at.is_none()) {
         return Status::NGX_OK.into();
     }
-    // SAFETY: cf is valid during postconfiguration.
-    let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(unsafe { &*cf }) else {
+    let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(cf) else {
         return Status::NGX_ERROR.into();
     };
     let phase = ngx_http_phases_NGX_HTTP_LOG_PHASE;
-    match crate::phases::push_handler(cmcf, phase, log_handler, true) {
+    match crate::phases::push_handler(cmcf, phase, Some(log_handler), true) {
         Ok(()) => Status::NGX_OK.into(),
         Err(()) => Status::NGX_ERROR.into(),
     }
 }
 
+request_handler!(log_handler, log_phase);
+
 /// LOG phase: reads the charge of each admission kept for the request.
-extern "C" fn log_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: nginx calls log handlers with a valid request. Only the main
-    // request has the record (a subrequest is logged with log_subrequest).
-    if unsafe { (*r).main } != r {
+/// Only the main request has the record (a subrequest is logged with
+/// log_subrequest).
+fn log_phase(r: &mut Request) -> ngx_int_t {
+    if !r.is_main() {
         return Status::NGX_OK.into();
     }
-    // SAFETY: r is a valid main request; nothing else holds its entries.
-    let Some(held) = (unsafe { count_status::held_mut(r) }) else {
+    let raw = r.into();
+    // SAFETY: r is a valid main request; nothing else holds its entries
+    // while this handler runs.
+    let (held, status) = unsafe { (count_status::held_mut(raw), count_status::final_status(raw)) };
+    let Some(held) = held else {
         return Status::NGX_OK.into();
     };
-    // SAFETY: r is valid.
-    let status = unsafe { count_status::final_status(r) };
     for h in held.iter_mut() {
         if !h.charge.is_null() && h.counts(status) {
-            // SAFETY: r is valid; h was made for it.
-            h.charged = unsafe { read(r, h) };
+            h.charged = read(r, h);
         }
         h.read = true;
     }
@@ -153,67 +155,54 @@ extern "C" fn log_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
 pub unsafe fn register_variable(cf: *mut ngx_conf_t) -> ngx_int_t {
     let mut name = ngx::ngx_string!("rate_limit_window_charge");
     let flags = nginx_sys::NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t;
-    // SAFETY: cf is valid; nginx copies the name.
-    let v = unsafe { nginx_sys::ngx_http_add_variable(cf, &mut name, flags) };
-    if v.is_null() {
+    // SAFETY: cf is valid; nginx copies the name; a non-null v is the
+    // variable nginx just created, ours to set up.
+    let added = unsafe {
+        let v = nginx_sys::ngx_http_add_variable(cf, &mut name, flags);
+        if let Some(v) = v.as_mut() {
+            v.get_handler = Some(get_charge);
+            v.data = 0;
+        }
+        !v.is_null()
+    };
+    if !added {
         return Status::NGX_ERROR.into();
-    }
-    // SAFETY: v is the variable nginx just created.
-    unsafe {
-        (*v).get_handler = Some(get_charge);
-        (*v).data = 0;
     }
     Status::NGX_OK.into()
 }
 
-unsafe extern "C" fn get_charge(
-    r: *mut ngx_http_request_t,
-    v: *mut nginx_sys::ngx_http_variable_value_t,
-    _: usize,
-) -> ngx_int_t {
-    // SAFETY: nginx passes a valid request, whose main request outlives it.
-    let main = unsafe { (*r).main };
-    // SAFETY: main is valid; the entries are only read here.
-    let held = unsafe { count_status::held_mut(main) };
+variable_get!(get_charge, charge_value);
+
+/// `$rate_limit_window_charge` (see `register_variable`).
+fn charge_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
+    let main = r.as_ref().main;
+    // SAFETY: nginx's main request of a valid request outlives it; its
+    // entries are only read here.
+    let (held, status) = unsafe {
+        (
+            count_status::held_mut(main),
+            count_status::final_status(main),
+        )
+    };
     let count = held
         .and_then(|h| h.iter().find(|h| !h.charge.is_null() && h.read))
-        .map(|h| {
-            // SAFETY: main is valid.
-            let status = unsafe { count_status::final_status(main) };
-            final_count(h.admission.cost(), h.counts(status), h.charged)
-        });
-    // SAFETY: called by nginx as a get handler.
-    let (r, v) = unsafe { crate::variables::args(r, v) };
+        .map(|h| final_count(h.admission.cost(), h.counts(status), h.charged));
     let text = count.map(|n| n.to_string()).unwrap_or_default();
     crate::variables::set(r, v, text.as_bytes())
 }
 
 /// The charge of `h` for `r`: None when it is empty or invalid (logged
 /// once per episode, counted) or could not be evaluated.
-///
-/// # Safety
-/// `r` must be a valid request, `h.charge` compiled at configuration time.
-unsafe fn read(r: *mut ngx_http_request_t, h: &Held) -> Option<u32> {
-    let mut s = ngx_str_t::empty();
-    // SAFETY: as the caller guarantees.
-    if unsafe { ngx_http_complex_value(r, h.charge, &mut s) } != Status::NGX_OK.into() {
-        return None;
-    }
-    let bytes = if s.len == 0 {
-        &[][..]
-    } else {
-        // SAFETY: a non-empty value lives in the request pool.
-        unsafe { core::slice::from_raw_parts(s.data, s.len) }
-    };
-    // SAFETY: zones live in the configuration pool for the cycle.
-    let zone = unsafe { &*h.zone };
-    // SAFETY: r is a valid request, which shares the representation of
-    // `Request`.
-    let req = unsafe { ngx::http::Request::from_ngx_http_request(r) };
+fn read(r: &Request, h: &Held) -> Option<u32> {
+    // SAFETY: h.charge was compiled at configuration time (non-null: the
+    // caller checks), h.zone is a zone of the configuration pool; both
+    // live for the cycle.
+    let (cv, zone) = unsafe { (&*h.charge, &*h.zone) };
+    let bytes = r.get_complex_value(cv)?.as_bytes();
     match parse_charge(bytes) {
         Ok(n) => {
             ngx_log_debug_http!(
-                req,
+                r,
                 "rate_limit_window: zone \"{}\": charge {} (cost {})",
                 zone.name,
                 n,
@@ -222,7 +211,7 @@ unsafe fn read(r: *mut ngx_http_request_t, h: &Held) -> Option<u32> {
             Some(n)
         }
         Err(_) => {
-            invalid(req.log(), zone, bytes, h.admission.cost());
+            invalid(r.log(), zone, bytes, h.admission.cost());
             None
         }
     }

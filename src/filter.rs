@@ -6,13 +6,13 @@
 use core::fmt::Write as _;
 
 use nginx_sys::{
-    ngx_http_output_header_filter_pt, ngx_http_request_t, ngx_http_top_header_filter, ngx_int_t,
-    ngx_pnalloc, ngx_str_t,
+    ngx_http_output_header_filter_pt, ngx_http_top_header_filter, ngx_int_t, ngx_pnalloc, ngx_str_t,
 };
 use ngx::http::Request;
 
 use crate::conf::{HEADERS_IETF, HEADERS_ON};
 use crate::decision::{self, Decision, Verdict};
+use crate::req::request_handler;
 use crate::util::{add_header, add_pooled_header};
 
 /// The next header filter in the chain.
@@ -28,15 +28,18 @@ pub fn register() {
     }
 }
 
-extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: nginx calls header filters with a valid request, which shares
-    // the representation of `Request`.
-    add_headers(unsafe { Request::from_ngx_http_request(r) });
-    // SAFETY: NEXT_HEADER_FILTER was set in postconfiguration, before any request.
-    match unsafe { NEXT_HEADER_FILTER } {
-        // SAFETY: calling the next filter with the same valid request.
-        Some(next) => unsafe { next(r) },
-        None => 0,
+request_handler!(header_filter, filter);
+
+/// Adds our headers, then calls the next header filter.
+fn filter(r: &mut Request) -> ngx_int_t {
+    add_headers(r);
+    // SAFETY: NEXT_HEADER_FILTER was set in postconfiguration, before any
+    // request; the next filter is called with the same valid request.
+    unsafe {
+        match NEXT_HEADER_FILTER {
+            Some(next) => next(r.into()),
+            None => 0,
+        }
     }
 }
 
@@ -90,15 +93,17 @@ fn add_ietf(r: &mut Request, d: &Decision) {
 /// limit with `rate_limit_window_headers on`. Every number is formatted
 /// straight into one pool buffer, which the headers then point at.
 fn add_numbers(r: &mut Request, d: &Decision) {
-    // SAFETY: the request's pool is valid for the request's lifetime.
-    let buf = unsafe { ngx_pnalloc(r.as_ref().pool, NUMBERS * 10) }.cast::<[[u8; 10]; NUMBERS]>();
-    if buf.is_null() {
-        return;
-    }
-    // SAFETY: buf has room for NUMBERS arrays of 10 bytes (alignment 1):
+    // SAFETY: the request's pool is valid for the request's lifetime. A
+    // non-null buf has room for NUMBERS arrays of 10 bytes (alignment 1):
     // fresh pool memory that nothing else refers to, living as long as the
     // request.
-    let [retry, limit, remaining, reset] = unsafe { &mut *buf };
+    let Some([retry, limit, remaining, reset]) = (unsafe {
+        ngx_pnalloc(r.as_ref().pool, NUMBERS * 10)
+            .cast::<[[u8; 10]; NUMBERS]>()
+            .as_mut()
+    }) else {
+        return;
+    };
     if d.verdict == Verdict::Rejected {
         add_number(r, retry, "Retry-After", d.retry_after_s);
     }

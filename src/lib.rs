@@ -41,6 +41,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod access;
+mod api;
 mod charge;
 mod conf;
 mod conf_log;
@@ -61,6 +62,7 @@ mod overrides;
 mod phases;
 mod redis_conf;
 mod redis_link;
+mod req;
 mod reset;
 mod resize;
 mod state;

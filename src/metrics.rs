@@ -11,34 +11,28 @@
 //! Access is controlled with the usual `allow`/`deny` in the location.
 
 mod families;
-pub(crate) mod format;
-
-use core::ptr;
 
 use nginx_sys::{
-    ngx_chain_t, ngx_http_arg, ngx_http_request_t, ngx_int_t, ngx_str_t, NGX_HTTP_GET,
-    NGX_HTTP_HEAD, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_ALLOWED, NGX_HTTP_NOT_FOUND,
+    ngx_int_t, NGX_HTTP_GET, NGX_HTTP_HEAD, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_ALLOWED,
+    NGX_HTTP_NOT_FOUND,
 };
-use ngx::core::{Buffer, Status};
-use ngx::http::{HTTPStatus, HttpModuleMainConf, Request};
-use rate_limit_window_core::addr::{addr_key, mask_ipv6};
+use ngx::core::Status;
+use ngx::http::{HttpModuleMainConf, Request};
 use rate_limit_window_core::{estimate_scaled, strict, Counts};
 
+use crate::api::format::{json_str, local_offset_s, percent_decode, rfc3339};
+use crate::api::{arg, bad_request, has_flag, lookup_key, send};
+use crate::req::request_handler;
 use crate::util::now_ms;
 use crate::zone::ZoneConf;
 use crate::Module;
 use families::Live;
-use format::{json_str, local_offset_s, percent_decode, rfc3339};
 
-/// Content handler installed by `rate_limit_window_metrics;`.
-pub extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: nginx calls content handlers with a valid request, which
-    // shares the representation of `Request`.
-    let r = unsafe { Request::from_ngx_http_request(r) };
-    handle(r)
-}
+// Content handler installed by `rate_limit_window_metrics;`.
+request_handler!(pub handler, handle);
 
-fn handle(r: &mut Request) -> ngx_int_t {
+/// The metrics page, or one key's JSON (GET and HEAD).
+pub(crate) fn handle(r: &mut Request) -> ngx_int_t {
     let method = r.as_ref().method as u32;
     if method & (NGX_HTTP_GET | NGX_HTTP_HEAD) == 0 {
         return NGX_HTTP_NOT_ALLOWED as ngx_int_t;
@@ -59,7 +53,7 @@ fn handle(r: &mut Request) -> ngx_int_t {
     let Some(zone) = mcf.zones().find(|z| z.name.as_bytes() == zone_name) else {
         return NGX_HTTP_NOT_FOUND as ngx_int_t;
     };
-    if crate::override_api::has_flag(r, "overrides") {
+    if has_flag(r, "overrides") {
         return crate::override_api::list(r, zone);
     }
     let key = match lookup_key(r, zone) {
@@ -76,47 +70,6 @@ fn handle(r: &mut Request) -> ngx_int_t {
     send(r, "application/json", &body)
 }
 
-/// The key a lookup names (GET, or DELETE with `reset=on`): `key=` as the
-/// zone's key evaluates, percent-decoded, or `addr=` as an address in text
-/// (a `$binary_remote_addr` zone only), both masked like the zone
-/// (`ipv6_prefix=`). Ok(None): neither is given. Err: the 400's message.
-pub(crate) fn lookup_key(r: &mut Request, zone: &ZoneConf) -> Result<Option<Vec<u8>>, String> {
-    let binary = zone.key_src.as_bytes() == crate::conf::BINARY_REMOTE_ADDR;
-    match (arg(r, "key"), arg(r, "addr")) {
-        (Some(_), Some(_)) => Err("give key= or addr=, not both".into()),
-        (None, Some(_)) if !binary => Err(format!(
-            "addr= needs a zone keyed by $binary_remote_addr; zone \"{}\" is keyed by \"{}\": use key=",
-            zone.name_str(),
-            String::from_utf8_lossy(zone.key_src.as_bytes())
-        )),
-        (None, Some(addr)) => addr_key(&percent_decode(&addr), zone.ipv6_prefix)
-            .map(Some)
-            .map_err(|e| e.0),
-        (Some(key), None) => {
-            let key = percent_decode(&key);
-            if binary && key.len() != 4 && key.len() != 16 {
-                return Err(format!(
-                    "zone \"{}\" is keyed by $binary_remote_addr, 4 or 16 bytes, and key= has {}: \
-                     look an address up with addr= (addr=192.0.2.1, addr=2001:db8::1)",
-                    zone.name_str(),
-                    key.len()
-                ));
-            }
-            Ok(Some(match mask_ipv6(&key, zone.ipv6_prefix) {
-                Some(m) if binary => m.to_vec(),
-                _ => key,
-            }))
-        }
-        (None, None) => Ok(None),
-    }
-}
-
-/// A 400 with a JSON error.
-pub(crate) fn bad_request(r: &mut Request, msg: &str) -> ngx_int_t {
-    let body = format!("{{\"error\":{}}}\n", json_str(msg));
-    send_status(r, HTTPStatus::BAD_REQUEST, "application/json", &body)
-}
-
 /// The zone as the families read it; None before it is initialised.
 fn live(zone: &ZoneConf, now: u64) -> Option<Live<'_>> {
     let (table, header) = zone.live()?;
@@ -126,15 +79,6 @@ fn live(zone: &ZoneConf, now: u64) -> Option<Live<'_>> {
         header,
         now,
     })
-}
-
-/// A query argument's raw (still percent-encoded) value.
-pub(crate) fn arg(r: &mut Request, name: &str) -> Option<Vec<u8>> {
-    let mut v = ngx_str_t::empty();
-    // SAFETY: the request is valid; ngx_http_arg only reads `name` and
-    // points `v` into r->args.
-    let rc = unsafe { ngx_http_arg(r.into(), name.as_ptr().cast_mut(), name.len(), &mut v) };
-    (rc == Status::NGX_OK.into()).then(|| v.as_bytes().to_vec())
 }
 
 /// JSON for one client of one zone.
@@ -188,41 +132,4 @@ fn strict_key_json(zone: &ZoneConf, s: &strict::State, now: u64) -> String {
         s.total(),
         json_str(&rfc3339(now, 0))
     )
-}
-
-/// Sends a 200 response with `body`.
-pub(crate) fn send(r: &mut Request, content_type: &'static str, body: &str) -> ngx_int_t {
-    send_status(r, HTTPStatus::OK, content_type, body)
-}
-
-/// Sends a `status` response with `body`.
-pub(crate) fn send_status(
-    r: &mut Request,
-    status: HTTPStatus,
-    content_type: &'static str,
-    body: &str,
-) -> ngx_int_t {
-    r.set_status(status);
-    r.set_content_length_n(body.len());
-    let out = &mut r.as_mut().headers_out;
-    out.content_type = ngx_str_t {
-        len: content_type.len(),
-        data: content_type.as_ptr().cast_mut(),
-    };
-    out.content_type_len = content_type.len();
-    out.content_type_lowcase = ptr::null_mut();
-    let rc = r.send_header();
-    if rc == Status::NGX_ERROR || rc.0 > Status::NGX_OK.0 || r.header_only() {
-        return rc.0;
-    }
-    let Some(mut buf) = r.pool().create_buffer_from_str(body) else {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
-    };
-    buf.set_last_buf(true);
-    buf.set_last_in_chain(true);
-    let mut out = ngx_chain_t {
-        buf: buf.as_ngx_buf_mut(),
-        next: ptr::null_mut(),
-    };
-    r.output_filter(&mut out).0
 }

@@ -16,19 +16,17 @@
 //! fingerprint, never the key) and counted in
 //! `rate_limit_window_overrides_total{zone,action}`.
 
-use nginx_sys::{
-    ngx_http_finalize_request, ngx_http_read_client_request_body, ngx_http_request_t, ngx_int_t,
-    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_SPECIAL_RESPONSE, NGX_LOG_NOTICE,
-};
+use nginx_sys::{ngx_int_t, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_NOTICE};
 use ngx::core::Status;
 use ngx::http::{HTTPStatus, HttpModuleMainConf, Request};
 use ngx::ngx_log_error;
 use rate_limit_window_core::override_body::{parse_body, Body, MAX_BODY};
 use rate_limit_window_core::overrides::{Action, ChangeKind, Entry, Overrides, MAX_EXPIRY_MS};
 
-use crate::metrics::format::{json_str, percent_decode};
-use crate::metrics::{arg, lookup_key, send, send_status};
-use crate::util::now_ms;
+use crate::api::format::{json_str, percent_decode};
+use crate::api::{arg, lookup_key, send, send_status};
+use crate::req::body_handler;
+use crate::util::{cycle_log, now_ms};
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -41,13 +39,6 @@ pub(crate) fn error(r: &mut Request, status: u16, msg: &str) -> ngx_int_t {
     let body = format!("{{\"error\":{}}}\n", json_str(msg));
     let status = HTTPStatus::from_u16(status).unwrap_or(HTTPStatus::BAD_REQUEST);
     send_status(r, status, "application/json", &body)
-}
-
-/// Whether the query has the bare flag `name` (`&override`, no value).
-pub(crate) fn has_flag(r: &Request, name: &str) -> bool {
-    let args = r.as_ref().args.as_bytes();
-    args.split(|&c| c == b'&')
-        .any(|a| a == name.as_bytes() || a.strip_prefix(name.as_bytes()) == Some(b"="))
 }
 
 /// The zone that `?zone=` names, or the error answer's status and text.
@@ -86,53 +77,15 @@ pub(crate) fn put(r: &mut Request) -> ngx_int_t {
         }
         return error(r, 413, &format!("body over {MAX_BODY} bytes"));
     }
-    // SAFETY: a valid request in its content handler; nginx calls
-    // `body_read` once the body is in, and counts the request meanwhile.
-    let rc = unsafe { ngx_http_read_client_request_body(r.into(), Some(body_read)) };
-    if rc >= NGX_HTTP_SPECIAL_RESPONSE as ngx_int_t {
-        return rc;
-    }
-    Status::NGX_DONE.into()
+    crate::req::read_body(r, Some(body_read))
 }
 
-/// The body's post handler: answers and finalizes the request.
-unsafe extern "C" fn body_read(r: *mut ngx_http_request_t) {
-    // SAFETY: nginx calls it with the request whose body it read.
-    let req = unsafe { Request::from_ngx_http_request(r) };
-    let rc = put_body(req);
-    // SAFETY: the request is valid; this ends the read started in `put`.
-    unsafe { ngx_http_finalize_request(r, rc) };
-}
+// The body's post handler: answers, then finalizes the request.
+body_handler!(body_read, put_body);
 
-/// The request body's bytes, or None when over [`MAX_BODY`] (or in a
-/// temporary file, which only a larger body is).
-fn body_bytes(r: &Request) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    // SAFETY: a request whose body was read: request_body and its chain
-    // are nginx's, valid while the request is.
-    let mut cl =
-        unsafe { r.as_ref().request_body.as_ref() }.map_or(core::ptr::null_mut(), |b| b.bufs);
-    while !cl.is_null() {
-        // SAFETY: a link of the body's chain, as above.
-        let b = unsafe { &*(*cl).buf };
-        let in_memory = b.temporary() != 0 || b.memory() != 0 || b.mmap() != 0;
-        if (b.in_file() != 0 && !in_memory) || out.len() > MAX_BODY {
-            return None;
-        }
-        if !b.pos.is_null() && b.last > b.pos {
-            // SAFETY: pos..last are the buffer's valid bytes.
-            out.extend_from_slice(unsafe {
-                core::slice::from_raw_parts(b.pos, b.last.offset_from(b.pos) as usize)
-            });
-        }
-        // SAFETY: as above.
-        cl = unsafe { (*cl).next };
-    }
-    (out.len() <= MAX_BODY).then_some(out)
-}
-
+/// Sets the override a PUT's body asks for, and answers.
 fn put_body(r: &mut Request) -> ngx_int_t {
-    let Some(bytes) = body_bytes(r) else {
+    let Some(bytes) = crate::req::body_bytes(r, MAX_BODY) else {
         return error(r, 413, &format!("body over {MAX_BODY} bytes"));
     };
     let (zone, o, fp) = match target(r) {
@@ -316,17 +269,14 @@ fn describe(e: &Entry, now: u64) -> String {
 /// the key's fingerprint. Written to the cycle's log, not the request's:
 /// nginx would append the request line, whose query holds the key.
 fn log_change(r: &mut Request, zone: &ZoneConf, fp: u64, what: &str) {
-    let c = r.connection();
-    // SAFETY: the request's connection is valid while it runs; the cycle
-    // while the worker runs.
-    let (log, addr) = unsafe { ((*nginx_sys::ngx_cycle).log, (*c).addr_text) };
+    let addr = crate::req::addr_text(r);
     ngx_log_error!(
         NGX_LOG_NOTICE,
-        log,
+        cycle_log(),
         "rate_limit_window: override of client {:014x} in zone \"{}\" changed by {}: {}",
         fp,
         zone.name_str(),
-        String::from_utf8_lossy(addr.as_bytes()),
+        String::from_utf8_lossy(addr),
         what
     );
 }

@@ -8,8 +8,7 @@
 
 use nginx_sys::{
     ngx_array_push, ngx_conf_t, ngx_http_core_main_conf_t, ngx_http_handler_pt, ngx_http_phases,
-    ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE,
-    ngx_http_request_t, ngx_int_t,
+    ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE, ngx_int_t,
 };
 use ngx::core::Status;
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
@@ -22,25 +21,24 @@ use crate::Module;
 /// # Safety
 /// `cf` must be the configuration passed to postconfiguration.
 pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
-    // SAFETY: cf is valid during postconfiguration.
-    let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(unsafe { &*cf }) else {
+    // SAFETY: cf is the configuration of postconfiguration, valid and
+    // ours during the call.
+    let cf = unsafe { &mut *cf };
+    let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(cf) else {
         return Status::NGX_ERROR.into();
     };
-    // SAFETY: cf is valid during postconfiguration.
-    let (Some(mark), Some(mcf)) = (unsafe { crate::access::marks(cf) }, unsafe {
-        Module::main_conf_mut(&*cf)
-    }) else {
+    let (Some(mark), Some(mcf)) = (crate::access::marks(cf), Module::main_conf_mut(cf)) else {
         return Status::NGX_ERROR.into();
     };
     mcf.access_mark = Some(mark);
-    let phases: [(
-        ngx_http_phases,
-        extern "C" fn(*mut ngx_http_request_t) -> ngx_int_t,
-    ); 2] = [
-        (ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, preaccess_handler),
+    let phases: [(ngx_http_phases, ngx_http_handler_pt); 2] = [
+        (
+            ngx_http_phases_NGX_HTTP_PREACCESS_PHASE,
+            Some(preaccess_handler),
+        ),
         (
             ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE,
-            precontent_handler,
+            Some(precontent_handler),
         ),
     ];
     for (phase, handler) in phases {
@@ -61,26 +59,25 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
 pub(crate) fn push_handler(
     cmcf: &mut ngx_http_core_main_conf_t,
     phase: ngx_http_phases,
-    handler: extern "C" fn(*mut ngx_http_request_t) -> ngx_int_t,
+    handler: ngx_http_handler_pt,
     first: bool,
 ) -> Result<(), ()> {
     let arr = &mut cmcf.phases[phase as usize].handlers;
     // SAFETY: the phase handler arrays are initialised by the core module
-    // before any postconfiguration runs.
-    let h = unsafe { ngx_array_push(arr) }.cast::<ngx_http_handler_pt>();
-    if h.is_null() {
-        return Err(());
-    }
-    let mut slot = h;
+    // before any postconfiguration runs, as arrays of ngx_http_handler_pt;
+    // a non-null push is a fresh slot at the end, written here, after
+    // which the array's nelts handlers are all initialised.
+    let handlers = unsafe {
+        let h = ngx_array_push(arr).cast::<ngx_http_handler_pt>();
+        if h.is_null() {
+            return Err(());
+        }
+        h.write(handler);
+        core::slice::from_raw_parts_mut(arr.elts.cast::<ngx_http_handler_pt>(), arr.nelts)
+    };
     if first {
-        let elts = arr.elts.cast::<ngx_http_handler_pt>();
-        // SAFETY: the array holds nelts handlers (the new one included,
-        // at h = elts + nelts - 1); moving the nelts - 1 older ones up by
-        // one stays inside it.
-        unsafe { core::ptr::copy(elts, elts.add(1), arr.nelts - 1) };
-        slot = elts;
+        // The new one (last) goes first; the older ones move up by one.
+        handlers.rotate_right(1);
     }
-    // SAFETY: slot is a handler slot of the array.
-    unsafe { *slot = Some(handler) };
     Ok(())
 }

@@ -17,37 +17,38 @@
 //! write them again.
 
 use nginx_sys::{
-    ngx_http_request_t, ngx_int_t, NGX_HTTP_BAD_REQUEST, NGX_HTTP_DELETE,
-    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_FOUND, NGX_HTTP_PUT, NGX_LOG_NOTICE,
+    ngx_int_t, NGX_HTTP_BAD_REQUEST, NGX_HTTP_DELETE, NGX_HTTP_INTERNAL_SERVER_ERROR,
+    NGX_HTTP_NOT_FOUND, NGX_HTTP_PUT, NGX_LOG_NOTICE,
 };
 use ngx::core::Status;
 use ngx::http::{HttpModuleMainConf, Request};
 use ngx::ngx_log_error;
 use rate_limit_window_core::Snapshot;
 
-use crate::metrics::format::{json_str, percent_decode};
-use crate::metrics::{arg, bad_request, lookup_key, send};
+use crate::api::format::{json_str, percent_decode};
+use crate::api::{arg, bad_request, has_flag, lookup_key, send};
 use crate::override_api;
-use crate::util::now_ms;
+use crate::req::request_handler;
+use crate::util::{cycle_log, now_ms};
 use crate::zone::ZoneConf;
 use crate::Module;
 
-/// Content handler installed by `rate_limit_window_metrics reset=on;`.
-pub extern "C" fn handler(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: nginx calls content handlers with a valid request.
-    let method = unsafe { (*r).method } as u32;
+// Content handler installed by `rate_limit_window_metrics reset=on;`.
+request_handler!(pub handler, write);
+
+/// PUT, DELETE (an override, or a reset), or the metrics handler's methods.
+fn write(r: &mut Request) -> ngx_int_t {
+    let method = r.as_ref().method as u32;
     if method & (NGX_HTTP_DELETE | NGX_HTTP_PUT) == 0 {
-        return crate::metrics::handler(r);
+        return crate::metrics::handle(r);
     }
-    // SAFETY: as above; the request shares the representation of `Request`.
-    let req = unsafe { Request::from_ngx_http_request(r) };
     if method & NGX_HTTP_PUT != 0 {
-        return override_api::put(req);
+        return override_api::put(r);
     }
-    if override_api::has_flag(req, "override") {
-        return override_api::remove(req);
+    if has_flag(r, "override") {
+        return override_api::remove(r);
     }
-    reset(req)
+    reset(r)
 }
 
 fn reset(r: &mut Request) -> ngx_int_t {
@@ -93,11 +94,9 @@ fn cluster_reset(zone: &ZoneConf, fp: u64) -> &'static str {
     if zone.redis.is_none() {
         return "null";
     }
-    if zone.header.is_null() {
+    let Some(header) = zone.header() else {
         return "\"not cleared\"";
-    }
-    // SAFETY: the header lives in the zone as long as the cycle.
-    let header = unsafe { &*zone.header };
+    };
     if crate::util::enqueue(&header.resets, fp) {
         "\"scheduled\""
     } else {
@@ -124,17 +123,14 @@ fn answer(zone: &ZoneConf, s: &Snapshot, cluster: &str, ban_lifted: bool) -> Str
 /// Written to the cycle's log, not the request's: nginx would append the
 /// request line, whose query holds the key.
 fn log_reset(r: &mut Request, zone: &ZoneConf, s: &Snapshot, ban_lifted: bool) {
-    let c = r.connection();
-    // SAFETY: the request's connection is valid while it runs; the cycle
-    // while the worker runs.
-    let (log, addr) = unsafe { ((*nginx_sys::ngx_cycle).log, (*c).addr_text) };
+    let addr = crate::req::addr_text(r);
     ngx_log_error!(
         NGX_LOG_NOTICE,
-        log,
+        cycle_log(),
         "rate_limit_window: counts of one key of zone \"{}\" reset by {} (cleared: current {}, \
          previous {}){}",
         zone.name_str(),
-        String::from_utf8_lossy(addr.as_bytes()),
+        String::from_utf8_lossy(addr),
         s.current,
         s.previous,
         if ban_lifted { ", ban lifted" } else { "" }

@@ -4,7 +4,7 @@
 //! core's `Table::carry_from`), with one `notice` of the numbers; a change
 //! that makes counts start over instead is logged at `warn`.
 
-use nginx_sys::{ngx_cycle, ngx_log_t, NGX_LOG_NOTICE, NGX_LOG_WARN};
+use nginx_sys::{ngx_log_t, NGX_LOG_NOTICE, NGX_LOG_WARN};
 use ngx::http::HttpModuleMainConf;
 use ngx::ngx_log_error;
 
@@ -16,9 +16,9 @@ use crate::Module;
 /// while the master loads a new configuration (`ngx_cycle` is still the
 /// running cycle then; at startup it has no configuration).
 pub fn previous(zone: &ZoneConf) -> Option<&'static ZoneConf> {
-    // SAFETY: ngx_cycle is nginx's current cycle, valid while it loads the
-    // next one; its configuration (and zones) live until it is released.
-    let cycle = unsafe { ngx_cycle.as_ref() }?;
+    // nginx's current cycle, valid while it loads the next one; its
+    // configuration (and zones) live until it is released.
+    let cycle = crate::util::cycle()?;
     if cycle.conf_ctx.is_null() {
         return None;
     }

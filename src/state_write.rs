@@ -26,11 +26,8 @@ use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use core::ptr;
-
 use nginx_sys::{
-    ngx_add_timer, ngx_cycle, ngx_cycle_t, ngx_event_t, ngx_exiting, ngx_log_t, ngx_msec_t,
-    ngx_quit, ngx_terminate, NGX_LOG_ERR, NGX_LOG_INFO, NGX_LOG_NOTICE,
+    ngx_cycle_t, ngx_event_t, ngx_log_t, ngx_msec_t, NGX_LOG_ERR, NGX_LOG_INFO, NGX_LOG_NOTICE,
 };
 use ngx::http::HttpModuleMainConf;
 use ngx::ngx_log_error;
@@ -38,7 +35,7 @@ use rate_limit_window_core::overrides::{Action, Entry, Overrides};
 use rate_limit_window_core::state::{self, Identity, StateFile};
 use rate_limit_window_core::{SavedTable, Table};
 
-use crate::util::now_ms;
+use crate::util::{now_ms, Timer};
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -307,47 +304,31 @@ fn collect(log: *mut ngx_log_t, wait: bool) -> bool {
     true
 }
 
-/// The timer event of this process (only worker 0 arms it).
-// SAFETY: an all-zero ngx_event_t is an idle event, which is how nginx
-// allocates its own (ngx_pcalloc).
-static mut EVENT: ngx_event_t = unsafe { core::mem::zeroed() };
+thread_local! {
+    /// The timer event of this process (only worker 0 arms it).
+    static TIMER: Timer = const { Timer::new() };
+}
 
 /// Arms the periodic write, if a zone has a state file. Called from
 /// `init_process` of worker 0 (or the single process).
 pub fn start(cycle: &ngx_cycle_t, zones: &[*mut ZoneConf]) {
-    // SAFETY: zone pointers come from the configuration pool, valid for
-    // the cycle.
-    if !zones.iter().any(|&z| unsafe { (*z).state.is_some() }) {
+    if !crate::zone::each(zones).any(|z| z.state.is_some()) {
         return;
     }
-    // SAFETY: EVENT is only touched by this process's event loop thread:
-    // here at process start and in `tick`, which nginx calls from it.
-    unsafe {
-        let ev = ptr::addr_of_mut!(EVENT);
-        (*ev).handler = Some(tick);
-        (*ev).log = cycle.log;
-        (*ev).set_cancelable(1);
-        ngx_add_timer(ev, EVERY_MS);
-    }
+    TIMER.with(|t| t.arm(Some(tick), cycle.log, EVERY_MS));
 }
 
 /// The timer handler: logs the last write's outcome and starts the next
 /// (unless the last one still runs), then re-arms unless exiting.
-extern "C" fn tick(ev: *mut ngx_event_t) {
-    // SAFETY: ngx_cycle is this worker's running cycle.
-    let cycle = unsafe { &*ngx_cycle };
-    if collect(cycle.log, false) {
-        let jobs = jobs(cycle, true);
-        let h = crate::sync::spawn_blocked("rlw-state".into(), move || run(jobs));
-        WRITER.with(|w| *w.borrow_mut() = h);
-    }
-    // SAFETY: process-wide flags, written by the signal handler or the
-    // event loop of this same process; ev is EVENT.
-    unsafe {
-        if ngx_exiting == 0 && ngx_quit == 0 && ngx_terminate == 0 {
-            ngx_add_timer(ev, EVERY_MS);
+extern "C" fn tick(_ev: *mut ngx_event_t) {
+    if let Some(cycle) = crate::util::cycle() {
+        if collect(cycle.log, false) {
+            let jobs = jobs(cycle, true);
+            let h = crate::sync::spawn_blocked("rlw-state".into(), move || run(jobs));
+            WRITER.with(|w| *w.borrow_mut() = h);
         }
     }
+    TIMER.with(|t| t.rearm(EVERY_MS));
 }
 
 /// Joins the periodic writer, if one runs (before its configuration goes:

@@ -14,13 +14,9 @@
 //! worker 0, or the new one after a reload, continues where the last one
 //! stopped.
 
-use core::ptr;
 use core::sync::atomic::Ordering;
 
-use nginx_sys::{
-    ngx_add_timer, ngx_cycle, ngx_cycle_t, ngx_event_t, ngx_exiting, ngx_msec_t, ngx_quit,
-    ngx_terminate,
-};
+use nginx_sys::{ngx_cycle_t, ngx_event_t, ngx_msec_t};
 use ngx::http::HttpModuleMainConf;
 
 use rate_limit_window_core::Table;
@@ -47,10 +43,10 @@ pub const SCAN_AT_SCRAPE: usize = 65_536;
 /// sequential reads, about 2 ms): a 1 GB zone is counted in about a minute.
 const COUNT_CHUNK: usize = 1 << 20;
 
-/// The timer event of this process (only worker 0 arms it).
-// SAFETY: an all-zero ngx_event_t is an idle event, which is how nginx
-// allocates its own (ngx_pcalloc).
-static mut EVENT: ngx_event_t = unsafe { core::mem::zeroed() };
+thread_local! {
+    /// The timer event of this process (only worker 0 arms it).
+    static TIMER: util::Timer = const { util::Timer::new() };
+}
 
 /// Arms the sweep timer, if any zone is configured. Called from
 /// `init_process` of the process that sweeps.
@@ -58,15 +54,7 @@ pub fn start(cycle: &ngx_cycle_t, zones: &[*mut ZoneConf]) {
     if zones.is_empty() {
         return;
     }
-    // SAFETY: EVENT is only touched by this process's event loop thread:
-    // here at process start and in `tick`, which nginx calls from that loop.
-    unsafe {
-        let ev = ptr::addr_of_mut!(EVENT);
-        (*ev).handler = Some(tick);
-        (*ev).log = cycle.log;
-        (*ev).set_cancelable(1);
-        ngx_add_timer(ev, TICK_MS);
-    }
+    TIMER.with(|t| t.arm(Some(tick), cycle.log, TICK_MS));
 }
 
 /// Number of slots to sweep per tick in a table of `capacity` slots.
@@ -77,10 +65,11 @@ fn chunk(capacity: usize) -> usize {
 /// The timer handler: sweeps one chunk of every zone, then re-arms unless
 /// the process is exiting. (`scripts/bench.sh` leaves this function out of
 /// its callgrind counts by its name, `sweep::tick`.)
-extern "C" fn tick(ev: *mut ngx_event_t) {
-    // SAFETY: ngx_cycle is this worker's cycle, alive while it runs; its
-    // http main conf exists since `start` was called with its zones.
-    if let Some(mcf) = Module::main_conf(unsafe { &*ngx_cycle }) {
+extern "C" fn tick(_ev: *mut ngx_event_t) {
+    // The running cycle: its http main conf exists since `start` was
+    // called with its zones.
+    let cycle = util::cycle();
+    if let Some((mcf, cycle)) = cycle.and_then(|c| Some((Module::main_conf(c)?, c))) {
         let now = util::now_ms();
         for (zone, table, header) in mcf
             .zones()
@@ -88,8 +77,7 @@ extern "C" fn tick(ev: *mut ngx_event_t) {
         {
             // The running cycle's log: after a single-process reload the
             // event's (the first cycle's) may be closed.
-            // SAFETY: ngx_cycle is this process's running cycle.
-            crate::sync::log_changes(unsafe { (*ngx_cycle).log }, zone, now);
+            crate::sync::log_changes(cycle.log, zone, now);
             // The cursor is an atomic, written only by the sweeping process.
             let start = header.sweep_next.load(Ordering::Relaxed) as usize;
             let (next, cleared) = table.sweep(now, start, chunk(table.capacity()));
@@ -98,13 +86,7 @@ extern "C" fn tick(ev: *mut ngx_event_t) {
             count_used(table, header, now);
         }
     }
-    // SAFETY: process-wide flags, written by the signal handler or the
-    // event loop of this same process; ev is EVENT.
-    unsafe {
-        if ngx_exiting == 0 && ngx_quit == 0 && ngx_terminate == 0 {
-            ngx_add_timer(ev, TICK_MS);
-        }
-    }
+    TIMER.with(|t| t.rearm(TICK_MS));
 }
 
 /// Counts the used slots of the next chunk of a large zone; at the end of

@@ -2,12 +2,14 @@
 //! the clock, strings in pool memory, tagged pool cleanups, and output
 //! headers.
 
+use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::ptr;
 
 use nginx_sys::{
-    ngx_cached_time, ngx_list_push, ngx_pool_t, ngx_str_t, ngx_table_elt_t, ngx_variable_value_t,
-    ngx_worker,
+    ngx_add_timer, ngx_cached_time, ngx_cycle, ngx_cycle_t, ngx_event_handler_pt, ngx_event_t,
+    ngx_exiting, ngx_list_push, ngx_log_t, ngx_msec_t, ngx_pool_t, ngx_quit, ngx_str_t,
+    ngx_table_elt_t, ngx_terminate, ngx_variable_value_t, ngx_worker,
 };
 use ngx::http::Request;
 
@@ -28,19 +30,19 @@ pub type CleanupTag = unsafe extern "C" fn(*mut c_void);
 /// # Safety
 /// `pool` must be a valid nginx pool.
 pub unsafe fn tagged_cleanup(pool: *mut ngx_pool_t, tag: CleanupTag) -> Option<*mut c_void> {
-    // SAFETY: the pool is valid; its cleanup entries live until it is
-    // destroyed.
-    let mut c = unsafe { (*pool).cleanup };
-    while !c.is_null() {
-        // SAFETY: c is a live cleanup entry of the pool.
-        let entry = unsafe { &*c };
-        // Both sides come from one static (see CleanupTag), so equal
-        // addresses are ours and ours always have equal addresses.
-        #[allow(unpredictable_function_pointer_comparisons)]
-        if entry.handler == Some(tag) {
-            return Some(entry.data);
+    // SAFETY: the pool is valid; its cleanup entries (each one's `next` is
+    // null or the next live entry) live until it is destroyed.
+    unsafe {
+        let mut c = (*pool).cleanup.as_ref();
+        while let Some(entry) = c {
+            // Both sides come from one static (see CleanupTag), so equal
+            // addresses are ours and ours always have equal addresses.
+            #[allow(unpredictable_function_pointer_comparisons)]
+            if entry.handler == Some(tag) {
+                return Some(entry.data);
+            }
+            c = entry.next.as_ref();
         }
-        c = entry.next;
     }
     None
 }
@@ -62,6 +64,61 @@ pub fn shard() -> usize {
     unsafe { ngx_worker }
 }
 
+/// nginx's running cycle (`ngx_cycle`), if one is set: while a
+/// configuration loads, the cycle that runs now (the previous one).
+pub fn cycle() -> Option<&'static ngx_cycle_t> {
+    // SAFETY: ngx_cycle is null or points at the running cycle, which this
+    // process's event loop thread (the only caller) keeps alive while it
+    // runs, and a loading configuration until its cycle replaces it.
+    unsafe { ngx_cycle.as_ref() }
+}
+
+/// The running cycle's log (null before there is one). Messages that must
+/// not carry the request line (it may hold a key) go there.
+pub fn cycle_log() -> *mut ngx_log_t {
+    cycle().map_or(ptr::null_mut(), |c| c.log)
+}
+
+/// A timer event of this process (the sweep's, the state writer's): only
+/// ever touched by the event loop thread, so it lives in a thread-local
+/// (`thread_local! { static T: Timer = const { Timer::new() } }`), at an
+/// address that stays put while nginx's timer tree holds it.
+pub struct Timer(UnsafeCell<ngx_event_t>);
+
+impl Timer {
+    /// An idle event (all zero, as nginx allocates its own with ngx_pcalloc).
+    pub const fn new() -> Self {
+        // SAFETY: an all-zero ngx_event_t is a valid idle event.
+        Timer(UnsafeCell::new(unsafe { core::mem::zeroed() }))
+    }
+
+    /// Arms the timer to call `handler` in `ms` ms, logging to `log`.
+    pub fn arm(&self, handler: ngx_event_handler_pt, log: *mut ngx_log_t, ms: ngx_msec_t) {
+        let ev = self.0.get();
+        // SAFETY: the event is this thread's own (see `Timer`), not borrowed
+        // elsewhere; nginx keeps a pointer to it in its timer tree, which
+        // only this thread's event loop reads.
+        unsafe {
+            (*ev).handler = handler;
+            (*ev).log = log;
+            (*ev).set_cancelable(1);
+            ngx_add_timer(ev, ms);
+        }
+    }
+
+    /// Arms the timer again (from its handler) in `ms` ms, unless the
+    /// process is exiting, quitting or terminating.
+    pub fn rearm(&self, ms: ngx_msec_t) {
+        // SAFETY: process-wide flags, written by the signal handler or the
+        // event loop of this same process; the event is as in `arm`.
+        unsafe {
+            if ngx_exiting == 0 && ngx_quit == 0 && ngx_terminate == 0 {
+                ngx_add_timer(self.0.get(), ms);
+            }
+        }
+    }
+}
+
 /// Appends an output header `name: value` to the response, the value
 /// copied into the request's pool.
 pub fn add_header(r: &mut Request, name: &'static str, value: &[u8]) -> Option<()> {
@@ -78,15 +135,15 @@ pub fn add_header(r: &mut Request, name: &'static str, value: &[u8]) -> Option<(
 /// uninitialised.
 pub fn add_pooled_header(r: &mut Request, name: &'static str, value: ngx_str_t) -> Option<()> {
     // SAFETY: headers_out.headers is an initialised ngx_list_t of
-    // ngx_table_elt_t, allocated from the request's pool.
-    let h = unsafe { ngx_list_push(&mut r.as_mut().headers_out.headers) }.cast::<ngx_table_elt_t>();
-    if h.is_null() {
-        return None;
-    }
-    // SAFETY: h is a fresh list element, ours to fill; zeroing it also
-    // clears `next`, which exists from nginx 1.23 on. `name` is static and
-    // `value` lives in the request's pool.
+    // ngx_table_elt_t, allocated from the request's pool. A non-null h is
+    // a fresh list element, ours to fill; zeroing it also clears `next`,
+    // which exists from nginx 1.23 on. `name` is static and `value` lives
+    // in the request's pool.
     unsafe {
+        let h = ngx_list_push(&mut r.as_mut().headers_out.headers).cast::<ngx_table_elt_t>();
+        if h.is_null() {
+            return None;
+        }
         ptr::write_bytes(h, 0, 1);
         (*h).hash = 1;
         (*h).key = ngx_str_t {

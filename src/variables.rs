@@ -10,47 +10,49 @@
 use core::ptr;
 
 use nginx_sys::{
-    ngx_conf_t, ngx_http_add_variable, ngx_http_request_t, ngx_http_variable_value_t, ngx_int_t,
-    ngx_str_t, ngx_uint_t, NGX_HTTP_VAR_NOCACHEABLE,
+    ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable_pt, ngx_http_variable_value_t,
+    ngx_int_t, ngx_str_t, ngx_uint_t, NGX_HTTP_VAR_NOCACHEABLE,
 };
 use ngx::core::Status;
 use ngx::http::Request;
 use ngx::ngx_string;
 
 use crate::decision::{self, Verdict};
-
-type Getter = unsafe extern "C" fn(
-    *mut ngx_http_request_t,
-    *mut ngx_http_variable_value_t,
-    usize,
-) -> ngx_int_t;
+pub(crate) use crate::req::args;
+use crate::req::variable_get;
 
 /// Adds the module's variables.
 ///
 /// # Safety
 /// `cf` must be the configuration passed to preconfiguration.
 pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
-    let vars: [(ngx_str_t, Getter); 5] = [
-        (ngx_string!("rate_limit_window_status"), get_status),
-        (ngx_string!("rate_limit_window_remaining"), get_remaining),
-        (ngx_string!("rate_limit_window_limit"), get_limit),
-        (ngx_string!("rate_limit_window_reset"), get_reset),
+    let vars: [(ngx_str_t, ngx_http_get_variable_pt); 5] = [
+        (ngx_string!("rate_limit_window_status"), Some(get_status)),
+        (
+            ngx_string!("rate_limit_window_remaining"),
+            Some(get_remaining),
+        ),
+        (ngx_string!("rate_limit_window_limit"), Some(get_limit)),
+        (ngx_string!("rate_limit_window_reset"), Some(get_reset)),
         (
             ngx_string!("rate_limit_window_retry_after"),
-            get_retry_after,
+            Some(get_retry_after),
         ),
     ];
     for (mut name, get) in vars {
-        // SAFETY: cf is valid; nginx copies the name.
-        let v =
-            unsafe { ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t) };
-        if v.is_null() {
+        let flags = NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t;
+        // SAFETY: cf is valid; nginx copies the name; a non-null v is the
+        // variable nginx just created, ours to set up.
+        let added = unsafe {
+            let v = ngx_http_add_variable(cf, &mut name, flags);
+            if let Some(v) = v.as_mut() {
+                v.get_handler = get;
+                v.data = 0;
+            }
+            !v.is_null()
+        };
+        if !added {
             return Status::NGX_ERROR.into();
-        }
-        // SAFETY: v is the variable nginx just created.
-        unsafe {
-            (*v).get_handler = Some(get);
-            (*v).data = 0;
         }
     }
     Status::NGX_OK.into()
@@ -70,26 +72,14 @@ pub fn set(r: &Request, v: &mut ngx_http_variable_value_t, bytes: &[u8]) -> ngx_
     Status::NGX_OK.into()
 }
 
-/// The request and the value of a variable getter's call.
-///
-/// # Safety
-/// `r` and `v` must be what nginx passes to a variable's get handler.
-pub unsafe fn args<'a>(
-    r: *mut ngx_http_request_t,
-    v: *mut ngx_http_variable_value_t,
-) -> (&'a mut Request, &'a mut ngx_http_variable_value_t) {
-    // SAFETY: nginx passes a valid request, which shares the representation
-    // of `Request`, and a valid value for us to fill.
-    unsafe { (Request::from_ngx_http_request(r), &mut *v) }
-}
+variable_get!(get_status, status);
+variable_get!(get_remaining, remaining);
+variable_get!(get_limit, limit);
+variable_get!(get_reset, reset);
+variable_get!(get_retry_after, retry_after);
 
-unsafe extern "C" fn get_status(
-    r: *mut ngx_http_request_t,
-    v: *mut ngx_http_variable_value_t,
-    _: usize,
-) -> ngx_int_t {
-    // SAFETY: called by nginx as a get handler.
-    let (r, v) = unsafe { args(r, v) };
+/// `$rate_limit_window_status`: the verdict.
+fn status(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
     let d = decision::find(r);
     set(r, v, d.map_or(b"", |d| d.verdict.as_str().as_bytes()))
 }
@@ -100,52 +90,29 @@ fn set_number(r: &Request, v: &mut ngx_http_variable_value_t, n: Option<u32>) ->
     set(r, v, text.as_bytes())
 }
 
-unsafe extern "C" fn get_remaining(
-    r: *mut ngx_http_request_t,
-    v: *mut ngx_http_variable_value_t,
-    _: usize,
-) -> ngx_int_t {
-    // SAFETY: called by nginx as a get handler.
-    let (r, v) = unsafe { args(r, v) };
+/// `$rate_limit_window_remaining`: requests left under the tightest limit.
+fn remaining(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
     let n = decision::find(r).and_then(|d| d.tightest().map(|a| a.remaining));
     set_number(r, v, n)
 }
 
 /// `$rate_limit_window_limit`: the tightest limit's requests per window
 /// (the `RateLimit-Limit` value).
-unsafe extern "C" fn get_limit(
-    r: *mut ngx_http_request_t,
-    v: *mut ngx_http_variable_value_t,
-    _: usize,
-) -> ngx_int_t {
-    // SAFETY: called by nginx as a get handler.
-    let (r, v) = unsafe { args(r, v) };
+fn limit(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
     let n = decision::find(r).and_then(|d| d.tightest().map(|a| a.limit));
     set_number(r, v, n)
 }
 
 /// `$rate_limit_window_reset`: seconds to the tightest limit's next window
 /// boundary (the `RateLimit-Reset` value).
-unsafe extern "C" fn get_reset(
-    r: *mut ngx_http_request_t,
-    v: *mut ngx_http_variable_value_t,
-    _: usize,
-) -> ngx_int_t {
-    // SAFETY: called by nginx as a get handler.
-    let (r, v) = unsafe { args(r, v) };
+fn reset(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
     let n = decision::find(r).and_then(|d| d.tightest().map(|a| a.reset_s));
     set_number(r, v, n)
 }
 
 /// `$rate_limit_window_retry_after`: the Retry-After seconds of a rejected
 /// (or dry-run rejected) request; empty otherwise.
-unsafe extern "C" fn get_retry_after(
-    r: *mut ngx_http_request_t,
-    v: *mut ngx_http_variable_value_t,
-    _: usize,
-) -> ngx_int_t {
-    // SAFETY: called by nginx as a get handler.
-    let (r, v) = unsafe { args(r, v) };
+fn retry_after(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
     let n = decision::find(r)
         .filter(|d| matches!(d.verdict, Verdict::Rejected | Verdict::RejectedDryRun))
         .map(|d| d.retry_after_s);

@@ -243,6 +243,10 @@ pub fn override_region_bytes(capacity: usize) -> usize {
     Overrides::bytes_for(capacity).next_multiple_of(64)
 }
 
+/// The key of a zone keyed by the client's address (`addr=` lookups,
+/// `ipv6_prefix=`).
+pub const BINARY_REMOTE_ADDR: &[u8] = b"$binary_remote_addr";
+
 /// Resets of a Redis-backed zone waiting for the next sync round.
 pub const RESETS: usize = 16;
 
@@ -254,8 +258,14 @@ impl ZoneConf {
             defined: false,
             ref_file,
             ref_line,
-            // SAFETY: an all-zero complex value is nginx's "unset" state.
-            key: unsafe { core::mem::zeroed() },
+            // All zero: nginx's "unset" complex value.
+            key: ngx_http_complex_value_t {
+                value: ngx_str_t::empty(),
+                flushes: ptr::null_mut(),
+                lengths: ptr::null_mut(),
+                values: ptr::null_mut(),
+                u: nginx_sys::ngx_http_complex_value_t__bindgen_ty_1 { size: 0 },
+            },
             key_src: ngx_str_t::empty(),
             key_index: None,
             ipv6_prefix: rate_limit_window_core::addr::IPV6_PREFIX_MAX,

@@ -7,7 +7,7 @@ use core::sync::atomic::Ordering;
 use rate_limit_window_core::overrides::{ChangeKind, Overrides};
 use rate_limit_window_core::{Counter, Table};
 
-use super::format::Label;
+use crate::api::format::Label;
 use crate::sweep;
 use crate::zone::{ZoneConf, ZoneHeader};
 

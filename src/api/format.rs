@@ -75,13 +75,15 @@ pub fn percent_decode(s: &[u8]) -> Vec<u8> {
 /// (honours TZ). A human-readable label only: it never keys anything.
 pub fn local_offset_s(ms: u64) -> i64 {
     let t = (ms / 1000) as libc::time_t;
-    // SAFETY: an all-zero `tm` is a valid value of this plain C struct.
-    let mut tm: libc::tm = unsafe { core::mem::zeroed() };
-    // SAFETY: t and tm are valid for the call; localtime_r writes only tm.
-    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
-        return 0;
+    // SAFETY: an all-zero `tm` is a valid value of this plain C struct; t
+    // and tm are valid for the call, and localtime_r writes only tm.
+    unsafe {
+        let mut tm: libc::tm = core::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            return 0;
+        }
+        tm.tm_gmtoff
     }
-    tm.tm_gmtoff
 }
 
 /// Formats epoch `ms` as RFC 3339 at UTC offset `offset_s` (seconds).
