@@ -9,7 +9,9 @@
 //! | `conf.rs`      | directives, configuration structs, merge               |
 //! | `conf_log.rs`  | configuration messages as from a directive's line      |
 //! | `conf_zone.rs` | `rate_limit_window_zone`: parameters, key, shared zone  |
-//! | `zone.rs`      | shared-memory zone init and reuse on reload            |
+//! | `zone.rs`      | the zone's configuration and shared header             |
+//! | `zone_init.rs` | shared-memory zone init and reuse on reload            |
+//! | `zone_stats.rs`| the header's delay and charge counters                 |
 //! | `resize.rs`    | a zone resized on reload: its clients carried over     |
 //! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
 //! | `phases.rs`    | where the handler sits in PREACCESS and PRECONTENT     |
@@ -30,13 +32,16 @@
 //! | `override_api.rs` | `write=on`: PUT/DELETE/list of overrides (JSON)     |
 //! | `override_sync.rs` | a `redis=` zone's overrides shared by the fleet    |
 //! | `sync.rs`      | cluster sync through Redis (`redis=` zones): thread    |
+//! | `sync_ctx.rs`  | a sync round's job, ownership, context and errors      |
 //! | `sync_round.rs`| one sync round: what is pushed, flagged and read back  |
 //! | `sync_stats.rs`| sync round measurements and the fleet seen in Redis    |
 //! | `redis_link.rs`| one Redis connection with bounded waits (sync thread)  |
 //! | `sweep.rs`     | the timer that clears long-idle slots (worker 0)       |
 //! | `state.rs`     | `state=FILE`: the zone's clients across a restart      |
 //! | `state_write.rs` | writing state files: timer, writer thread, exit      |
-//! | `util.rs`      | small helpers: time, numbers into pool memory, logging |
+//! | `util.rs`      | small helpers: time, cycle, timers, pool memory        |
+//! | `req.rs`       | the request's C entries and safe request helpers       |
+//! | `api.rs`       | what the metrics, override and reset APIs share        |
 
 #![allow(clippy::missing_safety_doc)]
 
