@@ -75,6 +75,10 @@ pub enum Cost {
     Reject,
 }
 
+/// The host (nginx) failed to evaluate a key, limit or cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostError;
+
 /// Why a limit did not apply to the request (for the glue's debug log).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Skip {
@@ -101,10 +105,10 @@ pub trait Request<'t> {
     fn conf(&self, n: usize) -> Option<LimitConf<'t>>;
     /// Evaluates limit `n`'s key and limit value. Err(()): an error of the
     /// host while evaluating them.
-    fn key(&mut self, n: usize) -> Result<Key, ()>;
+    fn key(&mut self, n: usize) -> Result<Key, HostError>;
     /// Evaluates the request's cost under limit `n`, now `limit` requests
     /// per window (an invalid cost is logged and counted by the glue).
-    fn cost(&mut self, n: usize, limit: u32) -> Result<Cost, ()>;
+    fn cost(&mut self, n: usize, limit: u32) -> Result<Cost, HostError>;
     /// The request's cost under limit `n` if valid, else 1, without
     /// logging or counting (the waits and Retry-After of other limits).
     fn quiet_cost(&mut self, n: usize, limit: u32) -> u32;
@@ -234,10 +238,10 @@ enum Applies {
 }
 
 /// Decides the request over its location's limits, in order, at
-/// `ask.now_ms`. Err(()): the host failed to evaluate a key, limit or cost;
+/// `ask.now_ms`. Err: the host failed to evaluate a key, limit or cost;
 /// every admission made is given back.
 #[inline(always)]
-pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, ()> {
+pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostError> {
     let mut now = ask.now_ms;
     let mut any = false;
     for n in 0..r.limits() {
@@ -247,7 +251,7 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, ()> {
         let Ok(j) = judge(r, n, &c, now, ask.shard) else {
             core::hint::cold_path();
             undo_all(r);
-            return Err(());
+            return Err(HostError);
         };
         let (hash, limit, cost, invalid) = match j {
             Judged::Limit {
@@ -297,7 +301,7 @@ fn judge<'t, R: Request<'t>>(
     c: &LimitConf<'t>,
     now: u64,
     shard: usize,
-) -> Result<Judged, ()> {
+) -> Result<Judged, HostError> {
     let (hash, limit, invalid) = match r.key(n)? {
         Key::Limit {
             hash,

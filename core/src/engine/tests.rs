@@ -109,14 +109,14 @@ impl<'a> Request<'a> for Req<'a> {
             ban_ms: 0,
         })
     }
-    fn key(&mut self, n: usize) -> Result<Key, ()> {
+    fn key(&mut self, n: usize) -> Result<Key, HostError> {
         Ok(Key::Limit {
             hash: self.zones[n].keys[self.client],
             limit: self.lims[n].limit,
             invalid: false,
         })
     }
-    fn cost(&mut self, n: usize, _limit: u32) -> Result<Cost, ()> {
+    fn cost(&mut self, n: usize, _limit: u32) -> Result<Cost, HostError> {
         Ok(Cost::Count(self.costs[n]))
     }
     fn quiet_cost(&mut self, n: usize, _limit: u32) -> u32 {
@@ -183,20 +183,20 @@ struct Held {
     costs: Vec<u32>,
 }
 
+/// An admission kept to settle: limit, client, where counted, cost, proof.
+type Kept = (usize, usize, u64, u32, Admission);
+
 /// The location under test and the state of the run.
 struct Run {
     zones: Vec<Zone>,
     lims: Vec<Lim>,
     held: Vec<Held>,
     /// Admissions kept for settling: (zone, client, where counted, cost, admission).
-    kept: Vec<Vec<(usize, usize, u64, u32, Admission)>>,
+    kept: Vec<Vec<Kept>>,
     now: u64,
 }
 
 impl Run {
-    fn fits_all(&self, client: usize, at: u64, costs: &[u32]) -> bool {
-        (0..self.lims.len()).all(|n| self.fits(n, client, at, costs[n]))
-    }
     fn fits(&self, n: usize, client: usize, at: u64, cost: u32) -> bool {
         self.zones[n]
             .model
@@ -326,9 +326,9 @@ impl Run {
                 // the turns of its client's requests held before it).
                 let first = turns.iter().copied().max().unwrap().max(1);
                 prop_assert_eq!(h.wait_ms, first, "{:?}", turns);
-                for m in 0..self.lims.len() {
-                    let w = if m == n { turns[m].max(1) } else { turns[m] };
-                    prop_assert!(w == 0 || waited + w <= self.lims[m].delay_ms);
+                for (m, (&t, l)) in turns.iter().zip(&self.lims).enumerate() {
+                    let w = if m == n { t.max(1) } else { t };
+                    prop_assert!(w == 0 || waited + w <= l.delay_ms);
                 }
                 if !dry_run {
                     prop_assert_eq!(holds, 1);
