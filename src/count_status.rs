@@ -25,6 +25,7 @@ use core::mem::{align_of, size_of};
 use nginx_sys::{
     ngx_http_complex_value_t, ngx_http_request_t, ngx_pool_cleanup_add, NGX_HTTP_VERSION_9,
 };
+use ngx::http::Request;
 use ngx::ngx_log_debug_mask;
 use rate_limit_window_core::charge::final_count;
 use rate_limit_window_core::limit_opts::StatusSet;
@@ -73,24 +74,20 @@ const _: () = assert!(size_of::<Reservations>().is_multiple_of(align_of::<Held>(
 /// settled when the request ends. Nothing to do (one scan of `limits`)
 /// when no limit has `count_status=` nor `charge=`. If the pool is out of memory the
 /// admissions simply stay counted.
-///
-/// # Safety
-/// `r` must be a valid request; `applied` its decision's applied limits,
-/// made from `limits`.
-pub unsafe fn reserve(r: *mut ngx_http_request_t, limits: &[Limit], applied: &[Applied]) {
+/// `applied` is `r`'s decision's applied limits, made from `limits`.
+pub fn reserve(r: &Request, limits: &[Limit], applied: &[Applied]) {
     if limits
         .iter()
         .all(|l| l.count_status.is_none() && l.charge.is_none())
     {
         return;
     }
-    // SAFETY: the caller guarantees r is valid.
-    unsafe { reserve_slow(r, limits, applied) }
+    reserve_slow(r, limits, applied);
 }
 
 #[cold]
 #[inline(never)]
-unsafe fn reserve_slow(r: *mut ngx_http_request_t, limits: &[Limit], applied: &[Applied]) {
+fn reserve_slow(r: &Request, limits: &[Limit], applied: &[Applied]) {
     // A zone appears at most once among a location's limits.
     let held: Vec<Held> = applied
         .iter()
@@ -113,8 +110,9 @@ unsafe fn reserve_slow(r: *mut ngx_http_request_t, limits: &[Limit], applied: &[
         return;
     }
     let size = size_of::<Reservations>() + held.len() * size_of::<Held>();
-    // SAFETY: r and its main request are valid.
-    let (main, pool) = unsafe { ((*r).main, (*(*r).main).pool) };
+    let main = r.as_ref().main;
+    // SAFETY: a request's main request outlives it.
+    let pool = unsafe { (*main).pool };
     // SAFETY: pool is valid; the handler is set only once the data is written.
     let cln = unsafe { ngx_pool_cleanup_add(pool, size) };
     if cln.is_null() {

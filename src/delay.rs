@@ -40,12 +40,11 @@ use nginx_sys::{
 use ngx::core::Status;
 use ngx::http::Request;
 use ngx::{ngx_log_debug_mask, ngx_log_error, ngx_string};
-use rate_limit_window_core::delay::{plan, LimitWait, Plan, DEFAULT_MAX_HELD};
-use rate_limit_window_core::{fit, strict, Counts, Outcome};
+use rate_limit_window_core::delay::DEFAULT_MAX_HELD;
+use rate_limit_window_core::engine;
 
 use crate::conf::{Limit, LocConf};
-use crate::decision::{self, Applied, Verdict};
-use crate::handler::{judge, Judge};
+use crate::decision::{self, Verdict};
 use crate::util::{self, CleanupTag};
 use crate::zone::ZoneConf;
 
@@ -134,217 +133,72 @@ struct Hold {
     client: u64,
 }
 
-/// What the handler does with a request that a limit has just rejected.
-pub enum OnReject {
-    /// Reject it as usual.
-    Reject,
-    /// It is held: give back what was acquired and return NGX_AGAIN.
-    Hold,
-    /// Dry run: it would have been held; give back and let it through.
-    WouldHold,
-}
-
-/// The request being decided, and the limit that rejected it.
-pub struct Rejection<'a> {
-    pub lcf: &'a LocConf,
-    pub limits: &'a [Limit],
-    /// The limits acquired so far (the rejecting one last).
-    pub applied: &'a [Applied],
-    /// Index in `limits` of the limit that rejected the request.
-    pub index: usize,
-    pub outcome: Outcome,
-    /// Epoch ms.
-    pub now: u64,
-}
-
 /// Whether any limit of the location has a `delay`.
 fn delays(limits: &[Limit]) -> bool {
     limits.iter().any(|l| l.delay_ms > 0)
 }
 
-/// Plans a rejected request: hold it, or (dry run) log that it would have
-/// been held, or let the handler reject it.
-///
-/// # Safety
-/// `r` must be a valid request being decided by `rej.limits`.
-pub unsafe fn on_reject(r: *mut ngx_http_request_t, rej: &Rejection) -> OnReject {
-    // Only a main request is held: a subrequest's phases are run by its
-    // parent, not by its connection's events.
-    // SAFETY: r is valid.
-    if !delays(rej.limits) || unsafe { (*r).main } != r {
-        return OnReject::Reject;
-    }
-    // SAFETY: r is valid.
-    let hold = unsafe { find(r) };
-    let waited = hold
-        .as_ref()
-        .map_or(0, |h| rej.now.saturating_sub(h.since_ms));
-    // SAFETY: r is valid.
-    let client = unsafe { client_of(r, rej) };
-    // Its client's requests held before it (none for one held again: it
-    // has waited longest).
-    let ahead = match hold {
-        None => rej.lcf.delay.held_by(client),
-        Some(_) => 0,
-    };
-    // SAFETY: r is valid.
-    let log = unsafe { (*(*r).connection).log };
-    // SAFETY: r is valid.
-    let waits = unsafe { waits(r, rej, ahead) };
-    match plan(&waits, waited) {
-        Plan::Hold { wait_ms } if rej.lcf.dry_run != 0 => {
-            log_hold(log, rej, wait_ms, "dry run, would delay");
-            count(rej.limits, |s| &s.dry_run, 1);
-            OnReject::WouldHold
+/// The request the engine holds, as the hold's record needs it.
+pub struct Holding<'a> {
+    pub lcf: &'a LocConf,
+    pub limits: &'a [Limit],
+    /// The engine's plan: the rejecting limit, the wait, the client.
+    pub hold: &'a engine::Hold,
+    /// Epoch ms.
+    pub now: u64,
+}
+
+/// When `r`'s main request was first held (epoch ms), if it is held.
+pub fn held_since(r: &Request) -> Option<u64> {
+    find(r).map(|h| h.since_ms)
+}
+
+/// Requests of `client` held now in this location, by this worker.
+pub fn held_by(lcf: &LocConf, client: u64) -> u32 {
+    lcf.delay.held_by(client)
+}
+
+/// Holds `r` as the engine planned (`h`): a place under `delay_max_held`,
+/// the timer, the log line. False: it could not be held.
+pub fn hold(r: &mut Request, h: &Holding) -> bool {
+    let found = find(r);
+    // SAFETY: the engine holds only a main request, being decided.
+    match unsafe { hold_for(r.into(), h, found) } {
+        Ok(()) => {
+            log_hold(r.log(), h, "delaying");
+            true
         }
-        Plan::Reject if hold.is_none() && ahead > 0 && rej.lcf.dry_run == 0 => {
-            share_full(log, rej, ahead)
-        }
-        Plan::Hold { wait_ms } => {
-            // SAFETY: r is valid.
-            match unsafe { hold_for(r, rej, hold, client, wait_ms) } {
-                Ok(()) => {
-                    log_hold(log, rej, wait_ms, "delaying");
-                    OnReject::Hold
-                }
-                Err(()) => OnReject::Reject,
-            }
-        }
-        Plan::Admit | Plan::Reject => {
-            if let Some(h) = hold {
-                h.waited_ms = waited;
-                // SAFETY: h is this request's hold.
-                unsafe { unhold(h) };
-                count(rej.limits, |s| &s.rejected, 1);
-            }
-            OnReject::Reject
-        }
+        Err(()) => false,
     }
 }
 
-/// Refuses a request at once: its client's share of the queue is full
-/// (`ahead` of its requests held already). Counted and logged.
-fn share_full(log: *mut ngx_log_t, rej: &Rejection, ahead: u32) -> OnReject {
-    count(rej.limits, |s| &s.share_full, 1);
+/// Dry run: the request would have been held; logged and counted.
+pub fn would_hold(r: &Request, h: &Holding) {
+    log_hold(r.log(), h, "dry run, would delay");
+    count(h.limits, |s| &s.dry_run, 1);
+}
+
+/// A held request the engine rejected after all: its place is given back,
+/// counted as rejected.
+pub fn unheld(r: &Request, limits: &[Limit], now: u64) {
+    if let Some(h) = find(r) {
+        h.waited_ms = now.saturating_sub(h.since_ms);
+        // SAFETY: h is this request's hold.
+        unsafe { unhold(h) };
+        count(limits, |s| &s.rejected, 1);
+    }
+}
+
+/// Refused at once: its client's share of the queue is full (`ahead` of
+/// its requests held already). Counted and logged.
+pub fn share_full(r: &Request, lcf: &LocConf, limits: &[Limit], ahead: u32) {
+    count(limits, |s| &s.share_full, 1);
     ngx_log_error!(
-        rej.lcf.log_level,
-        log,
+        lcf.log_level,
+        r.log(),
         "rate_limit_window: the client holds {} requests, its share of delay, rejecting",
         ahead
     );
-    OnReject::Reject
-}
-
-/// The client of a rejected request: the rejecting limit's key hash (0 if
-/// it cannot be judged again).
-///
-/// # Safety
-/// `r` must be a valid request.
-unsafe fn client_of(r: *mut ngx_http_request_t, rej: &Rejection) -> u64 {
-    let l = &rej.limits[rej.index];
-    // SAFETY: zones live in the configuration pool for the cycle.
-    let zone = unsafe { &*l.zone };
-    let Some(table) = zone.table.as_ref() else {
-        return 0;
-    };
-    // SAFETY: r is valid and shares the representation of `Request`.
-    let req = unsafe { Request::from_ngx_http_request(r) };
-    match judge(req, zone, table, l.value) {
-        Ok(Judge::Limit { hash, .. }) => hash.0,
-        _ => 0,
-    }
-}
-
-/// Each limit's wait until the request's turn, behind `ahead` requests of
-/// its client held before it, read without counting anything. The limits
-/// that admitted the request before the rejecting one have its admission
-/// taken out of their counts.
-///
-/// # Safety
-/// `r` must be a valid request.
-unsafe fn waits(r: *mut ngx_http_request_t, rej: &Rejection, ahead: u32) -> Vec<LimitWait> {
-    let mut out = Vec::with_capacity(rej.limits.len());
-    for (n, l) in rej.limits.iter().enumerate() {
-        if n == rej.index && rej.outcome != Outcome::Rejected {
-            out.push(LimitWait::never(l.delay_ms));
-            continue;
-        }
-        // SAFETY: zones live in the configuration pool for the cycle.
-        let zone = unsafe { &*l.zone };
-        let Some(table) = zone.table.as_ref() else {
-            continue;
-        };
-        // SAFETY: r is valid and shares the representation of `Request`.
-        let req = unsafe { Request::from_ngx_http_request(r) };
-        let Ok(Judge::Limit { hash, limit, .. }) = judge(req, zone, table, l.value) else {
-            continue;
-        };
-        // SAFETY: r is valid.
-        let cost = unsafe { crate::cost::quiet(r, l.cost, limit) };
-        let snap = table.peek(hash, rej.now);
-        let w = zone.window;
-        let need = Need {
-            limit,
-            cost,
-            ahead,
-            delay_ms: l.delay_ms,
-            rejected_now: n == rej.index,
-        };
-        if let Some(s) = snap.strict {
-            out.push(strict_wait(&s, rej, zone, need));
-            continue;
-        }
-        let mut counts = Counts {
-            current: snap.current,
-            previous: snap.previous,
-        };
-        // The request's own admission by an earlier limit of this zone.
-        let own: u32 = rej
-            .applied
-            .iter()
-            .filter(|a| ptr::eq(a.zone, zone))
-            .filter_map(|a| a.admission)
-            .filter(|adm| adm.window_index() == snap.window_index)
-            .map(|adm| adm.cost())
-            .sum();
-        counts.current = counts.current.saturating_sub(own);
-        let e = w.elapsed_ms(rej.now);
-        let wait = fit::turn_ms(counts, e, w.ms(), limit, cost, ahead);
-        out.push(LimitWait::from_wait(wait, need.delay_ms, need.rejected_now));
-    }
-    out
-}
-
-/// What one limit asks of a held request.
-#[derive(Clone, Copy)]
-struct Need {
-    /// Requests per window.
-    limit: u32,
-    /// The request's cost under this limit.
-    cost: u32,
-    /// Requests of its client held before it.
-    ahead: u32,
-    /// The limit's `delay=` (ms).
-    delay_ms: u64,
-    /// This limit has just rejected the request.
-    rejected_now: bool,
-}
-
-/// The wait of a strict zone's key state `s` (its sub-window counts at
-/// `rej.now`), less the request's own admission in this zone, until the
-/// whole cost fits ([`fit::strict_wait_ms`]).
-fn strict_wait(s: &strict::State, rej: &Rejection, zone: &ZoneConf, need: Need) -> LimitWait {
-    let mut s = *s;
-    for a in rej.applied.iter().filter(|a| ptr::eq(a.zone, zone)) {
-        let Some(adm) = a.admission else { continue };
-        let at = s.index.checked_sub(adm.window_index());
-        if let Some(c) = at.and_then(|i| s.counts.get_mut(i as usize)) {
-            *c = c.saturating_sub(adm.cost());
-        }
-    }
-    let w = zone.window.ms();
-    let wait = fit::strict_turn_ms(&s, rej.now, w, need.limit, need.cost, need.ahead);
-    LimitWait::from_wait(wait, need.delay_ms, need.rejected_now)
 }
 
 /// Holds `r` for `wait_ms`: takes a place under `delay_max_held` (the
@@ -355,11 +209,10 @@ fn strict_wait(s: &strict::State, rej: &Rejection, zone: &ZoneConf, need: Need) 
 /// `r` must be a valid main request.
 unsafe fn hold_for(
     r: *mut ngx_http_request_t,
-    rej: &Rejection,
+    rej: &Holding,
     hold: Option<&mut Hold>,
-    client: u64,
-    wait_ms: u64,
 ) -> Result<(), ()> {
+    let (client, wait_ms) = (rej.hold.client, rej.hold.wait_ms);
     let cap = &rej.lcf.delay;
     if hold.is_none() && cap.held.get() >= cap.max_held {
         // SAFETY: r is valid.
@@ -380,8 +233,8 @@ unsafe fn hold_for(
     let armed = unsafe { arm(r, wait_ms) };
     if armed.is_err() {
         // Rejected after all: give the place back.
-        // SAFETY: r is valid; its hold was found or made above.
-        if let Some(h) = unsafe { find(r) } {
+        // SAFETY: r is valid and shares the representation of `Request`.
+        if let Some(h) = find(unsafe { Request::from_ngx_http_request(r) }) {
             // SAFETY: h is this request's hold.
             unsafe { unhold(h) };
         }
@@ -394,7 +247,7 @@ unsafe fn hold_for(
 ///
 /// # Safety
 /// `r` must be a valid main request without a hold.
-unsafe fn new_hold(r: *mut ngx_http_request_t, rej: &Rejection, client: u64) -> Result<(), ()> {
+unsafe fn new_hold(r: *mut ngx_http_request_t, rej: &Holding, client: u64) -> Result<(), ()> {
     // SAFETY: r is valid; the pool lives as long as the request.
     let cln = unsafe { ngx_pool_cleanup_add((*r).pool, size_of::<Hold>()) };
     if cln.is_null() {
@@ -479,15 +332,12 @@ extern "C" fn wake(r: *mut ngx_http_request_t) {
 
 /// The verdict of an admitted request: DELAYED if it was held (its place
 /// under the cap is given back and its wait counted), else PASSED.
-///
-/// # Safety
-/// `r` must be a valid request just admitted by `limits`.
-pub unsafe fn admitted(r: *mut ngx_http_request_t, limits: &[Limit], now: u64) -> Verdict {
+/// `r` was just admitted by `limits`.
+pub fn admitted(r: &Request, limits: &[Limit], now: u64) -> Verdict {
     if !delays(limits) {
         return Verdict::Passed;
     }
-    // SAFETY: r is valid.
-    let Some(h) = (unsafe { find(r) }) else {
+    let Some(h) = find(r) else {
         return Verdict::Passed;
     };
     if !h.held {
@@ -557,12 +407,9 @@ unsafe extern "C" fn release(data: *mut c_void) {
 }
 
 /// The hold of `r`'s main request, if it was ever held.
-///
-/// # Safety
-/// `r` must be a valid request.
-unsafe fn find<'a>(r: *mut ngx_http_request_t) -> Option<&'a mut Hold> {
-    // SAFETY: r and its main request are valid.
-    let data = unsafe { util::tagged_cleanup((*(*r).main).pool, HOLD_TAG) }?;
+fn find<'a>(r: &Request) -> Option<&'a mut Hold> {
+    // SAFETY: a request's main request outlives it; its pool is valid.
+    let data = unsafe { util::tagged_cleanup((*r.as_ref().main).pool, HOLD_TAG) }?;
     // SAFETY: entries tagged HOLD_TAG hold a Hold (new_hold).
     Some(unsafe { &mut *data.cast::<Hold>() })
 }
@@ -580,10 +427,10 @@ fn count(limits: &[Limit], field: impl Fn(&DelayStats) -> &AtomicU64, n: u64) {
 }
 
 /// The hold's log line, one level below the rejections' (as `limit_req`).
-fn log_hold(log: *mut ngx_log_t, rej: &Rejection, wait_ms: u64, what: &str) {
+fn log_hold(log: *mut ngx_log_t, rej: &Holding, what: &str) {
     let level = (rej.lcf.log_level + 1).min(NGX_LOG_DEBUG as ngx_uint_t);
-    // SAFETY: zones live in the configuration pool for the cycle.
-    let zone: &ZoneConf = unsafe { &*rej.limits[rej.index].zone };
+    let wait_ms = rej.hold.wait_ms;
+    let zone: &ZoneConf = rej.limits[rej.hold.index].zone();
     ngx_log_error!(
         level,
         log,
@@ -619,10 +466,9 @@ unsafe extern "C" fn get_delay(
     v: *mut ngx_http_variable_value_t,
     _: usize,
 ) -> ngx_int_t {
-    // SAFETY: nginx passes a valid request.
-    let hold = unsafe { find(r) }.map(|h| h.waited_ms);
     // SAFETY: called by nginx as a get handler.
     let (r, v) = unsafe { crate::variables::args(r, v) };
+    let hold = find(r).map(|h| h.waited_ms);
     let text = match (decision::find(r), hold) {
         (None, _) => String::new(),
         (Some(_), None) => "0".into(),

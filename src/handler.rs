@@ -30,15 +30,18 @@ use ngx::http::{HttpModuleLocationConf, Request};
 use ngx::{ngx_log_debug_http, ngx_log_error};
 
 use rate_limit_window_core::addr::{mask_ipv6, IPV6_PREFIX_MAX};
+use rate_limit_window_core::engine::{
+    self, Ask, Cost, Hold, HostError, Key, LimitConf, Skip, Verdict as EngineVerdict,
+};
 use rate_limit_window_core::parse::{escape, parse_limit, LimitError};
 use rate_limit_window_core::{
-    Counter, Decision as CoreDecision, FailPolicy, KeyHash, Outcome, Table,
+    Admission, Counter, Decision as CoreDecision, FailPolicy, Outcome, Table,
 };
 
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
 use crate::decision::{self, Applied, Verdict};
 use crate::delay;
-use crate::overrides::{self, Applies};
+use crate::overrides;
 use crate::util;
 use crate::zone::ZoneConf;
 use crate::Module;
@@ -67,47 +70,19 @@ impl Phase {
     }
 }
 
-/// A limit made ready for the table: key hashed, limit evaluated.
-pub(crate) enum Judge {
-    /// The key is empty: the limit does not apply.
-    EmptyKey,
-    /// The limit variable is empty: the limit does not apply.
-    Exempt,
-    /// Invalid limit value in a fail=open zone.
-    Skipped,
-    Limit {
-        hash: KeyHash,
-        limit: u32,
-        invalid: bool,
-    },
-}
-
-/// Evaluates one limit's key and value for the request. Err(()) means the
-/// key could not be evaluated (an nginx error). Out of line, for the
-/// paths off the admission ([`judge_inline`] is the request path's); the
-/// client's override applies (overrides.rs).
-#[inline(never)]
-pub(crate) fn judge(
-    r: &mut Request,
-    zone: &ZoneConf,
-    table: &Table<'static>,
-    value: LimitValue,
-) -> Result<Judge, ()> {
-    judge_inline(r, zone, table, value).map(|j| overrides::judged(zone, j))
-}
-
-/// [`judge`], inlined into the request path: its answer stays in registers
-/// instead of going through memory.
+/// Evaluates one limit's key and limit value for the request, for the
+/// engine (which applies the client's override). Err(()) means the key or
+/// the limit could not be evaluated (an nginx error).
 #[inline(always)]
-fn judge_inline(
+fn eval(
     r: &mut Request,
     zone: &ZoneConf,
     table: &Table<'static>,
     value: LimitValue,
-) -> Result<Judge, ()> {
+) -> Result<Key, ()> {
     let key = eval_key(r, zone)?;
     if key.is_empty() {
-        return Ok(Judge::EmptyKey);
+        return Ok(Key::Empty);
     }
     let masked;
     let key = if zone.ipv6_prefix < IPV6_PREFIX_MAX {
@@ -119,17 +94,17 @@ fn judge_inline(
     };
     let (limit, invalid) = match eval_limit(r, value)? {
         LimitRead::Limit(n) => (n, false),
-        LimitRead::Empty => return Ok(Judge::Exempt),
+        LimitRead::Empty => return Ok(Key::Exempt),
         LimitRead::Invalid(bad) => {
             invalid_limit(r, zone, &bad);
             match zone.fail {
-                FailPolicy::Open => return Ok(Judge::Skipped),
+                FailPolicy::Open => return Ok(Key::Skipped),
                 // Fail closed: judge the request against a limit of 0.
                 FailPolicy::Closed => (0, true),
             }
         }
     };
-    Ok(Judge::Limit {
+    Ok(Key::Limit {
         hash: table.hash_key(key),
         limit,
         invalid,
@@ -289,14 +264,153 @@ fn main_decides_later(r: &Request) -> bool {
     mcf.phase == PHASE_POSTACCESS && mcf.limits.as_ref().is_some_and(|l| !l.is_empty())
 }
 
-/// The limit that rejected the request, and where it is in the location.
-struct Rejection<'a> {
-    rejected: Rejected<'a>,
-    /// Its index in the location's limits.
-    index: usize,
+/// The request being decided, as the engine sees it: each limit's key,
+/// value and cost evaluated when the engine asks, and its record.
+struct Judging<'a> {
+    r: &'a mut Request,
+    lcf: &'a LocConf,
+    limits: &'a [conf::Limit],
+    pending: &'a mut decision::Pending,
+    /// Epoch ms of the decision.
+    now: u64,
 }
 
-/// Makes and commits the decision for `r`: the location's limits, in order.
+impl engine::Request<'static> for Judging<'_> {
+    #[inline(always)]
+    fn limits(&self) -> usize {
+        self.limits.len()
+    }
+
+    #[inline(always)]
+    fn conf(&self, n: usize) -> Option<LimitConf<'static>> {
+        let l = &self.limits[n];
+        let zone = l.zone();
+        Some(LimitConf {
+            table: zone.table.as_ref()?,
+            overrides: zone.overrides.as_ref(),
+            fail: zone.fail,
+            delay_ms: l.delay_ms,
+            ban_ms: l.ban_ms,
+        })
+    }
+
+    #[inline(always)]
+    fn key(&mut self, n: usize) -> Result<Key, HostError> {
+        let l = &self.limits[n];
+        let zone = l.zone();
+        let table = zone.table.as_ref().ok_or(HostError)?;
+        eval(self.r, zone, table, l.value).map_err(|()| HostError)
+    }
+
+    #[inline(always)]
+    fn cost(&mut self, n: usize, limit: u32) -> Result<Cost, HostError> {
+        let l = &self.limits[n];
+        if l.cost_one {
+            // The default cost: always fits, nothing to evaluate.
+            return Ok(Cost::Count(1));
+        }
+        core::hint::cold_path();
+        cost::eval(self.r, l.zone(), l.cost, limit).map_err(|()| HostError)
+    }
+
+    fn quiet_cost(&mut self, n: usize, limit: u32) -> u32 {
+        cost::quiet(self.r, self.limits[n].cost, limit)
+    }
+
+    #[inline(always)]
+    fn record(&mut self, n: usize, limit: u32, d: &CoreDecision, now: u64) {
+        let zone = self.limits[n].zone();
+        self.pending.push(Applied {
+            zone,
+            limit,
+            remaining: d.remaining,
+            reset_s: d.reset_s,
+            admission: d.admission,
+        });
+        ngx_log_debug_http!(
+            self.r,
+            "rate_limit_window: zone \"{}\": estimate {}, limit {}, {:?}, remaining {}, slot: {}",
+            zone.name,
+            d.estimate,
+            limit,
+            d.outcome,
+            d.remaining,
+            slot_path(d)
+        );
+        log_episodes(self.r.log(), zone, d, now);
+    }
+
+    fn skipped(&mut self, n: usize, why: Skip) {
+        if why == Skip::EmptyKey {
+            self.pending.key_empty(n);
+        }
+        skipped(self.r, self.limits[n].zone(), why);
+    }
+
+    #[inline(always)]
+    fn admissions(&self, mut f: impl FnMut(&'static Table<'static>, &Admission)) {
+        for a in self.pending.applied() {
+            if let (Some(adm), Some(table)) = (a.admission.as_ref(), a.zone.table.as_ref()) {
+                f(table, adm);
+            }
+        }
+    }
+
+    fn fresh_now(&mut self) -> u64 {
+        // SAFETY: refreshes this process's cached time (nginx's own call, made
+        // from the event loop thread we run on).
+        unsafe { nginx_sys::ngx_time_update() };
+        util::now_ms()
+    }
+
+    fn held_since(&self) -> Option<u64> {
+        delay::held_since(self.r)
+    }
+
+    fn held_by(&self, client: u64) -> u32 {
+        delay::held_by(self.lcf, client)
+    }
+
+    fn hold(&mut self, h: &Hold) -> bool {
+        let (lcf, limits, now) = (self.lcf, self.limits, self.now);
+        let holding = delay::Holding {
+            lcf,
+            limits,
+            hold: h,
+            now,
+        };
+        delay::hold(self.r, &holding)
+    }
+}
+
+/// How the table found the client's slot, for the debug log.
+fn slot_path(d: &CoreDecision) -> &'static str {
+    match d.outcome {
+        Outcome::FailClosed => "none, the zone is full (fail=closed)",
+        _ if d.events.evicted_live => "a live client's, evicted (the zone is full)",
+        _ if d.events.evicted_idle => "an idle client's, reused",
+        _ if d.events.clock_backwards => "its own, from a later window (clock went back)",
+        _ => "its own or a free one",
+    }
+}
+
+/// A limit that did not apply, or an override's answer, at debug level.
+#[cold]
+#[inline(never)]
+fn skipped(r: &Request, zone: &ZoneConf, why: Skip) {
+    let why = match why {
+        Skip::EmptyKey => "does not apply: the key is empty",
+        Skip::EmptyLimit => "does not apply: the limit variable is empty",
+        Skip::InvalidLimit => "does not apply: the limit value is invalid (fail=open)",
+        Skip::InvalidCost => "does not apply: the cost is invalid (fail=open)",
+        Skip::OverrideExempt => "exempt by an override",
+        Skip::OverrideReject => "rejected by an override",
+    };
+    ngx_log_debug_http!(r, "rate_limit_window: zone \"{}\" {}", zone.name, why);
+}
+
+/// Makes and commits the decision for `r`: the location's limits, in order,
+/// decided by the core's engine.
 fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
     let declined: ngx_int_t = Status::NGX_DECLINED.into();
     let server_error = NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
@@ -306,58 +420,31 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
         return server_error;
     };
     let now = util::now_ms();
-    let shard = util::shard();
-    let Ok(rejection) = apply(r, limits, &mut pending, now, shard) else {
-        undo_all(pending.applied());
+    let ask = Ask {
+        now_ms: now,
+        shard: util::shard(),
+        dry_run: lcf.dry_run != 0,
+        // Only a main request is held: a subrequest's phases are run by
+        // its parent, not by its connection's events.
+        holdable: r.is_main(),
+    };
+    let mut j = Judging {
+        r,
+        lcf,
+        limits,
+        pending: &mut pending,
+        now,
+    };
+    // Err: an nginx error; the engine gave back what it counted.
+    let Ok(v) = engine::decide(&mut j, &ask) else {
         return server_error;
     };
     let mut retry_after = 0;
-    let verdict = match rejection {
-        Some(Rejection { rejected, index }) => {
-            core::hint::cold_path();
-            // delay=: hold it on a timer instead (see delay.rs).
-            let rej = delay::Rejection {
-                lcf,
-                limits,
-                applied: pending.applied(),
-                index,
-                outcome: rejected.d.outcome,
-                now,
-            };
-            // A blocked or banned client is never held by delay=.
-            let plan = match rejected.overridden {
-                true => delay::OnReject::Reject,
-                // SAFETY: the request is valid and being decided by `limits`.
-                false => unsafe { delay::on_reject(r.into(), &rej) },
-            };
-            match plan {
-                delay::OnReject::Hold => {
-                    undo_all(pending.applied());
-                    ngx_log_debug_http!(r, "rate_limit_window: held by delay=");
-                    return Status::NGX_AGAIN.into();
-                }
-                delay::OnReject::WouldHold => {
-                    undo_all(pending.applied());
-                    Verdict::DelayedDryRun
-                }
-                delay::OnReject::Reject => {
-                    // ban=: only a rejection by the count, not in a dry run.
-                    let bans = rejected.d.outcome == Outcome::Rejected
-                        && !(rejected.invalid || rejected.overridden || lcf.dry_run != 0);
-                    retry_after = overrides::ban(&limits[index], rejected.hash, bans, now, r.log())
-                        .unwrap_or(rejected.d.retry_after_s);
-                    reject(r.log(), lcf, pending.applied(), &rejected, shard)
-                }
-            }
-        }
-        None if pending.applied().is_empty() => {
-            core::hint::cold_path();
-            Verdict::Exempt
-        }
-        None => {
+    let verdict = match v {
+        EngineVerdict::Admit => {
             for a in pending.applied() {
                 if let Some(table) = a.zone.table.as_ref() {
-                    table.add(shard, Counter::Passed, 1);
+                    table.add(ask.shard, Counter::Passed, 1);
                 }
                 near_limit::note(a);
             }
@@ -369,6 +456,29 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
             } else {
                 Verdict::Passed
             }
+        }
+        EngineVerdict::Exempt => {
+            core::hint::cold_path();
+            Verdict::Exempt
+        }
+        EngineVerdict::Hold(_) => {
+            ngx_log_debug_http!(r, "rate_limit_window: held by delay=");
+            return Status::NGX_AGAIN.into();
+        }
+        EngineVerdict::WouldHold(h) => {
+            let holding = delay::Holding {
+                lcf,
+                limits,
+                hold: &h,
+                now,
+            };
+            delay::would_hold(r, &holding);
+            Verdict::DelayedDryRun
+        }
+        EngineVerdict::Reject(rej) => {
+            core::hint::cold_path();
+            retry_after = rej.retry_after_s;
+            reject(r, lcf, limits, &rej, now)
         }
     };
     ngx_log_debug_http!(
@@ -395,216 +505,36 @@ fn admitted_extras(
     applied: &[Applied],
     now: u64,
 ) -> Verdict {
-    // SAFETY: the request is valid and was just admitted by `limits`.
-    unsafe { count_status::reserve(r.into(), limits, applied) };
-    // SAFETY: the request is valid and was just admitted by `limits`.
-    unsafe { delay::admitted(r.into(), limits, now) }
+    count_status::reserve(r, limits, applied);
+    delay::admitted(r, limits, now)
 }
 
-/// Judges the request by each limit in turn, recording every limit that
-/// applied in `pending`, until one rejects it. Err(()) is an nginx error
-/// (the admissions recorded so far are the caller's to undo).
-fn apply<'z>(
-    r: &mut Request,
-    limits: &'z [conf::Limit],
-    pending: &mut decision::Pending,
-    mut now: u64,
-    shard: usize,
-) -> Result<Option<Rejection<'z>>, ()> {
-    for (n, l) in limits.iter().enumerate() {
-        let zone = l.zone();
-        let Some(table) = zone.table.as_ref() else {
-            continue;
-        };
-        let (hash, limit, invalid) = match judge_inline(r, zone, table, l.value)? {
-            Judge::Limit {
-                hash,
-                limit,
-                invalid,
-            } => (hash, limit, invalid),
-            j => {
-                core::hint::cold_path();
-                not_applied(r, zone, table, &j, shard);
-                if matches!(j, Judge::EmptyKey) {
-                    pending.key_empty(n);
-                }
-                continue;
-            }
-        };
-        let (limit, invalid) = match overrides::apply(zone, hash, limit, now) {
-            Applies::Limit(limit) => (limit, invalid),
-            Applies::Replace(limit) => (limit, false),
-            a => {
-                core::hint::cold_path();
-                let Some(d) = overrides::overridden(r, zone, table, a, shard) else {
-                    continue;
-                };
-                let (limit, invalid, overridden) = (0, false, true);
-                let rejected = Rejected {
-                    zone,
-                    limit,
-                    d,
-                    invalid,
-                    hash,
-                    overridden,
-                };
-                return Ok(Some(Rejection { rejected, index: n }));
-            }
-        };
-        let asked = if l.cost_one && !invalid {
-            // The default cost: always fits, nothing to evaluate.
-            Some((limit, 1, false))
-        } else {
-            core::hint::cold_path();
-            // SAFETY: the request is valid for this call.
-            unsafe { cost::apply(r.into(), zone, l.cost, limit, invalid) }?
-        };
-        let Some((limit, cost, invalid)) = asked else {
-            continue;
-        };
-        // Lock-free: nothing shared is held once it returns, so logging
-        // and the pool are safe to use from here on.
-        let mut d = crate::zone::acquire(zone, table, hash, &mut now, (limit, cost), shard);
-        pending.push(Applied {
-            zone,
-            limit,
-            remaining: d.remaining,
-            reset_s: d.reset_s,
-            admission: d.admission,
-        });
-        ngx_log_debug_http!(
-            r,
-            "rate_limit_window: zone \"{}\": estimate {}, limit {}, {:?}, remaining {}, slot: {}",
-            zone.name,
-            d.estimate,
-            limit,
-            d.outcome,
-            d.remaining,
-            slot_path(&d)
-        );
-        log_episodes(r.log(), zone, &d, now);
-        if d.outcome != Outcome::Admitted {
-            core::hint::cold_path();
-            // A retry must wait for every limit, so Retry-After is the
-            // longest wait among the limits not judged yet, too.
-            let rest = longest_wait(r, &limits[n + 1..], now);
-            d.retry_after_s = d.retry_after_s.max(rest);
-            let rejected = Rejected {
-                zone,
-                limit,
-                d,
-                invalid,
-                hash,
-                overridden: false,
-            };
-            return Ok(Some(Rejection { rejected, index: n }));
-        }
-    }
-    Ok(None)
-}
-
-/// A limit that does not apply to the request: counts an exempt request
-/// (an empty key or limit variable) and says why at debug level.
-fn not_applied(r: &Request, zone: &ZoneConf, table: &Table<'static>, j: &Judge, shard: usize) {
-    let why = match j {
-        Judge::EmptyKey => "the key is empty",
-        Judge::Exempt => "the limit variable is empty",
-        _ => "the limit value is invalid (fail=open)",
-    };
-    if !matches!(j, Judge::Skipped) {
-        table.add(shard, Counter::Exempt, 1);
-    }
-    ngx_log_debug_http!(
-        r,
-        "rate_limit_window: zone \"{}\" does not apply: {}",
-        zone.name,
-        why
-    );
-}
-
-/// How the table found the client's slot, for the debug log.
-fn slot_path(d: &CoreDecision) -> &'static str {
-    match d.outcome {
-        Outcome::FailClosed => "none, the zone is full (fail=closed)",
-        _ if d.events.evicted_live => "a live client's, evicted (the zone is full)",
-        _ if d.events.evicted_idle => "an idle client's, reused",
-        _ if d.events.clock_backwards => "its own, from a later window (clock went back)",
-        _ => "its own or a free one",
-    }
-}
-
-/// The limit that rejected a request.
-struct Rejected<'a> {
-    zone: &'a ZoneConf,
-    /// Requests per window.
-    limit: u32,
-    d: CoreDecision,
-    /// Its limit variable held garbage (fail=closed).
-    invalid: bool,
-    hash: KeyHash,
-    /// An override (block, ban) rejected it, not the count.
-    overridden: bool,
-}
-
-/// A request rejected by one limit is counted by none: gives back the
-/// admissions of the other limits, counts and logs the rejection. Out of
-/// line, so that the admitting path's code stays together.
+/// The glue's side of a rejection the engine made (it has given back the
+/// other limits' admissions and counted the rejection): a held request's
+/// place, a client over its share, a ban, the log line. Out of line, so
+/// that the admitting path's code stays together.
 #[inline(never)]
 fn reject(
-    log: *mut nginx_sys::ngx_log_t,
+    r: &Request,
     lcf: &LocConf,
-    applied: &[Applied],
-    rejected: &Rejected,
-    shard: usize,
+    limits: &[conf::Limit],
+    rej: &engine::Rejection,
+    now: u64,
 ) -> Verdict {
-    let dry_run = lcf.dry_run != 0;
-    undo_all(applied);
-    if let Some(table) = rejected.zone.table.as_ref() {
-        let c = if dry_run {
-            Counter::RejectedDryRun
-        } else {
-            Counter::Rejected
-        };
-        table.add(shard, c, 1);
-        if rejected.invalid {
-            table.add(shard, Counter::FailClosed, 1);
-        }
+    if rej.unheld {
+        delay::unheld(r, limits, now);
     }
-    log_rejection(log, lcf, rejected, dry_run);
-    if dry_run {
+    if let Some(ahead) = rej.share_full {
+        delay::share_full(r, lcf, limits, ahead);
+    }
+    if rej.banned {
+        overrides::banned(&limits[rej.index], rej.hash, rej.retry_after_s, r.log());
+    }
+    log_rejection(r.log(), lcf, limits[rej.index].zone(), rej);
+    if rej.dry_run {
         Verdict::RejectedDryRun
     } else {
         Verdict::Rejected
-    }
-}
-
-/// The longest Retry-After (whole seconds) among `limits`, read without
-/// counting anything: after a rejection, the limits not yet judged must
-/// also admit the retry.
-#[inline(never)]
-fn longest_wait(r: &mut Request, limits: &[conf::Limit], now: u64) -> u32 {
-    let mut longest = 0;
-    for l in limits {
-        let zone = l.zone();
-        let Some(table) = zone.table.as_ref() else {
-            continue;
-        };
-        if let Ok(Judge::Limit { hash, limit, .. }) = judge(r, zone, table, l.value) {
-            // SAFETY: the request is valid for this call.
-            let cost = unsafe { cost::quiet(r.into(), l.cost, limit) };
-            // The whole cost must fit (the core's one rule, `fit`).
-            longest = longest.max(table.retry_after_secs(hash, now, limit, cost));
-        }
-    }
-    longest
-}
-
-/// Gives back the admissions recorded so far.
-fn undo_all(applied: &[Applied]) {
-    for a in applied {
-        if let (Some(adm), Some(table)) = (a.admission.as_ref(), a.zone.table.as_ref()) {
-            table.undo(adm);
-        }
     }
 }
 
@@ -612,30 +542,24 @@ fn undo_all(applied: &[Applied]) {
 fn log_rejection(
     log: *mut nginx_sys::ngx_log_t,
     lcf: &LocConf,
-    rejected: &Rejected,
-    dry_run: bool,
+    zone: &ZoneConf,
+    rej: &engine::Rejection,
 ) {
-    let Rejected {
-        zone,
-        limit,
-        d,
-        invalid,
-        ..
-    } = rejected;
+    let d = &rej.decision;
     let what = match d.outcome {
         Outcome::FailClosed => "zone is full, rejecting a new client (fail=closed)",
-        _ if *invalid => "invalid limit value, rejecting (fail=closed)",
+        _ if rej.invalid => "invalid limit value, rejecting (fail=closed)",
         _ => "limiting requests",
     };
     ngx_log_error!(
         lcf.log_level,
         log,
         "{}{} by zone \"{}\", estimate: {}, limit: {}, window: {}s",
-        if dry_run { "dry run, " } else { "" },
+        if rej.dry_run { "dry run, " } else { "" },
         what,
         zone.name,
         d.estimate,
-        limit,
+        rej.limit,
         zone.window.ms() / 1000
     );
 }

@@ -12,7 +12,7 @@ use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::overrides::{Overrides, DEFAULT_OVERRIDES};
 use rate_limit_window_core::parse::RedisParams;
 use rate_limit_window_core::{
-    Counter, Decision, FailPolicy, KeyHash, Table, TableError, Window, DEFAULT_WINDOW_MS,
+    FailPolicy, Table, TableError, Window, DEFAULT_WINDOW_MS,
 };
 
 /// One `rate_limit_window_zone`, allocated from the configuration pool.
@@ -61,67 +61,6 @@ pub struct ZoneConf {
     pub overrides_cap: usize,
     /// The override table inside the zone; None until it is initialised.
     pub overrides: Option<Overrides<'static>>,
-}
-
-/// Decides one request of `hash` at `*now` (epoch ms) that counts `cost`
-/// requests against `limit`.
-///
-/// In a strict zone, a request whose worker's cached clock is behind the
-/// key's newest sub-window (another worker already counted in a later one)
-/// is counted at the start of that sub-window. Here its worker's clock is
-/// refreshed and, if it moved on, the clamped admission is taken back and
-/// the request decided again at the fresh time (stored in `*now`), so that
-/// the strict bound holds on each request's own time, not only on the
-/// clamped one. Only a clock really stepped back keeps the clamp.
-#[inline]
-pub fn acquire(
-    zone: &ZoneConf,
-    table: &Table<'static>,
-    hash: KeyHash,
-    now: &mut u64,
-    (limit, cost): (u32, u32),
-    shard: usize,
-) -> Decision {
-    // The table's own flag (the zone's mode), so that the table's test of
-    // it below is folded into this one.
-    if table.is_strict() {
-        return acquire_strict(zone, table, hash, now, (limit, cost), shard);
-    }
-    // The estimate zone's path: the table's answer, returned as it is (a
-    // test of the answer here would copy it on the request path).
-    table.acquire_cost(hash, *now, limit, cost, zone.fail, shard)
-}
-
-/// [`acquire`] in a strict zone, with its retry at a fresh time; out of
-/// line, so that the estimate path keeps one, inlined, call of the table.
-#[inline(never)]
-fn acquire_strict(
-    zone: &ZoneConf,
-    table: &Table<'static>,
-    hash: KeyHash,
-    now: &mut u64,
-    (limit, cost): (u32, u32),
-    shard: usize,
-) -> Decision {
-    let d = table.acquire_cost(hash, *now, limit, cost, zone.fail, shard);
-    if !d.events.clock_backwards {
-        return d;
-    }
-    // SAFETY: refreshes this process's cached time (nginx's own call, made
-    // from the event loop thread we run on).
-    unsafe { nginx_sys::ngx_time_update() };
-    let fresh = crate::util::now_ms();
-    if fresh <= *now {
-        return d;
-    }
-    if let Some(a) = d.admission.as_ref() {
-        table.undo(a);
-    }
-    // Not a clock step: take back the ClockBackwards count the table made
-    // (its shard counters add with wrapping, so + (2^64 - 1) is - 1).
-    table.add(shard, Counter::ClockBackwards, u64::MAX);
-    *now = fresh;
-    table.acquire_cost(hash, fresh, limit, cost, zone.fail, shard)
 }
 
 /// Marks a zone header written by this module, and its layout: bump the

@@ -92,6 +92,35 @@ pub fn turn_ms(
     Some(t)
 }
 
+/// [`turn_ms`] for `counts` of the window that starts at `start_ms`, read
+/// at `now_ms`: exact also when the clock is behind that window (another
+/// worker's clock ahead, a step back), where the counts stay as they are
+/// until the window starts; `None`: never.
+pub fn turn_at(
+    counts: Counts,
+    start_ms: u64,
+    now_ms: u64,
+    window_ms: u64,
+    limit: u32,
+    cost: u32,
+    ahead: u32,
+) -> Option<u64> {
+    let lead = start_ms.saturating_sub(now_ms);
+    if lead == 0 {
+        let e = (now_ms - start_ms).min(window_ms - 1);
+        return turn_ms(counts, e, window_ms, limit, cost, ahead);
+    }
+    let mut c = counts;
+    for n in 0..=ahead {
+        if wait_ms(c, 0, window_ms, limit, cost)? > 0 {
+            // The rest of the queue from the window's start.
+            return turn_ms(c, 0, window_ms, limit, cost, ahead - n).map(|t| t + lead);
+        }
+        c.current = c.current.saturating_add(cost.max(1));
+    }
+    Some(0)
+}
+
 /// [`turn_ms`] for a strict key in `state` at `now_ms`.
 pub fn strict_turn_ms(
     state: &strict::State,

@@ -68,6 +68,7 @@ pub mod charge;
 pub mod cluster;
 pub mod conf_error;
 pub mod delay;
+pub mod engine;
 pub mod fit;
 pub mod fleet;
 pub mod grpc;

@@ -150,6 +150,132 @@ impl Model {
     }
 }
 
+impl Model {
+    /// Whether a request of `cost` (0 counts as 1) of `key` is admitted at
+    /// `now_ms` under `limit`: `cost` single requests back to back would
+    /// all be admitted (the rule spelled out one request at a time).
+    pub fn fits(&self, key: u64, now_ms: u64, limit: u32, cost: u32) -> bool {
+        let w = self.window.ms();
+        let (c, e, _, _) = self.view(key, now_ms);
+        (0..cost.max(1)).all(|k| {
+            let c = Counts {
+                current: c.current + k,
+                previous: c.previous,
+            };
+            window::admits(c, e, w, limit)
+        })
+    }
+
+    /// Counts `cost` requests of `key` at `now_ms`; returns the window
+    /// index they were counted in.
+    pub fn add(&mut self, key: u64, now_ms: u64, cost: u32) -> u64 {
+        let (c, _, idx, _) = self.view(key, now_ms);
+        let e = Entry {
+            index: idx,
+            current: c.current + cost,
+            previous: c.previous,
+        };
+        self.entries.insert(key, e);
+        idx
+    }
+
+    /// Makes an admission of `cost` counted in window `counted_in` count
+    /// `count` instead (0: given back), if its window is still current or
+    /// previous.
+    pub fn settle(&mut self, key: u64, counted_in: u64, cost: u32, count: u32) {
+        if let Some(en) = self.entries.get_mut(&key) {
+            let c = if en.index == counted_in {
+                &mut en.current
+            } else if en.index == counted_in + 1 {
+                &mut en.previous
+            } else {
+                return;
+            };
+            *c = (*c + count).saturating_sub(cost);
+        }
+    }
+
+    /// `(current, previous)` of `key` as seen at `now_ms`.
+    pub fn counts(&self, key: u64, now_ms: u64) -> Counts {
+        self.view(key, now_ms).0
+    }
+}
+
+/// The exact log of a strict zone, per key: every admission with its
+/// sub-window ([`crate::strict`]), kept until it leaves the span. A request
+/// in sub-window `j` (never before the key's newest admission's) is
+/// admitted iff the costs of sub-windows `j - 6 ..= j` plus its own stay at
+/// or below the limit.
+#[derive(Clone, Debug)]
+pub struct StrictLog {
+    window_ms: u64,
+    keys: HashMap<u64, (u64, Vec<(u64, u32)>)>,
+}
+
+impl StrictLog {
+    /// An empty log for a window of `window_ms`.
+    pub fn new(window_ms: u64) -> StrictLog {
+        StrictLog {
+            window_ms,
+            keys: HashMap::new(),
+        }
+    }
+
+    /// The sub-window a request of `key` at `now_ms` is decided in.
+    fn sub(&self, key: u64, now_ms: u64) -> u64 {
+        let j = crate::strict::sub_index(now_ms, self.window_ms);
+        match self.keys.get(&key) {
+            Some((newest, log)) if !log.is_empty() => j.max(*newest),
+            _ => j,
+        }
+    }
+
+    /// Requests of `key` in the span of a request at `now_ms`.
+    pub fn total(&self, key: u64, now_ms: u64) -> u32 {
+        let j = self.sub(key, now_ms);
+        let span = crate::strict::SPAN as u64;
+        self.keys.get(&key).map_or(0, |(_, log)| {
+            log.iter()
+                .filter(|(s, _)| *s + span > j && *s <= j)
+                .map(|(_, c)| c)
+                .sum()
+        })
+    }
+
+    /// Whether a request of `cost` of `key` is admitted at `now_ms`.
+    pub fn fits(&self, key: u64, now_ms: u64, limit: u32, cost: u32) -> bool {
+        self.total(key, now_ms) + cost.max(1) <= limit
+    }
+
+    /// Counts `cost` requests of `key` at `now_ms`; returns the sub-window.
+    pub fn add(&mut self, key: u64, now_ms: u64, cost: u32) -> u64 {
+        let j = self.sub(key, now_ms);
+        let e = self.keys.entry(key).or_default();
+        e.0 = e.0.max(j);
+        e.1.push((j, cost));
+        j
+    }
+
+    /// A decision of `key` at `now_ms` that counted nothing: the key's
+    /// state still moves on to its sub-window.
+    pub fn seen(&mut self, key: u64, now_ms: u64) {
+        let j = self.sub(key, now_ms);
+        let e = self.keys.entry(key).or_default();
+        if !e.1.is_empty() {
+            e.0 = e.0.max(j);
+        }
+    }
+
+    /// Gives back an admission of `cost` counted in sub-window `sub`.
+    pub fn undo(&mut self, key: u64, sub: u64, cost: u32) {
+        if let Some((_, log)) = self.keys.get_mut(&key) {
+            if let Some(i) = log.iter().position(|&e| e == (sub, cost)) {
+                log.swap_remove(i);
+            }
+        }
+    }
+}
+
 /// The exact sliding log for one key: admits at `t` iff fewer than `limit`
 /// admitted requests lie in `(t - W, t]` (times in ms, non-decreasing).
 #[derive(Clone, Debug, Default)]

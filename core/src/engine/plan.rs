@@ -1,0 +1,129 @@
+//! What follows a rejection: the longest wait of the other limits
+//! (Retry-After), and `delay=`'s plan (hold until the whole cost fits,
+//! refuse a client over its share, or reject), all by the one rule of
+//! [`crate::fit`].
+
+use super::{quiet_limit, Ask, Hold, Rejecting, Request};
+use crate::delay::{plan, LimitWait, Plan};
+use crate::fit;
+use crate::table::Outcome;
+use crate::window::Counts;
+
+/// The longest Retry-After (whole seconds) among the limits from `from`
+/// on, read without counting anything: the retry must fit under them too.
+pub(super) fn longest_wait<'t, R: Request<'t>>(r: &mut R, from: usize, now: u64) -> u32 {
+    let mut longest = 0;
+    for n in from..r.limits() {
+        let Some(c) = r.conf(n) else {
+            continue;
+        };
+        if let Some((hash, limit)) = quiet_limit(r, n, &c, now) {
+            let cost = r.quiet_cost(n, limit);
+            longest = longest.max(c.table.retry_after_secs(hash, now, limit, cost));
+        }
+    }
+    longest
+}
+
+/// What becomes of a rejected request under `delay=`.
+pub(super) enum OnReject {
+    /// Held (the glue armed its timer).
+    Hold(Hold),
+    /// Dry run: it would have been held.
+    WouldHold(Hold),
+    /// Rejected: `share_full` when its client's share of the queue is full
+    /// (requests held before it), `unheld` when it was held until now.
+    Reject {
+        share_full: Option<u32>,
+        unheld: bool,
+    },
+}
+
+/// Plans a rejected request whose admissions were given back: each
+/// limit's wait until its turn (behind `ahead` requests of its client held
+/// before it; none for one held again, it has waited longest), bounded by
+/// each limit's `delay`.
+pub(super) fn on_reject<'t, R: Request<'t>>(
+    r: &mut R,
+    ask: &Ask,
+    rej: &Rejecting,
+    now: u64,
+) -> OnReject {
+    let reject = OnReject::Reject {
+        share_full: None,
+        unheld: false,
+    };
+    let delays = (0..r.limits()).any(|n| r.conf(n).is_some_and(|c| c.delay_ms > 0));
+    if !delays {
+        return reject;
+    }
+    let since = r.held_since();
+    let waited = since.map_or(0, |s| now.saturating_sub(s));
+    let client = rej.hash.0;
+    let ahead = match since {
+        None => r.held_by(client),
+        Some(_) => 0,
+    };
+    let waits = waits(r, rej, now, ahead);
+    let hold = |wait_ms| Hold {
+        index: rej.index,
+        wait_ms,
+        client,
+    };
+    match plan(&waits, waited) {
+        Plan::Hold { wait_ms } if ask.dry_run => OnReject::WouldHold(hold(wait_ms)),
+        Plan::Reject if since.is_none() && ahead > 0 && !ask.dry_run => OnReject::Reject {
+            share_full: Some(ahead),
+            unheld: false,
+        },
+        Plan::Hold { wait_ms } => {
+            let h = hold(wait_ms);
+            if r.hold(&h) {
+                OnReject::Hold(h)
+            } else {
+                reject
+            }
+        }
+        Plan::Admit | Plan::Reject => OnReject::Reject {
+            share_full: None,
+            unheld: since.is_some(),
+        },
+    }
+}
+
+/// Each limit's wait until the request's turn, whole cost included, read
+/// without counting anything (the request's own admissions were given
+/// back). The rejecting limit waits at least 1 ms; one that rejected it for
+/// another reason than the count (a full zone) never admits it.
+fn waits<'t, R: Request<'t>>(r: &mut R, rej: &Rejecting, now: u64, ahead: u32) -> Vec<LimitWait> {
+    let mut out = Vec::with_capacity(r.limits());
+    for n in 0..r.limits() {
+        let Some(c) = r.conf(n) else {
+            continue;
+        };
+        if n == rej.index && rej.d.outcome != Outcome::Rejected {
+            out.push(LimitWait::never(c.delay_ms));
+            continue;
+        }
+        let Some((hash, limit)) = quiet_limit(r, n, &c, now) else {
+            continue;
+        };
+        let cost = r.quiet_cost(n, limit);
+        let t = c.table;
+        let w = t.window();
+        let snap = t.peek(hash, now);
+        let wait = match snap.strict {
+            Some(s) => fit::strict_turn_ms(&s, now, w.ms(), limit, cost, ahead),
+            None => {
+                let counts = Counts {
+                    current: snap.current,
+                    previous: snap.previous,
+                };
+                let start = w.start_ms(snap.window_index);
+                fit::turn_at(counts, start, now, w.ms(), limit, cost, ahead)
+            }
+        };
+        out.push(LimitWait::from_wait(wait, c.delay_ms, n == rej.index));
+    }
+    out
+}
