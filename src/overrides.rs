@@ -10,7 +10,7 @@
 //! The request path pays one relaxed load of the table's live count when
 //! the zone has no override ([`apply`]); otherwise one lookup.
 
-use nginx_sys::{ngx_log_t, ngx_pagesize, NGX_LOG_NOTICE};
+use nginx_sys::{ngx_log_t, NGX_LOG_NOTICE};
 use ngx::http::Request;
 use ngx::{ngx_log_debug_http, ngx_log_error};
 use rate_limit_window_core::overrides::{Action, Entry, Overrides};
@@ -172,14 +172,6 @@ fn ban_slow(limit: &Limit, hash: KeyHash, now: u64, log: *mut ngx_log_t) -> Opti
         limit.line
     );
     Some(u32::try_from(secs).unwrap_or(u32::MAX))
-}
-
-/// Bytes `overrides=N` adds to a zone's shared memory: the table, 64-byte
-/// aligned, plus one page for the slab pool's own bookkeeping.
-pub fn extra_bytes(capacity: usize) -> usize {
-    // SAFETY: ngx_pagesize is set by nginx at startup, before any parsing.
-    let page = unsafe { ngx_pagesize };
-    region_bytes(capacity).next_multiple_of(page) + page
 }
 
 /// Bytes the override table takes at the end of the zone's region (a

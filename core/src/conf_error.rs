@@ -11,7 +11,13 @@
 
 use core::fmt;
 
-use crate::units::escape;
+use crate::overrides::MAX_OVERRIDES;
+pub use crate::redis_url::RedisError;
+use crate::units::{escape, SHOWN_BYTES};
+use crate::window::{WindowError, MAX_LIMIT};
+
+/// The characters besides letters and digits that a zone name may hold.
+pub const ZONE_NAME_PUNCTUATION: &str = "!#$%&'*+-.^_`|~";
 
 /// The parameters of `rate_limit_window_zone` (after KEY), with their `=`.
 pub const ZONE_PARAMS: &[&str] = &[
@@ -69,9 +75,15 @@ pub struct Rate {
 }
 
 /// A configuration error, printed as the text of an nginx `[emerg]`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ConfError {
     /// A `limit_req` rate (`limit=10r/s`, `rate=10r/m`), quoted as written.
+    #[error(
+        "\"{}\" is limit_req's syntax: rate_limit_window counts requests per window; \
+         for {}r/{} write \"window={}\" on \"rate_limit_window_zone\" and \
+         \"limit={}\" on \"rate_limit_window\"",
+        escape(.word), .rate.count, &.rate.per[1..], .rate.per, .rate.count
+    )]
     LimitReqRate {
         /// The whole word, e.g. `limit=10r/s`.
         word: Vec<u8>,
@@ -79,6 +91,7 @@ pub enum ConfError {
         rate: Rate,
     },
     /// Another `limit_req` parameter.
+    #[error("\"{}\" is limit_req's syntax: {}", escape(.word), habit_hint(*.habit))]
     LimitReqParam {
         /// The whole word, e.g. `burst=20`.
         word: Vec<u8>,
@@ -86,6 +99,7 @@ pub enum ConfError {
         habit: Habit,
     },
     /// A parameter of the other directive (`limit=` on the zone).
+    #[error("invalid parameter \"{}\": it belongs on \"{belongs_to}\"", escape(.word))]
     Misplaced {
         /// The whole word.
         word: Vec<u8>,
@@ -93,6 +107,7 @@ pub enum ConfError {
         belongs_to: &'static str,
     },
     /// A parameter no directive knows.
+    #[error("invalid parameter \"{}\" in \"{directive}\": {}", escape(.word), Suggest(*.nearest, .valid))]
     UnknownParam {
         /// The directive.
         directive: &'static str,
@@ -103,7 +118,9 @@ pub enum ConfError {
         /// Every valid name.
         valid: &'static [&'static str],
     },
-    /// The same parameter twice in one directive.
+    /// The same parameter twice in one directive: every parameter of both
+    /// directives is refused this one way.
+    #[error("duplicate parameter \"{}\" in \"{directive}\": give it once", escape(.name))]
     Duplicate {
         /// The directive.
         directive: &'static str,
@@ -111,6 +128,7 @@ pub enum ConfError {
         name: Vec<u8>,
     },
     /// A value outside an enum.
+    #[error("invalid value \"{}\" in \"{what}\": use {}", escape(.value), OneOf(.allowed))]
     InvalidValue {
         /// The directive or parameter (`rate_limit_window_phase`, `fail=`).
         what: String,
@@ -120,6 +138,7 @@ pub enum ConfError {
         allowed: Vec<String>,
     },
     /// A time with a fraction (`window=1.5m`): nginx times are integers.
+    #[error("{}", fraction(.what, .value, *.ms))]
     FractionalTime {
         /// The parameter (`window`).
         what: &'static str,
@@ -129,6 +148,11 @@ pub enum ConfError {
         ms: u64,
     },
     /// A zone used by `rate_limit_window` and never declared.
+    #[error(
+        "zone \"{}\" used by \"rate_limit_window\" is not defined by any \
+         \"rate_limit_window_zone\": {}",
+        escape(.name), Declare(.name, .nearest.as_deref())
+    )]
     UndefinedZone {
         /// Its name.
         name: Vec<u8>,
@@ -136,10 +160,264 @@ pub enum ConfError {
         nearest: Option<Vec<u8>>,
     },
     /// A reload that changes a zone's key or window.
+    #[error(transparent)]
     ZoneChanged(ZoneChange),
-    /// Any other message.
+    /// A value of `rate_limit_window` (`limit=`, `cost=`, `delay=`, ...).
+    #[error(transparent)]
+    Limit(#[from] LimitConfError),
+    /// A value of `rate_limit_window_zone` (`zone=`, `window=`, `mode=`, ...).
+    #[error(transparent)]
+    Zone(#[from] ZoneConfError),
+    /// A Redis parameter of `rate_limit_window_zone`.
+    #[error(transparent)]
+    Redis(#[from] RedisError),
+    /// A file of a Redis connection, read at load.
+    #[error(transparent)]
+    RedisFile(#[from] RedisFileError),
+    /// A message from a parser outside the configuration modules (`state=`,
+    /// `ipv6_prefix=`, `secret=`).
+    #[error("{0}")]
     Other(String),
 }
+
+/// A rejected value of `rate_limit_window`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LimitConfError {
+    /// `limit=` that is neither a number in range nor a variable.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// `zone=` with no name.
+    #[error("invalid zone name \"{}\"", escape(.0))]
+    EmptyZone(Vec<u8>),
+    /// `cost=` that is neither an integer from 1 to the largest limit nor a variable.
+    #[error("invalid cost \"{}\": an integer from 1 to {MAX_LIMIT}, or a variable", escape(.0))]
+    Cost(Vec<u8>),
+    /// A fixed `cost=` above a fixed `limit=` (never admitted).
+    #[error("cost={cost} is above limit={limit}")]
+    CostAboveLimit {
+        /// The cost (requests).
+        cost: u32,
+        /// The limit (requests per window).
+        limit: u32,
+    },
+    /// An item of `count_status=` that is no status or class.
+    #[error("invalid status \"{}\" in \"count_status=\"", escape(.0))]
+    Status(Vec<u8>),
+    /// `charge=` that is not a variable.
+    #[error(
+        "invalid charge \"{}\": a variable read when the response is done \
+         (\"charge=$upstream_http_x_tokens\"); a fixed count is \"cost=\"",
+        escape(.0)
+    )]
+    ChargeNotVariable(Vec<u8>),
+    /// `charge=` on a `mode=strict` zone (named).
+    #[error(
+        "\"charge=\" cannot be used with zone \"{}\" of mode=strict: mode=strict promises that \
+         no window ever admits more than the limit, and a charge known only after the response \
+         can go over it; use the default mode=estimate",
+        escape(.0)
+    )]
+    ChargeOnStrict(Vec<u8>),
+    /// `delay=` that is no nginx time.
+    #[error("invalid delay \"{}\"", escape(.0))]
+    Delay(Vec<u8>),
+    /// `delay=` above one hour.
+    #[error("delay \"{}\" is longer than 1h", escape(.0))]
+    DelayTooLong(Vec<u8>),
+    /// `delay_max_held=` that is no count in range.
+    #[error("invalid delay_max_held \"{}\"", escape(.0))]
+    MaxHeld(Vec<u8>),
+    /// Two directives of one level with different `delay_max_held=`.
+    #[error("conflicting delay_max_held={n}, already {already} at this level")]
+    ConflictingMaxHeld {
+        /// The new value (held requests).
+        n: u32,
+        /// The value already set (held requests).
+        already: u64,
+    },
+    /// `ban=` that is no time from 1 s to 30 days.
+    #[error("invalid ban \"{}\": use a time from 1s to 30d, e.g. ban=10m", escape(.0))]
+    Ban(Vec<u8>),
+    /// A directive without one of its required parameters.
+    #[error("\"rate_limit_window\" must have \"{0}\" parameter")]
+    Missing(&'static str),
+    /// A second `rate_limit_window` of one level on the same zone.
+    #[error("duplicate limit for zone \"{}\"", escape(.0))]
+    DuplicateZone(Vec<u8>),
+    /// `rate_limit_window_metrics` with another parameter than `write=`.
+    #[error("invalid parameter \"{}\": write=on or write=off (reset=on is write=on)", escape(.0))]
+    MetricsParam(Vec<u8>),
+}
+
+/// A rejected value of `rate_limit_window_zone`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ZoneConfError {
+    /// `zone=` without a name, a `:` or a valid size (the whole word).
+    #[error(
+        "invalid zone size \"{}\": use zone=NAME:SIZE, the size in bytes, k or m, \
+         e.g. zone=per_ip:10m",
+        escape(.0)
+    )]
+    Size(Vec<u8>),
+    /// A zone name with a byte outside the HTTP token characters.
+    #[error("invalid zone name \"{}\": use only letters, digits and {ZONE_NAME_PUNCTUATION}", escape(.0))]
+    Name(Vec<u8>),
+    /// A zone below the smallest size.
+    #[error("zone \"{}\" is too small: it must be at least {min} bytes", escape(.name))]
+    TooSmall {
+        /// The zone's name.
+        name: Vec<u8>,
+        /// The smallest size (bytes).
+        min: usize,
+    },
+    /// `window=` that is no time.
+    #[error(
+        "invalid window \"{}\": use a time from 1s to 31d in whole seconds, \
+         e.g. window=1m or window=90s",
+        escape(.0)
+    )]
+    Window(Vec<u8>),
+    /// `window=` outside 1 s to 31 days.
+    #[error("invalid window \"{}\": {}", escape(.0), .1)]
+    WindowRange(Vec<u8>, WindowError),
+    /// `window=` with a fraction of a second.
+    #[error("invalid window \"{}\": it must be a whole number of seconds", escape(.0))]
+    WindowFraction(Vec<u8>),
+    /// `mode=` other than `estimate` or `strict`.
+    #[error("invalid mode \"{}\": use \"estimate\" or \"strict\"", escape(.0))]
+    Mode(Vec<u8>),
+    /// `mode=strict` with `redis=`.
+    #[error(
+        "\"mode=strict\" cannot be combined with \"redis=\": gateways that share counts \
+         through Redis see each other's requests only after a sync, so no bound on every \
+         interval holds; use mode=estimate for a cluster"
+    )]
+    StrictWithRedis,
+    /// `overrides=` that is no count in range.
+    #[error("invalid overrides \"{}\": an integer from 1 to {MAX_OVERRIDES}", escape(.0))]
+    Overrides(Vec<u8>),
+    /// A directive without `zone=`.
+    #[error("\"rate_limit_window_zone\" must have \"zone\" parameter")]
+    MissingZone,
+    /// A zone declared twice, the same way.
+    #[error("duplicate zone \"{}\"", escape(.0))]
+    Duplicate(Vec<u8>),
+    /// A zone declared twice with another key or window.
+    #[error(
+        "zone \"{}\" is already bound to key \"{}\" with window={}: declare it once, or give \
+         the other one a new name",
+        escape(.name), escape(.key), Units(*.window_ms)
+    )]
+    AlreadyBound {
+        /// The zone's name.
+        name: Vec<u8>,
+        /// The key it was declared with.
+        key: Vec<u8>,
+        /// The window it was declared with (ms).
+        window_ms: u64,
+    },
+    /// `ipv6_prefix=` with another key than `$binary_remote_addr`.
+    #[error(
+        "\"ipv6_prefix={bits}\" of zone \"{}\" needs the key \"$binary_remote_addr\", not \"{}\"",
+        escape(.zone), escape(.key)
+    )]
+    Ipv6PrefixKey {
+        /// The prefix (bits).
+        bits: u8,
+        /// The zone's name.
+        zone: Vec<u8>,
+        /// The key written.
+        key: Vec<u8>,
+    },
+}
+
+/// A file of a Redis connection that cannot be used. Messages name the
+/// parameter and the path, never the file's contents.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RedisFileError {
+    /// The file cannot be read (the OS error, never the contents).
+    #[error("cannot read \"{param}\" file \"{}\": {error}", escape(.path))]
+    Unreadable {
+        /// The parameter (`redis_ca`).
+        param: &'static str,
+        /// The path as read.
+        path: Vec<u8>,
+        /// The OS error.
+        error: String,
+    },
+    /// `redis_password_file=` without a password on its first line.
+    #[error(
+        "\"redis_password_file\" file \"{}\" must hold the password as text on its first line",
+        escape(.0)
+    )]
+    Password(Vec<u8>),
+    /// `redis_ca=` or `redis_cert=` without a valid PEM certificate.
+    #[error("\"{param}\" file \"{}\" holds no valid PEM certificate", escape(.path))]
+    NoCertificate {
+        /// The parameter.
+        param: &'static str,
+        /// The path as written.
+        path: Vec<u8>,
+    },
+    /// `redis_key=` without a PEM private key.
+    #[error("\"redis_key\" file \"{}\" holds no PEM private key", escape(.0))]
+    NoKey(Vec<u8>),
+}
+
+/// A rejected fixed limit. Holds a copy of at most [`SHOWN_BYTES`] bytes of
+/// the input, inline: building one never allocates, so the request path
+/// can parse `limit=$variable` values with it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct LimitError {
+    head: [u8; SHOWN_BYTES],
+    len: u8,
+    cut: bool,
+}
+
+impl LimitError {
+    /// The error for `input`.
+    pub(crate) fn new(input: &[u8]) -> LimitError {
+        let n = input.len().min(SHOWN_BYTES);
+        let mut head = [0; SHOWN_BYTES];
+        head[..n].copy_from_slice(&input[..n]);
+        LimitError {
+            head,
+            len: n as u8,
+            cut: input.len() > SHOWN_BYTES,
+        }
+    }
+
+    /// The first [`SHOWN_BYTES`] bytes of the rejected input.
+    pub fn input(&self) -> &[u8] {
+        &self.head[..usize::from(self.len)]
+    }
+
+    /// Whether the input was longer than [`SHOWN_BYTES`].
+    pub fn truncated(&self) -> bool {
+        self.cut
+    }
+}
+
+impl fmt::Display for LimitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid limit \"{}", escape(self.input()))?;
+        if self.cut {
+            f.write_str("...")?;
+        }
+        write!(
+            f,
+            "\": it must be an integer from 0 to {MAX_LIMIT}, or a variable"
+        )
+    }
+}
+
+impl fmt::Debug for LimitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LimitError({self})")
+    }
+}
+
+impl std::error::Error for LimitError {}
 
 /// What a reload changes in a zone, as written in each configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,6 +429,8 @@ pub struct ZoneChange {
     /// The running and the new `window=` text, when the windows differ.
     pub window: Option<(Vec<u8>, Vec<u8>)>,
 }
+
+impl std::error::Error for ZoneChange {}
 
 impl From<String> for ConfError {
     fn from(s: String) -> Self {
@@ -176,8 +456,6 @@ impl PartialEq<String> for ConfError {
     }
 }
 
-impl std::error::Error for ConfError {}
-
 /// `"a", "b" or "c"`.
 struct OneOf<'a, S: AsRef<str>>(&'a [S]);
 
@@ -196,117 +474,88 @@ impl<S: AsRef<str>> fmt::Display for OneOf<'_, S> {
     }
 }
 
-impl fmt::Display for ConfError {
+/// What to write instead of a `limit_req` parameter.
+fn habit_hint(habit: Habit) -> &'static str {
+    match habit {
+        Habit::Burst => {
+            "a window admits up to \"limit=\" requests at any pace, so there is no \
+             burst: raise \"limit=\" (or shorten \"window=\"), and add \"delay=TIME\" \
+             to hold requests over the limit instead of rejecting them"
+        }
+        Habit::Nodelay => {
+            "rate_limit_window never delays a request unless \"delay=TIME\" is \
+             given, so leave \"nodelay\" out"
+        }
+        Habit::Rate => {
+            "write the period as \"window=\" on \"rate_limit_window_zone\" and the \
+             number of requests as \"limit=\" on \"rate_limit_window\" (10r/s is \
+             window=1s limit=10)"
+        }
+    }
+}
+
+/// `did you mean "x="?` or the list of valid names.
+struct Suggest<'a>(Option<&'static str>, &'a [&'static str]);
+
+impl fmt::Display for Suggest<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfError::LimitReqRate { word, rate } => write!(
+        match self.0 {
+            Some(n) => write!(f, "did you mean \"{n}\"?"),
+            None => write!(f, "use {}", OneOf(self.1)),
+        }
+    }
+}
+
+/// The nearest declared zone, or how to declare this one.
+struct Declare<'a>(&'a [u8], Option<&'a [u8]>);
+
+impl fmt::Display for Declare<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1 {
+            Some(n) => write!(f, "did you mean \"{}\"?", escape(n)),
+            None => write!(
                 f,
-                "\"{}\" is limit_req's syntax: rate_limit_window counts requests per window; \
-                 for {}r/{} write \"window={}\" on \"rate_limit_window_zone\" and \
-                 \"limit={}\" on \"rate_limit_window\"",
-                escape(word),
-                rate.count,
-                &rate.per[1..],
-                rate.per,
-                rate.count
+                "declare it in http{{}} with \"rate_limit_window_zone KEY zone={}:SIZE;\"",
+                escape(self.0)
             ),
-            ConfError::LimitReqParam { word, habit } => {
-                write!(f, "\"{}\" is limit_req's syntax: ", escape(word))?;
-                f.write_str(match habit {
-                    Habit::Burst => {
-                        "a window admits up to \"limit=\" requests at any pace, so there is no \
-                         burst: raise \"limit=\" (or shorten \"window=\"), and add \"delay=TIME\" \
-                         to hold requests over the limit instead of rejecting them"
-                    }
-                    Habit::Nodelay => {
-                        "rate_limit_window never delays a request unless \"delay=TIME\" is \
-                         given, so leave \"nodelay\" out"
-                    }
-                    Habit::Rate => {
-                        "write the period as \"window=\" on \"rate_limit_window_zone\" and the \
-                         number of requests as \"limit=\" on \"rate_limit_window\" (10r/s is \
-                         window=1s limit=10)"
-                    }
-                })
-            }
-            ConfError::Misplaced { word, belongs_to } => write!(
+        }
+    }
+}
+
+/// The text of [`ConfError::FractionalTime`].
+fn fraction<'a>(what: &'a str, value: &'a [u8], ms: u64) -> Fraction<'a> {
+    Fraction { what, value, ms }
+}
+
+/// [`ConfError::FractionalTime`]'s text.
+struct Fraction<'a> {
+    what: &'a str,
+    value: &'a [u8],
+    ms: u64,
+}
+
+impl fmt::Display for Fraction<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (what, ms) = (self.what, self.ms);
+        write!(
+            f,
+            "invalid {what} \"{}\": nginx times are whole numbers",
+            escape(self.value)
+        )?;
+        if let Some(t) = whole_seconds(ms) {
+            return write!(f, "; write {what}={t}");
+        }
+        let (lo, hi) = (ms / 1000, ms.div_ceil(1000));
+        write!(f, ", and a {what} is a whole number of seconds")?;
+        if lo == 0 {
+            write!(f, "; write {what}={}", Units(hi * 1000))
+        } else {
+            write!(
                 f,
-                "invalid parameter \"{}\": it belongs on \"{belongs_to}\"",
-                escape(word)
-            ),
-            ConfError::UnknownParam {
-                directive,
-                word,
-                nearest,
-                valid,
-            } => {
-                write!(
-                    f,
-                    "invalid parameter \"{}\" in \"{directive}\"",
-                    escape(word)
-                )?;
-                match nearest {
-                    Some(n) => write!(f, ": did you mean \"{n}\"?"),
-                    None => write!(f, ": use {}", OneOf(valid)),
-                }
-            }
-            ConfError::Duplicate { directive, name } => write!(
-                f,
-                "duplicate parameter \"{}\" in \"{directive}\": give it once",
-                escape(name)
-            ),
-            ConfError::InvalidValue {
-                what,
-                value,
-                allowed,
-            } => write!(
-                f,
-                "invalid value \"{}\" in \"{what}\": use {}",
-                escape(value),
-                OneOf(allowed)
-            ),
-            ConfError::FractionalTime { what, value, ms } => {
-                write!(
-                    f,
-                    "invalid {what} \"{}\": nginx times are whole numbers",
-                    escape(value)
-                )?;
-                match whole_seconds(*ms) {
-                    Some(t) => write!(f, "; write {what}={t}"),
-                    None => {
-                        let (lo, hi) = (ms / 1000, ms.div_ceil(1000));
-                        write!(f, ", and a {what} is a whole number of seconds")?;
-                        if lo == 0 {
-                            write!(f, "; write {what}={}", Units(hi * 1000))
-                        } else {
-                            write!(
-                                f,
-                                "; write {what}={} or {what}={}",
-                                Units(lo * 1000),
-                                Units(hi * 1000)
-                            )
-                        }
-                    }
-                }
-            }
-            ConfError::UndefinedZone { name, nearest } => {
-                write!(
-                    f,
-                    "zone \"{}\" used by \"rate_limit_window\" is not defined by any \
-                     \"rate_limit_window_zone\"",
-                    escape(name)
-                )?;
-                match nearest {
-                    Some(n) => write!(f, ": did you mean \"{}\"?", escape(n)),
-                    None => write!(
-                        f,
-                        ": declare it in http{{}} with \"rate_limit_window_zone KEY zone={}:SIZE;\"",
-                        escape(name)
-                    ),
-                }
-            }
-            ConfError::ZoneChanged(c) => c.fmt(f),
-            ConfError::Other(s) => f.write_str(s),
+                "; write {what}={} or {what}={}",
+                Units(lo * 1000),
+                Units(hi * 1000)
+            )
         }
     }
 }

@@ -87,6 +87,7 @@ pub mod strict;
 pub mod table;
 pub mod units;
 pub mod window;
+pub mod zone_conf;
 
 pub use table::*;
 pub use window::*;
