@@ -16,85 +16,19 @@
 //! episode, every one counted in `rate_limit_window_invalid_charge_total`.
 
 use nginx_sys::{
-    ngx_conf_t, ngx_http_complex_value_t, ngx_http_phases_NGX_HTTP_LOG_PHASE,
-    ngx_http_variable_value_t, ngx_int_t, ngx_str_t, ngx_uint_t, NGX_LOG_EMERG, NGX_LOG_WARN,
+    ngx_conf_t, ngx_http_phases_NGX_HTTP_LOG_PHASE, ngx_http_variable_value_t, ngx_int_t,
+    ngx_uint_t, NGX_LOG_WARN,
 };
-use ngx::core::{Pool, Status};
+use ngx::core::Status;
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule, Request};
 use ngx::{ngx_log_debug_http, ngx_log_error};
 use rate_limit_window_core::charge::{final_count, parse_charge};
-use rate_limit_window_core::limit_opts::LimitOpts;
-use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::parse::escape;
 
 use crate::count_status::{self, Held};
 use crate::req::{request_handler, variable_get};
 use crate::zone::ZoneConf;
 use crate::Module;
-
-/// Why a strict zone refuses `charge=`.
-fn strict_refusal(zone: &[u8]) -> String {
-    format!(
-        "\"charge=\" cannot be used with zone \"{}\" of mode=strict: mode=strict promises that no \
-         window ever admits more than the limit, and a charge known only after the response can \
-         go over it; use the default mode=estimate",
-        escape(zone)
-    )
-}
-
-/// Compiles `charge=` of a `rate_limit_window` (`opts`) on `zone` (None
-/// when the directive has none) and notes the zone as charged, at `at`
-/// (file, line). Err(()) once an `[emerg]` is logged.
-///
-/// # Safety
-/// `cf` must be the configuration of the directive being parsed, `zone`
-/// a zone of its configuration pool.
-pub unsafe fn compile(
-    cf: *mut ngx_conf_t,
-    zone: *mut ZoneConf,
-    opts: &LimitOpts,
-    at: (ngx_str_t, ngx_uint_t),
-) -> Result<Option<*mut ngx_http_complex_value_t>, ()> {
-    let Some(text) = opts.charge.as_deref() else {
-        return Ok(None);
-    };
-    // SAFETY: the caller guarantees the zone is valid and ours to change
-    // while the configuration is parsed.
-    let zone = unsafe { &mut *zone };
-    if zone.defined && zone.mode == Mode::Strict {
-        let msg = strict_refusal(zone.name.as_bytes());
-        ngx::ngx_conf_log_error!(NGX_LOG_EMERG, cf, "{}", msg);
-        return Err(());
-    }
-    zone.charge_at.get_or_insert(at);
-    // SAFETY: cf->pool is the configuration pool.
-    let pool = unsafe { Pool::from_ngx_pool((*cf).pool) };
-    let cv = pool.calloc_type::<ngx_http_complex_value_t>();
-    // SAFETY: as above.
-    let s = unsafe { ngx_str_t::from_bytes((*cf).pool, text) }.ok_or(())?;
-    // SAFETY: cv was just allocated from the configuration pool.
-    if cv.is_null() || unsafe { crate::conf::compile_complex(cf, &s, cv) }.is_err() {
-        return Err(());
-    }
-    Ok(Some(cv))
-}
-
-/// After http{} is parsed: a zone declared after a `charge=` on it must not
-/// be strict. Err(()) once the `[emerg]` is logged.
-///
-/// # Safety
-/// `cf` must be the http{} configuration context.
-pub unsafe fn check_zone(cf: *mut ngx_conf_t, zone: &ZoneConf) -> Result<(), ()> {
-    match zone.charge_at {
-        Some((file, line)) if zone.mode == Mode::Strict => {
-            let msg = strict_refusal(zone.name.as_bytes());
-            // SAFETY: cf is the http{} configuration context.
-            unsafe { crate::conf_log::log_at(cf, file, line, NGX_LOG_EMERG as ngx_uint_t, &msg) };
-            Err(())
-        }
-        _ => Ok(()),
-    }
-}
 
 /// Postconfiguration: when some zone is charged, puts the log-phase
 /// handler first in the LOG phase (before the access log).

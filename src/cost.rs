@@ -10,47 +10,16 @@
 
 use core::sync::atomic::Ordering;
 
-use nginx_sys::{ngx_conf_t, ngx_http_complex_value_t, ngx_str_t};
-use ngx::core::Pool;
+use nginx_sys::ngx_http_complex_value_t;
 use ngx::http::Request;
 use ngx::ngx_log_error;
 use rate_limit_window_core::engine::Cost;
-use rate_limit_window_core::limit_opts::{parse_cost, CostSpec};
+use rate_limit_window_core::limit_opts::parse_cost;
 use rate_limit_window_core::parse::escape;
 use rate_limit_window_core::FailPolicy;
 
+pub use crate::conf_value::ConfValue as CostValue;
 use crate::zone::ZoneConf;
-
-/// The cost of one `rate_limit_window` directive.
-#[derive(Clone, Copy)]
-pub enum CostValue {
-    /// A fixed number of requests (1 unless `cost=` says otherwise).
-    Fixed(u32),
-    /// A complex value evaluated per request (`cost=$bulk_cost`).
-    Variable(*mut ngx_http_complex_value_t),
-}
-
-/// Compiles `cost=` for the configuration; None on an nginx error.
-///
-/// # Safety
-/// `cf` must be the configuration of the directive being parsed.
-pub unsafe fn compile(cf: *mut ngx_conf_t, spec: &CostSpec) -> Option<CostValue> {
-    match spec {
-        CostSpec::Fixed(n) => Some(CostValue::Fixed(*n)),
-        CostSpec::Variable(text) => {
-            // SAFETY: cf->pool is the configuration pool.
-            let pool = unsafe { Pool::from_ngx_pool((*cf).pool) };
-            let cv = pool.calloc_type::<ngx_http_complex_value_t>();
-            // SAFETY: as above.
-            let s = unsafe { ngx_str_t::from_bytes((*cf).pool, text) }?;
-            // SAFETY: cv was just allocated from the configuration pool.
-            if cv.is_null() || unsafe { crate::conf::compile_complex(cf, &s, cv) }.is_err() {
-                return None;
-            }
-            Some(CostValue::Variable(cv))
-        }
-    }
-}
 
 /// The request's cost under `limit` (requests per window), for the engine.
 /// Err(()) is an nginx error while evaluating the variable.

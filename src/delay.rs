@@ -23,11 +23,9 @@
 //! request costs, a connection and a timer, is a worker's resource, bounded
 //! per worker by `worker_connections`.
 
-use core::cell::{Cell, RefCell};
 use core::ffi::c_void;
 use core::ptr;
 use core::sync::atomic::{AtomicU64, Ordering};
-use std::collections::HashMap;
 
 use nginx_sys::{
     ngx_add_timer, ngx_conf_t, ngx_del_timer, ngx_handle_read_event, ngx_handle_write_event,
@@ -40,84 +38,13 @@ use nginx_sys::{
 use ngx::core::Status;
 use ngx::http::Request;
 use ngx::{ngx_log_debug_mask, ngx_log_error, ngx_string};
-use rate_limit_window_core::delay::DEFAULT_MAX_HELD;
 use rate_limit_window_core::engine;
 
 use crate::conf::{Limit, LocConf};
 use crate::decision::{self, Verdict};
 use crate::util::{self, CleanupTag};
 use crate::zone::ZoneConf;
-
-/// `ngx_conf_t`'s "unset" marker for `ngx_uint_t`.
-const UNSET_UINT: ngx_uint_t = ngx_uint_t::MAX;
-
-/// The location's side of `delay=`: the cap and this worker's count.
-pub struct LocDelay {
-    /// `delay_max_held=`: requests held at once in this location, per
-    /// worker (UNSET until merged).
-    pub max_held: ngx_uint_t,
-    /// Requests this worker holds now in this location.
-    held: Cell<ngx_uint_t>,
-    /// Of those, how many each client holds (by the rejecting limit's key
-    /// hash): its place in the fair queue (see the core's `delay`).
-    clients: RefCell<HashMap<u64, u32>>,
-}
-
-impl Default for LocDelay {
-    fn default() -> Self {
-        Self {
-            max_held: UNSET_UINT,
-            held: Cell::new(0),
-            clients: RefCell::new(HashMap::new()),
-        }
-    }
-}
-
-impl LocDelay {
-    /// Requests `client` holds now (this worker, this location).
-    fn held_by(&self, client: u64) -> u32 {
-        self.clients.borrow().get(&client).copied().unwrap_or(0)
-    }
-
-    /// One more (`up`) or one fewer held request of `client`.
-    fn track(&self, client: u64, up: bool) {
-        let mut map = self.clients.borrow_mut();
-        let n = map.entry(client).or_insert(0);
-        *n = if up { *n + 1 } else { n.saturating_sub(1) };
-        if *n == 0 {
-            map.remove(&client);
-        }
-    }
-}
-
-impl LocDelay {
-    /// Inherits `delay_max_held` from the level above, else the default.
-    pub fn merge(&mut self, prev: &LocDelay) {
-        if self.max_held == UNSET_UINT {
-            self.max_held = if prev.max_held == UNSET_UINT {
-                DEFAULT_MAX_HELD as ngx_uint_t
-            } else {
-                prev.max_held
-            };
-        }
-    }
-
-    /// Sets `delay_max_held` from a directive; Err if another directive of
-    /// the same level set another value.
-    pub fn set_max_held(&mut self, n: u32) -> Result<(), String> {
-        let n = n as ngx_uint_t;
-        if self.max_held != UNSET_UINT && self.max_held != n {
-            return Err(format!(
-                "conflicting delay_max_held={n}, already {} at this level",
-                self.max_held
-            ));
-        }
-        self.max_held = n;
-        Ok(())
-    }
-}
-
-pub use crate::zone_stats::DelayStats;
+use crate::zone_stats::DelayStats;
 
 /// The hold of one main request: the data of a cleanup entry on its pool.
 struct Hold {

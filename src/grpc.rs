@@ -16,39 +16,21 @@
 //! rejected is decided again by the phase handler, which answers it here.
 //! See docs/grpc.md.
 
-use core::mem::offset_of;
 use core::ptr;
 
 use nginx_sys::{
-    ngx_command_t, ngx_conf_set_flag_slot, ngx_http_discard_request_body,
-    ngx_http_finalize_request, ngx_http_send_header, ngx_int_t, ngx_str_t, ngx_uint_t,
-    NGX_CONF_FLAG, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF,
-    NGX_HTTP_SRV_CONF, NGX_HTTP_VERSION_20,
+    ngx_http_discard_request_body, ngx_http_finalize_request, ngx_http_send_header, ngx_int_t,
+    ngx_str_t, ngx_uint_t, NGX_HTTP_VERSION_20,
 };
 use ngx::core::Status;
 use ngx::http::Request;
-use ngx::{ngx_log_debug_http, ngx_string};
+use ngx::ngx_log_debug_http;
 use rate_limit_window_core::grpc::{
     is_grpc_content_type, message, pushback_ms, CONTENT_TYPE, STATUS_RESOURCE_EXHAUSTED,
 };
 
 use crate::conf::LocConf;
 use crate::util::add_header;
-
-/// The `rate_limit_window_grpc on | off;` directive (http, server,
-/// location), stored in [`LocConf::grpc`] and merged with the others.
-pub const COMMAND: ngx_command_t = ngx_command_t {
-    name: ngx_string!("rate_limit_window_grpc"),
-    type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG)
-        as ngx_uint_t,
-    set: Some(ngx_conf_set_flag_slot),
-    conf: NGX_HTTP_LOC_CONF_OFFSET,
-    offset: offset_of!(LocConf, grpc),
-    post: ptr::null_mut(),
-};
-
-/// The default of `rate_limit_window_grpc`: on.
-pub const DEFAULT: nginx_sys::ngx_flag_t = 1;
 
 /// Answers a request the location's limits have just rejected (Retry-After
 /// `retry_after_s` seconds, already committed in its decision): a gRPC

@@ -6,8 +6,12 @@
 //!
 //! | file           | job                                                    |
 //! |----------------|--------------------------------------------------------|
-//! | `conf.rs`      | directives, configuration structs, merge               |
-//! | `conf_log.rs`  | configuration messages as from a directive's line      |
+//! | `commands.rs`  | the directive table and the configuration entries      |
+//! | `conf.rs`      | configuration structs, merge, `rate_limit_window`      |
+//! | `conf_log.rs`  | safe `ngx_conf_t` (`ConfExt`): words, `[emerg]`, compile |
+//! | `conf_value.rs`| the one number-or-variable type (`limit=`, `cost=`)    |
+//! | `conf_delay.rs`| `delay_max_held=` and this worker's held requests      |
+//! | `conf_charge.rs`| `charge=` at configuration: compile, strict refusal   |
 //! | `conf_zone.rs` | `rate_limit_window_zone`: parameters, key, shared zone  |
 //! | `zone.rs`      | the zone's configuration and shared header             |
 //! | `zone_init.rs` | shared-memory zone init and reuse on reload            |
@@ -48,8 +52,12 @@
 mod access;
 mod api;
 mod charge;
+mod commands;
 mod conf;
+mod conf_charge;
+mod conf_delay;
 mod conf_log;
+mod conf_value;
 mod conf_zone;
 mod cost;
 mod count_status;
@@ -83,7 +91,6 @@ mod zone;
 mod zone_init;
 mod zone_stats;
 
-use core::ffi::c_char;
 use core::ptr;
 
 use nginx_sys::{
@@ -102,48 +109,46 @@ impl HttpModule for Module {
         // mutated by nginx itself (ctx_index, index) before workers start.
         unsafe { &*ptr::addr_of!(ngx_http_rate_limit_window_module) }
     }
+}
 
-    unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-        // SAFETY: cf is the configuration nginx passes to preconfiguration.
-        if unsafe { variables::register(cf) } != Status::NGX_OK.into() {
+/// A registration step of pre- or postconfiguration.
+type Step = unsafe fn(*mut ngx_conf_t) -> ngx_int_t;
+
+/// Runs `steps` in order on `cf`, up to the first that fails.
+fn run_steps(cf: *mut ngx_conf_t, steps: &[Step]) -> ngx_int_t {
+    for step in steps {
+        // SAFETY: each step registers variables or handlers, and only needs
+        // the configuration nginx passes to pre- or postconfiguration, which
+        // is `cf` (see the callers).
+        let rc = unsafe { step(cf) };
+        if rc != Status::NGX_OK.into() {
             return Status::NGX_ERROR.into();
         }
-        // SAFETY: as above.
-        if unsafe { access::register_variable(cf) } != Status::NGX_OK.into() {
-            return Status::NGX_ERROR.into();
-        }
-        // SAFETY: as above.
-        if unsafe { charge::register_variable(cf) } != Status::NGX_OK.into() {
-            return Status::NGX_ERROR.into();
-        }
-        // SAFETY: as above.
-        unsafe { delay::register_variable(cf) }
     }
+    Status::NGX_OK.into()
+}
 
-    unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-        // SAFETY: cf is the configuration nginx passes to postconfiguration.
-        if unsafe { phases::register(cf) } != Status::NGX_OK.into() {
-            return Status::NGX_ERROR.into();
-        }
-        // SAFETY: as above.
-        if unsafe { charge::register(cf) } != Status::NGX_OK.into() {
-            return Status::NGX_ERROR.into();
-        }
+/// Preconfiguration: the module's variables.
+extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+    run_steps(
+        cf,
+        &[
+            variables::register,
+            access::register_variable,
+            charge::register_variable,
+            delay::register_variable,
+        ],
+    )
+}
+
+/// Postconfiguration: the phase handlers, the LOG-phase handler of
+/// `charge=`, and the header filter.
+extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+    let rc = run_steps(cf, &[phases::register, charge::register]);
+    if rc == Status::NGX_OK.into() {
         filter::register();
-        Status::NGX_OK.into()
     }
-
-    unsafe extern "C" fn init_main_conf(
-        cf: *mut ngx_conf_t,
-        conf: *mut core::ffi::c_void,
-    ) -> *mut c_char
-    where
-        Self: HttpModuleMainConf,
-    {
-        // SAFETY: nginx passes the http{} configuration and this module's
-        // MainConf, which create_main_conf allocated.
-        unsafe { conf::init_main_conf(cf, conf) }
-    }
+    rc
 }
 
 // SAFETY: MainConf is what create_main_conf allocates for this module.
@@ -157,14 +162,14 @@ unsafe impl HttpModuleLocationConf for Module {
 }
 
 static NGX_HTTP_RATE_LIMIT_WINDOW_MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
-    preconfiguration: Some(Module::preconfiguration),
-    postconfiguration: Some(Module::postconfiguration),
+    preconfiguration: Some(preconfiguration),
+    postconfiguration: Some(postconfiguration),
     create_main_conf: Some(Module::create_main_conf),
-    init_main_conf: Some(Module::init_main_conf),
+    init_main_conf: Some(commands::init_main_conf),
     create_srv_conf: None,
     merge_srv_conf: None,
     create_loc_conf: Some(Module::create_loc_conf),
-    merge_loc_conf: Some(conf::merge_loc_conf),
+    merge_loc_conf: Some(commands::merge_loc_conf),
 };
 
 // Generate the `ngx_modules` table: required for a loadable cdylib built
@@ -178,8 +183,7 @@ ngx::ngx_modules!(ngx_http_rate_limit_window_module);
 #[cfg_attr(not(feature = "export-modules"), no_mangle)]
 pub static mut ngx_http_rate_limit_window_module: ngx_module_t = ngx_module_t {
     ctx: ptr::addr_of!(NGX_HTTP_RATE_LIMIT_WINDOW_MODULE_CTX) as _,
-    // SAFETY: taking the address of a static array; nginx reads it at load.
-    commands: unsafe { ptr::addr_of_mut!(conf::COMMANDS[0]) },
+    commands: ptr::addr_of_mut!(commands::COMMANDS).cast(),
     type_: NGX_HTTP_MODULE as ngx_uint_t,
     init_module: Some(init_module),
     init_process: Some(init_process),
@@ -194,12 +198,18 @@ pub static mut ngx_http_rate_limit_window_module: ngx_module_t = ngx_module_t {
 /// ones on the new cycle's zones.
 extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     // SAFETY: nginx passes the cycle being initialised; its old_cycle is
-    // the running one (or the bare init cycle at startup, with no conf_ctx).
-    let cycle = unsafe { &*cycle };
-    // SAFETY: as above; ngx_process is set before any reload.
-    let reload = unsafe { !cycle.old_cycle.is_null() && !(*cycle.old_cycle).conf_ctx.is_null() };
-    // SAFETY: a process-wide variable set at startup.
-    if reload && unsafe { ngx_process } == NGX_PROCESS_SINGLE as ngx_uint_t {
+    // null or the running one (the bare init cycle at startup, with no
+    // conf_ctx); ngx_process is a process-wide variable set at startup.
+    let (cycle, reload, process) = unsafe {
+        let cycle = &*cycle;
+        let old = cycle.old_cycle.as_ref();
+        (
+            cycle,
+            old.is_some_and(|o| !o.conf_ctx.is_null()),
+            ngx_process,
+        )
+    };
+    if reload && process == NGX_PROCESS_SINGLE as ngx_uint_t {
         sync::stop_all();
         state_write::join(cycle.log);
         if let Some(mcf) = Module::main_conf(cycle) {
@@ -213,15 +223,14 @@ extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
 /// threads, one per Redis-backed zone, and the sweep of stale slots. nginx
 /// respawns worker 0 with them.
 extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
-    // SAFETY: ngx_process and ngx_worker are set before init_process runs.
-    let (process, worker) = unsafe { (ngx_process, ngx_worker) };
+    // SAFETY: ngx_process and ngx_worker are set before init_process runs;
+    // nginx passes the running cycle.
+    let (process, worker, cycle) = unsafe { (ngx_process, ngx_worker, &*cycle) };
     let ours = (process == NGX_PROCESS_WORKER as ngx_uint_t && worker == 0)
         || process == NGX_PROCESS_SINGLE as ngx_uint_t;
     if !ours {
         return Status::NGX_OK.into();
     }
-    // SAFETY: the cycle is valid; its http main conf exists when http{} does.
-    let cycle = unsafe { &*cycle };
     if let Some(mcf) = Module::main_conf(cycle) {
         sync::start_all(&mcf.zones);
         sweep::start(cycle, &mcf.zones);

@@ -2,7 +2,7 @@
 //!
 //! Each zone has an override table (the core's `Overrides`) after its slot
 //! table, in memory added to the zone's size (`overrides=N`, default 1024
-//! entries: [`extra_bytes`]), so that it lives and is adopted with the
+//! entries), so that it lives and is adopted with the
 //! zone across reloads. Every worker reads it at each request: a change
 //! made through the API (override_api.rs) applies at every worker's next
 //! request.
@@ -11,7 +11,7 @@
 //! the zone has no override; otherwise one lookup (the core's engine
 //! applies them, and `ban=`).
 
-use nginx_sys::{ngx_log_t, ngx_pagesize, NGX_LOG_NOTICE};
+use nginx_sys::{ngx_log_t, NGX_LOG_NOTICE};
 use ngx::ngx_log_error;
 use rate_limit_window_core::KeyHash;
 
@@ -35,18 +35,4 @@ pub(crate) fn banned(limit: &Limit, hash: KeyHash, secs: u32, log: *mut ngx_log_
         limit.file,
         limit.line
     );
-}
-
-/// Bytes `overrides=N` adds to a zone's shared memory: the table, 64-byte
-/// aligned, plus one page for the slab pool's own bookkeeping.
-pub fn extra_bytes(capacity: usize) -> usize {
-    // SAFETY: ngx_pagesize is set by nginx at startup, before any parsing.
-    let page = unsafe { ngx_pagesize };
-    region_bytes(capacity).next_multiple_of(page) + page
-}
-
-/// Bytes the override table takes at the end of the zone's region (a
-/// multiple of 64).
-pub fn region_bytes(capacity: usize) -> usize {
-    crate::zone::override_region_bytes(capacity)
 }

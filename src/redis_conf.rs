@@ -6,14 +6,14 @@
 //! they may be readable by root only. Messages name the parameter and the
 //! path, never the file's contents.
 
-use rate_limit_window_core::parse::escape;
+use rate_limit_window_core::conf_error::RedisFileError;
 use rate_limit_window_core::redis_url::{RedisMode, RedisParams, Secret};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Reads every file `r` names into it. `conf_prefix` (nginx's
 /// configuration directory, ending in `/`) resolves relative paths.
-pub fn load(r: &mut RedisParams, conf_prefix: &[u8]) -> Result<(), String> {
+pub fn load(r: &mut RedisParams, conf_prefix: &[u8]) -> Result<(), RedisFileError> {
     if let Some(path) = r.password_file.clone() {
         let password = read_password(&full(&path, conf_prefix))?;
         if r.mode == RedisMode::Sentinel {
@@ -35,10 +35,7 @@ pub fn load(r: &mut RedisParams, conf_prefix: &[u8]) -> Result<(), String> {
     if let Some(path) = r.key.clone() {
         let pem = read("redis_key", &full(&path, conf_prefix))?;
         if PrivateKeyDer::from_pem_slice(&pem).is_err() {
-            return Err(format!(
-                "\"redis_key\" file \"{}\" holds no PEM private key",
-                escape(&path)
-            ));
+            return Err(RedisFileError::NoKey(path));
         }
         r.pem.key = Some(Secret(pem));
     }
@@ -56,31 +53,30 @@ fn full(path: &[u8], conf_prefix: &[u8]) -> Vec<u8> {
 }
 
 /// The whole file at `path`.
-fn read(param: &str, path: &[u8]) -> Result<Vec<u8>, String> {
+fn read(param: &'static str, path: &[u8]) -> Result<Vec<u8>, RedisFileError> {
     use std::os::unix::ffi::OsStrExt;
     let os = std::ffi::OsStr::from_bytes(path);
-    std::fs::read(os).map_err(|e| {
-        // The OS error ("No such file or directory"), never the contents.
-        format!("cannot read \"{param}\" file \"{}\": {e}", escape(path))
+    // The OS error ("No such file or directory"), never the contents.
+    std::fs::read(os).map_err(|e| RedisFileError::Unreadable {
+        param,
+        path: path.to_vec(),
+        error: e.to_string(),
     })
 }
 
 /// The first line of the file at `path`: non-empty UTF-8, without NUL.
-fn read_password(path: &[u8]) -> Result<Secret, String> {
+fn read_password(path: &[u8]) -> Result<Secret, RedisFileError> {
     let data = read("redis_password_file", path)?;
     let line = data.split(|&c| c == b'\n').next().unwrap_or_default();
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.is_empty() || line.contains(&0) || std::str::from_utf8(line).is_err() {
-        return Err(format!(
-            "\"redis_password_file\" file \"{}\" must hold the password as text on its first line",
-            escape(path)
-        ));
+        return Err(RedisFileError::Password(path.to_vec()));
     }
     Ok(Secret(line.to_vec()))
 }
 
 /// At least one PEM certificate, all of them parseable.
-fn check_certs(param: &str, path: &[u8], pem: &[u8]) -> Result<(), String> {
+fn check_certs(param: &'static str, path: &[u8], pem: &[u8]) -> Result<(), RedisFileError> {
     let mut n = 0;
     for c in CertificateDer::pem_slice_iter(pem) {
         if c.is_err() {
@@ -90,10 +86,8 @@ fn check_certs(param: &str, path: &[u8], pem: &[u8]) -> Result<(), String> {
         n += 1;
     }
     if n == 0 {
-        return Err(format!(
-            "\"{param}\" file \"{}\" holds no valid PEM certificate",
-            escape(path)
-        ));
+        let path = path.to_vec();
+        return Err(RedisFileError::NoCertificate { param, path });
     }
     Ok(())
 }

@@ -11,9 +11,7 @@ use rate_limit_window_core::conf_error::ZoneIdentity;
 use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::overrides::{Overrides, DEFAULT_OVERRIDES};
 use rate_limit_window_core::parse::RedisParams;
-use rate_limit_window_core::{
-    FailPolicy, Table, TableError, Window, DEFAULT_WINDOW_MS,
-};
+use rate_limit_window_core::{FailPolicy, Table, TableError, Window, DEFAULT_WINDOW_MS};
 
 /// One `rate_limit_window_zone`, allocated from the configuration pool.
 pub struct ZoneConf {

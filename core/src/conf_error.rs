@@ -11,7 +11,12 @@
 
 use core::fmt;
 
+pub use crate::redis_url::RedisError;
 use crate::units::escape;
+pub use crate::units::Units;
+pub use crate::value_error::{
+    LimitConfError, LimitError, RedisFileError, ZoneConfError, ZONE_NAME_PUNCTUATION,
+};
 
 /// The parameters of `rate_limit_window_zone` (after KEY), with their `=`.
 pub const ZONE_PARAMS: &[&str] = &[
@@ -69,9 +74,15 @@ pub struct Rate {
 }
 
 /// A configuration error, printed as the text of an nginx `[emerg]`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ConfError {
     /// A `limit_req` rate (`limit=10r/s`, `rate=10r/m`), quoted as written.
+    #[error(
+        "\"{}\" is limit_req's syntax: rate_limit_window counts requests per window; \
+         for {}r/{} write \"window={}\" on \"rate_limit_window_zone\" and \
+         \"limit={}\" on \"rate_limit_window\"",
+        escape(.word), .rate.count, &.rate.per[1..], .rate.per, .rate.count
+    )]
     LimitReqRate {
         /// The whole word, e.g. `limit=10r/s`.
         word: Vec<u8>,
@@ -79,6 +90,7 @@ pub enum ConfError {
         rate: Rate,
     },
     /// Another `limit_req` parameter.
+    #[error("\"{}\" is limit_req's syntax: {}", escape(.word), habit_hint(*.habit))]
     LimitReqParam {
         /// The whole word, e.g. `burst=20`.
         word: Vec<u8>,
@@ -86,6 +98,7 @@ pub enum ConfError {
         habit: Habit,
     },
     /// A parameter of the other directive (`limit=` on the zone).
+    #[error("invalid parameter \"{}\": it belongs on \"{belongs_to}\"", escape(.word))]
     Misplaced {
         /// The whole word.
         word: Vec<u8>,
@@ -93,6 +106,7 @@ pub enum ConfError {
         belongs_to: &'static str,
     },
     /// A parameter no directive knows.
+    #[error("invalid parameter \"{}\" in \"{directive}\": {}", escape(.word), Suggest(*.nearest, .valid))]
     UnknownParam {
         /// The directive.
         directive: &'static str,
@@ -103,7 +117,9 @@ pub enum ConfError {
         /// Every valid name.
         valid: &'static [&'static str],
     },
-    /// The same parameter twice in one directive.
+    /// The same parameter twice in one directive: every parameter of both
+    /// directives is refused this one way.
+    #[error("duplicate parameter \"{}\" in \"{directive}\": give it once", escape(.name))]
     Duplicate {
         /// The directive.
         directive: &'static str,
@@ -111,6 +127,7 @@ pub enum ConfError {
         name: Vec<u8>,
     },
     /// A value outside an enum.
+    #[error("invalid value \"{}\" in \"{what}\": use {}", escape(.value), OneOf(.allowed))]
     InvalidValue {
         /// The directive or parameter (`rate_limit_window_phase`, `fail=`).
         what: String,
@@ -120,6 +137,7 @@ pub enum ConfError {
         allowed: Vec<String>,
     },
     /// A time with a fraction (`window=1.5m`): nginx times are integers.
+    #[error("{}", fraction(.what, .value, *.ms))]
     FractionalTime {
         /// The parameter (`window`).
         what: &'static str,
@@ -129,6 +147,11 @@ pub enum ConfError {
         ms: u64,
     },
     /// A zone used by `rate_limit_window` and never declared.
+    #[error(
+        "zone \"{}\" used by \"rate_limit_window\" is not defined by any \
+         \"rate_limit_window_zone\": {}",
+        escape(.name), Declare(.name, .nearest.as_deref())
+    )]
     UndefinedZone {
         /// Its name.
         name: Vec<u8>,
@@ -136,8 +159,23 @@ pub enum ConfError {
         nearest: Option<Vec<u8>>,
     },
     /// A reload that changes a zone's key or window.
+    #[error(transparent)]
     ZoneChanged(ZoneChange),
-    /// Any other message.
+    /// A value of `rate_limit_window` (`limit=`, `cost=`, `delay=`, ...).
+    #[error(transparent)]
+    Limit(#[from] LimitConfError),
+    /// A value of `rate_limit_window_zone` (`zone=`, `window=`, `mode=`, ...).
+    #[error(transparent)]
+    Zone(#[from] ZoneConfError),
+    /// A Redis parameter of `rate_limit_window_zone`.
+    #[error(transparent)]
+    Redis(#[from] RedisError),
+    /// A file of a Redis connection, read at load.
+    #[error(transparent)]
+    RedisFile(#[from] RedisFileError),
+    /// A message from a parser outside the configuration modules (`state=`,
+    /// `ipv6_prefix=`, `secret=`).
+    #[error("{0}")]
     Other(String),
 }
 
@@ -151,6 +189,8 @@ pub struct ZoneChange {
     /// The running and the new `window=` text, when the windows differ.
     pub window: Option<(Vec<u8>, Vec<u8>)>,
 }
+
+impl std::error::Error for ZoneChange {}
 
 impl From<String> for ConfError {
     fn from(s: String) -> Self {
@@ -176,8 +216,6 @@ impl PartialEq<String> for ConfError {
     }
 }
 
-impl std::error::Error for ConfError {}
-
 /// `"a", "b" or "c"`.
 struct OneOf<'a, S: AsRef<str>>(&'a [S]);
 
@@ -196,117 +234,88 @@ impl<S: AsRef<str>> fmt::Display for OneOf<'_, S> {
     }
 }
 
-impl fmt::Display for ConfError {
+/// What to write instead of a `limit_req` parameter.
+fn habit_hint(habit: Habit) -> &'static str {
+    match habit {
+        Habit::Burst => {
+            "a window admits up to \"limit=\" requests at any pace, so there is no \
+             burst: raise \"limit=\" (or shorten \"window=\"), and add \"delay=TIME\" \
+             to hold requests over the limit instead of rejecting them"
+        }
+        Habit::Nodelay => {
+            "rate_limit_window never delays a request unless \"delay=TIME\" is \
+             given, so leave \"nodelay\" out"
+        }
+        Habit::Rate => {
+            "write the period as \"window=\" on \"rate_limit_window_zone\" and the \
+             number of requests as \"limit=\" on \"rate_limit_window\" (10r/s is \
+             window=1s limit=10)"
+        }
+    }
+}
+
+/// `did you mean "x="?` or the list of valid names.
+struct Suggest<'a>(Option<&'static str>, &'a [&'static str]);
+
+impl fmt::Display for Suggest<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfError::LimitReqRate { word, rate } => write!(
+        match self.0 {
+            Some(n) => write!(f, "did you mean \"{n}\"?"),
+            None => write!(f, "use {}", OneOf(self.1)),
+        }
+    }
+}
+
+/// The nearest declared zone, or how to declare this one.
+struct Declare<'a>(&'a [u8], Option<&'a [u8]>);
+
+impl fmt::Display for Declare<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1 {
+            Some(n) => write!(f, "did you mean \"{}\"?", escape(n)),
+            None => write!(
                 f,
-                "\"{}\" is limit_req's syntax: rate_limit_window counts requests per window; \
-                 for {}r/{} write \"window={}\" on \"rate_limit_window_zone\" and \
-                 \"limit={}\" on \"rate_limit_window\"",
-                escape(word),
-                rate.count,
-                &rate.per[1..],
-                rate.per,
-                rate.count
+                "declare it in http{{}} with \"rate_limit_window_zone KEY zone={}:SIZE;\"",
+                escape(self.0)
             ),
-            ConfError::LimitReqParam { word, habit } => {
-                write!(f, "\"{}\" is limit_req's syntax: ", escape(word))?;
-                f.write_str(match habit {
-                    Habit::Burst => {
-                        "a window admits up to \"limit=\" requests at any pace, so there is no \
-                         burst: raise \"limit=\" (or shorten \"window=\"), and add \"delay=TIME\" \
-                         to hold requests over the limit instead of rejecting them"
-                    }
-                    Habit::Nodelay => {
-                        "rate_limit_window never delays a request unless \"delay=TIME\" is \
-                         given, so leave \"nodelay\" out"
-                    }
-                    Habit::Rate => {
-                        "write the period as \"window=\" on \"rate_limit_window_zone\" and the \
-                         number of requests as \"limit=\" on \"rate_limit_window\" (10r/s is \
-                         window=1s limit=10)"
-                    }
-                })
-            }
-            ConfError::Misplaced { word, belongs_to } => write!(
+        }
+    }
+}
+
+/// The text of [`ConfError::FractionalTime`].
+fn fraction<'a>(what: &'a str, value: &'a [u8], ms: u64) -> Fraction<'a> {
+    Fraction { what, value, ms }
+}
+
+/// [`ConfError::FractionalTime`]'s text.
+struct Fraction<'a> {
+    what: &'a str,
+    value: &'a [u8],
+    ms: u64,
+}
+
+impl fmt::Display for Fraction<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (what, ms) = (self.what, self.ms);
+        write!(
+            f,
+            "invalid {what} \"{}\": nginx times are whole numbers",
+            escape(self.value)
+        )?;
+        if let Some(t) = whole_seconds(ms) {
+            return write!(f, "; write {what}={t}");
+        }
+        let (lo, hi) = (ms / 1000, ms.div_ceil(1000));
+        write!(f, ", and a {what} is a whole number of seconds")?;
+        if lo == 0 {
+            write!(f, "; write {what}={}", Units(hi * 1000))
+        } else {
+            write!(
                 f,
-                "invalid parameter \"{}\": it belongs on \"{belongs_to}\"",
-                escape(word)
-            ),
-            ConfError::UnknownParam {
-                directive,
-                word,
-                nearest,
-                valid,
-            } => {
-                write!(
-                    f,
-                    "invalid parameter \"{}\" in \"{directive}\"",
-                    escape(word)
-                )?;
-                match nearest {
-                    Some(n) => write!(f, ": did you mean \"{n}\"?"),
-                    None => write!(f, ": use {}", OneOf(valid)),
-                }
-            }
-            ConfError::Duplicate { directive, name } => write!(
-                f,
-                "duplicate parameter \"{}\" in \"{directive}\": give it once",
-                escape(name)
-            ),
-            ConfError::InvalidValue {
-                what,
-                value,
-                allowed,
-            } => write!(
-                f,
-                "invalid value \"{}\" in \"{what}\": use {}",
-                escape(value),
-                OneOf(allowed)
-            ),
-            ConfError::FractionalTime { what, value, ms } => {
-                write!(
-                    f,
-                    "invalid {what} \"{}\": nginx times are whole numbers",
-                    escape(value)
-                )?;
-                match whole_seconds(*ms) {
-                    Some(t) => write!(f, "; write {what}={t}"),
-                    None => {
-                        let (lo, hi) = (ms / 1000, ms.div_ceil(1000));
-                        write!(f, ", and a {what} is a whole number of seconds")?;
-                        if lo == 0 {
-                            write!(f, "; write {what}={}", Units(hi * 1000))
-                        } else {
-                            write!(
-                                f,
-                                "; write {what}={} or {what}={}",
-                                Units(lo * 1000),
-                                Units(hi * 1000)
-                            )
-                        }
-                    }
-                }
-            }
-            ConfError::UndefinedZone { name, nearest } => {
-                write!(
-                    f,
-                    "zone \"{}\" used by \"rate_limit_window\" is not defined by any \
-                     \"rate_limit_window_zone\"",
-                    escape(name)
-                )?;
-                match nearest {
-                    Some(n) => write!(f, ": did you mean \"{}\"?", escape(n)),
-                    None => write!(
-                        f,
-                        ": declare it in http{{}} with \"rate_limit_window_zone KEY zone={}:SIZE;\"",
-                        escape(name)
-                    ),
-                }
-            }
-            ConfError::ZoneChanged(c) => c.fmt(f),
-            ConfError::Other(s) => f.write_str(s),
+                "; write {what}={} or {what}={}",
+                Units(lo * 1000),
+                Units(hi * 1000)
+            )
         }
     }
 }
@@ -335,27 +344,6 @@ impl fmt::Display for ZoneChange {
             )?;
         }
         f.write_str(": keep the running value, give the new one a new zone name, or restart nginx")
-    }
-}
-
-/// A duration in ms written in its largest whole unit (`90s`, `2m`, `1h`,
-/// `1500ms`).
-pub struct Units(pub u64);
-
-impl fmt::Display for Units {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ms = self.0;
-        for (unit, len) in [
-            ("d", 86_400_000),
-            ("h", 3_600_000),
-            ("m", 60_000),
-            ("s", 1000),
-        ] {
-            if ms >= len && ms.is_multiple_of(len) {
-                return write!(f, "{}{unit}", ms / len);
-            }
-        }
-        write!(f, "{ms}ms")
     }
 }
 

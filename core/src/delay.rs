@@ -13,8 +13,6 @@
 //! the plan is [`Plan::Admit`], and gives back the ones it took if a later
 //! limit rejects.
 
-use crate::units::{escape, parse_time_ms};
-
 /// Longest accepted `delay=` (ms): one hour. A held request keeps a client
 /// connection open, so a longer wait is better answered with a 429 and
 /// Retry-After.
@@ -29,52 +27,6 @@ pub const DEFAULT_MAX_HELD: u32 = 128;
 
 /// Largest accepted `delay_max_held=` (held requests per worker).
 pub const MAX_MAX_HELD: u32 = 1_000_000;
-
-/// The `delay=` and `delay_max_held=` parameters of one `rate_limit_window`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DelayParams {
-    /// Longest total wait of a held request (ms); 0 rejects at once.
-    pub delay_ms: u64,
-    /// `delay_max_held=`, if given (held requests per location and worker).
-    pub max_held: Option<u32>,
-}
-
-/// Takes `delay=TIME` and `delay_max_held=N` out of a `rate_limit_window`
-/// directive's words and returns them with the other words, in order, for
-/// [`crate::parse::parse_limit_params`]. A parameter given twice keeps its
-/// last value, as there.
-///
-/// Errors (exact texts): `invalid delay "X"`, `delay "X" is longer than
-/// 1h`, `invalid delay_max_held "X"`.
-pub fn split_delay_params<'a>(args: &[&'a [u8]]) -> Result<(DelayParams, Vec<&'a [u8]>), String> {
-    let mut p = DelayParams::default();
-    let mut rest = Vec::with_capacity(args.len());
-    for &a in args {
-        if let Some(v) = a.strip_prefix(b"delay=") {
-            let ms = parse_time_ms(v).ok_or_else(|| format!("invalid delay \"{}\"", escape(v)))?;
-            if ms > MAX_DELAY_MS {
-                return Err(format!("delay \"{}\" is longer than 1h", escape(v)));
-            }
-            p.delay_ms = ms;
-        } else if let Some(v) = a.strip_prefix(b"delay_max_held=") {
-            let n =
-                parse_held(v).ok_or_else(|| format!("invalid delay_max_held \"{}\"", escape(v)))?;
-            p.max_held = Some(n);
-        } else {
-            rest.push(a);
-        }
-    }
-    Ok((p, rest))
-}
-
-/// Decimal digits in `0..=MAX_MAX_HELD`.
-fn parse_held(v: &[u8]) -> Option<u32> {
-    if v.is_empty() || v.len() > 7 || !v.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let n = v.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0'));
-    (n <= MAX_MAX_HELD).then_some(n)
-}
 
 /// One limit of the location as seen now, for the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,44 +132,6 @@ mod tests {
             wait_ms: Some(w),
             delay_ms: delay,
         }
-    }
-
-    #[test]
-    fn parameters_are_split_from_the_rest() {
-        let args: [&[u8]; 4] = [b"zone=a", b"delay=1500ms", b"limit=5", b"delay_max_held=7"];
-        let (p, rest) = split_delay_params(&args).unwrap();
-        assert_eq!(p.delay_ms, 1_500);
-        assert_eq!(p.max_held, Some(7));
-        assert_eq!(rest, [&b"zone=a"[..], &b"limit=5"[..]]);
-        let (p, rest) = split_delay_params(&[b"zone=a", b"limit=1"]).unwrap();
-        assert_eq!(p, DelayParams::default());
-        assert_eq!(rest.len(), 2);
-        // nginx time syntax: a bare number is seconds.
-        let (p, _) = split_delay_params(&[b"delay=2"]).unwrap();
-        assert_eq!(p.delay_ms, 2_000);
-        let (p, _) = split_delay_params(&[b"delay=0"]).unwrap();
-        assert_eq!(p.delay_ms, 0);
-    }
-
-    #[test]
-    fn bad_parameters_are_named() {
-        let e = split_delay_params(&[b"delay=soon"]).unwrap_err();
-        assert_eq!(e, "invalid delay \"soon\"");
-        let e = split_delay_params(&[b"delay="]).unwrap_err();
-        assert_eq!(e, "invalid delay \"\"");
-        let e = split_delay_params(&[b"delay=2h"]).unwrap_err();
-        assert_eq!(e, "delay \"2h\" is longer than 1h");
-        assert!(split_delay_params(&[b"delay=1h"]).is_ok());
-        for bad in [
-            &b"delay_max_held="[..],
-            b"delay_max_held=-1",
-            b"delay_max_held=1000001",
-        ] {
-            let e = split_delay_params(&[bad]).unwrap_err();
-            assert!(e.starts_with("invalid delay_max_held"), "{e}");
-        }
-        let (p, _) = split_delay_params(&[b"delay_max_held=0"]).unwrap();
-        assert_eq!(p.max_held, Some(0));
     }
 
     #[test]

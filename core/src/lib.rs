@@ -87,7 +87,9 @@ pub mod state;
 pub mod strict;
 pub mod table;
 pub mod units;
+pub mod value_error;
 pub mod window;
+pub mod zone_conf;
 
 pub use table::*;
 pub use window::*;

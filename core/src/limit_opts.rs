@@ -1,11 +1,21 @@
-//! The optional parameters of `rate_limit_window` that change what a
-//! request counts: `cost=N|$variable` and `count_status=CODE,...`.
+//! `rate_limit_window`'s words, parsed into one typed [`LimitDirective`]:
+//! `zone=`, `limit=`, `cost=`, `count_status=`, `charge=`, `delay=`,
+//! `delay_max_held=` and `ban=`.
 //!
-//! They are taken out of the directive's words here, before the remaining
-//! `zone=` and `limit=` go to [`crate::parse::parse_limit_params`].
+//! One pass collects each parameter's value (a parameter given twice is
+//! refused, every one the same way: [`ConfError::Duplicate`]), then the
+//! values are parsed in a fixed order, each into its type; every error is a
+//! [`ConfError`] whose text is the `[emerg]` the glue logs.
 
-use crate::parse::escape;
+use crate::conf_error::{check_params, param_name, ConfError, LimitConfError, LIMIT_PARAMS};
+use crate::delay::{MAX_DELAY_MS, MAX_MAX_HELD};
+use crate::override_conf::MAX_BAN_MS;
+use crate::parse::{parse_limit_params, ValueSpec};
+use crate::units::parse_time_ms;
 use crate::window::MAX_LIMIT;
+
+/// `cost=`: requests one request counts, fixed or from a variable.
+pub type CostSpec = ValueSpec;
 
 /// A set of HTTP status codes (100 to 599).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -32,37 +42,6 @@ impl StatusSet {
     }
 }
 
-/// The cost of one request, in requests.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CostSpec {
-    /// `cost=N` (the default is 1).
-    Fixed(u32),
-    /// `cost=$var...`: the raw value text, compiled by the caller.
-    Variable(Vec<u8>),
-}
-
-/// `cost=` and `count_status=` of one `rate_limit_window` directive.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LimitOpts {
-    /// The request's cost (default `Fixed(1)`).
-    pub cost: CostSpec,
-    /// Statuses that count; None counts every request.
-    pub count_status: Option<StatusSet>,
-    /// `charge=$var...`: the raw value text, compiled by the caller;
-    /// evaluated when the response is done (see [`crate::charge`]).
-    pub charge: Option<Vec<u8>>,
-}
-
-impl Default for LimitOpts {
-    fn default() -> Self {
-        Self {
-            cost: CostSpec::Fixed(1),
-            count_status: None,
-            charge: None,
-        }
-    }
-}
-
 /// Why a cost is not usable: the value, for the log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CostError(pub Vec<u8>);
@@ -82,10 +61,10 @@ pub fn parse_cost(s: &[u8]) -> Result<u32, CostError> {
 }
 
 /// Parses `401,403,5xx`: codes 100 to 599 and classes `1xx` to `5xx`.
-pub fn parse_status_list(s: &[u8]) -> Result<StatusSet, String> {
+pub fn parse_status_list(s: &[u8]) -> Result<StatusSet, LimitConfError> {
     let mut set = StatusSet::default();
     for item in s.split(|&c| c == b',') {
-        let err = || format!("invalid status \"{}\" in \"count_status=\"", escape(item));
+        let err = || LimitConfError::Status(item.to_vec());
         match item {
             [c @ b'1'..=b'5', b'x' | b'X', b'x' | b'X'] => {
                 let base = u16::from(c - b'0') * 100;
@@ -106,126 +85,175 @@ pub fn parse_status_list(s: &[u8]) -> Result<StatusSet, String> {
     Ok(set)
 }
 
-/// Takes `cost=`, `count_status=` and `charge=` out of a `rate_limit_window`'s words;
-/// returns the other words, in order, and the options.
-pub fn split_limit_opts<'a>(args: &[&'a [u8]]) -> Result<(Vec<&'a [u8]>, LimitOpts), String> {
-    let mut rest = Vec::with_capacity(args.len());
-    let mut opts = LimitOpts::default();
-    let (mut cost_seen, mut status_seen) = (false, false);
-    for &a in args {
-        if let Some(v) = a.strip_prefix(b"cost=") {
-            if std::mem::replace(&mut cost_seen, true) {
-                return Err("duplicate \"cost=\"".into());
-            }
-            opts.cost = if v.first() == Some(&b'$') {
-                CostSpec::Variable(v.to_vec())
-            } else {
-                CostSpec::Fixed(parse_cost(v).map_err(|_| {
-                    format!(
-                        "invalid cost \"{}\": an integer from 1 to {MAX_LIMIT}, or a variable",
-                        escape(v)
-                    )
-                })?)
+/// The `delay=` and `delay_max_held=` parameters of one `rate_limit_window`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DelayParams {
+    /// Longest total wait of a held request (ms); 0 rejects at once.
+    pub delay_ms: u64,
+    /// `delay_max_held=`, if given (held requests per location and worker).
+    pub max_held: Option<u32>,
+}
+
+/// `delay=TIME`: an nginx time (a bare number is seconds) of at most 1 h,
+/// in ms.
+pub fn parse_delay(v: &[u8]) -> Result<u64, LimitConfError> {
+    let ms = parse_time_ms(v).ok_or_else(|| LimitConfError::Delay(v.to_vec()))?;
+    if ms > MAX_DELAY_MS {
+        return Err(LimitConfError::DelayTooLong(v.to_vec()));
+    }
+    Ok(ms)
+}
+
+/// `delay_max_held=N`: decimal digits in `0..=MAX_MAX_HELD` (held requests).
+pub fn parse_max_held(v: &[u8]) -> Result<u32, LimitConfError> {
+    let bad = || LimitConfError::MaxHeld(v.to_vec());
+    if v.is_empty() || v.len() > 7 || !v.iter().all(u8::is_ascii_digit) {
+        return Err(bad());
+    }
+    let n = v.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0'));
+    if n > MAX_MAX_HELD {
+        return Err(bad());
+    }
+    Ok(n)
+}
+
+/// `ban=TIME`: an nginx time from 1 s to 30 days, in ms.
+pub fn parse_ban(v: &[u8]) -> Result<u64, LimitConfError> {
+    match parse_time_ms(v) {
+        Some(ms) if (1000..=MAX_BAN_MS).contains(&ms) => Ok(ms),
+        _ => Err(LimitConfError::Ban(v.to_vec())),
+    }
+}
+
+/// `cost=N|$variable`: the default is a fixed 1.
+fn parse_cost_spec(v: &[u8]) -> Result<CostSpec, LimitConfError> {
+    if v.first() == Some(&b'$') {
+        return Ok(ValueSpec::Variable(v.to_vec()));
+    }
+    let n = parse_cost(v).map_err(|_| LimitConfError::Cost(v.to_vec()))?;
+    Ok(ValueSpec::Fixed(n))
+}
+
+/// `charge=$variable`: a fixed charge is refused (that is `cost=`).
+fn parse_charge_spec(v: &[u8]) -> Result<Vec<u8>, LimitConfError> {
+    if v.first() != Some(&b'$') {
+        return Err(LimitConfError::ChargeNotVariable(v.to_vec()));
+    }
+    Ok(v.to_vec())
+}
+
+/// One `rate_limit_window` directive, parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitDirective {
+    /// `zone=`: the zone's name (non-empty).
+    pub zone: Vec<u8>,
+    /// `limit=`: requests per window, fixed or from a variable.
+    pub limit: ValueSpec,
+    /// `cost=`: requests one request counts (default `Fixed(1)`).
+    pub cost: CostSpec,
+    /// `count_status=`: statuses that keep a request counted (None: all).
+    pub count_status: Option<StatusSet>,
+    /// `charge=$var...`: the raw value text, compiled by the glue;
+    /// evaluated when the response is done (see [`crate::charge`]).
+    pub charge: Option<Vec<u8>>,
+    /// `delay=` and `delay_max_held=`.
+    pub delay: DelayParams,
+    /// `ban=`: how long a client this limit rejects stays rejected (ms;
+    /// None: no ban).
+    pub ban_ms: Option<u64>,
+}
+
+/// Each parameter's value, as written, each at most once.
+#[derive(Default)]
+struct Words<'a> {
+    zone: Option<&'a [u8]>,
+    limit: Option<&'a [u8]>,
+    cost: Option<&'a [u8]>,
+    count_status: Option<&'a [u8]>,
+    charge: Option<&'a [u8]>,
+    delay: Option<&'a [u8]>,
+    max_held: Option<&'a [u8]>,
+    ban: Option<&'a [u8]>,
+}
+
+impl<'a> Words<'a> {
+    /// Collects the words; a parameter given twice, or an unknown one, is
+    /// refused before any value is parsed ([`check_params`]).
+    fn collect(args: &[&'a [u8]]) -> Result<Words<'a>, ConfError> {
+        check_params("rate_limit_window", args, LIMIT_PARAMS)?;
+        let mut w = Words::default();
+        for &a in args {
+            let name = param_name(a);
+            let slot = match name {
+                b"zone=" => &mut w.zone,
+                b"limit=" => &mut w.limit,
+                b"cost=" => &mut w.cost,
+                b"count_status=" => &mut w.count_status,
+                b"charge=" => &mut w.charge,
+                b"delay=" => &mut w.delay,
+                b"delay_max_held=" => &mut w.max_held,
+                _ => &mut w.ban,
             };
-        } else if let Some(v) = a.strip_prefix(b"count_status=") {
-            if std::mem::replace(&mut status_seen, true) {
-                return Err("duplicate \"count_status=\"".into());
+            if slot.replace(a).is_some() {
+                return Err(ConfError::Duplicate {
+                    directive: "rate_limit_window",
+                    name: name.to_vec(),
+                });
             }
-            opts.count_status = Some(parse_status_list(v)?);
-        } else if let Some(v) = a.strip_prefix(b"charge=") {
-            if opts.charge.is_some() {
-                return Err("duplicate \"charge=\"".into());
-            }
-            if v.first() != Some(&b'$') {
-                return Err(format!(
-                    "invalid charge \"{}\": a variable read when the response is done \
-                     (\"charge=$upstream_http_x_tokens\"); a fixed count is \"cost=\"",
-                    escape(v)
-                ));
-            }
-            opts.charge = Some(v.to_vec());
-        } else {
-            rest.push(a);
+        }
+        Ok(w)
+    }
+}
+
+/// The value of a word `name=value`.
+fn value(word: &[u8]) -> &[u8] {
+    &word[param_name(word).len()..]
+}
+
+/// Parses every word of `rate_limit_window` (there is no KEY).
+///
+/// Errors, in this order: the parameter names ([`check_params`]: unknown,
+/// `limit_req` habits, duplicates), then `ban=`, `delay=`,
+/// `delay_max_held=`, `cost=`, `count_status=`, `charge=`, then `zone=` and
+/// `limit=` ([`parse_limit_params`]), and last a fixed cost above a fixed
+/// limit (`cost=4 is above limit=3`).
+pub fn parse_limit_directive(args: &[&[u8]]) -> Result<LimitDirective, ConfError> {
+    let w = Words::collect(args)?;
+    let ban_ms = w.ban.map(|a| parse_ban(value(a))).transpose()?;
+    let delay = DelayParams {
+        delay_ms: w
+            .delay
+            .map(|a| parse_delay(value(a)))
+            .transpose()?
+            .unwrap_or(0),
+        max_held: w.max_held.map(|a| parse_max_held(value(a))).transpose()?,
+    };
+    let cost = w.cost.map(|a| parse_cost_spec(value(a))).transpose()?;
+    let count_status = w
+        .count_status
+        .map(|a| parse_status_list(value(a)))
+        .transpose()?;
+    let charge = w.charge.map(|a| parse_charge_spec(value(a))).transpose()?;
+    let rest: Vec<&[u8]> = [w.zone, w.limit].into_iter().flatten().collect();
+    let params = parse_limit_params(&rest)?;
+    let cost = cost.unwrap_or(ValueSpec::Fixed(1));
+    if let (ValueSpec::Fixed(limit), ValueSpec::Fixed(cost)) = (&params.limit, &cost) {
+        if cost > limit && *cost > 1 {
+            let (cost, limit) = (*cost, *limit);
+            return Err(LimitConfError::CostAboveLimit { cost, limit }.into());
         }
     }
-    Ok((rest, opts))
+    Ok(LimitDirective {
+        zone: params.zone,
+        limit: params.limit,
+        cost,
+        count_status,
+        charge,
+        delay,
+        ban_ms,
+    })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn costs() {
-        assert_eq!(parse_cost(b"1"), Ok(1));
-        assert_eq!(parse_cost(b"10"), Ok(10));
-        assert_eq!(parse_cost(b"1000000"), Ok(MAX_LIMIT));
-        for bad in [
-            &b""[..],
-            b"0",
-            b"-1",
-            b" 5",
-            b"5 ",
-            b"1e3",
-            b"0x10",
-            b"abc",
-            b"1000001",
-            b"99999999999",
-        ] {
-            assert!(parse_cost(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn status_lists() {
-        let s = parse_status_list(b"401,403,5xx").unwrap();
-        for yes in [401, 403, 500, 504, 599] {
-            assert!(s.contains(yes), "{yes}");
-        }
-        for no in [200, 400, 404, 499, 600, 9999] {
-            assert!(!s.contains(no), "{no}");
-        }
-        assert!(parse_status_list(b"4XX").unwrap().contains(499));
-        for bad in [
-            &b""[..],
-            b"401,",
-            b"99",
-            b"600",
-            b"6xx",
-            b"40x",
-            b"4011",
-            b"abc",
-        ] {
-            assert!(parse_status_list(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn splits_the_options_out() {
-        let args: [&[u8]; 4] = [b"zone=z", b"cost=$c", b"limit=5", b"count_status=401"];
-        let (rest, opts) = split_limit_opts(&args).unwrap();
-        assert_eq!(rest, [&b"zone=z"[..], b"limit=5"]);
-        assert_eq!(opts.cost, CostSpec::Variable(b"$c".to_vec()));
-        assert!(opts.count_status.unwrap().contains(401));
-        let (rest, opts) = split_limit_opts(&[b"zone=z", b"limit=5"]).unwrap();
-        assert_eq!(rest.len(), 2);
-        assert_eq!(opts, LimitOpts::default());
-        assert!(split_limit_opts(&[b"cost=0"]).is_err());
-        assert!(split_limit_opts(&[b"cost=2", b"cost=3"]).is_err());
-        assert!(split_limit_opts(&[b"count_status=401", b"count_status=403"]).is_err());
-        assert!(split_limit_opts(&[b"count_status=2"]).is_err());
-    }
-
-    #[test]
-    fn charge_is_a_variable_given_once() {
-        let args: [&[u8]; 3] = [b"zone=z", b"charge=$upstream_http_x_tokens", b"limit=5"];
-        let (rest, opts) = split_limit_opts(&args).unwrap();
-        assert_eq!(rest, [&b"zone=z"[..], b"limit=5"]);
-        assert_eq!(opts.charge, Some(b"$upstream_http_x_tokens".to_vec()));
-        let e = split_limit_opts(&[b"charge=5"]).unwrap_err();
-        assert!(e.contains("a fixed count is \"cost=\""), "{e}");
-        assert!(split_limit_opts(&[b"charge="]).is_err());
-        let e = split_limit_opts(&[b"charge=$a", b"charge=$b"]).unwrap_err();
-        assert_eq!(e, "duplicate \"charge=\"");
-    }
-}
+#[path = "limit_opts_tests.rs"]
+mod tests;

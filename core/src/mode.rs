@@ -7,7 +7,7 @@
 
 use core::fmt;
 
-use crate::units::escape;
+use crate::conf_error::{ConfError, ZoneConfError};
 
 /// The rule of a zone.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -38,40 +38,40 @@ impl fmt::Display for Mode {
     }
 }
 
-/// Takes the `mode=` words out of a zone's parameters: the mode (the last
-/// one given; [`Mode::Estimate`] if none) and the other words in order.
+/// Takes `mode=` out of a zone's parameters: the mode ([`Mode::Estimate`]
+/// if none) and the other words in order. Given twice, it is refused as
+/// every parameter is ([`ConfError::Duplicate`]).
 ///
 /// Error (exact text): `invalid mode "X": use "estimate" or "strict"`.
-pub fn take_mode<'a>(args: &[&'a [u8]]) -> Result<(Mode, Vec<&'a [u8]>), String> {
-    let mut mode = Mode::Estimate;
+pub fn take_mode<'a>(args: &[&'a [u8]]) -> Result<(Mode, Vec<&'a [u8]>), ConfError> {
+    let mut mode = None;
     let mut rest = Vec::with_capacity(args.len());
     for &a in args {
-        match a.strip_prefix(b"mode=") {
-            Some(b"estimate") => mode = Mode::Estimate,
-            Some(b"strict") => mode = Mode::Strict,
-            Some(v) => {
-                return Err(format!(
-                    "invalid mode \"{}\": use \"estimate\" or \"strict\"",
-                    escape(v)
-                ))
-            }
-            None => rest.push(a),
+        let Some(v) = a.strip_prefix(b"mode=") else {
+            rest.push(a);
+            continue;
+        };
+        let m = match v {
+            b"estimate" => Mode::Estimate,
+            b"strict" => Mode::Strict,
+            _ => return Err(ZoneConfError::Mode(v.to_vec()).into()),
+        };
+        if mode.replace(m).is_some() {
+            return Err(ConfError::Duplicate {
+                directive: "rate_limit_window_zone",
+                name: b"mode=".to_vec(),
+            });
         }
     }
-    Ok((mode, rest))
+    Ok((mode.unwrap_or_default(), rest))
 }
 
 /// Refuses the combinations a mode cannot keep its promise with: a strict
 /// zone with `redis=` (a cluster cannot bound every interval without
 /// waiting for Redis on each request).
-pub fn check_mode(mode: Mode, redis: bool) -> Result<(), String> {
+pub fn check_mode(mode: Mode, redis: bool) -> Result<(), ZoneConfError> {
     if mode == Mode::Strict && redis {
-        return Err(
-            "\"mode=strict\" cannot be combined with \"redis=\": gateways that share \
-                    counts through Redis see each other's requests only after a sync, so no \
-                    bound on every interval holds; use mode=estimate for a cluster"
-                .into(),
-        );
+        return Err(ZoneConfError::StrictWithRedis);
     }
     Ok(())
 }
@@ -88,8 +88,11 @@ mod tests {
         assert_eq!(rest, [&b"zone=a:1m"[..], b"window=10s", b"fail=closed"]);
         let (m, rest) = take_mode(&args[..1]).unwrap();
         assert_eq!((m, rest.len()), (Mode::Estimate, 1));
-        let last: [&[u8]; 2] = [b"mode=strict", b"mode=estimate"];
-        assert_eq!(take_mode(&last).unwrap().0, Mode::Estimate);
+        let twice: [&[u8]; 2] = [b"mode=strict", b"mode=estimate"];
+        assert_eq!(
+            take_mode(&twice).unwrap_err(),
+            "duplicate parameter \"mode=\" in \"rate_limit_window_zone\": give it once"
+        );
         assert_eq!(
             take_mode(&[b"mode=exact"]).unwrap_err(),
             "invalid mode \"exact\": use \"estimate\" or \"strict\""
@@ -101,7 +104,7 @@ mod tests {
     fn strict_with_redis_is_refused() {
         assert!(check_mode(Mode::Strict, false).is_ok());
         assert!(check_mode(Mode::Estimate, true).is_ok());
-        let e = check_mode(Mode::Strict, true).unwrap_err();
+        let e = check_mode(Mode::Strict, true).unwrap_err().to_string();
         assert!(
             e.contains("\"mode=strict\" cannot be combined with \"redis=\""),
             "{e}"

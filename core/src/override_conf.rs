@@ -1,16 +1,19 @@
 //! The directive parameters of overrides and bans: `overrides=N` on
 //! `rate_limit_window_zone` and `ban=TIME` on `rate_limit_window`, taken
-//! out of the words before the other parameters are parsed.
+//! out of the words before the other parameters are parsed (`ban=` by
+//! [`crate::limit_opts::parse_ban`]).
 
+use crate::conf_error::{ConfError, ZoneConfError};
 use crate::overrides::{DEFAULT_OVERRIDES, MAX_OVERRIDES};
-use crate::parse::{escape, parse_time_ms};
 
 /// Longest `ban=`, in ms (30 days).
 pub const MAX_BAN_MS: u64 = 30 * 86_400_000;
 
 /// Takes `overrides=N` out of a zone's words: the entries of its override
 /// table ([`DEFAULT_OVERRIDES`] when absent), and the other words in order.
-pub fn take_overrides<'a>(args: &[&'a [u8]]) -> Result<(usize, Vec<&'a [u8]>), String> {
+/// Given twice, it is refused as every parameter is
+/// ([`ConfError::Duplicate`]).
+pub fn take_overrides<'a>(args: &[&'a [u8]]) -> Result<(usize, Vec<&'a [u8]>), ConfError> {
     let mut n = None;
     let mut rest = Vec::with_capacity(args.len());
     for &a in args {
@@ -18,15 +21,13 @@ pub fn take_overrides<'a>(args: &[&'a [u8]]) -> Result<(usize, Vec<&'a [u8]>), S
             rest.push(a);
             continue;
         };
-        if n.is_some() {
-            return Err("duplicate \"overrides=\"".into());
+        let count = parse_count(v).ok_or_else(|| ZoneConfError::Overrides(v.to_vec()))?;
+        if n.replace(count).is_some() {
+            return Err(ConfError::Duplicate {
+                directive: "rate_limit_window_zone",
+                name: b"overrides=".to_vec(),
+            });
         }
-        n = Some(parse_count(v).ok_or_else(|| {
-            format!(
-                "invalid overrides \"{}\": an integer from 1 to {MAX_OVERRIDES}",
-                escape(v)
-            )
-        })?);
     }
     Ok((n.unwrap_or(DEFAULT_OVERRIDES), rest))
 }
@@ -37,33 +38,6 @@ fn parse_count(v: &[u8]) -> Option<usize> {
     }
     let n = v.iter().fold(0usize, |n, d| n * 10 + usize::from(d - b'0'));
     (1..=MAX_OVERRIDES).contains(&n).then_some(n)
-}
-
-/// Takes `ban=TIME` out of a limit's words: the ban's length in ms (None:
-/// no ban), and the other words in order. TIME is an nginx time (`30s`,
-/// `10m`, `1h`; a bare number is seconds), from 1 s to 30 days.
-pub fn take_ban<'a>(args: &[&'a [u8]]) -> Result<(Option<u64>, Vec<&'a [u8]>), String> {
-    let mut ban = None;
-    let mut rest = Vec::with_capacity(args.len());
-    for &a in args {
-        let Some(v) = a.strip_prefix(b"ban=") else {
-            rest.push(a);
-            continue;
-        };
-        if ban.is_some() {
-            return Err("duplicate \"ban=\"".into());
-        }
-        match parse_time_ms(v) {
-            Some(ms) if (1000..=MAX_BAN_MS).contains(&ms) => ban = Some(ms),
-            _ => {
-                return Err(format!(
-                    "invalid ban \"{}\": use a time from 1s to 30d, e.g. ban=10m",
-                    escape(v)
-                ))
-            }
-        }
-    }
-    Ok((ban, rest))
 }
 
 #[cfg(test)]
@@ -82,22 +56,12 @@ mod tests {
             b"overrides=-1",
             b"overrides=1048577",
         ] {
-            let e = take_overrides(&[bad]).unwrap_err();
+            let e = take_overrides(&[bad]).unwrap_err().to_string();
             assert!(e.starts_with("invalid overrides"), "{e}");
         }
-        assert!(take_overrides(&[b"overrides=1", b"overrides=2"]).is_err());
-    }
-
-    #[test]
-    fn ban_param() {
-        let (b, rest) = take_ban(&[b"zone=a", b"ban=10m", b"limit=5"]).unwrap();
-        assert_eq!(b, Some(600_000));
-        assert_eq!(rest, [&b"zone=a"[..], b"limit=5"]);
-        assert_eq!(take_ban(&[b"ban=30"]).unwrap().0, Some(30_000));
-        assert_eq!(take_ban(&[b"limit=5"]).unwrap().0, None);
-        for bad in [&b"ban="[..], b"ban=500ms", b"ban=31d", b"ban=x"] {
-            assert!(take_ban(&[bad]).unwrap_err().starts_with("invalid ban"));
-        }
-        assert!(take_ban(&[b"ban=1m", b"ban=2m"]).is_err());
+        assert_eq!(
+            take_overrides(&[b"overrides=1", b"overrides=2"]).unwrap_err(),
+            "duplicate parameter \"overrides=\" in \"rate_limit_window_zone\": give it once"
+        );
     }
 }

@@ -13,11 +13,10 @@
 //! in a message go through [`escape`]: printable text is kept, control and
 //! invalid UTF-8 bytes become `\xNN`, and anything past 64 bytes is cut.
 
-use core::fmt;
-
+pub use crate::conf_error::LimitError;
 use crate::conf_error::{
     check_params, fractional_time, invalid_value, limit_req_rate, unknown_param, ConfError,
-    LIMIT_PARAMS, ZONE_PARAMS,
+    LimitConfError, ZoneConfError, LIMIT_PARAMS, ZONE_NAME_PUNCTUATION, ZONE_PARAMS,
 };
 use crate::table::FailPolicy;
 use crate::window::{Window, DEFAULT_WINDOW_MS, MAX_LIMIT};
@@ -26,60 +25,6 @@ use crate::redis_url::RedisArgs;
 pub use crate::redis_url::{RedisParams, DEFAULT_SYNC_MS, MAX_SYNC_MS, MIN_SYNC_MS};
 
 pub use crate::units::{escape, parse_size, parse_time_ms, Escaped, MAX_UNIX_PATH, SHOWN_BYTES};
-
-/// A rejected fixed limit. Holds a copy of at most [`SHOWN_BYTES`] bytes of
-/// the input, inline: building one never allocates, so the request path
-/// can parse `limit=$variable` values with it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct LimitError {
-    head: [u8; SHOWN_BYTES],
-    len: u8,
-    cut: bool,
-}
-
-impl LimitError {
-    fn new(input: &[u8]) -> LimitError {
-        let n = input.len().min(SHOWN_BYTES);
-        let mut head = [0; SHOWN_BYTES];
-        head[..n].copy_from_slice(&input[..n]);
-        LimitError {
-            head,
-            len: n as u8,
-            cut: input.len() > SHOWN_BYTES,
-        }
-    }
-
-    /// The first [`SHOWN_BYTES`] bytes of the rejected input.
-    pub fn input(&self) -> &[u8] {
-        &self.head[..usize::from(self.len)]
-    }
-
-    /// Whether the input was longer than [`SHOWN_BYTES`].
-    pub fn truncated(&self) -> bool {
-        self.cut
-    }
-}
-
-impl fmt::Display for LimitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid limit \"{}", escape(self.input()))?;
-        if self.cut {
-            f.write_str("...")?;
-        }
-        write!(
-            f,
-            "\": it must be an integer from 0 to {MAX_LIMIT}, or a variable"
-        )
-    }
-}
-
-impl fmt::Debug for LimitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LimitError({self})")
-    }
-}
-
-impl std::error::Error for LimitError {}
 
 /// Parses a fixed limit, in requests per window: decimal digits only (no
 /// sign, no spaces; leading zeros allowed), at most 10 of them, value
@@ -98,13 +43,6 @@ pub fn parse_limit(s: &[u8]) -> Result<u32, LimitError> {
     Ok(n as u32)
 }
 
-/// What an unparsable `window=` should look like.
-const WINDOW_HINT: &str =
-    "use a time from 1s to 31d in whole seconds, e.g. window=1m or window=90s";
-
-/// What `zone=` should look like.
-const ZONE_HINT: &str = "use zone=NAME:SIZE, the size in bytes, k or m, e.g. zone=per_ip:10m";
-
 /// Parses a window length (`window=TIME`) with [`parse_time_ms`] and
 /// validates it with [`Window::from_ms`]: 1 s to 31 days. A bare number is in
 /// seconds, as everywhere in nginx.
@@ -118,19 +56,16 @@ const ZONE_HINT: &str = "use zone=NAME:SIZE, the size in bytes, k or m, e.g. zon
 /// same time in whole units when it has a fraction: `1.5m` is `90s`),
 /// `invalid window "X": window must be between 1s and 31d` when out of range,
 /// `invalid window "X": it must be a whole number of seconds`.
-pub fn parse_window(s: &[u8]) -> Result<Window, String> {
+pub fn parse_window(s: &[u8]) -> Result<Window, ConfError> {
     let Some(ms) = parse_time_ms(s) else {
         if let Some(e) = fractional_time("window", s) {
-            return Err(e.to_string());
+            return Err(e);
         }
-        return Err(format!("invalid window \"{}\": {WINDOW_HINT}", escape(s)));
+        return Err(ZoneConfError::Window(s.to_vec()).into());
     };
-    let w = Window::from_ms(ms).map_err(|e| format!("invalid window \"{}\": {e}", escape(s)))?;
+    let w = Window::from_ms(ms).map_err(|e| ZoneConfError::WindowRange(s.to_vec(), e))?;
     if !ms.is_multiple_of(1000) {
-        return Err(format!(
-            "invalid window \"{}\": it must be a whole number of seconds",
-            escape(s)
-        ));
+        return Err(ZoneConfError::WindowFraction(s.to_vec()).into());
     }
     Ok(w)
 }
@@ -142,9 +77,6 @@ pub fn parse_window(s: &[u8]) -> Result<Window, String> {
 fn is_token_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || ZONE_NAME_PUNCTUATION.as_bytes().contains(&b)
 }
-
-/// The characters besides letters and digits that a zone name may hold.
-const ZONE_NAME_PUNCTUATION: &str = "!#$%&'*+-.^_`|~";
 
 /// The parameters of `rate_limit_window_zone KEY zone=NAME:SIZE
 /// [window=TIME] [fail=open|closed] [redis=ADDR [sync=TIME] [secret=S]
@@ -196,7 +128,7 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
 
     for &a in args {
         if let Some(v) = a.strip_prefix(b"zone=") {
-            let bad = || format!("invalid zone size \"{}\": {ZONE_HINT}", escape(a));
+            let bad = || ZoneConfError::Size(a.to_vec());
             let colon = v.iter().rposition(|&c| c == b':').ok_or_else(bad)?;
             let size = parse_size(&v[colon + 1..]).ok_or_else(bad)?;
             if colon == 0 {
@@ -204,16 +136,11 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
             }
             let name = &v[..colon];
             if !name.iter().all(|&b| is_token_char(b)) {
-                return Err(ConfError::Other(format!(
-                    "invalid zone name \"{}\": use only letters, digits and {ZONE_NAME_PUNCTUATION}",
-                    escape(name)
-                )));
+                return Err(ZoneConfError::Name(name.to_vec()).into());
             }
             if size < min_size {
-                return Err(ConfError::Other(format!(
-                    "zone \"{}\" is too small: it must be at least {min_size} bytes",
-                    escape(name)
-                )));
+                let (name, min) = (name.to_vec(), min_size);
+                return Err(ZoneConfError::TooSmall { name, min }.into());
             }
             zone = Some((name.to_vec(), size));
         } else if let Some(v) = a.strip_prefix(b"window=") {
@@ -233,9 +160,7 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
     }
 
     let Some((name, size)) = zone else {
-        return Err(ConfError::Other(
-            "\"rate_limit_window_zone\" must have \"zone\" parameter".into(),
-        ));
+        return Err(ZoneConfError::MissingZone.into());
     };
     let redis = redis.finish()?;
     let default_window = || Window::from_ms(DEFAULT_WINDOW_MS).expect("default window is valid");
@@ -250,16 +175,19 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
     })
 }
 
-/// The limit of a `rate_limit_window` directive.
+/// A number of requests, fixed or from a variable: `limit=` and `cost=`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LimitSpec {
-    /// `limit=N`: a fixed number of requests per window.
+pub enum ValueSpec {
+    /// `limit=N`, `cost=N`: a fixed number of requests.
     Fixed(u32),
     /// `limit=$var...`: the raw value text (starting with `$`), to be
-    /// compiled as a complex value and parsed per request with
-    /// [`parse_limit`].
+    /// compiled as a complex value and parsed per request ([`parse_limit`],
+    /// [`crate::limit_opts::parse_cost`]).
     Variable(Vec<u8>),
 }
+
+/// `limit=`: requests per window, fixed or from a variable.
+pub type LimitSpec = ValueSpec;
 
 /// The parameters of `rate_limit_window zone=NAME limit=N|$var;`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -285,10 +213,7 @@ pub fn parse_limit_params(args: &[&[u8]]) -> Result<LimitParams, ConfError> {
     for &a in args {
         if let Some(v) = a.strip_prefix(b"zone=") {
             if v.is_empty() {
-                return Err(ConfError::Other(format!(
-                    "invalid zone name \"{}\"",
-                    escape(a)
-                )));
+                return Err(LimitConfError::EmptyZone(a.to_vec()).into());
             }
             zone = Some(v.to_vec());
         } else if let Some(v) = a.strip_prefix(b"limit=") {
@@ -300,7 +225,7 @@ pub fn parse_limit_params(args: &[&[u8]]) -> Result<LimitParams, ConfError> {
                         word: a.to_vec(),
                         rate,
                     },
-                    None => ConfError::Other(e.to_string()),
+                    None => LimitConfError::Limit(e).into(),
                 })?)
             });
         } else {
@@ -308,14 +233,10 @@ pub fn parse_limit_params(args: &[&[u8]]) -> Result<LimitParams, ConfError> {
         }
     }
     let Some(zone) = zone else {
-        return Err(ConfError::Other(
-            "\"rate_limit_window\" must have \"zone\" parameter".into(),
-        ));
+        return Err(LimitConfError::Missing("zone").into());
     };
     let Some(limit) = limit else {
-        return Err(ConfError::Other(
-            "\"rate_limit_window\" must have \"limit\" parameter".into(),
-        ));
+        return Err(LimitConfError::Missing("limit").into());
     };
     Ok(LimitParams { zone, limit })
 }

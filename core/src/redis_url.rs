@@ -14,6 +14,72 @@ use core::fmt;
 
 use crate::units::{escape, parse_time_ms, MAX_UNIX_PATH};
 
+/// A rejected Redis parameter of `rate_limit_window_zone`, printed as the
+/// text of its `[emerg]`. A password is never quoted (see [`redact`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RedisError {
+    /// `redis=` that is no address; the value as [`redact`] shows it.
+    #[error(
+        "invalid redis address \"{}\": use HOST:PORT, unix:/path or \
+         redis[s]://[[USER]:PASSWORD@]HOST[:PORT][/DB]",
+        escape(.0)
+    )]
+    Address(Vec<u8>),
+    /// An empty path, or one with a NUL byte.
+    #[error("invalid \"{name}\" path \"{}\"", escape(.value))]
+    Path {
+        /// The parameter (`redis_ca`).
+        name: &'static str,
+        /// The value written.
+        value: Vec<u8>,
+    },
+    /// `sync=` outside 10 ms to 60 s.
+    #[error("invalid sync interval \"{}\": it must be between 10ms and 60s", escape(.0))]
+    Sync(Vec<u8>),
+    /// `redis_mode=` other than single, sentinel or cluster.
+    #[error("invalid redis_mode \"{}\": use single, sentinel or cluster", escape(.0))]
+    Mode(Vec<u8>),
+    /// `redis_master=` that is no printable name.
+    #[error("invalid redis_master \"{}\"", escape(.0))]
+    Master(Vec<u8>),
+    /// `redis_*=` without `redis=`.
+    #[error("\"redis_*=\" parameters need \"redis=\"")]
+    NeedsRedis,
+    /// `sync=` or `secret=` without `redis=`.
+    #[error("\"sync=\" and \"secret=\" need \"redis=\"")]
+    SyncNeedsRedis,
+    /// TLS files without a `rediss://` address.
+    #[error("\"redis_ca=\", \"redis_cert=\" and \"redis_key=\" need a \"rediss://\" address")]
+    TlsNeedsRediss,
+    /// One of `redis_cert=` and `redis_key=` without the other.
+    #[error("\"redis_cert=\" and \"redis_key=\" go together")]
+    CertWithoutKey,
+    /// A password in the URL and in `redis_password_file=`.
+    #[error("the password is given both in \"redis=\" and by \"redis_password_file=\"")]
+    TwoPasswords,
+    /// Several hosts in single mode.
+    #[error("several hosts in \"redis=\" need \"redis_mode=sentinel\" or \"redis_mode=cluster\"")]
+    SeveralHosts,
+    /// Sentinel mode without `redis_master=`.
+    #[error("\"redis_mode=sentinel\" needs \"redis_master=NAME\"")]
+    SentinelNeedsMaster,
+    /// A unix socket in sentinel or cluster mode.
+    #[error("\"redis_mode=sentinel\" and \"redis_mode=cluster\" need TCP hosts")]
+    NeedsTcp,
+    /// A database other than 0 in cluster mode.
+    #[error("a Redis Cluster has only database 0")]
+    ClusterDatabase,
+    /// `redis_master=` outside sentinel mode.
+    #[error("\"redis_master=\" needs \"redis_mode=sentinel\"")]
+    MasterNeedsSentinel,
+}
+
+impl PartialEq<&str> for RedisError {
+    fn eq(&self, other: &&str) -> bool {
+        format!("{self}") == **other
+    }
+}
+
 /// Shortest accepted `sync=` interval, in ms.
 pub const MIN_SYNC_MS: u64 = 10;
 /// Longest accepted `sync=` interval, in ms.
@@ -149,9 +215,12 @@ pub struct RedisArgs {
 }
 
 /// A non-empty path parameter value.
-fn path_value(name: &str, v: &[u8]) -> Result<Vec<u8>, String> {
+fn path_value(name: &'static str, v: &[u8]) -> Result<Vec<u8>, RedisError> {
     if v.is_empty() || v.contains(&0) {
-        return Err(format!("invalid \"{name}\" path \"{}\"", escape(v)));
+        return Err(RedisError::Path {
+            name,
+            value: v.to_vec(),
+        });
     }
     Ok(v.to_vec())
 }
@@ -159,7 +228,7 @@ fn path_value(name: &str, v: &[u8]) -> Result<Vec<u8>, String> {
 impl RedisArgs {
     /// Takes `a` if it is a Redis parameter. Returns `Ok(false)` for any
     /// other word, an error for a Redis parameter with a bad value.
-    pub fn accept(&mut self, a: &[u8]) -> Result<bool, String> {
+    pub fn accept(&mut self, a: &[u8]) -> Result<bool, RedisError> {
         let Some(eq) = a.iter().position(|&c| c == b'=') else {
             return Ok(false);
         };
@@ -182,7 +251,7 @@ impl RedisArgs {
     }
 
     /// Checks the collected parameters together.
-    pub fn finish(self) -> Result<Option<RedisParams>, String> {
+    pub fn finish(self) -> Result<Option<RedisParams>, RedisError> {
         let Some(mut addr) = self.addr else {
             let any_redis = self.mode.is_some()
                 || self.master.is_some()
@@ -191,28 +260,23 @@ impl RedisArgs {
                 || self.key.is_some()
                 || self.password_file.is_some();
             if any_redis {
-                return Err("\"redis_*=\" parameters need \"redis=\"".into());
+                return Err(RedisError::NeedsRedis);
             }
             if self.sync_ms.is_some() || self.secret.is_some() {
-                return Err("\"sync=\" and \"secret=\" need \"redis=\"".into());
+                return Err(RedisError::SyncNeedsRedis);
             }
             return Ok(None);
         };
         let mode = self.mode.unwrap_or_default();
         check_mode(&addr, mode, self.master.is_some())?;
         if !addr.tls && (self.ca.is_some() || self.cert.is_some() || self.key.is_some()) {
-            return Err(
-                "\"redis_ca=\", \"redis_cert=\" and \"redis_key=\" need a \"rediss://\" address"
-                    .into(),
-            );
+            return Err(RedisError::TlsNeedsRediss);
         }
         if self.cert.is_some() != self.key.is_some() {
-            return Err("\"redis_cert=\" and \"redis_key=\" go together".into());
+            return Err(RedisError::CertWithoutKey);
         }
         if self.password_file.is_some() && mode != RedisMode::Sentinel && addr.password.is_some() {
-            return Err(
-                "the password is given both in \"redis=\" and by \"redis_password_file=\"".into(),
-            );
+            return Err(RedisError::TwoPasswords);
         }
         if addr.port_defaulted {
             let port = if mode == RedisMode::Sentinel {
@@ -245,55 +309,42 @@ impl RedisArgs {
 }
 
 /// The mode's rules on hosts, unix sockets, databases and `redis_master=`.
-fn check_mode(addr: &RedisAddr, mode: RedisMode, has_master: bool) -> Result<(), String> {
+fn check_mode(addr: &RedisAddr, mode: RedisMode, has_master: bool) -> Result<(), RedisError> {
     let unix = addr.nodes.iter().any(|n| matches!(n, RedisNode::Unix(_)));
     match mode {
-        RedisMode::Single if addr.nodes.len() > 1 => Err(
-            "several hosts in \"redis=\" need \"redis_mode=sentinel\" or \"redis_mode=cluster\""
-                .into(),
-        ),
-        RedisMode::Sentinel if !has_master => {
-            Err("\"redis_mode=sentinel\" needs \"redis_master=NAME\"".into())
-        }
-        RedisMode::Sentinel | RedisMode::Cluster if unix => {
-            Err("\"redis_mode=sentinel\" and \"redis_mode=cluster\" need TCP hosts".into())
-        }
-        RedisMode::Cluster if addr.db != 0 => Err("a Redis Cluster has only database 0".into()),
+        RedisMode::Single if addr.nodes.len() > 1 => Err(RedisError::SeveralHosts),
+        RedisMode::Sentinel if !has_master => Err(RedisError::SentinelNeedsMaster),
+        RedisMode::Sentinel | RedisMode::Cluster if unix => Err(RedisError::NeedsTcp),
+        RedisMode::Cluster if addr.db != 0 => Err(RedisError::ClusterDatabase),
         RedisMode::Single | RedisMode::Cluster if has_master => {
-            Err("\"redis_master=\" needs \"redis_mode=sentinel\"".into())
+            Err(RedisError::MasterNeedsSentinel)
         }
         _ => Ok(()),
     }
 }
 
 /// `sync=TIME`: 10 ms to 60 s.
-fn parse_sync(v: &[u8]) -> Result<u64, String> {
+fn parse_sync(v: &[u8]) -> Result<u64, RedisError> {
     match parse_time_ms(v) {
         Some(ms) if (MIN_SYNC_MS..=MAX_SYNC_MS).contains(&ms) => Ok(ms),
-        _ => Err(format!(
-            "invalid sync interval \"{}\": it must be between 10ms and 60s",
-            escape(v)
-        )),
+        _ => Err(RedisError::Sync(v.to_vec())),
     }
 }
 
 /// `redis_mode=single|sentinel|cluster`.
-fn parse_mode(v: &[u8]) -> Result<RedisMode, String> {
+fn parse_mode(v: &[u8]) -> Result<RedisMode, RedisError> {
     match v {
         b"single" => Ok(RedisMode::Single),
         b"sentinel" => Ok(RedisMode::Sentinel),
         b"cluster" => Ok(RedisMode::Cluster),
-        _ => Err(format!(
-            "invalid redis_mode \"{}\": use single, sentinel or cluster",
-            escape(v)
-        )),
+        _ => Err(RedisError::Mode(v.to_vec())),
     }
 }
 
 /// `redis_master=NAME`: printable ASCII without spaces.
-fn parse_master(v: &[u8]) -> Result<String, String> {
+fn parse_master(v: &[u8]) -> Result<String, RedisError> {
     if v.is_empty() || v.len() > 128 || !v.iter().all(u8::is_ascii_graphic) {
-        return Err(format!("invalid redis_master \"{}\"", escape(v)));
+        return Err(RedisError::Master(v.to_vec()));
     }
     Ok(String::from_utf8_lossy(v).into_owned())
 }
@@ -318,7 +369,7 @@ pub fn redact(v: &[u8]) -> Vec<u8> {
 ///
 /// Errors: `invalid redis address "X": use HOST:PORT, unix:/path or
 /// redis[s]://[[USER]:PASSWORD@]HOST[:PORT][/DB]`.
-pub fn parse_redis_addr(v: &[u8]) -> Result<RedisAddr, String> {
+pub fn parse_redis_addr(v: &[u8]) -> Result<RedisAddr, RedisError> {
     let parsed = if let Some(rest) = v.strip_prefix(b"redis://") {
         parse_url(rest, false)
     } else if let Some(rest) = v.strip_prefix(b"rediss://") {
@@ -331,13 +382,7 @@ pub fn parse_redis_addr(v: &[u8]) -> Result<RedisAddr, String> {
             _ => None,
         }
     };
-    parsed.ok_or_else(|| {
-        format!(
-            "invalid redis address \"{}\": use HOST:PORT, unix:/path or \
-             redis[s]://[[USER]:PASSWORD@]HOST[:PORT][/DB]",
-            escape(&redact(v))
-        )
-    })
+    parsed.ok_or_else(|| RedisError::Address(redact(v)))
 }
 
 /// An address without credentials, TLS or database.

@@ -243,6 +243,27 @@ impl fmt::Display for Escaped<'_> {
     }
 }
 
+/// A duration in ms written in its largest whole unit (`90s`, `2m`, `1h`,
+/// `1500ms`).
+pub struct Units(pub u64);
+
+impl fmt::Display for Units {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0;
+        for (unit, len) in [
+            ("d", 86_400_000),
+            ("h", 3_600_000),
+            ("m", 60_000),
+            ("s", 1000),
+        ] {
+            if ms >= len && ms.is_multiple_of(len) {
+                return write!(f, "{}{unit}", ms / len);
+            }
+        }
+        write!(f, "{ms}ms")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -127,6 +127,7 @@ pub fn parse_time(data: &[u8]) {
     match parse_window(data) {
         Ok(w) => assert_eq!(Some(w.ms()), r),
         Err(e) => {
+            let e = e.to_string();
             check_message(&e);
             assert!(e.starts_with("invalid window \""));
             if let Some(v) = r {

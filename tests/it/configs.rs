@@ -571,6 +571,58 @@ fn hint_cases() -> Vec<(&'static str, String, &'static str)> {
         ),
         ("mode= twice", zone("zone=z:1m mode=strict mode=estimate"), "duplicate parameter \"mode=\""),
         ("fail= twice", zone("zone=z:1m fail=open fail=closed"), "duplicate parameter \"fail=\""),
+        // Every parameter is refused the same way when given twice (issue
+        // 31): valid or not, the second one is named before any value.
+        (
+            "count_status= twice",
+            limit("zone=z limit=5 count_status=401 count_status=403"),
+            "duplicate parameter \"count_status=\" in \"rate_limit_window\": give it once",
+        ),
+        (
+            "charge= twice",
+            limit("zone=z limit=5 charge=$a charge=$b"),
+            "duplicate parameter \"charge=\" in \"rate_limit_window\": give it once",
+        ),
+        (
+            "delay_max_held= twice",
+            limit("zone=z limit=5 delay=1s delay_max_held=1 delay_max_held=2"),
+            "duplicate parameter \"delay_max_held=\" in \"rate_limit_window\": give it once",
+        ),
+        (
+            "invalid cost= twice",
+            limit("zone=z limit=5 cost=0 cost=0"),
+            "duplicate parameter \"cost=\" in \"rate_limit_window\": give it once",
+        ),
+        (
+            "limit= twice, the first invalid",
+            limit("zone=z limit=abc limit=5"),
+            "duplicate parameter \"limit=\" in \"rate_limit_window\": give it once",
+        ),
+        (
+            "state= twice",
+            zone("zone=z:1m state=/tmp/a state=/tmp/b"),
+            "duplicate parameter \"state=\" in \"rate_limit_window_zone\": give it once",
+        ),
+        (
+            "ipv6_prefix= twice",
+            zone("zone=z:1m ipv6_prefix=64 ipv6_prefix=48"),
+            "duplicate parameter \"ipv6_prefix=\" in \"rate_limit_window_zone\": give it once",
+        ),
+        (
+            "invalid mode= twice",
+            zone("zone=z:1m mode=x mode=y"),
+            "duplicate parameter \"mode=\" in \"rate_limit_window_zone\": give it once",
+        ),
+        (
+            "headers twice at one level",
+            conf_with(ZONE, "rate_limit_window_headers on; rate_limit_window_headers off;"),
+            "\"rate_limit_window_headers\" directive is duplicate",
+        ),
+        (
+            "headers in another case",
+            conf_with(ZONE, "rate_limit_window_headers IETF; rate_limit_window_headers maybe;"),
+            "invalid value \"maybe\" in \"rate_limit_window_headers\"",
+        ),
         (
             "undeclared zone near a declared one",
             conf_with(ZONE, "rate_limit_window zone=zz limit=5;"),

@@ -1,0 +1,252 @@
+//! The typed errors of directive values: `rate_limit_window`'s
+//! ([`LimitConfError`]), `rate_limit_window_zone`'s ([`ZoneConfError`]) and
+//! the Redis files read at load ([`RedisFileError`]). Each prints the text
+//! of its `[emerg]`; [`crate::conf_error::ConfError`] wraps them.
+
+use core::fmt;
+
+use crate::overrides::MAX_OVERRIDES;
+use crate::units::{escape, Units, SHOWN_BYTES};
+use crate::window::{WindowError, MAX_LIMIT};
+
+/// The characters besides letters and digits that a zone name may hold.
+pub const ZONE_NAME_PUNCTUATION: &str = "!#$%&'*+-.^_`|~";
+
+/// A rejected value of `rate_limit_window`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LimitConfError {
+    /// `limit=` that is neither a number in range nor a variable.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// `zone=` with no name.
+    #[error("invalid zone name \"{}\"", escape(.0))]
+    EmptyZone(Vec<u8>),
+    /// `cost=` that is neither an integer from 1 to the largest limit nor a variable.
+    #[error("invalid cost \"{}\": an integer from 1 to {MAX_LIMIT}, or a variable", escape(.0))]
+    Cost(Vec<u8>),
+    /// A fixed `cost=` above a fixed `limit=` (never admitted).
+    #[error("cost={cost} is above limit={limit}")]
+    CostAboveLimit {
+        /// The cost (requests).
+        cost: u32,
+        /// The limit (requests per window).
+        limit: u32,
+    },
+    /// An item of `count_status=` that is no status or class.
+    #[error("invalid status \"{}\" in \"count_status=\"", escape(.0))]
+    Status(Vec<u8>),
+    /// `charge=` that is not a variable.
+    #[error(
+        "invalid charge \"{}\": a variable read when the response is done \
+         (\"charge=$upstream_http_x_tokens\"); a fixed count is \"cost=\"",
+        escape(.0)
+    )]
+    ChargeNotVariable(Vec<u8>),
+    /// `charge=` on a `mode=strict` zone (named).
+    #[error(
+        "\"charge=\" cannot be used with zone \"{}\" of mode=strict: mode=strict promises that \
+         no window ever admits more than the limit, and a charge known only after the response \
+         can go over it; use the default mode=estimate",
+        escape(.0)
+    )]
+    ChargeOnStrict(Vec<u8>),
+    /// `delay=` that is no nginx time.
+    #[error("invalid delay \"{}\"", escape(.0))]
+    Delay(Vec<u8>),
+    /// `delay=` above one hour.
+    #[error("delay \"{}\" is longer than 1h", escape(.0))]
+    DelayTooLong(Vec<u8>),
+    /// `delay_max_held=` that is no count in range.
+    #[error("invalid delay_max_held \"{}\"", escape(.0))]
+    MaxHeld(Vec<u8>),
+    /// Two directives of one level with different `delay_max_held=`.
+    #[error("conflicting delay_max_held={n}, already {already} at this level")]
+    ConflictingMaxHeld {
+        /// The new value (held requests).
+        n: u32,
+        /// The value already set (held requests).
+        already: u64,
+    },
+    /// `ban=` that is no time from 1 s to 30 days.
+    #[error("invalid ban \"{}\": use a time from 1s to 30d, e.g. ban=10m", escape(.0))]
+    Ban(Vec<u8>),
+    /// A directive without one of its required parameters.
+    #[error("\"rate_limit_window\" must have \"{0}\" parameter")]
+    Missing(&'static str),
+    /// A second `rate_limit_window` of one level on the same zone.
+    #[error("duplicate limit for zone \"{}\"", escape(.0))]
+    DuplicateZone(Vec<u8>),
+    /// `rate_limit_window_metrics` with another parameter than `write=`.
+    #[error("invalid parameter \"{}\": write=on or write=off (reset=on is write=on)", escape(.0))]
+    MetricsParam(Vec<u8>),
+}
+
+/// A rejected value of `rate_limit_window_zone`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ZoneConfError {
+    /// `zone=` without a name, a `:` or a valid size (the whole word).
+    #[error(
+        "invalid zone size \"{}\": use zone=NAME:SIZE, the size in bytes, k or m, \
+         e.g. zone=per_ip:10m",
+        escape(.0)
+    )]
+    Size(Vec<u8>),
+    /// A zone name with a byte outside the HTTP token characters.
+    #[error("invalid zone name \"{}\": use only letters, digits and {ZONE_NAME_PUNCTUATION}", escape(.0))]
+    Name(Vec<u8>),
+    /// A zone below the smallest size.
+    #[error("zone \"{}\" is too small: it must be at least {min} bytes", escape(.name))]
+    TooSmall {
+        /// The zone's name.
+        name: Vec<u8>,
+        /// The smallest size (bytes).
+        min: usize,
+    },
+    /// `window=` that is no time.
+    #[error(
+        "invalid window \"{}\": use a time from 1s to 31d in whole seconds, \
+         e.g. window=1m or window=90s",
+        escape(.0)
+    )]
+    Window(Vec<u8>),
+    /// `window=` outside 1 s to 31 days.
+    #[error("invalid window \"{}\": {}", escape(.0), .1)]
+    WindowRange(Vec<u8>, WindowError),
+    /// `window=` with a fraction of a second.
+    #[error("invalid window \"{}\": it must be a whole number of seconds", escape(.0))]
+    WindowFraction(Vec<u8>),
+    /// `mode=` other than `estimate` or `strict`.
+    #[error("invalid mode \"{}\": use \"estimate\" or \"strict\"", escape(.0))]
+    Mode(Vec<u8>),
+    /// `mode=strict` with `redis=`.
+    #[error(
+        "\"mode=strict\" cannot be combined with \"redis=\": gateways that share counts \
+         through Redis see each other's requests only after a sync, so no bound on every \
+         interval holds; use mode=estimate for a cluster"
+    )]
+    StrictWithRedis,
+    /// `overrides=` that is no count in range.
+    #[error("invalid overrides \"{}\": an integer from 1 to {MAX_OVERRIDES}", escape(.0))]
+    Overrides(Vec<u8>),
+    /// A directive without `zone=`.
+    #[error("\"rate_limit_window_zone\" must have \"zone\" parameter")]
+    MissingZone,
+    /// A zone declared twice, the same way.
+    #[error("duplicate zone \"{}\"", escape(.0))]
+    Duplicate(Vec<u8>),
+    /// A zone declared twice with another key or window.
+    #[error(
+        "zone \"{}\" is already bound to key \"{}\" with window={}: declare it once, or give \
+         the other one a new name",
+        escape(.name), escape(.key), Units(*.window_ms)
+    )]
+    AlreadyBound {
+        /// The zone's name.
+        name: Vec<u8>,
+        /// The key it was declared with.
+        key: Vec<u8>,
+        /// The window it was declared with (ms).
+        window_ms: u64,
+    },
+    /// `ipv6_prefix=` with another key than `$binary_remote_addr`.
+    #[error(
+        "\"ipv6_prefix={bits}\" of zone \"{}\" needs the key \"$binary_remote_addr\", not \"{}\"",
+        escape(.zone), escape(.key)
+    )]
+    Ipv6PrefixKey {
+        /// The prefix (bits).
+        bits: u8,
+        /// The zone's name.
+        zone: Vec<u8>,
+        /// The key written.
+        key: Vec<u8>,
+    },
+}
+
+/// A file of a Redis connection that cannot be used. Messages name the
+/// parameter and the path, never the file's contents.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RedisFileError {
+    /// The file cannot be read (the OS error, never the contents).
+    #[error("cannot read \"{param}\" file \"{}\": {error}", escape(.path))]
+    Unreadable {
+        /// The parameter (`redis_ca`).
+        param: &'static str,
+        /// The path as read.
+        path: Vec<u8>,
+        /// The OS error.
+        error: String,
+    },
+    /// `redis_password_file=` without a password on its first line.
+    #[error(
+        "\"redis_password_file\" file \"{}\" must hold the password as text on its first line",
+        escape(.0)
+    )]
+    Password(Vec<u8>),
+    /// `redis_ca=` or `redis_cert=` without a valid PEM certificate.
+    #[error("\"{param}\" file \"{}\" holds no valid PEM certificate", escape(.path))]
+    NoCertificate {
+        /// The parameter.
+        param: &'static str,
+        /// The path as written.
+        path: Vec<u8>,
+    },
+    /// `redis_key=` without a PEM private key.
+    #[error("\"redis_key\" file \"{}\" holds no PEM private key", escape(.0))]
+    NoKey(Vec<u8>),
+}
+
+/// A rejected fixed limit. Holds a copy of at most [`SHOWN_BYTES`] bytes of
+/// the input, inline: building one never allocates, so the request path
+/// can parse `limit=$variable` values with it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct LimitError {
+    head: [u8; SHOWN_BYTES],
+    len: u8,
+    cut: bool,
+}
+
+impl LimitError {
+    /// The error for `input`.
+    pub(crate) fn new(input: &[u8]) -> LimitError {
+        let n = input.len().min(SHOWN_BYTES);
+        let mut head = [0; SHOWN_BYTES];
+        head[..n].copy_from_slice(&input[..n]);
+        LimitError {
+            head,
+            len: n as u8,
+            cut: input.len() > SHOWN_BYTES,
+        }
+    }
+
+    /// The first [`SHOWN_BYTES`] bytes of the rejected input.
+    pub fn input(&self) -> &[u8] {
+        &self.head[..usize::from(self.len)]
+    }
+
+    /// Whether the input was longer than [`SHOWN_BYTES`].
+    pub fn truncated(&self) -> bool {
+        self.cut
+    }
+}
+
+impl fmt::Display for LimitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid limit \"{}", escape(self.input()))?;
+        if self.cut {
+            f.write_str("...")?;
+        }
+        write!(
+            f,
+            "\": it must be an integer from 0 to {MAX_LIMIT}, or a variable"
+        )
+    }
+}
+
+impl fmt::Debug for LimitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LimitError({self})")
+    }
+}
+
+impl std::error::Error for LimitError {}
