@@ -43,12 +43,17 @@ build: deps
 run: build
 	@PORT="$(PORT)" APP_PORT="$(APP_PORT)" scripts/run-gateway.sh
 
-# Every test in one cargo invocation of profile release-no-lto (no LTO, see
+# Every test, in one cargo invocation of profile release-no-lto (no LTO, see
 # Cargo.toml): the core's, then the integration tests (package
 # rate_limit_window_it, tests/Cargo.toml), which run the nginx and module
-# that make build left in $(DIST).
-test: build
+# that make build leaves in $(DIST). The tests compile beside make build:
+# they share no unit with it and cargo locks each profile's directory on its
+# own, and nginx's configure and the module's fat-LTO link leave a core free.
+test: deps
 	@scripts/deps.sh $(TEST_DEPS)
+	@set -u; $(CARGO) test $(TEST_ARGS) --no-run & tests=$$!; \
+	$(MAKE) --no-print-directory build; built=$$?; wait $$tests; compiled=$$?; \
+	[ $$built -eq 0 ] && [ $$compiled -eq 0 ]
 	$(CARGO) test $(TEST_ARGS)
 
 soak: build
