@@ -16,6 +16,7 @@ RUN_DIR  := target/run
 BUILD_DEPS := libclang-dev libpcre2-dev libssl-dev zlib1g-dev make gcc pkg-config
 TEST_DEPS  := faketime curl redis-server redis-sentinel redis-tools openssl wrk python3-grpcio
 BENCH_DEPS := wrk valgrind python3 curl
+TEST_ARGS  := --profile release-no-lto -p rate_limit_window_core -p rate_limit_window_it
 
 .PHONY: all deps build run test soak bench fuzz memcheck deb test-deb clean
 
@@ -42,17 +43,22 @@ build: deps
 run: build
 	@PORT="$(PORT)" APP_PORT="$(APP_PORT)" scripts/run-gateway.sh
 
-# The core's tests without LTO (profile release-no-lto: much faster to link),
-# then the module's integration tests in release, where make build left the
-# dependencies (nginx among them).
-test: build
+# Every test, in one cargo invocation of profile release-no-lto (no LTO, see
+# Cargo.toml): the core's, then the integration tests (package
+# rate_limit_window_it, tests/Cargo.toml), which run the nginx and module
+# that make build leaves in $(DIST). The tests compile beside make build:
+# they share no unit with it and cargo locks each profile's directory on its
+# own, and nginx's configure and the module's fat-LTO link leave a core free.
+test: deps
 	@scripts/deps.sh $(TEST_DEPS)
-	$(CARGO) test --profile release-no-lto -p rate_limit_window_core
-	$(CARGO) test --release -p rate_limit_window
+	@set -u; $(CARGO) test $(TEST_ARGS) --no-run & tests=$$!; \
+	$(MAKE) --no-print-directory build; built=$$?; wait $$tests; compiled=$$?; \
+	[ $$built -eq 0 ] && [ $$compiled -eq 0 ]
+	$(CARGO) test $(TEST_ARGS)
 
 soak: build
 	@scripts/deps.sh $(TEST_DEPS)
-	RLW_SOAK=1 $(CARGO) test --release --workspace -- --include-ignored --test-threads=1
+	RLW_SOAK=1 $(CARGO) test $(TEST_ARGS) -- --include-ignored --test-threads=1
 
 bench: build
 	@scripts/deps.sh $(BENCH_DEPS)

@@ -938,7 +938,7 @@ fn a_hot_client_among_200k_cold_ones_is_held_to_its_bound() {
     let a = big_gateway(&clock, redis.port);
     let b = big_gateway(&clock, redis.port);
     clock.clear_of_boundary(60_000, 50_000);
-    let lua = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/keys.lua");
+    let lua = manifest_dir().join("bench/keys.lua");
     let mut wrk = Command::new("wrk")
         .args(["-t2", "-c16", "-d45s", "-s"])
         .arg(&lua)

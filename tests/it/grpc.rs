@@ -27,7 +27,7 @@ const OTHER: &str = "/test.Other/Call";
 const MESSAGE: &str = "rate limit exceeded, retry in";
 
 fn peer_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/it/grpc_peer.py")
+    manifest_dir().join("tests/it/grpc_peer.py")
 }
 
 /// The gRPC server (`grpc_peer.py serve`) and the calls it received.

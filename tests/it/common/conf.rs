@@ -8,8 +8,12 @@ use std::process::{Command, Stdio};
 
 pub const MODULE_FILE: &str = "ngx_http_rate_limit_window_module.so";
 
+/// The repository root (the tests are the package in tests/, whose
+/// manifest directory is one level down). Test files find `bench/`,
+/// `nginx-conf/` and `tests/it/` from here, not from `CARGO_MANIFEST_DIR`.
 pub(crate) fn manifest_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR"));
+    tests.parent().unwrap_or(tests).to_path_buf()
 }
 
 pub(crate) fn locate(var: &str, default: PathBuf) -> PathBuf {

@@ -320,7 +320,9 @@ impl SentinelSet {
         let sentinel_auth = password
             .map(|p| format!("sentinel auth-pass {SENTINEL_MASTER} {p}\n"))
             .unwrap_or_default();
-        let master_conf = format!("{}{auth}", base_conf(mp));
+        // The replica's first sync starts at once (Redis 7's diskless sync
+        // otherwise waits 5 s for more replicas to join).
+        let master_conf = format!("{}{auth}repl-diskless-sync-delay 0\n", base_conf(mp));
         let master = RedisProc::spawn("redis-server", dir.path(), "master", &master_conf, mp);
         let replica_conf = format!("{}{auth}replicaof 127.0.0.1 {mp}\n", base_conf(rp));
         let replica = RedisProc::spawn("redis-server", dir.path(), "replica", &replica_conf, rp);
