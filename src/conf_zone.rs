@@ -50,7 +50,7 @@ pub fn set_zone(cf: &ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
     zone.fail = d.params.fail;
     zone.size = d.params.size;
     zone.redis = d.params.redis;
-    crate::state::configure(zone, &cf.words(2), cf.prefixes().0).map_err(|e| cf.emerg(e))?;
+    crate::state::configure(zone, d.state.as_deref(), cf.prefixes().0);
     zone.defined = true;
     add_shared_zone(cf, zone)
 }

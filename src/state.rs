@@ -34,28 +34,18 @@ use rate_limit_window_core::state::{self, check_identity, Identity, StateFile};
 use crate::util::now_ms;
 use crate::zone::ZoneConf;
 
-/// Reads `state=FILE` from a zone's parameters into `zone.state`: a path
+/// Sets `zone.state` from `state=FILE` as the core's parser took it
+/// (`path`, None without it; already checked against `redis=`): a path
 /// relative to nginx's prefix (`prefix`), as nginx resolves its own files.
-/// Err is the `[emerg]` text.
-pub fn configure(zone: &mut ZoneConf, params: &[&[u8]], prefix: &[u8]) -> Result<(), String> {
-    let (path, _) = state::take_state(params)?;
-    let Some(path) = path else {
-        return Ok(());
-    };
-    if zone.redis.is_some() {
-        return Err(format!(
-            "\"state=\" cannot be combined with \"redis=\" in zone \"{}\": the counts of a \
-             redis= zone are kept in Redis across restarts",
-            zone.name
-        ));
-    }
-    let path = Path::new(std::ffi::OsStr::from_bytes(path));
-    zone.state = Some(if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        Path::new(std::ffi::OsStr::from_bytes(prefix)).join(path)
+pub fn configure(zone: &mut ZoneConf, path: Option<&[u8]>, prefix: &[u8]) {
+    zone.state = path.map(|p| {
+        let path = Path::new(std::ffi::OsStr::from_bytes(p));
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            Path::new(std::ffi::OsStr::from_bytes(prefix)).join(path)
+        }
     });
-    Ok(())
 }
 
 /// The zone's identity, as a state file records it.

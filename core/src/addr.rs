@@ -7,13 +7,26 @@
 
 use std::net::IpAddr;
 
+use crate::units::escape;
+
 /// Smallest `ipv6_prefix=`.
 pub const IPV6_PREFIX_MIN: u8 = 32;
 /// Largest `ipv6_prefix=` (the default: whole addresses).
 pub const IPV6_PREFIX_MAX: u8 = 128;
 
-/// Parses the value of `ipv6_prefix=N`. Err is the `[emerg]` text.
-pub fn parse_ipv6_prefix(v: &[u8]) -> Result<u8, String> {
+/// An `ipv6_prefix=` value that is no number of bits from
+/// [`IPV6_PREFIX_MIN`] to [`IPV6_PREFIX_MAX`] (the value as written).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid ipv6_prefix \"{}\": use a number of bits from {IPV6_PREFIX_MIN} to \
+     {IPV6_PREFIX_MAX} (64 groups a host's /64)",
+    escape(.0)
+)]
+pub struct Ipv6PrefixError(pub Vec<u8>);
+
+/// Parses the value of `ipv6_prefix=N` (bits, [`IPV6_PREFIX_MIN`] to
+/// [`IPV6_PREFIX_MAX`]). Err prints the `[emerg]` text.
+pub fn parse_ipv6_prefix(v: &[u8]) -> Result<u8, Ipv6PrefixError> {
     let n = std::str::from_utf8(v)
         .ok()
         .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
@@ -22,11 +35,7 @@ pub fn parse_ipv6_prefix(v: &[u8]) -> Result<u8, String> {
         Some(n) if (u32::from(IPV6_PREFIX_MIN)..=u32::from(IPV6_PREFIX_MAX)).contains(&n) => {
             Ok(n as u8)
         }
-        _ => Err(format!(
-            "invalid ipv6_prefix \"{}\": use a number of bits from {IPV6_PREFIX_MIN} to \
-             {IPV6_PREFIX_MAX} (64 groups a host's /64)",
-            crate::units::escape(v)
-        )),
+        _ => Err(Ipv6PrefixError(v.to_vec())),
     }
 }
 
@@ -65,7 +74,7 @@ pub fn addr_key(text: &[u8], prefix: u8) -> Result<Vec<u8>, BadAddr> {
     let bad = || {
         BadAddr(format!(
             "invalid address \"{}\": use IPv4 (192.0.2.1) or IPv6 (2001:db8::1) text",
-            crate::units::escape(text)
+            escape(text)
         ))
     };
     let s = std::str::from_utf8(text).map_err(|_| bad())?;
@@ -105,8 +114,24 @@ mod tests {
             b"99999999999",
         ] {
             let e = parse_ipv6_prefix(bad).unwrap_err();
-            assert!(e.contains("from 32 to 128"), "{e}");
+            assert_eq!(e, Ipv6PrefixError(bad.to_vec()));
+            assert!(e.to_string().contains("from 32 to 128"), "{e}");
         }
+    }
+
+    #[test]
+    fn prefix_error_text() {
+        assert_eq!(
+            parse_ipv6_prefix(b"12\"x").unwrap_err().to_string(),
+            "invalid ipv6_prefix \"12\\\"x\": use a number of bits from 32 to 128 \
+             (64 groups a host's /64)"
+        );
+        let long = [b'9'; 70];
+        let e = parse_ipv6_prefix(&long).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("invalid ipv6_prefix \"{}...\"", "9".repeat(64))),
+            "{e}"
+        );
     }
 
     #[test]

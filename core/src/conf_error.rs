@@ -11,6 +11,7 @@
 
 use core::fmt;
 
+use crate::addr::Ipv6PrefixError;
 pub use crate::redis_url::RedisError;
 use crate::units::escape;
 pub use crate::units::Units;
@@ -173,10 +174,6 @@ pub enum ConfError {
     /// A file of a Redis connection, read at load.
     #[error(transparent)]
     RedisFile(#[from] RedisFileError),
-    /// A message from a parser outside the configuration modules (`state=`,
-    /// `ipv6_prefix=`, `secret=`).
-    #[error("{0}")]
-    Other(String),
 }
 
 /// What a reload changes in a zone, as written in each configuration.
@@ -192,9 +189,9 @@ pub struct ZoneChange {
 
 impl std::error::Error for ZoneChange {}
 
-impl From<String> for ConfError {
-    fn from(s: String) -> Self {
-        ConfError::Other(s)
+impl From<Ipv6PrefixError> for ConfError {
+    fn from(e: Ipv6PrefixError) -> Self {
+        ConfError::Zone(e.into())
     }
 }
 

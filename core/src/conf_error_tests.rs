@@ -244,3 +244,33 @@ fn edit_distances() {
     // One-letter names never match everything.
     assert_eq!(nearest(b"a", &["b"]), None);
 }
+
+#[test]
+fn zone_value_errors_print_their_emerg_through_conf_error() {
+    let cases: [(ZoneConfError, &str); 4] = [
+        (
+            ZoneConfError::Ipv6Prefix(Ipv6PrefixError(b"200".to_vec())),
+            "invalid ipv6_prefix \"200\": use a number of bits from 32 to 128 (64 groups a \
+             host's /64)",
+        ),
+        (
+            ZoneConfError::EmptyState,
+            "invalid \"state=\": give the path of the zone's state file, e.g. \
+             state=/var/lib/nginx/per_ip.state",
+        ),
+        (
+            ZoneConfError::StateWithRedis(b"z".to_vec()),
+            "\"state=\" cannot be combined with \"redis=\" in zone \"z\": the counts of a \
+             redis= zone are kept in Redis across restarts",
+        ),
+        (
+            ZoneConfError::ShortSecret { min: 16 },
+            "\"redis=\" needs \"secret=\" of at least 16 characters, the same on every \
+             gateway: it seeds the hash that names clients in Redis",
+        ),
+    ];
+    for (e, text) in cases {
+        assert_eq!(e.to_string(), text);
+        assert_eq!(ConfError::from(e), text);
+    }
+}

@@ -5,6 +5,7 @@
 
 use core::fmt;
 
+use crate::addr::Ipv6PrefixError;
 use crate::overrides::MAX_OVERRIDES;
 use crate::units::{escape, Units, SHOWN_BYTES};
 use crate::window::{WindowError, MAX_LIMIT};
@@ -160,6 +161,31 @@ pub enum ZoneConfError {
         zone: Vec<u8>,
         /// The key written.
         key: Vec<u8>,
+    },
+    /// `ipv6_prefix=` that is no number of bits in range.
+    #[error(transparent)]
+    Ipv6Prefix(#[from] Ipv6PrefixError),
+    /// `state=` with no path.
+    #[error(
+        "invalid \"state=\": give the path of the zone's state file, \
+         e.g. state=/var/lib/nginx/per_ip.state"
+    )]
+    EmptyState,
+    /// `state=` with `redis=`, in the zone named.
+    #[error(
+        "\"state=\" cannot be combined with \"redis=\" in zone \"{}\": the counts of a \
+         redis= zone are kept in Redis across restarts",
+        String::from_utf8_lossy(.0)
+    )]
+    StateWithRedis(Vec<u8>),
+    /// `redis=` with a `secret=` shorter than `min` characters (or none).
+    #[error(
+        "\"redis=\" needs \"secret=\" of at least {min} characters, the same on \
+         every gateway: it seeds the hash that names clients in Redis"
+    )]
+    ShortSecret {
+        /// The shortest secret (characters): `cluster::MIN_SECRET_LEN`.
+        min: usize,
     },
 }
 

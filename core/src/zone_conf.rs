@@ -3,12 +3,12 @@
 //! parameters ([`ZoneParams`]), checked together. Every error is a
 //! [`ConfError`] whose text is the `[emerg]` the glue logs.
 
-use crate::cluster::secret_error;
-use crate::conf_error::{check_params, ConfError, ZONE_PARAMS};
+use crate::cluster::MIN_SECRET_LEN;
+use crate::conf_error::{check_params, ConfError, ZoneConfError, ZONE_PARAMS};
 use crate::mode::{check_mode, take_mode, Mode};
 use crate::override_conf::take_overrides;
 use crate::parse::{parse_zone_params, ZoneParams};
-use crate::state::take_state;
+use crate::state::{check_state, take_state};
 
 /// One `rate_limit_window_zone` directive, parsed (the Redis files named
 /// are read by the glue, which loads them).
@@ -18,7 +18,9 @@ pub struct ZoneDirective {
     pub mode: Mode,
     /// `overrides=`: entries of the zone's override table.
     pub overrides: usize,
-    /// The other parameters (`state=` is read by the glue's state file).
+    /// `state=FILE`: the state file's path as written (None without it).
+    pub state: Option<Vec<u8>>,
+    /// The other parameters.
     pub params: ZoneParams,
 }
 
@@ -27,21 +29,25 @@ pub struct ZoneDirective {
 ///
 /// Errors, in this order: the parameter names ([`check_params`]: unknown,
 /// `limit_req` habits, duplicates), `mode=`, `state=`, `overrides=`, the
-/// others ([`parse_zone_params`]), `mode=strict` with `redis=`, and a
-/// Redis zone's too short `secret=`.
+/// others ([`parse_zone_params`]), `mode=strict` with `redis=`, `state=`
+/// with `redis=`, and a Redis zone's too short `secret=`.
 pub fn parse_zone_directive(args: &[&[u8]], min_size: usize) -> Result<ZoneDirective, ConfError> {
     check_params("rate_limit_window_zone", args, ZONE_PARAMS)?;
     let (mode, rest) = take_mode(args)?;
-    let (_, rest) = take_state(&rest)?;
+    let (state, rest) = take_state(&rest)?;
     let (overrides, rest) = take_overrides(&rest)?;
     let params = parse_zone_params(&rest, min_size)?;
-    check_mode(mode, params.redis.is_some())?;
-    if let Some(e) = params.redis.as_ref().and_then(|r| secret_error(&r.secret)) {
-        return Err(e.into());
+    let redis = params.redis.as_ref();
+    check_mode(mode, redis.is_some())?;
+    check_state(&params.name, state, redis.is_some())?;
+    if redis.is_some_and(|r| r.secret.len() < MIN_SECRET_LEN) {
+        let min = MIN_SECRET_LEN;
+        return Err(ZoneConfError::ShortSecret { min }.into());
     }
     Ok(ZoneDirective {
         mode,
         overrides,
+        state: state.map(<[u8]>::to_vec),
         params,
     })
 }
@@ -49,7 +55,7 @@ pub fn parse_zone_directive(args: &[&[u8]], min_size: usize) -> Result<ZoneDirec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conf_error::ZoneConfError;
+    use crate::addr::Ipv6PrefixError;
 
     const MIN: usize = 32_768;
 
@@ -62,10 +68,12 @@ mod tests {
     fn every_part_is_typed() {
         let d = parse("zone=a:1m mode=strict overrides=10 window=10s state=/tmp/a").unwrap();
         assert_eq!((d.mode, d.overrides), (Mode::Strict, 10));
+        assert_eq!(d.state.as_deref(), Some(&b"/tmp/a"[..]));
         assert_eq!(d.params.name, b"a");
         assert_eq!(d.params.window.ms(), 10_000);
         let d = parse("zone=a:1m").unwrap();
         assert_eq!((d.mode, d.overrides), (Mode::Estimate, 1024));
+        assert_eq!(d.state, None);
     }
 
     #[test]
@@ -96,14 +104,57 @@ mod tests {
     }
 
     #[test]
+    fn state_and_prefix_errors_are_typed() {
+        assert_eq!(
+            parse("zone=a:1m state=").unwrap_err(),
+            ConfError::Zone(ZoneConfError::EmptyState)
+        );
+        assert_eq!(
+            parse("zone=a:1m ipv6_prefix=129").unwrap_err(),
+            ConfError::Zone(ZoneConfError::Ipv6Prefix(Ipv6PrefixError(b"129".to_vec())))
+        );
+        assert_eq!(
+            parse("zone=a:1m ipv6_prefix=48")
+                .unwrap()
+                .params
+                .ipv6_prefix,
+            Some(48)
+        );
+        let e = parse("zone=per_ip:1m state=/x redis=127.0.0.1:6379 secret=0123456789abcdef");
+        assert_eq!(
+            e.unwrap_err(),
+            ConfError::Zone(ZoneConfError::StateWithRedis(b"per_ip".to_vec()))
+        );
+        // Checked before the secret, as the glue did.
+        let e = parse("zone=per_ip:1m state=/x redis=127.0.0.1:6379 secret=short");
+        assert_eq!(
+            e.unwrap_err(),
+            "\"state=\" cannot be combined with \"redis=\" in zone \"per_ip\": the counts \
+             of a redis= zone are kept in Redis across restarts"
+        );
+    }
+
+    #[test]
     fn combinations_are_checked() {
         let e = parse("zone=a:1m mode=strict redis=127.0.0.1:6379 secret=0123456789abcdef");
         assert_eq!(
             e.unwrap_err(),
             ConfError::Zone(ZoneConfError::StrictWithRedis)
         );
-        let e = parse("zone=a:1m redis=127.0.0.1:6379 secret=short").unwrap_err();
-        assert!(e.to_string().contains("at least 16 characters"), "{e}");
+        for short in ["secret=short", "secret=fifteen-chars-x", "sync=1s"] {
+            let e = parse(&format!("zone=a:1m redis=127.0.0.1:6379 {short}")).unwrap_err();
+            assert_eq!(
+                e,
+                ConfError::Zone(ZoneConfError::ShortSecret { min: 16 }),
+                "{short}"
+            );
+            assert_eq!(
+                e,
+                "\"redis=\" needs \"secret=\" of at least 16 characters, the same on every \
+                 gateway: it seeds the hash that names clients in Redis"
+            );
+        }
+        assert!(parse("zone=a:1m redis=127.0.0.1:6379 secret=sixteen-chars-xy").is_ok());
         assert!(parse("zone=a:1m redis=127.0.0.1:6379 secret=0123456789abcdef").is_ok());
         assert_eq!(
             parse("zone=a:1m mode=exact").unwrap_err(),
