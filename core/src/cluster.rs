@@ -125,20 +125,6 @@ pub fn shares<'f>(fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>, me: &s
 /// Shortest accepted `secret=` of a Redis-backed zone, in bytes.
 pub const MIN_SECRET_LEN: usize = 16;
 
-/// The `[emerg]` text for a Redis-backed zone's `secret=`, or `None` when it
-/// is long enough. The secret seeds the hash that names clients in the
-/// shared store: without one, anybody who knows the zone name could compute
-/// fingerprints, aim collisions at a client, or recover IPv4 keys from the
-/// names in Redis.
-pub fn secret_error(secret: &[u8]) -> Option<String> {
-    (secret.len() < MIN_SECRET_LEN).then(|| {
-        format!(
-            "\"redis=\" needs \"secret=\" of at least {MIN_SECRET_LEN} characters, the same on \
-             every gateway: it seeds the hash that names clients in Redis"
-        )
-    })
-}
-
 /// What a sync thread of generation `me` may do, from the ownership words
 /// of the zone (see [`claim`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -700,14 +686,5 @@ mod tests {
         // Two reloads in a row: the middle generation gives way too.
         assert_eq!(claim(0, 5, 0, 4, 60, t), Claim::Lost);
         assert_eq!(claim(0, 5, 0, 5, 60, t), Claim::Take { from: 0 });
-    }
-
-    #[test]
-    fn a_redis_zone_needs_a_long_secret() {
-        assert!(secret_error(b"")
-            .unwrap()
-            .contains("at least 16 characters"));
-        assert!(secret_error(b"fifteen-chars-x").is_some());
-        assert_eq!(secret_error(b"sixteen-chars-xy"), None);
     }
 }
