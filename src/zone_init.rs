@@ -5,14 +5,15 @@
 //! slab pool in one allocation and format it with the core's `Table::init`.
 //! The slab pool's `data` pointer remembers where the zone header is.
 
+use core::alloc::Layout;
 use core::ffi::c_void;
 use core::ptr;
 
 use nginx_sys::{
-    ngx_int_t, ngx_log_t, ngx_pagesize_shift, ngx_shm_zone_t, ngx_slab_alloc, ngx_slab_pool_t,
-    NGX_LOG_EMERG, NGX_LOG_NOTICE,
+    ngx_int_t, ngx_log_t, ngx_pagesize_shift, ngx_shm_zone_t, NGX_LOG_EMERG, NGX_LOG_NOTICE,
 };
-use ngx::core::Status;
+use ngx::allocator::Allocator;
+use ngx::core::{SlabPool, Status};
 use ngx::ngx_log_error;
 use rate_limit_window_core::conf_error::zone_change;
 use rate_limit_window_core::seed::seed_from;
@@ -76,7 +77,7 @@ struct Init<'a> {
     /// The old cycle's, on a reload onto the same name and size.
     old: Option<&'a ZoneConf>,
     /// The zone's slab pool, ours alone until init returns.
-    pool: &'a mut ngx_slab_pool_t,
+    pool: SlabPool,
     /// Whether the zone was inherited from a previous binary (Windows).
     exists: bool,
     /// The zone's size (bytes), as nginx mapped it.
@@ -93,20 +94,26 @@ pub extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) ->
     // over the zone before init, and it is ours alone until init returns.
     let init = unsafe {
         let shm = &(*shm_zone).shm;
-        Init {
+        SlabPool::from_shm_zone(&*shm_zone).map(|pool| Init {
             zone: &mut *(*shm_zone).data.cast::<ZoneConf>(),
             old: data.cast::<ZoneConf>().as_ref(),
-            pool: &mut *shm.addr.cast::<ngx_slab_pool_t>(),
+            pool,
             exists: shm.exists != 0,
             bytes: shm.size,
             log: shm.log,
-        }
+        })
+    };
+    let Some(init) = init else {
+        return Status::NGX_ERROR.into();
     };
     let ok = match init.old {
         Some(old) => reuse(init.zone, old, init.bytes, init.log),
         // A zone inherited from a previous binary (Windows only): the
         // slab pool's data pointer leads to the header.
-        None if init.exists => adopt(init.zone, init.pool.data.cast(), init.bytes, init.log),
+        None if init.exists => {
+            let header = init.pool.as_ref().data.cast();
+            adopt(init.zone, header, init.bytes, init.log)
+        }
         None => create(init),
     };
     match ok {
@@ -142,12 +149,12 @@ fn reuse(zone: &mut ZoneConf, old: &ZoneConf, bytes: usize, log: *mut ngx_log_t)
 fn create(init: Init<'_>) -> Result<(), ()> {
     let Init {
         zone,
-        pool,
+        mut pool,
         log,
         bytes,
         ..
     } = init;
-    let space = allocate(pool, zone, log).ok_or(())?;
+    let space = allocate(&pool, zone, log).ok_or(())?;
     // A Redis-backed zone hashes keys alike on every gateway of a cluster
     // (its seed comes from the configuration) and draws a random gateway
     // id instead, under which it writes its counts.
@@ -191,7 +198,7 @@ fn create(init: Init<'_>) -> Result<(), ()> {
         return Err(());
     }
     // The pool's data pointer tells a later cycle where the header is.
-    pool.data = zone.header.cast();
+    pool.as_mut().data = zone.header.cast();
     if let Some(old) = previous {
         crate::resize::carry(zone, old, log);
         carry_overrides(zone, old, log);
@@ -235,16 +242,16 @@ struct Space {
     len: usize,
 }
 
-/// `ngx_slab_alloc` of `len` bytes from `pool` (null when it has no room).
-fn slab_alloc(pool: &mut ngx_slab_pool_t, len: usize) -> *mut u8 {
-    // SAFETY: a plain slab allocation from a pool nginx initialised.
-    unsafe { ngx_slab_alloc(pool, len) }.cast()
+/// `ngx_slab_alloc` of `layout` from `pool` (null when it has no room).
+fn slab_alloc(pool: &SlabPool, layout: Layout) -> *mut u8 {
+    pool.allocate(layout)
+        .map_or(ptr::null_mut(), |p| p.cast::<u8>().as_ptr())
 }
 
 /// Allocates the header, then takes every free page of the slab pool for
 /// the table; logs an `[emerg]` and returns None when memory runs out.
-fn allocate(pool: &mut ngx_slab_pool_t, zone: &ZoneConf, log: *mut ngx_log_t) -> Option<Space> {
-    let header = slab_alloc(pool, size_of::<ZoneHeader>()).cast::<ZoneHeader>();
+fn allocate(pool: &SlabPool, zone: &ZoneConf, log: *mut ngx_log_t) -> Option<Space> {
+    let header = slab_alloc(pool, Layout::new::<ZoneHeader>()).cast::<ZoneHeader>();
     if header.is_null() {
         ngx_log_error!(
             NGX_LOG_EMERG,
@@ -256,10 +263,11 @@ fn allocate(pool: &mut ngx_slab_pool_t, zone: &ZoneConf, log: *mut ngx_log_t) ->
     }
     // SAFETY: ngx_pagesize_shift is set once at startup.
     let shift = unsafe { ngx_pagesize_shift };
-    let mut pages = pool.pfree;
+    let mut pages = pool.as_ref().pfree;
     while pages > 0 {
         let len = pages << shift;
-        let region = slab_alloc(pool, len);
+        let region =
+            Layout::from_size_align(len, 1).map_or(ptr::null_mut(), |l| slab_alloc(pool, l));
         if !region.is_null() {
             return Some(Space {
                 header,

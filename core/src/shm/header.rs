@@ -148,6 +148,12 @@ pub struct ZoneHeader {
     pub charge: ChargeStats,
 }
 
+// SAFETY: shared by every worker and the sync thread by design: its
+// counters, lease and queues are atomics, and its plain fields (the stamp,
+// where the parts are, the gateway id) are written once by `format`,
+// before any reference to the header exists, and only read afterwards.
+unsafe impl Sync for ZoneHeader {}
+
 impl ZoneHeader {
     /// A new zone's header: the parts it describes, every counter and
     /// lease at zero.
