@@ -94,8 +94,8 @@ fn add_ietf(r: &mut Request, d: &Decision) {
 /// straight into one pool buffer, which the headers then point at.
 fn add_numbers(r: &mut Request, d: &Decision) {
     // Pool memory of the request: the headers point into it.
-    let pool = r.pool();
-    let Some(buf) = pool_copy(&pool, &[0; NUMBERS * 10]) else {
+    let mut pool = r.pool();
+    let Some(buf) = pool_copy(&mut pool, &[0; NUMBERS * 10]) else {
         return;
     };
     let ([retry, limit, remaining, reset], _) = buf.as_chunks_mut::<10>() else {

@@ -125,9 +125,9 @@ impl Timer {
 /// A copy of `bytes` in `pool` (alignment 1), or None when the pool is out
 /// of memory. The copy lives as long as the pool, which outlives any
 /// handle of it (a request's `r.pool()`, say): nothing else refers to it.
-pub fn pool_copy<'p>(pool: &'p Pool, bytes: &[u8]) -> Option<&'p mut [u8]> {
+pub fn pool_copy<'p>(pool: &'p mut Pool, bytes: &[u8]) -> Option<&'p mut [u8]> {
     let len = bytes.len();
-    let at = Allocator::allocate(pool, Layout::array::<u8>(len).ok()?).ok()?;
+    let at = Allocator::allocate(&*pool, Layout::array::<u8>(len).ok()?).ok()?;
     let at = at.cast::<u8>().as_ptr();
     // SAFETY: `allocate` gave `len` fresh bytes of the pool (a dangling,
     // aligned pointer when `len` is 0), which no one else refers to and
@@ -139,7 +139,7 @@ pub fn pool_copy<'p>(pool: &'p Pool, bytes: &[u8]) -> Option<&'p mut [u8]> {
 }
 
 /// `bytes` copied into `pool`, as an nginx string (None: out of memory).
-pub fn pool_str(pool: &Pool, bytes: &[u8]) -> Option<ngx_str_t> {
+pub fn pool_str(pool: &mut Pool, bytes: &[u8]) -> Option<ngx_str_t> {
     let copy = pool_copy(pool, bytes)?;
     Some(ngx_str_t {
         len: copy.len(),
@@ -150,7 +150,7 @@ pub fn pool_str(pool: &Pool, bytes: &[u8]) -> Option<ngx_str_t> {
 /// Appends an output header `name: value` to the response, the value
 /// copied into the request's pool.
 pub fn add_header(r: &mut Request, name: &'static str, value: &[u8]) -> Option<()> {
-    let value = pool_str(&r.pool(), value)?;
+    let value = pool_str(&mut r.pool(), value)?;
     add_pooled_header(r, name, value)
 }
 
