@@ -63,20 +63,35 @@ fn log_phase(r: &mut Request) -> ngx_int_t {
     if !r.is_main() {
         return Status::NGX_OK.into();
     }
-    let raw = r.into();
-    // SAFETY: r is a valid main request; nothing else holds its entries
-    // while this handler runs.
-    let (held, status) = unsafe { (count_status::held_mut(raw), count_status::final_status(raw)) };
-    let Some(held) = held else {
-        return Status::NGX_OK.into();
-    };
-    for h in held.iter_mut() {
-        if !h.charge.is_null() && h.counts(status) {
-            h.charged = read(r, h);
+    with_kept(r, |held, status| {
+        for h in held.into_iter().flatten() {
+            if !h.charge.is_null() && h.counts(status) {
+                h.charged = read(r, h);
+            }
+            h.read = true;
         }
-        h.read = true;
-    }
+    });
     Status::NGX_OK.into()
+}
+
+/// Runs `f` over the admissions kept for `r`'s main request, if any, and
+/// the main request's final status (`count_status::final_status`).
+///
+/// The entries live in the main request's pool; the two callers (the LOG
+/// phase handler and the variable's getter) run one at a time on the
+/// event loop thread, and `f` does not call back here, so no other
+/// reference to them is alive while `f` runs.
+fn with_kept<T>(r: &Request, f: impl FnOnce(Option<&mut [Held]>, usize) -> T) -> T {
+    let main = r.as_ref().main;
+    // SAFETY: nginx's main request of a valid request is valid and
+    // outlives it; no other reference to its entries is alive (above).
+    let (held, status) = unsafe {
+        (
+            count_status::held_mut(main),
+            count_status::final_status(main),
+        )
+    };
+    f(held, status)
 }
 
 /// Adds `$rate_limit_window_charge`: what the request counts once settled
@@ -109,18 +124,10 @@ variable_get!(get_charge, charge_value);
 
 /// `$rate_limit_window_charge` (see `register_variable`).
 fn charge_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
-    let main = r.as_ref().main;
-    // SAFETY: nginx's main request of a valid request outlives it; its
-    // entries are only read here.
-    let (held, status) = unsafe {
-        (
-            count_status::held_mut(main),
-            count_status::final_status(main),
-        )
-    };
-    let count = held
-        .and_then(|h| h.iter().find(|h| !h.charge.is_null() && h.read))
-        .map(|h| final_count(h.admission.cost(), h.counts(status), h.charged));
+    let count = with_kept(r, |held, status| {
+        held.and_then(|h| h.iter().find(|h| !h.charge.is_null() && h.read))
+            .map(|h| final_count(h.admission.cost(), h.counts(status), h.charged))
+    });
     let text = count.map(|n| n.to_string()).unwrap_or_default();
     crate::variables::set(r, v, text.as_bytes())
 }

@@ -6,14 +6,14 @@
 use core::fmt::Write as _;
 
 use nginx_sys::{
-    ngx_http_output_header_filter_pt, ngx_http_top_header_filter, ngx_int_t, ngx_pnalloc, ngx_str_t,
+    ngx_http_output_header_filter_pt, ngx_http_top_header_filter, ngx_int_t, ngx_str_t,
 };
 use ngx::http::Request;
 
 use crate::conf::{HEADERS_IETF, HEADERS_ON};
 use crate::decision::{self, Decision, Verdict};
 use crate::req::request_handler;
-use crate::util::{add_header, add_pooled_header};
+use crate::util::{add_header, add_pooled_header, pool_copy};
 
 /// The next header filter in the chain.
 static mut NEXT_HEADER_FILTER: ngx_http_output_header_filter_pt = None;
@@ -93,15 +93,12 @@ fn add_ietf(r: &mut Request, d: &Decision) {
 /// limit with `rate_limit_window_headers on`. Every number is formatted
 /// straight into one pool buffer, which the headers then point at.
 fn add_numbers(r: &mut Request, d: &Decision) {
-    // SAFETY: the request's pool is valid for the request's lifetime. A
-    // non-null buf has room for NUMBERS arrays of 10 bytes (alignment 1):
-    // fresh pool memory that nothing else refers to, living as long as the
-    // request.
-    let Some([retry, limit, remaining, reset]) = (unsafe {
-        ngx_pnalloc(r.as_ref().pool, NUMBERS * 10)
-            .cast::<[[u8; 10]; NUMBERS]>()
-            .as_mut()
-    }) else {
+    // Pool memory of the request: the headers point into it.
+    let mut pool = r.pool();
+    let Some(buf) = pool_copy(&mut pool, &[0; NUMBERS * 10]) else {
+        return;
+    };
+    let ([retry, limit, remaining, reset], _) = buf.as_chunks_mut::<10>() else {
         return;
     };
     if d.verdict == Verdict::Rejected {

@@ -5,8 +5,8 @@
 //! feature code never touches the raw `ngx_http_request_t`.
 
 use nginx_sys::{
-    ngx_http_arg, ngx_http_client_body_handler_pt, ngx_http_read_client_request_body,
-    ngx_http_request_t, ngx_http_variable_value_t, ngx_int_t, ngx_str_t,
+    ngx_http_client_body_handler_pt, ngx_http_read_client_request_body, ngx_http_request_t,
+    ngx_http_variable_value_t, ngx_int_t,
 };
 use ngx::core::Status;
 use ngx::http::Request;
@@ -119,18 +119,22 @@ pub fn body_bytes(r: &Request, max: usize) -> Option<Vec<u8>> {
 
 /// A query argument's raw (still percent-encoded) value.
 pub fn arg<'r>(r: &'r Request, name: &str) -> Option<&'r [u8]> {
-    let mut v = ngx_str_t::empty();
-    // SAFETY: the request is valid; ngx_http_arg only reads `name` and the
-    // request's args, and points `v` into r->args, whose bytes live as long
-    // as the request.
-    unsafe {
-        let r = core::ptr::from_ref(r).cast_mut().cast();
-        let rc = ngx_http_arg(r, name.as_ptr().cast_mut(), name.len(), &mut v);
-        (rc == Status::NGX_OK.into()).then(|| match v.len {
-            0 => &[][..],
-            n => core::slice::from_raw_parts(v.data, n),
-        })
-    }
+    query_arg(r.as_ref().args.as_bytes(), name.as_bytes())
+}
+
+/// `ngx_http_arg`'s rule over a query string `args`: the value of the first
+/// `name=` (ASCII case-insensitive) that starts the string or follows a
+/// `&`, up to the next `&`. `name` holds no `&`.
+fn query_arg<'a>(args: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    let n = name.len();
+    (0..args.len().saturating_sub(n)).find_map(|i| {
+        let starts = i == 0 || args[i - 1] == b'&';
+        if !starts || args[i + n] != b'=' || !args[i..i + n].eq_ignore_ascii_case(name) {
+            return None;
+        }
+        let value = &args[i + n + 1..];
+        Some(&value[..value.iter().position(|&c| c == b'&').unwrap_or(value.len())])
+    })
 }
 
 /// The client's address in text (the connection's `addr_text`).

@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 
 use nginx_sys::{ngx_log_t, NGX_LOG_ERR, NGX_LOG_NOTICE, NGX_LOG_WARN};
 use ngx::ngx_log_error;
-use rate_limit_window_core::cluster::{Claim, Ledger};
+use rate_limit_window_core::cluster::Claim;
 use rate_limit_window_core::fleet::{Diff, Profile};
 
 use crate::redis_link::{Link, LinkError, LinkErrorKind, RedisTarget};
@@ -209,10 +209,7 @@ pub fn log_outage(log: *mut ngx_log_t, zone: &ZoneConf, header: &ZoneHeader, for
 
 fn run(job: Job, stop: &AtomicBool) {
     let (table, header) = (job.table, job.header);
-    // SAFETY: the ledger region was carved out of the zone for this table.
-    let Some(ledger) =
-        (unsafe { Ledger::over(header.ledger, header.ledger_len, table.capacity()) })
-    else {
+    let Some(ledger) = header.ledger(table.capacity()) else {
         return;
     };
     let owner = Owner::new(header, job.sync_ms);

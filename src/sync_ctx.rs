@@ -32,11 +32,6 @@ pub(crate) struct Job {
     pub header: &'static ZoneHeader,
 }
 
-// SAFETY: the references are to the cycle's configuration and to shared
-// memory, both alive until the thread is joined (see `Job`: `'static` is
-// that promise); the table and header are only used through atomics.
-unsafe impl Send for Job {}
-
 /// Wall-clock epoch ms (the sync thread cannot read nginx's cached clock).
 pub(crate) fn epoch_ms() -> u64 {
     SystemTime::now()

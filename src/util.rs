@@ -2,6 +2,7 @@
 //! the clock, strings in pool memory, tagged pool cleanups, and output
 //! headers.
 
+use core::alloc::Layout;
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::ptr;
@@ -11,6 +12,8 @@ use nginx_sys::{
     ngx_exiting, ngx_list_push, ngx_log_t, ngx_msec_t, ngx_pool_t, ngx_quit, ngx_str_t,
     ngx_table_elt_t, ngx_terminate, ngx_variable_value_t, ngx_worker,
 };
+use ngx::allocator::Allocator;
+use ngx::core::Pool;
 use ngx::http::Request;
 
 /// A pool cleanup handler that also tags its entry as ours.
@@ -119,11 +122,35 @@ impl Timer {
     }
 }
 
+/// A copy of `bytes` in `pool` (alignment 1), or None when the pool is out
+/// of memory. The copy lives as long as the pool, which outlives any
+/// handle of it (a request's `r.pool()`, say): nothing else refers to it.
+pub fn pool_copy<'p>(pool: &'p mut Pool, bytes: &[u8]) -> Option<&'p mut [u8]> {
+    let len = bytes.len();
+    let at = Allocator::allocate(&*pool, Layout::array::<u8>(len).ok()?).ok()?;
+    let at = at.cast::<u8>().as_ptr();
+    // SAFETY: `allocate` gave `len` fresh bytes of the pool (a dangling,
+    // aligned pointer when `len` is 0), which no one else refers to and
+    // which live as long as the pool; the copy initialises all of them.
+    unsafe {
+        ptr::copy_nonoverlapping(bytes.as_ptr(), at, len);
+        Some(core::slice::from_raw_parts_mut(at, len))
+    }
+}
+
+/// `bytes` copied into `pool`, as an nginx string (None: out of memory).
+pub fn pool_str(pool: &mut Pool, bytes: &[u8]) -> Option<ngx_str_t> {
+    let copy = pool_copy(pool, bytes)?;
+    Some(ngx_str_t {
+        len: copy.len(),
+        data: copy.as_mut_ptr(),
+    })
+}
+
 /// Appends an output header `name: value` to the response, the value
 /// copied into the request's pool.
 pub fn add_header(r: &mut Request, name: &'static str, value: &[u8]) -> Option<()> {
-    // SAFETY: the request's pool is valid and outlives the response.
-    let value = unsafe { ngx_str_t::from_bytes(r.as_ref().pool, value) }?;
+    let value = pool_str(&mut r.pool(), value)?;
     add_pooled_header(r, name, value)
 }
 

@@ -60,8 +60,7 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
 
 /// Sets `v` to `bytes` copied into the request pool.
 pub fn set(r: &Request, v: &mut ngx_http_variable_value_t, bytes: &[u8]) -> ngx_int_t {
-    // SAFETY: the request's pool is valid for the request's lifetime.
-    let Some(s) = (unsafe { ngx_str_t::from_bytes(r.as_ref().pool, bytes) }) else {
+    let Some(s) = crate::util::pool_str(&mut r.pool(), bytes) else {
         return Status::NGX_ERROR.into();
     };
     v.data = if s.len == 0 { ptr::null_mut() } else { s.data };

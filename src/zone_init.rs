@@ -5,21 +5,22 @@
 //! slab pool in one allocation and format it with the core's `Table::init`.
 //! The slab pool's `data` pointer remembers where the zone header is.
 
+use core::alloc::Layout;
 use core::ffi::c_void;
 use core::ptr;
 
 use nginx_sys::{
-    ngx_int_t, ngx_log_t, ngx_pagesize_shift, ngx_shm_zone_t, ngx_slab_alloc, ngx_slab_pool_t,
-    NGX_LOG_EMERG, NGX_LOG_NOTICE,
+    ngx_int_t, ngx_log_t, ngx_pagesize_shift, ngx_shm_zone_t, NGX_LOG_EMERG, NGX_LOG_NOTICE,
 };
-use ngx::core::Status;
+use ngx::allocator::Allocator;
+use ngx::core::{SlabPool, Status};
 use ngx::ngx_log_error;
 use rate_limit_window_core::conf_error::zone_change;
-use rate_limit_window_core::overrides::Overrides;
 use rate_limit_window_core::seed::seed_from;
-use rate_limit_window_core::{hash_with_seed, Table, TableError};
+use rate_limit_window_core::shm::{self, Expect, Format, Parts, Zone};
+use rate_limit_window_core::{hash_with_seed, TableError};
 
-use crate::zone::{override_region_bytes, Layout, ZoneConf, ZoneHeader};
+use crate::zone::{ZoneConf, ZoneHeader};
 
 /// A per-zone random seed for the keyed hash, so nobody can aim collisions
 /// at a client: `getrandom(2)`, retried when interrupted. There is no weak
@@ -76,9 +77,11 @@ struct Init<'a> {
     /// The old cycle's, on a reload onto the same name and size.
     old: Option<&'a ZoneConf>,
     /// The zone's slab pool, ours alone until init returns.
-    pool: &'a mut ngx_slab_pool_t,
+    pool: SlabPool,
     /// Whether the zone was inherited from a previous binary (Windows).
     exists: bool,
+    /// The zone's size (bytes), as nginx mapped it.
+    bytes: usize,
     log: *mut ngx_log_t,
 }
 
@@ -91,19 +94,26 @@ pub extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) ->
     // over the zone before init, and it is ours alone until init returns.
     let init = unsafe {
         let shm = &(*shm_zone).shm;
-        Init {
+        SlabPool::from_shm_zone(&*shm_zone).map(|pool| Init {
             zone: &mut *(*shm_zone).data.cast::<ZoneConf>(),
             old: data.cast::<ZoneConf>().as_ref(),
-            pool: &mut *shm.addr.cast::<ngx_slab_pool_t>(),
+            pool,
             exists: shm.exists != 0,
+            bytes: shm.size,
             log: shm.log,
-        }
+        })
+    };
+    let Some(init) = init else {
+        return Status::NGX_ERROR.into();
     };
     let ok = match init.old {
-        Some(old) => reuse(init.zone, old, init.log),
+        Some(old) => reuse(init.zone, old, init.bytes, init.log),
         // A zone inherited from a previous binary (Windows only): the
         // slab pool's data pointer leads to the header.
-        None if init.exists => adopt(init.zone, init.pool.data.cast(), init.log),
+        None if init.exists => {
+            let header = init.pool.as_ref().data.cast();
+            adopt(init.zone, header, init.bytes, init.log)
+        }
         None => create(init),
     };
     match ok {
@@ -114,7 +124,7 @@ pub extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) ->
 
 /// A reload onto a zone of the same name and size: adopts it when its
 /// hashing, window and mode are unchanged.
-fn reuse(zone: &mut ZoneConf, old: &ZoneConf, log: *mut ngx_log_t) -> Result<(), ()> {
+fn reuse(zone: &mut ZoneConf, old: &ZoneConf, bytes: usize, log: *mut ngx_log_t) -> Result<(), ()> {
     if !same_hashing_and_window(zone, old, log) {
         return Err(());
     }
@@ -131,16 +141,20 @@ fn reuse(zone: &mut ZoneConf, old: &ZoneConf, log: *mut ngx_log_t) -> Result<(),
         );
         return Err(());
     }
-    adopt(zone, old.header, log)
+    adopt(zone, old.header, bytes, log)
 }
 
 /// A new zone: allocates and formats it, then carries over the clients of
 /// the running cycle's zone (a resize) or of the state file.
 fn create(init: Init<'_>) -> Result<(), ()> {
     let Init {
-        zone, pool, log, ..
+        zone,
+        mut pool,
+        log,
+        bytes,
+        ..
     } = init;
-    let space = allocate(pool, zone, log).ok_or(())?;
+    let space = allocate(&pool, zone, log).ok_or(())?;
     // A Redis-backed zone hashes keys alike on every gateway of a cluster
     // (its seed comes from the configuration) and draws a random gateway
     // id instead, under which it writes its counts.
@@ -168,7 +182,12 @@ fn create(init: Init<'_>) -> Result<(), ()> {
             .or(saved.as_ref().map(|f| f.seed))
             .unwrap_or(random),
     };
-    if let Err(e) = format(zone, space, seed, random[0].max(1)) {
+    let ids = Ids {
+        zone_bytes: bytes,
+        seed,
+        gateway_id: random[0].max(1),
+    };
+    if let Err(e) = format(zone, space, ids) {
         ngx_log_error!(
             NGX_LOG_EMERG,
             log,
@@ -179,7 +198,7 @@ fn create(init: Init<'_>) -> Result<(), ()> {
         return Err(());
     }
     // The pool's data pointer tells a later cycle where the header is.
-    pool.data = zone.header.cast();
+    pool.as_mut().data = zone.header.cast();
     if let Some(old) = previous {
         crate::resize::carry(zone, old, log);
         carry_overrides(zone, old, log);
@@ -223,16 +242,16 @@ struct Space {
     len: usize,
 }
 
-/// `ngx_slab_alloc` of `len` bytes from `pool` (null when it has no room).
-fn slab_alloc(pool: &mut ngx_slab_pool_t, len: usize) -> *mut u8 {
-    // SAFETY: a plain slab allocation from a pool nginx initialised.
-    unsafe { ngx_slab_alloc(pool, len) }.cast()
+/// `ngx_slab_alloc` of `layout` from `pool` (null when it has no room).
+fn slab_alloc(pool: &SlabPool, layout: Layout) -> *mut u8 {
+    pool.allocate(layout)
+        .map_or(ptr::null_mut(), |p| p.cast::<u8>().as_ptr())
 }
 
 /// Allocates the header, then takes every free page of the slab pool for
 /// the table; logs an `[emerg]` and returns None when memory runs out.
-fn allocate(pool: &mut ngx_slab_pool_t, zone: &ZoneConf, log: *mut ngx_log_t) -> Option<Space> {
-    let header = slab_alloc(pool, size_of::<ZoneHeader>()).cast::<ZoneHeader>();
+fn allocate(pool: &SlabPool, zone: &ZoneConf, log: *mut ngx_log_t) -> Option<Space> {
+    let header = slab_alloc(pool, Layout::new::<ZoneHeader>()).cast::<ZoneHeader>();
     if header.is_null() {
         ngx_log_error!(
             NGX_LOG_EMERG,
@@ -244,10 +263,11 @@ fn allocate(pool: &mut ngx_slab_pool_t, zone: &ZoneConf, log: *mut ngx_log_t) ->
     }
     // SAFETY: ngx_pagesize_shift is set once at startup.
     let shift = unsafe { ngx_pagesize_shift };
-    let mut pages = pool.pfree;
+    let mut pages = pool.as_ref().pfree;
     while pages > 0 {
         let len = pages << shift;
-        let region = slab_alloc(pool, len);
+        let region =
+            Layout::from_size_align(len, 1).map_or(ptr::null_mut(), |l| slab_alloc(pool, l));
         if !region.is_null() {
             return Some(Space {
                 header,
@@ -266,79 +286,70 @@ fn allocate(pool: &mut ngx_slab_pool_t, zone: &ZoneConf, log: *mut ngx_log_t) ->
     None
 }
 
-/// Where the parts of a new zone go in its region: the override table at
-/// the end (the memory `overrides=` added), and a Redis-backed zone gives
-/// half of the rest to the sync ledger.
-fn layout(zone: &ZoneConf, space: &Space, gateway_id: u64) -> Result<Layout, TableError> {
-    let ovr_len = override_region_bytes(zone.overrides_cap);
-    let len = space.len.checked_sub(ovr_len).ok_or(TableError::TooSmall)?;
-    let (table_len, ledger_len) = if zone.redis.is_some() {
-        let t = len / 2 / 64 * 64;
-        (t, len - t)
-    } else {
-        (len, 0)
-    };
-    let region = space.region;
-    Ok(Layout {
-        table: region,
-        table_len,
-        ledger: if ledger_len > 0 {
-            region.wrapping_add(table_len)
-        } else {
-            ptr::null_mut()
-        },
-        ledger_len,
-        overrides: (region.wrapping_add(len), ovr_len),
-        gateway_id,
-    })
+/// What a new zone is formatted with besides its configuration.
+struct Ids {
+    /// The zone's size (bytes), as nginx mapped it.
+    zone_bytes: usize,
+    /// The key hash's seed.
+    seed: [u64; 2],
+    /// This gateway's id in the cluster store (never 0).
+    gateway_id: u64,
 }
 
 /// Formats the table (and a Redis zone's ledger, and the override table)
-/// in `space`, writes the zone header and points the zone at them.
-fn format(
-    zone: &mut ZoneConf,
-    space: Space,
-    seed: [u64; 2],
-    gateway_id: u64,
-) -> Result<(), TableError> {
+/// in `space`, writes the zone header and points the zone at them
+/// (`shm::format`).
+fn format(zone: &mut ZoneConf, space: Space, ids: Ids) -> Result<(), TableError> {
     advise_huge_pages(space.region, space.len);
-    let l = layout(zone, &space, gateway_id)?;
-    let (ovr, ovr_len) = l.overrides;
-    // SAFETY: `space` comes from `allocate` (see `Space`): fresh,
-    // page-aligned zone memory, ours alone during init. `layout` cut it
-    // into disjoint parts at multiples of 64 bytes (so each part is 64-byte
-    // aligned); the header is its own slab allocation, sized for one.
-    let (overrides, table) = unsafe {
-        let overrides =
-            Overrides::init(ovr, ovr_len, zone.overrides_cap).map_err(|_| TableError::TooSmall)?;
-        if l.ledger_len > 0 {
-            ptr::write_bytes(l.ledger, 0, l.ledger_len);
-        }
-        let table = Table::init_mode(space.region, l.table_len, zone.window, seed, zone.mode)?;
-        space.header.write(ZoneHeader::new(l));
-        (overrides, table)
+    let parts = Parts::split(
+        space.region,
+        space.len,
+        zone.overrides_cap,
+        zone.redis.is_some(),
+    )?;
+    let f = Format {
+        zone_bytes: ids.zone_bytes,
+        window: zone.window,
+        mode: zone.mode,
+        seed: ids.seed,
+        gateway_id: ids.gateway_id,
+        overrides_cap: zone.overrides_cap,
+        with_ledger: zone.redis.is_some(),
     };
-    zone.header = space.header;
-    zone.table = Some(table);
-    zone.overrides = Some(overrides);
+    // SAFETY: `space` comes from `allocate` (see `Space`): fresh,
+    // page-aligned zone memory, ours alone during init and mapped for as
+    // long as the zone; `split` cut the region into its parts, and the
+    // header is its own slab allocation, sized for one.
+    let z = unsafe { shm::format(space.header, &parts, &f) }?;
+    set(zone, z);
     Ok(())
 }
 
-/// Adopts a zone formatted by an earlier cycle, after validating both
-/// headers (ours, then the table's magic, layout version and window).
-fn adopt(zone: &mut ZoneConf, header: *mut ZoneHeader, log: *mut ngx_log_t) -> Result<(), ()> {
-    // SAFETY: header is null or the first allocation an earlier init made
-    // in this same zone, which nginx kept mapped at the same address.
-    let Some(h) = (unsafe { header.as_ref() }).filter(|h| h.is_ours()) else {
-        ngx_log_error!(
-            NGX_LOG_EMERG,
-            log,
-            "rate_limit_window_zone \"{}\": cannot reuse the zone: bad zone header; restart nginx or use a new zone name",
-            zone.name
-        );
-        return Err(());
+/// Points the zone at its header, table and override table.
+fn set(zone: &mut ZoneConf, z: Zone<'static>) {
+    zone.header = ptr::from_ref(z.header).cast_mut();
+    zone.table = Some(z.table);
+    zone.overrides = Some(z.overrides);
+}
+
+/// Adopts a zone formatted by an earlier cycle, after `shm::adopt`
+/// checked it (its header's magic, layout version and sizes, then the
+/// table's window, mode and capacity, and the override table).
+fn adopt(
+    zone: &mut ZoneConf,
+    header: *const ZoneHeader,
+    bytes: usize,
+    log: *mut ngx_log_t,
+) -> Result<(), ()> {
+    let want = Expect {
+        zone_bytes: bytes,
+        window: zone.window,
+        mode: zone.mode,
     };
-    let t = h.table(zone.window, zone.mode).map_err(|e| {
+    // SAFETY: header is null or the first allocation an earlier init made
+    // in this same zone (`bytes` long), which nginx kept mapped at the same
+    // address for as long as the zone.
+    let z = unsafe { shm::adopt(header, &want) }.map_err(|e| {
         ngx_log_error!(
             NGX_LOG_EMERG,
             log,
@@ -347,18 +358,7 @@ fn adopt(zone: &mut ZoneConf, header: *mut ZoneHeader, log: *mut ngx_log_t) -> R
             e
         );
     })?;
-    let Some(o) = h.overrides() else {
-        ngx_log_error!(
-            NGX_LOG_EMERG,
-            log,
-            "rate_limit_window_zone \"{}\": cannot reuse the zone: no override table; restart nginx or use a new zone name",
-            zone.name
-        );
-        return Err(());
-    };
-    zone.header = header;
-    zone.table = Some(t);
-    zone.overrides = Some(o);
+    set(zone, z);
     Ok(())
 }
 

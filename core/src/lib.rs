@@ -83,6 +83,7 @@ pub mod parse;
 pub mod redis_url;
 pub mod reference;
 pub mod seed;
+pub mod shm;
 pub mod state;
 pub mod strict;
 pub mod table;

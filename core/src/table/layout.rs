@@ -17,9 +17,16 @@ pub const PROBE: usize = 16;
 pub const CHOICES: usize = 2;
 /// Bytes per slot.
 pub const SLOT_BYTES: usize = 16;
-/// `b"RLWINDOW"` read as a little-endian u64.
+/// `b"RLWINDOW"` read as a little-endian u64: the one magic of a zone's
+/// shared memory, at the start of the zone header
+/// ([`crate::shm::ZoneHeader`]) and of the table's own header.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RLWINDOW");
-/// Version of the region layout; bumped on any incompatible change.
+/// Version of the whole zone's layout (the zone header, the table region
+/// and its slots' bits, the override region: see [`crate::shm`]), in the
+/// zone header and the table's header, and of the slot words a state file
+/// saves; bumped on any incompatible change of any of them. (3: the strict
+/// mode's slots; the zone header took this magic and version at 3, and
+/// the zone headers before it, magic `RLWZONE1`..`RLWZONEA`, never match.)
 pub const LAYOUT_VERSION: u32 = 3;
 
 /// Slot arrays above this size prefetch the second candidate group's home

@@ -1,0 +1,120 @@
+//! Counter groups of the zone header ([`ZoneHeader`](super::ZoneHeader))
+//! that belong to one feature each: held requests (`delay=`), invalid
+//! charges (`charge=`) and the cluster sync's measurements and fleet view.
+//! Plain atomics in shared memory, written by every worker (the sync
+//! thread for [`SyncStats`]) and kept across reloads.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// Per-zone counters of held requests, in the zone header (shared by every
+/// worker, kept across reloads).
+#[repr(C)]
+#[derive(Default)]
+pub struct DelayStats {
+    /// Held, then admitted.
+    pub admitted: AtomicU64,
+    /// Held, then rejected (the room was taken and the wait no longer fit).
+    pub rejected: AtomicU64,
+    /// Held, then the client went away: never counted by the limits.
+    pub abandoned: AtomicU64,
+    /// Dry run: would have been held.
+    pub dry_run: AtomicU64,
+    /// Total wait of the admitted ones (ms).
+    pub wait_ms: AtomicU64,
+    /// Held now, by every worker.
+    pub held: AtomicU64,
+    /// Refused at once because their client's share of the queue was full
+    /// (its turn, behind its held requests, would come after `delay`).
+    pub share_full: AtomicU64,
+}
+
+/// How long invalid charges of a zone must stop before the next one is
+/// logged again, as a new episode (ms).
+const EPISODE_QUIET_MS: u64 = 60_000;
+
+/// Invalid charges of one zone, in its shared header (all workers).
+#[derive(Default)]
+pub struct ChargeStats {
+    /// Charges that were empty or not an integer (`cost=` counted instead).
+    pub invalid: AtomicU64,
+    /// Epoch ms + 1 of the latest invalid charge (0: never), for episodes.
+    last_invalid: AtomicU64,
+}
+
+impl ChargeStats {
+    /// Counts an invalid charge at `now_ms`; true when it starts a new
+    /// episode (none in the `EPISODE_QUIET_MS` before it), to be logged.
+    pub fn note_invalid(&self, now_ms: u64) -> bool {
+        self.invalid.fetch_add(1, Ordering::Relaxed);
+        let stamp = now_ms.saturating_add(1);
+        let prev = self.last_invalid.fetch_max(stamp, Ordering::Relaxed);
+        prev == 0 || now_ms.saturating_sub(prev - 1) > EPISODE_QUIET_MS
+    }
+}
+
+/// Sync measurements and fleet view of a zone.
+#[derive(Default)]
+#[repr(C)]
+pub struct SyncStats {
+    /// Sum of the durations of sync rounds that went through (ms): the
+    /// `sync_round_seconds` summary's sum.
+    pub round_ms_sum: AtomicU64,
+    /// Sync rounds that went through: the summary's count.
+    pub round_count: AtomicU64,
+    /// 99th percentile of the last 200 rounds' durations (ms).
+    pub round_p99_ms: AtomicU64,
+    /// Keys written by the last round.
+    pub last_pushed: AtomicU64,
+    /// Keys read back by the last round.
+    pub last_read: AtomicU64,
+    /// Keys read back, all rounds.
+    pub read_total: AtomicU64,
+    /// Clients flagged near their limit in the current window (as far as
+    /// this gateway has read the window's hot list).
+    pub flagged: AtomicU64,
+    /// Requests of other gateways added here by the sync.
+    pub received: AtomicU64,
+    /// Smallest limit a request of the zone was admitted against (0: none).
+    pub min_limit: AtomicU64,
+    /// Gateways seen in the last minute with this zone's profile (this one
+    /// included; 0: not read yet).
+    pub peers: AtomicU64,
+    /// Gateways seen in the last minute with another profile.
+    pub mismatched: AtomicU64,
+    /// What differs (`fleet::Diff::bits`), 0 while nothing does.
+    pub diff: AtomicU64,
+    /// Mismatch episodes so far.
+    pub episode: AtomicU64,
+    /// The last mismatch episode logged.
+    pub logged_episode: AtomicU64,
+}
+
+impl SyncStats {
+    /// Notes a limit a request was admitted against.
+    pub fn note_limit(&self, limit: u32) {
+        let limit = u64::from(limit);
+        let mut cur = self.min_limit.load(Ordering::Relaxed);
+        while cur == 0 || limit < cur {
+            match self.min_limit.compare_exchange_weak(
+                cur,
+                limit,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(c) => cur = c,
+            }
+        }
+    }
+
+    /// Records the fleet as last read: a new episode starts when a mismatch
+    /// appears or what differs changes.
+    pub fn set_fleet(&self, peers: u64, mismatched: u64, diff: u64) {
+        self.peers.store(peers, Ordering::Relaxed);
+        self.mismatched.store(mismatched, Ordering::Relaxed);
+        let old = self.diff.swap(diff, Ordering::Relaxed);
+        if diff != 0 && diff != old {
+            self.episode.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
