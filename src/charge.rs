@@ -15,6 +15,8 @@
 //! An empty or invalid charge keeps `cost=`: one `warn` per zone and
 //! episode, every one counted in `rate_limit_window_invalid_charge_total`.
 
+use core::cell::Cell;
+
 use nginx_sys::{
     ngx_conf_t, ngx_http_phases_NGX_HTTP_LOG_PHASE, ngx_http_variable_value_t, ngx_int_t,
     ngx_uint_t, NGX_LOG_WARN,
@@ -26,6 +28,7 @@ use rate_limit_window_core::charge::{final_count, parse_charge};
 use rate_limit_window_core::parse::escape;
 
 use crate::count_status::{self, Held};
+use crate::pool::main_of;
 use crate::req::{request_handler, variable_get};
 use crate::zone::ZoneConf;
 use crate::Module;
@@ -63,18 +66,17 @@ fn log_phase(r: &mut Request) -> ngx_int_t {
     if !r.is_main() {
         return Status::NGX_OK.into();
     }
-    let raw = r.into();
-    // SAFETY: r is a valid main request; nothing else holds its entries
-    // while this handler runs.
-    let (held, status) = unsafe { (count_status::held_mut(raw), count_status::final_status(raw)) };
-    let Some(held) = held else {
+    let Some(held) = count_status::held(r) else {
         return Status::NGX_OK.into();
     };
-    for h in held.iter_mut() {
+    let status = count_status::final_status(r);
+    for cell in held {
+        let mut h = cell.get();
         if !h.charge.is_null() && h.counts(status) {
-            h.charged = read(r, h);
+            h.charged = read(r, &h);
         }
         h.read = true;
+        cell.set(h);
     }
     Status::NGX_OK.into()
 }
@@ -109,17 +111,13 @@ variable_get!(get_charge, charge_value);
 
 /// `$rate_limit_window_charge` (see `register_variable`).
 fn charge_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
-    let main = r.as_ref().main;
-    // SAFETY: nginx's main request of a valid request outlives it; its
-    // entries are only read here.
-    let (held, status) = unsafe {
-        (
-            count_status::held_mut(main),
-            count_status::final_status(main),
-        )
-    };
-    let count = held
-        .and_then(|h| h.iter().find(|h| !h.charge.is_null() && h.read))
+    let status = count_status::final_status(main_of(r));
+    let count = count_status::held(r)
+        .and_then(|h| {
+            h.iter()
+                .map(Cell::get)
+                .find(|h| !h.charge.is_null() && h.read)
+        })
         .map(|h| final_count(h.admission.cost(), h.counts(status), h.charged));
     let text = count.map(|n| n.to_string()).unwrap_or_default();
     crate::variables::set(r, v, text.as_bytes())
@@ -128,10 +126,10 @@ fn charge_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t
 /// The charge of `h` for `r`: None when it is empty or invalid (logged
 /// once per episode, counted) or could not be evaluated.
 fn read(r: &Request, h: &Held) -> Option<u32> {
+    let zone = h.zone;
     // SAFETY: h.charge was compiled at configuration time (non-null: the
-    // caller checks), h.zone is a zone of the configuration pool; both
-    // live for the cycle.
-    let (cv, zone) = unsafe { (&*h.charge, &*h.zone) };
+    // caller checks), in the configuration pool, which lives for the cycle.
+    let cv = unsafe { &*h.charge };
     let bytes = r.get_complex_value(cv)?.as_bytes();
     match parse_charge(bytes) {
         Ok(n) => {
