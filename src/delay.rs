@@ -41,7 +41,7 @@ use ngx::{ngx_log_debug_http, ngx_log_error, ngx_string};
 use rate_limit_window_core::engine;
 
 use crate::conf::{Limit, LocConf};
-use crate::decision::{self, Hold, Verdict};
+use crate::decision::{self, Hold, Part, Verdict};
 use crate::req::{event_handler, variable_get};
 use crate::zone::ZoneConf;
 use crate::zone_stats::DelayStats;
@@ -121,7 +121,8 @@ pub fn share_full(r: &Request, lcf: &LocConf, limits: &[Limit], ahead: u32) {
 /// then arms the timer. Err: the cap is reached, or nginx could not watch
 /// the connection.
 fn hold_for(r: &mut Request, rej: &Holding) -> Result<(), ()> {
-    let part = find(r).ok_or(())?;
+    let rec = decision::record(r).ok_or(())?;
+    let part = &rec.hold.data;
     let cap = &rej.lcf.delay;
     if part.get().is_none() {
         if cap.held.get() >= cap.max_held {
@@ -133,7 +134,7 @@ fn hold_for(r: &mut Request, rej: &Holding) -> Result<(), ()> {
             );
             return Err(());
         }
-        new_hold(r, part, rej)?;
+        new_hold(r, &rec.hold, rej)?;
     }
     let armed = arm(r, rej.hold.wait_ms);
     if armed.is_err() {
@@ -147,20 +148,18 @@ fn hold_for(r: &mut Request, rej: &Holding) -> Result<(), ()> {
 }
 
 /// Fills the hold's part of `r`'s record and takes a place under the cap.
-fn new_hold(r: &Request, part: &Cell<Option<Hold>>, rej: &Holding) -> Result<(), ()> {
+fn new_hold(r: &Request, part: &Part<Cell<Option<Hold>>>, rej: &Holding) -> Result<(), ()> {
     // The location's configuration, for the cycle: the one `rej.lcf` is.
     let lcf = Module::location_conf(r.as_ref()).ok_or(())?;
     let client = rej.hold.client;
-    part.set(Some(Hold {
+    part.data.set(Some(Hold {
         lcf,
         since_ms: rej.now,
         waited_ms: 0,
         held: true,
         client,
     }));
-    if let Some(rec) = decision::record(r) {
-        rec.hold.on_free(release);
-    }
+    part.on_free(release);
     lcf.delay.held.set(lcf.delay.held.get() + 1);
     lcf.delay.track(client, true);
     count(rej.limits, |s| &s.held, 1);
