@@ -15,6 +15,8 @@
 //! An empty or invalid charge keeps `cost=`: one `warn` per zone and
 //! episode, every one counted in `rate_limit_window_invalid_charge_total`.
 
+use core::cell::Cell;
+
 use nginx_sys::{
     ngx_conf_t, ngx_http_phases_NGX_HTTP_LOG_PHASE, ngx_http_variable_value_t, ngx_int_t,
     ngx_uint_t, NGX_LOG_WARN,
@@ -26,6 +28,7 @@ use rate_limit_window_core::charge::{final_count, parse_charge};
 use rate_limit_window_core::parse::escape;
 
 use crate::count_status::{self, Held};
+use crate::pool::main_of;
 use crate::req::{request_handler, variable_get};
 use crate::zone::ZoneConf;
 use crate::Module;
@@ -63,35 +66,19 @@ fn log_phase(r: &mut Request) -> ngx_int_t {
     if !r.is_main() {
         return Status::NGX_OK.into();
     }
-    with_kept(r, |held, status| {
-        for h in held.into_iter().flatten() {
-            if !h.charge.is_null() && h.counts(status) {
-                h.charged = read(r, h);
-            }
-            h.read = true;
-        }
-    });
-    Status::NGX_OK.into()
-}
-
-/// Runs `f` over the admissions kept for `r`'s main request, if any, and
-/// the main request's final status (`count_status::final_status`).
-///
-/// The entries live in the main request's pool; the two callers (the LOG
-/// phase handler and the variable's getter) run one at a time on the
-/// event loop thread, and `f` does not call back here, so no other
-/// reference to them is alive while `f` runs.
-fn with_kept<T>(r: &Request, f: impl FnOnce(Option<&mut [Held]>, usize) -> T) -> T {
-    let main = r.as_ref().main;
-    // SAFETY: nginx's main request of a valid request is valid and
-    // outlives it; no other reference to its entries is alive (above).
-    let (held, status) = unsafe {
-        (
-            count_status::held_mut(main),
-            count_status::final_status(main),
-        )
+    let Some(held) = count_status::held(r) else {
+        return Status::NGX_OK.into();
     };
-    f(held, status)
+    let status = count_status::final_status(r);
+    for cell in held {
+        let mut h = cell.get();
+        if !h.charge.is_null() && h.counts(status) {
+            h.charged = read(r, &h);
+        }
+        h.read = true;
+        cell.set(h);
+    }
+    Status::NGX_OK.into()
 }
 
 /// Adds `$rate_limit_window_charge`: what the request counts once settled
@@ -124,10 +111,14 @@ variable_get!(get_charge, charge_value);
 
 /// `$rate_limit_window_charge` (see `register_variable`).
 fn charge_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
-    let count = with_kept(r, |held, status| {
-        held.and_then(|h| h.iter().find(|h| !h.charge.is_null() && h.read))
-            .map(|h| final_count(h.admission.cost(), h.counts(status), h.charged))
-    });
+    let status = count_status::final_status(main_of(r));
+    let count = count_status::held(r)
+        .and_then(|h| {
+            h.iter()
+                .map(Cell::get)
+                .find(|h| !h.charge.is_null() && h.read)
+        })
+        .map(|h| final_count(h.admission.cost(), h.counts(status), h.charged));
     let text = count.map(|n| n.to_string()).unwrap_or_default();
     crate::variables::set(r, v, text.as_bytes())
 }
@@ -135,10 +126,10 @@ fn charge_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t
 /// The charge of `h` for `r`: None when it is empty or invalid (logged
 /// once per episode, counted) or could not be evaluated.
 fn read(r: &Request, h: &Held) -> Option<u32> {
+    let zone = h.zone;
     // SAFETY: h.charge was compiled at configuration time (non-null: the
-    // caller checks), h.zone is a zone of the configuration pool; both
-    // live for the cycle.
-    let (cv, zone) = unsafe { (&*h.charge, &*h.zone) };
+    // caller checks), in the configuration pool, which lives for the cycle.
+    let cv = unsafe { &*h.charge };
     let bytes = r.get_complex_value(cv)?.as_bytes();
     match parse_charge(bytes) {
         Ok(n) => {

@@ -1,25 +1,28 @@
-//! The per-request decision, kept where an internal redirect cannot erase it.
+//! The per-request record: the decision, and the parts that `delay=`
+//! (delay.rs) and `count_status=`/`charge=` (count_status.rs) keep until
+//! the request ends.
 //!
-//! An internal redirect (`try_files` to a named location, `error_page`,
-//! `rewrite … last`) zeroes every module context of the request. limit_req
-//! survives this with a field of its own in `ngx_http_request_t`, which a
-//! dynamic module cannot add. We keep the decision in the data of a pool
-//! cleanup entry on the *main* request's pool and recognise the entry by its
-//! handler, read from [`DECISION_TAG`]. The module context caches the
-//! pointer so that the common case (no redirect) does not walk the cleanup
-//! list.
+//! One [`Record`] per main request, in a cleanup entry of its pool (see
+//! pool.rs): an internal redirect, `error_page` or subrequest finds it again
+//! through the main request, which is how a request is counted once and how
+//! an `error_page 429` still gets its headers. It is dropped when the pool
+//! is destroyed, however the request ends: each part's file then settles it
+//! (a held request abandoned, admissions settled at the final status).
 
-use core::ffi::c_void;
-use core::ptr;
+use core::cell::{Cell, OnceCell};
+use core::mem::MaybeUninit;
+use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use nginx_sys::{ngx_pool_cleanup_add, ngx_pool_cleanup_t, ngx_uint_t};
-use ngx::http::{HttpModule, Request};
+use nginx_sys::{ngx_http_complex_value_t, ngx_uint_t};
+use ngx::http::Request;
+use rate_limit_window_core::limit_opts::StatusSet;
 use rate_limit_window_core::Admission;
 
-use crate::util::{self, CleanupTag};
+use crate::conf::LocConf;
+use crate::pool::{self, Room};
+use crate::util::CleanupTag;
 use crate::zone::ZoneConf;
-use crate::Module;
 
 /// What happened to the request, as `$rate_limit_window_status` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,9 +74,8 @@ pub struct Decision {
     pub headers: ngx_uint_t,
     /// Whole seconds for Retry-After on a rejection.
     pub retry_after_s: u32,
-    /// Limits that applied (pool array of `n_applied` entries).
-    pub applied: *const Applied,
-    pub n_applied: usize,
+    /// Limits that applied (in the main request's pool).
+    pub applied: &'static [Applied],
     /// Bit n set: the key of the location's limit n (n < 64) was empty when
     /// the request was decided, so that limit did not apply.
     pub empty_keys: u64,
@@ -82,12 +84,7 @@ pub struct Decision {
 impl Decision {
     /// The limits that applied.
     pub fn applied(&self) -> &[Applied] {
-        if self.applied.is_null() {
-            return &[];
-        }
-        // SAFETY: `applied` points at n_applied entries in the main request's
-        // pool, which outlives every use of the decision.
-        unsafe { core::slice::from_raw_parts(self.applied, self.n_applied) }
+        self.applied
     }
 
     /// The applied limit with the fewest requests remaining.
@@ -114,52 +111,134 @@ fn count_late_keys(n: usize) {
     LATE_KEY_DECISIONS.store(v.wrapping_add(n), Ordering::Relaxed);
 }
 
-/// The handler of our cleanup entry, run when the main request's pool is
-/// destroyed: nothing to free; a decision that recorded an empty key is
-/// no longer pending.
-unsafe extern "C" fn marker(data: *mut c_void) {
-    // SAFETY: the entry's data holds the committed Decision (see `commit`),
-    // alive until the pool's memory is freed, after its cleanups.
-    if unsafe { (*data.cast::<Decision>()).empty_keys } != 0 {
-        count_late_keys(usize::MAX);
+/// `delay=`'s part of the record: the hold of a main request (delay.rs).
+#[derive(Clone, Copy)]
+pub struct Hold {
+    /// The location whose `delay_max_held` place it takes.
+    pub lcf: &'static LocConf,
+    /// Epoch ms when the request was first held.
+    pub since_ms: u64,
+    /// Time waited (ms), set when the request is finally decided.
+    pub waited_ms: u64,
+    /// True while it has a place under `delay_max_held`.
+    pub held: bool,
+    /// The client (the rejecting limit's key hash) whose share it takes.
+    pub client: u64,
+}
+
+/// `count_status=`/`charge=`'s part of the record (count_status.rs): one
+/// admission to settle when the request ends, given back unless the final
+/// status is counted, and made to count its charge.
+#[derive(Clone, Copy)]
+pub struct Held {
+    pub zone: &'static ZoneConf,
+    pub admission: Admission,
+    /// `count_status=` (None: every status counts).
+    pub statuses: Option<StatusSet>,
+    /// `charge=` (null: none), evaluated in the log phase (charge.rs).
+    pub charge: *mut ngx_http_complex_value_t,
+    /// The charge read in the log phase; None: none, or invalid (the
+    /// admission keeps its cost).
+    pub charged: Option<u32>,
+    /// The log phase has read the charge (`$rate_limit_window_charge`).
+    pub read: bool,
+}
+
+impl Held {
+    /// Whether the final `status` keeps the request counted.
+    pub fn counts(&self, status: usize) -> bool {
+        self.statuses.is_none_or(|s| s.contains(status))
     }
 }
 
-/// [`marker`]'s one address, which tags a committed decision's entry (see
-/// [`util::CleanupTag`]: naming `marker` itself in `commit` and in [`find`]
-/// may give two addresses).
-static DECISION_TAG: CleanupTag = marker;
+/// What a part's file does with it when the main request's pool is
+/// destroyed (given the main request, intact then).
+pub type OnFree<T> = fn(&Request, &T);
 
-/// The main request of `r` (itself for a main request).
-fn main_of(r: &Request) -> &Request {
-    // SAFETY: every request points at its main request, which outlives it
-    // and shares the representation of `Request`.
-    unsafe { &*r.as_ref().main.cast::<Request>() }
+/// A part of the record that a later file of the request path fills, and
+/// what that file does with it when the main request's pool is destroyed.
+pub struct Part<T> {
+    pub data: T,
+    on_free: Cell<Option<OnFree<T>>>,
+}
+
+impl<T> Part<T> {
+    fn new(data: T) -> Self {
+        Part {
+            data,
+            on_free: Cell::new(None),
+        }
+    }
+
+    /// Sets what to do with the part when the pool is destroyed.
+    pub fn on_free(&self, f: OnFree<T>) {
+        self.on_free.set(Some(f));
+    }
+
+    fn free(&self, main: &Request) {
+        if let Some(f) = self.on_free.get() {
+            f(main, &self.data);
+        }
+    }
+}
+
+/// The record of a main request.
+pub struct Record {
+    /// The main request, allocated from the pool that holds the record.
+    main: NonNull<Request>,
+    /// Set once, by [`commit`].
+    decision: OnceCell<Decision>,
+    /// Where [`reserve`] records the applied limits.
+    room: Cell<&'static Room<Applied>>,
+    /// `delay=`: the hold, if the request was ever held.
+    pub hold: Part<Cell<Option<Hold>>>,
+    /// `count_status=`/`charge=`: the admissions to settle.
+    pub reservations: Part<OnceCell<Box<[Cell<Held>]>>>,
+}
+
+/// [`pool::drop_entry`] for the record, read from one static (see
+/// [`CleanupTag`]).
+static RECORD_TAG: CleanupTag = pool::drop_entry::<Record>;
+
+// SAFETY: RECORD_TAG is the record's one tag, drop_entry of it, used by no
+// other type; Record implements Drop.
+unsafe impl pool::Record for Record {
+    fn tag() -> CleanupTag {
+        RECORD_TAG
+    }
+}
+
+impl Drop for Record {
+    /// The main request's pool is being destroyed: the parts are settled
+    /// (the newest first, as nginx runs cleanups), and a decision that
+    /// recorded an empty key is no longer pending.
+    fn drop(&mut self) {
+        // SAFETY: the main request is allocated from the pool whose cleanups
+        // run now, and stays intact until they are done.
+        let main = unsafe { self.main.as_ref() };
+        self.reservations.free(main);
+        self.hold.free(main);
+        if self.decision.get().is_some_and(|d| d.empty_keys != 0) {
+            count_late_keys(usize::MAX);
+        }
+    }
+}
+
+/// The record of `r`'s main request, if one was reserved.
+pub fn record(r: &Request) -> Option<&'static Record> {
+    pool::find::<Record>(r)
 }
 
 /// Finds the decision made for `r`'s main request, if any.
 pub fn find(r: &Request) -> Option<&'static Decision> {
-    let main = main_of(r);
-    if let Some(d) = main.get_module_ctx::<Decision>(Module::module()) {
-        // SAFETY: only `commit` sets this context, to a Decision in the
-        // main request's pool, which outlives every use of it.
-        return Some(unsafe { &*ptr::from_ref(d) });
-    }
-    // SAFETY: the main request's pool is valid.
-    let data = unsafe { util::tagged_cleanup(main.as_ref().pool, DECISION_TAG) }?;
-    main.set_module_ctx(data, Module::module());
-    // SAFETY: entries tagged DECISION_TAG hold a committed Decision (see
-    // `commit`) in the main request's pool, which outlives every use.
-    Some(unsafe { &*data.cast::<Decision>() })
+    record(r)?.decision.get()
 }
 
-/// A decision being made: its record in the main request's pool, with room
-/// for one [`Applied`] per limit of the location. [`find`] cannot see it
-/// until [`commit`].
+/// A decision being made: its record, with room for one [`Applied`] per
+/// limit of the location. [`find`] cannot see it until [`commit`].
 pub struct Pending {
-    cln: *mut ngx_pool_cleanup_t,
-    applied: *mut Applied,
-    capacity: usize,
+    rec: &'static Record,
+    room: &'static Room<Applied>,
     len: usize,
     empty_keys: u64,
 }
@@ -167,9 +246,8 @@ pub struct Pending {
 impl Pending {
     /// Records a limit that applied.
     pub fn push(&mut self, a: Applied) {
-        if self.len < self.capacity {
-            // SAFETY: `applied` has room for `capacity` entries (reserve).
-            unsafe { self.applied.add(self.len).write(a) };
+        if let Some(slot) = self.room.get(self.len) {
+            slot.set(MaybeUninit::new(a));
             self.len += 1;
         }
     }
@@ -181,68 +259,69 @@ impl Pending {
         }
     }
 
-    /// Where the Decision goes in the reserved entry.
-    fn cln_data(&self) -> *mut Decision {
-        // SAFETY: `cln` is the live cleanup entry `reserve` added.
-        unsafe { (*self.cln).data.cast::<Decision>() }
-    }
-
     /// The limits recorded so far.
-    pub fn applied(&self) -> &[Applied] {
-        // SAFETY: the first `len` entries were written by `push`.
-        unsafe { core::slice::from_raw_parts(self.applied, self.len) }
+    pub fn applied(&self) -> &'static [Applied] {
+        // SAFETY: the first `len` entries were written by `push` and are not
+        // written again (a room is reused only before a commit, by a new
+        // Pending); a Cell<MaybeUninit<Applied>> has Applied's layout.
+        unsafe { core::slice::from_raw_parts(self.room.as_ptr().cast::<Applied>(), self.len) }
     }
 }
 
 /// Reserves the record of a decision for `r`'s main request, with room for
-/// `limits` applied limits, in one pool allocation. Call it before any
-/// shared-memory operation: it allocates. None if the pool is out of memory.
+/// `limits` applied limits (the record of a held request is reused). Call
+/// it before any shared-memory operation: it allocates. None if the pool is
+/// out of memory.
 pub fn reserve(r: &Request, limits: usize) -> Option<Pending> {
-    let pool = main_of(r).as_ref().pool;
-    // The Decision, then its `applied` entries.
-    const _: () = assert!(size_of::<Decision>().is_multiple_of(align_of::<Applied>()));
-    let size = size_of::<Decision>() + limits * size_of::<Applied>();
-    // SAFETY: pool is valid. The entry's handler stays NULL (nginx skips
-    // it) until `commit`, so an abandoned reservation is inert.
-    let cln = unsafe { ngx_pool_cleanup_add(pool, size) };
-    if cln.is_null() {
-        return None;
-    }
+    const _: () = assert!(size_of::<Record>().is_multiple_of(align_of::<Applied>()));
+    let (rec, room) = match record(r) {
+        None => pool::add(r, Record::new(r), limits)?,
+        Some(rec) => (rec, rec.room_for(r, limits)?),
+    };
     Some(Pending {
-        cln,
-        // SAFETY: the data has room for a Decision followed by `limits`
-        // entries; ngx_palloc's alignment (NGX_ALIGNMENT) suits the
-        // Decision, and its size keeps the entries aligned (asserted above).
-        applied: unsafe { (*cln).data.cast::<Decision>().add(1).cast::<Applied>() },
-        capacity: limits,
+        rec,
+        room,
         len: 0,
         empty_keys: 0,
     })
 }
 
-/// Completes the record reserved for `r`'s main request: from now on
-/// [`find`] returns it, for this request and every internal redirect or
-/// subrequest of it. `r` is the request `p` was reserved for.
-pub fn commit(r: &Request, p: Pending, verdict: Verdict, headers: ngx_uint_t, retry_after_s: u32) {
-    let data = p.cln_data();
-    // SAFETY: the entry's data has room for a Decision (reserve); the
-    // entry is ours until its handler is set.
-    unsafe {
-        ptr::write(
-            data,
-            Decision {
-                verdict,
-                headers,
-                retry_after_s,
-                applied: if p.len == 0 { ptr::null() } else { p.applied },
-                n_applied: p.len,
-                empty_keys: p.empty_keys,
-            },
-        );
-        (*p.cln).handler = Some(DECISION_TAG);
+impl Record {
+    fn new(r: &Request) -> Self {
+        Record {
+            main: NonNull::from(pool::main_of(r)),
+            decision: OnceCell::new(),
+            room: Cell::new(&[]),
+            hold: Part::new(Cell::new(None)),
+            reservations: Part::new(OnceCell::new()),
+        }
     }
-    if p.empty_keys != 0 {
+
+    /// Room for `limits` applied limits: the record's, unless too small or
+    /// already committed.
+    fn room_for(&self, r: &Request, limits: usize) -> Option<&'static Room<Applied>> {
+        let room = self.room.get();
+        if self.decision.get().is_none() && room.len() >= limits {
+            return Some(room);
+        }
+        let room = pool::room(r, limits)?;
+        self.room.set(room);
+        Some(room)
+    }
+}
+
+/// Completes the record reserved for a main request: from now on [`find`]
+/// returns it, for that request and every internal redirect or subrequest
+/// of it.
+pub fn commit(p: Pending, verdict: Verdict, headers: ngx_uint_t, retry_after_s: u32) {
+    let d = Decision {
+        verdict,
+        headers,
+        retry_after_s,
+        applied: p.applied(),
+        empty_keys: p.empty_keys,
+    };
+    if p.rec.decision.set(d).is_ok() && p.empty_keys != 0 {
         count_late_keys(1);
     }
-    main_of(r).set_module_ctx(data.cast(), Module::module());
 }

@@ -18,10 +18,7 @@
 
 use core::ptr;
 
-use nginx_sys::{
-    ngx_http_discard_request_body, ngx_http_finalize_request, ngx_http_send_header, ngx_int_t,
-    ngx_str_t, ngx_uint_t, NGX_HTTP_VERSION_20,
-};
+use nginx_sys::{ngx_http_finalize_request, ngx_int_t, ngx_str_t, ngx_uint_t, NGX_HTTP_VERSION_20};
 use ngx::core::Status;
 use ngx::http::Request;
 use ngx::ngx_log_debug_http;
@@ -68,8 +65,7 @@ fn is_grpc_call(r: &Request) -> bool {
 fn send(r: &mut Request, retry_after_s: u32) -> ngx_int_t {
     // The call's messages are not read: dropped as they come (over HTTP/2
     // the stream's DATA frames are skipped).
-    // SAFETY: the request is valid.
-    let rc = unsafe { ngx_http_discard_request_body(r.into()) };
+    let rc: ngx_int_t = r.discard_request_body().into();
     if rc != Status::NGX_OK.into() {
         return rc;
     }
@@ -81,8 +77,7 @@ fn send(r: &mut Request, retry_after_s: u32) -> ngx_int_t {
     if added.is_none() {
         return nginx_sys::NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     }
-    // SAFETY: the request is valid; its headers are set.
-    unsafe { ngx_http_send_header(r.into()) }
+    r.send_header().into()
 }
 
 /// `grpc-status` as sent: RESOURCE_EXHAUSTED.

@@ -42,6 +42,8 @@ use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
 use crate::decision::{self, Applied, Verdict};
 use crate::delay;
 use crate::overrides;
+use crate::pool::main_of;
+use crate::req::request_handler;
 use crate::util;
 use crate::zone::ZoneConf;
 use crate::Module;
@@ -184,10 +186,11 @@ fn eval_limit(r: &Request, value: LimitValue) -> Result<LimitRead, ()> {
     }
 }
 
-pub(crate) extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: nginx calls phase handlers with a valid request, which shares
-    // the representation of `Request`.
-    let r = unsafe { Request::from_ngx_http_request(r) };
+request_handler!(pub(crate) preaccess_handler, preaccess);
+request_handler!(pub(crate) precontent_handler, |r| handle(r, Phase::Postaccess));
+
+/// The PREACCESS entry (see phases.rs).
+fn preaccess(r: &mut Request) -> ngx_int_t {
     crate::access::preaccess_enter(r);
     let rc = handle(r, Phase::Preaccess);
     if rc == Status::NGX_DECLINED.into() {
@@ -195,14 +198,6 @@ pub(crate) extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_in
         crate::access::preaccess_leave(r);
     }
     rc
-}
-
-pub(crate) extern "C" fn precontent_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: as for preaccess_handler.
-    handle(
-        unsafe { Request::from_ngx_http_request(r) },
-        Phase::Postaccess,
-    )
 }
 
 /// Decides the request if its location decides in `phase` and nothing has
@@ -256,9 +251,7 @@ fn main_decides_later(r: &Request) -> bool {
     if r.is_main() {
         return false;
     }
-    // SAFETY: a subrequest's main request outlives it.
-    let main = unsafe { &*r.as_ref().main };
-    let Some(mcf) = Module::location_conf(main) else {
+    let Some(mcf) = Module::location_conf(main_of(r).as_ref()) else {
         return false;
     };
     mcf.phase == PHASE_POSTACCESS && mcf.limits.as_ref().is_some_and(|l| !l.is_empty())
@@ -488,7 +481,7 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
         pending.applied().len(),
         retry_after
     );
-    decision::commit(r, pending, verdict, lcf.headers, retry_after);
+    decision::commit(pending, verdict, lcf.headers, retry_after);
     if verdict == Verdict::Rejected {
         // A gRPC call gets a gRPC answer (grpc.rs), any other the status.
         return crate::grpc::reject(r, lcf, retry_after);

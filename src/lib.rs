@@ -73,6 +73,7 @@ mod override_api;
 mod override_sync;
 mod overrides;
 mod phases;
+mod pool;
 mod redis_conf;
 mod redis_link;
 mod req;

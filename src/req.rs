@@ -142,3 +142,16 @@ pub fn addr_text(r: &Request) -> &[u8] {
     // SAFETY: the request's connection is valid while the request runs.
     unsafe { &*r.connection() }.addr_text.as_bytes()
 }
+
+/// Defines `extern "C" fn $name`, a request's read or write event handler
+/// (`r->write_event_handler`), over `$handle: fn(&mut Request)`.
+macro_rules! event_handler {
+    ($name:ident, $handle:expr) => {
+        extern "C" fn $name(r: *mut nginx_sys::ngx_http_request_t) {
+            // SAFETY: nginx calls a request's event handler with that valid
+            // request, which shares the representation of `Request`.
+            $handle(unsafe { ngx::http::Request::from_ngx_http_request(r) })
+        }
+    };
+}
+pub(crate) use event_handler;

@@ -18,7 +18,6 @@ use ngx::http::Request;
 use ngx::ngx_string;
 
 use crate::decision::{self, Verdict};
-pub(crate) use crate::req::args;
 use crate::req::variable_get;
 
 /// Adds the module's variables.
