@@ -13,8 +13,8 @@
 #               default list: RLW_BENCH_ONLY=abusers)
 #   delayq      holds per admission of one client's burst held by delay=
 #               (not in the default list: RLW_BENCH_ONLY=delayq)
-#   accuracy    core/benches/accuracy.rs output, copied
-#   micro       core/benches/decision.rs (criterion), ns/decision vs mutex
+#   accuracy    bench/benches/accuracy.rs output, copied
+#   micro       bench/benches/decision.rs (criterion), ns/decision vs mutex
 #   callgrind   instructions per request under valgrind (repeatable)
 #   redis       sync on vs off: req/s and p99 with a local redis-server
 #   hugepages   1M clients: the module's table on 4 KB pages vs on transparent
@@ -562,17 +562,17 @@ CONF
 
 # ---------------------------------------------------------------- core benches
 
-has_bench() { grep -q "^name = \"$1\"" core/Cargo.toml && [ -f "core/benches/$1.rs" ]; }
+has_bench() { grep -q "^name = \"$1\"" bench/Cargo.toml && [ -f "bench/benches/$1.rs" ]; }
 
 bench_accuracy() {
-    log "== accuracy: cargo bench -p rate_limit_window_core --bench accuracy"
+    log "== accuracy: cargo bench -p rate_limit_window_bench --bench accuracy"
     local out=$RESULTS/accuracy.txt
     if ! has_bench accuracy; then
-        ACCURACY_MD="_Not run: core/benches/accuracy.rs is not there yet. \`make bench\` runs it once it exists._"
+        ACCURACY_MD="_Not run: bench/benches/accuracy.rs is not there yet. \`make bench\` runs it once it exists._"
         log "accuracy bench not present; skipped"
         return
     fi
-    $CARGO bench -p rate_limit_window_core --bench accuracy >"$out" 2>"$RESULTS/accuracy.stderr" \
+    $CARGO bench -p rate_limit_window_bench --bench accuracy >"$out" 2>"$RESULTS/accuracy.stderr" \
         || { tail -n 30 "$RESULTS/accuracy.stderr" >&2; die "cargo bench --bench accuracy failed"; }
     ACCURACY_MD=$(python3 "$BENCH_DIR/report.py" accuracy "$out")
 }
@@ -580,13 +580,13 @@ bench_accuracy() {
 bench_micro() {
     local extra=()
     [ "$BENCH_QUICK" = 1 ] && extra=(-- --warm-up-time 0.5 --measurement-time 1)
-    log "== micro: cargo bench -p rate_limit_window_core --bench decision ${extra[*]}"
+    log "== micro: cargo bench -p rate_limit_window_bench --bench decision ${extra[*]}"
     local out=$RESULTS/criterion.txt
     if ! has_bench decision; then
-        MICRO_MD="_Not run: core/benches/decision.rs is not there yet._"
+        MICRO_MD="_Not run: bench/benches/decision.rs is not there yet._"
         return
     fi
-    $CARGO bench -p rate_limit_window_core --bench decision "${extra[@]}" >"$out" 2>"$RESULTS/criterion.stderr" \
+    $CARGO bench -p rate_limit_window_bench --bench decision "${extra[@]}" >"$out" 2>"$RESULTS/criterion.stderr" \
         || { tail -n 30 "$RESULTS/criterion.stderr" >&2; die "cargo bench --bench decision failed"; }
     # criterion prints part of its report on stderr when not on a terminal
     cat "$RESULTS/criterion.stderr" >>"$out"
@@ -1256,7 +1256,7 @@ EOF
             cat <<EOF
 ## Accuracy (core)
 
-${ALONE_NOTE}Output of \`cargo bench -p rate_limit_window_core --bench accuracy\`
+${ALONE_NOTE}Output of \`cargo bench -p rate_limit_window_bench --bench accuracy\`
 (fixed seeds: the same numbers on every run). Each request of a trace
 is decided by the module's table and judged two ways against an exact
 sliding log (at most \`limit\` admitted in any \`W\`-long span):
@@ -1265,7 +1265,7 @@ history, and \`shared_history\` (the measure Cloudflare published for its
 sliding-window counter, 0.003% of 400M requests), where each decision is
 compared with what the exact rule says given what the table actually
 admitted. The traces and every column are described at the top of
-\`core/benches/accuracy.rs\`. Where \`well_behaved_wrong\` is 0, every
+\`bench/benches/accuracy.rs\`. Where \`well_behaved_wrong\` is 0, every
 wrong decision is an abuser's, where the counter's assumption that the
 previous window's requests were spread evenly does not hold.
 
@@ -1285,7 +1285,7 @@ EOF
             cat <<EOF
 ## Core micro-benchmarks
 
-${ALONE_NOTE}\`cargo bench -p rate_limit_window_core --bench decision\`$([ "$BENCH_QUICK" = 1 ] && echo " with \`--warm-up-time 0.5 --measurement-time 1\` (BENCH_QUICK=1)") (criterion; low/mid/high are
+${ALONE_NOTE}\`cargo bench -p rate_limit_window_bench --bench decision\`$([ "$BENCH_QUICK" = 1 ] && echo " with \`--warm-up-time 0.5 --measurement-time 1\` (BENCH_QUICK=1)") (criterion; low/mid/high are
 the bounds and point estimate of its confidence interval).
 
 $MICRO_MD

@@ -179,7 +179,15 @@ fn an_invalid_charge_keeps_the_cost_warns_once_and_is_counted() {
         &conf("window=1m", "limit=1000 charge=$upstream_http_x_tokens"),
     );
     // Not an integer, no header at all, a negative number: cost=1 each.
-    for path in ["/?tokens=lots", "/", "/?tokens=-5", "/?tokens=12.5"] {
+    // The charge is read in the LOG phase, after the client has its
+    // response, and the next request may go to the other worker: the first
+    // must have been counted before the others are sent, so that it is the
+    // one that warns.
+    assert_eq!(get_key(ng.port, "/?tokens=lots", "k").status, 200);
+    assert!(wait_for(Duration::from_secs(5), || invalid_charges(
+        ng.port
+    ) == 1.0));
+    for path in ["/", "/?tokens=-5", "/?tokens=12.5"] {
         assert_eq!(get_key(ng.port, path, "k").status, 200, "{path}");
     }
     assert_eq!(settled(ng.port, "k", 4), 4);
