@@ -221,8 +221,10 @@ enum Judged {
         cost: u32,
         invalid: bool,
     },
-    /// An override rejects the request.
-    Blocked { hash: KeyHash, d: Decision },
+    /// An override rejects the request (its Retry-After and reset in
+    /// seconds: the decision is built on the rejecting path, so that this
+    /// enum stays small on the request path).
+    Blocked { hash: KeyHash, blocked: Blocked },
 }
 
 /// What an override makes of one limit.
@@ -234,7 +236,31 @@ enum Applies {
     /// Admitted without being counted.
     Exempt,
     /// A block or a ban: the decision to answer.
-    Reject(Decision),
+    Reject(Blocked),
+}
+
+/// A block or a ban of the client by an override.
+#[derive(Clone, Copy)]
+struct Blocked {
+    /// Seconds until the override ends (or a window, when it has no end).
+    retry_after_s: u32,
+    /// Seconds until the next window boundary (rounded up).
+    reset_s: u32,
+}
+
+impl Blocked {
+    /// The table decision an override's rejection answers with.
+    fn decision(self) -> Decision {
+        Decision {
+            outcome: Outcome::Rejected,
+            remaining: 0,
+            retry_after_s: self.retry_after_s,
+            reset_s: self.reset_s,
+            estimate: 0,
+            admission: None,
+            events: Events::default(),
+        }
+    }
 }
 
 /// Decides the request over its location's limits, in order, at
@@ -261,11 +287,11 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
                 invalid,
             } => (hash, limit, cost, invalid),
             Judged::Skip => continue,
-            Judged::Blocked { hash, d } => {
+            Judged::Blocked { hash, blocked } => {
                 let rej = Rejecting {
                     index: n,
                     limit: 0,
-                    d,
+                    d: blocked.decision(),
                     hash,
                     invalid: false,
                     overridden: true,
@@ -375,9 +401,9 @@ fn overridden<'t, R: Request<'t>>(
     a: Applies,
     shard: usize,
 ) -> Judged {
-    if let Applies::Reject(d) = a {
+    if let Applies::Reject(blocked) = a {
         r.skipped(n, Skip::OverrideReject);
-        return Judged::Blocked { hash, d };
+        return Judged::Blocked { hash, blocked };
     }
     c.table.add(shard, Counter::Exempt, 1);
     r.skipped(n, Skip::OverrideExempt);
@@ -412,14 +438,9 @@ fn override_slow(c: &LimitConf<'_>, o: &Overrides, hash: KeyHash, limit: u32, no
                 Some(s) => u32::try_from(s).unwrap_or(u32::MAX).max(1),
                 None => (w / 1000).max(1) as u32,
             };
-            Applies::Reject(Decision {
-                outcome: Outcome::Rejected,
-                remaining: 0,
+            Applies::Reject(Blocked {
                 retry_after_s: retry,
                 reset_s: (w - now % w).div_ceil(1000) as u32,
-                estimate: 0,
-                admission: None,
-                events: Events::default(),
             })
         }
     }
@@ -458,7 +479,12 @@ fn acquire<'t, R: Request<'t>>(
 ) -> Decision {
     // The table's own flag, so that its test inside is folded into this one.
     if c.table.is_strict() {
-        return acquire_strict(r, c, hash, now, (limit, cost), shard);
+        // Its own copy of the time, so that only this path keeps `now` in
+        // memory.
+        let mut fresh = *now;
+        let d = acquire_strict(r, c, hash, &mut fresh, (limit, cost), shard);
+        *now = fresh;
+        return d;
     }
     c.table.acquire_cost(hash, *now, limit, cost, c.fail, shard)
 }
