@@ -296,7 +296,7 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
                     invalid: false,
                     overridden: true,
                 };
-                return Ok(rejected(r, ask, rej, now));
+                return Ok(rejected(r, *ask, rej, now));
             }
         };
         // Lock-free: nothing shared is held once it returns.
@@ -313,7 +313,7 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
                 invalid,
                 overridden: false,
             };
-            return Ok(rejected(r, ask, rej, now));
+            return Ok(rejected(r, *ask, rej, now));
         }
     }
     Ok(if any { Verdict::Admit } else { Verdict::Exempt })
@@ -538,7 +538,8 @@ struct Rejecting {
 /// by none. Out of line: the admitting path's code stays together.
 #[cold]
 #[inline(never)]
-fn rejected<'t, R: Request<'t>>(r: &mut R, ask: &Ask, rej: Rejecting, now: u64) -> Verdict {
+// `ask` by value: the request path need not keep a copy of it in memory.
+fn rejected<'t, R: Request<'t>>(r: &mut R, ask: Ask, rej: Rejecting, now: u64) -> Verdict {
     let mut retry = rej.d.retry_after_s;
     if !rej.overridden {
         // A retry must fit under every limit: the ones before this one
@@ -561,7 +562,7 @@ fn rejected<'t, R: Request<'t>>(r: &mut R, ask: &Ask, rej: Rejecting, now: u64) 
         dry_run: ask.dry_run,
     };
     if !rej.overridden && ask.holdable {
-        match plan::on_reject(r, ask, &rej, now) {
+        match plan::on_reject(r, &ask, &rej, now) {
             plan::OnReject::Hold(h) => return Verdict::Hold(h),
             plan::OnReject::WouldHold(h) => return Verdict::WouldHold(h),
             plan::OnReject::Reject { share_full, unheld } => {
