@@ -501,7 +501,9 @@ fn acquire_strict<'t, R: Request<'t>>(
     shard: usize,
 ) -> Decision {
     let t = c.table;
-    let d = t.acquire_cost(hash, *now, limit, cost, c.fail, shard);
+    // The strict path alone: `acquire_cost` would inline the estimate
+    // path's code here too (a larger frame, the decision copied).
+    let d = t.acquire_cost_strict(hash, *now, limit, cost, c.fail, shard);
     if !d.events.clock_backwards {
         return d;
     }
@@ -516,7 +518,7 @@ fn acquire_strict<'t, R: Request<'t>>(
     // (its shard counters add with wrapping, so + (2^64 - 1) is - 1).
     t.add(shard, Counter::ClockBackwards, u64::MAX);
     *now = fresh;
-    t.acquire_cost(hash, fresh, limit, cost, c.fail, shard)
+    t.acquire_cost_strict(hash, fresh, limit, cost, c.fail, shard)
 }
 
 /// Gives back every admission recorded so far.
