@@ -429,7 +429,10 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
         now,
     };
     // Err: an nginx error; the engine gave back what it counted.
-    let Ok(v) = engine::decide(&mut j, &ask) else {
+    // Matched by reference: the verdict's rejection payload is not copied
+    // on the admitting path.
+    let out = engine::decide(&mut j, &ask);
+    let Ok(v) = &out else {
         return server_error;
     };
     let mut retry_after = 0;
@@ -462,7 +465,7 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
             let holding = delay::Holding {
                 lcf,
                 limits,
-                hold: &h,
+                hold: h,
                 now,
             };
             delay::would_hold(r, &holding);
@@ -471,7 +474,7 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
         EngineVerdict::Reject(rej) => {
             core::hint::cold_path();
             retry_after = rej.retry_after_s;
-            reject(r, lcf, limits, &rej, now)
+            reject(r, lcf, limits, rej, now)
         }
     };
     ngx_log_debug_http!(

@@ -320,6 +320,18 @@ pub fn reset_secs(elapsed_ms: u64, window_ms: u64) -> u32 {
     secs_ceil(window_ms.saturating_sub(elapsed_ms))
 }
 
+/// [`reset_secs`] for `elapsed_ms < window_ms <= MAX_WINDOW_MS` (the
+/// remainder of a division by the window): nothing to saturate or clamp,
+/// for the table's admitting path.
+#[inline(always)]
+// Not `div_ceil`: its remainder test costs more than the add (as in
+// `secs_ceil`); equal to it here, where nothing overflows.
+#[allow(clippy::manual_div_ceil)]
+pub(crate) fn reset_secs_in(elapsed_ms: u64, window_ms: u64) -> u32 {
+    debug_assert!(elapsed_ms < window_ms && window_ms <= MAX_WINDOW_MS);
+    ((window_ms - elapsed_ms + 999) / 1000) as u32
+}
+
 fn secs_ceil(ms: u64) -> u32 {
     // Not `div_ceil`: its remainder test costs more than the add. Equal to
     // it everywhere (near u64::MAX both are far above u32::MAX).
@@ -535,5 +547,12 @@ mod tests {
         assert_eq!(reset_secs(59_001, W), 1);
         assert_eq!(reset_secs(59_000, W), 1);
         assert_eq!(reset_secs(58_999, W), 2);
+        for e in [0, 1, 999, 1_000, 58_999, 59_000, 59_001, 59_999] {
+            assert_eq!(reset_secs_in(e, W), reset_secs(e, W));
+        }
+        assert_eq!(
+            reset_secs_in(0, MAX_WINDOW_MS),
+            reset_secs(0, MAX_WINDOW_MS)
+        );
     }
 }

@@ -221,8 +221,10 @@ enum Judged {
         cost: u32,
         invalid: bool,
     },
-    /// An override rejects the request.
-    Blocked { hash: KeyHash, d: Decision },
+    /// An override rejects the request (its Retry-After and reset in
+    /// seconds: the decision is built on the rejecting path, so that this
+    /// enum stays small on the request path).
+    Blocked { hash: KeyHash, blocked: Blocked },
 }
 
 /// What an override makes of one limit.
@@ -234,7 +236,31 @@ enum Applies {
     /// Admitted without being counted.
     Exempt,
     /// A block or a ban: the decision to answer.
-    Reject(Decision),
+    Reject(Blocked),
+}
+
+/// A block or a ban of the client by an override.
+#[derive(Clone, Copy)]
+struct Blocked {
+    /// Seconds until the override ends (or a window, when it has no end).
+    retry_after_s: u32,
+    /// Seconds until the next window boundary (rounded up).
+    reset_s: u32,
+}
+
+impl Blocked {
+    /// The table decision an override's rejection answers with.
+    fn decision(self) -> Decision {
+        Decision {
+            outcome: Outcome::Rejected,
+            remaining: 0,
+            retry_after_s: self.retry_after_s,
+            reset_s: self.reset_s,
+            estimate: 0,
+            admission: None,
+            events: Events::default(),
+        }
+    }
 }
 
 /// Decides the request over its location's limits, in order, at
@@ -261,16 +287,16 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
                 invalid,
             } => (hash, limit, cost, invalid),
             Judged::Skip => continue,
-            Judged::Blocked { hash, d } => {
+            Judged::Blocked { hash, blocked } => {
                 let rej = Rejecting {
                     index: n,
                     limit: 0,
-                    d,
+                    d: blocked.decision(),
                     hash,
                     invalid: false,
                     overridden: true,
                 };
-                return Ok(rejected(r, ask, rej, now));
+                return Ok(rejected(r, *ask, rej, now));
             }
         };
         // Lock-free: nothing shared is held once it returns.
@@ -287,7 +313,7 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
                 invalid,
                 overridden: false,
             };
-            return Ok(rejected(r, ask, rej, now));
+            return Ok(rejected(r, *ask, rej, now));
         }
     }
     Ok(if any { Verdict::Admit } else { Verdict::Exempt })
@@ -375,9 +401,9 @@ fn overridden<'t, R: Request<'t>>(
     a: Applies,
     shard: usize,
 ) -> Judged {
-    if let Applies::Reject(d) = a {
+    if let Applies::Reject(blocked) = a {
         r.skipped(n, Skip::OverrideReject);
-        return Judged::Blocked { hash, d };
+        return Judged::Blocked { hash, blocked };
     }
     c.table.add(shard, Counter::Exempt, 1);
     r.skipped(n, Skip::OverrideExempt);
@@ -412,14 +438,9 @@ fn override_slow(c: &LimitConf<'_>, o: &Overrides, hash: KeyHash, limit: u32, no
                 Some(s) => u32::try_from(s).unwrap_or(u32::MAX).max(1),
                 None => (w / 1000).max(1) as u32,
             };
-            Applies::Reject(Decision {
-                outcome: Outcome::Rejected,
-                remaining: 0,
+            Applies::Reject(Blocked {
                 retry_after_s: retry,
                 reset_s: (w - now % w).div_ceil(1000) as u32,
-                estimate: 0,
-                admission: None,
-                events: Events::default(),
             })
         }
     }
@@ -458,7 +479,12 @@ fn acquire<'t, R: Request<'t>>(
 ) -> Decision {
     // The table's own flag, so that its test inside is folded into this one.
     if c.table.is_strict() {
-        return acquire_strict(r, c, hash, now, (limit, cost), shard);
+        // Its own copy of the time, so that only this path keeps `now` in
+        // memory.
+        let mut fresh = *now;
+        let d = acquire_strict(r, c, hash, &mut fresh, (limit, cost), shard);
+        *now = fresh;
+        return d;
     }
     c.table.acquire_cost(hash, *now, limit, cost, c.fail, shard)
 }
@@ -475,7 +501,9 @@ fn acquire_strict<'t, R: Request<'t>>(
     shard: usize,
 ) -> Decision {
     let t = c.table;
-    let d = t.acquire_cost(hash, *now, limit, cost, c.fail, shard);
+    // The strict path alone: `acquire_cost` would inline the estimate
+    // path's code here too (a larger frame, the decision copied).
+    let d = t.acquire_cost_strict(hash, *now, limit, cost, c.fail, shard);
     if !d.events.clock_backwards {
         return d;
     }
@@ -490,7 +518,7 @@ fn acquire_strict<'t, R: Request<'t>>(
     // (its shard counters add with wrapping, so + (2^64 - 1) is - 1).
     t.add(shard, Counter::ClockBackwards, u64::MAX);
     *now = fresh;
-    t.acquire_cost(hash, fresh, limit, cost, c.fail, shard)
+    t.acquire_cost_strict(hash, fresh, limit, cost, c.fail, shard)
 }
 
 /// Gives back every admission recorded so far.
@@ -512,7 +540,8 @@ struct Rejecting {
 /// by none. Out of line: the admitting path's code stays together.
 #[cold]
 #[inline(never)]
-fn rejected<'t, R: Request<'t>>(r: &mut R, ask: &Ask, rej: Rejecting, now: u64) -> Verdict {
+// `ask` by value: the request path need not keep a copy of it in memory.
+fn rejected<'t, R: Request<'t>>(r: &mut R, ask: Ask, rej: Rejecting, now: u64) -> Verdict {
     let mut retry = rej.d.retry_after_s;
     if !rej.overridden {
         // A retry must fit under every limit: the ones before this one
@@ -535,7 +564,7 @@ fn rejected<'t, R: Request<'t>>(r: &mut R, ask: &Ask, rej: Rejecting, now: u64) 
         dry_run: ask.dry_run,
     };
     if !rej.overridden && ask.holdable {
-        match plan::on_reject(r, ask, &rej, now) {
+        match plan::on_reject(r, &ask, &rej, now) {
             plan::OnReject::Hold(h) => return Verdict::Hold(h),
             plan::OnReject::WouldHold(h) => return Verdict::WouldHold(h),
             plan::OnReject::Reject { share_full, unheld } => {

@@ -323,7 +323,8 @@ impl Table<'_> {
         if !self.cas(slot, value, new) {
             return self.acquire_slow(&{ q }, None);
         }
-        let reset_s = window::reset_secs(elapsed, self.window.ms());
+        // `elapsed` is the remainder of a division by the window.
+        let reset_s = window::reset_secs_in(elapsed, self.window.ms());
         let admission = Admission::new(slot, &q, now_idx);
         Decision::admitted(remaining, reset_s, estimate, admission, Events::default())
     }
@@ -384,7 +385,7 @@ impl Table<'_> {
     #[inline(always)]
     fn slow_key(&self, q: &Ask, slot: usize, value: u128, events: &mut Events) -> Option<Decision> {
         let w = self.window.ms();
-        let reset_s = window::reset_secs(q.elapsed, w);
+        let reset_s = window::reset_secs_in(q.elapsed, w);
         let s = Slot::decode(value);
         // After the slot's load (see `ahead`).
         let v = view(s, q.now_idx, self.ahead(q.now_idx), q.elapsed);
@@ -431,7 +432,7 @@ impl Table<'_> {
         events: &mut Events,
     ) -> Option<Decision> {
         let w = self.window.ms();
-        let reset_s = window::reset_secs(q.elapsed, w);
+        let reset_s = window::reset_secs_in(q.elapsed, w);
         if q.limit == 0 {
             let retry_after_s = fit::retry_after_secs(None, w);
             return Some(Decision::rejected(retry_after_s, reset_s, 0, *events));

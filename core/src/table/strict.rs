@@ -160,6 +160,23 @@ impl Table<'_> {
         evict_rank(is_strict_limited(value), count, age)
     }
 
+    /// [`Table::acquire_cost`] of a table known to be strict: the strict
+    /// path alone, without the estimate path's code around it (the
+    /// engine's out-of-line strict call). Same answer as `acquire_cost`.
+    #[inline(always)]
+    pub fn acquire_cost_strict(
+        &self,
+        key: KeyHash,
+        now_ms: u64,
+        limit: u32,
+        cost: u32,
+        policy: FailPolicy,
+        shard: usize,
+    ) -> Decision {
+        debug_assert!(self.strict);
+        self.acquire_strict(key, now_ms, limit, cost.max(1), policy, shard)
+    }
+
     /// [`Table::acquire`] of a strict zone.
     pub(super) fn acquire_strict(
         &self,
