@@ -219,8 +219,10 @@ fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
         return declined;
     }
     // Counted once per main request: an internal redirect, error_page or
-    // subrequest finds the decision already made.
-    if decision::find(r).is_some() || main_decides_later(r) {
+    // subrequest finds the decision already made. The record found (a held
+    // request's) is the one the decision reuses: looked up once.
+    let rec = decision::record(r);
+    if rec.is_some_and(decision::Record::decided) || main_decides_later(r) {
         return declined;
     }
     // In postaccess, a request that failed an access check (401, 403) is
@@ -240,7 +242,7 @@ fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
         },
         limits.len()
     );
-    decide(r, lcf, limits)
+    decide(r, lcf, limits, rec)
 }
 
 /// A subrequest started before its main request has decided, while the
@@ -403,13 +405,19 @@ fn skipped(r: &Request, zone: &ZoneConf, why: Skip) {
 }
 
 /// Makes and commits the decision for `r`: the location's limits, in order,
-/// decided by the core's engine.
-fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
+/// decided by the core's engine. `rec`: the main request's record, if it
+/// has one already (a held request's).
+fn decide(
+    r: &mut Request,
+    lcf: &LocConf,
+    limits: &[conf::Limit],
+    rec: Option<&'static decision::Record>,
+) -> ngx_int_t {
     let declined: ngx_int_t = Status::NGX_DECLINED.into();
     let server_error = NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
 
     // The decision's record, allocated before anything is counted.
-    let Some(mut pending) = decision::reserve(r, limits.len()) else {
+    let Some(mut pending) = decision::reserve(r, rec, limits.len()) else {
         return server_error;
     };
     let now = util::now_ms();
