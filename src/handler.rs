@@ -201,7 +201,10 @@ fn preaccess(r: &mut Request) -> ngx_int_t {
 }
 
 /// Decides the request if its location decides in `phase` and nothing has
-/// decided it yet.
+/// decided it yet. Inlined into each phase's handler: the common visit
+/// that does not decide (the other phase) costs a few tests, without the
+/// frame of [`handle_limits`].
+#[inline(always)]
 fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
     let declined: ngx_int_t = Status::NGX_DECLINED.into();
     // PRECONTENT follows the access checks: note that they passed.
@@ -218,6 +221,20 @@ fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
         }
         return declined;
     }
+    handle_limits(r, phase, lcf, limits, access_failed)
+}
+
+/// [`handle`] in the phase where the location decides: decides the request
+/// unless it is decided already, decided later, or failed an access check.
+#[inline(never)]
+fn handle_limits(
+    r: &mut Request,
+    phase: Phase,
+    lcf: &LocConf,
+    limits: &[conf::Limit],
+    access_failed: bool,
+) -> ngx_int_t {
+    let declined: ngx_int_t = Status::NGX_DECLINED.into();
     // Counted once per main request: an internal redirect, error_page or
     // subrequest finds the decision already made. The record found (a held
     // request's) is the one the decision reuses: looked up once.
