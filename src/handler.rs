@@ -283,8 +283,6 @@ struct Judging<'a> {
     lcf: &'a LocConf,
     limits: &'a [conf::Limit],
     pending: &'a mut decision::Pending,
-    /// Epoch ms of the decision.
-    now: u64,
 }
 
 impl engine::Request<'static> for Judging<'_> {
@@ -383,8 +381,8 @@ impl engine::Request<'static> for Judging<'_> {
         delay::held_by(self.lcf, client)
     }
 
-    fn hold(&mut self, h: &Hold) -> bool {
-        let (lcf, limits, now) = (self.lcf, self.limits, self.now);
+    fn hold(&mut self, h: &Hold, now: u64) -> bool {
+        let (lcf, limits) = (self.lcf, self.limits);
         let holding = delay::Holding {
             lcf,
             limits,
@@ -451,7 +449,6 @@ fn decide(
         lcf,
         limits,
         pending: &mut pending,
-        now,
     };
     // Err: an nginx error; the engine gave back what it counted.
     // Matched by reference: the verdict's rejection payload is not copied
