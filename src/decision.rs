@@ -269,12 +269,12 @@ impl Pending {
 }
 
 /// Reserves the record of a decision for `r`'s main request, with room for
-/// `limits` applied limits (the record of a held request is reused). Call
-/// it before any shared-memory operation: it allocates. None if the pool is
-/// out of memory.
-pub fn reserve(r: &Request, limits: usize) -> Option<Pending> {
+/// `limits` applied limits; `found` is what [`record`] returned for it (the
+/// record of a held request is reused). Call it before any shared-memory
+/// operation: it allocates. None if the pool is out of memory.
+pub fn reserve(r: &Request, found: Option<&'static Record>, limits: usize) -> Option<Pending> {
     const _: () = assert!(size_of::<Record>().is_multiple_of(align_of::<Applied>()));
-    let (rec, room) = match record(r) {
+    let (rec, room) = match found {
         None => pool::add(r, Record::new(r), limits)?,
         Some(rec) => (rec, rec.room_for(r, limits)?),
     };
@@ -287,6 +287,11 @@ pub fn reserve(r: &Request, limits: usize) -> Option<Pending> {
 }
 
 impl Record {
+    /// Whether the decision was committed.
+    pub fn decided(&self) -> bool {
+        self.decision.get().is_some()
+    }
+
     fn new(r: &Request) -> Self {
         Record {
             main: NonNull::from(pool::main_of(r)),

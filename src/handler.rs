@@ -201,7 +201,10 @@ fn preaccess(r: &mut Request) -> ngx_int_t {
 }
 
 /// Decides the request if its location decides in `phase` and nothing has
-/// decided it yet.
+/// decided it yet. Inlined into each phase's handler: the common visit
+/// that does not decide (the other phase) costs a few tests, without the
+/// frame of [`handle_limits`].
+#[inline(always)]
 fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
     let declined: ngx_int_t = Status::NGX_DECLINED.into();
     // PRECONTENT follows the access checks: note that they passed.
@@ -218,9 +221,25 @@ fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
         }
         return declined;
     }
+    handle_limits(r, phase, lcf, limits, access_failed)
+}
+
+/// [`handle`] in the phase where the location decides: decides the request
+/// unless it is decided already, decided later, or failed an access check.
+#[inline(never)]
+fn handle_limits(
+    r: &mut Request,
+    phase: Phase,
+    lcf: &LocConf,
+    limits: &[conf::Limit],
+    access_failed: bool,
+) -> ngx_int_t {
+    let declined: ngx_int_t = Status::NGX_DECLINED.into();
     // Counted once per main request: an internal redirect, error_page or
-    // subrequest finds the decision already made.
-    if decision::find(r).is_some() || main_decides_later(r) {
+    // subrequest finds the decision already made. The record found (a held
+    // request's) is the one the decision reuses: looked up once.
+    let rec = decision::record(r);
+    if rec.is_some_and(decision::Record::decided) || main_decides_later(r) {
         return declined;
     }
     // In postaccess, a request that failed an access check (401, 403) is
@@ -240,7 +259,7 @@ fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
         },
         limits.len()
     );
-    decide(r, lcf, limits)
+    decide(r, lcf, limits, rec)
 }
 
 /// A subrequest started before its main request has decided, while the
@@ -264,8 +283,6 @@ struct Judging<'a> {
     lcf: &'a LocConf,
     limits: &'a [conf::Limit],
     pending: &'a mut decision::Pending,
-    /// Epoch ms of the decision.
-    now: u64,
 }
 
 impl engine::Request<'static> for Judging<'_> {
@@ -364,8 +381,8 @@ impl engine::Request<'static> for Judging<'_> {
         delay::held_by(self.lcf, client)
     }
 
-    fn hold(&mut self, h: &Hold) -> bool {
-        let (lcf, limits, now) = (self.lcf, self.limits, self.now);
+    fn hold(&mut self, h: &Hold, now: u64) -> bool {
+        let (lcf, limits) = (self.lcf, self.limits);
         let holding = delay::Holding {
             lcf,
             limits,
@@ -403,13 +420,19 @@ fn skipped(r: &Request, zone: &ZoneConf, why: Skip) {
 }
 
 /// Makes and commits the decision for `r`: the location's limits, in order,
-/// decided by the core's engine.
-fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
+/// decided by the core's engine. `rec`: the main request's record, if it
+/// has one already (a held request's).
+fn decide(
+    r: &mut Request,
+    lcf: &LocConf,
+    limits: &[conf::Limit],
+    rec: Option<&'static decision::Record>,
+) -> ngx_int_t {
     let declined: ngx_int_t = Status::NGX_DECLINED.into();
     let server_error = NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
 
     // The decision's record, allocated before anything is counted.
-    let Some(mut pending) = decision::reserve(r, limits.len()) else {
+    let Some(mut pending) = decision::reserve(r, rec, limits.len()) else {
         return server_error;
     };
     let now = util::now_ms();
@@ -426,7 +449,6 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit]) -> ngx_int_t {
         lcf,
         limits,
         pending: &mut pending,
-        now,
     };
     // Err: an nginx error; the engine gave back what it counted.
     // Matched by reference: the verdict's rejection payload is not copied

@@ -15,7 +15,7 @@ use core::ffi::c_void;
 use core::mem::MaybeUninit;
 use core::{ptr, slice};
 
-use nginx_sys::{ngx_palloc, ngx_pool_cleanup_add, ngx_pool_cleanup_t};
+use nginx_sys::{ngx_palloc, ngx_pool_cleanup_t};
 use ngx::http::{HttpModule, Request};
 
 use crate::util::{tagged_cleanup, CleanupTag};
@@ -102,7 +102,9 @@ fn cache(main: &Request, entry: *mut ngx_pool_cleanup_t) {
 }
 
 /// Adds `value` as the record of `r`'s main request, with room for `n`
-/// values of `E` after it, in one pool allocation. None: out of memory.
+/// values of `E` after it, in one pool allocation (the entry, then the
+/// record, then the room: what `ngx_pool_cleanup_add` makes with two).
+/// None: out of memory.
 pub fn add<T: Record, E>(
     r: &Request,
     value: T,
@@ -110,20 +112,31 @@ pub fn add<T: Record, E>(
 ) -> Option<(&'static T, &'static Room<E>)> {
     const {
         assert!(align_of::<T>() <= POOL_ALIGN && align_of::<E>() <= POOL_ALIGN);
+        assert!(size_of::<ngx_pool_cleanup_t>().is_multiple_of(POOL_ALIGN));
         assert!(size_of::<T>().is_multiple_of(align_of::<E>()));
     }
     let main = main_of(r);
-    let size = size_of::<T>().checked_add(n.checked_mul(size_of::<E>())?)?;
-    // SAFETY: the pool is valid. The entry's data has room for a T then n
-    // values of E, aligned (pool alignment, and the asserts above); its
-    // handler is set once the T is written, so that a failure leaves an
-    // inert entry. The T and the room live until the pool is destroyed.
+    let size = (size_of::<ngx_pool_cleanup_t>() + size_of::<T>())
+        .checked_add(n.checked_mul(size_of::<E>())?)?;
+    // SAFETY: the pool is valid. The allocation has room for the entry, a
+    // T and n values of E, each aligned (pool alignment, and the asserts
+    // above). The entry is linked in front of the pool's cleanups, as
+    // `ngx_pool_cleanup_add` does, once the T it drops is written. The T
+    // and the room live until the pool is destroyed.
     unsafe {
-        let cln = ngx_pool_cleanup_add(main.as_ref().pool, size);
-        let entry = cln.as_mut()?;
-        let data = entry.data.cast::<T>();
+        let pool = main.as_ref().pool;
+        let cln = ngx_palloc(pool, size).cast::<ngx_pool_cleanup_t>();
+        if cln.is_null() {
+            return None;
+        }
+        let data = cln.add(1).cast::<T>();
         data.write(value);
-        entry.handler = Some(T::tag());
+        cln.write(ngx_pool_cleanup_t {
+            handler: Some(T::tag()),
+            data: data.cast(),
+            next: (*pool).cleanup,
+        });
+        (*pool).cleanup = cln;
         cache(main, cln);
         let room = data.add(1).cast::<Cell<MaybeUninit<E>>>();
         Some((&*data, slice::from_raw_parts(room, n)))

@@ -131,9 +131,10 @@ pub trait Request<'t> {
     fn held_by(&self, _client: u64) -> u32 {
         0
     }
-    /// Holds the request as `h` says (a timer); false: it could not be held
-    /// (the location's cap, or the host failed), so it is rejected.
-    fn hold(&mut self, _h: &Hold) -> bool {
+    /// Holds the request as `h` says (a timer), at the request's time
+    /// `now_ms` (epoch ms, the [`Ask`]'s); false: it could not be held (the
+    /// location's cap, or the host failed), so it is rejected.
+    fn hold(&mut self, _h: &Hold, _now_ms: u64) -> bool {
         false
     }
 }

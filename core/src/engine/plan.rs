@@ -78,7 +78,7 @@ pub(super) fn on_reject<'t, R: Request<'t>>(
         },
         Plan::Hold { wait_ms } => {
             let h = hold(wait_ms);
-            if r.hold(&h) {
+            if r.hold(&h, ask.now_ms) {
                 OnReject::Hold(h)
             } else {
                 reject

@@ -144,7 +144,7 @@ impl<'a> Request<'a> for Req<'a> {
     fn held_by(&self, _client: u64) -> u32 {
         self.held_by
     }
-    fn hold(&mut self, _h: &Hold) -> bool {
+    fn hold(&mut self, _h: &Hold, _now_ms: u64) -> bool {
         self.holds += 1;
         true
     }
