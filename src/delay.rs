@@ -44,8 +44,8 @@ use crate::conf::{Limit, LocConf};
 use crate::decision::{self, Hold, Part, Verdict};
 use crate::req::{event_handler, variable_get};
 use crate::zone::ZoneConf;
-use crate::zone_stats::DelayStats;
 use crate::Module;
+use rate_limit_window_core::shm::DelayStats;
 
 /// Whether any limit of the location has a `delay`.
 fn delays(limits: &[Limit]) -> bool {

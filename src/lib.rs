@@ -15,7 +15,6 @@
 //! | `conf_zone.rs` | `rate_limit_window_zone`: parameters, key, shared zone  |
 //! | `zone.rs`      | the zone's configuration and shared header             |
 //! | `zone_init.rs` | shared-memory zone init and reuse on reload            |
-//! | `zone_stats.rs`| the header's delay and charge counters                 |
 //! | `resize.rs`    | a zone resized on reload: its clients carried over     |
 //! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
 //! | `phases.rs`    | where the handler sits in PREACCESS and PRECONTENT     |
@@ -90,7 +89,6 @@ mod util;
 mod variables;
 mod zone;
 mod zone_init;
-mod zone_stats;
 
 use core::ptr;
 
