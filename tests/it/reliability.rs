@@ -153,6 +153,9 @@ fn resize_on_reload_carries_counts_under_load() {
         assert_eq!(get_key(port, "/", &format!("c{i}")).status, 200);
     }
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The load client's key exists before the reload, whenever its thread
+    // gets its first request in.
+    assert_eq!(get_key(port, "/", "load").status, 200);
     let load = {
         let stop = stop.clone();
         std::thread::spawn(move || load_until(port, 4, "/", &[("X-Key", b"load")], stop, true))
