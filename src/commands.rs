@@ -33,7 +33,7 @@ static mut STATUS_BOUNDS: ngx_conf_num_bounds_t = ngx_conf_num_bounds_t {
 const ANY_LEVEL: u32 = NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF;
 
 /// The module's directives.
-pub static mut COMMANDS: [ngx_command_t; 10] = [
+pub static mut COMMANDS: [ngx_command_t; 11] = [
     ngx_command_t {
         name: ngx_string!("rate_limit_window_zone"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE) as ngx_uint_t,
@@ -107,10 +107,21 @@ pub static mut COMMANDS: [ngx_command_t; 10] = [
         offset: offset_of!(LocConf, grpc),
         post: ptr::null_mut(),
     },
+    // `rate_limit_window_state_interval time;`: how often state files are
+    // written (state_write.rs).
+    ngx_command_t {
+        name: ngx_string!("rate_limit_window_state_interval"),
+        type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(set_state_interval),
+        conf: NGX_HTTP_MAIN_CONF_OFFSET,
+        offset: 0,
+        post: ptr::null_mut(),
+    },
     ngx_command_t::empty(),
 ];
 
 conf_handler!(set_zone, MainConf, conf_zone::set_zone);
+conf_handler!(set_state_interval, MainConf, conf::set_state_interval);
 conf_handler!(set_limit, LocConf, conf::set_limit);
 conf_handler!(set_headers, LocConf, |cf, lcf: &mut LocConf| {
     conf::set_enum(cf, HEADERS_VALUES, &mut lcf.headers)

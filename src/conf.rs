@@ -16,6 +16,8 @@ use nginx_sys::{
 use ngx::http::{HttpModuleMainConf, Merge, MergeConfigError};
 use rate_limit_window_core::conf_error::{invalid_value, undefined_zone, LimitConfError};
 use rate_limit_window_core::limit_opts::{parse_limit_directive, LimitDirective, StatusSet};
+use rate_limit_window_core::parse::escape;
+use rate_limit_window_core::units::parse_time_ms;
 
 use crate::conf_charge;
 use crate::conf_delay::LocDelay;
@@ -78,7 +80,16 @@ pub struct MainConf {
     /// Index of the hidden variable whose request slot says whether the
     /// main request failed an access check (see access.rs).
     pub access_mark: Option<crate::access::Marks>,
+    /// `rate_limit_window_state_interval`: how often worker 0 writes the
+    /// zones' state files (ms); None: not given, [`STATE_INTERVAL_MS`].
+    pub state_interval_ms: Option<u64>,
 }
+
+/// The default of `rate_limit_window_state_interval` (ms).
+pub const STATE_INTERVAL_MS: u64 = 5_000;
+
+/// The bounds of `rate_limit_window_state_interval` (ms): 1s to 1h.
+const STATE_INTERVAL_RANGE: core::ops::RangeInclusive<u64> = 1_000..=3_600_000;
 
 impl MainConf {
     /// Every zone, as references for the cycle (the one place the zone
@@ -237,6 +248,28 @@ pub fn set_enum(
     }
     *field = v;
     Ok(())
+}
+
+/// `rate_limit_window_state_interval time;` (http): how often the state
+/// files are written, whole seconds from 1s to 1h.
+pub fn set_state_interval(cf: &ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
+    let [_, value, ..] = cf.args() else {
+        return Err(ConfFailed::Logged);
+    };
+    if mcf.state_interval_ms.is_some() {
+        return Err(ConfFailed::Says(c"is duplicate"));
+    }
+    let value = value.as_bytes();
+    match parse_time_ms(value) {
+        Some(ms) if STATE_INTERVAL_RANGE.contains(&ms) && ms % 1000 == 0 => {
+            mcf.state_interval_ms = Some(ms);
+            Ok(())
+        }
+        _ => Err(cf.emerg(format_args!(
+            "invalid rate_limit_window_state_interval \"{}\": whole seconds from 1s to 1h",
+            escape(value)
+        ))),
+    }
 }
 
 /// Returns the zone called `name`, creating an undefined forward reference

@@ -233,7 +233,8 @@ extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     if let Some(mcf) = Module::main_conf(cycle) {
         sync::start_all(&mcf.zones);
         sweep::start(cycle, &mcf.zones);
-        state_write::start(cycle, &mcf.zones);
+        let every_ms = mcf.state_interval_ms.unwrap_or(conf::STATE_INTERVAL_MS);
+        state_write::start(cycle, &mcf.zones, every_ms);
     }
     Status::NGX_OK.into()
 }

@@ -1,5 +1,5 @@
 //! Writing the zones' state files (`state=`, see state.rs): every
-//! [`EVERY_MS`] by worker 0, in a thread so that the event loop never
+//! `rate_limit_window_state_interval` (5 s by default) by worker 0, in a thread so that the event loop never
 //! waits for the scan, the disk or fsync (skipping a zone unchanged since
 //! its last write), and by every worker at exit.
 //!
@@ -15,7 +15,7 @@
 //! logs nothing: the event loop collects its outcome at the next tick (or
 //! at exit, when it is joined before the configuration goes away).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::hash::{Hash, Hasher};
@@ -38,10 +38,6 @@ use rate_limit_window_core::{SavedTable, Table};
 use crate::util::{now_ms, Timer};
 use crate::zone::ZoneConf;
 use crate::Module;
-
-/// How often worker 0 writes the state files (ms): what a crash (kill -9,
-/// power loss) can lose.
-pub const EVERY_MS: ngx_msec_t = 5_000;
 
 /// One zone's write, with everything the writer thread needs.
 struct Job {
@@ -307,15 +303,21 @@ fn collect(log: *mut ngx_log_t, wait: bool) -> bool {
 thread_local! {
     /// The timer event of this process (only worker 0 arms it).
     static TIMER: Timer = const { Timer::new() };
+    /// How often it fires (ms): `rate_limit_window_state_interval`, what a
+    /// crash (kill -9, power loss) can lose.
+    static EVERY_MS: Cell<ngx_msec_t> = const { Cell::new(0) };
 }
 
 /// Arms the periodic write, if a zone has a state file. Called from
 /// `init_process` of worker 0 (or the single process).
-pub fn start(cycle: &ngx_cycle_t, zones: &[*mut ZoneConf]) {
+/// `every_ms`: the write interval (ms).
+pub fn start(cycle: &ngx_cycle_t, zones: &[*mut ZoneConf], every_ms: u64) {
     if !crate::zone::each(zones).any(|z| z.state.is_some()) {
         return;
     }
-    TIMER.with(|t| t.arm(Some(tick), cycle.log, EVERY_MS));
+    let every_ms = every_ms as ngx_msec_t;
+    EVERY_MS.with(|e| e.set(every_ms));
+    TIMER.with(|t| t.arm(Some(tick), cycle.log, every_ms));
 }
 
 /// The timer handler: logs the last write's outcome and starts the next
@@ -328,7 +330,7 @@ extern "C" fn tick(_ev: *mut ngx_event_t) {
             WRITER.with(|w| *w.borrow_mut() = h);
         }
     }
-    TIMER.with(|t| t.rearm(EVERY_MS));
+    TIMER.with(|t| t.rearm(EVERY_MS.with(Cell::get)));
 }
 
 /// Joins the periodic writer, if one runs (before its configuration goes:

@@ -255,7 +255,10 @@ fn stop_and_start_keep_counts() {
 fn periodic_write_survives_kill_9() {
     use std::os::unix::fs::MetadataExt;
     let site = Site::new(None);
-    let ng = site.start("window=1h", 6);
+    let conf = site
+        .conf("window=1h", 6)
+        .replace("http {", "http {\n    rate_limit_window_state_interval 1s;");
+    let ng = site.start_conf(&conf);
     clear_of_boundary(3_600_000, 60_000);
     send(&ng, "a", 4);
     let off = ng.error_log_len();
@@ -265,23 +268,64 @@ fn periodic_write_survives_kill_9() {
             .filter(|l| l.contains("written:"))
             .count()
     };
-    // The timer fires every 5 s; a write is logged at the tick after it.
+    // The timer fires every second (`rate_limit_window_state_interval
+    // 1s`, not the default 5 s); a write is logged at the tick after it.
     assert!(
-        wait_for(Duration::from_secs(16), || writes() == 1),
-        "no periodic write:\n{}",
+        wait_for(Duration::from_millis(3_500), || writes() == 1),
+        "no periodic write within 3.5 s:\n{}",
         ng.error_log()
     );
     let inode = fs::metadata(site.state()).unwrap().ino();
     // Two more ticks without a request: the file stays as it is.
-    thread::sleep(Duration::from_millis(10_500));
+    thread::sleep(Duration::from_millis(2_500));
     assert_eq!(writes(), 1, "{}", ng.error_log_since(off));
     assert_eq!(fs::metadata(site.state()).unwrap().ino(), inode);
     send(&ng, "a", 1);
-    assert!(wait_for(Duration::from_secs(16), || writes() == 2));
+    assert!(wait_for(Duration::from_millis(3_500), || writes() == 2));
     kill_9(&ng);
     drop(ng);
     let ng = site.start("window=1h", 6);
     assert_eq!(admitted(&ng, "a").0, 1);
+}
+
+/// `rate_limit_window_state_interval`: whole seconds from 1s to 1h, given
+/// once, in http{}.
+#[test]
+fn state_interval_values_are_checked() {
+    let site = Site::new(None);
+    let with = |line: &str| {
+        site.conf("window=1h", 6)
+            .replace("http {", &format!("http {{\n    {line}"))
+    };
+    for good in ["1s", "30", "1h"] {
+        let (ok, out) = test_config(&with(&format!("rate_limit_window_state_interval {good};")));
+        assert!(ok, "{good}: {out}");
+    }
+    for bad in ["0", "500ms", "1500ms", "2h", "5x"] {
+        let (ok, out) = test_config(&with(&format!("rate_limit_window_state_interval {bad};")));
+        assert!(!ok, "{bad} accepted");
+        assert!(
+            out.contains(&format!(
+                "invalid rate_limit_window_state_interval \"{bad}\": whole seconds from 1s to 1h"
+            )),
+            "{bad}: {out}"
+        );
+    }
+    let (ok, out) = test_config(&with(
+        "rate_limit_window_state_interval 1s; rate_limit_window_state_interval 2s;",
+    ));
+    assert!(
+        !ok && out.contains("\"rate_limit_window_state_interval\" directive is duplicate"),
+        "{out}"
+    );
+    let (ok, out) = test_config(&site.conf("window=1h", 6).replace(
+        "rate_limit_window zone=z",
+        "rate_limit_window_state_interval 1s; rate_limit_window zone=z",
+    ));
+    assert!(
+        !ok && out.contains("directive is not allowed here"),
+        "{out}"
+    );
 }
 
 /// Counts more than a window old at the restart are dropped: a client at
@@ -568,7 +612,9 @@ fn overrides_and_bans_survive_quit_and_start() {
 #[test]
 fn an_idle_zone_is_rewritten_when_its_overrides_change() {
     let site = Site::new(None);
-    let ng = site.start_conf(&api_conf(&site, 1024));
+    let conf =
+        api_conf(&site, 1024).replace("http {", "http {\n    rate_limit_window_state_interval 1s;");
+    let ng = site.start_conf(&conf);
     let off = ng.error_log_len();
     let writes = || {
         ng.error_log_since(off)
@@ -578,13 +624,13 @@ fn an_idle_zone_is_rewritten_when_its_overrides_change() {
             .collect::<Vec<_>>()
     };
     assert!(
-        wait_for(Duration::from_secs(16), || writes().len() == 1),
+        wait_for(Duration::from_millis(3_500), || writes().len() == 1),
         "no periodic write:\n{}",
         ng.error_log()
     );
     put_override(&ng, "idle", r#"{"block":true}"#);
     assert!(
-        wait_for(Duration::from_secs(16), || writes().len() == 2),
+        wait_for(Duration::from_millis(3_500), || writes().len() == 2),
         "the override change was not written:\n{}",
         ng.error_log_since(off)
     );
