@@ -5,6 +5,7 @@ use std::fs;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 pub const MODULE_FILE: &str = "ngx_http_rate_limit_window_module.so";
 
@@ -92,13 +93,29 @@ pub fn proxy_conf(zones: &str, listen: &str, server: &str, loc: &str) -> String 
     )
 }
 
-/// A free TCP port on 127.0.0.1 (bound and released: a tiny race is accepted).
+/// The ports [`free_port`] hands out: below Linux's ephemeral range
+/// (32768-60999), so that neither a socket bound to port 0 nor an outgoing
+/// connection can take one between the check and the server's own bind.
+const PORTS: std::ops::Range<u16> = 12_000..22_000;
+
+/// How many ports this test process has handed out.
+static HANDED_OUT: AtomicU32 = AtomicU32::new(0);
+
+/// A free TCP port on 127.0.0.1 for a server a test starts (nginx, Redis),
+/// never the same one twice in a test process, so tests running in
+/// parallel cannot race for it. Two test processes start far apart in the
+/// range, and a port something else holds is skipped.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    let span = u32::from(PORTS.end - PORTS.start);
+    let start = (std::process::id() % 50) * 200;
+    for _ in 0..span {
+        let n = HANDED_OUT.fetch_add(1, Ordering::Relaxed);
+        let port = PORTS.start + ((start + n) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port left in {PORTS:?}");
 }
 
 #[derive(Clone, Debug)]

@@ -40,8 +40,13 @@ impl RedisProc {
                     "{bin} not found ({e}): `make test` installs redis-server and redis-sentinel"
                 )
             });
+        let mut child = child;
         let deadline = Instant::now() + START_TIMEOUT;
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+                panic!("{bin} exited ({status}) before listening on {port}:\n{log}");
+            }
             assert!(Instant::now() < deadline, "{bin} did not start on {port}");
             sleep(Duration::from_millis(20));
         }
@@ -421,10 +426,11 @@ impl RedisCluster {
         let dir = tempfile::tempdir().unwrap();
         let nodes: Vec<RedisProc> = (0..3)
             .map(|i| {
-                let port = free_port();
+                let (port, bus) = (free_port(), free_port());
+                // The bus port given too: port + 10000 could be taken.
                 let conf = format!(
                     "{}cluster-enabled yes\ncluster-config-file nodes-{port}.conf\n\
-                     cluster-node-timeout 2000\n",
+                     cluster-port {bus}\ncluster-node-timeout 2000\n",
                     base_conf(port)
                 );
                 RedisProc::spawn("redis-server", dir.path(), &format!("n{i}"), &conf, port)
