@@ -8,7 +8,7 @@
 #
 # Corpora live in fuzz/corpus/<target>/ (kept between runs, git-ignored),
 # seeded with a few valid inputs. A crash input is copied to
-# fuzz/regressions/<target>/, which core/tests/fuzz_regressions.rs replays
+# fuzz/regressions/<target>/, which core/tests/all/fuzz_regressions.rs replays
 # under plain `cargo test`; the script then exits non-zero.
 #
 # cargo-fuzz needs nightly compiler flags: a nightly toolchain is used when

@@ -48,7 +48,7 @@
 //!
 //! One client, Poisson arrivals at 1x, 3x and 10x the limit (limit 10 per
 //! 10 s window, 2,000 windows, fixed seeds, the traces of
-//! `core/tests/strict.rs::saturation_figures`), decided by the table's
+//! `core/tests/all/strict.rs::saturation_figures`), decided by the table's
 //! `acquire` in `mode=estimate` and in `mode=strict`. `worst` = the most
 //! admitted requests in any interval of one window (exact sliding log);
 //! `mean_per_window` = admitted / windows; `mean_x_limit` = that / limit.

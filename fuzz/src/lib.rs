@@ -1,7 +1,7 @@
 //! The checks behind every fuzz target, one function per target, each taking
 //! the raw fuzz input and panicking on a finding.
 //!
-//! This file is also compiled into `core/tests/fuzz_regressions.rs` (with
+//! This file is also compiled into `core/tests/all/fuzz_regressions.rs` (with
 //! `#[path]`), which replays every file under `fuzz/regressions/<target>/`
 //! through [`TARGETS`], so saved crash inputs stay tested under plain
 //! `cargo test` without libFuzzer or a nightly compiler. It may therefore
@@ -313,7 +313,7 @@ pub fn table_model(data: &[u8]) {
     let len = buf.len() * 64;
     // SAFETY: an exclusive, 64-byte aligned buffer that outlives the table.
     let table = unsafe { Table::init(buf.as_mut_ptr().cast(), len, w, seed) }.expect("init");
-    // Keys with pairwise disjoint candidate groups (see core/tests/model.rs:
+    // Keys with pairwise disjoint candidate groups (see core/tests/all/model.rs:
     // the model knows nothing of placement).
     let mut keys: Vec<Vec<u8>> = vec![];
     let mut taken = std::collections::HashSet::new();

@@ -6,7 +6,7 @@
 //! `fuzz/regressions/<target>/` (any file name).
 
 #[allow(dead_code)]
-#[path = "../../fuzz/src/lib.rs"]
+#[path = "../../../fuzz/src/lib.rs"]
 mod checks;
 
 use std::path::Path;

@@ -3,7 +3,6 @@
 //! The region is a memmap2 mapping of a temporary file, which memmap2 maps
 //! MAP_SHARED (its `map_anon` would be MAP_PRIVATE: copy-on-write after
 //! fork), so writes by one child are seen by all, as in an nginx zone.
-#![cfg(unix)]
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use memmap2::MmapMut;
