@@ -16,7 +16,7 @@ RUN_DIR  := target/run
 BUILD_DEPS := libclang-dev libpcre2-dev libssl-dev zlib1g-dev make gcc pkg-config
 TEST_DEPS  := faketime curl redis-server redis-sentinel redis-tools openssl wrk python3-grpcio
 BENCH_DEPS := wrk valgrind python3 curl
-TEST_ARGS  := --profile release-no-lto -p rate_limit_window_core -p rate_limit_window_it
+TEST_ARGS  := --profile tests -p rate_limit_window_core -p rate_limit_window_it
 
 .PHONY: all deps build run test soak bench fuzz memcheck deb test-deb clean
 
@@ -43,7 +43,7 @@ build: deps
 run: build
 	@PORT="$(PORT)" APP_PORT="$(APP_PORT)" scripts/run-gateway.sh
 
-# Every test, in one cargo invocation of profile release-no-lto (no LTO, see
+# Every test, in one cargo invocation of profile tests (no LTO, see
 # Cargo.toml): the core's, then the integration tests (package
 # rate_limit_window_it, tests/Cargo.toml), which run the nginx and module
 # that make build leaves in $(DIST). The tests compile beside make build:

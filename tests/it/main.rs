@@ -1,5 +1,5 @@
 //! The integration tests: one binary, one module per topic, over the
-//! harness in `common/`. `cargo test --profile release-no-lto -p rate_limit_window_it -- <module>::`
+//! harness in `common/`. `cargo test --profile tests -p rate_limit_window_it -- <module>::`
 //! runs one topic.
 
 mod common;
