@@ -21,16 +21,8 @@ fn conf(zones: &str, loc: &str) -> String {
 }
 
 struct Metrics {
-    samples: Vec<prometheus_parse::Sample>,
+    samples: Vec<Sample>,
     docs: HashMap<String, String>,
-}
-
-fn value(v: &prometheus_parse::Value) -> f64 {
-    use prometheus_parse::Value::*;
-    match v {
-        Counter(x) | Gauge(x) | Untyped(x) => *x,
-        other => panic!("unexpected value {other:?}"),
-    }
 }
 
 impl Metrics {
@@ -40,10 +32,10 @@ impl Metrics {
             .iter()
             .find(|s| {
                 s.metric == metric
-                    && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
+                    && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
                     && s.labels.len() == labels.len()
             })
-            .map(|s| value(&s.value))
+            .map(|s| s.value)
     }
     fn val(&self, metric: &str, labels: &[(&str, &str)]) -> f64 {
         self.get(metric, labels)
@@ -66,8 +58,7 @@ fn scrape(port: u16) -> Metrics {
         "Content-Type {ct:?}"
     );
     let text = r.text();
-    let s = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
-        .unwrap_or_else(|e| panic!("unparsable exposition: {e}\n{text}"));
+    let s = Scrape::parse(&text).unwrap_or_else(|e| panic!("unparsable exposition: {e}\n{text}"));
     // Every family has HELP and TYPE lines.
     for fam in [
         ("rate_limit_window_requests_total", "counter"),
@@ -684,4 +675,32 @@ fn lookup_and_reset_by_address() {
     assert_eq!(v["cleared"]["current"], 3, "{v}");
     assert_eq!(num(&get_json("zone=ip&addr=2001:db8::1").1, "current"), 0.0);
     assert_eq!(num(&get_json("zone=ip&addr=192.0.2.1").1, "current"), 1.0);
+}
+
+/// The strict exposition parser the tests above scrape with refuses what
+/// Prometheus would (so that a malformed line from the module fails them).
+#[test]
+fn the_exposition_parser_refuses_malformed_lines() {
+    let good = "# HELP a_total Things.\n# TYPE a_total counter\n\
+                a_total{zone=\"z\\\"q\\\\\",result=\"passed\"} 3\nb 1.5\nc +Inf\n";
+    let s = Scrape::parse(good).unwrap();
+    assert_eq!(s.samples.len(), 3);
+    assert_eq!(s.samples[0].labels["zone"], "z\"q\\");
+    assert_eq!(s.samples[0].value, 3.0);
+    assert_eq!(s.docs["a_total"], "Things.");
+    for bad in [
+        "a_total{zone=\"z\"} x",
+        "a_total{zone=\"z} 1",
+        "a_total{zone=z} 1",
+        "a_total{zone=\"a\\x\"} 1",
+        "a_total{zone=\"a\",zone=\"b\"} 1",
+        "1a 1",
+        "a-b 1",
+        "a_total{1z=\"a\"} 1",
+        "a_total 1 1700000000",
+        "a_total",
+        "# TYPE a_total countr",
+    ] {
+        assert!(Scrape::parse(bad).is_err(), "accepted {bad:?}");
+    }
 }
