@@ -26,19 +26,12 @@ deps:
 	@scripts/deps.sh $(BUILD_DEPS)
 
 # Release build. Leaves exactly target/dist/$(MODULE).so and target/dist/nginx,
-# the nginx binary the module was built against (same version and flags).
-# With NGINX_BUILD_DIR set, builds against that configured tree instead.
+# the nginx binary the module was built against (same version and flags):
+# the vendored nginx (scripts/nginx.sh, in target/nginx), compiled while
+# cargo compiles the module. With NGINX_BUILD_DIR set, builds against that
+# configured tree instead (scripts/build.sh).
 build: deps
-	@set -euo pipefail; \
-	json=$$($(CARGO) build --release -p rate_limit_window --message-format=json-render-diagnostics); \
-	mkdir -p $(DIST); \
-	cp target/release/lib$(MODULE).so $(DIST)/.$(MODULE).so.new && mv -f $(DIST)/.$(MODULE).so.new $(DIST)/$(MODULE).so; \
-	if [ -n "$${NGINX_BUILD_DIR:-}" ]; then nginx_bin="$$NGINX_BUILD_DIR/nginx"; \
-	else out=$$(grep '"reason":"build-script-executed"' <<<"$$json" | grep '"package_id":"[^"]*nginx-sys' \
-	          | sed 's/.*"out_dir":"\([^"]*\)".*/\1/' | tail -n1); nginx_bin="$$out/objs/nginx"; fi; \
-	if [ -x "$$nginx_bin" ]; then cp "$$nginx_bin" $(DIST)/.nginx.new && mv -f $(DIST)/.nginx.new $(DIST)/nginx; \
-	else echo "note: $$nginx_bin not built; run make in that nginx tree to get a matching binary"; rm -f $(DIST)/nginx; fi; \
-	ls -l $(DIST)
+	@CARGO="$(CARGO)" scripts/build.sh
 
 run: build
 	@PORT="$(PORT)" APP_PORT="$(APP_PORT)" scripts/run-gateway.sh
