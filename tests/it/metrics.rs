@@ -32,7 +32,9 @@ impl Metrics {
             .iter()
             .find(|s| {
                 s.metric == metric
-                    && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
                     && s.labels.len() == labels.len()
             })
             .map(|s| s.value)

@@ -707,16 +707,16 @@ fn wrk_new_keys(port: u16, secs: u32, offset: u64) -> u64 {
     line.split_whitespace().next().unwrap().parse().unwrap()
 }
 
-/// 100 abusers at their limit (10 per hour) in a 1 MB zone (about 64,000
-/// slots), then a wrk flood of new keys until 250,000 of them were evicted
-/// (fail=open) or refused (fail=closed), about four times the zone's slots
-/// (1M keys or 60 s at most): every abuser is still refused by its own
+/// 100 abusers at their limit (10 per hour) in a 128 KB zone (some 8,000
+/// slots), then a wrk flood of new keys until four times the zone's slots
+/// were evicted (fail=open) or refused (fail=closed) (1M keys or 60 s at
+/// most): every abuser is still refused by its own
 /// count (no fail-closed refusal among theirs), as fail= has it. `mode`:
 /// the zone's `mode=`. nginx's clock is frozen ten minutes into the hour
 /// window (libfaketime), so the flood never meets a window boundary.
 fn abusers_survive_a_flood(fail: &str, mode: &str) {
     let conf = http_conf(&format!(
-        "rate_limit_window_zone $http_x_key zone=z:1m window=1h fail={fail} mode={mode};
+        "rate_limit_window_zone $http_x_key zone=z:128k window=1h fail={fail} mode={mode};
          access_log off;
          server {{
              listen 127.0.0.1:{{{{PORT}}}};
@@ -748,7 +748,10 @@ fn abusers_survive_a_flood(fail: &str, mode: &str) {
         ),
         _ => m("rate_limit_window_fail_closed_total", &[("zone", "z")]),
     };
-    let sent = flood_new_keys(ng.port, || churned() > 250_000.0);
+    let slots = m("rate_limit_window_slots", &[("zone", "z")]);
+    assert!(slots > 1_000.0, "{slots} slots");
+    let churn = 4.0 * slots;
+    let sent = flood_new_keys(ng.port, || churned() > churn);
     let live = m(
         "rate_limit_window_evictions_total",
         &[("zone", "z"), ("kind", "live")],
@@ -762,12 +765,12 @@ fn abusers_survive_a_flood(fail: &str, mode: &str) {
     match fail {
         // At least four times the zone's slots went through it.
         "open" => assert!(
-            live > 250_000.0,
-            "the flood did not churn the zone: {live} evictions"
+            live > churn,
+            "the flood did not churn the zone: {live} evictions of {slots} slots"
         ),
         _ => assert!(
-            closed_before > 250_000.0,
-            "the flood did not fill the zone: {closed_before}"
+            closed_before > churn,
+            "the flood did not fill the zone: {closed_before} refused, {slots} slots"
         ),
     }
     assert_eq!(over, 0.0, "a client at its limit was evicted");
