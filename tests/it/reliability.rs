@@ -752,6 +752,17 @@ fn abusers_survive_a_flood(fail: &str, mode: &str) {
     assert!(slots > 1_000.0, "{slots} slots");
     let churn = 4.0 * slots;
     let sent = flood_new_keys(ng.port, || churned() > churn);
+    // wrk's last requests can still be in nginx's sockets when it exits
+    // (under load): read the counters once they stop moving.
+    let moving = || {
+        let before = churned();
+        std::thread::sleep(Duration::from_millis(300));
+        churned() != before
+    };
+    assert!(
+        wait_for(Duration::from_secs(15), || !moving()),
+        "the flood's counters never settled"
+    );
     let live = m(
         "rate_limit_window_evictions_total",
         &[("zone", "z"), ("kind", "live")],
