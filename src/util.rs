@@ -182,6 +182,47 @@ pub fn add_pooled_header(r: &mut Request, name: &'static str, value: ngx_str_t) 
     Some(())
 }
 
+/// Appends the output headers `name: value` of `headers`, in order, as
+/// [`add_pooled_header`] does one by one: the list elements are taken at
+/// once when its last part has room for all of them (what as many
+/// `ngx_list_push` calls would hand out), else pushed one by one.
+pub fn add_pooled_headers<const N: usize>(
+    r: &mut Request,
+    headers: [(&'static str, ngx_str_t); N],
+) -> Option<()> {
+    let list = &mut r.as_mut().headers_out.headers;
+    // SAFETY: headers_out.headers is an initialised ngx_list_t of
+    // ngx_table_elt_t (its `size`, checked), allocated from the request's
+    // pool; its last part holds `nelts` of `nalloc` elements, so with room
+    // for N more, elements nelts..nelts+N are unused memory of that part,
+    // ours to fill once counted, as `ngx_list_push` would hand them out.
+    // Each is zeroed first (also `next`, from nginx 1.23 on); the names are
+    // static and the values live in the request's pool.
+    unsafe {
+        let last = list.last;
+        let used = (*last).nelts;
+        if list.size == size_of::<ngx_table_elt_t>() && used + N <= list.nalloc {
+            (*last).nelts = used + N;
+            let first = (*last).elts.cast::<ngx_table_elt_t>().add(used);
+            for (k, (name, value)) in headers.into_iter().enumerate() {
+                let h = first.add(k);
+                ptr::write_bytes(h, 0, 1);
+                (*h).hash = 1;
+                (*h).key = ngx_str_t {
+                    len: name.len(),
+                    data: name.as_ptr().cast_mut(),
+                };
+                (*h).value = value;
+            }
+            return Some(());
+        }
+    }
+    for (name, value) in headers {
+        add_pooled_header(r, name, value)?;
+    }
+    Some(())
+}
+
 /// The bytes of a variable's value; empty when the variable was not found.
 ///
 /// nginx declares the value's flags as C bitfields, `unsigned len:28;
