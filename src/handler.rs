@@ -35,7 +35,7 @@ use rate_limit_window_core::engine::{
 };
 use rate_limit_window_core::parse::{escape, parse_limit, LimitError};
 use rate_limit_window_core::{
-    Admission, Counter, Decision as CoreDecision, FailPolicy, Outcome, Table,
+    Admission, Counter, Decision as CoreDecision, Events, FailPolicy, Outcome, Table,
 };
 
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
@@ -589,19 +589,26 @@ fn log_rejection(
 fn log_episodes(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDecision, now: u64) {
     let e = &d.events;
     // `|`, not `||`: one test of the four, without a branch each.
-    if e.evicted_live
-        | e.clock_backwards
-        | (d.outcome == Outcome::FailClosed)
-        | zone.redis.is_some()
-    {
+    let fail_closed = d.outcome == Outcome::FailClosed;
+    if e.evicted_live | e.clock_backwards | fail_closed | zone.redis.is_some() {
         core::hint::cold_path();
-        log_episodes_slow(log, zone, d, now);
+        // By value: the decision's address never escapes the request path,
+        // so that it can stay in registers there.
+        log_episodes_slow(log, zone, *e, fail_closed, now);
     }
 }
 
+/// [`log_episodes`] when there is something to look at: `events` and
+/// `fail_closed` are the table decision's.
 #[cold]
 #[inline(never)]
-fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDecision, now: u64) {
+fn log_episodes_slow(
+    log: *mut nginx_sys::ngx_log_t,
+    zone: &ZoneConf,
+    events: Events,
+    fail_closed: bool,
+    now: u64,
+) {
     let Some(table) = zone.table.as_ref() else {
         return;
     };
@@ -610,13 +617,13 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
             crate::sync::log_outage(log, zone, header, now.saturating_sub(since));
         }
     }
-    if d.events.evicted_over_limit {
+    if events.evicted_over_limit {
         if let Some(header) = zone.header() {
             header.evict_over_limit.fetch_add(1, Ordering::Relaxed);
         }
     }
     let episode = |c: Counter| table.note_episode(c, now, EPISODE_QUIET_MS);
-    if d.events.evicted_live && episode(Counter::EvictLive) {
+    if events.evicted_live && episode(Counter::EvictLive) {
         ngx_log_error!(
             NGX_LOG_WARN,
             log,
@@ -625,7 +632,7 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
             zone.name
         );
     }
-    if d.outcome == Outcome::FailClosed && episode(Counter::FailClosed) {
+    if fail_closed && episode(Counter::FailClosed) {
         ngx_log_error!(
             NGX_LOG_WARN,
             log,
@@ -634,7 +641,7 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
             zone.name
         );
     }
-    if d.events.clock_backwards && episode(Counter::ClockBackwards) {
+    if events.clock_backwards && episode(Counter::ClockBackwards) {
         ngx_log_error!(
             NGX_LOG_WARN,
             log,

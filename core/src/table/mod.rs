@@ -136,7 +136,7 @@ use crate::atomic::Ops;
 use crate::mode::Mode;
 use crate::window::{FastDiv, Window};
 
-pub use acquire::{Admission, Decision, Events, Outcome};
+pub use acquire::{Admission, Decision, Events, Outcome, Question};
 pub use carry::Carried;
 pub use layout::{Counter, CHOICES, LAYOUT_VERSION, MAGIC, PROBE, SHARDS, SLOT_BYTES};
 pub use maintenance::Snapshot;
