@@ -145,7 +145,7 @@ fn eval_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8], ()> {
         // request, a non-cacheable one again), without the copy.
         // SAFETY: the index was obtained at configuration time; the
         // request is valid.
-        let v = unsafe { ngx_http_get_flushed_variable(r.into(), index) };
+        let v = unsafe { util::flushed_variable(r.into(), index) };
         // SAFETY: a non-null result is the request's variable value, whose
         // data lives as long as the request.
         return match unsafe { v.as_ref() } {
@@ -282,7 +282,9 @@ struct Judging<'a> {
     r: &'a mut Request,
     lcf: &'a LocConf,
     limits: &'a [conf::Limit],
-    pending: &'a mut decision::Pending,
+    /// The record being filled (held here, not behind a pointer: one
+    /// struct in memory for the engine's out-of-line paths).
+    pending: decision::Pending,
 }
 
 impl engine::Request<'static> for Judging<'_> {
@@ -432,7 +434,7 @@ fn decide(
     let server_error = NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
 
     // The decision's record, allocated before anything is counted.
-    let Some(mut pending) = decision::reserve(r, rec, limits.len()) else {
+    let Some(pending) = decision::reserve(r, rec, limits.len()) else {
         return server_error;
     };
     let now = util::now_ms();
@@ -448,12 +450,13 @@ fn decide(
         r,
         lcf,
         limits,
-        pending: &mut pending,
+        pending,
     };
     // Err: an nginx error; the engine gave back what it counted.
     // Matched by reference: the verdict's rejection payload is not copied
     // on the admitting path.
     let out = engine::decide(&mut j, &ask);
+    let Judging { r, pending, .. } = j;
     let Ok(v) = &out else {
         return server_error;
     };

@@ -9,8 +9,9 @@ use core::ptr;
 
 use nginx_sys::{
     ngx_add_timer, ngx_cached_time, ngx_cycle, ngx_cycle_t, ngx_event_handler_pt, ngx_event_t,
-    ngx_exiting, ngx_list_push, ngx_log_t, ngx_msec_t, ngx_pool_t, ngx_quit, ngx_str_t,
-    ngx_table_elt_t, ngx_terminate, ngx_variable_value_t, ngx_worker,
+    ngx_exiting, ngx_http_get_flushed_variable, ngx_http_get_indexed_variable, ngx_http_request_t,
+    ngx_list_push, ngx_log_t, ngx_msec_t, ngx_pool_t, ngx_quit, ngx_str_t, ngx_table_elt_t,
+    ngx_terminate, ngx_uint_t, ngx_variable_value_t, ngx_worker,
 };
 use ngx::allocator::Allocator;
 use ngx::core::Pool;
@@ -250,6 +251,55 @@ pub unsafe fn variable_bytes(v: &ngx_variable_value_t) -> &[u8] {
     }
     // SAFETY: data holds len bytes for as long as the value lives.
     unsafe { core::slice::from_raw_parts(v.data, len) }
+}
+
+/// `ngx_http_get_flushed_variable(r, index)` with its test of the cached
+/// value made here (the flag bits `variable_bytes` reads, bit 28 `valid`,
+/// 29 `no_cacheable`, 30 `not_found`): a value not evaluated yet goes
+/// straight to `ngx_http_get_indexed_variable`, as nginx's function does,
+/// a cacheable cached one is returned, and a non-cacheable cached one is
+/// left to nginx's function to reset and evaluate again. Null on an
+/// nginx error.
+///
+/// # Safety
+/// `r` is a valid request and `index` a variable index obtained at
+/// configuration time (within its variables array).
+#[cfg(target_endian = "little")]
+#[inline]
+pub unsafe fn flushed_variable(
+    r: *mut ngx_http_request_t,
+    index: ngx_uint_t,
+) -> *mut ngx_variable_value_t {
+    const VALID: u32 = 1 << 28;
+    const NO_CACHEABLE: u32 = 1 << 29;
+    const NOT_FOUND: u32 = 1 << 30;
+    // SAFETY: per the contract, `variables[index]` is the request's value,
+    // whose first 32-bit word is the bitfield unit (see variable_bytes).
+    unsafe {
+        let v = (*r).variables.add(index);
+        let word = v.cast::<u32>().read();
+        if word & (VALID | NOT_FOUND) == 0 {
+            return ngx_http_get_indexed_variable(r, index);
+        }
+        if word & NO_CACHEABLE == 0 {
+            return v;
+        }
+        ngx_http_get_flushed_variable(r, index)
+    }
+}
+
+/// Big-endian targets: nginx's own function.
+///
+/// # Safety
+/// As the little-endian version.
+#[cfg(not(target_endian = "little"))]
+#[inline]
+pub unsafe fn flushed_variable(
+    r: *mut ngx_http_request_t,
+    index: ngx_uint_t,
+) -> *mut ngx_variable_value_t {
+    // SAFETY: per the contract.
+    unsafe { ngx_http_get_flushed_variable(r, index) }
 }
 
 // The layout `variable_bytes` reads: a 4-byte bitfield unit, then (after

@@ -353,7 +353,12 @@ fn judge<'t, R: Request<'t>>(
         } => (hash, limit, invalid),
         k => {
             core::hint::cold_path();
-            not_applied(r, n, c, k, shard);
+            let why = match k {
+                Key::Empty => Skip::EmptyKey,
+                Key::Exempt => Skip::EmptyLimit,
+                _ => Skip::InvalidLimit,
+            };
+            not_applied(r, n, c, why, shard);
             return Ok(Judged::Skip);
         }
     };
@@ -395,12 +400,13 @@ fn judge<'t, R: Request<'t>>(
 /// (unless skipped for an invalid value) and noted.
 #[cold]
 #[inline(never)]
-fn not_applied<'t, R: Request<'t>>(r: &mut R, n: usize, c: &LimitConf<'t>, k: Key, shard: usize) {
-    let why = match k {
-        Key::Empty => Skip::EmptyKey,
-        Key::Exempt => Skip::EmptyLimit,
-        _ => Skip::InvalidLimit,
-    };
+fn not_applied<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
+    c: &LimitConf<'t>,
+    why: Skip,
+    shard: usize,
+) {
     if why != Skip::InvalidLimit {
         c.table.add(shard, Counter::Exempt, 1);
     }

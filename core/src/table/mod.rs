@@ -505,6 +505,7 @@ impl<'a> Table<'a> {
 
     /// Hashes a key (any length, any bytes) with the zone seed.
     /// The same value as [`hash_with_seed`] with the table's seed.
+    #[inline(always)]
     pub fn hash_key(&self, key: &[u8]) -> KeyHash {
         KeyHash(self.sip.hash(key))
     }

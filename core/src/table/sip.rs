@@ -22,7 +22,7 @@ impl SipKey {
     /// SipHash-1-3 of `msg`: one compression round per 8-byte word, the
     /// last word holding the tail and the length mod 256, three
     /// finalisation rounds.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn hash(&self, msg: &[u8]) -> u64 {
         let mut v = self.0;
         let mut words = msg.chunks_exact(8);
