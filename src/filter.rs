@@ -91,7 +91,9 @@ fn add_ietf(r: &mut Request, d: &Decision) {
 
 /// Retry-After on a rejection, and the RateLimit-* numbers of the tightest
 /// limit with `rate_limit_window_headers on`. Every number is formatted
-/// straight into one pool buffer, which the headers then point at.
+/// straight into one pool buffer, which the headers then point at. Out of
+/// line: the filter's own visit (no headers to add) then needs no frame.
+#[inline(never)]
 fn add_numbers(r: &mut Request, d: &Decision) {
     // Pool memory of the request: the headers point into it.
     let mut pool = r.pool();
