@@ -8,12 +8,13 @@ use core::fmt::Write as _;
 use nginx_sys::{
     ngx_http_output_header_filter_pt, ngx_http_top_header_filter, ngx_int_t, ngx_str_t,
 };
-use ngx::http::Request;
+use ngx::http::{HttpModuleLocationConf, Request};
 
 use crate::conf::{HEADERS_IETF, HEADERS_ON};
 use crate::decision::{self, Decision, Verdict};
 use crate::req::request_handler;
 use crate::util::{add_header, add_pooled_header, add_pooled_headers, pool_copy};
+use crate::Module;
 
 /// The next header filter in the chain.
 static mut NEXT_HEADER_FILTER: ngx_http_output_header_filter_pt = None;
@@ -30,9 +31,30 @@ pub fn register() {
 
 request_handler!(header_filter, filter);
 
-/// Adds our headers, then calls the next header filter.
+/// Adds our headers, then calls the next header filter. The common visit,
+/// a decision that gives no header, is a few tests and the tail call (no
+/// frame); everything else goes out of line.
 fn filter(r: &mut Request) -> ngx_int_t {
-    add_headers(r);
+    // Only the main request answers the client.
+    if r.is_main() {
+        let d = decision::find(r);
+        let work = match d {
+            Some(d) => gives_headers(d),
+            // No decision: only a location with limits has something to
+            // check (early_answer.rs).
+            None => Module::location_conf(r.as_ref())
+                .is_some_and(|l| l.limits.as_ref().is_some_and(|l| !l.is_empty())),
+        };
+        if work {
+            return add_headers_then_next(r, d);
+        }
+    }
+    next(r)
+}
+
+/// Calls the next header filter.
+#[inline(always)]
+fn next(r: &mut Request) -> ngx_int_t {
     // SAFETY: NEXT_HEADER_FILTER was set in postconfiguration, before any
     // request; the next filter is called with the same valid request.
     unsafe {
@@ -43,16 +65,27 @@ fn filter(r: &mut Request) -> ngx_int_t {
     }
 }
 
-/// Adds the headers of the decision, if one was made for the request.
-fn add_headers(r: &mut Request) {
-    // Only the main request answers the client.
-    if !r.is_main() {
-        return;
+/// Whether the decision `d` puts headers on the response.
+#[inline(always)]
+fn gives_headers(d: &Decision) -> bool {
+    d.verdict != Verdict::Exempt
+        && (d.verdict == Verdict::Rejected || d.headers == HEADERS_ON || d.headers == HEADERS_IETF)
+}
+
+/// The main request's headers of its decision `d`, or the check of a
+/// limited location that answered before deciding (no decision), then the
+/// next header filter.
+#[inline(never)]
+fn add_headers_then_next(r: &mut Request, d: Option<&Decision>) -> ngx_int_t {
+    match d {
+        None => crate::early_answer::check_request(r),
+        Some(d) => add_headers(r, d),
     }
-    let Some(d) = decision::find(r) else {
-        crate::early_answer::check_request(r);
-        return;
-    };
+    next(r)
+}
+
+/// Adds the headers of the decision made for the request.
+fn add_headers(r: &mut Request, d: &Decision) {
     if d.verdict == Verdict::Exempt {
         return;
     }
@@ -91,9 +124,7 @@ fn add_ietf(r: &mut Request, d: &Decision) {
 
 /// Retry-After on a rejection, and the RateLimit-* numbers of the tightest
 /// limit with `rate_limit_window_headers on`. Every number is formatted
-/// straight into one pool buffer, which the headers then point at. Out of
-/// line: the filter's own visit (no headers to add) then needs no frame.
-#[inline(never)]
+/// straight into one pool buffer, which the headers then point at.
 fn add_numbers(r: &mut Request, d: &Decision) {
     // Pool memory of the request: the headers point into it.
     let mut pool = r.pool();
