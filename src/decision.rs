@@ -213,14 +213,26 @@ impl Drop for Record {
     /// (the newest first, as nginx runs cleanups), and a decision that
     /// recorded an empty key is no longer pending.
     fn drop(&mut self) {
+        // The common record has no part to settle: two tests, no frame.
+        if self.reservations.on_free.get().is_some() | self.hold.on_free.get().is_some() {
+            self.settle_parts();
+        }
+        if self.decision.get().is_some_and(|d| d.empty_keys != 0) {
+            count_late_keys(usize::MAX);
+        }
+    }
+}
+
+impl Record {
+    /// Settles the parts a later file filled, the newest first.
+    #[cold]
+    #[inline(never)]
+    fn settle_parts(&self) {
         // SAFETY: the main request is allocated from the pool whose cleanups
         // run now, and stays intact until they are done.
         let main = unsafe { self.main.as_ref() };
         self.reservations.free(main);
         self.hold.free(main);
-        if self.decision.get().is_some_and(|d| d.empty_keys != 0) {
-            count_late_keys(usize::MAX);
-        }
     }
 }
 

@@ -8,12 +8,13 @@ use core::fmt::Write as _;
 use nginx_sys::{
     ngx_http_output_header_filter_pt, ngx_http_top_header_filter, ngx_int_t, ngx_str_t,
 };
-use ngx::http::Request;
+use ngx::http::{HttpModuleLocationConf, Request};
 
 use crate::conf::{HEADERS_IETF, HEADERS_ON};
 use crate::decision::{self, Decision, Verdict};
 use crate::req::request_handler;
-use crate::util::{add_header, add_pooled_header, pool_copy};
+use crate::util::{add_header, add_pooled_header, add_pooled_headers, pool_copy};
+use crate::Module;
 
 /// The next header filter in the chain.
 static mut NEXT_HEADER_FILTER: ngx_http_output_header_filter_pt = None;
@@ -30,9 +31,30 @@ pub fn register() {
 
 request_handler!(header_filter, filter);
 
-/// Adds our headers, then calls the next header filter.
+/// Adds our headers, then calls the next header filter. The common visit,
+/// a decision that gives no header, is a few tests and the tail call (no
+/// frame); everything else goes out of line.
 fn filter(r: &mut Request) -> ngx_int_t {
-    add_headers(r);
+    // Only the main request answers the client.
+    if r.is_main() {
+        let d = decision::find(r);
+        let work = match d {
+            Some(d) => gives_headers(d),
+            // No decision: only a location with limits has something to
+            // check (early_answer.rs).
+            None => Module::location_conf(r.as_ref())
+                .is_some_and(|l| l.limits.as_ref().is_some_and(|l| !l.is_empty())),
+        };
+        if work {
+            return add_headers_then_next(r, d);
+        }
+    }
+    next(r)
+}
+
+/// Calls the next header filter.
+#[inline(always)]
+fn next(r: &mut Request) -> ngx_int_t {
     // SAFETY: NEXT_HEADER_FILTER was set in postconfiguration, before any
     // request; the next filter is called with the same valid request.
     unsafe {
@@ -43,16 +65,27 @@ fn filter(r: &mut Request) -> ngx_int_t {
     }
 }
 
-/// Adds the headers of the decision, if one was made for the request.
-fn add_headers(r: &mut Request) {
-    // Only the main request answers the client.
-    if !r.is_main() {
-        return;
+/// Whether the decision `d` puts headers on the response.
+#[inline(always)]
+fn gives_headers(d: &Decision) -> bool {
+    d.verdict != Verdict::Exempt
+        && (d.verdict == Verdict::Rejected || d.headers == HEADERS_ON || d.headers == HEADERS_IETF)
+}
+
+/// The main request's headers of its decision `d`, or the check of a
+/// limited location that answered before deciding (no decision), then the
+/// next header filter.
+#[inline(never)]
+fn add_headers_then_next(r: &mut Request, d: Option<&Decision>) -> ngx_int_t {
+    match d {
+        None => crate::early_answer::check_request(r),
+        Some(d) => add_headers(r, d),
     }
-    let Some(d) = decision::find(r) else {
-        crate::early_answer::check_request(r);
-        return;
-    };
+    next(r)
+}
+
+/// Adds the headers of the decision made for the request.
+fn add_headers(r: &mut Request, d: &Decision) {
     if d.verdict == Verdict::Exempt {
         return;
     }
@@ -106,10 +139,27 @@ fn add_numbers(r: &mut Request, d: &Decision) {
     }
     if d.headers == HEADERS_ON {
         if let Some(t) = d.tightest() {
-            add_number(r, limit, "RateLimit-Limit", t.limit);
-            add_number(r, remaining, "RateLimit-Remaining", t.remaining);
-            add_number(r, reset, "RateLimit-Reset", t.reset_s);
+            // Three elements of the header list taken at once.
+            let _ = add_pooled_headers(
+                r,
+                [
+                    ("RateLimit-Limit", pooled(decimal(t.limit, limit))),
+                    (
+                        "RateLimit-Remaining",
+                        pooled(decimal(t.remaining, remaining)),
+                    ),
+                    ("RateLimit-Reset", pooled(decimal(t.reset_s, reset))),
+                ],
+            );
         }
+    }
+}
+
+/// Digits formatted in pool memory of the request, as an nginx string.
+fn pooled(digits: &[u8]) -> ngx_str_t {
+    ngx_str_t {
+        len: digits.len(),
+        data: digits.as_ptr().cast_mut(),
     }
 }
 
@@ -118,12 +168,7 @@ fn add_numbers(r: &mut Request, d: &Decision) {
 /// of line: fewer cache lines on the request path than four inlined copies).
 #[inline(never)]
 fn add_number(r: &mut Request, slot: &mut [u8; 10], name: &'static str, n: u32) {
-    let digits = decimal(n, slot);
-    let value = ngx_str_t {
-        len: digits.len(),
-        data: digits.as_ptr().cast_mut(),
-    };
-    add_pooled_header(r, name, value);
+    add_pooled_header(r, name, pooled(decimal(n, slot)));
 }
 
 /// Numbers a response can carry: Retry-After and three RateLimit-* values.

@@ -35,7 +35,7 @@ use rate_limit_window_core::engine::{
 };
 use rate_limit_window_core::parse::{escape, parse_limit, LimitError};
 use rate_limit_window_core::{
-    Admission, Counter, Decision as CoreDecision, FailPolicy, Outcome, Table,
+    Admission, Counter, Decision as CoreDecision, Events, FailPolicy, Outcome, Table,
 };
 
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
@@ -145,7 +145,7 @@ fn eval_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8], ()> {
         // request, a non-cacheable one again), without the copy.
         // SAFETY: the index was obtained at configuration time; the
         // request is valid.
-        let v = unsafe { ngx_http_get_flushed_variable(r.into(), index) };
+        let v = unsafe { util::flushed_variable(r.into(), index) };
         // SAFETY: a non-null result is the request's variable value, whose
         // data lives as long as the request.
         return match unsafe { v.as_ref() } {
@@ -282,7 +282,9 @@ struct Judging<'a> {
     r: &'a mut Request,
     lcf: &'a LocConf,
     limits: &'a [conf::Limit],
-    pending: &'a mut decision::Pending,
+    /// The record being filled (held here, not behind a pointer: one
+    /// struct in memory for the engine's out-of-line paths).
+    pending: decision::Pending,
 }
 
 impl engine::Request<'static> for Judging<'_> {
@@ -432,7 +434,7 @@ fn decide(
     let server_error = NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
 
     // The decision's record, allocated before anything is counted.
-    let Some(mut pending) = decision::reserve(r, rec, limits.len()) else {
+    let Some(pending) = decision::reserve(r, rec, limits.len()) else {
         return server_error;
     };
     let now = util::now_ms();
@@ -448,12 +450,13 @@ fn decide(
         r,
         lcf,
         limits,
-        pending: &mut pending,
+        pending,
     };
     // Err: an nginx error; the engine gave back what it counted.
     // Matched by reference: the verdict's rejection payload is not copied
     // on the admitting path.
     let out = engine::decide(&mut j, &ask);
+    let Judging { r, pending, .. } = j;
     let Ok(v) = &out else {
         return server_error;
     };
@@ -589,19 +592,26 @@ fn log_rejection(
 fn log_episodes(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDecision, now: u64) {
     let e = &d.events;
     // `|`, not `||`: one test of the four, without a branch each.
-    if e.evicted_live
-        | e.clock_backwards
-        | (d.outcome == Outcome::FailClosed)
-        | zone.redis.is_some()
-    {
+    let fail_closed = d.outcome == Outcome::FailClosed;
+    if e.evicted_live | e.clock_backwards | fail_closed | zone.redis.is_some() {
         core::hint::cold_path();
-        log_episodes_slow(log, zone, d, now);
+        // By value: the decision's address never escapes the request path,
+        // so that it can stay in registers there.
+        log_episodes_slow(log, zone, *e, fail_closed, now);
     }
 }
 
+/// [`log_episodes`] when there is something to look at: `events` and
+/// `fail_closed` are the table decision's.
 #[cold]
 #[inline(never)]
-fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDecision, now: u64) {
+fn log_episodes_slow(
+    log: *mut nginx_sys::ngx_log_t,
+    zone: &ZoneConf,
+    events: Events,
+    fail_closed: bool,
+    now: u64,
+) {
     let Some(table) = zone.table.as_ref() else {
         return;
     };
@@ -610,13 +620,13 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
             crate::sync::log_outage(log, zone, header, now.saturating_sub(since));
         }
     }
-    if d.events.evicted_over_limit {
+    if events.evicted_over_limit {
         if let Some(header) = zone.header() {
             header.evict_over_limit.fetch_add(1, Ordering::Relaxed);
         }
     }
     let episode = |c: Counter| table.note_episode(c, now, EPISODE_QUIET_MS);
-    if d.events.evicted_live && episode(Counter::EvictLive) {
+    if events.evicted_live && episode(Counter::EvictLive) {
         ngx_log_error!(
             NGX_LOG_WARN,
             log,
@@ -625,7 +635,7 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
             zone.name
         );
     }
-    if d.outcome == Outcome::FailClosed && episode(Counter::FailClosed) {
+    if fail_closed && episode(Counter::FailClosed) {
         ngx_log_error!(
             NGX_LOG_WARN,
             log,
@@ -634,7 +644,7 @@ fn log_episodes_slow(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDe
             zone.name
         );
     }
-    if d.events.clock_backwards && episode(Counter::ClockBackwards) {
+    if events.clock_backwards && episode(Counter::ClockBackwards) {
         ngx_log_error!(
             NGX_LOG_WARN,
             log,

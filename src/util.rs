@@ -9,8 +9,9 @@ use core::ptr;
 
 use nginx_sys::{
     ngx_add_timer, ngx_cached_time, ngx_cycle, ngx_cycle_t, ngx_event_handler_pt, ngx_event_t,
-    ngx_exiting, ngx_list_push, ngx_log_t, ngx_msec_t, ngx_pool_t, ngx_quit, ngx_str_t,
-    ngx_table_elt_t, ngx_terminate, ngx_variable_value_t, ngx_worker,
+    ngx_exiting, ngx_http_get_flushed_variable, ngx_http_get_indexed_variable, ngx_http_request_t,
+    ngx_list_push, ngx_log_t, ngx_msec_t, ngx_pool_t, ngx_quit, ngx_str_t, ngx_table_elt_t,
+    ngx_terminate, ngx_uint_t, ngx_variable_value_t, ngx_worker,
 };
 use ngx::allocator::Allocator;
 use ngx::core::Pool;
@@ -182,6 +183,47 @@ pub fn add_pooled_header(r: &mut Request, name: &'static str, value: ngx_str_t) 
     Some(())
 }
 
+/// Appends the output headers `name: value` of `headers`, in order, as
+/// [`add_pooled_header`] does one by one: the list elements are taken at
+/// once when its last part has room for all of them (what as many
+/// `ngx_list_push` calls would hand out), else pushed one by one.
+pub fn add_pooled_headers<const N: usize>(
+    r: &mut Request,
+    headers: [(&'static str, ngx_str_t); N],
+) -> Option<()> {
+    let list = &mut r.as_mut().headers_out.headers;
+    // SAFETY: headers_out.headers is an initialised ngx_list_t of
+    // ngx_table_elt_t (its `size`, checked), allocated from the request's
+    // pool; its last part holds `nelts` of `nalloc` elements, so with room
+    // for N more, elements nelts..nelts+N are unused memory of that part,
+    // ours to fill once counted, as `ngx_list_push` would hand them out.
+    // Each is zeroed first (also `next`, from nginx 1.23 on); the names are
+    // static and the values live in the request's pool.
+    unsafe {
+        let last = list.last;
+        let used = (*last).nelts;
+        if list.size == size_of::<ngx_table_elt_t>() && used + N <= list.nalloc {
+            (*last).nelts = used + N;
+            let first = (*last).elts.cast::<ngx_table_elt_t>().add(used);
+            for (k, (name, value)) in headers.into_iter().enumerate() {
+                let h = first.add(k);
+                ptr::write_bytes(h, 0, 1);
+                (*h).hash = 1;
+                (*h).key = ngx_str_t {
+                    len: name.len(),
+                    data: name.as_ptr().cast_mut(),
+                };
+                (*h).value = value;
+            }
+            return Some(());
+        }
+    }
+    for (name, value) in headers {
+        add_pooled_header(r, name, value)?;
+    }
+    Some(())
+}
+
 /// The bytes of a variable's value; empty when the variable was not found.
 ///
 /// nginx declares the value's flags as C bitfields, `unsigned len:28;
@@ -209,6 +251,55 @@ pub unsafe fn variable_bytes(v: &ngx_variable_value_t) -> &[u8] {
     }
     // SAFETY: data holds len bytes for as long as the value lives.
     unsafe { core::slice::from_raw_parts(v.data, len) }
+}
+
+/// `ngx_http_get_flushed_variable(r, index)` with its test of the cached
+/// value made here (the flag bits `variable_bytes` reads, bit 28 `valid`,
+/// 29 `no_cacheable`, 30 `not_found`): a value not evaluated yet goes
+/// straight to `ngx_http_get_indexed_variable`, as nginx's function does,
+/// a cacheable cached one is returned, and a non-cacheable cached one is
+/// left to nginx's function to reset and evaluate again. Null on an
+/// nginx error.
+///
+/// # Safety
+/// `r` is a valid request and `index` a variable index obtained at
+/// configuration time (within its variables array).
+#[cfg(target_endian = "little")]
+#[inline]
+pub unsafe fn flushed_variable(
+    r: *mut ngx_http_request_t,
+    index: ngx_uint_t,
+) -> *mut ngx_variable_value_t {
+    const VALID: u32 = 1 << 28;
+    const NO_CACHEABLE: u32 = 1 << 29;
+    const NOT_FOUND: u32 = 1 << 30;
+    // SAFETY: per the contract, `variables[index]` is the request's value,
+    // whose first 32-bit word is the bitfield unit (see variable_bytes).
+    unsafe {
+        let v = (*r).variables.add(index);
+        let word = v.cast::<u32>().read();
+        if word & (VALID | NOT_FOUND) == 0 {
+            return ngx_http_get_indexed_variable(r, index);
+        }
+        if word & NO_CACHEABLE == 0 {
+            return v;
+        }
+        ngx_http_get_flushed_variable(r, index)
+    }
+}
+
+/// Big-endian targets: nginx's own function.
+///
+/// # Safety
+/// As the little-endian version.
+#[cfg(not(target_endian = "little"))]
+#[inline]
+pub unsafe fn flushed_variable(
+    r: *mut ngx_http_request_t,
+    index: ngx_uint_t,
+) -> *mut ngx_variable_value_t {
+    // SAFETY: per the contract.
+    unsafe { ngx_http_get_flushed_variable(r, index) }
 }
 
 // The layout `variable_bytes` reads: a 4-byte bitfield unit, then (after

@@ -25,7 +25,7 @@ pub mod plan;
 mod tests;
 
 use crate::overrides::{Action, Overrides};
-use crate::table::{Counter, Decision, Events, FailPolicy, KeyHash, Outcome, Table};
+use crate::table::{Counter, Decision, Events, FailPolicy, KeyHash, Outcome, Question, Table};
 use crate::Admission;
 
 /// One limit of the location, as the engine needs it.
@@ -300,11 +300,27 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
                 return Ok(rejected(r, *ask, rej, now));
             }
         };
-        // Lock-free: nothing shared is held once it returns.
-        let d = acquire(r, &c, hash, &mut now, (limit, cost), ask.shard);
-        r.record(n, limit, &d, now);
+        // Lock-free: nothing shared is held once it returns. The decision
+        // is recorded where the table made it (see `Table::acquire_then`);
+        // only a rejection's comes out.
+        let refused = acquire(
+            r,
+            &c,
+            hash,
+            &mut now,
+            (limit, cost),
+            ask.shard,
+            |r, d, now| {
+                r.record(n, limit, d, now);
+                if d.outcome == Outcome::Admitted {
+                    None
+                } else {
+                    Some(*d)
+                }
+            },
+        );
         any = true;
-        if d.outcome != Outcome::Admitted {
+        if let Some(d) = refused {
             core::hint::cold_path();
             let rej = Rejecting {
                 index: n,
@@ -337,7 +353,12 @@ fn judge<'t, R: Request<'t>>(
         } => (hash, limit, invalid),
         k => {
             core::hint::cold_path();
-            not_applied(r, n, c, k, shard);
+            let why = match k {
+                Key::Empty => Skip::EmptyKey,
+                Key::Exempt => Skip::EmptyLimit,
+                _ => Skip::InvalidLimit,
+            };
+            not_applied(r, n, c, why, shard);
             return Ok(Judged::Skip);
         }
     };
@@ -379,12 +400,13 @@ fn judge<'t, R: Request<'t>>(
 /// (unless skipped for an invalid value) and noted.
 #[cold]
 #[inline(never)]
-fn not_applied<'t, R: Request<'t>>(r: &mut R, n: usize, c: &LimitConf<'t>, k: Key, shard: usize) {
-    let why = match k {
-        Key::Empty => Skip::EmptyKey,
-        Key::Exempt => Skip::EmptyLimit,
-        _ => Skip::InvalidLimit,
-    };
+fn not_applied<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
+    c: &LimitConf<'t>,
+    why: Skip,
+    shard: usize,
+) {
     if why != Skip::InvalidLimit {
         c.table.add(shard, Counter::Exempt, 1);
     }
@@ -467,17 +489,19 @@ fn quiet_limit<'t, R: Request<'t>>(
     Some((hash, limit))
 }
 
-/// One table decision; a strict zone whose key is ahead of the request's
-/// time decides again at a fresh time (`now` is updated).
+/// One table decision, handed to `then` with the request and its time; a
+/// strict zone whose key is ahead of the request's time decides again at a
+/// fresh time (`now` is updated).
 #[inline(always)]
-fn acquire<'t, R: Request<'t>>(
+fn acquire<'t, R: Request<'t>, T>(
     r: &mut R,
     c: &LimitConf<'t>,
     hash: KeyHash,
     now: &mut u64,
     (limit, cost): (u32, u32),
     shard: usize,
-) -> Decision {
+    then: impl FnOnce(&mut R, &Decision, u64) -> T,
+) -> T {
     // The table's own flag, so that its test inside is folded into this one.
     if c.table.is_strict() {
         // Its own copy of the time, so that only this path keeps `now` in
@@ -485,9 +509,18 @@ fn acquire<'t, R: Request<'t>>(
         let mut fresh = *now;
         let d = acquire_strict(r, c, hash, &mut fresh, (limit, cost), shard);
         *now = fresh;
-        return d;
+        return then(r, &d, fresh);
     }
-    c.table.acquire_cost(hash, *now, limit, cost, c.fail, shard)
+    let q = Question {
+        key: hash,
+        now_ms: *now,
+        limit,
+        cost,
+        policy: c.fail,
+        shard,
+    };
+    let at = *now;
+    c.table.acquire_then(q, |d| then(r, d, at))
 }
 
 /// [`acquire`] in a strict zone, with its retry at a fresh time; out of

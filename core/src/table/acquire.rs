@@ -144,6 +144,24 @@ impl Decision {
     }
 }
 
+/// One request's question to [`Table::acquire_then`]: the arguments of
+/// [`Table::acquire_cost`].
+#[derive(Clone, Copy, Debug)]
+pub struct Question {
+    /// The key's hash.
+    pub key: KeyHash,
+    /// The request's time (epoch ms).
+    pub now_ms: u64,
+    /// Requests per window.
+    pub limit: u32,
+    /// Requests the request counts (0 counts as 1).
+    pub cost: u32,
+    /// What a full zone does with a new key.
+    pub policy: FailPolicy,
+    /// The caller's worker number, for the counters.
+    pub shard: usize,
+}
+
 /// One request's question, worked out once by [`Table::acquire`] and
 /// handed down its paths.
 #[derive(Clone, Copy, Debug)]
@@ -208,9 +226,35 @@ impl Table<'_> {
         policy: FailPolicy,
         shard: usize,
     ) -> Decision {
+        let q = Question {
+            key,
+            now_ms,
+            limit,
+            cost,
+            policy,
+            shard,
+        };
+        self.acquire_then(q, |d| *d)
+    }
+
+    /// [`Table::acquire_cost`], handing its decision to `then`: the common
+    /// admission (the key at its home slot, one CAS) calls `then` with a
+    /// decision it built in registers, every other path with the one it
+    /// returned from memory, so that the caller's use of the decision (the
+    /// request's record) reads no copy of it on the request path.
+    #[inline(always)]
+    pub fn acquire_then<T>(&self, question: Question, then: impl FnOnce(&Decision) -> T) -> T {
+        let Question {
+            key,
+            now_ms,
+            limit,
+            cost,
+            policy,
+            shard,
+        } = question;
         let cost = cost.max(1);
         if self.strict {
-            return self.acquire_strict(key, now_ms, limit, cost, policy, shard);
+            return then(&self.acquire_strict(key, now_ms, limit, cost, policy, shard));
         }
         let (now_idx, elapsed) = self.wdiv.divrem(now_ms);
         let q = Ask {
@@ -238,7 +282,10 @@ impl Table<'_> {
         let home = self.home_slot(key);
         let value = self.load(home);
         if fp_of(value) == q.fp {
-            return self.acquire_found(q, home, value);
+            return match self.acquire_found(q, home, value) {
+                Ok(admitted) => then(&admitted),
+                Err(other) => then(&other),
+            };
         }
         // Then the home slot of the second group, inline, and the rest of
         // the lookup; an absent key gets the survey of its groups, which
@@ -254,15 +301,16 @@ impl Table<'_> {
             }
             self.lookup(&p, q.fp)
         };
-        match found {
-            Some((slot, value)) => self.acquire_found(q, slot, value),
+        let d = match found {
+            Some((slot, value)) => self.acquire_found(q, slot, value).unwrap_or_else(|d| d),
             None => {
                 let first = Some(self.survey(&p, q.fp, now_idx));
                 // `&{ q }`: a copy made here, so that the question is
                 // written to memory on this path only (see acquire_found).
                 self.acquire_slow(&{ q }, first)
             }
-        }
+        };
+        then(&d)
     }
 
     /// [`Table::acquire`] for a key found at `slot` holding `value`, the
@@ -275,8 +323,10 @@ impl Table<'_> {
     /// `q` comes by value and goes to the general path as `&{ q }`, a copy
     /// made on that path: the common path keeps the question in registers
     /// instead of storing it for a call it does not make.
+    ///
+    /// Ok: admitted by the one CAS here; Err: any other path's decision.
     #[inline(always)]
-    fn acquire_found(&self, q: Ask, slot: usize, value: u128) -> Decision {
+    fn acquire_found(&self, q: Ask, slot: usize, value: u128) -> Result<Decision, Decision> {
         let (now_idx, elapsed) = (q.now_idx, q.elapsed);
         let lo = value as u64;
         let current = (lo & COUNT_MASK) as u32;
@@ -295,12 +345,12 @@ impl Table<'_> {
             // Two windows or more ago (forgotten), unless the slot is ahead
             // of this clock (read after the slot's load, see `ahead`).
             d if !is_ahead(d, self.ahead(now_idx)) => Counts::default(),
-            _ => return self.acquire_slow(&{ q }, Some(Found::Key { slot, value })),
+            _ => return Err(self.acquire_slow(&{ q }, Some(Found::Key { slot, value }))),
         };
         let (ok, estimate, remaining) = window::decide(counts, elapsed, self.wdiv, q.limit);
         if !ok {
             self.mark_limited(slot, value);
-            return self.rejected(counts, elapsed, q.limit, estimate);
+            return Err(self.rejected(counts, elapsed, q.limit, estimate));
         }
         let tick = u128::from(self.tick(elapsed)) << 64;
         if d != 0 {
@@ -321,12 +371,18 @@ impl Table<'_> {
             (value & (!0u128 << 72)) | tick | u128::from(lo)
         };
         if !self.cas(slot, value, new) {
-            return self.acquire_slow(&{ q }, None);
+            return Err(self.acquire_slow(&{ q }, None));
         }
         // `elapsed` is the remainder of a division by the window.
         let reset_s = window::reset_secs_in(elapsed, self.window.ms());
         let admission = Admission::new(slot, &q, now_idx);
-        Decision::admitted(remaining, reset_s, estimate, admission, Events::default())
+        Ok(Decision::admitted(
+            remaining,
+            reset_s,
+            estimate,
+            admission,
+            Events::default(),
+        ))
     }
 
     /// Marks the client at `slot` (read as `value`) refused since its last

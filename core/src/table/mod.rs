@@ -121,23 +121,22 @@ mod persist;
 mod place;
 pub(crate) mod scan;
 mod settle;
+mod sip;
 mod strict;
 #[cfg(test)]
 mod testing;
 
 use core::fmt;
-use core::hash::Hasher;
 use core::marker::PhantomData;
 use core::mem::size_of;
 
 use portable_atomic::{AtomicU128, AtomicU64, Ordering};
-use siphasher::sip::SipHasher13;
 
 use crate::atomic::Ops;
 use crate::mode::Mode;
 use crate::window::{FastDiv, Window};
 
-pub use acquire::{Admission, Decision, Events, Outcome};
+pub use acquire::{Admission, Decision, Events, Outcome, Question};
 pub use carry::Carried;
 pub use layout::{Counter, CHOICES, LAYOUT_VERSION, MAGIC, PROBE, SHARDS, SLOT_BYTES};
 pub use maintenance::Snapshot;
@@ -233,9 +232,7 @@ impl KeyHash {
 /// Hashes a key of any length (including empty and > 64 KiB) with
 /// SipHash-1-3 keyed by `seed`.
 pub fn hash_with_seed(seed: [u64; 2], key: &[u8]) -> KeyHash {
-    let mut h = SipHasher13::new_with_keys(seed[0], seed[1]);
-    h.write(key);
-    KeyHash(h.finish())
+    KeyHash(sip::SipKey::new(seed).hash(key))
 }
 
 /// A lock-free table of window counters in a shared byte region.
@@ -248,6 +245,8 @@ pub struct Table<'a> {
     slots: &'a [AtomicU128],
     window: Window,
     seed: [u64; 2],
+    /// SipHash's state keyed by `seed`, made once (see [`Table::hash_key`]).
+    sip: sip::SipKey,
     groups: u64,
     /// `tick = elapsed >> tick_shift` (see [`Table::tick`]).
     tick_shift: u32,
@@ -472,6 +471,7 @@ impl<'a> Table<'a> {
             slots,
             window,
             seed,
+            sip: sip::SipKey::new(seed),
             groups: (cap / PROBE) as u64,
             tick_shift: tick_shift(window.ms()),
             ops: Ops::detect(),
@@ -504,8 +504,10 @@ impl<'a> Table<'a> {
     }
 
     /// Hashes a key (any length, any bytes) with the zone seed.
+    /// The same value as [`hash_with_seed`] with the table's seed.
+    #[inline(always)]
     pub fn hash_key(&self, key: &[u8]) -> KeyHash {
-        hash_with_seed(self.seed, key)
+        KeyHash(self.sip.hash(key))
     }
 }
 

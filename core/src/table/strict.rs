@@ -30,12 +30,15 @@
 //! ([`evict_rank`]): a client not refused since its last admission first,
 //! then the fewest requests in its span, then the oldest sub-window.
 
+use core::mem::MaybeUninit;
+
 use portable_atomic::Ordering;
 
 use super::acquire::{Admission, Decision, Events, Outcome};
 use super::layout::{is_strict_limited, STRICT_LIMITED};
 use super::maintenance::Snapshot;
 use super::place::{evict_rank, Candidate, Place, Victim};
+use super::scan;
 use super::{FailPolicy, KeyHash, Table, CHOICES, PROBE};
 use crate::fit;
 use crate::mode::Mode;
@@ -119,17 +122,23 @@ impl Table<'_> {
                 if f == fp && open[j] {
                     return SFound::Key { slot, value };
                 }
-                if f == 0 {
-                    // A key is never placed past a never-used slot.
-                    open[j] = false;
-                }
                 let cand = Candidate { slot, value };
+                if f == 0 {
+                    // A key is never placed past a never-used slot, which
+                    // is free (no state to read: the common slot of a new
+                    // key's survey).
+                    open[j] = false;
+                    if free[j].is_none() {
+                        free[j] = Some(cand);
+                    }
+                    continue;
+                }
                 match self.strict_state(value, now_sub) {
-                    Some(s) if f != 0 => {
+                    Some(s) => {
                         live[j] += 1;
                         victim.offer(self.strict_rank(value, &s, now_sub), cand);
                     }
-                    _ => {
+                    None => {
                         if free[j].is_none() {
                             free[j] = Some(cand);
                         }
@@ -260,6 +269,10 @@ impl Table<'_> {
     /// same key in another slot, the later one in probe order is retired
     /// and its counts are added to the first. Returns our admission's slot.
     fn strict_dedup(&self, p: &Place, fp: u64, ours: usize, now_sub: u64) -> usize {
+        if self.strict_copies(p, fp) <= 1 {
+            // Ours alone (or not even ours any more): nothing to merge.
+            return ours;
+        }
         let mut first: Option<usize> = None;
         let mut result = ours;
         for i in 0..PROBE {
@@ -280,6 +293,21 @@ impl Table<'_> {
             }
         }
         result
+    }
+
+    /// How many slots of the key's groups hold `fp`, each group read in
+    /// one pass (a new key's claim is almost always the only one).
+    fn strict_copies(&self, p: &Place, fp: u64) -> usize {
+        let mut n = 0;
+        for &base in p.base.iter().take(p.groups) {
+            let mut buf = [MaybeUninit::uninit(); PROBE];
+            let values = scan::load(self.ops, self.group(base), &mut buf);
+            n += values
+                .iter()
+                .filter(|&&v| strict::packed_fp(v) == fp)
+                .count();
+        }
+        n
     }
 
     /// Retires `loser` (if it still holds `fp`) and adds its counts into
