@@ -49,7 +49,7 @@ run: build
 TEST_THREADS ?= 6
 test: deps
 	@scripts/deps.sh $(TEST_DEPS)
-	@set -u; $(CARGO) test $(TEST_ARGS) --no-run & tests=$$!; \
+	@set -u; nice -n 15 $(CARGO) test $(TEST_ARGS) --no-run & tests=$$!; \
 	$(MAKE) --no-print-directory build; built=$$?; wait $$tests; compiled=$$?; \
 	[ $$built -eq 0 ] && [ $$compiled -eq 0 ]
 	$(CARGO) test $(TEST_ARGS) -- --test-threads=$(TEST_THREADS)
