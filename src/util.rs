@@ -172,6 +172,21 @@ pub fn add_pooled_header(r: &mut Request, name: &'static str, value: ngx_str_t) 
         if h.is_null() {
             return None;
         }
+        fill_header(h, name, value);
+    }
+    Some(())
+}
+
+/// Fills the fresh output header element `h` with `name: value`, every
+/// other field zeroed (`next` too, from nginx 1.23 on).
+///
+/// # Safety
+/// `h` points to an element of the request's `headers_out.headers` that
+/// nobody else uses yet; `value` lives in the request's pool.
+#[inline(always)]
+unsafe fn fill_header(h: *mut ngx_table_elt_t, name: &'static str, value: ngx_str_t) {
+    // SAFETY: as the caller promises.
+    unsafe {
         ptr::write_bytes(h, 0, 1);
         (*h).hash = 1;
         (*h).key = ngx_str_t {
@@ -180,7 +195,6 @@ pub fn add_pooled_header(r: &mut Request, name: &'static str, value: ngx_str_t) 
         };
         (*h).value = value;
     }
-    Some(())
 }
 
 /// Appends the output headers `name: value` of `headers`, in order, as
@@ -206,14 +220,7 @@ pub fn add_pooled_headers<const N: usize>(
             (*last).nelts = used + N;
             let first = (*last).elts.cast::<ngx_table_elt_t>().add(used);
             for (k, (name, value)) in headers.into_iter().enumerate() {
-                let h = first.add(k);
-                ptr::write_bytes(h, 0, 1);
-                (*h).hash = 1;
-                (*h).key = ngx_str_t {
-                    len: name.len(),
-                    data: name.as_ptr().cast_mut(),
-                };
-                (*h).value = value;
+                fill_header(first.add(k), name, value);
             }
             return Some(());
         }
