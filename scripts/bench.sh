@@ -37,6 +37,8 @@
 #   BENCH_QUICK=0      1: shorter criterion runs (1 s warm-up, 2 s measurement)
 #   BENCH_CG_REQS=2000 requests per callgrind measurement
 #   BENCH_CG_VARIANTS  callgrind variants (default: all, strict_* included)
+#   BENCH_CG_ARGS      more valgrind options (--dump-instr=yes: costs per
+#                      instruction, for callgrind_annotate or objdump)
 #   BENCH_SCALE_WORKERS="1 2 4 ..." worker counts for the scaling section
 #                      (default: powers of two below nproc, then nproc)
 #   BENCH_SCALE_REPS=5 reps per variant and worker count
@@ -635,7 +637,7 @@ bench_callgrind() {
             START_TIMEOUT=120 start_nginx "$PREFIX/conf/nginx.conf" \
                 valgrind --tool=callgrind --cache-sim=yes \
                 --toggle-collect='*sweep::tick' --collect-atstart=yes \
-                --callgrind-out-file="$f" -q
+                --callgrind-out-file="$f" -q ${BENCH_CG_ARGS:-}
             # start_nginx's readiness probe was one request to /none/ping
             cnt=$(python3 "$BENCH_DIR/httpclient.py" fixed "$PORT" /t "$n" "$mode") \
                 || die "callgrind client failed ($v)"

@@ -21,43 +21,16 @@
 
 use core::ptr;
 
-use nginx_sys::{
-    ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable_index, ngx_http_variable_value_t,
-    ngx_int_t, ngx_uint_t, NGX_ERROR, NGX_HTTP_VAR_NOHASH, NGX_OK,
-};
+use nginx_sys::{ngx_conf_t, ngx_http_variable_value_t, ngx_uint_t};
 use ngx::http::{HttpModuleMainConf, Request};
-use ngx::ngx_string;
 
-use crate::req::variable_get;
+use crate::hidden;
 use crate::Module;
 
 /// The mark's states; each value's text is 6 bytes.
 static ACCESS: [u8; 6] = *b"access";
 static PASSED: [u8; 6] = *b"passed";
 static FAILED: [u8; 6] = *b"failed";
-
-/// Adds the hidden variable `$rate_limit_window_internal_access`
-/// (preconfiguration): read by name, it is always
-/// "not found" until a phase handler sets it.
-///
-/// # Safety
-/// `cf` must be the configuration passed to preconfiguration.
-pub unsafe fn register_variable(cf: *mut ngx_conf_t) -> ngx_int_t {
-    let mut name = ngx_string!("rate_limit_window_internal_access");
-    // SAFETY: cf is valid; nginx copies the name; a non-null v is the
-    // variable nginx just created, ours to set up.
-    let added = unsafe {
-        let v = ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_NOHASH as ngx_uint_t);
-        if let Some(v) = v.as_mut() {
-            v.get_handler = Some(not_found);
-        }
-        !v.is_null()
-    };
-    if !added {
-        return NGX_ERROR as ngx_int_t;
-    }
-    NGX_OK as ngx_int_t
-}
 
 /// The mark's variable index, and its three values made once (bindgen's
 /// bit-field setters loop over each bit, some 400 instructions a value).
@@ -71,30 +44,17 @@ pub struct Marks {
 /// The marks of this configuration (`cf`: postconfiguration's), or None on
 /// an nginx error.
 pub fn marks(cf: &mut ngx_conf_t) -> Option<Marks> {
-    let mut name = ngx_string!("rate_limit_window_internal_access");
-    // SAFETY: cf is a valid configuration; nginx copies the name.
-    let i = unsafe { ngx_http_get_variable_index(cf, &mut name) };
-    if i == NGX_ERROR as ngx_int_t {
-        return None;
-    }
+    let index = hidden::index(cf, hidden::ACCESS)?;
     let value = |text: &'static [u8; 6]| ngx_http_variable_value_t {
         _bitfield_align_1: [],
         _bitfield_1: ngx_http_variable_value_t::new_bitfield_1(6, 1, 0, 0, 0),
         data: text.as_ptr().cast_mut(),
     };
     Some(Marks {
-        index: i as ngx_uint_t,
+        index,
         values: [value(&ACCESS), value(&PASSED), value(&FAILED)],
     })
 }
-
-variable_get!(
-    not_found,
-    |_: &mut Request, v: &mut ngx_http_variable_value_t| {
-        v.set_not_found(1);
-        NGX_OK as ngx_int_t
-    }
-);
 
 /// The mark's slot of the main request `r` and the marks, or None for a
 /// subrequest or a configuration without the variable.
@@ -103,12 +63,9 @@ fn slot(r: &mut Request) -> Option<(&mut ngx_http_variable_value_t, Marks)> {
         return None;
     }
     let marks = Module::main_conf(r.as_ref())?.access_mark?;
-    // SAFETY: the index was obtained at configuration time, so it lies
-    // within the request's variables array, which lives with the request.
-    Some((
-        unsafe { &mut *r.as_mut().variables.add(marks.index) },
-        marks,
-    ))
+    // SAFETY: the slot is the main request's value (see hidden::slot),
+    // borrowed with `r`.
+    Some((unsafe { &mut *hidden::slot(r, marks.index) }, marks))
 }
 
 /// The state in the slot: one of the three statics, or null (unset).

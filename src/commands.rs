@@ -16,13 +16,14 @@ use nginx_sys::{
     NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_SRV_CONF,
 };
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
-use ngx::http::{HttpModuleLocationConf, Merge, NgxHttpCoreModule};
+use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, Merge, NgxHttpCoreModule};
 use ngx::ngx_string;
 use rate_limit_window_core::conf_error::LimitConfError;
 
 use crate::conf::{self, LocConf, MainConf, HEADERS_VALUES, LOG_LEVELS, PHASE_VALUES};
 use crate::conf_log::{conf_handler, conf_status, ConfExt, ConfFailed, ConfResult};
 use crate::conf_zone;
+use crate::Module;
 
 static mut STATUS_BOUNDS: ngx_conf_num_bounds_t = ngx_conf_num_bounds_t {
     post_handler: Some(ngx_conf_check_num_bounds),
@@ -168,6 +169,13 @@ pub extern "C" fn merge_loc_conf(
         return NGX_CONF_ERROR;
     }
     crate::early_answer::check_conf(cf, conf);
+    if conf.phase == conf::PHASE_POSTACCESS && conf.limits.as_ref().is_some_and(|l| !l.is_empty()) {
+        // The access mark is kept only for configurations that read it.
+        let Some(mcf) = Module::main_conf_mut(cf) else {
+            return NGX_CONF_ERROR;
+        };
+        mcf.postaccess = true;
+    }
     NGX_CONF_OK
 }
 

@@ -79,7 +79,14 @@ pub struct MainConf {
     pub zones: Vec<*mut ZoneConf>,
     /// Index of the hidden variable whose request slot says whether the
     /// main request failed an access check (see access.rs).
+    /// None when no location decides in postaccess: the mark is read
+    /// only there, so no request pays for keeping it.
     pub access_mark: Option<crate::access::Marks>,
+    /// Whether some location decides in postaccess (set while merging).
+    pub postaccess: bool,
+    /// Index of the hidden variable whose request slot holds the main
+    /// request's record (see pool.rs).
+    pub record_index: Option<ngx_uint_t>,
     /// `rate_limit_window_state_interval`: how often worker 0 writes the
     /// zones' state files (ms); None: not given, [`STATE_INTERVAL_MS`].
     pub state_interval_ms: Option<u64>,

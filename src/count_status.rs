@@ -73,6 +73,9 @@ fn reserve_slow(r: &Request, limits: &[Limit], applied: &[Applied]) {
     let Some(rec) = decision::record(r) else {
         return;
     };
+    if !rec.settle_at_end() {
+        return;
+    }
     if rec.reservations.data.set(held).is_ok() {
         rec.reservations.on_free(settle);
     }

@@ -2,12 +2,13 @@
 //! (delay.rs) and `count_status=`/`charge=` (count_status.rs) keep until
 //! the request ends.
 //!
-//! One [`Record`] per main request, in a cleanup entry of its pool (see
-//! pool.rs): an internal redirect, `error_page` or subrequest finds it again
-//! through the main request, which is how a request is counted once and how
-//! an `error_page 429` still gets its headers. It is dropped when the pool
-//! is destroyed, however the request ends: each part's file then settles it
-//! (a held request abandoned, admissions settled at the final status).
+//! One [`Record`] per main request, in its pool (see pool.rs): an internal
+//! redirect, `error_page` or subrequest finds it again, which is how a
+//! request is counted once and how an `error_page 429` still gets its
+//! headers. A record with a part to settle is dropped when the pool is
+//! destroyed, however the request ends ([`Record::settle_at_end`]): each
+//! part's file then settles it (a held request abandoned, admissions
+//! settled at the final status).
 
 use core::cell::{Cell, OnceCell};
 use core::mem::MaybeUninit;
@@ -21,7 +22,6 @@ use rate_limit_window_core::Admission;
 
 use crate::conf::LocConf;
 use crate::pool::{self, Room};
-use crate::util::CleanupTag;
 use crate::zone::ZoneConf;
 
 /// What happened to the request, as `$rate_limit_window_status` shows it.
@@ -194,22 +194,16 @@ pub struct Record {
     pub hold: Part<Cell<Option<Hold>>>,
     /// `count_status=`/`charge=`: the admissions to settle.
     pub reservations: Part<OnceCell<Box<[Cell<Held>]>>>,
+    /// Whether the pool drops the record ([`Record::settle_at_end`]).
+    dropped_by_pool: Cell<bool>,
 }
 
-/// [`pool::drop_entry`] for the record, read from one static (see
-/// [`CleanupTag`]).
-static RECORD_TAG: CleanupTag = pool::drop_entry::<Record>;
-
-// SAFETY: RECORD_TAG is the record's one tag, drop_entry of it, used by no
-// other type; Record implements Drop.
-unsafe impl pool::Record for Record {
-    fn tag() -> CleanupTag {
-        RECORD_TAG
-    }
-}
+// SAFETY: Record is the only type stored in the pool's record slot.
+unsafe impl pool::Record for Record {}
 
 impl Drop for Record {
-    /// The main request's pool is being destroyed: the parts are settled
+    /// The main request's pool is being destroyed (only once
+    /// [`Record::settle_at_end`] has been called): the parts are settled
     /// (the newest first, as nginx runs cleanups), and a decision that
     /// recorded an empty key is no longer pending.
     fn drop(&mut self) {
@@ -224,6 +218,20 @@ impl Drop for Record {
 }
 
 impl Record {
+    /// Has the record dropped when the main request's pool is destroyed:
+    /// a file calls it before it fills a part, and a decision with an
+    /// empty key when it is committed. False: out of memory (the part must
+    /// not be filled).
+    pub fn settle_at_end(&'static self) -> bool {
+        if !self.dropped_by_pool.get() {
+            // SAFETY: see settle_parts; the main request is alive while a
+            // part is being filled or the decision committed.
+            let main = unsafe { self.main.as_ref() };
+            self.dropped_by_pool.set(pool::drop_with_pool(main, self));
+        }
+        self.dropped_by_pool.get()
+    }
+
     /// Settles the parts a later file filled, the newest first.
     #[cold]
     #[inline(never)]
@@ -239,6 +247,24 @@ impl Record {
 /// The record of `r`'s main request, if one was reserved.
 pub fn record(r: &Request) -> Option<&'static Record> {
     pool::find::<Record>(r)
+}
+
+/// Where the record of a main request is kept, and the record if one was
+/// reserved: looked up once by the handler, for [`reserve`].
+#[derive(Clone, Copy)]
+pub struct Place {
+    slot: pool::Slot,
+    pub rec: Option<&'static Record>,
+}
+
+/// The place of `r`'s main request's record (None: a configuration
+/// without the module's variables, which postconfiguration refuses).
+pub fn place(r: &Request) -> Option<Place> {
+    let slot = pool::slot(r)?;
+    Some(Place {
+        slot,
+        rec: slot.get(),
+    })
 }
 
 /// Finds the decision made for `r`'s main request, if any.
@@ -281,13 +307,13 @@ impl Pending {
 }
 
 /// Reserves the record of a decision for `r`'s main request, with room for
-/// `limits` applied limits; `found` is what [`record`] returned for it (the
+/// `limits` applied limits; `at` is what [`place`] returned for it (the
 /// record of a held request is reused). Call it before any shared-memory
 /// operation: it allocates. None if the pool is out of memory.
-pub fn reserve(r: &Request, found: Option<&'static Record>, limits: usize) -> Option<Pending> {
+pub fn reserve(r: &Request, at: Place, limits: usize) -> Option<Pending> {
     const _: () = assert!(size_of::<Record>().is_multiple_of(align_of::<Applied>()));
-    let (rec, room) = match found {
-        None => pool::add(r, Record::new(r), limits)?,
+    let (rec, room) = match at.rec {
+        None => at.slot.add(r, Record::new(r), limits)?,
         Some(rec) => (rec, rec.room_for(r, limits)?),
     };
     Some(Pending {
@@ -311,6 +337,7 @@ impl Record {
             room: Cell::new(&[]),
             hold: Part::new(Cell::new(None)),
             reservations: Part::new(OnceCell::new()),
+            dropped_by_pool: Cell::new(false),
         }
     }
 
@@ -330,7 +357,7 @@ impl Record {
 /// Completes the record reserved for a main request: from now on [`find`]
 /// returns it, for that request and every internal redirect or subrequest
 /// of it.
-pub fn commit(p: Pending, verdict: Verdict, headers: ngx_uint_t, retry_after_s: u32) {
+pub fn commit(p: &Pending, verdict: Verdict, headers: ngx_uint_t, retry_after_s: u32) {
     let d = Decision {
         verdict,
         headers,
@@ -338,7 +365,8 @@ pub fn commit(p: Pending, verdict: Verdict, headers: ngx_uint_t, retry_after_s: 
         applied: p.applied(),
         empty_keys: p.empty_keys,
     };
-    if p.rec.decision.set(d).is_ok() && p.empty_keys != 0 {
+    // Counted while the record is alive: its drop takes the count back.
+    if p.rec.decision.set(d).is_ok() && p.empty_keys != 0 && p.rec.settle_at_end() {
         count_late_keys(1);
     }
 }

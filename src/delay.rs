@@ -134,6 +134,9 @@ fn hold_for(r: &mut Request, rej: &Holding) -> Result<(), ()> {
             );
             return Err(());
         }
+        if !rec.settle_at_end() {
+            return Err(());
+        }
         new_hold(r, &rec.hold, rej)?;
     }
     let armed = arm(r, rej.hold.wait_ms);

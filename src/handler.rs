@@ -238,8 +238,10 @@ fn handle_limits(
     // Counted once per main request: an internal redirect, error_page or
     // subrequest finds the decision already made. The record found (a held
     // request's) is the one the decision reuses: looked up once.
-    let rec = decision::record(r);
-    if rec.is_some_and(decision::Record::decided) || main_decides_later(r) {
+    let Some(at) = decision::place(r) else {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    };
+    if at.rec.is_some_and(decision::Record::decided) || main_decides_later(r) {
         return declined;
     }
     // In postaccess, a request that failed an access check (401, 403) is
@@ -259,7 +261,7 @@ fn handle_limits(
         },
         limits.len()
     );
-    decide(r, lcf, limits, rec)
+    decide(r, lcf, limits, at)
 }
 
 /// A subrequest started before its main request has decided, while the
@@ -422,19 +424,19 @@ fn skipped(r: &Request, zone: &ZoneConf, why: Skip) {
 }
 
 /// Makes and commits the decision for `r`: the location's limits, in order,
-/// decided by the core's engine. `rec`: the main request's record, if it
-/// has one already (a held request's).
+/// decided by the core's engine. `at`: where the main request's record
+/// goes, and the record if it has one already (a held request's).
 fn decide(
     r: &mut Request,
     lcf: &LocConf,
     limits: &[conf::Limit],
-    rec: Option<&'static decision::Record>,
+    at: decision::Place,
 ) -> ngx_int_t {
     let declined: ngx_int_t = Status::NGX_DECLINED.into();
     let server_error = NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
 
     // The decision's record, allocated before anything is counted.
-    let Some(pending) = decision::reserve(r, rec, limits.len()) else {
+    let Some(pending) = decision::reserve(r, at, limits.len()) else {
         return server_error;
     };
     let now = util::now_ms();
@@ -456,52 +458,17 @@ fn decide(
     // Matched by reference: the verdict's rejection payload is not copied
     // on the admitting path.
     let out = engine::decide(&mut j, &ask);
-    let Judging { r, pending, .. } = j;
-    let Ok(v) = &out else {
-        return server_error;
-    };
-    let mut retry_after = 0;
-    let verdict = match v {
-        EngineVerdict::Admit => {
-            for a in pending.applied() {
-                if let Some(table) = a.zone.table.as_ref() {
-                    table.add(ask.shard, Counter::Passed, 1);
-                }
-                near_limit::note(a);
-            }
-            // One flag skips both when neither `count_status=` nor
-            // `delay=` is configured.
-            if lcf.extras {
-                core::hint::cold_path();
-                admitted_extras(r, limits, pending.applied(), now)
-            } else {
-                Verdict::Passed
-            }
-        }
-        EngineVerdict::Exempt => {
-            core::hint::cold_path();
-            Verdict::Exempt
-        }
-        EngineVerdict::Hold(_) => {
-            ngx_log_debug_http!(r, "rate_limit_window: held by delay=");
-            return Status::NGX_AGAIN.into();
-        }
-        EngineVerdict::WouldHold(h) => {
-            let holding = delay::Holding {
-                lcf,
-                limits,
-                hold: h,
-                now,
-            };
-            delay::would_hold(r, &holding);
-            Verdict::DelayedDryRun
-        }
-        EngineVerdict::Reject(rej) => {
-            core::hint::cold_path();
-            retry_after = rej.retry_after_s;
-            reject(r, lcf, limits, rej, now)
+    // The admission first: one test, with every other verdict out of line.
+    let (verdict, retry_after) = if let Ok(EngineVerdict::Admit) = out {
+        (admitted(&mut j, &ask), 0)
+    } else {
+        core::hint::cold_path();
+        match not_admitted(&mut j, &out, &ask) {
+            Ok(v) => v,
+            Err(rc) => return rc,
         }
     };
+    let (r, pending) = (&mut *j.r, &j.pending);
     ngx_log_debug_http!(
         r,
         "rate_limit_window: verdict {}, {} limit(s) applied, Retry-After {}s",
@@ -515,6 +482,59 @@ fn decide(
         return crate::grpc::reject(r, lcf, retry_after);
     }
     declined
+}
+
+/// An admitted request (decided as `ask`): each limit's `passed` and
+/// near-limit counts, then what `count_status=` and `delay=` keep.
+#[inline(always)]
+fn admitted(j: &mut Judging, ask: &Ask) -> Verdict {
+    for a in j.pending.applied() {
+        if let Some(table) = a.zone.table.as_ref() {
+            table.add(ask.shard, Counter::Passed, 1);
+        }
+        near_limit::note(a);
+    }
+    // One flag skips both when neither `count_status=` nor `delay=` is
+    // configured.
+    if j.lcf.extras {
+        core::hint::cold_path();
+        return admitted_extras(j.r, j.limits, j.pending.applied(), ask.now_ms);
+    }
+    Verdict::Passed
+}
+
+/// Every verdict but an admission (`out`, for the question `ask`): the
+/// verdict and Retry-After to commit, or the handler's return code (a held
+/// request, an nginx error).
+#[inline(never)]
+fn not_admitted(
+    j: &mut Judging,
+    out: &Result<EngineVerdict, HostError>,
+    ask: &Ask,
+) -> Result<(Verdict, u32), ngx_int_t> {
+    let Ok(v) = out else {
+        return Err(NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t);
+    };
+    let (r, lcf, limits, now) = (&mut *j.r, j.lcf, j.limits, ask.now_ms);
+    Ok(match v {
+        EngineVerdict::Admit => (admitted(j, ask), 0),
+        EngineVerdict::Exempt => (Verdict::Exempt, 0),
+        EngineVerdict::Hold(_) => {
+            ngx_log_debug_http!(r, "rate_limit_window: held by delay=");
+            return Err(Status::NGX_AGAIN.into());
+        }
+        EngineVerdict::WouldHold(h) => {
+            let holding = delay::Holding {
+                lcf,
+                limits,
+                hold: h,
+                now,
+            };
+            delay::would_hold(r, &holding);
+            (Verdict::DelayedDryRun, 0)
+        }
+        EngineVerdict::Reject(rej) => (reject(r, lcf, limits, rej, now), rej.retry_after_s),
+    })
 }
 
 /// An admitted request of a location with `count_status=` or `delay=`:

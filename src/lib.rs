@@ -20,6 +20,8 @@
 //! | `phases.rs`    | where the handler sits in PREACCESS and PRECONTENT     |
 //! | `access.rs`    | whether the main request failed an access check        |
 //! | `decision.rs`  | the per-request decision, kept across redirects        |
+//! | `pool.rs`      | where the record lives: pool memory, a hidden slot     |
+//! | `hidden.rs`    | hidden variables: request slots kept across redirects  |
 //! | `delay.rs`     | `delay=`: holding a request on a timer, then again     |
 //! | `early_answer.rs` | warns when a location answers before its limits run |
 //! | `cost.rs`      | `cost=`: requests one request counts                   |
@@ -66,6 +68,7 @@ mod early_answer;
 mod filter;
 mod grpc;
 mod handler;
+mod hidden;
 mod metrics;
 mod near_limit;
 mod override_api;
@@ -133,7 +136,7 @@ extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         cf,
         &[
             variables::register,
-            access::register_variable,
+            hidden::register,
             charge::register_variable,
             delay::register_variable,
         ],

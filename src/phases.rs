@@ -30,7 +30,14 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
     let (Some(mark), Some(mcf)) = (crate::access::marks(cf), Module::main_conf_mut(cf)) else {
         return Status::NGX_ERROR.into();
     };
-    mcf.access_mark = Some(mark);
+    // Locations are merged before postconfiguration: `postaccess` is known.
+    if mcf.postaccess {
+        mcf.access_mark = Some(mark);
+    }
+    mcf.record_index = crate::hidden::index(cf, crate::hidden::RECORD);
+    if mcf.record_index.is_none() {
+        return Status::NGX_ERROR.into();
+    }
     let phases: [(ngx_http_phases, ngx_http_handler_pt); 2] = [
         (
             ngx_http_phases_NGX_HTTP_PREACCESS_PHASE,

@@ -4,21 +4,25 @@
 //! An internal redirect (`try_files` to a named location, `error_page`,
 //! `rewrite … last`) zeroes every module context of the request. limit_req
 //! survives this with a field of its own in nginx's request structure, which a
-//! dynamic module cannot add. The record is therefore the data of a cleanup
-//! entry on the *main* request's pool, recognised by its handler (a
-//! [`Record`]'s tag), and dropped when that pool is destroyed, however the
-//! request ends. The module context of the main request caches the entry,
-//! so that the common case (no redirect) walks no list.
+//! dynamic module cannot add. The record therefore lives in the main
+//! request's pool, and its address in one slot of the request's variables
+//! array, for a hidden variable of our own that nothing evaluates
+//! (`$rate_limit_window_internal_record`): nginx keeps that array through
+//! internal redirects, and a subrequest shares its parent's. A record with
+//! something to settle when the request ends is dropped by a cleanup entry
+//! of the pool ([`drop_with_pool`]); the common one has none and is not
+//! dropped at all.
 
 use core::cell::Cell;
 use core::ffi::c_void;
 use core::mem::MaybeUninit;
-use core::{ptr, slice};
+use core::ptr::NonNull;
+use core::slice;
 
-use nginx_sys::{ngx_palloc, ngx_pool_cleanup_t};
-use ngx::http::{HttpModule, Request};
+use nginx_sys::{ngx_palloc, ngx_pool_cleanup_add};
+use ngx::http::{HttpModuleMainConf, Request};
 
-use crate::util::{tagged_cleanup, CleanupTag};
+use crate::hidden;
 use crate::Module;
 
 /// Room for values of `E` in pool memory, written one by one.
@@ -27,24 +31,33 @@ pub type Room<E> = [Cell<MaybeUninit<E>>];
 /// nginx's pool alignment (`NGX_ALIGNMENT`, `sizeof(unsigned long)`).
 const POOL_ALIGN: usize = align_of::<core::ffi::c_ulong>();
 
-/// A type kept in a cleanup entry of a main request's pool.
+/// The type whose address the hidden variable's slot holds.
 ///
 /// # Safety
-/// [`Record::tag`] returns the value of one `static TAG: CleanupTag =
-/// pool::drop_entry::<Self>;` that tags no other type's entries, and the
-/// type implements `Drop` (so that its `drop_entry` is code of its own,
-/// never merged with another cleanup handler).
-pub unsafe trait Record: Sized + 'static {
-    /// The tag of this type's entries, read from its one static (see
-    /// [`CleanupTag`]).
-    fn tag() -> CleanupTag;
+/// Only one type implements it: the slot is read back as that type.
+pub unsafe trait Record: Sized + 'static {}
+
+/// The slot of a request's variables array that holds its main request's
+/// record address (a subrequest shares its parent's array).
+#[derive(Clone, Copy)]
+pub struct Slot(NonNull<*mut c_void>);
+
+/// `r`'s slot, or None for a configuration without the variable.
+#[inline]
+pub fn slot(r: &Request) -> Option<Slot> {
+    let index = Module::main_conf(r.as_ref())?.record_index?;
+    let v = hidden::slot(r, index);
+    // SAFETY: v is the request's value (see hidden::slot), not null. Only
+    // `Slot::add` writes its data, which nginx never reads: the variable
+    // is never evaluated (nothing can name it).
+    NonNull::new(unsafe { &raw mut (*v).data }.cast()).map(Slot)
 }
 
 /// A [`Record`]'s cleanup handler: drops it when its pool is destroyed.
 ///
 /// # Safety
 /// `data` is a live `T` that [`add`] wrote, dropped this once.
-pub unsafe extern "C" fn drop_entry<T>(data: *mut c_void) {
+unsafe extern "C" fn drop_entry<T>(data: *mut c_void) {
     // SAFETY: as the caller guarantees.
     unsafe { data.cast::<T>().drop_in_place() }
 }
@@ -56,91 +69,68 @@ pub fn main_of(r: &Request) -> &Request {
     unsafe { &*r.as_ref().main.cast::<Request>() }
 }
 
-/// The record of type `T` of `r`'s main request, if one was added: the
-/// cached entry, else the newest entry of the pool tagged by `T`.
+/// The record of `r`'s main request, if one was added.
+#[inline]
 pub fn find<T: Record>(r: &Request) -> Option<&'static T> {
-    let main = main_of(r);
-    let cached = main.get_module_ctx::<ngx_pool_cleanup_t>(Module::module());
-    // Only `cache` sets the context, to an entry of this pool; its handler
-    // says which type it holds.
-    #[allow(unpredictable_function_pointer_comparisons)]
-    let data = match cached {
-        Some(cln) if cln.handler == Some(T::tag()) => cln.data,
-        _ => {
-            // SAFETY: the main request's pool is valid while it runs.
-            let data = unsafe { tagged_cleanup(main.as_ref().pool, T::tag()) }?;
-            // After a redirect only (the context was zeroed): cache the
-            // entry, found again by its data.
-            cache(main, entry_of(main, data));
-            data
-        }
-    };
-    // SAFETY: entries tagged by T hold a T written by `add`, alive until
-    // the pool (which outlives every use by the request) is destroyed.
-    Some(unsafe { &*data.cast::<T>() })
+    slot(r)?.get()
 }
 
-/// The entry of the main request's pool whose data is `data`.
-fn entry_of(main: &Request, data: *mut c_void) -> *mut ngx_pool_cleanup_t {
-    // SAFETY: the pool is valid; its entries (each one's `next` is null or
-    // the next live entry) live until it is destroyed.
-    unsafe {
-        let mut c = (*main.as_ref().pool).cleanup;
-        while let Some(entry) = c.as_ref() {
-            if entry.data == data {
-                return c;
+impl Slot {
+    /// The record in the slot, if one was added.
+    #[inline]
+    pub fn get<T: Record>(self) -> Option<&'static T> {
+        // SAFETY: the slot is null (nginx zeroes the array) or the address
+        // of the one Record type's value `add` wrote, alive until the pool
+        // (which outlives every use by the request) is destroyed.
+        unsafe { self.0.read().cast::<T>().as_ref() }
+    }
+
+    /// Adds `value` as the record of `r`'s main request (whose slot this
+    /// is), with room for `n` values of `E` after it, in one pool
+    /// allocation. None: out of memory. It is not dropped unless
+    /// [`drop_with_pool`] is called.
+    pub fn add<T: Record, E>(
+        self,
+        r: &Request,
+        value: T,
+        n: usize,
+    ) -> Option<(&'static T, &'static Room<E>)> {
+        const {
+            assert!(align_of::<T>() <= POOL_ALIGN && align_of::<E>() <= POOL_ALIGN);
+            assert!(size_of::<T>().is_multiple_of(align_of::<E>()));
+        }
+        let size = size_of::<T>().checked_add(n.checked_mul(size_of::<E>())?)?;
+        // SAFETY: the pool is valid. The allocation has room for a T and n
+        // values of E, each aligned (pool alignment, and the asserts
+        // above); both live until the pool is destroyed. The slot is the
+        // request's.
+        unsafe {
+            let data = ngx_palloc(main_of(r).as_ref().pool, size).cast::<T>();
+            if data.is_null() {
+                return None;
             }
-            c = entry.next;
+            data.write(value);
+            self.0.write(data.cast());
+            let room = data.add(1).cast::<Cell<MaybeUninit<E>>>();
+            Some((&*data, slice::from_raw_parts(room, n)))
         }
     }
-    ptr::null_mut()
 }
 
-/// Caches `entry` in the main request's module context.
-fn cache(main: &Request, entry: *mut ngx_pool_cleanup_t) {
-    main.set_module_ctx(entry.cast(), Module::module());
-}
-
-/// Adds `value` as the record of `r`'s main request, with room for `n`
-/// values of `E` after it, in one pool allocation (the entry, then the
-/// record, then the room: what `ngx_pool_cleanup_add` makes with two).
-/// None: out of memory.
-pub fn add<T: Record, E>(
-    r: &Request,
-    value: T,
-    n: usize,
-) -> Option<(&'static T, &'static Room<E>)> {
-    const {
-        assert!(align_of::<T>() <= POOL_ALIGN && align_of::<E>() <= POOL_ALIGN);
-        assert!(size_of::<ngx_pool_cleanup_t>().is_multiple_of(POOL_ALIGN));
-        assert!(size_of::<T>().is_multiple_of(align_of::<E>()));
-    }
-    let main = main_of(r);
-    let size = (size_of::<ngx_pool_cleanup_t>() + size_of::<T>())
-        .checked_add(n.checked_mul(size_of::<E>())?)?;
-    // SAFETY: the pool is valid. The allocation has room for the entry, a
-    // T and n values of E, each aligned (pool alignment, and the asserts
-    // above). The entry is linked in front of the pool's cleanups, as
-    // `ngx_pool_cleanup_add` does, once the T it drops is written. The T
-    // and the room live until the pool is destroyed.
+/// Has `rec`, the record [`add`] made for `r`'s main request, dropped when
+/// that request's pool is destroyed (call it once). False: out of memory.
+pub fn drop_with_pool<T: Record>(r: &Request, rec: &'static T) -> bool {
+    // SAFETY: the pool is valid; a non-null entry is linked into its
+    // cleanups, ours to fill; `rec` lives in that pool until its cleanups
+    // have run, and is dropped only by this entry.
     unsafe {
-        let pool = main.as_ref().pool;
-        let cln = ngx_palloc(pool, size).cast::<ngx_pool_cleanup_t>();
-        if cln.is_null() {
-            return None;
-        }
-        let data = cln.add(1).cast::<T>();
-        data.write(value);
-        cln.write(ngx_pool_cleanup_t {
-            handler: Some(T::tag()),
-            data: data.cast(),
-            next: (*pool).cleanup,
-        });
-        (*pool).cleanup = cln;
-        cache(main, cln);
-        let room = data.add(1).cast::<Cell<MaybeUninit<E>>>();
-        Some((&*data, slice::from_raw_parts(room, n)))
+        let Some(cln) = ngx_pool_cleanup_add(main_of(r).as_ref().pool, 0).as_mut() else {
+            return false;
+        };
+        cln.handler = Some(drop_entry::<T>);
+        cln.data = core::ptr::from_ref(rec).cast_mut().cast();
     }
+    true
 }
 
 /// Room for `n` values of `E` in `r`'s main request's pool. None: out of

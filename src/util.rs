@@ -1,55 +1,19 @@
 //! Small helpers shared by the handler, the filter and the metrics page:
-//! the clock, strings in pool memory, tagged pool cleanups, and output
-//! headers.
+//! the clock, strings in pool memory, and output headers.
 
 use core::alloc::Layout;
 use core::cell::UnsafeCell;
-use core::ffi::c_void;
 use core::ptr;
 
 use nginx_sys::{
     ngx_add_timer, ngx_cached_time, ngx_cycle, ngx_cycle_t, ngx_event_handler_pt, ngx_event_t,
     ngx_exiting, ngx_http_get_flushed_variable, ngx_http_get_indexed_variable, ngx_http_request_t,
-    ngx_list_push, ngx_log_t, ngx_msec_t, ngx_pool_t, ngx_quit, ngx_str_t, ngx_table_elt_t,
-    ngx_terminate, ngx_uint_t, ngx_variable_value_t, ngx_worker,
+    ngx_list_push, ngx_log_t, ngx_msec_t, ngx_quit, ngx_str_t, ngx_table_elt_t, ngx_terminate,
+    ngx_uint_t, ngx_variable_value_t, ngx_worker,
 };
 use ngx::allocator::Allocator;
 use ngx::core::Pool;
 use ngx::http::Request;
-
-/// A pool cleanup handler that also tags its entry as ours.
-///
-/// Always read it from a `static` (`static TAG: CleanupTag = handler;`),
-/// both where the entry is made and where it is looked for: the address of
-/// a function named in code is not unique. rustc may give each codegen unit
-/// its own copy of a small function (an empty one always qualifies), so
-/// `handler as fn` in decision.rs and in filter.rs may differ, and an entry
-/// tagged in one would be invisible to a search from the other. A static
-/// holds one address, and every read of it yields that same address.
-pub type CleanupTag = unsafe extern "C" fn(*mut c_void);
-
-/// The data of the newest cleanup entry of `pool` whose handler is `tag`
-/// (read from the tag's `static`), if any.
-///
-/// # Safety
-/// `pool` must be a valid nginx pool.
-pub unsafe fn tagged_cleanup(pool: *mut ngx_pool_t, tag: CleanupTag) -> Option<*mut c_void> {
-    // SAFETY: the pool is valid; its cleanup entries (each one's `next` is
-    // null or the next live entry) live until it is destroyed.
-    unsafe {
-        let mut c = (*pool).cleanup.as_ref();
-        while let Some(entry) = c {
-            // Both sides come from one static (see CleanupTag), so equal
-            // addresses are ours and ours always have equal addresses.
-            #[allow(unpredictable_function_pointer_comparisons)]
-            if entry.handler == Some(tag) {
-                return Some(entry.data);
-            }
-            c = entry.next.as_ref();
-        }
-    }
-    None
-}
 
 /// Current time as UTC unix epoch milliseconds, from nginx's cached clock
 /// (updated once per event-loop iteration). The core never reads a clock

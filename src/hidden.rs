@@ -1,0 +1,75 @@
+//! Hidden variables: slots of a request's variables array that this module
+//! keeps its own per-request state in, because nginx keeps the array
+//! through internal redirects (which zero module contexts) and a
+//! subrequest shares its parent's. Added without a name in the
+//! configuration's hash, so no directive can name one, and evaluated they
+//! are "not found"; the module reads and writes the slots directly.
+
+use nginx_sys::{
+    ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable_index, ngx_http_variable_value_t,
+    ngx_int_t, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_HTTP_VAR_NOHASH, NGX_OK,
+};
+use ngx::http::Request;
+
+use crate::req::variable_get;
+
+/// `name` as nginx's string, for calls that only read it (nginx copies
+/// a variable's name).
+fn text(name: &'static str) -> ngx_str_t {
+    ngx_str_t {
+        len: name.len(),
+        data: name.as_ptr().cast_mut(),
+    }
+}
+
+/// Whether the main request failed an access check (access.rs).
+pub const ACCESS: &str = "rate_limit_window_internal_access";
+
+/// The address of the main request's record (pool.rs).
+pub const RECORD: &str = "rate_limit_window_internal_record";
+
+/// Adds the hidden variables (preconfiguration): NGX_OK, or NGX_ERROR on
+/// an nginx error.
+///
+/// # Safety
+/// `cf` must be the configuration passed to preconfiguration.
+pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
+    for name in [ACCESS, RECORD] {
+        let mut name = text(name);
+        // SAFETY: cf is valid; nginx copies the name; a non-null v is the
+        // variable nginx just created, ours to set up.
+        let v = unsafe {
+            ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_NOHASH as ngx_uint_t).as_mut()
+        };
+        let Some(v) = v else {
+            return NGX_ERROR as ngx_int_t;
+        };
+        v.get_handler = Some(not_found);
+    }
+    NGX_OK as ngx_int_t
+}
+
+/// The index of the hidden variable `name` (postconfiguration, once
+/// [`register`] has added it), or None on an nginx error.
+pub fn index(cf: &mut ngx_conf_t, name: &'static str) -> Option<ngx_uint_t> {
+    let mut name = text(name);
+    // SAFETY: cf is a valid configuration; nginx copies the name.
+    let i = unsafe { ngx_http_get_variable_index(cf, &mut name) };
+    (i != NGX_ERROR as ngx_int_t).then_some(i as ngx_uint_t)
+}
+
+/// The slot of hidden variable `index` in `r`'s variables array (the main
+/// request's: a subrequest shares it).
+pub fn slot(r: &Request, index: ngx_uint_t) -> *mut ngx_http_variable_value_t {
+    // SAFETY: `index` was obtained at configuration time, so it lies
+    // within the request's variables array, which lives with the request.
+    unsafe { r.as_ref().variables.add(index) }
+}
+
+variable_get!(
+    not_found,
+    |_: &mut Request, v: &mut ngx_http_variable_value_t| {
+        v.set_not_found(1);
+        NGX_OK as ngx_int_t
+    }
+);
