@@ -432,16 +432,12 @@ fn decide(
     limits: &[conf::Limit],
     at: decision::Place,
 ) -> ngx_int_t {
-    let declined: ngx_int_t = Status::NGX_DECLINED.into();
-    let server_error = NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
-
     // The decision's record, allocated before anything is counted.
     let Some(pending) = decision::reserve(r, at, limits.len()) else {
-        return server_error;
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
-    let now = util::now_ms();
     let ask = Ask {
-        now_ms: now,
+        now_ms: util::now_ms(),
         shard: util::shard(),
         dry_run: lcf.dry_run != 0,
         // Only a main request is held: a subrequest's phases are run by
@@ -455,10 +451,9 @@ fn decide(
         pending,
     };
     // Err: an nginx error; the engine gave back what it counted.
-    // Matched by reference: the verdict's rejection payload is not copied
-    // on the admitting path.
     let out = engine::decide(&mut j, &ask);
-    // The admission first: one test, with every other verdict out of line.
+    // The admission first: one test, with every other verdict (and the
+    // rejection's payload) out of line.
     let (verdict, retry_after) = if let Ok(EngineVerdict::Admit) = out {
         (admitted(&mut j, &ask), 0)
     } else {
@@ -481,7 +476,7 @@ fn decide(
         // A gRPC call gets a gRPC answer (grpc.rs), any other the status.
         return crate::grpc::reject(r, lcf, retry_after);
     }
-    declined
+    Status::NGX_DECLINED.into()
 }
 
 /// An admitted request (decided as `ask`): each limit's `passed` and
