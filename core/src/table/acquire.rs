@@ -10,6 +10,7 @@ use super::place::{Candidate, Found};
 use super::{FailPolicy, KeyHash, Table, CHOICES};
 use crate::fit;
 use crate::window::{self, Counts};
+use portable_atomic::AtomicU128;
 
 /// Whether the request was admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -280,9 +281,10 @@ impl Table<'_> {
         // Most keys live at their home slot in their first group: read it
         // before working out the rest of the placement.
         let home = self.home_slot(key);
-        let value = self.load(home);
+        let cell = &self.slots[home];
+        let value = self.ops.load(cell);
         if fp_of(value) == q.fp {
-            return match self.acquire_found(q, home, value) {
+            return match self.acquire_found(q, (home, cell), value) {
                 Ok(admitted) => then(&admitted),
                 Err(other) => then(&other),
             };
@@ -302,7 +304,9 @@ impl Table<'_> {
             self.lookup(&p, q.fp)
         };
         let d = match found {
-            Some((slot, value)) => self.acquire_found(q, slot, value).unwrap_or_else(|d| d),
+            Some((slot, value)) => self
+                .acquire_found(q, (slot, &self.slots[slot]), value)
+                .unwrap_or_else(|d| d),
             None => {
                 let first = Some(self.survey(&p, q.fp, now_idx));
                 // `&{ q }`: a copy made here, so that the question is
@@ -313,10 +317,11 @@ impl Table<'_> {
         then(&d)
     }
 
-    /// [`Table::acquire`] for a key found at `slot` holding `value`, the
-    /// common cases inline: the slot holds the current window, or an older
-    /// one (the client's first request in a new window). Same rule and same
-    /// single CAS as the general path, on the packed value. Anything else
+    /// [`Table::acquire`] for a key found at `slot` (its `cell`, indexed
+    /// once by the caller's load) holding `value`, the common cases
+    /// inline: the slot holds the current window, or an older one (the
+    /// client's first request in a new window). Same rule and same single
+    /// CAS as the general path, on the packed value. Anything else
     /// (the clock behind the slot, a lost CAS) takes the general path, from
     /// this slot or, after a lost CAS, from a fresh lookup.
     ///
@@ -326,7 +331,12 @@ impl Table<'_> {
     ///
     /// Ok: admitted by the one CAS here; Err: any other path's decision.
     #[inline(always)]
-    fn acquire_found(&self, q: Ask, slot: usize, value: u128) -> Result<Decision, Decision> {
+    fn acquire_found(
+        &self,
+        q: Ask,
+        (slot, cell): (usize, &AtomicU128),
+        value: u128,
+    ) -> Result<Decision, Decision> {
         let (now_idx, elapsed) = (q.now_idx, q.elapsed);
         let lo = value as u64;
         let current = (lo & COUNT_MASK) as u32;
@@ -370,7 +380,7 @@ impl Table<'_> {
                 | u64::from(q.cost);
             (value & (!0u128 << 72)) | tick | u128::from(lo)
         };
-        if !self.cas(slot, value, new) {
+        if !self.ops.cas(cell, value, new) {
             return Err(self.acquire_slow(&{ q }, None));
         }
         // `elapsed` is the remainder of a division by the window.
