@@ -425,14 +425,16 @@ fn skipped(r: &Request, zone: &ZoneConf, why: Skip) {
 
 /// Makes and commits the decision for `r`: the location's limits, in order,
 /// decided by the core's engine. `at`: where the main request's record
-/// goes, and the record if it has one already (a held request's).
+/// goes, and the record if it has one already (a held request's); the
+/// record is reserved (allocated) before anything is counted. Only a main
+/// request is held: a subrequest's phases are run by its parent, not by
+/// its connection's events.
 fn decide(
     r: &mut Request,
     lcf: &LocConf,
     limits: &[conf::Limit],
     at: decision::Place,
 ) -> ngx_int_t {
-    // The decision's record, allocated before anything is counted.
     let Some(pending) = decision::reserve(r, at, limits.len()) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
@@ -440,8 +442,6 @@ fn decide(
         now_ms: util::now_ms(),
         shard: util::shard(),
         dry_run: lcf.dry_run != 0,
-        // Only a main request is held: a subrequest's phases are run by
-        // its parent, not by its connection's events.
         holdable: r.is_main(),
     };
     let mut j = Judging {
