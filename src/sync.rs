@@ -59,7 +59,7 @@ use rate_limit_window_core::fleet::{Diff, Profile};
 
 use crate::redis_link::{Link, LinkError, LinkErrorKind, RedisTarget};
 use crate::sync_ctx::{epoch_ms, Job, Owner, RoundCtx, RoundError, POLL_MS};
-use crate::sync_round::{round, RoundState};
+use crate::sync_round::{round, Done, RoundState};
 use crate::sync_stats::Durations;
 use crate::zone::{ZoneConf, ZoneHeader};
 
@@ -217,7 +217,6 @@ fn run(job: Job, stop: &AtomicBool) {
     let mut backoff = BACKOFF_MIN_MS;
     let mut state = RoundState::default();
     let mut durations = Durations::default();
-
     while !stop.load(Ordering::Relaxed) {
         match owner.claim() {
             Claim::Held => {}
@@ -228,48 +227,27 @@ fn run(job: Job, stop: &AtomicBool) {
             }
         }
         let started = epoch_ms();
+        let ctx = RoundCtx {
+            table,
+            ledger: &ledger,
+            job: &job,
+            owner: &owner,
+            stop,
+        };
         let result = connect(&mut conn, &job.target)
             .map_err(RoundError::from)
-            .and_then(|c| {
-                let ctx = RoundCtx {
-                    table,
-                    ledger: &ledger,
-                    job: &job,
-                    owner: &owner,
-                    stop,
-                };
-                round(c, &ctx, &mut state, started)
-            });
+            .and_then(|c| round(c, &ctx, &mut state, started));
         let nap_ms = match result {
             Ok(done) => {
                 backoff = BACKOFF_MIN_MS;
-                let stats = &header.stats;
-                durations.add(stats, epoch_ms().saturating_sub(started));
-                stats.last_pushed.store(done.pushed, Ordering::Relaxed);
-                stats.last_read.store(done.read, Ordering::Relaxed);
-                header.sync_rounds.fetch_add(1, Ordering::Relaxed);
-                // The lag counts from the last round that visited every
-                // active client (a round cut by its deadline resumes).
-                if done.full {
-                    header.last_sync_ms.store(epoch_ms(), Ordering::Relaxed);
-                }
-                header.down_since_ms.store(0, Ordering::Relaxed);
-                job.sync_ms
-                    .saturating_sub(epoch_ms().saturating_sub(started))
+                round_done(header, &mut durations, &done, started);
+                rest_of_interval(job.sync_ms, started)
             }
             Err(RoundError::Stopped) => break,
             Err(RoundError::Link(e)) => {
                 conn = None;
-                count_error(header, &e);
-                let _ = header.down_since_ms.compare_exchange(
-                    0,
-                    started.max(1),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                );
-                let ms = backoff.max(job.sync_ms);
-                backoff = (backoff * 2).min(BACKOFF_MAX_MS.max(job.sync_ms));
-                ms
+                round_failed(header, &e, started);
+                next_backoff(&mut backoff, job.sync_ms)
             }
         };
         if !owner.nap(nap_ms, stop) {
@@ -277,6 +255,49 @@ fn run(job: Job, stop: &AtomicBool) {
         }
     }
     owner.release();
+}
+
+/// The nap after a round that worked (ms): the rest of the sync interval
+/// `sync_ms` begun at `started` (epoch ms).
+fn rest_of_interval(sync_ms: u64, started: u64) -> u64 {
+    sync_ms.saturating_sub(epoch_ms().saturating_sub(started))
+}
+
+/// The nap after a failed round (ms): the backoff, at least the sync
+/// interval `sync_ms`; the next failure's backoff doubles, up to
+/// BACKOFF_MAX_MS (or the interval, if longer).
+fn next_backoff(backoff: &mut u64, sync_ms: u64) -> u64 {
+    let ms = (*backoff).max(sync_ms);
+    *backoff = (*backoff * 2).min(BACKOFF_MAX_MS.max(sync_ms));
+    ms
+}
+
+/// The measurements of a round that completed, started at `started`
+/// (epoch ms).
+fn round_done(header: &ZoneHeader, durations: &mut Durations, done: &Done, started: u64) {
+    let stats = &header.stats;
+    durations.add(stats, epoch_ms().saturating_sub(started));
+    stats.last_pushed.store(done.pushed, Ordering::Relaxed);
+    stats.last_read.store(done.read, Ordering::Relaxed);
+    header.sync_rounds.fetch_add(1, Ordering::Relaxed);
+    // The lag counts from the last round that visited every active client
+    // (a round cut by its deadline resumes).
+    if done.full {
+        header.last_sync_ms.store(epoch_ms(), Ordering::Relaxed);
+    }
+    header.down_since_ms.store(0, Ordering::Relaxed);
+}
+
+/// A round that failed on its Redis link `e`, started at `started` (epoch
+/// ms): counted, and the outage's start kept if it is the first.
+fn round_failed(header: &ZoneHeader, e: &LinkError, started: u64) {
+    count_error(header, e);
+    let _ = header.down_since_ms.compare_exchange(
+        0,
+        started.max(1),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
 }
 
 /// Counts a failed round, by kind.

@@ -158,16 +158,7 @@ fn create(init: Init<'_>) -> Result<(), ()> {
     // A Redis-backed zone hashes keys alike on every gateway of a cluster
     // (its seed comes from the configuration) and draws a random gateway
     // id instead, under which it writes its counts.
-    let random = random_seed().map_err(|e| {
-        ngx_log_error!(
-            NGX_LOG_EMERG,
-            log,
-            "rate_limit_window_zone \"{}\": getrandom() failed ({}): no unpredictable \
-             hash seed or gateway id, so the zone is not started",
-            zone.name,
-            e
-        );
-    })?;
+    let random = random_or_log(zone, log)?;
     // A resize on reload: the running cycle's zone, whose clients are
     // carried over (with its seed) when they can be.
     let previous = crate::resize::previous(zone);
@@ -176,18 +167,12 @@ fn create(init: Init<'_>) -> Result<(), ()> {
         .is_none()
         .then(|| crate::state::load(zone, log))
         .flatten();
-    let seed = match &zone.redis {
-        Some(r) => config_seed(zone.name.as_bytes(), &r.secret),
-        None => crate::resize::seed_for(zone, previous)
-            .or(saved.as_ref().map(|f| f.seed))
-            .unwrap_or(random),
-    };
     let ids = Ids {
         zone_bytes: bytes,
-        seed,
+        seed: seed_of(zone, previous, saved.as_ref().map(|f| f.seed), random),
         gateway_id: random[0].max(1),
     };
-    if let Err(e) = format(zone, space, ids) {
+    format(zone, space, ids).map_err(|e| {
         ngx_log_error!(
             NGX_LOG_EMERG,
             log,
@@ -195,8 +180,7 @@ fn create(init: Init<'_>) -> Result<(), ()> {
             zone.name,
             e
         );
-        return Err(());
-    }
+    })?;
     // The pool's data pointer tells a later cycle where the header is.
     pool.as_mut().data = zone.header.cast();
     if let Some(old) = previous {
@@ -207,6 +191,38 @@ fn create(init: Init<'_>) -> Result<(), ()> {
         crate::state::restore(zone, &f, log);
     }
     Ok(())
+}
+
+/// The zone's hash seed: a Redis-backed zone's from its configuration (the
+/// same on every gateway), else the resized zone's (`previous`), the state
+/// file's (`saved`), or `random`, in that order.
+fn seed_of(
+    zone: &ZoneConf,
+    previous: Option<&ZoneConf>,
+    saved: Option<[u64; 2]>,
+    random: [u64; 2],
+) -> [u64; 2] {
+    match &zone.redis {
+        Some(r) => config_seed(zone.name.as_bytes(), &r.secret),
+        None => crate::resize::seed_for(zone, previous)
+            .or(saved)
+            .unwrap_or(random),
+    }
+}
+
+/// Fresh random words for a zone's hash seed and gateway id; Err (logged)
+/// when the system has none to give.
+fn random_or_log(zone: &ZoneConf, log: *mut ngx_log_t) -> Result<[u64; 2], ()> {
+    random_seed().map_err(|e| {
+        ngx_log_error!(
+            NGX_LOG_EMERG,
+            log,
+            "rate_limit_window_zone \"{}\": getrandom() failed ({}): no unpredictable \
+             hash seed or gateway id, so the zone is not started",
+            zone.name,
+            e
+        );
+    })
 }
 
 /// On reload: the zone keeps its key, window and hashing, or is refused
