@@ -1,9 +1,10 @@
 //! Hidden variables: slots of a request's variables array that this module
 //! keeps its own per-request state in, because nginx keeps the array
 //! through internal redirects (which zero module contexts) and a
-//! subrequest shares its parent's. Added without a name in the
-//! configuration's hash, so no directive can name one, and evaluated they
-//! are "not found"; the module reads and writes the slots directly.
+//! subrequest shares its parent's. The module reads and writes the slots
+//! directly. No directive can set one (`set`, `map` and the like refuse a
+//! variable that is not changeable); one read by name is "not found", and
+//! its getter only sets that flag, never the data the module keeps.
 
 use nginx_sys::{
     ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable_index, ngx_http_variable_value_t,

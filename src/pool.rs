@@ -6,7 +6,7 @@
 //! survives this with a field of its own in nginx's request structure, which a
 //! dynamic module cannot add. The record therefore lives in the main
 //! request's pool, and its address in one slot of the request's variables
-//! array, for a hidden variable of our own that nothing evaluates
+//! array, for a hidden variable of our own
 //! (`$rate_limit_window_internal_record`): nginx keeps that array through
 //! internal redirects, and a subrequest shares its parent's. A record with
 //! something to settle when the request ends is dropped by a cleanup entry
@@ -48,8 +48,8 @@ pub fn slot(r: &Request) -> Option<Slot> {
     let index = Module::main_conf(r.as_ref())?.record_index?;
     let v = hidden::slot(r, index);
     // SAFETY: v is the request's value (see hidden::slot), not null. Only
-    // `Slot::add` writes its data, which nginx never reads: the variable
-    // is never evaluated (nothing can name it).
+    // `Slot::add` writes its data: no directive can set the variable, and
+    // evaluating it only sets `not_found` (see hidden.rs).
     NonNull::new(unsafe { &raw mut (*v).data }.cast()).map(Slot)
 }
 

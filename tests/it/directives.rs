@@ -67,6 +67,62 @@ fn error_page_keeps_retry_after_and_counts_once() {
     assert_eq!(up.received(), 2);
 }
 
+/// The module keeps per-request state in hidden variables (the record's
+/// address, the access mark): no directive can set one (`set`, `map`
+/// refuse a variable that is not changeable), and one read by name is
+/// empty and leaves the decision as it was, through an error_page redirect.
+#[test]
+fn hidden_variables_cannot_be_set_and_read_empty() {
+    for name in [
+        "rate_limit_window_internal_record",
+        "rate_limit_window_internal_access",
+    ] {
+        let server = "server { listen 127.0.0.1:{{PORT}}; location / { empty_gif; } }";
+        for directive in [
+            format!("server {{ listen 127.0.0.1:{{{{PORT}}}}; location / {{ set ${name} 1; }} }}"),
+            format!("map $uri ${name} {{ default 1; }} {server}"),
+        ] {
+            let (ok, out) = test_config(&http_conf(&directive));
+            assert!(!ok, "{directive}: {out}");
+            assert!(
+                out.contains(&format!("the duplicate \"{name}\" variable")),
+                "{out}"
+            );
+        }
+    }
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&http_conf(
+        r#"rate_limit_window_zone $http_x_key zone=z:1m window=1h;
+        server {
+            listen 127.0.0.1:{{PORT}};
+            add_header X-Record "[$rate_limit_window_internal_record]" always;
+            add_header X-Status $rate_limit_window_status always;
+            location / {
+                rate_limit_window zone=z limit=1;
+                error_page 429 = @limited;
+                proxy_pass http://{{UPSTREAM}};
+            }
+            location @limited {
+                add_header X-Record "[$rate_limit_window_internal_record]" always;
+                add_header X-Status $rate_limit_window_status always;
+                return 429 "limited\n";
+            }
+        }"#,
+    ));
+    clear_of_boundary(HOUR_MS, 20_000);
+    let r = get_key(ng.port, "/a", "h");
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert_eq!(r.header("X-Record"), Some("[]"), "{}", r.describe());
+    assert_eq!(r.header("X-Status"), Some("PASSED"), "{}", r.describe());
+    let r = get_key(ng.port, "/a", "h");
+    assert_eq!(r.status, 429, "{}", r.describe());
+    assert_eq!(r.text(), "limited\n");
+    assert_eq!(r.header("X-Record"), Some("[]"), "{}", r.describe());
+    assert_eq!(r.header("X-Status"), Some("REJECTED"), "{}", r.describe());
+    assert!(r.header_num("Retry-After") >= 1, "{}", r.describe());
+    assert_eq!(up.received(), 1);
+}
+
 #[test]
 fn try_files_and_rewrite_count_once() {
     let up = Upstream::start();
