@@ -3,8 +3,9 @@
 //! through internal redirects (which zero module contexts) and a
 //! subrequest shares its parent's. The module reads and writes the slots
 //! directly. No directive can set one (`set`, `map` and the like refuse a
-//! variable that is not changeable); one read by name is "not found", and
-//! its getter only sets that flag, never the data the module keeps.
+//! variable that is not changeable). One read by name gives the value the
+//! module stored if it is marked valid (the access mark), else runs a
+//! getter that only sets `not_found`: never the data the module keeps.
 
 use nginx_sys::{
     ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable_index, ngx_http_variable_value_t,
