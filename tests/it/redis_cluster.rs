@@ -72,6 +72,9 @@ fn cluster_down_keeps_serving_and_is_counted() {
         "rate_limit_window_sync_keys_pushed_total"
     ) >= (CLIENTS + 1)
         as f64));
+    // A loaded machine can time a startup round out: an episode of its
+    // own, logged before the one under test.
+    let before = count_lines(&g.error_log(), "redis sync failing");
     // One master of three dies (no replica): after the node timeout the
     // others answer CLUSTERDOWN. Requests are still decided locally.
     cluster.nodes[0].kill();
@@ -92,8 +95,9 @@ fn cluster_down_keeps_serving_and_is_counted() {
         down(&text()) > 0.0
     });
     assert!(ok, "cluster_down not counted:\n{}", text());
+    // One line for the outage, however many requests saw it.
     let log = g.error_log();
-    assert_eq!(count_lines(&log, "redis sync failing"), 1, "{log}");
+    assert_eq!(count_lines(&log, "redis sync failing"), before + 1, "{log}");
 }
 
 #[test]
