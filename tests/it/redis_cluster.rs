@@ -95,7 +95,18 @@ fn cluster_down_keeps_serving_and_is_counted() {
         down(&text()) > 0.0
     });
     assert!(ok, "cluster_down not counted:\n{}", text());
+    // The sync thread counts the failure before it marks the outage, which
+    // the next request or worker 0's sweep (once a second) then logs.
+    let failing = || count_lines(&g.error_log(), "redis sync failing");
+    let logged = wait_for(Duration::from_secs(5), || {
+        assert_eq!(get_key(g.port, "/", "client-0").status, 200);
+        failing() > before
+    });
+    assert!(logged, "the outage was not logged:\n{}", g.error_log());
     // One line for the outage, however many requests saw it.
+    for c in 0..CLIENTS {
+        assert_eq!(get_key(g.port, "/", &format!("client-{c}")).status, 200);
+    }
     let log = g.error_log();
     assert_eq!(count_lines(&log, "redis sync failing"), before + 1, "{log}");
 }
