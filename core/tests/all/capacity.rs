@@ -1,25 +1,16 @@
 //! How many keys a 1 MiB region remembers.
 
+use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::*;
 
-#[repr(C, align(64))]
-struct Line([u8; 64]);
+use crate::region::{region, table_in};
 
 const T0: u64 = 1_767_225_600_000;
 
 #[test]
 fn one_mib_remembers_50k_keys() {
-    let mut buf: Vec<Line> = (0..(1 << 20) / 64).map(|_| Line([0; 64])).collect();
-    // SAFETY: exclusive, aligned 1 MiB buffer that outlives the table.
-    let t = unsafe {
-        Table::init(
-            buf.as_mut_ptr().cast(),
-            1 << 20,
-            Window::from_ms(3_600_000).unwrap(),
-            [5, 6],
-        )
-    }
-    .unwrap();
+    let mut buf = region(1 << 20);
+    let t = table_in(&mut buf, 3_600_000, [5, 6], Mode::Estimate);
     assert_eq!(t.capacity(), 65_264);
     let n = 50_000u32;
     let keys: Vec<KeyHash> = (0..n)

@@ -2,27 +2,18 @@
 //! iff `cost` single requests sent back to back would all be, and is then
 //! counted `cost` times; Remaining, Retry-After and undo follow the cost.
 
+use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::*;
 
-#[repr(C, align(64))]
-struct Line([u8; 64]);
+use crate::region::{region, table_in};
 
 const W: u64 = 60_000;
 /// A window boundary (2026-01-01T00:00:00Z).
 const T0: u64 = 1_767_225_600_000;
 
 fn with_table(f: impl FnOnce(&Table)) {
-    let mut buf: Vec<Line> = (0..(1 << 16) / 64).map(|_| Line([0; 64])).collect();
-    // SAFETY: exclusive, aligned 64 KiB buffer that outlives the table.
-    let t = unsafe {
-        Table::init(
-            buf.as_mut_ptr().cast(),
-            1 << 16,
-            Window::from_ms(W).unwrap(),
-            [1, 2],
-        )
-    }
-    .unwrap();
+    let mut buf = region(1 << 16);
+    let t = table_in(&mut buf, W, [1, 2], Mode::Estimate);
     f(&t);
 }
 

@@ -3,10 +3,10 @@
 
 use chrono::{LocalResult, TimeZone};
 use chrono_tz::America::New_York;
+use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::*;
 
-#[repr(C, align(64))]
-struct Line([u8; 64]);
+use crate::region::{region, table_in};
 
 fn ambiguous_0147() -> (u64, u64) {
     // 2026-11-01: clocks go from 01:59:59 EDT back to 01:00:00 EST.
@@ -52,10 +52,8 @@ fn repeated_hour_has_distinct_windows() {
 fn replay_bursts_across_the_repeated_hour() {
     let (edt, est) = ambiguous_0147();
     let w = Window::from_ms(60_000).unwrap();
-    let mut buf: Vec<Line> = (0..2_000).map(|_| Line([0; 64])).collect();
-    let len = buf.len() * 64;
-    // SAFETY: exclusive, aligned buffer that outlives the table.
-    let t = unsafe { Table::init(buf.as_mut_ptr().cast(), len, w, [3, 4]) }.unwrap();
+    let mut buf = region(2_000 * 64);
+    let t = table_in(&mut buf, w.ms(), [3, 4], Mode::Estimate);
     let k = t.hash_key(b"198.51.100.9");
     let burst = |at: u64| {
         (0..550)

@@ -9,8 +9,7 @@
 use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::*;
 
-#[repr(C, align(64))]
-struct Line([u8; 64]);
+use crate::region::{region, table_in};
 
 const W: u64 = 60_000;
 /// A window boundary (2026-01-01T00:00:00Z).
@@ -22,18 +21,8 @@ const MODES: [Mode; 2] = [Mode::Estimate, Mode::Strict];
 /// for every key) in `mode`.
 fn with_table(slots: usize, mode: Mode, f: impl FnOnce(&Table)) {
     let bytes = Table::HEADER_BYTES + slots * SLOT_BYTES;
-    let mut buf: Vec<Line> = (0..bytes.div_ceil(64)).map(|_| Line([0; 64])).collect();
-    // SAFETY: exclusive, aligned buffer that outlives the table.
-    let t = unsafe {
-        Table::init_mode(
-            buf.as_mut_ptr().cast(),
-            bytes,
-            Window::from_ms(W).unwrap(),
-            [1, 2],
-            mode,
-        )
-    }
-    .unwrap();
+    let mut buf = region(bytes);
+    let t = table_in(&mut buf, W, [1, 2], mode);
     assert_eq!(t.mode(), mode);
     f(&t);
 }

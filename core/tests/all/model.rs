@@ -2,17 +2,13 @@
 //! `retry_after`.
 
 use proptest::prelude::*;
+use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::reference::Model;
 use rate_limit_window_core::*;
 
+use crate::region::{region, table_in};
+
 const T0: u64 = 1_767_225_600_000;
-
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
-fn region(bytes: usize) -> Vec<Line> {
-    (0..bytes.div_ceil(64)).map(|_| Line([0; 64])).collect()
-}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -73,9 +69,7 @@ proptest! {
                            ops in proptest::collection::vec(op(), 1..300)) {
         let w = Window::from_ms(window_ms).unwrap();
         let mut buf = region(Table::HEADER_BYTES + 4096 * SLOT_BYTES);
-        let len = buf.len() * 64;
-        // SAFETY: exclusive, aligned buffer that outlives the table.
-        let table = unsafe { Table::init(buf.as_mut_ptr().cast(), len, w, seed) }.unwrap();
+        let table = table_in(&mut buf, w.ms(), seed, Mode::Estimate);
         // Keys whose candidate groups are pairwise disjoint: the model knows
         // nothing of placement, and a shared group lets one key reuse another's
         // idle slot, which a later backwards clock step could observe.

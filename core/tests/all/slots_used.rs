@@ -1,26 +1,17 @@
 //! `Table::slots_used_in`: the count the sweep spreads over its ticks adds
 //! up to the full scan's.
 
+use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::*;
 
-#[repr(C, align(64))]
-struct Line([u8; 64]);
+use crate::region::{region, table_in};
 
 const T0: u64 = 1_767_225_600_000;
 
 #[test]
 fn chunked_count_adds_up_to_the_full_scan() {
-    let mut buf: Vec<Line> = (0..(1 << 18) / 64).map(|_| Line([0; 64])).collect();
-    // SAFETY: exclusive, aligned 256 KiB buffer that outlives the table.
-    let t = unsafe {
-        Table::init(
-            buf.as_mut_ptr().cast(),
-            1 << 18,
-            Window::from_ms(60_000).unwrap(),
-            [7, 8],
-        )
-    }
-    .unwrap();
+    let mut buf = region(1 << 18);
+    let t = table_in(&mut buf, 60_000, [7, 8], Mode::Estimate);
     for i in 0..3_000u32 {
         let k = t.hash_key(format!("client-{i}").as_bytes());
         assert_eq!(

@@ -8,28 +8,12 @@ use rate_limit_window_core::mode::Mode;
 use rate_limit_window_core::strict::{self, State};
 use rate_limit_window_core::*;
 
+use crate::region::{region, table_in, Line};
+
 const T0: u64 = 1_767_225_600_000;
 
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
-fn region(bytes: usize) -> Vec<Line> {
-    (0..bytes.div_ceil(64)).map(|_| Line([0; 64])).collect()
-}
-
 fn strict_table(buf: &mut [Line], window_ms: u64) -> Table<'_> {
-    let len = buf.len() * 64;
-    // SAFETY: exclusive, aligned buffer that outlives the table.
-    unsafe {
-        Table::init_mode(
-            buf.as_mut_ptr().cast(),
-            len,
-            Window::from_ms(window_ms).unwrap(),
-            [1, 2],
-            Mode::Strict,
-        )
-    }
-    .unwrap()
+    table_in(buf, window_ms, [1, 2], Mode::Strict)
 }
 
 proptest! {
