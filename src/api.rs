@@ -11,7 +11,7 @@ use core::ptr;
 use nginx_sys::{ngx_chain_t, ngx_int_t, ngx_str_t, NGX_HTTP_INTERNAL_SERVER_ERROR};
 use ngx::core::{Buffer, Status};
 use ngx::http::{HTTPStatus, Request};
-use rate_limit_window_core::addr::{addr_key, mask_ipv6};
+use rate_limit_window_core::conf::addr::{addr_key, mask_ipv6};
 
 use crate::zone::ZoneConf;
 use format::{json_str, percent_decode};

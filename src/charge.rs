@@ -24,8 +24,8 @@ use nginx_sys::{
 use ngx::core::Status;
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule, Request};
 use ngx::{ngx_log_debug_http, ngx_log_error};
-use rate_limit_window_core::charge::{final_count, parse_charge};
-use rate_limit_window_core::parse::escape;
+use rate_limit_window_core::conf::parse::escape;
+use rate_limit_window_core::rule::charge::{final_count, parse_charge};
 
 use crate::count_status::{self, Held};
 use crate::pool::main_of;

@@ -18,7 +18,7 @@ use nginx_sys::{
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, Merge, NgxHttpCoreModule};
 use ngx::ngx_string;
-use rate_limit_window_core::conf_error::LimitConfError;
+use rate_limit_window_core::conf::error::LimitConfError;
 
 use crate::conf::{self, LocConf, MainConf, HEADERS_VALUES, LOG_LEVELS, PHASE_VALUES};
 use crate::conf_log::{conf_handler, conf_status, ConfExt, ConfFailed, ConfResult};

@@ -14,10 +14,10 @@ use nginx_sys::{
     NGX_LOG_EMERG, NGX_LOG_ERR, NGX_LOG_INFO, NGX_LOG_NOTICE, NGX_LOG_WARN,
 };
 use ngx::http::{HttpModuleMainConf, Merge, MergeConfigError};
-use rate_limit_window_core::conf_error::{invalid_value, undefined_zone, LimitConfError};
-use rate_limit_window_core::limit_opts::{parse_limit_directive, LimitDirective, StatusSet};
-use rate_limit_window_core::parse::escape;
-use rate_limit_window_core::units::parse_time_ms;
+use rate_limit_window_core::conf::error::{invalid_value, undefined_zone, LimitConfError};
+use rate_limit_window_core::conf::limit_opts::{parse_limit_directive, LimitDirective, StatusSet};
+use rate_limit_window_core::conf::parse::escape;
+use rate_limit_window_core::conf::units::parse_time_ms;
 
 use crate::conf_charge;
 use crate::conf_delay::LocDelay;

@@ -4,8 +4,8 @@
 //! after it (then at the end of http{}).
 
 use nginx_sys::{ngx_conf_t, ngx_http_complex_value_t, ngx_uint_t, NGX_LOG_EMERG};
-use rate_limit_window_core::conf_error::LimitConfError;
-use rate_limit_window_core::mode::Mode;
+use rate_limit_window_core::conf::error::LimitConfError;
+use rate_limit_window_core::rule::mode::Mode;
 
 use crate::conf_log::{ConfAt, ConfExt, ConfFailed, ConfResult};
 use crate::zone::ZoneConf;

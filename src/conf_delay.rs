@@ -6,8 +6,8 @@ use core::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 use nginx_sys::ngx_uint_t;
-use rate_limit_window_core::conf_error::LimitConfError;
-use rate_limit_window_core::delay::DEFAULT_MAX_HELD;
+use rate_limit_window_core::conf::error::LimitConfError;
+use rate_limit_window_core::rule::delay::DEFAULT_MAX_HELD;
 
 /// `ngx_conf_t`'s "unset" marker for `ngx_uint_t`.
 const UNSET_UINT: ngx_uint_t = ngx_uint_t::MAX;

@@ -3,7 +3,7 @@
 //! complex value evaluated per request.
 
 use nginx_sys::{ngx_conf_t, ngx_http_complex_value_t};
-use rate_limit_window_core::parse::ValueSpec;
+use rate_limit_window_core::conf::parse::ValueSpec;
 
 use crate::conf_log::{ConfExt, ConfResult};
 

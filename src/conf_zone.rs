@@ -5,10 +5,10 @@
 use core::ptr;
 
 use nginx_sys::{ngx_conf_t, ngx_pagesize, ngx_shared_memory_add, ngx_str_t};
-use rate_limit_window_core::conf_error::{ConfError, ZoneConfError};
+use rate_limit_window_core::conf::error::{ConfError, ZoneConfError};
+use rate_limit_window_core::conf::parse::single_variable;
+use rate_limit_window_core::conf::zone_opts::{parse_zone_directive, ZoneDirective};
 use rate_limit_window_core::overrides::Overrides;
-use rate_limit_window_core::parse::single_variable;
-use rate_limit_window_core::zone_conf::{parse_zone_directive, ZoneDirective};
 
 use crate::conf::{zone_by_name, MainConf, BINARY_REMOTE_ADDR};
 use crate::conf_log::{ConfExt, ConfFailed, ConfResult};

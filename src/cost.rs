@@ -13,9 +13,9 @@ use core::sync::atomic::Ordering;
 use nginx_sys::ngx_http_complex_value_t;
 use ngx::http::Request;
 use ngx::ngx_log_error;
+use rate_limit_window_core::conf::limit_opts::parse_cost;
+use rate_limit_window_core::conf::parse::escape;
 use rate_limit_window_core::engine::Cost;
-use rate_limit_window_core::limit_opts::parse_cost;
-use rate_limit_window_core::parse::escape;
 use rate_limit_window_core::FailPolicy;
 
 pub use crate::conf_value::ConfValue as CostValue;

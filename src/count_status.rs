@@ -24,7 +24,7 @@ use core::cell::{Cell, OnceCell};
 use nginx_sys::NGX_HTTP_VERSION_9;
 use ngx::http::Request;
 use ngx::ngx_log_debug_mask;
-use rate_limit_window_core::charge::final_count;
+use rate_limit_window_core::rule::charge::final_count;
 
 use crate::conf::Limit;
 pub use crate::decision::Held;

@@ -17,7 +17,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use nginx_sys::{ngx_http_complex_value_t, ngx_uint_t};
 use ngx::http::Request;
-use rate_limit_window_core::limit_opts::StatusSet;
+use rate_limit_window_core::conf::limit_opts::StatusSet;
 use rate_limit_window_core::Admission;
 
 use crate::conf::LocConf;

@@ -29,11 +29,11 @@ use ngx::core::Status;
 use ngx::http::{HttpModuleLocationConf, Request};
 use ngx::{ngx_log_debug_http, ngx_log_error};
 
-use rate_limit_window_core::addr::{mask_ipv6, IPV6_PREFIX_MAX};
+use rate_limit_window_core::conf::addr::{mask_ipv6, IPV6_PREFIX_MAX};
+use rate_limit_window_core::conf::parse::{escape, parse_limit, LimitError};
 use rate_limit_window_core::engine::{
     self, Ask, Cost, Hold, HostError, Key, LimitConf, Skip, Verdict as EngineVerdict,
 };
-use rate_limit_window_core::parse::{escape, parse_limit, LimitError};
 use rate_limit_window_core::{
     Admission, Counter, Decision as CoreDecision, Events, FailPolicy, Outcome, Table,
 };

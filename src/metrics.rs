@@ -18,7 +18,8 @@ use nginx_sys::{
 };
 use ngx::core::Status;
 use ngx::http::{HttpModuleMainConf, Request};
-use rate_limit_window_core::{estimate_scaled, strict, Counts};
+use rate_limit_window_core::rule::strict;
+use rate_limit_window_core::{estimate_scaled, Counts};
 
 use crate::api::format::{json_str, local_offset_s, percent_decode, rfc3339};
 use crate::api::{arg, bad_request, has_flag, lookup_key, send};

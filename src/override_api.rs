@@ -20,7 +20,7 @@ use nginx_sys::{ngx_int_t, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_NOTICE};
 use ngx::core::Status;
 use ngx::http::{HTTPStatus, HttpModuleMainConf, Request};
 use ngx::ngx_log_error;
-use rate_limit_window_core::override_body::{parse_body, Body, MAX_BODY};
+use rate_limit_window_core::overrides::body::{parse_body, Body, MAX_BODY};
 use rate_limit_window_core::overrides::{Action, ChangeKind, Entry, Overrides, MAX_EXPIRY_MS};
 
 use crate::api::format::{json_str, percent_decode};

@@ -13,7 +13,9 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rate_limit_window_core::override_sync::{field, ovr_key, parse, value, Remote, TOMBSTONE_MS};
+use rate_limit_window_core::overrides::remote::{
+    field, ovr_key, parse, value, Remote, TOMBSTONE_MS,
+};
 use rate_limit_window_core::overrides::Overrides;
 
 use crate::redis_link::Link;

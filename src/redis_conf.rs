@@ -6,8 +6,8 @@
 //! they may be readable by root only. Messages name the parameter and the
 //! path, never the file's contents.
 
-use rate_limit_window_core::conf_error::RedisFileError;
-use rate_limit_window_core::redis_url::{RedisMode, RedisParams, Secret};
+use rate_limit_window_core::conf::error::RedisFileError;
+use rate_limit_window_core::conf::redis_url::{RedisMode, RedisParams, Secret};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 

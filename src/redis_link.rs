@@ -21,7 +21,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use rate_limit_window_core::redis_url::{RedisMode, RedisNode, RedisParams, Secret};
+use rate_limit_window_core::conf::redis_url::{RedisMode, RedisNode, RedisParams, Secret};
 use redis::cluster::{ClusterClientBuilder, ClusterConnection};
 use redis::{
     ClientTlsConfig, ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo,

@@ -28,7 +28,7 @@ use std::path::Path;
 
 use nginx_sys::{ngx_log_t, NGX_LOG_ERR, NGX_LOG_NOTICE, NGX_LOG_WARN};
 use ngx::ngx_log_error;
-use rate_limit_window_core::mode::Mode;
+use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::state::{self, check_identity, Identity, StateFile};
 
 use crate::util::now_ms;

@@ -54,8 +54,8 @@ use std::time::{Duration, Instant};
 
 use nginx_sys::{ngx_log_t, NGX_LOG_ERR, NGX_LOG_NOTICE, NGX_LOG_WARN};
 use ngx::ngx_log_error;
+use rate_limit_window_core::cluster::fleet::{Diff, Profile};
 use rate_limit_window_core::cluster::Claim;
-use rate_limit_window_core::fleet::{Diff, Profile};
 
 use crate::redis_link::{Link, LinkError, LinkErrorKind, RedisTarget};
 use crate::sync_ctx::{epoch_ms, Job, Owner, RoundCtx, RoundError, POLL_MS};

@@ -6,8 +6,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use rate_limit_window_core::cluster::fleet::Profile;
 use rate_limit_window_core::cluster::{claim, Claim, Ledger};
-use rate_limit_window_core::fleet::Profile;
 use rate_limit_window_core::{Table, Window};
 use redis::Value;
 

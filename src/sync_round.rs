@@ -19,9 +19,11 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use rate_limit_window_core::cluster::fleet::{fleet_key, stale, view};
+use rate_limit_window_core::cluster::hot::{
+    fp_text, hot_key, resume_from, threshold, HotSet, Work,
+};
 use rate_limit_window_core::cluster::{gateway_field, redis_key, shares, Push};
-use rate_limit_window_core::fleet::{fleet_key, stale, view};
-use rate_limit_window_core::hot::{fp_text, hot_key, resume_from, threshold, HotSet, Work};
 use redis::Value;
 
 use crate::redis_link::Link;

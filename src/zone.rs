@@ -7,10 +7,10 @@
 use core::ptr;
 
 use nginx_sys::{ngx_http_complex_value_t, ngx_shm_zone_t, ngx_str_t, ngx_uint_t};
-use rate_limit_window_core::conf_error::ZoneIdentity;
-use rate_limit_window_core::mode::Mode;
+use rate_limit_window_core::conf::error::ZoneIdentity;
+use rate_limit_window_core::conf::parse::RedisParams;
 use rate_limit_window_core::overrides::{Overrides, DEFAULT_OVERRIDES};
-use rate_limit_window_core::parse::RedisParams;
+use rate_limit_window_core::rule::mode::Mode;
 pub use rate_limit_window_core::shm::ZoneHeader;
 use rate_limit_window_core::{FailPolicy, Table, Window, DEFAULT_WINDOW_MS};
 
@@ -93,7 +93,7 @@ impl ZoneConf {
             },
             key_src: ngx_str_t::empty(),
             key_index: None,
-            ipv6_prefix: rate_limit_window_core::addr::IPV6_PREFIX_MAX,
+            ipv6_prefix: rate_limit_window_core::conf::addr::IPV6_PREFIX_MAX,
             window: Window::from_ms(DEFAULT_WINDOW_MS).expect("default window is valid"),
             window_src: Vec::new(),
             mode: Mode::Estimate,

@@ -15,9 +15,9 @@ use nginx_sys::{
 use ngx::allocator::Allocator;
 use ngx::core::{SlabPool, Status};
 use ngx::ngx_log_error;
-use rate_limit_window_core::conf_error::zone_change;
-use rate_limit_window_core::seed::seed_from;
+use rate_limit_window_core::conf::error::zone_change;
 use rate_limit_window_core::shm::{self, Expect, Format, Parts, Zone};
+use rate_limit_window_core::table::seed::seed_from;
 use rate_limit_window_core::{hash_with_seed, TableError};
 
 use crate::zone::{ZoneConf, ZoneHeader};

@@ -53,8 +53,8 @@
 //! admitted requests in any interval of one window (exact sliding log);
 //! `mean_per_window` = admitted / windows; `mean_x_limit` = that / limit.
 
-use rate_limit_window_core::mode::Mode;
-use rate_limit_window_core::reference::{poisson, worst_interval, SlidingLog};
+use rate_limit_window_core::rule::mode::Mode;
+use rate_limit_window_core::testing::reference::{poisson, worst_interval, SlidingLog};
 use rate_limit_window_core::*;
 use std::collections::{HashMap, VecDeque};
 

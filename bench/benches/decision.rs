@@ -33,7 +33,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use rate_limit_window_core::*;
 
 mod support;
-use rate_limit_window_core::mode::Mode;
+use rate_limit_window_core::rule::mode::Mode;
 use support::{heap_table, HeapTable};
 
 const W: u64 = 60_000;

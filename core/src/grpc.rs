@@ -7,7 +7,7 @@
 //! `grpc-retry-pushback-ms`, which a client's retry policy honours: gRFC A6).
 //! This module holds the pure parts: which requests are gRPC calls, the
 //! message's percent-encoding (gRPC over HTTP/2, "Responses"), and the
-//! pushback. The wait itself is the one Retry-After gives (see [`crate::fit`]):
+//! pushback. The wait itself is the one Retry-After gives (see [`crate::rule::fit`]):
 //! it is never computed a second way here.
 
 /// `grpc-status` of a rejection: RESOURCE_EXHAUSTED.

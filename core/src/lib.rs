@@ -1,7 +1,7 @@
 //! Sliding-window rate limiting in shared memory, without locks.
 //!
 //! This crate is the nginx-free core of `rate_limit_window`: pure integer
-//! arithmetic ([`window`]) and a lock-free table of per-key counters over a
+//! arithmetic ([`rule::window`]) and a lock-free table of per-key counters over a
 //! caller-provided byte region shared by worker processes ([`table`]). It
 //! never reads a clock: every time is a `now_ms: u64` in UTC unix epoch
 //! milliseconds passed by the caller.
@@ -60,37 +60,34 @@
 //!
 //! See [`table`] for the region layout, the slot packing, placement and the
 //! collision probability.
+//!
+//! # Layout
+//!
+//! | module | what it holds |
+//! |--------|---------------|
+//! | [`rule`] | the rule: sliding window counter, strict window, fit, `mode=`, `delay=`, `charge=` |
+//! | [`engine`] | the one per-request decision over every limit of a location |
+//! | [`table`] | the lock-free slot table over a byte region: placement, hash, seed |
+//! | [`shm`] | a zone's shared memory: its header, its parts, adopt on reload |
+//! | [`state`] | the state file (`state=FILE`): format, encode, decode |
+//! | [`conf`] | the directives' words, parsed and checked, and their errors |
+//! | [`overrides`] | per-client overrides: the table, the API's body, the fleet's Redis hash |
+//! | [`cluster`] | the cluster sync's bookkeeping: ledger, hot clients, the fleet's profile |
+//! | [`grpc`] | what a rejected gRPC call is told |
+//! | `testing` | the reference models and the aligned test region (feature `testing`) |
 #![warn(missing_docs)]
 
-pub mod addr;
-mod atomic;
-pub mod charge;
 pub mod cluster;
-pub mod conf_error;
-pub mod delay;
+pub mod conf;
 pub mod engine;
-pub mod fit;
-pub mod fleet;
 pub mod grpc;
-pub mod hot;
-pub mod limit_opts;
-pub mod mode;
-pub mod override_body;
-pub mod override_conf;
-pub mod override_sync;
 pub mod overrides;
-pub mod parse;
-pub mod redis_url;
-pub mod reference;
-pub mod seed;
+pub mod rule;
 pub mod shm;
 pub mod state;
-pub mod strict;
 pub mod table;
-pub mod units;
-pub mod value_error;
-pub mod window;
-pub mod zone_conf;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
+pub use rule::window::*;
 pub use table::*;
-pub use window::*;

@@ -7,11 +7,11 @@
 //! `cargo test` without libFuzzer or a nightly compiler. It may therefore
 //! use nothing but `std` and `rate_limit_window_core`.
 
-use rate_limit_window_core::parse::{
+use rate_limit_window_core::conf::parse::{
     parse_limit as p_limit, parse_limit_params, parse_size as p_size, parse_time_ms, parse_window,
     parse_zone_params, LimitSpec,
 };
-use rate_limit_window_core::reference::Model;
+use rate_limit_window_core::testing::reference::Model;
 use rate_limit_window_core::{
     hash_with_seed, Admission, Counter, FailPolicy, Outcome, Table, Window, MAX_LIMIT, PROBE,
     SLOT_BYTES,
@@ -481,7 +481,7 @@ pub fn table_tiny(data: &[u8]) {
 /// restores (or is refused) into a small fresh table of either capacity
 /// without panicking.
 pub fn state_file(data: &[u8]) {
-    use rate_limit_window_core::mode::Mode;
+    use rate_limit_window_core::rule::mode::Mode;
     use rate_limit_window_core::state::{decode, encode};
     let Ok(f) = decode(data) else {
         return;
@@ -527,7 +527,7 @@ fn restore_overrides(entries: &[rate_limit_window_core::overrides::Entry], now: 
 /// action (never a ban), within range, and its JSON parses back the same;
 /// a rejected one has a message.
 pub fn override_body(data: &[u8]) {
-    use rate_limit_window_core::override_body::{parse_body, MAX_BODY, MAX_TTL_S};
+    use rate_limit_window_core::overrides::body::{parse_body, MAX_BODY, MAX_TTL_S};
     use rate_limit_window_core::overrides::Action;
     match parse_body(data) {
         Ok(b) => {

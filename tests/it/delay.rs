@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::*;
-use rate_limit_window_core::window::{admits, retry_after_ms, retry_after_secs, Counts};
+use rate_limit_window_core::rule::window::{admits, retry_after_ms, retry_after_secs, Counts};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::Command;

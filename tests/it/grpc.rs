@@ -9,8 +9,8 @@
 use crate::common;
 
 use common::*;
-use rate_limit_window_core::fit;
-use rate_limit_window_core::window::{retry_after_ms, Counts};
+use rate_limit_window_core::rule::fit;
+use rate_limit_window_core::rule::window::{retry_after_ms, Counts};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! What both benches share: a table over a heap buffer standing in for the
 //! nginx zone (a benchmark needs no second process, so no shared mapping).
 
-use rate_limit_window_core::mode::Mode;
+use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::{Table, Window, SLOT_BYTES};
 
 #[repr(C, align(64))]

@@ -2,7 +2,7 @@
 //! location, composed here (several limits, cost, estimate or strict,
 //! `delay=`, dry run, `fail=`, overrides and `ban=`), so that every
 //! combination is decided by one piece of pure code, and tested together
-//! (`tests.rs`, against the models of [`crate::reference`]).
+//! (`tests.rs`, against the models of [`crate::testing::reference`]).
 //!
 //! The glue (nginx) implements [`Request`]: it evaluates each limit's key,
 //! limit value and cost **lazily**, when the engine asks, and records what
@@ -17,7 +17,7 @@
 //! limit: the engine gives back the other limits' admissions itself.
 //!
 //! **One rule** answers "when does this request, whole cost included,
-//! fit?": [`crate::fit`], used by the table's admission and Retry-After, by
+//! fit?": [`crate::rule::fit`], used by the table's admission and Retry-After, by
 //! [`plan`]'s holds, and by the headers (the table's `remaining`).
 
 pub mod plan;

@@ -1,13 +1,13 @@
 //! What follows a rejection: the longest wait of the other limits
 //! (Retry-After), and `delay=`'s plan (hold until the whole cost fits,
 //! refuse a client over its share, or reject), all by the one rule of
-//! [`crate::fit`].
+//! [`crate::rule::fit`].
 
 use super::{quiet_limit, Ask, Hold, Rejecting, Request};
-use crate::delay::{plan, LimitWait, Plan};
-use crate::fit;
+use crate::rule::delay::{plan, LimitWait, Plan};
+use crate::rule::fit;
+use crate::rule::window::Counts;
 use crate::table::Outcome;
-use crate::window::Counts;
 
 /// The longest Retry-After (whole seconds) among the limits from `from`
 /// on, read without counting anything: the retry must fit under them too.

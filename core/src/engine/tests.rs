@@ -5,9 +5,9 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::mode::Mode;
-use crate::reference::{Model, StrictLog};
-use crate::window::Window;
+use crate::rule::mode::Mode;
+use crate::rule::window::Window;
+use crate::testing::reference::{Model, StrictLog};
 
 const T0: u64 = 1_767_225_600_000;
 
@@ -360,7 +360,9 @@ impl Run {
             .iter()
             .map(|z| match z.model {
                 Zm::Estimate(_) => t / z.w * z.w,
-                Zm::Strict(_) => crate::strict::sub_start(crate::strict::sub_index(t, z.w), z.w),
+                Zm::Strict(_) => {
+                    crate::rule::strict::sub_start(crate::rule::strict::sub_index(t, z.w), z.w)
+                }
             })
             .max()
             .unwrap_or(t)
@@ -393,7 +395,7 @@ impl Run {
                         );
                     }
                     (Zm::Strict(m), Some(s)) => {
-                        let j = crate::strict::sub_index(now, z.w).max(s.index);
+                        let j = crate::rule::strict::sub_index(now, z.w).max(s.index);
                         prop_assert_eq!(s.at(j).total(), m.total(c as u64, now));
                     }
                     _ => prop_assert!(false, "mode"),

@@ -30,11 +30,11 @@ use core::ptr;
 pub use header::{ZoneHeader, OVR_PENDING, RESETS};
 pub use stats::{ChargeStats, DelayStats, SyncStats};
 
-use crate::mode::Mode;
 use crate::overrides::Overrides;
+use crate::rule::mode::Mode;
+use crate::rule::window::Window;
 use crate::table::{Table, TableError};
 pub use crate::table::{LAYOUT_VERSION, MAGIC};
-use crate::window::Window;
 use header::Stamp;
 
 /// Bytes the override table of `capacity` entries takes at the end of the

@@ -8,8 +8,8 @@ use super::layout::{
 };
 use super::place::{Candidate, Found};
 use super::{FailPolicy, KeyHash, Table, CHOICES};
-use crate::fit;
-use crate::window::{self, Counts};
+use crate::rule::fit;
+use crate::rule::window::{self, Counts};
 use portable_atomic::AtomicU128;
 
 /// Whether the request was admitted.
@@ -40,7 +40,7 @@ impl Admission {
     }
 
     /// The window index (UTC epoch index) the admission was counted in; in
-    /// a strict zone, the sub-window index ([`crate::strict::sub_index`]).
+    /// a strict zone, the sub-window index ([`crate::rule::strict::sub_index`]).
     pub fn window_index(&self) -> u64 {
         self.window_index
     }

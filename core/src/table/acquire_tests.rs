@@ -1,8 +1,8 @@
 //! Tests of the estimate table's acquire path (acquire.rs).
 use super::*;
+use crate::rule::window::{MAX_LIMIT, MAX_WINDOW_MS};
 use crate::table::testing::*;
 use crate::table::*;
-use crate::window::{MAX_LIMIT, MAX_WINDOW_MS};
 
 #[test]
 fn a_slot_idle_past_2_pow_23_windows_is_stale_not_ahead() {

@@ -6,7 +6,7 @@ use core::mem::{align_of, size_of};
 
 use portable_atomic::{AtomicU128, AtomicU64};
 
-use crate::window::{Counts, MAX_LIMIT};
+use crate::rule::window::{Counts, MAX_LIMIT};
 
 /// Number of counter shards (one 64-byte cache line each).
 pub const SHARDS: usize = 64;
@@ -123,7 +123,7 @@ pub(super) struct Header {
     /// Raised before a slot is written with a newer index, so no slot is
     /// ever ahead of it.
     pub(super) newest: AtomicU64,
-    /// 0: [`Mode::Estimate`](crate::mode::Mode), 1: strict (layout
+    /// 0: [`Mode::Estimate`](crate::rule::mode::Mode), 1: strict (layout
     /// version 3).
     pub(super) mode: u64,
     pub(super) last_event_ms: [AtomicU64; COUNTERS],
@@ -255,12 +255,12 @@ pub(super) fn is_limited(value: u128) -> bool {
     value & LIMITED != 0
 }
 
-/// [`LIMITED`] of a strict slot ([`crate::strict::pack`]): its spare bit 103,
+/// [`LIMITED`] of a strict slot ([`crate::rule::strict::pack`]): its spare bit 103,
 /// between the 15-bit sub-window index and the fingerprint. Set by a
 /// rejection, cleared by every admission (which packs a fresh word). A word
 /// written with a 16-bit index (before this flag) reads as its index mod
 /// 2^15 and, at worst, a stale flag until the key's next admission.
-pub(super) const STRICT_LIMITED: u128 = 1 << crate::strict::SPARE_SHIFT;
+pub(super) const STRICT_LIMITED: u128 = 1 << crate::rule::strict::SPARE_SHIFT;
 
 /// Whether a strict slot value carries [`STRICT_LIMITED`].
 #[inline(always)]

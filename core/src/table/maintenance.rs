@@ -6,7 +6,7 @@ use portable_atomic::Ordering;
 use super::layout::{fp_of, idx_delta, is_ahead, view, Counter, Slot, COUNTS_MASK, COUNT_MAX};
 use super::place::Found;
 use super::{KeyHash, Table, SHARDS};
-use crate::window;
+use crate::rule::window;
 
 /// A read-only view of one key, for metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -21,7 +21,7 @@ pub struct Snapshot {
     /// Sliding estimate in requests (rounded down).
     pub estimate: u32,
     /// A strict zone's sub-window counts at the caller's sub-window.
-    pub strict: Option<crate::strict::State>,
+    pub strict: Option<crate::rule::strict::State>,
 }
 
 impl Table<'_> {
@@ -219,7 +219,7 @@ impl Table<'_> {
         let end = start.saturating_add(count).min(n);
         let next = if end == n { 0 } else { end };
         if self.strict {
-            let now_sub = crate::strict::sub_index(now_ms, self.window.ms());
+            let now_sub = crate::rule::strict::sub_index(now_ms, self.window.ms());
             let used = self.slots[start..end]
                 .iter()
                 .filter(|a| !self.strict_is_free(self.ops.load(a), now_sub))
@@ -256,9 +256,9 @@ impl Table<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rule::window::MAX_LIMIT;
     use crate::table::testing::*;
     use crate::table::*;
-    use crate::window::MAX_LIMIT;
 
     #[test]
     fn a_slot_idle_for_2_pow_24_windows_reads_as_current_unless_swept() {

@@ -35,7 +35,7 @@
 //! * limited: the client was refused since its last admission (at or over
 //!   its limit); the eviction spares it while a candidate below its limit
 //!   remains;
-//! * counts: requests, saturating at `2^20 - 1` (>= [`MAX_LIMIT`](crate::window::MAX_LIMIT)).
+//! * counts: requests, saturating at `2^20 - 1` (>= [`MAX_LIMIT`](crate::rule::window::MAX_LIMIT)).
 //!
 //! Window indices are compared modulo 2^24 as a signed delta `now - slot`:
 //! 0 is the same window, 1 means the slot holds the previous window, 2 or
@@ -114,12 +114,14 @@
 //! clock skew across a window boundary exposes this.
 
 mod acquire;
+mod atomic;
 mod carry;
 mod layout;
 mod maintenance;
 mod persist;
 mod place;
 pub(crate) mod scan;
+pub mod seed;
 mod settle;
 mod sip;
 mod strict;
@@ -132,9 +134,9 @@ use core::mem::size_of;
 
 use portable_atomic::{AtomicU128, AtomicU64, Ordering};
 
-use crate::atomic::Ops;
-use crate::mode::Mode;
-use crate::window::{FastDiv, Window};
+use crate::rule::mode::Mode;
+use crate::rule::window::{FastDiv, Window};
+use crate::table::atomic::Ops;
 
 pub use acquire::{Admission, Decision, Events, Outcome, Question};
 pub use carry::Carried;
@@ -250,7 +252,7 @@ pub struct Table<'a> {
     groups: u64,
     /// `tick = elapsed >> tick_shift` (see [`Table::tick`]).
     tick_shift: u32,
-    /// How slots are loaded and CASed (see [`crate::atomic`]).
+    /// How slots are loaded and CASed (see [`crate::table::atomic`]).
     ops: Ops,
     /// Division by the window length.
     wdiv: FastDiv,

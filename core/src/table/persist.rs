@@ -21,7 +21,7 @@ use portable_atomic::Ordering;
 
 use super::layout::{fp_of, Slot, COUNTS_MASK, LAYOUT_VERSION};
 use super::{Table, PROBE};
-use crate::strict::{self, SPAN};
+use crate::rule::strict::{self, SPAN};
 
 /// A table's used slots, as saved in a state file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -202,7 +202,7 @@ impl Table<'_> {
 mod tests {
     use super::super::testing::*;
     use super::*;
-    use crate::mode::Mode;
+    use crate::rule::mode::Mode;
     use crate::{FailPolicy, Outcome};
 
     const W: u64 = 60_000;

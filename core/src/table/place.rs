@@ -14,7 +14,7 @@ use super::layout::{
 };
 use super::scan;
 use super::{KeyHash, Table, CHOICES, PROBE};
-use crate::window::Counts;
+use crate::rule::window::Counts;
 
 /// A key's candidate groups (see [`Table::place`]).
 #[derive(Clone, Copy, Debug)]

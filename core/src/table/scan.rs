@@ -16,7 +16,7 @@ use core::mem::MaybeUninit;
 use portable_atomic::AtomicU128;
 
 use super::layout::{fp_of, is_free_value, PROBE};
-use crate::atomic::Ops;
+use crate::table::atomic::Ops;
 
 /// What one group holds, one bit per slot (bit `k`: slot `k` of the group).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,10 +1,10 @@
 //! Settling an admission once the response is done: `charge=` and
-//! `count_status=` (see [`crate::charge`] for the rule).
+//! `count_status=` (see [`crate::rule::charge`] for the rule).
 
 use super::acquire::Admission;
 use super::layout::{Slot, COUNT_MAX};
 use super::Table;
-use crate::charge::{self, Settled};
+use crate::rule::charge::{self, Settled};
 
 impl Table<'_> {
     /// Makes `admission` count `count` requests instead of its cost: adds
@@ -66,7 +66,7 @@ impl Table<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::charge::Settled;
+    use crate::rule::charge::Settled;
     use crate::table::testing::*;
     use crate::table::*;
 
@@ -167,9 +167,16 @@ mod tests {
         let mut r = Region::new(small_bytes(64));
         let len = r.len();
         // SAFETY: the buffer is valid, exclusively borrowed and aligned.
-        let t =
-            unsafe { Table::init_mode(r.ptr(), len, win(MIN), [1, 2], crate::mode::Mode::Strict) }
-                .unwrap();
+        let t = unsafe {
+            Table::init_mode(
+                r.ptr(),
+                len,
+                win(MIN),
+                [1, 2],
+                crate::rule::mode::Mode::Strict,
+            )
+        }
+        .unwrap();
         let k = t.hash_key(b"k");
         let a = admit(&t, k, T0, 10, 2);
         assert_eq!(t.settle(&a, 9), Settled::Unchanged);

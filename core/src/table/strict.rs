@@ -1,5 +1,5 @@
 //! Strict slots: a zone formatted with [`Mode::Strict`] keeps each key's
-//! [`crate::strict`] state in one slot, packed by [`strict::pack`]:
+//! [`crate::rule::strict`] state in one slot, packed by [`strict::pack`]:
 //!
 //! ```text
 //! bits 104..128 fingerprint (24 bits, never 0 for a used slot)
@@ -40,10 +40,10 @@ use super::maintenance::Snapshot;
 use super::place::{evict_rank, Candidate, Place, Victim};
 use super::scan;
 use super::{FailPolicy, KeyHash, Table, CHOICES, PROBE};
-use crate::fit;
-use crate::mode::Mode;
-use crate::strict::{self, State, SPAN, SUB_BITS, SUB_MASK};
-use crate::window::Counts;
+use crate::rule::fit;
+use crate::rule::mode::Mode;
+use crate::rule::strict::{self, State, SPAN, SUB_BITS, SUB_MASK};
+use crate::rule::window::Counts;
 
 /// Sub-windows a slot may be ahead of the caller's clock, at most.
 const SUB_HALF: u64 = 1 << (SUB_BITS - 1);
@@ -412,7 +412,7 @@ impl Table<'_> {
 
     /// Seconds until a request of `key` costing `cost` fits at `now_ms`
     /// under `limit`, with no other traffic (0: now), in either mode
-    /// ([`crate::fit`]'s rule; a window when it never fits).
+    /// ([`crate::rule::fit`]'s rule; a window when it never fits).
     pub fn retry_after_secs(&self, key: KeyHash, now_ms: u64, limit: u32, cost: u32) -> u32 {
         let w = self.window.ms();
         match (self.wait_ms(key, now_ms, limit, cost), self.strict) {
@@ -428,7 +428,7 @@ impl Table<'_> {
 
     /// Wait in ms until a request of `key` costing `cost` fits at `now_ms`
     /// under `limit`, with no other traffic (`Some(0)`: now; `None`:
-    /// never), in either mode ([`crate::fit`]'s rule).
+    /// never), in either mode ([`crate::rule::fit`]'s rule).
     pub fn wait_ms(&self, key: KeyHash, now_ms: u64, limit: u32, cost: u32) -> Option<u64> {
         let snap = self.peek(key, now_ms);
         let w = self.window.ms();

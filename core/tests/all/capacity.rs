@@ -1,6 +1,6 @@
 //! How many keys a 1 MiB region remembers.
 
-use rate_limit_window_core::mode::Mode;
+use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::*;
 
 use crate::region::{region, table_in};

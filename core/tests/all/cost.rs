@@ -2,7 +2,7 @@
 //! iff `cost` single requests sent back to back would all be, and is then
 //! counted `cost` times; Remaining, Retry-After and undo follow the cost.
 
-use rate_limit_window_core::mode::Mode;
+use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::*;
 
 use crate::region::{region, table_in};
@@ -182,10 +182,10 @@ mod held {
     //! whole cost fits, or rejected at once when that is later than `delay`
     //! (issue 31), checked against the reference model.
     use proptest::prelude::*;
-    use rate_limit_window_core::delay::{plan, LimitWait, Plan};
-    use rate_limit_window_core::fit;
-    use rate_limit_window_core::reference::Model;
-    use rate_limit_window_core::strict::{self, State};
+    use rate_limit_window_core::rule::delay::{plan, LimitWait, Plan};
+    use rate_limit_window_core::rule::fit;
+    use rate_limit_window_core::rule::strict::{self, State};
+    use rate_limit_window_core::testing::reference::Model;
     use rate_limit_window_core::Window;
 
     /// Whether `cost` requests of key 0 at `t` would all be admitted by

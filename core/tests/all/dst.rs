@@ -3,7 +3,7 @@
 
 use chrono::{LocalResult, TimeZone};
 use chrono_tz::America::New_York;
-use rate_limit_window_core::mode::Mode;
+use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::*;
 
 use crate::region::{region, table_in};

@@ -6,7 +6,7 @@
 //! The same rule in both modes: each case runs on an estimate and a strict
 //! table.
 
-use rate_limit_window_core::mode::Mode;
+use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::*;
 
 use crate::region::{region, table_in};

@@ -3,8 +3,9 @@
 //! both modes, including windows of 2^31 ms or more (decided in u128).
 
 use proptest::prelude::*;
-use rate_limit_window_core::mode::Mode;
-use rate_limit_window_core::strict::{self, State};
+use rate_limit_window_core::conf::parse;
+use rate_limit_window_core::rule::mode::Mode;
+use rate_limit_window_core::rule::strict::{self, State};
 use rate_limit_window_core::*;
 
 use crate::region::{region, table_in, Line};

@@ -2,8 +2,8 @@
 //! `retry_after`.
 
 use proptest::prelude::*;
-use rate_limit_window_core::mode::Mode;
-use rate_limit_window_core::reference::Model;
+use rate_limit_window_core::rule::mode::Mode;
+use rate_limit_window_core::testing::reference::Model;
 use rate_limit_window_core::*;
 
 use crate::region::{region, table_in};

@@ -3,7 +3,7 @@
 //! a differential test against the C code needs nginx, so its behaviour is
 //! encoded here case by case), and the exact error messages.
 
-use rate_limit_window_core::parse::*;
+use rate_limit_window_core::conf::parse::*;
 use rate_limit_window_core::{FailPolicy, Window};
 
 const MIN: usize = 8 * 4096;

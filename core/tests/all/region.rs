@@ -1,6 +1,6 @@
 //! The byte region the tests build tables over: in nginx, the zone's shared
 //! memory; here, zeroed cache lines on the heap.
-use rate_limit_window_core::mode::Mode;
+use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::{Table, Window};
 
 /// One cache line of a region (tables need 64-byte alignment).

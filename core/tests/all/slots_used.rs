@@ -1,7 +1,7 @@
 //! `Table::slots_used_in`: the count the sweep spreads over its ticks adds
 //! up to the full scan's.
 
-use rate_limit_window_core::mode::Mode;
+use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::*;
 
 use crate::region::{region, table_in};

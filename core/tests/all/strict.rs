@@ -4,8 +4,8 @@
 //! rate under saturation, next to the estimate's.
 
 use proptest::prelude::*;
-use rate_limit_window_core::reference::{poisson, worst_interval, Model, SlidingLog};
-use rate_limit_window_core::strict::{self, State};
+use rate_limit_window_core::rule::strict::{self, State};
+use rate_limit_window_core::testing::reference::{poisson, worst_interval, Model, SlidingLog};
 use rate_limit_window_core::Window;
 
 const T0: u64 = 1_767_225_600_000;

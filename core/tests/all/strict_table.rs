@@ -4,8 +4,8 @@
 use std::sync::{Arc, Barrier};
 
 use proptest::prelude::*;
-use rate_limit_window_core::mode::Mode;
-use rate_limit_window_core::strict::{self, State};
+use rate_limit_window_core::rule::mode::Mode;
+use rate_limit_window_core::rule::strict::{self, State};
 use rate_limit_window_core::*;
 
 use crate::region::{region, table_in, Line};

@@ -9,7 +9,7 @@
 //! `fuzz/fuzz_targets/override_body.rs`).
 
 use crate::overrides::Action;
-use crate::window::MAX_LIMIT;
+use crate::rule::window::MAX_LIMIT;
 
 /// Largest body, in bytes.
 pub const MAX_BODY: usize = 4096;
@@ -258,7 +258,7 @@ impl Fields {
             other => {
                 return Err(format!(
                     "unknown field \"{}\": use limit, block or exempt, and ttl",
-                    crate::parse::escape(other)
+                    crate::conf::parse::escape(other)
                 ))
             }
         };

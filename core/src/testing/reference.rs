@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::window::{self, Counts, Window};
+use crate::rule::window::{self, Counts, Window};
 
 /// One key's state in the [`Model`]: the window index its counts belong to,
 /// and the counts in requests.
@@ -202,7 +202,7 @@ impl Model {
 }
 
 /// The exact log of a strict zone, per key: every admission with its
-/// sub-window ([`crate::strict`]), kept until it leaves the span. A request
+/// sub-window ([`crate::rule::strict`]), kept until it leaves the span. A request
 /// in sub-window `j` (never before the key's newest admission's) is
 /// admitted iff the costs of sub-windows `j - 6 ..= j` plus its own stay at
 /// or below the limit.
@@ -223,7 +223,7 @@ impl StrictLog {
 
     /// The sub-window a request of `key` at `now_ms` is decided in.
     fn sub(&self, key: u64, now_ms: u64) -> u64 {
-        let j = crate::strict::sub_index(now_ms, self.window_ms);
+        let j = crate::rule::strict::sub_index(now_ms, self.window_ms);
         match self.keys.get(&key) {
             Some((newest, log)) if !log.is_empty() => j.max(*newest),
             _ => j,
@@ -233,7 +233,7 @@ impl StrictLog {
     /// Requests of `key` in the span of a request at `now_ms`.
     pub fn total(&self, key: u64, now_ms: u64) -> u32 {
         let j = self.sub(key, now_ms);
-        let span = crate::strict::SPAN as u64;
+        let span = crate::rule::strict::SPAN as u64;
         self.keys.get(&key).map_or(0, |(_, log)| {
             log.iter()
                 .filter(|(s, _)| *s + span > j && *s <= j)

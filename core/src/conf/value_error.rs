@@ -1,14 +1,14 @@
 //! The typed errors of directive values: `rate_limit_window`'s
 //! ([`LimitConfError`]), `rate_limit_window_zone`'s ([`ZoneConfError`]) and
 //! the Redis files read at load ([`RedisFileError`]). Each prints the text
-//! of its `[emerg]`; [`crate::conf_error::ConfError`] wraps them.
+//! of its `[emerg]`; [`crate::conf::error::ConfError`] wraps them.
 
 use core::fmt;
 
-use crate::addr::Ipv6PrefixError;
+use crate::conf::addr::Ipv6PrefixError;
+use crate::conf::units::{escape, Units, SHOWN_BYTES};
 use crate::overrides::MAX_OVERRIDES;
-use crate::units::{escape, Units, SHOWN_BYTES};
-use crate::window::{WindowError, MAX_LIMIT};
+use crate::rule::window::{WindowError, MAX_LIMIT};
 
 /// The characters besides letters and digits that a zone name may hold.
 pub const ZONE_NAME_PUNCTUATION: &str = "!#$%&'*+-.^_`|~";

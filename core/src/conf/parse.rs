@@ -13,18 +13,20 @@
 //! in a message go through [`escape`]: printable text is kept, control and
 //! invalid UTF-8 bytes become `\xNN`, and anything past 64 bytes is cut.
 
-pub use crate::conf_error::LimitError;
-use crate::conf_error::{
+pub use crate::conf::error::LimitError;
+use crate::conf::error::{
     check_params, fractional_time, invalid_value, limit_req_rate, unknown_param, ConfError,
     LimitConfError, ZoneConfError, LIMIT_PARAMS, ZONE_NAME_PUNCTUATION, ZONE_PARAMS,
 };
+use crate::rule::window::{Window, DEFAULT_WINDOW_MS, MAX_LIMIT};
 use crate::table::FailPolicy;
-use crate::window::{Window, DEFAULT_WINDOW_MS, MAX_LIMIT};
 
-use crate::redis_url::RedisArgs;
-pub use crate::redis_url::{RedisParams, DEFAULT_SYNC_MS, MAX_SYNC_MS, MIN_SYNC_MS};
+use crate::conf::redis_url::RedisArgs;
+pub use crate::conf::redis_url::{RedisParams, DEFAULT_SYNC_MS, MAX_SYNC_MS, MIN_SYNC_MS};
 
-pub use crate::units::{escape, parse_size, parse_time_ms, Escaped, MAX_UNIX_PATH, SHOWN_BYTES};
+pub use crate::conf::units::{
+    escape, parse_size, parse_time_ms, Escaped, MAX_UNIX_PATH, SHOWN_BYTES,
+};
 
 /// Parses a fixed limit, in requests per window: decimal digits only (no
 /// sign, no spaces; leading zeros allowed), at most 10 of them, value
@@ -116,7 +118,7 @@ pub struct ZoneParams {
 /// the parameter-name errors of [`check_params`] (unknown, duplicate,
 /// `limit_req` habits), `invalid value "X" in "fail="`,
 /// `"rate_limit_window_zone" must have "zone" parameter`, and the Redis
-/// parameters' errors ([`crate::redis_url::RedisArgs`]).
+/// parameters' errors ([`crate::conf::redis_url::RedisArgs`]).
 pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, ConfError> {
     check_params("rate_limit_window_zone", args, ZONE_PARAMS)?;
     let mut zone: Option<(Vec<u8>, usize)> = None;
@@ -147,7 +149,7 @@ pub fn parse_zone_params(args: &[&[u8]], min_size: usize) -> Result<ZoneParams, 
             window = Some(parse_window(v)?);
             window_src = v.to_vec();
         } else if let Some(v) = a.strip_prefix(b"ipv6_prefix=") {
-            ipv6_prefix = Some(crate::addr::parse_ipv6_prefix(v)?);
+            ipv6_prefix = Some(crate::conf::addr::parse_ipv6_prefix(v)?);
         } else if let Some(v) = a.strip_prefix(b"fail=") {
             fail = match v {
                 b"open" => FailPolicy::Open,
@@ -182,7 +184,7 @@ pub enum ValueSpec {
     Fixed(u32),
     /// `limit=$var...`: the raw value text (starting with `$`), to be
     /// compiled as a complex value and parsed per request ([`parse_limit`],
-    /// [`crate::limit_opts::parse_cost`]).
+    /// [`crate::conf::limit_opts::parse_cost`]).
     Variable(Vec<u8>),
 }
 

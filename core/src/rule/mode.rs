@@ -1,13 +1,13 @@
 //! `mode=estimate|strict` of `rate_limit_window_zone`: which rule a zone
-//! decides with (see [`crate::window`] and [`crate::strict`]).
+//! decides with (see [`crate::rule::window`] and [`crate::rule::strict`]).
 //!
-//! Parsed apart from [`crate::parse::parse_zone_params`]: the glue takes
+//! Parsed apart from [`crate::conf::parse::parse_zone_params`]: the glue takes
 //! `mode=` out of the zone's words with [`take_mode`], passes the rest
 //! on, then checks the combination with [`check_mode`].
 
 use core::fmt;
 
-use crate::conf_error::{ConfError, ZoneConfError};
+use crate::conf::error::{ConfError, ZoneConfError};
 
 /// The rule of a zone.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -41,7 +41,7 @@
 //! 15-bit sub-window index and a 24-bit key fingerprint the whole state is
 //! one 128-bit word, changed by one CAS (see [`pack`]).
 
-use crate::window::MIN_WINDOW_MS;
+use crate::rule::window::MIN_WINDOW_MS;
 
 /// Sub-windows per window.
 pub const K: u64 = 6;

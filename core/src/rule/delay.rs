@@ -32,7 +32,7 @@ pub const MAX_MAX_HELD: u32 = 1_000_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LimitWait {
     /// Wait (ms) until this limit admits the request, whole cost included
-    /// ([`crate::fit`]); `None`: never (a limit of 0, a cost above the
+    /// ([`crate::rule::fit`]); `None`: never (a limit of 0, a cost above the
     /// limit, or a zone full under `fail=closed`).
     pub wait_ms: Option<u64>,
     /// The limit's `delay=` (ms).
@@ -41,7 +41,7 @@ pub struct LimitWait {
 
 impl LimitWait {
     /// A limit whose exact wait until the request, whole cost included,
-    /// fits is `wait_ms` (ms; `None`: never), as [`crate::fit`] computes it
+    /// fits is `wait_ms` (ms; `None`: never), as [`crate::rule::fit`] computes it
     /// in either mode. `rejected_now`: the table has just rejected the
     /// request under this limit, so it waits at least 1 ms even if the
     /// counts, read a moment later, say otherwise (another worker's request
@@ -63,7 +63,7 @@ impl LimitWait {
 /// The fair queue of held requests, per client (a limit's key):
 ///
 /// * a request newly held behind `ahead` requests of its client that are
-///   held already waits for its own turn ([`crate::fit::turn_ms`]: each
+///   held already waits for its own turn ([`crate::rule::fit::turn_ms`]: each
 ///   one before it admitted at the first ms it fits), so held requests wake
 ///   in order and about once per admission, not all at the same ms;
 /// * a request whose turn does not come within `delay` is refused at once:
@@ -113,8 +113,8 @@ pub fn plan(limits: &[LimitWait], waited_ms: u64) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fit;
-    use crate::window::{admits, Counts};
+    use crate::rule::fit;
+    use crate::rule::window::{admits, Counts};
 
     /// A limit's wait for a request of cost 1, by the one rule.
     fn of(c: Counts, e: u64, w: u64, limit: u32, delay: u64, rejected_now: bool) -> LimitWait {

@@ -29,10 +29,13 @@
 //! `live` counts live entries (expired ones until they are reaped): a zone
 //! without overrides costs the request path one relaxed load of it.
 
+pub mod body;
+pub mod remote;
+
 use core::sync::atomic::{AtomicU64, Ordering};
 use portable_atomic::AtomicU128;
 
-use crate::window::MAX_LIMIT;
+use crate::rule::window::MAX_LIMIT;
 use crate::KeyHash;
 
 /// Default `overrides=`: entries per zone.
@@ -620,5 +623,4 @@ enum Step {
 }
 
 #[cfg(test)]
-#[path = "overrides_tests.rs"]
 mod tests;

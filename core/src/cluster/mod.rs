@@ -38,6 +38,9 @@
 //! process would take the remote share already in the slots for local
 //! requests and write it as its own.
 
+pub mod fleet;
+pub mod hot;
+
 use portable_atomic::{AtomicU64, Ordering};
 
 use crate::table::Table;
@@ -293,8 +296,8 @@ impl<'a> Ledger<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rule::window::Window;
     use crate::table::FailPolicy;
-    use crate::window::Window;
     use std::collections::HashMap;
 
     #[repr(C, align(64))]

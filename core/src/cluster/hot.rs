@@ -297,7 +297,7 @@ mod tests {
             Table::init(
                 t.as_mut_ptr().cast(),
                 t.len() * 64,
-                crate::window::Window::from_ms(60_000).unwrap(),
+                crate::rule::window::Window::from_ms(60_000).unwrap(),
                 [4, 2],
             )
         }

@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 
-use crate::units::escape;
+use crate::conf::units::escape;
 
 /// Smallest `ipv6_prefix=`.
 pub const IPV6_PREFIX_MIN: u8 = 32;

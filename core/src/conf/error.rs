@@ -11,11 +11,11 @@
 
 use core::fmt;
 
-use crate::addr::Ipv6PrefixError;
-pub use crate::redis_url::RedisError;
-use crate::units::escape;
-pub use crate::units::Units;
-pub use crate::value_error::{
+use crate::conf::addr::Ipv6PrefixError;
+pub use crate::conf::redis_url::RedisError;
+use crate::conf::units::escape;
+pub use crate::conf::units::Units;
+pub use crate::conf::value_error::{
     LimitConfError, LimitError, RedisFileError, ZoneConfError, ZONE_NAME_PUNCTUATION,
 };
 
@@ -587,5 +587,5 @@ pub fn zone_change(name: &[u8], old: ZoneIdentity, new: ZoneIdentity) -> Option<
 }
 
 #[cfg(test)]
-#[path = "conf_error_tests.rs"]
+#[path = "error_tests.rs"]
 mod tests;

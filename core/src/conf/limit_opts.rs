@@ -7,12 +7,12 @@
 //! values are parsed in a fixed order, each into its type; every error is a
 //! [`ConfError`] whose text is the `[emerg]` the glue logs.
 
-use crate::conf_error::{check_params, param_name, ConfError, LimitConfError, LIMIT_PARAMS};
-use crate::delay::{MAX_DELAY_MS, MAX_MAX_HELD};
-use crate::override_conf::MAX_BAN_MS;
-use crate::parse::{parse_limit_params, ValueSpec};
-use crate::units::parse_time_ms;
-use crate::window::MAX_LIMIT;
+use crate::conf::error::{check_params, param_name, ConfError, LimitConfError, LIMIT_PARAMS};
+use crate::conf::override_opts::MAX_BAN_MS;
+use crate::conf::parse::{parse_limit_params, ValueSpec};
+use crate::conf::units::parse_time_ms;
+use crate::rule::delay::{MAX_DELAY_MS, MAX_MAX_HELD};
+use crate::rule::window::MAX_LIMIT;
 
 /// `cost=`: requests one request counts, fixed or from a variable.
 pub type CostSpec = ValueSpec;
@@ -154,7 +154,7 @@ pub struct LimitDirective {
     /// `count_status=`: statuses that keep a request counted (None: all).
     pub count_status: Option<StatusSet>,
     /// `charge=$var...`: the raw value text, compiled by the glue;
-    /// evaluated when the response is done (see [`crate::charge`]).
+    /// evaluated when the response is done (see [`crate::rule::charge`]).
     pub charge: Option<Vec<u8>>,
     /// `delay=` and `delay_max_held=`.
     pub delay: DelayParams,

@@ -414,7 +414,7 @@ proptest! {
 /// (also the fuzz target's seed): this version must keep reading it.
 #[test]
 fn reads_the_version_1_reference_file() {
-    let f = decode(include_bytes!("../testdata/state_v1.bin")).unwrap();
+    let f = decode(include_bytes!("../../testdata/state_v1.bin")).unwrap();
     assert_eq!(f.identity.zone, b"z");
     assert_eq!(f.identity.key, b"$http_x_key");
     assert_eq!((f.identity.window_ms, f.identity.strict), (60_000, false));

@@ -1,9 +1,9 @@
 //! The directive parameters of overrides and bans: `overrides=N` on
 //! `rate_limit_window_zone` and `ban=TIME` on `rate_limit_window`, taken
 //! out of the words before the other parameters are parsed (`ban=` by
-//! [`crate::limit_opts::parse_ban`]).
+//! [`crate::conf::limit_opts::parse_ban`]).
 
-use crate::conf_error::{ConfError, ZoneConfError};
+use crate::conf::error::{ConfError, ZoneConfError};
 use crate::overrides::{DEFAULT_OVERRIDES, MAX_OVERRIDES};
 
 /// Longest `ban=`, in ms (30 days).

@@ -27,7 +27,7 @@
 //! (another settlement, or a reset, may have taken the count down first) and
 //! an addition saturates.
 
-use crate::window::MAX_LIMIT;
+use crate::rule::window::MAX_LIMIT;
 
 /// What a settlement did to the client's counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

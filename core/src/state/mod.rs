@@ -47,10 +47,10 @@
 
 use core::fmt;
 
+use crate::conf::value_error::ZoneConfError;
 use crate::overrides::{Action, Entry, MAX_EXPIRY_MS, MAX_OVERRIDES};
+use crate::rule::window::MAX_LIMIT;
 use crate::table::SavedTable;
-use crate::value_error::ZoneConfError;
-use crate::window::MAX_LIMIT;
 
 /// The file's first 8 bytes.
 pub const MAGIC: [u8; 8] = *b"RLWSTATE";
@@ -543,5 +543,4 @@ pub fn check_state(name: &[u8], state: Option<&[u8]>, redis: bool) -> Result<(),
 }
 
 #[cfg(test)]
-#[path = "state_tests.rs"]
 mod tests;

@@ -4,10 +4,10 @@
 //! [`ConfError`] whose text is the `[emerg]` the glue logs.
 
 use crate::cluster::MIN_SECRET_LEN;
-use crate::conf_error::{check_params, ConfError, ZoneConfError, ZONE_PARAMS};
-use crate::mode::{check_mode, take_mode, Mode};
-use crate::override_conf::take_overrides;
-use crate::parse::{parse_zone_params, ZoneParams};
+use crate::conf::error::{check_params, ConfError, ZoneConfError, ZONE_PARAMS};
+use crate::conf::override_opts::take_overrides;
+use crate::conf::parse::{parse_zone_params, ZoneParams};
+use crate::rule::mode::{check_mode, take_mode, Mode};
 use crate::state::{check_state, take_state};
 
 /// One `rate_limit_window_zone` directive, parsed (the Redis files named
@@ -55,7 +55,7 @@ pub fn parse_zone_directive(args: &[&[u8]], min_size: usize) -> Result<ZoneDirec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::addr::Ipv6PrefixError;
+    use crate::conf::addr::Ipv6PrefixError;
 
     const MIN: usize = 32_768;
 

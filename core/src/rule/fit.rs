@@ -8,8 +8,8 @@
 //! The table's admission, Retry-After (headers and variables), and
 //! `delay=`'s hold all ask this module, so they cannot drift apart.
 
-use crate::strict;
-use crate::window::{self, Counts};
+use crate::rule::strict;
+use crate::rule::window::{self, Counts};
 
 /// The limit under which one request is admitted exactly when a request
 /// of `cost` (0 counts as 1) is admitted under `limit`: `limit + 1 - cost`
@@ -150,7 +150,7 @@ pub fn retry_after_secs(wait_ms: Option<u64>, window_ms: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::window::admits;
+    use crate::rule::window::admits;
 
     /// Whether `cost` requests back to back are all admitted: the rule
     /// spelled out one request at a time.
@@ -208,7 +208,7 @@ mod tests {
     fn exact_against_the_rule_one_request_at_a_time() {
         let mut s = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..20_000 {
-            let r = crate::reference::xorshift(&mut s);
+            let r = crate::testing::reference::xorshift(&mut s);
             let w = [1_000, 2_000, 60_000, 7_919][(r % 4) as usize];
             let limit = (r >> 8) as u32 % 12;
             let cost = 1 + (r >> 16) as u32 % 13;
