@@ -12,6 +12,7 @@ use rate_limit_window_core::conf::parse::{
     parse_zone_params, LimitSpec,
 };
 use rate_limit_window_core::testing::reference::Model;
+use rate_limit_window_core::testing::Region;
 use rate_limit_window_core::{
     hash_with_seed, Admission, Counter, FailPolicy, Outcome, Table, Window, MAX_LIMIT, PROBE,
     SLOT_BYTES,
@@ -236,13 +237,6 @@ pub fn limit_params(data: &[u8]) {
 /// Epoch ms the table fuzz starts at (2026-01-01T00:00:00Z).
 const T0: u64 = 1_767_225_600_000;
 
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
-fn region(bytes: usize) -> Vec<Line> {
-    (0..bytes.div_ceil(64)).map(|_| Line([0; 64])).collect()
-}
-
 /// Reads the input as a stream of bytes, zeros past its end.
 struct Bytes<'a>(&'a [u8]);
 
@@ -309,10 +303,10 @@ pub fn table_model(data: &[u8]) {
     let mut b = Bytes(data);
     let w = window_from(&mut b);
     let seed = [b.u32(), b.u32()];
-    let mut buf = region(Table::HEADER_BYTES + 4096 * SLOT_BYTES);
-    let len = buf.len() * 64;
+    let mut buf = Region::new(Table::HEADER_BYTES + 4096 * SLOT_BYTES);
+    let len = buf.len();
     // SAFETY: an exclusive, 64-byte aligned buffer that outlives the table.
-    let table = unsafe { Table::init(buf.as_mut_ptr().cast(), len, w, seed) }.expect("init");
+    let table = unsafe { Table::init(buf.ptr(), len, w, seed) }.expect("init");
     // Keys with pairwise disjoint candidate groups (see core/tests/all/model.rs:
     // the model knows nothing of placement).
     let mut keys: Vec<Vec<u8>> = vec![];
@@ -397,10 +391,10 @@ pub fn table_tiny(data: &[u8]) {
         FailPolicy::Closed
     };
     let nkeys = usize::from(b.u8() % 64) + 1;
-    let mut buf = region(Table::HEADER_BYTES + 2 * PROBE * SLOT_BYTES);
-    let len = buf.len() * 64;
+    let mut buf = Region::new(Table::HEADER_BYTES + 2 * PROBE * SLOT_BYTES);
+    let len = buf.len();
     // SAFETY: an exclusive, 64-byte aligned buffer that outlives the table.
-    let table = unsafe { Table::init(buf.as_mut_ptr().cast(), len, w, seed) }.expect("init");
+    let table = unsafe { Table::init(buf.ptr(), len, w, seed) }.expect("init");
     assert_eq!(table.capacity(), 2 * PROBE);
     let limit_of = |k: usize| [0, 1, 2, 3, 5, 8, 13][k % 7];
     let reset_max = w.ms().div_ceil(1000) as u32;
@@ -488,8 +482,8 @@ pub fn state_file(data: &[u8]) {
     };
     assert_eq!(decode(&encode(&f)).expect("re-encoded file"), f);
     let slots = if f.table.capacity == 64 { 64 } else { 32 };
-    let mut buf = region(Table::HEADER_BYTES + slots * SLOT_BYTES);
-    let len = buf.len() * 64;
+    let mut buf = Region::new(Table::HEADER_BYTES + slots * SLOT_BYTES);
+    let len = buf.len();
     let w = Window::from_ms(60_000).expect("window");
     let mode = if f.table.strict {
         Mode::Strict
@@ -497,8 +491,7 @@ pub fn state_file(data: &[u8]) {
         Mode::Estimate
     };
     // SAFETY: an exclusive, 64-byte aligned buffer that outlives the table.
-    let t =
-        unsafe { Table::init_mode(buf.as_mut_ptr().cast(), len, w, f.seed, mode) }.expect("init");
+    let t = unsafe { Table::init_mode(buf.ptr(), len, w, f.seed, mode) }.expect("init");
     let now = T0.wrapping_add(f.saved_ms % 1_000_000);
     let _ = t.restore(&f.table, now);
     restore_overrides(&f.overrides, now);
@@ -510,10 +503,10 @@ pub fn state_file(data: &[u8]) {
 fn restore_overrides(entries: &[rate_limit_window_core::overrides::Entry], now: u64) {
     use rate_limit_window_core::overrides::Overrides;
     let cap = 4;
-    let mut buf = region(Overrides::bytes_for(cap));
-    let len = buf.len() * 64;
+    let mut buf = Region::new(Overrides::bytes_for(cap));
+    let len = buf.len();
     // SAFETY: an exclusive, 64-byte aligned buffer that outlives the table.
-    let o = unsafe { Overrides::init(buf.as_mut_ptr().cast(), len, cap) }.expect("init");
+    let o = unsafe { Overrides::init(buf.ptr(), len, cap) }.expect("init");
     for e in entries {
         match o.restore(*e, now) {
             Ok(true) => assert_eq!(o.get(e.fp, now), Some(*e)),

@@ -168,6 +168,7 @@ impl HotSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::Region;
 
     fn push(slot: u32, fp: u64, own: i64) -> Push {
         Push {
@@ -274,14 +275,10 @@ mod tests {
         assert!(h.is_empty() && h.offset() == 0 && h.to_flag(&near, t));
     }
 
-    #[repr(C, align(64))]
-    #[derive(Clone)]
-    struct Line([u8; 64]);
-
     /// A gateway of the simulated fleet: its table, ledger and hot list view.
     struct Gw {
         id: u64,
-        _t: Vec<Line>,
+        _t: Region,
         _l: Vec<u64>,
         table: crate::table::Table<'static>,
         ledger: crate::cluster::Ledger<'static>,
@@ -291,12 +288,12 @@ mod tests {
     fn gw(id: u64) -> Gw {
         use crate::cluster::Ledger;
         use crate::table::Table;
-        let mut t = vec![Line([0; 64]); Table::HEADER_BYTES / 64 + 1024];
+        let mut t = Region::new((Table::HEADER_BYTES / 64 + 1024) * 64);
         // SAFETY: the buffers live as long as the Gw and never move.
         let table = unsafe {
             Table::init(
-                t.as_mut_ptr().cast(),
-                t.len() * 64,
+                t.ptr(),
+                t.len(),
                 crate::rule::window::Window::from_ms(60_000).unwrap(),
                 [4, 2],
             )

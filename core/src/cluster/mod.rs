@@ -298,33 +298,23 @@ mod tests {
     use super::*;
     use crate::rule::window::Window;
     use crate::table::FailPolicy;
+    use crate::testing::Region;
     use std::collections::HashMap;
-
-    #[repr(C, align(64))]
-    struct Line([u8; 64]);
 
     struct Gateway {
         id: u64,
-        _t: Vec<Line>,
+        _t: Region,
         _l: Vec<u64>,
         table: Table<'static>,
         ledger: Ledger<'static>,
     }
 
     fn gateway(id: u64, seed: [u64; 2]) -> Gateway {
-        let mut t: Vec<Line> = (0..(Table::HEADER_BYTES / 64 + 64))
-            .map(|_| Line([0; 64]))
-            .collect();
+        let mut t = Region::new((Table::HEADER_BYTES / 64 + 64) * 64);
         // SAFETY: the buffers live as long as the Gateway and never move.
-        let table = unsafe {
-            Table::init(
-                t.as_mut_ptr().cast(),
-                t.len() * 64,
-                Window::from_ms(60_000).unwrap(),
-                seed,
-            )
-        }
-        .unwrap();
+        let table =
+            unsafe { Table::init(t.ptr(), t.len(), Window::from_ms(60_000).unwrap(), seed) }
+                .unwrap();
         let mut l = vec![0u64; Ledger::bytes_for(table.capacity()) / 8];
         // SAFETY: as above.
         let ledger =

@@ -8,23 +8,18 @@ use super::*;
 use crate::rule::mode::Mode;
 use crate::rule::window::Window;
 use crate::testing::reference::{Model, StrictLog};
+use crate::testing::Region;
 
 const T0: u64 = 1_767_225_600_000;
-
-#[repr(C, align(64))]
-struct Line([u8; 64]);
 
 /// A table over a leaked region (a test's tables live for the process).
 fn table(window_ms: u64, strict: bool) -> Table<'static> {
     let bytes = Table::HEADER_BYTES + 1024 * crate::SLOT_BYTES;
-    let buf: &'static mut [Line] = (0..bytes.div_ceil(64))
-        .map(|_| Line([0; 64]))
-        .collect::<Vec<_>>()
-        .leak();
+    let buf = Box::leak(Box::new(Region::new(bytes)));
     let mode = if strict { Mode::Strict } else { Mode::Estimate };
     let w = Window::from_ms(window_ms).unwrap();
     // SAFETY: an exclusive, 64-byte aligned buffer that lives forever.
-    unsafe { Table::init_mode(buf.as_mut_ptr().cast(), buf.len() * 64, w, [7, 9], mode) }.unwrap()
+    unsafe { Table::init_mode(buf.ptr(), buf.len(), w, [7, 9], mode) }.unwrap()
 }
 
 /// A zone's model.

@@ -3,15 +3,12 @@
 use core::sync::atomic::Ordering;
 
 use super::*;
-
-/// A 64-byte aligned heap buffer standing in for a zone's memory.
-#[repr(C, align(64))]
-struct Line([u8; 64]);
+use crate::testing::Region;
 
 /// A zone's memory: its header's allocation and its region.
 struct Mem {
-    header: Vec<Line>,
-    region: Vec<Line>,
+    header: Region,
+    region: Region,
 }
 
 const ZONE: usize = 1 << 20;
@@ -19,20 +16,19 @@ const WINDOW_MS: u64 = 60_000;
 
 impl Mem {
     fn new() -> Mem {
-        let lines = |bytes: usize| (0..bytes.div_ceil(64)).map(|_| Line([0; 64])).collect();
         Mem {
-            header: lines(size_of::<ZoneHeader>()),
-            region: lines(ZONE - 4096),
+            header: Region::new(size_of::<ZoneHeader>()),
+            region: Region::new(ZONE - 4096),
         }
     }
 
     fn header(&mut self) -> *mut ZoneHeader {
-        self.header.as_mut_ptr().cast()
+        self.header.ptr().cast()
     }
 
     fn parts(&mut self, with_ledger: bool) -> Parts {
-        let len = self.region.len() * 64;
-        Parts::split(self.region.as_mut_ptr().cast(), len, 100, with_ledger).unwrap()
+        let len = self.region.len();
+        Parts::split(self.region.ptr(), len, 100, with_ledger).unwrap()
     }
 
     /// Formats the zone (a Redis zone `with_ledger`).
@@ -114,7 +110,7 @@ fn a_zone_without_redis_has_no_ledger() {
     let parts = mem.parts(false);
     assert_eq!(parts.ledger, (ptr::null_mut(), 0));
     assert_eq!(parts.overrides.1, override_region_bytes(100));
-    assert_eq!(parts.bytes(), mem.region.len() * 64);
+    assert_eq!(parts.bytes(), mem.region.len());
 }
 
 #[test]

@@ -3,23 +3,7 @@
 
 use super::*;
 
-/// A 64-byte aligned heap buffer (Miri-friendly: no mmap).
-#[repr(C, align(64))]
-pub(super) struct Line([u8; 64]);
-
-pub(super) struct Region(Vec<Line>);
-
-impl Region {
-    pub(super) fn new(bytes: usize) -> Region {
-        Region((0..bytes.div_ceil(64)).map(|_| Line([0; 64])).collect())
-    }
-    pub(super) fn ptr(&mut self) -> *mut u8 {
-        self.0.as_mut_ptr().cast()
-    }
-    pub(super) fn len(&self) -> usize {
-        self.0.len() * 64
-    }
-}
+pub(super) use crate::testing::Region;
 
 pub(super) const MIN: u64 = 60_000;
 pub(super) const T0: u64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z, a window start

@@ -3,14 +3,14 @@
 use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::*;
 
-use crate::region::{region, table_in};
+use rate_limit_window_core::testing::Region;
 
 const T0: u64 = 1_767_225_600_000;
 
 #[test]
 fn one_mib_remembers_50k_keys() {
-    let mut buf = region(1 << 20);
-    let t = table_in(&mut buf, 3_600_000, [5, 6], Mode::Estimate);
+    let mut buf = Region::new(1 << 20);
+    let t = buf.table(3_600_000, [5, 6], Mode::Estimate);
     assert_eq!(t.capacity(), 65_264);
     let n = 50_000u32;
     let keys: Vec<KeyHash> = (0..n)

@@ -5,15 +5,15 @@
 use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::*;
 
-use crate::region::{region, table_in};
+use rate_limit_window_core::testing::Region;
 
 const W: u64 = 60_000;
 /// A window boundary (2026-01-01T00:00:00Z).
 const T0: u64 = 1_767_225_600_000;
 
 fn with_table(f: impl FnOnce(&Table)) {
-    let mut buf = region(1 << 16);
-    let t = table_in(&mut buf, W, [1, 2], Mode::Estimate);
+    let mut buf = Region::new(1 << 16);
+    let t = buf.table(W, [1, 2], Mode::Estimate);
     f(&t);
 }
 

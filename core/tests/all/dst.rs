@@ -6,7 +6,7 @@ use chrono_tz::America::New_York;
 use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::*;
 
-use crate::region::{region, table_in};
+use rate_limit_window_core::testing::Region;
 
 fn ambiguous_0147() -> (u64, u64) {
     // 2026-11-01: clocks go from 01:59:59 EDT back to 01:00:00 EST.
@@ -52,8 +52,8 @@ fn repeated_hour_has_distinct_windows() {
 fn replay_bursts_across_the_repeated_hour() {
     let (edt, est) = ambiguous_0147();
     let w = Window::from_ms(60_000).unwrap();
-    let mut buf = region(2_000 * 64);
-    let t = table_in(&mut buf, w.ms(), [3, 4], Mode::Estimate);
+    let mut buf = Region::new(2_000 * 64);
+    let t = buf.table(w.ms(), [3, 4], Mode::Estimate);
     let k = t.hash_key(b"198.51.100.9");
     let burst = |at: u64| {
         (0..550)

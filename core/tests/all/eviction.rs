@@ -9,7 +9,7 @@
 use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::*;
 
-use crate::region::{region, table_in};
+use rate_limit_window_core::testing::Region;
 
 const W: u64 = 60_000;
 /// A window boundary (2026-01-01T00:00:00Z).
@@ -21,8 +21,8 @@ const MODES: [Mode; 2] = [Mode::Estimate, Mode::Strict];
 /// for every key) in `mode`.
 fn with_table(slots: usize, mode: Mode, f: impl FnOnce(&Table)) {
     let bytes = Table::HEADER_BYTES + slots * SLOT_BYTES;
-    let mut buf = region(bytes);
-    let t = table_in(&mut buf, W, [1, 2], mode);
+    let mut buf = Region::new(bytes);
+    let t = buf.table(W, [1, 2], mode);
     assert_eq!(t.mode(), mode);
     f(&t);
 }

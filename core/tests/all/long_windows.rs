@@ -8,7 +8,7 @@ use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::rule::strict::{self, State};
 use rate_limit_window_core::*;
 
-use crate::region::{region, table_in, Line};
+use rate_limit_window_core::testing::Region;
 
 const DAY: u64 = 86_400_000;
 /// 31 days, in ms: the longest window.
@@ -16,8 +16,8 @@ const MONTH: u64 = 31 * DAY;
 /// 2026-01-01T00:00:00Z.
 const T0: u64 = 1_767_225_600_000;
 
-fn table(buf: &mut [Line], window_ms: u64, mode: Mode) -> Table<'_> {
-    table_in(buf, window_ms, [1, 2], mode)
+fn table(buf: &mut Region, window_ms: u64, mode: Mode) -> Table<'_> {
+    buf.table(window_ms, [1, 2], mode)
 }
 
 /// The start of the window of `window_ms` that holds `t`, in epoch ms.
@@ -28,7 +28,7 @@ fn window_start(t: u64, window_ms: u64) -> u64 {
 /// Uses up `limit` at `now` in a fresh table, then asks once more at
 /// `at`: whether that request is admitted, and the decision at `now`.
 fn probe(window_ms: u64, mode: Mode, limit: u32, now: u64, at: u64) -> (Decision, bool) {
-    let mut buf = region(Table::HEADER_BYTES + 64 * SLOT_BYTES);
+    let mut buf = Region::new(Table::HEADER_BYTES + 64 * SLOT_BYTES);
     let t = table(&mut buf, window_ms, mode);
     let k = t.hash_key(b"client");
     for _ in 0..limit {

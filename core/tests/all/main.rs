@@ -11,7 +11,6 @@ mod fuzz_regressions;
 mod long_windows;
 mod model;
 mod parse;
-mod region;
 mod slots_used;
 mod strict;
 mod strict_table;

@@ -6,7 +6,7 @@ use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::testing::reference::Model;
 use rate_limit_window_core::*;
 
-use crate::region::{region, table_in};
+use rate_limit_window_core::testing::Region;
 
 const T0: u64 = 1_767_225_600_000;
 
@@ -68,8 +68,8 @@ proptest! {
                            seed in any::<[u64; 2]>(),
                            ops in proptest::collection::vec(op(), 1..300)) {
         let w = Window::from_ms(window_ms).unwrap();
-        let mut buf = region(Table::HEADER_BYTES + 4096 * SLOT_BYTES);
-        let table = table_in(&mut buf, w.ms(), seed, Mode::Estimate);
+        let mut buf = Region::new(Table::HEADER_BYTES + 4096 * SLOT_BYTES);
+        let table = buf.table(w.ms(), seed, Mode::Estimate);
         // Keys whose candidate groups are pairwise disjoint: the model knows
         // nothing of placement, and a shared group lets one key reuse another's
         // idle slot, which a later backwards clock step could observe.

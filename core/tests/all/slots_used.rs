@@ -4,14 +4,14 @@
 use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::*;
 
-use crate::region::{region, table_in};
+use rate_limit_window_core::testing::Region;
 
 const T0: u64 = 1_767_225_600_000;
 
 #[test]
 fn chunked_count_adds_up_to_the_full_scan() {
-    let mut buf = region(1 << 18);
-    let t = table_in(&mut buf, 60_000, [7, 8], Mode::Estimate);
+    let mut buf = Region::new(1 << 18);
+    let t = buf.table(60_000, [7, 8], Mode::Estimate);
     for i in 0..3_000u32 {
         let k = t.hash_key(format!("client-{i}").as_bytes());
         assert_eq!(

@@ -8,12 +8,12 @@ use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::rule::strict::{self, State};
 use rate_limit_window_core::*;
 
-use crate::region::{region, table_in, Line};
+use rate_limit_window_core::testing::Region;
 
 const T0: u64 = 1_767_225_600_000;
 
-fn strict_table(buf: &mut [Line], window_ms: u64) -> Table<'_> {
-    table_in(buf, window_ms, [1, 2], Mode::Strict)
+fn strict_table(buf: &mut Region, window_ms: u64) -> Table<'_> {
+    buf.table(window_ms, [1, 2], Mode::Strict)
 }
 
 proptest! {
@@ -24,7 +24,7 @@ proptest! {
     #[test]
     fn table_matches_pure_rule(window_ms in prop_oneof![Just(1_000u64), Just(10_000u64), 1_000u64..100_000],
                                ops in proptest::collection::vec((prop_oneof![4 => 0i64..3_000, 1 => -3_000i64..0, 1 => 0i64..200_000], 0u32..15, 0u8..10), 1..200)) {
-        let mut buf = region(Table::HEADER_BYTES + 1024 * SLOT_BYTES);
+        let mut buf = Region::new(Table::HEADER_BYTES + 1024 * SLOT_BYTES);
         let t = strict_table(&mut buf, window_ms);
         let key = t.hash_key(b"client");
         let mut state = State::default();
@@ -89,9 +89,9 @@ fn concurrent_threads_never_exceed_the_limit() {
     const THREADS: usize = 4;
     const STEPS: u64 = 120;
     let (w, limit) = (10_000u64, 50u32);
-    let mut buf = region(Table::HEADER_BYTES + 4096 * SLOT_BYTES);
-    let len = buf.len() * 64;
-    let addr = buf.as_mut_ptr() as usize;
+    let mut buf = Region::new(Table::HEADER_BYTES + 4096 * SLOT_BYTES);
+    let len = buf.len();
+    let addr = buf.ptr() as usize;
     // SAFETY: the buffer outlives every table (threads are joined below).
     let t = unsafe {
         Table::init_mode(
@@ -164,7 +164,7 @@ fn concurrent_threads_never_exceed_the_limit() {
 /// first live eviction.
 #[test]
 fn one_mib_strict_zone_capacity() {
-    let mut buf = region(1 << 20);
+    let mut buf = Region::new(1 << 20);
     let t = strict_table(&mut buf, 3_600_000);
     assert_eq!(t.capacity(), 65_264);
     let mut i = 0u32;
@@ -194,10 +194,10 @@ fn one_mib_strict_zone_capacity() {
 /// A region formatted for one mode is refused by the other.
 #[test]
 fn attach_checks_the_mode() {
-    let mut buf = region(Table::HEADER_BYTES + 1024 * SLOT_BYTES);
-    let len = buf.len() * 64;
+    let mut buf = Region::new(Table::HEADER_BYTES + 1024 * SLOT_BYTES);
+    let len = buf.len();
     let w = Window::from_ms(10_000).unwrap();
-    let ptr = buf.as_mut_ptr().cast::<u8>();
+    let ptr = buf.ptr();
     // SAFETY: exclusive, aligned buffer that outlives the tables.
     unsafe {
         Table::init_mode(ptr, len, w, [1, 2], Mode::Strict).unwrap();
@@ -219,7 +219,7 @@ fn attach_checks_the_mode() {
 /// (the operator's reset) empties the key.
 #[test]
 fn cost_undo_and_clear() {
-    let mut buf = region(Table::HEADER_BYTES + 1024 * SLOT_BYTES);
+    let mut buf = Region::new(Table::HEADER_BYTES + 1024 * SLOT_BYTES);
     let t = strict_table(&mut buf, 10_000);
     let k = t.hash_key(b"c");
     let d = t.acquire_cost(k, T0, 10, 4, FailPolicy::Open, 0);
