@@ -3,8 +3,8 @@
 //! `undo`.
 
 use super::layout::{
-    fp_of, idx_delta, is_ahead, is_limited, prefetch, view, Counter, Slot, COUNT_BITS, COUNT_MASK,
-    COUNT_MAX, IDX_MASK, LIMITED, TICK_MAX,
+    fp_of, idx_delta, idx_of, is_ahead, is_limited, prefetch, view, Counter, Slot, COUNT_BITS,
+    COUNT_MASK, COUNT_MAX, IDX_MASK, IDX_SHIFT, LIMITED, TICK_MAX,
 };
 use super::place::{Candidate, Found};
 use super::{FailPolicy, KeyHash, Table, CHOICES};
@@ -341,7 +341,7 @@ impl Table<'_> {
         let lo = value as u64;
         let current = (lo & COUNT_MASK) as u32;
         // Windows from the slot's to now, mod 2^24 (as in `Slot::delta`).
-        let d = idx_delta(now_idx, lo >> 40);
+        let d = idx_delta(now_idx, idx_of(value));
         let counts = match d {
             0 => Counts {
                 current,
@@ -375,7 +375,7 @@ impl Table<'_> {
         } else {
             // A new window: the fingerprint stays, the window moves to now,
             // the counts become (previous, cost).
-            let lo = ((now_idx & IDX_MASK) << 40)
+            let lo = ((now_idx & IDX_MASK) << IDX_SHIFT)
                 | (u64::from(counts.previous) << COUNT_BITS)
                 | u64::from(q.cost);
             (value & (!0u128 << 72)) | tick | u128::from(lo)

@@ -43,6 +43,9 @@ pub(super) const COUNT_MAX: u32 = COUNT_MASK as u32;
 /// Both counts of a slot's low word (previous and current, bits 0..40).
 pub(super) const COUNTS_MASK: u64 = (1 << (2 * COUNT_BITS)) - 1;
 pub(crate) const IDX_BITS: u32 = 24;
+/// Where a slot's window index mod 2^24 starts in its low word (bits
+/// 40..64, above both counts).
+pub(super) const IDX_SHIFT: u32 = 2 * COUNT_BITS;
 pub(crate) const IDX_MASK: u64 = (1 << IDX_BITS) - 1;
 pub(crate) const IDX_HALF: u64 = 1 << (IDX_BITS - 1);
 pub(super) const COUNTERS: usize = 8;
@@ -151,7 +154,7 @@ impl Slot {
         Slot {
             fp: hi >> 8,
             tick: hi as u8,
-            idx24: lo >> 40,
+            idx24: idx_of(v),
             previous: ((lo >> COUNT_BITS) & COUNT_MASK) as u32,
             current: (lo & COUNT_MASK) as u32,
         }
@@ -159,7 +162,7 @@ impl Slot {
 
     pub(crate) fn encode(self) -> u128 {
         let hi = (self.fp << 8) | u64::from(self.tick);
-        let lo = ((self.idx24 & IDX_MASK) << 40)
+        let lo = ((self.idx24 & IDX_MASK) << IDX_SHIFT)
             | (u64::from(self.previous.min(COUNT_MAX)) << COUNT_BITS)
             | u64::from(self.current.min(COUNT_MAX));
         (u128::from(hi) << 64) | u128::from(lo)
@@ -298,6 +301,13 @@ pub(super) fn prefetch(a: &AtomicU128) {
     let _ = a;
 }
 
+/// The 24-bit window index of a slot value (its window index mod 2^24),
+/// without decoding it.
+#[inline(always)]
+pub(super) fn idx_of(value: u128) -> u64 {
+    (value as u64) >> IDX_SHIFT
+}
+
 /// Windows from a slot's 24-bit window index `idx24` to `now_idx`, mod 2^24
 /// (a slot ahead of now when [`is_ahead`] says so).
 #[inline(always)]
@@ -310,7 +320,7 @@ pub(super) fn idx_delta(now_idx: u64, idx24: u64) -> u64 {
 #[inline(always)]
 pub(crate) fn is_free_value(value: u128, now_idx: u64, ahead: u64) -> bool {
     let lo = value as u64;
-    let d = idx_delta(now_idx, lo >> 40);
+    let d = idx_delta(now_idx, idx_of(value));
     lo & COUNTS_MASK == 0 || (d >= 2 && !is_ahead(d, ahead))
 }
 

@@ -3,7 +3,9 @@
 
 use portable_atomic::Ordering;
 
-use super::layout::{fp_of, idx_delta, is_ahead, view, Counter, Slot, COUNTS_MASK, COUNT_MAX};
+use super::layout::{
+    fp_of, idx_delta, idx_of, is_ahead, view, Counter, Slot, COUNTS_MASK, COUNT_MAX,
+};
 use super::place::Found;
 use super::{KeyHash, Table, SHARDS};
 use crate::rule::window;
@@ -184,7 +186,7 @@ impl Table<'_> {
         let mut cleared = 0;
         for _ in 0..count.min(n) {
             let value = self.load(at);
-            let d = idx_delta(now_idx, (value as u64) >> 40);
+            let d = idx_delta(now_idx, idx_of(value));
             // `ahead` is read after the slot (see `Table::ahead`), and only
             // for a slot that would be cleared.
             if fp_of(value) != 0

@@ -9,7 +9,7 @@ use core::mem::MaybeUninit;
 use portable_atomic::{AtomicU128, Ordering};
 
 use super::layout::{
-    fp_of, idx_delta, is_free_value, is_limited, prefetch, tick_of, view, Counter, Slot,
+    fp_of, idx_delta, idx_of, is_free_value, is_limited, prefetch, tick_of, view, Counter, Slot,
     COUNTS_MASK, COUNT_BITS, COUNT_MASK, COUNT_MAX, IDX_HALF, IDX_MASK, SLOTS_PER_LINE, TICK_MAX,
 };
 use super::scan;
@@ -102,7 +102,7 @@ impl Victim {
 /// (32 bits in all).
 #[inline(always)]
 fn age(value: u128, now_idx: u64, ahead: u64) -> u64 {
-    let d = idx_delta(now_idx, (value as u64) >> 40);
+    let d = idx_delta(now_idx, idx_of(value));
     // Adding `ahead` mod 2^24 maps the slots ahead of now,
     // [2^24 - ahead, 2^24), onto [0, ahead) (the youngest) and every other
     // delta d onto d + ahead, keeping the order.
@@ -117,7 +117,7 @@ fn count_now(value: u128, now_idx: u64) -> u32 {
     let lo = value as u64;
     let current = (lo & COUNT_MASK) as u32;
     let previous = ((lo & COUNTS_MASK) >> COUNT_BITS) as u32;
-    if idx_delta(now_idx, lo >> 40) == 1 {
+    if idx_delta(now_idx, idx_of(value)) == 1 {
         current
     } else {
         current + previous
