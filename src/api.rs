@@ -66,7 +66,7 @@ pub(crate) fn bad_request(r: &mut Request, msg: &str) -> ngx_int_t {
 
 /// A query argument's raw (still percent-encoded) value.
 pub(crate) fn arg(r: &Request, name: &str) -> Option<Vec<u8>> {
-    crate::req::arg(r, name).map(<[u8]>::to_vec)
+    crate::ffi::req::arg(r, name).map(<[u8]>::to_vec)
 }
 
 /// Sends a 200 response with `body`.

@@ -28,8 +28,8 @@ use rate_limit_window_core::conf::parse::escape;
 use rate_limit_window_core::rule::charge::{final_count, parse_charge};
 
 use crate::count_status::{self, Held};
-use crate::pool::main_of;
-use crate::req::{request_handler, variable_get};
+use crate::ffi::pool::main_of;
+use crate::ffi::req::{request_handler, variable_get};
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -156,7 +156,7 @@ fn invalid(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, bad: &[u8], cost: u3
     let Some(header) = zone.header() else {
         return;
     };
-    if !header.charge.note_invalid(crate::util::now_ms()) {
+    if !header.charge.note_invalid(crate::ffi::process::now_ms()) {
         return;
     }
     ngx_log_error!(

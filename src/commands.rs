@@ -21,8 +21,8 @@ use ngx::ngx_string;
 use rate_limit_window_core::conf::error::LimitConfError;
 
 use crate::conf::{self, LocConf, MainConf, HEADERS_VALUES, LOG_LEVELS, PHASE_VALUES};
-use crate::conf_log::{conf_handler, conf_status, ConfExt, ConfFailed, ConfResult};
 use crate::conf_zone;
+use crate::ffi::conf_ext::{conf_handler, conf_status, ConfExt, ConfFailed, ConfResult};
 use crate::Module;
 
 static mut STATUS_BOUNDS: ngx_conf_num_bounds_t = ngx_conf_num_bounds_t {

@@ -21,8 +21,8 @@ use rate_limit_window_core::conf::units::parse_time_ms;
 
 use crate::conf_charge;
 use crate::conf_delay::LocDelay;
-use crate::conf_log::{ConfExt, ConfFailed, ConfResult};
 use crate::conf_value::ConfValue;
+use crate::ffi::conf_ext::{ConfExt, ConfFailed, ConfResult};
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -81,7 +81,7 @@ pub struct MainConf {
     /// main request failed an access check (see access.rs).
     /// None when no location decides in postaccess: the mark is read
     /// only there, so no request pays for keeping it.
-    pub access_mark: Option<crate::access::Marks>,
+    pub access_mark: Option<crate::ffi::access::Marks>,
     /// Whether some location decides in postaccess (set while merging).
     pub postaccess: bool,
     /// Index of the hidden variable whose request slot holds the main

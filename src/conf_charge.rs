@@ -7,7 +7,7 @@ use nginx_sys::{ngx_conf_t, ngx_http_complex_value_t, ngx_uint_t, NGX_LOG_EMERG}
 use rate_limit_window_core::conf::error::LimitConfError;
 use rate_limit_window_core::rule::mode::Mode;
 
-use crate::conf_log::{ConfAt, ConfExt, ConfFailed, ConfResult};
+use crate::ffi::conf_ext::{ConfAt, ConfExt, ConfFailed, ConfResult};
 use crate::zone::ZoneConf;
 
 /// Why a strict zone refuses `charge=`.

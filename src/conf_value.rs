@@ -5,7 +5,7 @@
 use nginx_sys::{ngx_conf_t, ngx_http_complex_value_t};
 use rate_limit_window_core::conf::parse::ValueSpec;
 
-use crate::conf_log::{ConfExt, ConfResult};
+use crate::ffi::conf_ext::{ConfExt, ConfResult};
 
 /// A number of requests, fixed or from a variable (`limit=`, `cost=`).
 #[derive(Clone, Copy)]

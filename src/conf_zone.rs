@@ -11,7 +11,7 @@ use rate_limit_window_core::conf::zone_opts::{parse_zone_directive, ZoneDirectiv
 use rate_limit_window_core::overrides::Overrides;
 
 use crate::conf::{zone_by_name, MainConf, BINARY_REMOTE_ADDR};
-use crate::conf_log::{ConfExt, ConfFailed, ConfResult};
+use crate::ffi::conf_ext::{ConfExt, ConfFailed, ConfResult};
 use crate::zone::ZoneConf;
 
 /// The size of a memory page (bytes).

@@ -110,7 +110,7 @@ pub fn final_status(r: &Request) -> usize {
 /// while cleanups run.
 fn settle(main: &Request, held: &OnceCell<Box<[Cell<Held>]>>) {
     let status = final_status(main);
-    let log = crate::util::cycle_log();
+    let log = crate::ffi::process::cycle_log();
     for h in held.get().into_iter().flatten().map(Cell::get) {
         let cost = h.admission.cost();
         let count = final_count(cost, h.counts(status), h.charged);

@@ -21,7 +21,7 @@ use rate_limit_window_core::conf::limit_opts::StatusSet;
 use rate_limit_window_core::Admission;
 
 use crate::conf::LocConf;
-use crate::pool::{self, Room};
+use crate::ffi::pool::{self, Room};
 use crate::zone::ZoneConf;
 
 /// What happened to the request, as `$rate_limit_window_status` shows it.

@@ -42,7 +42,7 @@ use rate_limit_window_core::engine;
 
 use crate::conf::{Limit, LocConf};
 use crate::decision::{self, Hold, Part, Verdict};
-use crate::req::{event_handler, variable_get};
+use crate::ffi::req::{event_handler, variable_get};
 use crate::zone::ZoneConf;
 use crate::Module;
 use rate_limit_window_core::shm::DelayStats;

@@ -20,7 +20,7 @@ use ngx::http::{HttpModuleLocationConf, NgxHttpCoreModule, Request};
 use ngx::ngx_log_error;
 
 use crate::conf::LocConf;
-use crate::conf_log::ConfExt;
+use crate::ffi::conf_ext::ConfExt;
 use crate::Module;
 
 /// The start of `ngx_http_rewrite_loc_conf_t` (private to

@@ -12,8 +12,9 @@ use ngx::http::{HttpModuleLocationConf, Request};
 
 use crate::conf::{HEADERS_IETF, HEADERS_ON};
 use crate::decision::{self, Decision, Verdict};
-use crate::req::request_handler;
-use crate::util::{add_header, add_pooled_header, add_pooled_headers, pool_copy};
+use crate::ffi::headers::{add_header, add_pooled_header, add_pooled_headers};
+use crate::ffi::pool::pool_copy;
+use crate::ffi::req::request_handler;
 use crate::Module;
 
 /// The next header filter in the chain.

@@ -27,7 +27,7 @@ use rate_limit_window_core::grpc::{
 };
 
 use crate::conf::LocConf;
-use crate::util::add_header;
+use crate::ffi::headers::add_header;
 
 /// Answers a request the location's limits have just rejected (Retry-After
 /// `retry_after_s` seconds, already committed in its decision): a gRPC

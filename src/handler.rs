@@ -41,10 +41,10 @@ use rate_limit_window_core::{
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
 use crate::decision::{self, Applied, Verdict};
 use crate::delay;
+use crate::ffi::pool::main_of;
+use crate::ffi::req::request_handler;
+use crate::ffi::{process, vars};
 use crate::overrides;
-use crate::pool::main_of;
-use crate::req::request_handler;
-use crate::util;
 use crate::zone::ZoneConf;
 use crate::Module;
 use crate::{cost, count_status, near_limit};
@@ -145,13 +145,13 @@ fn eval_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8], ()> {
         // request, a non-cacheable one again), without the copy.
         // SAFETY: the index was obtained at configuration time; the
         // request is valid.
-        let v = unsafe { util::flushed_variable(r.into(), index) };
+        let v = unsafe { vars::flushed_variable(r.into(), index) };
         // SAFETY: a non-null result is the request's variable value, whose
         // data lives as long as the request.
         return match unsafe { v.as_ref() } {
             None => Err(()),
             // SAFETY: as above.
-            Some(v) => Ok(unsafe { util::variable_bytes(v) }),
+            Some(v) => Ok(unsafe { vars::variable_bytes(v) }),
         };
     }
     let key = r.get_complex_value(&zone.key).ok_or(())?.as_bytes();
@@ -191,11 +191,11 @@ request_handler!(pub(crate) precontent_handler, |r| handle(r, Phase::Postaccess)
 
 /// The PREACCESS entry (see phases.rs).
 fn preaccess(r: &mut Request) -> ngx_int_t {
-    crate::access::preaccess_enter(r);
+    crate::ffi::access::preaccess_enter(r);
     let rc = handle(r, Phase::Preaccess);
     if rc == Status::NGX_DECLINED.into() {
         // On to the access checks (this handler runs last in PREACCESS).
-        crate::access::preaccess_leave(r);
+        crate::ffi::access::preaccess_leave(r);
     }
     rc
 }
@@ -208,7 +208,7 @@ fn preaccess(r: &mut Request) -> ngx_int_t {
 fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
     let declined: ngx_int_t = Status::NGX_DECLINED.into();
     // PRECONTENT follows the access checks: note that they passed.
-    let access_failed = phase == Phase::Postaccess && crate::access::precontent_failed(r);
+    let access_failed = phase == Phase::Postaccess && crate::ffi::access::precontent_failed(r);
     let Some(lcf) = Module::location_conf(r.as_ref()) else {
         return declined;
     };
@@ -374,7 +374,7 @@ impl engine::Request<'static> for Judging<'_> {
         // SAFETY: refreshes this process's cached time (nginx's own call, made
         // from the event loop thread we run on).
         unsafe { nginx_sys::ngx_time_update() };
-        util::now_ms()
+        process::now_ms()
     }
 
     fn held_since(&self) -> Option<u64> {
@@ -439,8 +439,8 @@ fn decide(
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
     let ask = Ask {
-        now_ms: util::now_ms(),
-        shard: util::shard(),
+        now_ms: process::now_ms(),
+        shard: process::shard(),
         dry_run: lcf.dry_run != 0,
         holdable: r.is_main(),
     };
@@ -707,7 +707,7 @@ fn warn_on_late_keys_check(r: &mut Request, limits: &[conf::Limit]) {
 #[cold]
 #[inline(never)]
 fn warn_on_late_keys_slow(r: &mut Request, limits: &[conf::Limit], empty: u64) {
-    let now = util::now_ms();
+    let now = process::now_ms();
     for (n, l) in limits.iter().enumerate().take(64) {
         if empty & (1 << n) == 0 {
             continue;
@@ -756,7 +756,7 @@ fn key_set_now(r: &mut Request, zone: &ZoneConf) -> bool {
         let v = ngx_http_get_flushed_variable(r, index);
         let set = v
             .as_ref()
-            .is_some_and(|v| !util::variable_bytes(v).is_empty());
+            .is_some_and(|v| !vars::variable_bytes(v).is_empty());
         *slot = saved;
         set
     }

@@ -50,14 +50,12 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-mod access;
 mod api;
 mod charge;
 mod commands;
 mod conf;
 mod conf_charge;
 mod conf_delay;
-mod conf_log;
 mod conf_value;
 mod conf_zone;
 mod cost;
@@ -65,20 +63,18 @@ mod count_status;
 mod decision;
 mod delay;
 mod early_answer;
+mod ffi;
 mod filter;
 mod grpc;
 mod handler;
-mod hidden;
 mod metrics;
 mod near_limit;
 mod override_api;
 mod override_sync;
 mod overrides;
 mod phases;
-mod pool;
 mod redis_conf;
 mod redis_link;
-mod req;
 mod reset;
 mod resize;
 mod state;
@@ -88,7 +84,6 @@ mod sync;
 mod sync_ctx;
 mod sync_round;
 mod sync_stats;
-mod util;
 mod variables;
 mod zone;
 mod zone_init;
@@ -136,7 +131,7 @@ extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         cf,
         &[
             variables::register,
-            hidden::register,
+            ffi::hidden::register,
             charge::register_variable,
             delay::register_variable,
         ],

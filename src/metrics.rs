@@ -23,8 +23,8 @@ use rate_limit_window_core::{estimate_scaled, Counts};
 
 use crate::api::format::{json_str, local_offset_s, percent_decode, rfc3339};
 use crate::api::{arg, bad_request, has_flag, lookup_key, send};
-use crate::req::request_handler;
-use crate::util::now_ms;
+use crate::ffi::process::now_ms;
+use crate::ffi::req::request_handler;
 use crate::zone::ZoneConf;
 use crate::Module;
 use families::Live;

@@ -25,8 +25,8 @@ use rate_limit_window_core::overrides::{Action, ChangeKind, Entry, Overrides, MA
 
 use crate::api::format::{json_str, percent_decode};
 use crate::api::{arg, lookup_key, send, send_status};
-use crate::req::body_handler;
-use crate::util::{cycle_log, now_ms};
+use crate::ffi::process::{cycle_log, now_ms};
+use crate::ffi::req::body_handler;
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -77,7 +77,7 @@ pub(crate) fn put(r: &mut Request) -> ngx_int_t {
         }
         return error(r, 413, &format!("body over {MAX_BODY} bytes"));
     }
-    crate::req::read_body(r, Some(body_read))
+    crate::ffi::req::read_body(r, Some(body_read))
 }
 
 // The body's post handler: answers, then finalizes the request.
@@ -85,7 +85,7 @@ body_handler!(body_read, put_body);
 
 /// Sets the override a PUT's body asks for, and answers.
 fn put_body(r: &mut Request) -> ngx_int_t {
-    let Some(bytes) = crate::req::body_bytes(r, MAX_BODY) else {
+    let Some(bytes) = crate::ffi::req::body_bytes(r, MAX_BODY) else {
         return error(r, 413, &format!("body over {MAX_BODY} bytes"));
     };
     let (zone, o, fp) = match target(r) {
@@ -269,7 +269,7 @@ fn describe(e: &Entry, now: u64) -> String {
 /// the key's fingerprint. Written to the cycle's log, not the request's:
 /// nginx would append the request line, whose query holds the key.
 fn log_change(r: &mut Request, zone: &ZoneConf, fp: u64, what: &str) {
-    let addr = crate::req::addr_text(r);
+    let addr = crate::ffi::req::addr_text(r);
     ngx_log_error!(
         NGX_LOG_NOTICE,
         cycle_log(),

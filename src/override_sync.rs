@@ -39,7 +39,7 @@ pub(crate) fn share(zone: &ZoneConf, fp: u64) -> &'static str {
     let Some(header) = zone.header() else {
         return "\"not shared\"";
     };
-    if crate::util::enqueue(&header.ovr_pending, fp) {
+    if crate::sync::enqueue(&header.ovr_pending, fp) {
         "\"scheduled\""
     } else {
         "\"not shared\""

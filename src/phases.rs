@@ -27,14 +27,14 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
     let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(cf) else {
         return Status::NGX_ERROR.into();
     };
-    let (Some(mark), Some(mcf)) = (crate::access::marks(cf), Module::main_conf_mut(cf)) else {
+    let (Some(mark), Some(mcf)) = (crate::ffi::access::marks(cf), Module::main_conf_mut(cf)) else {
         return Status::NGX_ERROR.into();
     };
     // Locations are merged before postconfiguration: `postaccess` is known.
     if mcf.postaccess {
         mcf.access_mark = Some(mark);
     }
-    mcf.record_index = crate::hidden::index(cf, crate::hidden::RECORD);
+    mcf.record_index = crate::ffi::hidden::index(cf, crate::ffi::hidden::RECORD);
     if mcf.record_index.is_none() {
         return Status::NGX_ERROR.into();
     }

@@ -27,9 +27,9 @@ use rate_limit_window_core::Snapshot;
 
 use crate::api::format::{json_str, percent_decode};
 use crate::api::{arg, bad_request, has_flag, lookup_key, send};
+use crate::ffi::process::{cycle_log, now_ms};
+use crate::ffi::req::request_handler;
 use crate::override_api;
-use crate::req::request_handler;
-use crate::util::{cycle_log, now_ms};
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -97,7 +97,7 @@ fn cluster_reset(zone: &ZoneConf, fp: u64) -> &'static str {
     let Some(header) = zone.header() else {
         return "\"not cleared\"";
     };
-    if crate::util::enqueue(&header.resets, fp) {
+    if crate::sync::enqueue(&header.resets, fp) {
         "\"scheduled\""
     } else {
         "\"not cleared\""
@@ -123,7 +123,7 @@ fn answer(zone: &ZoneConf, s: &Snapshot, cluster: &str, ban_lifted: bool) -> Str
 /// Written to the cycle's log, not the request's: nginx would append the
 /// request line, whose query holds the key.
 fn log_reset(r: &mut Request, zone: &ZoneConf, s: &Snapshot, ban_lifted: bool) {
-    let addr = crate::req::addr_text(r);
+    let addr = crate::ffi::req::addr_text(r);
     ngx_log_error!(
         NGX_LOG_NOTICE,
         cycle_log(),

@@ -8,7 +8,7 @@ use nginx_sys::{ngx_log_t, NGX_LOG_NOTICE, NGX_LOG_WARN};
 use ngx::http::HttpModuleMainConf;
 use ngx::ngx_log_error;
 
-use crate::util::now_ms;
+use crate::ffi::process::now_ms;
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -18,7 +18,7 @@ use crate::Module;
 pub fn previous(zone: &ZoneConf) -> Option<&'static ZoneConf> {
     // nginx's current cycle, valid while it loads the next one; its
     // configuration (and zones) live until it is released.
-    let cycle = crate::util::cycle()?;
+    let cycle = crate::ffi::process::cycle()?;
     if cycle.conf_ctx.is_null() {
         return None;
     }

@@ -31,7 +31,7 @@ use ngx::ngx_log_error;
 use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::state::{self, check_identity, Identity, StateFile};
 
-use crate::util::now_ms;
+use crate::ffi::process::now_ms;
 use crate::zone::ZoneConf;
 
 /// Sets `zone.state` from `state=FILE` as the core's parser took it

@@ -35,7 +35,7 @@ use rate_limit_window_core::overrides::{Action, Entry, Overrides};
 use rate_limit_window_core::state::{self, Identity, StateFile};
 use rate_limit_window_core::{SavedTable, Table};
 
-use crate::util::{now_ms, Timer};
+use crate::ffi::process::{now_ms, Timer};
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -323,7 +323,7 @@ pub fn start(cycle: &ngx_cycle_t, zones: &[*mut ZoneConf], every_ms: u64) {
 /// The timer handler: logs the last write's outcome and starts the next
 /// (unless the last one still runs), then re-arms unless exiting.
 extern "C" fn tick(_ev: *mut ngx_event_t) {
-    if let Some(cycle) = crate::util::cycle() {
+    if let Some(cycle) = crate::ffi::process::cycle() {
         if collect(cycle.log, false) {
             let jobs = jobs(cycle, true);
             let h = crate::sync::spawn_blocked("rlw-state".into(), move || run(jobs));

@@ -21,7 +21,7 @@ use ngx::http::HttpModuleMainConf;
 
 use rate_limit_window_core::Table;
 
-use crate::util;
+use crate::ffi::process;
 use crate::zone::{ZoneConf, ZoneHeader};
 use crate::Module;
 
@@ -45,7 +45,7 @@ const COUNT_CHUNK: usize = 1 << 20;
 
 thread_local! {
     /// The timer event of this process (only worker 0 arms it).
-    static TIMER: util::Timer = const { util::Timer::new() };
+    static TIMER: process::Timer = const { process::Timer::new() };
 }
 
 /// Arms the sweep timer, if any zone is configured. Called from
@@ -68,9 +68,9 @@ fn chunk(capacity: usize) -> usize {
 extern "C" fn tick(_ev: *mut ngx_event_t) {
     // The running cycle: its http main conf exists since `start` was
     // called with its zones.
-    let cycle = util::cycle();
+    let cycle = process::cycle();
     if let Some((mcf, cycle)) = cycle.and_then(|c| Some((Module::main_conf(c)?, c))) {
-        let now = util::now_ms();
+        let now = process::now_ms();
         for (zone, table, header) in mcf
             .zones()
             .filter_map(|z| ZoneConf::live(z).map(|(t, h)| (z, t, h)))

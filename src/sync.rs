@@ -326,3 +326,15 @@ fn connect<'c>(
     }
     Ok(conn.as_mut().expect("connection was just set"))
 }
+
+/// Queues fingerprint `fp` (never 0) in `slots`, lock-free, for the sync
+/// thread: true when it is there (already queued, or put in a free slot,
+/// 0), false when every slot holds another one.
+pub fn enqueue(slots: &[core::sync::atomic::AtomicU64], fp: u64) -> bool {
+    use core::sync::atomic::Ordering;
+    slots.iter().any(|e| {
+        e.load(Ordering::Relaxed) == fp
+            || e.compare_exchange(0, fp, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    })
+}

@@ -18,7 +18,7 @@ use ngx::http::Request;
 use ngx::ngx_string;
 
 use crate::decision::{self, Verdict};
-use crate::req::variable_get;
+use crate::ffi::req::variable_get;
 
 /// Adds the module's variables.
 ///
@@ -59,7 +59,7 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
 
 /// Sets `v` to `bytes` copied into the request pool.
 pub fn set(r: &Request, v: &mut ngx_http_variable_value_t, bytes: &[u8]) -> ngx_int_t {
-    let Some(s) = crate::util::pool_str(&mut r.pool(), bytes) else {
+    let Some(s) = crate::ffi::pool::pool_str(&mut r.pool(), bytes) else {
         return Status::NGX_ERROR.into();
     };
     v.data = if s.len == 0 { ptr::null_mut() } else { s.data };

@@ -390,7 +390,7 @@ fn carry_overrides(zone: &ZoneConf, old: &ZoneConf, log: *mut ngx_log_t) {
     if old_o.live() == 0 || nt.seed() != ot.seed() {
         return;
     }
-    let now = crate::util::now_ms();
+    let now = crate::ffi::process::now_ms();
     let (mut kept, mut dropped) = (0, 0);
     for e in old_o.iter(now) {
         match new_o.restore(e, now) {

@@ -1,4 +1,5 @@
-//! This module's record of a main request, kept where an internal redirect
+//! Pool memory: copies of bytes ([`pool_copy`], [`pool_str`]), and this
+//! module's record of a main request, kept where an internal redirect
 //! cannot erase it.
 //!
 //! An internal redirect (`try_files` to a named location, `error_page`,
@@ -13,16 +14,19 @@
 //! of the pool ([`drop_with_pool`]); the common one has none and is not
 //! dropped at all.
 
+use core::alloc::Layout;
 use core::cell::Cell;
 use core::ffi::c_void;
 use core::mem::MaybeUninit;
-use core::ptr::NonNull;
+use core::ptr::{self, NonNull};
 use core::slice;
 
-use nginx_sys::{ngx_palloc, ngx_pool_cleanup_add};
+use nginx_sys::{ngx_palloc, ngx_pool_cleanup_add, ngx_str_t};
+use ngx::allocator::Allocator;
+use ngx::core::Pool;
 use ngx::http::{HttpModuleMainConf, Request};
 
-use crate::hidden;
+use crate::ffi::hidden;
 use crate::Module;
 
 /// Room for values of `E` in pool memory, written one by one.
@@ -145,4 +149,29 @@ pub fn room<E>(r: &Request, n: usize) -> Option<&'static Room<E>> {
         let p = ngx_palloc(main_of(r).as_ref().pool, size).cast::<Cell<MaybeUninit<E>>>();
         (!p.is_null()).then(|| slice::from_raw_parts(p, n))
     }
+}
+
+/// A copy of `bytes` in `pool` (alignment 1), or None when the pool is out
+/// of memory. The copy lives as long as the pool, which outlives any
+/// handle of it (a request's `r.pool()`, say): nothing else refers to it.
+pub fn pool_copy<'p>(pool: &'p mut Pool, bytes: &[u8]) -> Option<&'p mut [u8]> {
+    let len = bytes.len();
+    let at = Allocator::allocate(&*pool, Layout::array::<u8>(len).ok()?).ok()?;
+    let at = at.cast::<u8>().as_ptr();
+    // SAFETY: `allocate` gave `len` fresh bytes of the pool (a dangling,
+    // aligned pointer when `len` is 0), which no one else refers to and
+    // which live as long as the pool; the copy initialises all of them.
+    unsafe {
+        ptr::copy_nonoverlapping(bytes.as_ptr(), at, len);
+        Some(core::slice::from_raw_parts_mut(at, len))
+    }
+}
+
+/// `bytes` copied into `pool`, as an nginx string (None: out of memory).
+pub fn pool_str(pool: &mut Pool, bytes: &[u8]) -> Option<ngx_str_t> {
+    let copy = pool_copy(pool, bytes)?;
+    Some(ngx_str_t {
+        len: copy.len(),
+        data: copy.as_mut_ptr(),
+    })
 }

@@ -50,7 +50,7 @@ macro_rules! variable_get {
         ) -> nginx_sys::ngx_int_t {
             // SAFETY: nginx calls a get handler with a valid request and a
             // value to fill (see `args`).
-            let (r, v) = unsafe { $crate::req::args(r, v) };
+            let (r, v) = unsafe { $crate::ffi::req::args(r, v) };
             $get(r, v)
         }
     };

@@ -58,7 +58,7 @@ macro_rules! conf_handler {
             // directive's level, of the command's `conf` offset ($conf); both
             // are valid, and not otherwise borrowed, for the call.
             let (cf, conf) = unsafe { (&*cf, &mut *conf.cast::<$conf>()) };
-            $crate::conf_log::conf_status($body(cf, conf))
+            $crate::ffi::conf_ext::conf_status($body(cf, conf))
         }
     };
 }

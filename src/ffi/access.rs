@@ -24,7 +24,7 @@ use core::ptr;
 use nginx_sys::{ngx_conf_t, ngx_http_variable_value_t, ngx_uint_t};
 use ngx::http::{HttpModuleMainConf, Request};
 
-use crate::hidden;
+use crate::ffi::hidden;
 use crate::Module;
 
 /// The mark's states; each value's text is 6 bytes.

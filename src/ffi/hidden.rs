@@ -13,7 +13,7 @@ use nginx_sys::{
 };
 use ngx::http::Request;
 
-use crate::req::variable_get;
+use crate::ffi::req::variable_get;
 
 /// `name` as nginx's string, for calls that only read it (nginx copies
 /// a variable's name).

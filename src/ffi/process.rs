@@ -1,0 +1,82 @@
+//! The process's side of nginx: the clock, this worker's shard, the
+//! running cycle and its log, and this process's timer events.
+
+use core::cell::UnsafeCell;
+use core::ptr;
+
+use nginx_sys::{
+    ngx_add_timer, ngx_cached_time, ngx_cycle, ngx_cycle_t, ngx_event_handler_pt, ngx_event_t,
+    ngx_exiting, ngx_log_t, ngx_msec_t, ngx_quit, ngx_terminate, ngx_worker,
+};
+
+/// Current time as UTC unix epoch milliseconds, from nginx's cached clock
+/// (updated once per event-loop iteration). The core never reads a clock
+/// itself: this is the one place where time enters the module.
+pub fn now_ms() -> u64 {
+    // SAFETY: ngx_cached_time always points at a valid ngx_time_t slot once
+    // nginx has started (ngx_time_init runs before any configuration).
+    let tp = unsafe { &*ngx_cached_time };
+    (tp.sec.max(0) as u64) * 1000 + tp.msec as u64
+}
+
+/// The counter shard of this worker process (the table takes it modulo its
+/// shard count).
+pub fn shard() -> usize {
+    // SAFETY: ngx_worker is written once when the worker starts.
+    unsafe { ngx_worker }
+}
+
+/// nginx's running cycle (`ngx_cycle`), if one is set: while a
+/// configuration loads, the cycle that runs now (the previous one).
+pub fn cycle() -> Option<&'static ngx_cycle_t> {
+    // SAFETY: ngx_cycle is null or points at the running cycle, which this
+    // process's event loop thread (the only caller) keeps alive while it
+    // runs, and a loading configuration until its cycle replaces it.
+    unsafe { ngx_cycle.as_ref() }
+}
+
+/// The running cycle's log (null before there is one). Messages that must
+/// not carry the request line (it may hold a key) go there.
+pub fn cycle_log() -> *mut ngx_log_t {
+    cycle().map_or(ptr::null_mut(), |c| c.log)
+}
+
+/// A timer event of this process (the sweep's, the state writer's): only
+/// ever touched by the event loop thread, so it lives in a thread-local
+/// (`thread_local! { static T: Timer = const { Timer::new() } }`), at an
+/// address that stays put while nginx's timer tree holds it.
+pub struct Timer(UnsafeCell<ngx_event_t>);
+
+impl Timer {
+    /// An idle event (all zero, as nginx allocates its own with ngx_pcalloc).
+    pub const fn new() -> Self {
+        // SAFETY: an all-zero ngx_event_t is a valid idle event.
+        Timer(UnsafeCell::new(unsafe { core::mem::zeroed() }))
+    }
+
+    /// Arms the timer to call `handler` in `ms` ms, logging to `log`.
+    pub fn arm(&self, handler: ngx_event_handler_pt, log: *mut ngx_log_t, ms: ngx_msec_t) {
+        let ev = self.0.get();
+        // SAFETY: the event is this thread's own (see `Timer`), not borrowed
+        // elsewhere; nginx keeps a pointer to it in its timer tree, which
+        // only this thread's event loop reads.
+        unsafe {
+            (*ev).handler = handler;
+            (*ev).log = log;
+            (*ev).set_cancelable(1);
+            ngx_add_timer(ev, ms);
+        }
+    }
+
+    /// Arms the timer again (from its handler) in `ms` ms, unless the
+    /// process is exiting, quitting or terminating.
+    pub fn rearm(&self, ms: ngx_msec_t) {
+        // SAFETY: process-wide flags, written by the signal handler or the
+        // event loop of this same process; the event is as in `arm`.
+        unsafe {
+            if ngx_exiting == 0 && ngx_quit == 0 && ngx_terminate == 0 {
+                ngx_add_timer(self.0.get(), ms);
+            }
+        }
+    }
+}

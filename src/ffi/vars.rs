@@ -1,0 +1,92 @@
+//! Variable values at the boundary: a value's bytes and a flushed read,
+//! both from the flag bits in one load.
+
+use core::ptr;
+
+use nginx_sys::{
+    ngx_http_get_flushed_variable, ngx_http_get_indexed_variable, ngx_http_request_t, ngx_uint_t,
+    ngx_variable_value_t,
+};
+
+/// The bytes of a variable's value; empty when the variable was not found.
+///
+/// nginx declares the value's flags as C bitfields, `unsigned len:28;
+/// valid:1; no_cacheable:1; not_found:1; escape:1;`, first in the struct.
+/// bindgen's getters assemble such fields one bit at a time (about 60
+/// instructions for `len` and `not_found`, on every request); on
+/// little-endian targets the C ABIs (x86_64, AArch64 ELF) allocate the
+/// fields from the least significant bit of the first 32-bit word, so both
+/// are read here with one load.
+///
+/// # Safety
+/// `v` must be a value nginx filled in, whose data lives as long as `v`.
+pub unsafe fn variable_bytes(v: &ngx_variable_value_t) -> &[u8] {
+    #[cfg(target_endian = "little")]
+    let (len, not_found) = {
+        // SAFETY: the struct is repr(C) and starts with the 32-bit
+        // bitfield unit (checked at compile time below).
+        let word = unsafe { ptr::from_ref(v).cast::<u32>().read() };
+        ((word & 0x0fff_ffff) as usize, word & (1 << 30) != 0)
+    };
+    #[cfg(not(target_endian = "little"))]
+    let (len, not_found) = (v.len() as usize, v.not_found() != 0);
+    if not_found || len == 0 || v.data.is_null() {
+        return &[];
+    }
+    // SAFETY: data holds len bytes for as long as the value lives.
+    unsafe { core::slice::from_raw_parts(v.data, len) }
+}
+
+/// `ngx_http_get_flushed_variable(r, index)` with its test of the cached
+/// value made here (the flag bits `variable_bytes` reads, bit 28 `valid`,
+/// 29 `no_cacheable`, 30 `not_found`): a value not evaluated yet goes
+/// straight to `ngx_http_get_indexed_variable`, as nginx's function does,
+/// a cacheable cached one is returned, and a non-cacheable cached one is
+/// left to nginx's function to reset and evaluate again. Null on an
+/// nginx error.
+///
+/// # Safety
+/// `r` is a valid request and `index` a variable index obtained at
+/// configuration time (within its variables array).
+#[cfg(target_endian = "little")]
+#[inline]
+pub unsafe fn flushed_variable(
+    r: *mut ngx_http_request_t,
+    index: ngx_uint_t,
+) -> *mut ngx_variable_value_t {
+    const VALID: u32 = 1 << 28;
+    const NO_CACHEABLE: u32 = 1 << 29;
+    const NOT_FOUND: u32 = 1 << 30;
+    // SAFETY: per the contract, `variables[index]` is the request's value,
+    // whose first 32-bit word is the bitfield unit (see variable_bytes).
+    unsafe {
+        let v = (*r).variables.add(index);
+        let word = v.cast::<u32>().read();
+        if word & (VALID | NOT_FOUND) == 0 {
+            return ngx_http_get_indexed_variable(r, index);
+        }
+        if word & NO_CACHEABLE == 0 {
+            return v;
+        }
+        ngx_http_get_flushed_variable(r, index)
+    }
+}
+
+/// Big-endian targets: nginx's own function.
+///
+/// # Safety
+/// As the little-endian version.
+#[cfg(not(target_endian = "little"))]
+#[inline]
+pub unsafe fn flushed_variable(
+    r: *mut ngx_http_request_t,
+    index: ngx_uint_t,
+) -> *mut ngx_variable_value_t {
+    // SAFETY: per the contract.
+    unsafe { ngx_http_get_flushed_variable(r, index) }
+}
+
+// The layout `variable_bytes` reads: a 4-byte bitfield unit, then (after
+// padding) the data pointer.
+const _: () = assert!(size_of::<ngx_variable_value_t>() == 2 * size_of::<usize>());
+const _: () = assert!(core::mem::offset_of!(ngx_variable_value_t, data) == size_of::<usize>());
