@@ -50,7 +50,7 @@ pub fn set_zone(cf: &ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
     zone.fail = d.params.fail;
     zone.size = d.params.size;
     zone.redis = d.params.redis;
-    crate::state::configure(zone, d.state.as_deref(), cf.prefixes().0);
+    crate::zone::state_file::configure(zone, d.state.as_deref(), cf.prefixes().0);
     zone.defined = true;
     add_shared_zone(cf, zone)
 }
@@ -101,7 +101,7 @@ fn add_shared_zone(cf: &ngx_conf_t, zone: &mut ZoneConf) -> ConfResult {
     let shm = unsafe { ngx_shared_memory_add(cf, &mut name, zone.size + overrides, module.cast()) };
     // SAFETY: a non-null shm is a zone descriptor owned by the cycle.
     let shm_ref = unsafe { shm.as_mut() }.ok_or(ConfFailed::Logged)?;
-    shm_ref.init = Some(crate::zone_init::init_zone);
+    shm_ref.init = Some(crate::zone::init::init_zone);
     shm_ref.data = ptr::from_mut(zone).cast();
     zone.shm_zone = shm;
     Ok(())

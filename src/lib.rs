@@ -70,23 +70,14 @@ mod handler;
 mod metrics;
 mod near_limit;
 mod override_api;
-mod override_sync;
 mod overrides;
 mod phases;
 mod redis_conf;
-mod redis_link;
 mod reset;
-mod resize;
-mod state;
-mod state_write;
-mod sweep;
 mod sync;
-mod sync_ctx;
-mod sync_round;
-mod sync_stats;
 mod variables;
+mod worker;
 mod zone;
-mod zone_init;
 
 use core::ptr;
 
@@ -208,7 +199,7 @@ extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     };
     if reload && process == NGX_PROCESS_SINGLE as ngx_uint_t {
         sync::stop_all();
-        state_write::join(cycle.log);
+        worker::state_write::join(cycle.log);
         if let Some(mcf) = Module::main_conf(cycle) {
             sync::start_all(&mcf.zones);
         }
@@ -230,9 +221,9 @@ extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     }
     if let Some(mcf) = Module::main_conf(cycle) {
         sync::start_all(&mcf.zones);
-        sweep::start(cycle, &mcf.zones);
+        worker::sweep::start(cycle, &mcf.zones);
         let every_ms = mcf.state_interval_ms.unwrap_or(conf::STATE_INTERVAL_MS);
-        state_write::start(cycle, &mcf.zones, every_ms);
+        worker::state_write::start(cycle, &mcf.zones, every_ms);
     }
     Status::NGX_OK.into()
 }
@@ -241,5 +232,5 @@ extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
 /// then write the zones' state files.
 extern "C" fn exit_process(cycle: *mut ngx_cycle_t) {
     sync::stop_all();
-    state_write::save_at_exit(cycle);
+    worker::state_write::save_at_exit(cycle);
 }

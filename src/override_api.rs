@@ -118,7 +118,7 @@ fn put_body(r: &mut Request) -> ngx_int_t {
     };
     o.count_change(change_kind(&body));
     log_change(r, zone, fp, &describe(&entry, now));
-    let cluster = crate::override_sync::share(zone, fp);
+    let cluster = crate::sync::fleet_overrides::share(zone, fp);
     let answer = format!(
         "{{\"zone\":{},\"fingerprint\":\"{fp:014x}\",\"override\":{},\"previous\":{},\
          \"cluster\":{cluster}}}\n",
@@ -153,7 +153,7 @@ pub(crate) fn remove(r: &mut Request) -> ngx_int_t {
         log_change(r, zone, fp, &format!("removed ({})", describe(e, now)));
     }
     // Removed on every gateway, even if this one had none.
-    let cluster = crate::override_sync::share(zone, fp);
+    let cluster = crate::sync::fleet_overrides::share(zone, fp);
     let answer = format!(
         "{{\"zone\":{},\"fingerprint\":\"{fp:014x}\",\"removed\":{},\"cluster\":{cluster}}}\n",
         json_str(&zone.name_str()),
@@ -174,7 +174,7 @@ pub(crate) fn lift_ban(zone: &ZoneConf, fp: u64, now: u64) -> bool {
     let lifted = o.remove(fp, now).is_some();
     if lifted {
         o.count_change(ChangeKind::Remove);
-        crate::override_sync::share(zone, fp);
+        crate::sync::fleet_overrides::share(zone, fp);
     }
     lifted
 }

@@ -24,7 +24,7 @@ use crate::conf::Limit;
 #[inline(never)]
 pub(crate) fn banned(limit: &Limit, hash: KeyHash, secs: u32, log: *mut ngx_log_t) {
     let zone = limit.zone();
-    crate::override_sync::share(zone, hash.fingerprint());
+    crate::sync::fleet_overrides::share(zone, hash.fingerprint());
     ngx_log_error!(
         NGX_LOG_NOTICE,
         log,

@@ -8,7 +8,7 @@ use rate_limit_window_core::overrides::{ChangeKind, Overrides};
 use rate_limit_window_core::{Counter, Table};
 
 use crate::api::format::Label;
-use crate::sweep;
+use crate::worker::sweep;
 use crate::zone::{ZoneConf, ZoneHeader};
 
 /// An initialised zone, as the value functions read it.

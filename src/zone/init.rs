@@ -128,7 +128,7 @@ fn reuse(zone: &mut ZoneConf, old: &ZoneConf, bytes: usize, log: *mut ngx_log_t)
     if !same_hashing_and_window(zone, old, log) {
         return Err(());
     }
-    crate::resize::warn_prefix_change(zone, old, log);
+    crate::zone::resize::warn_prefix_change(zone, old, log);
     if old.mode != zone.mode {
         ngx_log_error!(
             NGX_LOG_EMERG,
@@ -161,11 +161,11 @@ fn create(init: Init<'_>) -> Result<(), ()> {
     let random = random_or_log(zone, log)?;
     // A resize on reload: the running cycle's zone, whose clients are
     // carried over (with its seed) when they can be.
-    let previous = crate::resize::previous(zone);
+    let previous = crate::zone::resize::previous(zone);
     // A zone new to this start: its state file's clients, with their seed.
     let saved = previous
         .is_none()
-        .then(|| crate::state::load(zone, log))
+        .then(|| crate::zone::state_file::load(zone, log))
         .flatten();
     let ids = Ids {
         zone_bytes: bytes,
@@ -184,11 +184,11 @@ fn create(init: Init<'_>) -> Result<(), ()> {
     // The pool's data pointer tells a later cycle where the header is.
     pool.as_mut().data = zone.header.cast();
     if let Some(old) = previous {
-        crate::resize::carry(zone, old, log);
+        crate::zone::resize::carry(zone, old, log);
         carry_overrides(zone, old, log);
     }
     if let Some(f) = saved {
-        crate::state::restore(zone, &f, log);
+        crate::zone::state_file::restore(zone, &f, log);
     }
     Ok(())
 }
@@ -204,7 +204,7 @@ fn seed_of(
 ) -> [u64; 2] {
     match &zone.redis {
         Some(r) => config_seed(zone.name.as_bytes(), &r.secret),
-        None => crate::resize::seed_for(zone, previous)
+        None => crate::zone::resize::seed_for(zone, previous)
             .or(saved)
             .unwrap_or(random),
     }

@@ -11,7 +11,7 @@ use rate_limit_window_core::cluster::{claim, Claim, Ledger};
 use rate_limit_window_core::{Table, Window};
 use redis::Value;
 
-use crate::redis_link::{LinkError, RedisTarget};
+use crate::sync::redis_link::{LinkError, RedisTarget};
 use crate::zone::ZoneHeader;
 
 /// How often a waiting thread, or a napping owner, checks the stop flag

@@ -46,6 +46,17 @@
 //! was chosen over nginx's event loop: the sync is a periodic batch job, so
 //! blocking I/O off the request path is the simplest correct shape, and it
 //! can never delay a request.
+//!
+//! Here: the thread and its owner (this file), a round's job and context
+//! ([`ctx`]), one round ([`round`]) and its measurements ([`round_stats`]),
+//! the Redis connection ([`redis_link`]), and the overrides the fleet
+//! shares ([`fleet_overrides`]).
+
+pub mod ctx;
+pub mod fleet_overrides;
+pub mod redis_link;
+pub mod round;
+pub mod round_stats;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -57,10 +68,10 @@ use ngx::ngx_log_error;
 use rate_limit_window_core::cluster::fleet::{Diff, Profile};
 use rate_limit_window_core::cluster::Claim;
 
-use crate::redis_link::{Link, LinkError, LinkErrorKind, RedisTarget};
-use crate::sync_ctx::{epoch_ms, Job, Owner, RoundCtx, RoundError, POLL_MS};
-use crate::sync_round::{round, Done, RoundState};
-use crate::sync_stats::Durations;
+use crate::sync::ctx::{epoch_ms, Job, Owner, RoundCtx, RoundError, POLL_MS};
+use crate::sync::redis_link::{Link, LinkError, LinkErrorKind, RedisTarget};
+use crate::sync::round::{round, Done, RoundState};
+use crate::sync::round_stats::Durations;
 use crate::zone::{ZoneConf, ZoneHeader};
 
 /// Reconnect backoff bounds (ms).

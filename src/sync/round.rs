@@ -26,8 +26,8 @@ use rate_limit_window_core::cluster::hot::{
 use rate_limit_window_core::cluster::{gateway_field, redis_key, shares, Push};
 use redis::Value;
 
-use crate::redis_link::Link;
-use crate::sync_ctx::{bytes, fields, RoundCtx, RoundError};
+use crate::sync::ctx::{bytes, fields, RoundCtx, RoundError};
+use crate::sync::redis_link::Link;
 
 /// Largest number of keys per pipelined batch.
 const BATCH: usize = 1000;
@@ -82,7 +82,7 @@ pub fn round(
     let round_ms = (ctx.job.sync_ms * 2).max(ROUND_MIN_MS);
     let round_deadline = Instant::now() + Duration::from_millis(round_ms);
     reset_keys(conn, ctx, now)?;
-    crate::override_sync::round(conn, ctx, &mut st.ovr_at, now)?;
+    crate::sync::fleet_overrides::round(conn, ctx, &mut st.ovr_at, now)?;
     fleet(conn, ctx, st, now)?;
     let index = ctx.job.window.index(now);
     read_hot(conn, ctx, st, index)?;

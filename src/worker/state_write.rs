@@ -93,7 +93,7 @@ fn jobs(cycle: &ngx_cycle_t, periodic: bool) -> Vec<Job> {
         .filter_map(|z: &'static ZoneConf| {
             Some(Job {
                 name: z.name_str().into_owned(),
-                identity: crate::state::identity(z),
+                identity: crate::zone::state_file::identity(z),
                 table: z.table.as_ref()?,
                 overrides: z.overrides,
                 path: z.state.clone()?,

@@ -2,7 +2,15 @@
 //! (`ZoneConf`) and how it reaches the zone header in the zone. The
 //! header, the zone's layout and its one version are the core's
 //! (`rate_limit_window_core::shm`); the zone init callback that formats a
-//! new zone or adopts the old one on reload is in zone_init.rs.
+//! new zone or adopts the old one on reload is in [`init`].
+//!
+//! Here: the zone's init and reuse on reload ([`init`]), a resized zone's
+//! clients carried over ([`resize`]) and its state file read at init
+//! ([`state_file`]).
+
+pub mod init;
+pub mod resize;
+pub mod state_file;
 
 use core::ptr;
 

@@ -18,8 +18,8 @@ use rate_limit_window_core::overrides::remote::{
 };
 use rate_limit_window_core::overrides::Overrides;
 
-use crate::redis_link::Link;
-use crate::sync_ctx::{RoundCtx, RoundError};
+use crate::sync::ctx::{RoundCtx, RoundError};
+use crate::sync::redis_link::Link;
 use crate::zone::ZoneConf;
 
 /// How often the hash is read (ms).
@@ -118,7 +118,7 @@ fn pull(conn: &mut Link, ctx: &RoundCtx<'_>, o: &Overrides, now: u64) -> Result<
     let mut pipe = redis::pipe();
     pipe.cmd("HGETALL").arg(&key);
     let replies = conn.exec(&pipe, Instant::now() + Duration::from_millis(CALL_MS))?;
-    let Some(fields) = replies.first().and_then(crate::sync_ctx::fields) else {
+    let Some(fields) = replies.first().and_then(crate::sync::ctx::fields) else {
         return Ok(());
     };
     let mut stale = Vec::new();
