@@ -20,8 +20,8 @@ use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, Merge, NgxHttpCoreMo
 use ngx::ngx_string;
 use rate_limit_window_core::conf::error::LimitConfError;
 
+use crate::conf::zone_directive;
 use crate::conf::{self, LocConf, MainConf, HEADERS_VALUES, LOG_LEVELS, PHASE_VALUES};
-use crate::conf_zone;
 use crate::ffi::conf_ext::{conf_handler, conf_status, ConfExt, ConfFailed, ConfResult};
 use crate::Module;
 
@@ -121,7 +121,7 @@ pub static mut COMMANDS: [ngx_command_t; 11] = [
     ngx_command_t::empty(),
 ];
 
-conf_handler!(set_zone, MainConf, conf_zone::set_zone);
+conf_handler!(set_zone, MainConf, zone_directive::set_zone);
 conf_handler!(set_state_interval, MainConf, conf::set_state_interval);
 conf_handler!(set_limit, LocConf, conf::set_limit);
 conf_handler!(set_headers, LocConf, |cf, lcf: &mut LocConf| {
@@ -168,7 +168,7 @@ pub extern "C" fn merge_loc_conf(
     if conf.merge(prev).is_err() {
         return NGX_CONF_ERROR;
     }
-    crate::early_answer::check_conf(cf, conf);
+    crate::conf::early_answer::check_conf(cf, conf);
     if conf.phase == conf::PHASE_POSTACCESS && conf.limits.as_ref().is_some_and(|l| !l.is_empty()) {
         // The access mark is kept only for configurations that read it.
         let Some(mcf) = Module::main_conf_mut(cf) else {

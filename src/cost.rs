@@ -18,7 +18,7 @@ use rate_limit_window_core::conf::parse::escape;
 use rate_limit_window_core::engine::Cost;
 use rate_limit_window_core::FailPolicy;
 
-pub use crate::conf_value::ConfValue as CostValue;
+pub use crate::conf::value::ConfValue as CostValue;
 use crate::zone::ZoneConf;
 
 /// The request's cost under `limit` (requests per window), for the engine.

@@ -79,7 +79,7 @@ fn gives_headers(d: &Decision) -> bool {
 #[inline(never)]
 fn add_headers_then_next(r: &mut Request, d: Option<&Decision>) -> ngx_int_t {
     match d {
-        None => crate::early_answer::check_request(r),
+        None => crate::conf::early_answer::check_request(r),
         Some(d) => add_headers(r, d),
     }
     next(r)

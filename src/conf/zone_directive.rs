@@ -77,7 +77,7 @@ fn redeclared(zone: &ZoneConf, key: ngx_str_t, d: &ZoneDirective) -> ZoneConfErr
 fn zone_params(cf: &ngx_conf_t) -> Result<ZoneDirective, ConfError> {
     let mut d = parse_zone_directive(&cf.words(2), 8 * page_size())?;
     if let Some(r) = d.params.redis.as_mut() {
-        crate::redis_conf::load(r, cf.prefixes().1)?;
+        crate::conf::redis_files::load(r, cf.prefixes().1)?;
     }
     Ok(d)
 }

@@ -4,8 +4,21 @@
 //! parsed into typed values by the core (`limit_opts::parse_limit_directive`);
 //! the directive table is in commands.rs.
 //!
+//! Here too: the one number-or-variable type ([`value`]), `delay=`'s
+//! location side ([`loc_delay`]), `charge=` compiled ([`charge_var`]),
+//! `rate_limit_window_zone` ([`zone_directive`]) and its Redis files
+//! ([`redis_files`]), and the warning for limits that cannot run
+//! ([`early_answer`]).
+//!
 //! Messages follow nginx's own wording ("invalid zone size", "is too small",
 //! "is already bound to key") so that `nginx -t` reads like any stock module.
+
+pub mod charge_var;
+pub mod early_answer;
+pub mod loc_delay;
+pub mod redis_files;
+pub mod value;
+pub mod zone_directive;
 
 use core::ptr;
 
@@ -19,12 +32,11 @@ use rate_limit_window_core::conf::limit_opts::{parse_limit_directive, LimitDirec
 use rate_limit_window_core::conf::parse::escape;
 use rate_limit_window_core::conf::units::parse_time_ms;
 
-use crate::conf_charge;
-use crate::conf_delay::LocDelay;
-use crate::conf_value::ConfValue;
 use crate::ffi::conf_ext::{ConfExt, ConfFailed, ConfResult};
 use crate::zone::ZoneConf;
 use crate::Module;
+use loc_delay::LocDelay;
+use value::ConfValue;
 
 /// `ngx_conf_t`'s "unset" markers, as nginx's merge macros expect them.
 pub const UNSET: isize = -1;
@@ -116,7 +128,7 @@ impl MainConf {
 
 /// The limit of one `rate_limit_window` directive: requests per window,
 /// fixed or from a variable (the one number-or-variable type).
-pub use crate::conf_value::ConfValue as LimitValue;
+pub use value::ConfValue as LimitValue;
 
 /// One `rate_limit_window zone=NAME limit=…;` directive.
 #[derive(Clone, Copy)]
@@ -322,7 +334,7 @@ pub fn set_limit(cf: &ngx_conf_t, lcf: &mut LocConf) -> ConfResult {
         return Err(cf.emerg(LimitConfError::DuplicateZone(d.zone)));
     }
     let (file, line) = cf.position();
-    let charge = conf_charge::compile(cf, zone_ref, d.charge.as_deref(), (file, line))?;
+    let charge = charge_var::compile(cf, zone_ref, d.charge.as_deref(), (file, line))?;
     limits.push(limit(
         &d,
         Compiled {
@@ -375,7 +387,7 @@ pub fn init_main_conf(cf: &mut ngx_conf_t, mcf: &MainConf) -> ConfResult {
             cf.log_at((z.ref_file, z.ref_line), NGX_LOG_EMERG as ngx_uint_t, &e);
             return Err(ConfFailed::Logged);
         }
-        conf_charge::check_zone(cf, z)?;
+        charge_var::check_zone(cf, z)?;
     }
     Ok(())
 }
