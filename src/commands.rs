@@ -141,8 +141,8 @@ conf_handler!(set_metrics, LocConf, metrics);
 fn metrics(cf: &ngx_conf_t, _lcf: &mut LocConf) -> ConfResult {
     let clcf = NgxHttpCoreModule::location_conf_mut(cf).ok_or(ConfFailed::Logged)?;
     clcf.handler = match cf.words(1).as_slice() {
-        [] | [b"reset=off" | b"write=off"] => Some(crate::metrics::handler),
-        [b"reset=on" | b"write=on"] => Some(crate::reset::handler),
+        [] | [b"reset=off" | b"write=off"] => Some(crate::api::metrics::handler),
+        [b"reset=on" | b"write=on"] => Some(crate::api::reset::handler),
         [other] => return Err(cf.emerg(LimitConfError::MetricsParam(other.to_vec()))),
         _ => return Err(ConfFailed::Logged),
     };

@@ -51,25 +51,11 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod api;
-mod charge;
 mod commands;
 mod conf;
-mod cost;
-mod count_status;
-mod decision;
-mod delay;
 mod ffi;
-mod filter;
-mod grpc;
-mod handler;
-mod metrics;
-mod near_limit;
-mod override_api;
-mod overrides;
-mod phases;
-mod reset;
+mod request;
 mod sync;
-mod variables;
 mod worker;
 mod zone;
 
@@ -115,10 +101,10 @@ extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     run_steps(
         cf,
         &[
-            variables::register,
+            request::variables::register,
             ffi::hidden::register,
-            charge::register_variable,
-            delay::register_variable,
+            request::charge_read::register_variable,
+            request::hold::register_variable,
         ],
     )
 }
@@ -126,9 +112,12 @@ extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
 /// Postconfiguration: the phase handlers, the LOG-phase handler of
 /// `charge=`, and the header filter.
 extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-    let rc = run_steps(cf, &[phases::register, charge::register]);
+    let rc = run_steps(
+        cf,
+        &[request::phases::register, request::charge_read::register],
+    );
     if rc == Status::NGX_OK.into() {
-        filter::register();
+        request::filter::register();
     }
     rc
 }

@@ -39,15 +39,15 @@ use rate_limit_window_core::{
 };
 
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
-use crate::decision::{self, Applied, Verdict};
-use crate::delay;
 use crate::ffi::pool::main_of;
 use crate::ffi::req::request_handler;
 use crate::ffi::{process, vars};
-use crate::overrides;
+use crate::request::ban;
+use crate::request::hold;
+use crate::request::record::{self, Applied, Verdict};
+use crate::request::{cost, count_status, near_limit};
 use crate::zone::ZoneConf;
 use crate::Module;
-use crate::{cost, count_status, near_limit};
 
 /// How long a kind of degradation must stay quiet before its next
 /// occurrence is logged again as a new episode (ms).
@@ -238,10 +238,10 @@ fn handle_limits(
     // Counted once per main request: an internal redirect, error_page or
     // subrequest finds the decision already made. The record found (a held
     // request's) is the one the decision reuses: looked up once.
-    let Some(at) = decision::place(r) else {
+    let Some(at) = record::place(r) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
-    if at.rec.is_some_and(decision::Record::decided) || main_decides_later(r) {
+    if at.rec.is_some_and(record::Record::decided) || main_decides_later(r) {
         return declined;
     }
     // In postaccess, a request that failed an access check (401, 403) is
@@ -286,7 +286,7 @@ struct Judging<'a> {
     limits: &'a [conf::Limit],
     /// The record being filled (held here, not behind a pointer: one
     /// struct in memory for the engine's out-of-line paths).
-    pending: decision::Pending,
+    pending: record::Pending,
 }
 
 impl engine::Request<'static> for Judging<'_> {
@@ -378,22 +378,22 @@ impl engine::Request<'static> for Judging<'_> {
     }
 
     fn held_since(&self) -> Option<u64> {
-        delay::held_since(self.r)
+        hold::held_since(self.r)
     }
 
     fn held_by(&self, client: u64) -> u32 {
-        delay::held_by(self.lcf, client)
+        hold::held_by(self.lcf, client)
     }
 
     fn hold(&mut self, h: &Hold, now: u64) -> bool {
         let (lcf, limits) = (self.lcf, self.limits);
-        let holding = delay::Holding {
+        let holding = hold::Holding {
             lcf,
             limits,
             hold: h,
             now,
         };
-        delay::hold(self.r, &holding)
+        hold::hold(self.r, &holding)
     }
 }
 
@@ -429,13 +429,8 @@ fn skipped(r: &Request, zone: &ZoneConf, why: Skip) {
 /// record is reserved (allocated) before anything is counted. Only a main
 /// request is held: a subrequest's phases are run by its parent, not by
 /// its connection's events.
-fn decide(
-    r: &mut Request,
-    lcf: &LocConf,
-    limits: &[conf::Limit],
-    at: decision::Place,
-) -> ngx_int_t {
-    let Some(pending) = decision::reserve(r, at, limits.len()) else {
+fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit], at: record::Place) -> ngx_int_t {
+    let Some(pending) = record::reserve(r, at, limits.len()) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
     let ask = Ask {
@@ -471,10 +466,10 @@ fn decide(
         pending.applied().len(),
         retry_after
     );
-    decision::commit(pending, verdict, lcf.headers, retry_after);
+    record::commit(pending, verdict, lcf.headers, retry_after);
     if verdict == Verdict::Rejected {
         // A gRPC call gets a gRPC answer (grpc.rs), any other the status.
-        return crate::grpc::reject(r, lcf, retry_after);
+        return crate::request::grpc_reject::reject(r, lcf, retry_after);
     }
     Status::NGX_DECLINED.into()
 }
@@ -519,13 +514,13 @@ fn not_admitted(
             return Err(Status::NGX_AGAIN.into());
         }
         EngineVerdict::WouldHold(h) => {
-            let holding = delay::Holding {
+            let holding = hold::Holding {
                 lcf,
                 limits,
                 hold: h,
                 now,
             };
-            delay::would_hold(r, &holding);
+            hold::would_hold(r, &holding);
             (Verdict::DelayedDryRun, 0)
         }
         EngineVerdict::Reject(rej) => (reject(r, lcf, limits, rej, now), rej.retry_after_s),
@@ -542,7 +537,7 @@ fn admitted_extras(
     now: u64,
 ) -> Verdict {
     count_status::reserve(r, limits, applied);
-    delay::admitted(r, limits, now)
+    hold::admitted(r, limits, now)
 }
 
 /// The glue's side of a rejection the engine made (it has given back the
@@ -558,13 +553,13 @@ fn reject(
     now: u64,
 ) -> Verdict {
     if rej.unheld {
-        delay::unheld(r, limits, now);
+        hold::unheld(r, limits, now);
     }
     if let Some(ahead) = rej.share_full {
-        delay::share_full(r, lcf, limits, ahead);
+        hold::share_full(r, lcf, limits, ahead);
     }
     if rej.banned {
-        overrides::banned(&limits[rej.index], rej.hash, rej.retry_after_s, r.log());
+        ban::banned(&limits[rej.index], rej.hash, rej.retry_after_s, r.log());
     }
     log_rejection(r.log(), lcf, limits[rej.index].zone(), rej);
     if rej.dry_run {
@@ -681,7 +676,7 @@ fn log_episodes_slow(
 fn warn_on_late_keys(r: &mut Request, limits: &[conf::Limit]) {
     // The common case, no decision of this worker recorded an empty key:
     // one test, with the rest out of line.
-    if decision::late_keys_pending() {
+    if record::late_keys_pending() {
         warn_on_late_keys_check(r, limits);
     }
 }
@@ -695,7 +690,7 @@ fn warn_on_late_keys_check(r: &mut Request, limits: &[conf::Limit]) {
     if !r.is_main() || r.as_ref().internal() != 0 {
         return;
     }
-    let Some(d) = decision::find(r) else {
+    let Some(d) = record::find(r) else {
         return;
     };
     if d.empty_keys == 0 {

@@ -17,8 +17,8 @@ use ngx::core::Status;
 use ngx::http::Request;
 use ngx::ngx_string;
 
-use crate::decision::{self, Verdict};
 use crate::ffi::req::variable_get;
+use crate::request::record::{self, Verdict};
 
 /// Adds the module's variables.
 ///
@@ -78,7 +78,7 @@ variable_get!(get_retry_after, retry_after);
 
 /// `$rate_limit_window_status`: the verdict.
 fn status(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
-    let d = decision::find(r);
+    let d = record::find(r);
     set(r, v, d.map_or(b"", |d| d.verdict.as_str().as_bytes()))
 }
 
@@ -90,28 +90,28 @@ fn set_number(r: &Request, v: &mut ngx_http_variable_value_t, n: Option<u32>) ->
 
 /// `$rate_limit_window_remaining`: requests left under the tightest limit.
 fn remaining(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
-    let n = decision::find(r).and_then(|d| d.tightest().map(|a| a.remaining));
+    let n = record::find(r).and_then(|d| d.tightest().map(|a| a.remaining));
     set_number(r, v, n)
 }
 
 /// `$rate_limit_window_limit`: the tightest limit's requests per window
 /// (the `RateLimit-Limit` value).
 fn limit(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
-    let n = decision::find(r).and_then(|d| d.tightest().map(|a| a.limit));
+    let n = record::find(r).and_then(|d| d.tightest().map(|a| a.limit));
     set_number(r, v, n)
 }
 
 /// `$rate_limit_window_reset`: seconds to the tightest limit's next window
 /// boundary (the `RateLimit-Reset` value).
 fn reset(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
-    let n = decision::find(r).and_then(|d| d.tightest().map(|a| a.reset_s));
+    let n = record::find(r).and_then(|d| d.tightest().map(|a| a.reset_s));
     set_number(r, v, n)
 }
 
 /// `$rate_limit_window_retry_after`: the Retry-After seconds of a rejected
 /// (or dry-run rejected) request; empty otherwise.
 fn retry_after(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
-    let n = decision::find(r)
+    let n = record::find(r)
         .filter(|d| matches!(d.verdict, Verdict::Rejected | Verdict::RejectedDryRun))
         .map(|d| d.retry_after_s);
     set_number(r, v, n)

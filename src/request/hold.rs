@@ -41,8 +41,8 @@ use ngx::{ngx_log_debug_http, ngx_log_error, ngx_string};
 use rate_limit_window_core::engine;
 
 use crate::conf::{Limit, LocConf};
-use crate::decision::{self, Hold, Part, Verdict};
 use crate::ffi::req::{event_handler, variable_get};
+use crate::request::record::{self, Hold, Part, Verdict};
 use crate::zone::ZoneConf;
 use crate::Module;
 use rate_limit_window_core::shm::DelayStats;
@@ -121,7 +121,7 @@ pub fn share_full(r: &Request, lcf: &LocConf, limits: &[Limit], ahead: u32) {
 /// then arms the timer. Err: the cap is reached, or nginx could not watch
 /// the connection.
 fn hold_for(r: &mut Request, rej: &Holding) -> Result<(), ()> {
-    let rec = decision::record(r).ok_or(())?;
+    let rec = record::record(r).ok_or(())?;
     let part = &rec.hold.data;
     let cap = &rej.lcf.delay;
     if part.get().is_none() {
@@ -289,7 +289,7 @@ fn release(main: &Request, part: &Cell<Option<Hold>>) {
 /// The hold's part of `r`'s main request's record (None before the
 /// record is reserved).
 fn find(r: &Request) -> Option<&'static Cell<Option<Hold>>> {
-    decision::record(r).map(|rec| &rec.hold.data)
+    record::record(r).map(|rec| &rec.hold.data)
 }
 
 /// Adds `n` (wrapping: `u64::MAX` takes one away) to one of the counters
@@ -341,10 +341,10 @@ variable_get!(get_delay, delay_value);
 /// `$rate_limit_window_delay` (see `register_variable`).
 fn delay_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
     let hold = find(r).and_then(Cell::get).map(|h| h.waited_ms);
-    let text = match (decision::find(r), hold) {
+    let text = match (record::find(r), hold) {
         (None, _) => String::new(),
         (Some(_), None) => "0".into(),
         (Some(_), Some(ms)) => ms.to_string(),
     };
-    crate::variables::set(r, v, text.as_bytes())
+    crate::request::variables::set(r, v, text.as_bytes())
 }

@@ -5,7 +5,7 @@
 
 use core::sync::atomic::Ordering;
 
-use crate::decision::Applied;
+use crate::request::record::Applied;
 
 /// Whether an admission left the estimate at or above 80% of `limit`
 /// (requests per window). `remaining` is what the table returned after

@@ -11,10 +11,10 @@ use nginx_sys::{
 use ngx::http::{HttpModuleLocationConf, Request};
 
 use crate::conf::{HEADERS_IETF, HEADERS_ON};
-use crate::decision::{self, Decision, Verdict};
 use crate::ffi::headers::{add_header, add_pooled_header, add_pooled_headers};
 use crate::ffi::pool::pool_copy;
 use crate::ffi::req::request_handler;
+use crate::request::record::{self, Decision, Verdict};
 use crate::Module;
 
 /// The next header filter in the chain.
@@ -38,7 +38,7 @@ request_handler!(header_filter, filter);
 fn filter(r: &mut Request) -> ngx_int_t {
     // Only the main request answers the client.
     if r.is_main() {
-        let d = decision::find(r);
+        let d = record::find(r);
         let work = match d {
             Some(d) => gives_headers(d),
             // No decision: only a location with limits has something to

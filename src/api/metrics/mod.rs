@@ -55,7 +55,7 @@ pub(crate) fn handle(r: &mut Request) -> ngx_int_t {
         return NGX_HTTP_NOT_FOUND as ngx_int_t;
     };
     if has_flag(r, "overrides") {
-        return crate::override_api::list(r, zone);
+        return crate::api::overrides::list(r, zone);
     }
     let key = match lookup_key(r, zone) {
         Ok(k) => k.unwrap_or_default(),
@@ -65,7 +65,7 @@ pub(crate) fn handle(r: &mut Request) -> ngx_int_t {
     // The client's override, if any, as "override" (null: none).
     if body.ends_with("}\n") {
         body.truncate(body.len() - 2);
-        let o = crate::override_api::lookup_json(zone, &key, now);
+        let o = crate::api::overrides::lookup_json(zone, &key, now);
         body.push_str(&format!(",\"override\":{o}}}\n"));
     }
     send(r, "application/json", &body)

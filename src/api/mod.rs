@@ -1,10 +1,15 @@
 //! What the HTTP API locations (`rate_limit_window_metrics`, with
 //! `write=on` its PUT and DELETE) share: query arguments, the key a query
-//! names, and JSON answers; `format` formats their text. Below metrics.rs,
-//! override_api.rs and reset.rs, which import it and not one another's
-//! helpers.
+//! names, and JSON answers; [`format`] formats their text. Below the
+//! locations' handlers, which import it and not one another's helpers: the
+//! metrics page and one client's lookup ([`metrics`]), `write=on`'s
+//! DELETE of one client's counts ([`reset`]) and the overrides' PUT,
+//! DELETE and list ([`overrides`]).
 
 pub(crate) mod format;
+pub mod metrics;
+pub mod overrides;
+pub mod reset;
 
 use core::ptr;
 

@@ -27,9 +27,9 @@ use ngx::{ngx_log_debug_http, ngx_log_error};
 use rate_limit_window_core::conf::parse::escape;
 use rate_limit_window_core::rule::charge::{final_count, parse_charge};
 
-use crate::count_status::{self, Held};
 use crate::ffi::pool::main_of;
 use crate::ffi::req::{request_handler, variable_get};
+use crate::request::count_status::{self, Held};
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -51,7 +51,7 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
         return Status::NGX_ERROR.into();
     };
     let phase = ngx_http_phases_NGX_HTTP_LOG_PHASE;
-    match crate::phases::push_handler(cmcf, phase, Some(log_handler), true) {
+    match crate::request::phases::push_handler(cmcf, phase, Some(log_handler), true) {
         Ok(()) => Status::NGX_OK.into(),
         Err(()) => Status::NGX_ERROR.into(),
     }
@@ -120,7 +120,7 @@ fn charge_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t
         })
         .map(|h| final_count(h.admission.cost(), h.counts(status), h.charged));
     let text = count.map(|n| n.to_string()).unwrap_or_default();
-    crate::variables::set(r, v, text.as_bytes())
+    crate::request::variables::set(r, v, text.as_bytes())
 }
 
 /// The charge of `h` for `r`: None when it is empty or invalid (logged

@@ -26,10 +26,10 @@ use ngx::ngx_log_error;
 use rate_limit_window_core::Snapshot;
 
 use crate::api::format::{json_str, percent_decode};
+use crate::api::overrides;
 use crate::api::{arg, bad_request, has_flag, lookup_key, send};
 use crate::ffi::process::{cycle_log, now_ms};
 use crate::ffi::req::request_handler;
-use crate::override_api;
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -40,13 +40,13 @@ request_handler!(pub handler, write);
 fn write(r: &mut Request) -> ngx_int_t {
     let method = r.as_ref().method as u32;
     if method & (NGX_HTTP_DELETE | NGX_HTTP_PUT) == 0 {
-        return crate::metrics::handle(r);
+        return crate::api::metrics::handle(r);
     }
     if method & NGX_HTTP_PUT != 0 {
-        return override_api::put(r);
+        return overrides::put(r);
     }
     if has_flag(r, "override") {
-        return override_api::remove(r);
+        return overrides::remove(r);
     }
     reset(r)
 }
@@ -78,7 +78,7 @@ fn reset(r: &mut Request) -> ngx_int_t {
     let hash = table.hash_key(&key);
     let cleared = table.clear(hash, now);
     let cluster = cluster_reset(zone, hash.fingerprint());
-    let lifted = override_api::lift_ban(zone, hash.fingerprint(), now);
+    let lifted = overrides::lift_ban(zone, hash.fingerprint(), now);
     log_reset(r, zone, &cleared, lifted);
     send(
         r,

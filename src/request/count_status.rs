@@ -27,8 +27,8 @@ use ngx::ngx_log_debug_mask;
 use rate_limit_window_core::rule::charge::final_count;
 
 use crate::conf::Limit;
-pub use crate::decision::Held;
-use crate::decision::{self, Applied};
+pub use crate::request::record::Held;
+use crate::request::record::{self, Applied};
 
 /// After a request passed every limit: keeps the admissions of the limits
 /// with `count_status=` or `charge=` in the request's record, to be
@@ -70,7 +70,7 @@ fn reserve_slow(r: &Request, limits: &[Limit], applied: &[Applied]) {
     if held.is_empty() {
         return;
     }
-    let Some(rec) = decision::record(r) else {
+    let Some(rec) = record::record(r) else {
         return;
     };
     if !rec.settle_at_end() {
@@ -84,7 +84,7 @@ fn reserve_slow(r: &Request, limits: &[Limit], applied: &[Applied]) {
 /// The admissions kept for `r`'s main request, if any (the charges are
 /// written into them before they are settled).
 pub fn held(r: &Request) -> Option<&'static [Cell<Held>]> {
-    decision::record(r)?.reservations.data.get().map(|h| &h[..])
+    record::record(r)?.reservations.data.get().map(|h| &h[..])
 }
 
 /// The status nginx logs as `$status`: an error status kept through an

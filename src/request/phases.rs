@@ -13,7 +13,7 @@ use nginx_sys::{
 use ngx::core::Status;
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
 
-use crate::handler::{preaccess_handler, precontent_handler};
+use crate::request::handler::{preaccess_handler, precontent_handler};
 use crate::Module;
 
 /// Pushes the handler onto the PREACCESS and the PRECONTENT phases.

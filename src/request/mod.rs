@@ -1,0 +1,22 @@
+//! The request path: where the handler sits in the phases ([`phases`]),
+//! the phase handler that asks the engine and acts on its verdict
+//! ([`handler`], with `cost=` read in [`cost`] and bans shared and logged
+//! in [`ban`]), the record kept across redirects ([`record`]), `delay=`'s
+//! timers ([`hold`]), the answer to a gRPC call ([`grpc_reject`]), what is
+//! settled when the request ends (`count_status=` in [`count_status`],
+//! `charge=` read in [`charge_read`]), the header filter ([`filter`]), the
+//! `near_limit_total` counter ([`near_limit`]) and the variables
+//! ([`variables`]).
+
+pub mod ban;
+pub mod charge_read;
+pub mod cost;
+pub mod count_status;
+pub mod filter;
+pub mod grpc_reject;
+pub mod handler;
+pub mod hold;
+pub mod near_limit;
+pub mod phases;
+pub mod record;
+pub mod variables;
