@@ -74,6 +74,7 @@
 //! | [`overrides`] | per-client overrides: the table, the API's body, the fleet's Redis hash |
 //! | [`cluster`] | the cluster sync's bookkeeping: ledger, hot clients, the fleet's profile |
 //! | [`grpc`] | what a rejected gRPC call is told |
+//! | [`units`] | nginx's value syntax (sizes, times) and `escape`: a leaf, imports nothing |
 //! | `testing` | the reference models and the aligned test region (feature `testing`) |
 #![warn(missing_docs)]
 
@@ -88,6 +89,7 @@ pub mod state;
 pub mod table;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod units;
 
 pub use rule::window::*;
 pub use table::*;

@@ -30,7 +30,7 @@ use ngx::http::{HttpModuleMainConf, Merge, MergeConfigError};
 use rate_limit_window_core::conf::error::{invalid_value, undefined_zone, LimitConfError};
 use rate_limit_window_core::conf::limit_opts::{parse_limit_directive, LimitDirective, StatusSet};
 use rate_limit_window_core::conf::parse::escape;
-use rate_limit_window_core::conf::units::parse_time_ms;
+use rate_limit_window_core::units::parse_time_ms;
 
 use crate::ffi::conf_ext::{ConfExt, ConfFailed, ConfResult};
 use crate::zone::ZoneConf;

@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 
-use crate::conf::units::escape;
+use crate::units::escape;
 
 /// Smallest `ipv6_prefix=`.
 pub const IPV6_PREFIX_MIN: u8 = 32;

@@ -13,11 +13,11 @@ use core::fmt;
 
 use crate::conf::addr::Ipv6PrefixError;
 pub use crate::conf::redis_url::RedisError;
-use crate::conf::units::escape;
-pub use crate::conf::units::Units;
 pub use crate::conf::value_error::{
     LimitConfError, LimitError, RedisFileError, ZoneConfError, ZONE_NAME_PUNCTUATION,
 };
+use crate::units::escape;
+pub use crate::units::Units;
 
 /// The parameters of `rate_limit_window_zone` (after KEY), with their `=`.
 pub const ZONE_PARAMS: &[&str] = &[

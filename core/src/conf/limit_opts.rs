@@ -10,9 +10,9 @@
 use crate::conf::error::{check_params, param_name, ConfError, LimitConfError, LIMIT_PARAMS};
 use crate::conf::override_opts::MAX_BAN_MS;
 use crate::conf::parse::{parse_limit_params, ValueSpec};
-use crate::conf::units::parse_time_ms;
 use crate::rule::delay::{MAX_DELAY_MS, MAX_MAX_HELD};
 use crate::rule::window::MAX_LIMIT;
+use crate::units::parse_time_ms;
 
 /// `cost=`: requests one request counts, fixed or from a variable.
 pub type CostSpec = ValueSpec;

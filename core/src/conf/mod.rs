@@ -1,5 +1,5 @@
 //! The directives' words, parsed and checked in pure Rust: the value
-//! syntax ([`units`], [`parse`]), `rate_limit_window`'s words
+//! syntax ([`parse`], over [`crate::units`]), `rate_limit_window`'s words
 //! ([`limit_opts`]), `rate_limit_window_zone`'s ([`zone_opts`], with
 //! [`override_opts`] and [`redis_url`]), client addresses ([`addr`]), and
 //! the errors that say what to do ([`error`], [`value_error`]).
@@ -10,6 +10,5 @@ pub mod limit_opts;
 pub mod override_opts;
 pub mod parse;
 pub mod redis_url;
-pub mod units;
 pub mod value_error;
 pub mod zone_opts;

@@ -24,9 +24,7 @@ use crate::table::FailPolicy;
 use crate::conf::redis_url::RedisArgs;
 pub use crate::conf::redis_url::{RedisParams, DEFAULT_SYNC_MS, MAX_SYNC_MS, MIN_SYNC_MS};
 
-pub use crate::conf::units::{
-    escape, parse_size, parse_time_ms, Escaped, MAX_UNIX_PATH, SHOWN_BYTES,
-};
+pub use crate::units::{escape, parse_size, parse_time_ms, Escaped, MAX_UNIX_PATH, SHOWN_BYTES};
 
 /// Parses a fixed limit, in requests per window: decimal digits only (no
 /// sign, no spaces; leading zeros allowed), at most 10 of them, value

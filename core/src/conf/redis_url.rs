@@ -12,7 +12,7 @@
 
 use core::fmt;
 
-use crate::conf::units::{escape, parse_time_ms, MAX_UNIX_PATH};
+use crate::units::{escape, parse_time_ms, MAX_UNIX_PATH};
 
 /// A rejected Redis parameter of `rate_limit_window_zone`, printed as the
 /// text of its `[emerg]`. A password is never quoted (see [`redact`]).

@@ -6,9 +6,9 @@
 use core::fmt;
 
 use crate::conf::addr::Ipv6PrefixError;
-use crate::conf::units::{escape, Units, SHOWN_BYTES};
 use crate::overrides::MAX_OVERRIDES;
 use crate::rule::window::{WindowError, MAX_LIMIT};
+use crate::units::{escape, Units, SHOWN_BYTES};
 
 /// The characters besides letters and digits that a zone name may hold.
 pub const ZONE_NAME_PUNCTUATION: &str = "!#$%&'*+-.^_`|~";

@@ -7,8 +7,7 @@ use crate::cluster::MIN_SECRET_LEN;
 use crate::conf::error::{check_params, ConfError, ZoneConfError, ZONE_PARAMS};
 use crate::conf::override_opts::take_overrides;
 use crate::conf::parse::{parse_zone_params, ZoneParams};
-use crate::rule::mode::{check_mode, take_mode, Mode};
-use crate::state::{check_state, take_state};
+use crate::rule::mode::Mode;
 
 /// One `rate_limit_window_zone` directive, parsed (the Redis files named
 /// are read by the glue, which loads them).
@@ -50,6 +49,73 @@ pub fn parse_zone_directive(args: &[&[u8]], min_size: usize) -> Result<ZoneDirec
         state: state.map(<[u8]>::to_vec),
         params,
     })
+}
+
+/// Takes `mode=` out of a zone's parameters: the mode ([`Mode::Estimate`]
+/// if none) and the other words in order. Given twice, it is refused as
+/// every parameter is ([`ConfError::Duplicate`]).
+///
+/// Error (exact text): `invalid mode "X": use "estimate" or "strict"`.
+pub fn take_mode<'a>(args: &[&'a [u8]]) -> Result<(Mode, Vec<&'a [u8]>), ConfError> {
+    let mut mode = None;
+    let mut rest = Vec::with_capacity(args.len());
+    for &a in args {
+        let Some(v) = a.strip_prefix(b"mode=") else {
+            rest.push(a);
+            continue;
+        };
+        let m = match v {
+            b"estimate" => Mode::Estimate,
+            b"strict" => Mode::Strict,
+            _ => return Err(ZoneConfError::Mode(v.to_vec()).into()),
+        };
+        if mode.replace(m).is_some() {
+            return Err(ConfError::Duplicate {
+                directive: "rate_limit_window_zone",
+                name: b"mode=".to_vec(),
+            });
+        }
+    }
+    Ok((mode.unwrap_or_default(), rest))
+}
+
+/// Refuses the combinations a mode cannot keep its promise with: a strict
+/// zone with `redis=` (a cluster cannot bound every interval without
+/// waiting for Redis on each request).
+pub fn check_mode(mode: Mode, redis: bool) -> Result<(), ZoneConfError> {
+    if mode == Mode::Strict && redis {
+        return Err(ZoneConfError::StrictWithRedis);
+    }
+    Ok(())
+}
+
+/// `state=FILE` as written (None without it), and the zone's other
+/// parameters.
+pub type StateParam<'a> = (Option<&'a [u8]>, Vec<&'a [u8]>);
+
+/// Takes `state=FILE` out of a `rate_limit_window_zone`'s parameters.
+/// Err: [`ZoneConfError::EmptyState`] (an empty path).
+pub fn take_state<'a>(args: &[&'a [u8]]) -> Result<StateParam<'a>, ZoneConfError> {
+    let mut path = None;
+    let mut rest = Vec::with_capacity(args.len());
+    for &a in args {
+        match a.strip_prefix(b"state=") {
+            Some(b"") => return Err(ZoneConfError::EmptyState),
+            Some(p) => path = Some(p),
+            None => rest.push(a),
+        }
+    }
+    Ok((path, rest))
+}
+
+/// Checks `state=` against the zone's other parameters: a `redis=` zone
+/// (`redis`) keeps its counts in Redis, so it takes no state file.
+/// Err: [`ZoneConfError::StateWithRedis`], naming zone `name`.
+pub fn check_state(name: &[u8], state: Option<&[u8]>, redis: bool) -> Result<(), ZoneConfError> {
+    if state.is_some() && redis {
+        return Err(ZoneConfError::StateWithRedis(name.to_vec()));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -167,6 +233,68 @@ mod tests {
         assert_eq!(
             parse("window=1m").unwrap_err(),
             "\"rate_limit_window_zone\" must have \"zone\" parameter"
+        );
+    }
+
+    #[test]
+    fn takes_mode_out() {
+        let args: [&[u8]; 4] = [b"zone=a:1m", b"mode=strict", b"window=10s", b"fail=closed"];
+        let (m, rest) = take_mode(&args).unwrap();
+        assert_eq!(m, Mode::Strict);
+        assert_eq!(rest, [&b"zone=a:1m"[..], b"window=10s", b"fail=closed"]);
+        let (m, rest) = take_mode(&args[..1]).unwrap();
+        assert_eq!((m, rest.len()), (Mode::Estimate, 1));
+        let twice: [&[u8]; 2] = [b"mode=strict", b"mode=estimate"];
+        assert_eq!(
+            take_mode(&twice).unwrap_err(),
+            "duplicate parameter \"mode=\" in \"rate_limit_window_zone\": give it once"
+        );
+        assert_eq!(
+            take_mode(&[b"mode=exact"]).unwrap_err(),
+            "invalid mode \"exact\": use \"estimate\" or \"strict\""
+        );
+        assert!(take_mode(&[b"mode="]).is_err());
+    }
+
+    #[test]
+    fn strict_with_redis_is_refused() {
+        assert!(check_mode(Mode::Strict, false).is_ok());
+        assert!(check_mode(Mode::Estimate, true).is_ok());
+        let e = check_mode(Mode::Strict, true).unwrap_err().to_string();
+        assert!(
+            e.contains("\"mode=strict\" cannot be combined with \"redis=\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn state_parameter_is_taken_out() {
+        let args: [&[u8]; 3] = [b"zone=a:1m", b"state=/var/lib/a.state", b"window=1d"];
+        let (p, rest) = take_state(&args).unwrap();
+        assert_eq!(p, Some(&b"/var/lib/a.state"[..]));
+        assert_eq!(rest, [&b"zone=a:1m"[..], b"window=1d"]);
+        assert_eq!(take_state(&args[..1]).unwrap().0, None);
+        let e = take_state(&[b"zone=a:1m", b"state="]).unwrap_err();
+        assert_eq!(e, ZoneConfError::EmptyState);
+        assert_eq!(
+            e.to_string(),
+            "invalid \"state=\": give the path of the zone's state file, \
+             e.g. state=/var/lib/nginx/per_ip.state"
+        );
+    }
+
+    #[test]
+    fn state_is_refused_with_redis() {
+        let path = Some(&b"/var/lib/a.state"[..]);
+        assert_eq!(check_state(b"a", path, false), Ok(()));
+        assert_eq!(check_state(b"a", None, true), Ok(()));
+        assert_eq!(check_state(b"a", None, false), Ok(()));
+        let e = check_state(b"per_ip", path, true).unwrap_err();
+        assert_eq!(e, ZoneConfError::StateWithRedis(b"per_ip".to_vec()));
+        assert_eq!(
+            e.to_string(),
+            "\"state=\" cannot be combined with \"redis=\" in zone \"per_ip\": the counts of a \
+             redis= zone are kept in Redis across restarts"
         );
     }
 }

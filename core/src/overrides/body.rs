@@ -258,7 +258,7 @@ impl Fields {
             other => {
                 return Err(format!(
                     "unknown field \"{}\": use limit, block or exempt, and ttl",
-                    crate::conf::parse::escape(other)
+                    crate::units::escape(other)
                 ))
             }
         };

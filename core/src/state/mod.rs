@@ -47,7 +47,6 @@
 
 use core::fmt;
 
-use crate::conf::value_error::ZoneConfError;
 use crate::overrides::{Action, Entry, MAX_EXPIRY_MS, MAX_OVERRIDES};
 use crate::rule::window::MAX_LIMIT;
 use crate::table::SavedTable;
@@ -511,35 +510,6 @@ pub fn check_identity(saved: &Identity, ours: &Identity) -> Result<(), StateErro
         return Ok(());
     };
     Err(StateError::Foreign(why))
-}
-
-/// `state=FILE` as written (None without it), and the zone's other
-/// parameters.
-pub type StateParam<'a> = (Option<&'a [u8]>, Vec<&'a [u8]>);
-
-/// Takes `state=FILE` out of a `rate_limit_window_zone`'s parameters.
-/// Err: [`ZoneConfError::EmptyState`] (an empty path).
-pub fn take_state<'a>(args: &[&'a [u8]]) -> Result<StateParam<'a>, ZoneConfError> {
-    let mut path = None;
-    let mut rest = Vec::with_capacity(args.len());
-    for &a in args {
-        match a.strip_prefix(b"state=") {
-            Some(b"") => return Err(ZoneConfError::EmptyState),
-            Some(p) => path = Some(p),
-            None => rest.push(a),
-        }
-    }
-    Ok((path, rest))
-}
-
-/// Checks `state=` against the zone's other parameters: a `redis=` zone
-/// (`redis`) keeps its counts in Redis, so it takes no state file.
-/// Err: [`ZoneConfError::StateWithRedis`], naming zone `name`.
-pub fn check_state(name: &[u8], state: Option<&[u8]>, redis: bool) -> Result<(), ZoneConfError> {
-    if state.is_some() && redis {
-        return Err(ZoneConfError::StateWithRedis(name.to_vec()));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -315,37 +315,6 @@ fn identity_mismatches_are_foreign() {
     }
 }
 
-#[test]
-fn state_parameter_is_taken_out() {
-    let args: [&[u8]; 3] = [b"zone=a:1m", b"state=/var/lib/a.state", b"window=1d"];
-    let (p, rest) = take_state(&args).unwrap();
-    assert_eq!(p, Some(&b"/var/lib/a.state"[..]));
-    assert_eq!(rest, [&b"zone=a:1m"[..], b"window=1d"]);
-    assert_eq!(take_state(&args[..1]).unwrap().0, None);
-    let e = take_state(&[b"zone=a:1m", b"state="]).unwrap_err();
-    assert_eq!(e, ZoneConfError::EmptyState);
-    assert_eq!(
-        e.to_string(),
-        "invalid \"state=\": give the path of the zone's state file, \
-         e.g. state=/var/lib/nginx/per_ip.state"
-    );
-}
-
-#[test]
-fn state_is_refused_with_redis() {
-    let path = Some(&b"/var/lib/a.state"[..]);
-    assert_eq!(check_state(b"a", path, false), Ok(()));
-    assert_eq!(check_state(b"a", None, true), Ok(()));
-    assert_eq!(check_state(b"a", None, false), Ok(()));
-    let e = check_state(b"per_ip", path, true).unwrap_err();
-    assert_eq!(e, ZoneConfError::StateWithRedis(b"per_ip".to_vec()));
-    assert_eq!(
-        e.to_string(),
-        "\"state=\" cannot be combined with \"redis=\" in zone \"per_ip\": the counts of a \
-         redis= zone are kept in Redis across restarts"
-    );
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 

@@ -30,7 +30,7 @@ pub const MAX_UNIX_PATH: usize = 107;
 /// or a result above `isize::MAX` (nginx's `NGX_MAX_SIZE_T_VALUE`).
 ///
 /// ```
-/// use rate_limit_window_core::conf::units::parse_size;
+/// use rate_limit_window_core::units::parse_size;
 /// assert_eq!(parse_size(b"1m"), Some(1_048_576));
 /// assert_eq!(parse_size(b"64K"), Some(65_536));
 /// assert_eq!(parse_size(b"k"), None);
@@ -88,7 +88,7 @@ fn atosz(s: &[u8]) -> Option<usize> {
 /// total exceeds `i64::MAX` ms (nginx's `NGX_MAX_INT_T_VALUE`).
 ///
 /// ```
-/// use rate_limit_window_core::conf::units::parse_time_ms;
+/// use rate_limit_window_core::units::parse_time_ms;
 /// assert_eq!(parse_time_ms(b"10m"), Some(600_000));
 /// assert_eq!(parse_time_ms(b"500ms"), Some(500));
 /// assert_eq!(parse_time_ms(b"30"), Some(30_000));
