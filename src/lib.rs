@@ -98,15 +98,7 @@ fn run_steps(cf: *mut ngx_conf_t, steps: &[Step]) -> ngx_int_t {
 
 /// Preconfiguration: the module's variables.
 extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-    run_steps(
-        cf,
-        &[
-            request::variables::register,
-            ffi::hidden::register,
-            request::charge_read::register_variable,
-            request::hold::register_variable,
-        ],
-    )
+    run_steps(cf, &[request::variables::register])
 }
 
 /// Postconfiguration: the phase handlers, the LOG-phase handler of

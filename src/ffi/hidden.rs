@@ -6,10 +6,12 @@
 //! variable that is not changeable). One read by name gives the value the
 //! module stored if it is marked valid (the access mark), else runs a
 //! getter that only sets `not_found`: never the data the module keeps.
+//! They are added, not hashed, with the module's other variables (the one
+//! table of `request::variables::register`).
 
 use nginx_sys::{
-    ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable_index, ngx_http_variable_value_t,
-    ngx_int_t, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_HTTP_VAR_NOHASH, NGX_OK,
+    ngx_conf_t, ngx_http_get_variable_index, ngx_http_variable_value_t, ngx_int_t, ngx_str_t,
+    ngx_uint_t, NGX_ERROR, NGX_OK,
 };
 use ngx::http::Request;
 
@@ -17,7 +19,7 @@ use crate::ffi::req::variable_get;
 
 /// `name` as nginx's string, for calls that only read it (nginx copies
 /// a variable's name).
-fn text(name: &'static str) -> ngx_str_t {
+pub fn text(name: &'static str) -> ngx_str_t {
     ngx_str_t {
         len: name.len(),
         data: name.as_ptr().cast_mut(),
@@ -30,29 +32,9 @@ pub const ACCESS: &str = "rate_limit_window_internal_access";
 /// The address of the main request's record (pool.rs).
 pub const RECORD: &str = "rate_limit_window_internal_record";
 
-/// Adds the hidden variables (preconfiguration): NGX_OK, or NGX_ERROR on
-/// an nginx error.
-///
-/// # Safety
-/// `cf` must be the configuration passed to preconfiguration.
-pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
-    for name in [ACCESS, RECORD] {
-        let mut name = text(name);
-        // SAFETY: cf is valid; nginx copies the name; a non-null v is the
-        // variable nginx just created, ours to set up.
-        let v = unsafe {
-            ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_NOHASH as ngx_uint_t).as_mut()
-        };
-        let Some(v) = v else {
-            return NGX_ERROR as ngx_int_t;
-        };
-        v.get_handler = Some(not_found);
-    }
-    NGX_OK as ngx_int_t
-}
-
 /// The index of the hidden variable `name` (postconfiguration, once
-/// [`register`] has added it), or None on an nginx error.
+/// `request::variables::register` has added it), or None on an nginx
+/// error.
 pub fn index(cf: &mut ngx_conf_t, name: &'static str) -> Option<ngx_uint_t> {
     let mut name = text(name);
     // SAFETY: cf is a valid configuration; nginx copies the name.
@@ -69,7 +51,7 @@ pub fn slot(r: &Request, index: ngx_uint_t) -> *mut ngx_http_variable_value_t {
 }
 
 variable_get!(
-    not_found,
+    pub(crate) not_found,
     |_: &mut Request, v: &mut ngx_http_variable_value_t| {
         v.set_not_found(1);
         NGX_OK as ngx_int_t

@@ -39,11 +39,12 @@ macro_rules! request_handler {
 }
 pub(crate) use request_handler;
 
-/// Defines `extern "C" fn $name`, a variable's get handler, over `$get`:
+/// Defines `extern "C" fn $name` (with visibility `$vis`), a variable's
+/// get handler, over `$get`:
 /// `fn(&mut Request, &mut ngx_http_variable_value_t) -> ngx_int_t`.
 macro_rules! variable_get {
-    ($name:ident, $get:expr) => {
-        extern "C" fn $name(
+    ($vis:vis $name:ident, $get:expr) => {
+        $vis extern "C" fn $name(
             r: *mut nginx_sys::ngx_http_request_t,
             v: *mut nginx_sys::ngx_http_variable_value_t,
             _data: usize,

@@ -19,7 +19,7 @@ use core::cell::Cell;
 
 use nginx_sys::{
     ngx_conf_t, ngx_http_phases_NGX_HTTP_LOG_PHASE, ngx_http_variable_value_t, ngx_int_t,
-    ngx_uint_t, NGX_LOG_WARN,
+    NGX_LOG_WARN,
 };
 use ngx::core::Status;
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule, Request};
@@ -81,35 +81,12 @@ fn log_phase(r: &mut Request) -> ngx_int_t {
     Status::NGX_OK.into()
 }
 
-/// Adds `$rate_limit_window_charge`: what the request counts once settled
+variable_get!(pub(crate) get_charge, charge_value);
+
+/// `$rate_limit_window_charge`: what the request counts once settled
 /// under its first limit with `charge=` (the charge; its cost when the
 /// charge was invalid; 0 when `count_status=` gives it back), from the LOG
 /// phase on (the access log); empty before, or without `charge=`.
-///
-/// # Safety
-/// `cf` must be the configuration passed to preconfiguration.
-pub unsafe fn register_variable(cf: *mut ngx_conf_t) -> ngx_int_t {
-    let mut name = ngx::ngx_string!("rate_limit_window_charge");
-    let flags = nginx_sys::NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t;
-    // SAFETY: cf is valid; nginx copies the name; a non-null v is the
-    // variable nginx just created, ours to set up.
-    let added = unsafe {
-        let v = nginx_sys::ngx_http_add_variable(cf, &mut name, flags);
-        if let Some(v) = v.as_mut() {
-            v.get_handler = Some(get_charge);
-            v.data = 0;
-        }
-        !v.is_null()
-    };
-    if !added {
-        return Status::NGX_ERROR.into();
-    }
-    Status::NGX_OK.into()
-}
-
-variable_get!(get_charge, charge_value);
-
-/// `$rate_limit_window_charge` (see `register_variable`).
 fn charge_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
     let status = count_status::final_status(main_of(r));
     let count = count_status::held(r)

@@ -28,16 +28,15 @@ use core::ptr;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use nginx_sys::{
-    ngx_add_timer, ngx_conf_t, ngx_del_timer, ngx_handle_read_event, ngx_handle_write_event,
-    ngx_http_add_variable, ngx_http_block_reading, ngx_http_core_run_phases,
-    ngx_http_finalize_request, ngx_http_test_reading, ngx_http_variable_value_t, ngx_int_t,
-    ngx_log_t, ngx_msec_t, ngx_post_event, ngx_posted_events, ngx_uint_t,
-    NGX_HTTP_CLIENT_CLOSED_REQUEST, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_VAR_NOCACHEABLE,
-    NGX_LOG_DEBUG,
+    ngx_add_timer, ngx_del_timer, ngx_handle_read_event, ngx_handle_write_event,
+    ngx_http_block_reading, ngx_http_core_run_phases, ngx_http_finalize_request,
+    ngx_http_test_reading, ngx_http_variable_value_t, ngx_int_t, ngx_log_t, ngx_msec_t,
+    ngx_post_event, ngx_posted_events, ngx_uint_t, NGX_HTTP_CLIENT_CLOSED_REQUEST,
+    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_DEBUG,
 };
 use ngx::core::Status;
 use ngx::http::{HttpModuleLocationConf, Request};
-use ngx::{ngx_log_debug_http, ngx_log_error, ngx_string};
+use ngx::{ngx_log_debug_http, ngx_log_error};
 use rate_limit_window_core::engine;
 
 use crate::conf::{Limit, LocConf};
@@ -317,28 +316,10 @@ fn log_hold(log: *mut ngx_log_t, rej: &Holding, what: &str) {
     );
 }
 
-/// Adds `$rate_limit_window_delay`: the ms a request was held (0 if it was
+variable_get!(pub(crate) get_delay, delay_value);
+
+/// `$rate_limit_window_delay`: the ms a request was held (0 if it was
 /// not; empty before any decision).
-///
-/// # Safety
-/// `cf` must be the configuration passed to preconfiguration.
-pub unsafe fn register_variable(cf: *mut ngx_conf_t) -> ngx_int_t {
-    let mut name = ngx_string!("rate_limit_window_delay");
-    let flags = NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t;
-    // SAFETY: cf is valid; nginx copies the name; a non-null v is the
-    // variable nginx just created, ours to set up.
-    let v = unsafe { ngx_http_add_variable(cf, &mut name, flags).as_mut() };
-    let Some(v) = v else {
-        return Status::NGX_ERROR.into();
-    };
-    v.get_handler = Some(get_delay);
-    v.data = 0;
-    Status::NGX_OK.into()
-}
-
-variable_get!(get_delay, delay_value);
-
-/// `$rate_limit_window_delay` (see `register_variable`).
 fn delay_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
     let hold = find(r).and_then(Cell::get).map(|h| h.waited_ms);
     let text = match (record::find(r), hold) {

@@ -5,41 +5,83 @@
 //! `$rate_limit_window_reset` (seconds to its window boundary) and
 //! `$rate_limit_window_retry_after` (seconds, on rejected requests only):
 //! the numbers of the RateLimit headers, for an `error_page` body.
-//! `$rate_limit_window_delay` is in delay.rs.
+//! `$rate_limit_window_delay` and `$rate_limit_window_charge` are read in
+//! hold.rs and charge_read.rs; every variable is registered here, once.
 
 use core::ptr;
 
 use nginx_sys::{
     ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable_pt, ngx_http_variable_value_t,
-    ngx_int_t, ngx_str_t, ngx_uint_t, NGX_HTTP_VAR_NOCACHEABLE,
+    ngx_int_t, ngx_str_t, ngx_uint_t, NGX_HTTP_VAR_NOCACHEABLE, NGX_HTTP_VAR_NOHASH,
 };
 use ngx::core::Status;
 use ngx::http::Request;
 use ngx::ngx_string;
 
+use crate::ffi::hidden;
 use crate::ffi::req::variable_get;
 use crate::request::record::{self, Verdict};
+use crate::request::{charge_read, hold};
 
-/// Adds the module's variables.
+/// Adds every variable of the module (preconfiguration), in one table:
+/// the five above, the hidden ones (`ffi::hidden`: never hashed, so no
+/// configuration can name them), `$rate_limit_window_charge`
+/// (charge_read.rs) and `$rate_limit_window_delay` (hold.rs). NGX_OK, or
+/// NGX_ERROR on an nginx error.
 ///
 /// # Safety
 /// `cf` must be the configuration passed to preconfiguration.
 pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
-    let vars: [(ngx_str_t, ngx_http_get_variable_pt); 5] = [
-        (ngx_string!("rate_limit_window_status"), Some(get_status)),
+    let nocache = NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t;
+    let nohash = NGX_HTTP_VAR_NOHASH as ngx_uint_t;
+    let vars: [(ngx_str_t, ngx_uint_t, ngx_http_get_variable_pt); 9] = [
+        (
+            ngx_string!("rate_limit_window_status"),
+            nocache,
+            Some(get_status),
+        ),
         (
             ngx_string!("rate_limit_window_remaining"),
+            nocache,
             Some(get_remaining),
         ),
-        (ngx_string!("rate_limit_window_limit"), Some(get_limit)),
-        (ngx_string!("rate_limit_window_reset"), Some(get_reset)),
+        (
+            ngx_string!("rate_limit_window_limit"),
+            nocache,
+            Some(get_limit),
+        ),
+        (
+            ngx_string!("rate_limit_window_reset"),
+            nocache,
+            Some(get_reset),
+        ),
         (
             ngx_string!("rate_limit_window_retry_after"),
+            nocache,
             Some(get_retry_after),
         ),
+        (
+            hidden::text(hidden::ACCESS),
+            nohash,
+            Some(hidden::not_found),
+        ),
+        (
+            hidden::text(hidden::RECORD),
+            nohash,
+            Some(hidden::not_found),
+        ),
+        (
+            ngx_string!("rate_limit_window_charge"),
+            nocache,
+            Some(charge_read::get_charge),
+        ),
+        (
+            ngx_string!("rate_limit_window_delay"),
+            nocache,
+            Some(hold::get_delay),
+        ),
     ];
-    for (mut name, get) in vars {
-        let flags = NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t;
+    for (mut name, flags, get) in vars {
         // SAFETY: cf is valid; nginx copies the name; a non-null v is the
         // variable nginx just created, ours to set up.
         let added = unsafe {
