@@ -39,7 +39,7 @@ const POOL_ALIGN: usize = align_of::<core::ffi::c_ulong>();
 ///
 /// # Safety
 /// Only one type implements it: the slot is read back as that type.
-pub unsafe trait Record: Sized + 'static {}
+pub unsafe trait Slotted: Sized + 'static {}
 
 /// The slot of a request's variables array that holds its main request's
 /// record address (a subrequest shares its parent's array).
@@ -57,7 +57,7 @@ pub fn slot(r: &Request) -> Option<Slot> {
     NonNull::new(unsafe { &raw mut (*v).data }.cast()).map(Slot)
 }
 
-/// A [`Record`]'s cleanup handler: drops it when its pool is destroyed.
+/// A [`Slotted`]'s cleanup handler: drops it when its pool is destroyed.
 ///
 /// # Safety
 /// `data` is a live `T` that [`add`] wrote, dropped this once.
@@ -75,16 +75,16 @@ pub fn main_of(r: &Request) -> &Request {
 
 /// The record of `r`'s main request, if one was added.
 #[inline]
-pub fn find<T: Record>(r: &Request) -> Option<&'static T> {
+pub fn find<T: Slotted>(r: &Request) -> Option<&'static T> {
     slot(r)?.get()
 }
 
 impl Slot {
     /// The record in the slot, if one was added.
     #[inline]
-    pub fn get<T: Record>(self) -> Option<&'static T> {
+    pub fn get<T: Slotted>(self) -> Option<&'static T> {
         // SAFETY: the slot is null (nginx zeroes the array) or the address
-        // of the one Record type's value `add` wrote, alive until the pool
+        // of the one Slotted type's value `add` wrote, alive until the pool
         // (which outlives every use by the request) is destroyed.
         unsafe { self.0.read().cast::<T>().as_ref() }
     }
@@ -93,7 +93,7 @@ impl Slot {
     /// is), with room for `n` values of `E` after it, in one pool
     /// allocation. None: out of memory. It is not dropped unless
     /// [`drop_with_pool`] is called.
-    pub fn add<T: Record, E>(
+    pub fn add<T: Slotted, E>(
         self,
         r: &Request,
         value: T,
@@ -123,7 +123,7 @@ impl Slot {
 
 /// Has `rec`, the record [`add`] made for `r`'s main request, dropped when
 /// that request's pool is destroyed (call it once). False: out of memory.
-pub fn drop_with_pool<T: Record>(r: &Request, rec: &'static T) -> bool {
+pub fn drop_with_pool<T: Slotted>(r: &Request, rec: &'static T) -> bool {
     // SAFETY: the pool is valid; a non-null entry is linked into its
     // cleanups, ours to fill; `rec` lives in that pool until its cleanups
     // have run, and is dropped only by this entry.

@@ -14,7 +14,7 @@ use crate::conf::{HEADERS_IETF, HEADERS_ON};
 use crate::ffi::headers::{add_header, add_pooled_header, add_pooled_headers};
 use crate::ffi::pool::pool_copy;
 use crate::ffi::req::request_handler;
-use crate::request::record::{self, Decision, Verdict};
+use crate::request::record::{self, Report, RequestStatus};
 use crate::Module;
 
 /// The next header filter in the chain.
@@ -68,16 +68,18 @@ fn next(r: &mut Request) -> ngx_int_t {
 
 /// Whether the decision `d` puts headers on the response.
 #[inline(always)]
-fn gives_headers(d: &Decision) -> bool {
-    d.verdict != Verdict::Exempt
-        && (d.verdict == Verdict::Rejected || d.headers == HEADERS_ON || d.headers == HEADERS_IETF)
+fn gives_headers(d: &Report) -> bool {
+    d.status != RequestStatus::Exempt
+        && (d.status == RequestStatus::Rejected
+            || d.headers == HEADERS_ON
+            || d.headers == HEADERS_IETF)
 }
 
 /// The main request's headers of its decision `d`, or the check of a
 /// limited location that answered before deciding (no decision), then the
 /// next header filter.
 #[inline(never)]
-fn add_headers_then_next(r: &mut Request, d: Option<&Decision>) -> ngx_int_t {
+fn add_headers_then_next(r: &mut Request, d: Option<&Report>) -> ngx_int_t {
     match d {
         None => crate::conf::early_answer::check_request(r),
         Some(d) => add_headers(r, d),
@@ -86,11 +88,11 @@ fn add_headers_then_next(r: &mut Request, d: Option<&Decision>) -> ngx_int_t {
 }
 
 /// Adds the headers of the decision made for the request.
-fn add_headers(r: &mut Request, d: &Decision) {
-    if d.verdict == Verdict::Exempt {
+fn add_headers(r: &mut Request, d: &Report) {
+    if d.status == RequestStatus::Exempt {
         return;
     }
-    if d.verdict == Verdict::Rejected || d.headers == HEADERS_ON {
+    if d.status == RequestStatus::Rejected || d.headers == HEADERS_ON {
         add_numbers(r, d);
     }
     if d.headers == HEADERS_IETF {
@@ -102,7 +104,7 @@ fn add_headers(r: &mut Request, d: &Decision) {
 /// limit, the policy name being the zone name. Out of line: it allocates
 /// and formats, and `rate_limit_window_headers ietf` is the rarer setting.
 #[inline(never)]
-fn add_ietf(r: &mut Request, d: &Decision) {
+fn add_ietf(r: &mut Request, d: &Report) {
     let mut policy = String::with_capacity(64);
     let mut buf = String::with_capacity(64);
     for (i, a) in d.applied().iter().enumerate() {
@@ -126,7 +128,7 @@ fn add_ietf(r: &mut Request, d: &Decision) {
 /// Retry-After on a rejection, and the RateLimit-* numbers of the tightest
 /// limit with `rate_limit_window_headers on`. Every number is formatted
 /// straight into one pool buffer, which the headers then point at.
-fn add_numbers(r: &mut Request, d: &Decision) {
+fn add_numbers(r: &mut Request, d: &Report) {
     // Pool memory of the request: the headers point into it.
     let mut pool = r.pool();
     let Some(buf) = pool_copy(&mut pool, &[0; NUMBERS * 10]) else {
@@ -135,7 +137,7 @@ fn add_numbers(r: &mut Request, d: &Decision) {
     let ([retry, limit, remaining, reset], _) = buf.as_chunks_mut::<10>() else {
         return;
     };
-    if d.verdict == Verdict::Rejected {
+    if d.status == RequestStatus::Rejected {
         add_number(r, retry, "Retry-After", d.retry_after_s);
     }
     if d.headers == HEADERS_ON {

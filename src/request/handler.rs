@@ -32,11 +32,9 @@ use ngx::{ngx_log_debug_http, ngx_log_error};
 use rate_limit_window_core::conf::addr::{mask_ipv6, IPV6_PREFIX_MAX};
 use rate_limit_window_core::conf::parse::{escape, parse_limit, LimitError};
 use rate_limit_window_core::engine::{
-    self, Ask, Cost, Hold, HostError, Key, LimitConf, Skip, Verdict as EngineVerdict,
+    self, Ask, Cost, Hold, HostError, Key, LimitConf, Skip, Verdict,
 };
-use rate_limit_window_core::{
-    Admission, Counter, Decision as CoreDecision, Events, FailPolicy, Outcome, Table,
-};
+use rate_limit_window_core::{Admission, Answer, Counter, Events, FailPolicy, Outcome, Table};
 
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
 use crate::ffi::pool::main_of;
@@ -44,7 +42,7 @@ use crate::ffi::req::request_handler;
 use crate::ffi::{process, vars};
 use crate::request::ban;
 use crate::request::hold;
-use crate::request::record::{self, Applied, Verdict};
+use crate::request::record::{self, Applied, RequestStatus};
 use crate::request::{cost, count_status, near_limit};
 use crate::zone::ZoneConf;
 use crate::Module;
@@ -332,7 +330,7 @@ impl engine::Request<'static> for Judging<'_> {
     }
 
     #[inline(always)]
-    fn record(&mut self, n: usize, limit: u32, d: &CoreDecision, now: u64) {
+    fn record(&mut self, n: usize, limit: u32, d: &Answer, now: u64) {
         let zone = self.limits[n].zone();
         self.pending.push(Applied {
             zone,
@@ -398,7 +396,7 @@ impl engine::Request<'static> for Judging<'_> {
 }
 
 /// How the table found the client's slot, for the debug log.
-fn slot_path(d: &CoreDecision) -> &'static str {
+fn slot_path(d: &Answer) -> &'static str {
     match d.outcome {
         Outcome::FailClosed => "none, the zone is full (fail=closed)",
         _ if d.events.evicted_live => "a live client's, evicted (the zone is full)",
@@ -449,7 +447,7 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit], at: record::Pl
     let out = engine::decide(&mut j, &ask);
     // The admission first: one test, with every other verdict (and the
     // rejection's payload) out of line.
-    let (verdict, retry_after) = if let Ok(EngineVerdict::Admit) = out {
+    let (verdict, retry_after) = if let Ok(Verdict::Admit) = out {
         (admitted(&mut j, &ask), 0)
     } else {
         core::hint::cold_path();
@@ -467,7 +465,7 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit], at: record::Pl
         retry_after
     );
     record::commit(pending, verdict, lcf.headers, retry_after);
-    if verdict == Verdict::Rejected {
+    if verdict == RequestStatus::Rejected {
         // A gRPC call gets a gRPC answer (grpc.rs), any other the status.
         return crate::request::grpc_reject::reject(r, lcf, retry_after);
     }
@@ -477,7 +475,7 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit], at: record::Pl
 /// An admitted request (decided as `ask`): each limit's `passed` and
 /// near-limit counts, then what `count_status=` and `delay=` keep.
 #[inline(always)]
-fn admitted(j: &mut Judging, ask: &Ask) -> Verdict {
+fn admitted(j: &mut Judging, ask: &Ask) -> RequestStatus {
     for a in j.pending.applied() {
         if let Some(table) = a.zone.table.as_ref() {
             table.add(ask.shard, Counter::Passed, 1);
@@ -490,7 +488,7 @@ fn admitted(j: &mut Judging, ask: &Ask) -> Verdict {
         core::hint::cold_path();
         return admitted_extras(j.r, j.limits, j.pending.applied(), ask.now_ms);
     }
-    Verdict::Passed
+    RequestStatus::Passed
 }
 
 /// Every verdict but an admission (`out`, for the question `ask`): the
@@ -499,21 +497,21 @@ fn admitted(j: &mut Judging, ask: &Ask) -> Verdict {
 #[inline(never)]
 fn not_admitted(
     j: &mut Judging,
-    out: &Result<EngineVerdict, HostError>,
+    out: &Result<Verdict, HostError>,
     ask: &Ask,
-) -> Result<(Verdict, u32), ngx_int_t> {
+) -> Result<(RequestStatus, u32), ngx_int_t> {
     let Ok(v) = out else {
         return Err(NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t);
     };
     let (r, lcf, limits, now) = (&mut *j.r, j.lcf, j.limits, ask.now_ms);
     Ok(match v {
-        EngineVerdict::Admit => (admitted(j, ask), 0),
-        EngineVerdict::Exempt => (Verdict::Exempt, 0),
-        EngineVerdict::Hold(_) => {
+        Verdict::Admit => (admitted(j, ask), 0),
+        Verdict::Exempt => (RequestStatus::Exempt, 0),
+        Verdict::Hold(_) => {
             ngx_log_debug_http!(r, "rate_limit_window: held by delay=");
             return Err(Status::NGX_AGAIN.into());
         }
-        EngineVerdict::WouldHold(h) => {
+        Verdict::WouldHold(h) => {
             let holding = hold::Holding {
                 lcf,
                 limits,
@@ -521,9 +519,9 @@ fn not_admitted(
                 now,
             };
             hold::would_hold(r, &holding);
-            (Verdict::DelayedDryRun, 0)
+            (RequestStatus::DelayedDryRun, 0)
         }
-        EngineVerdict::Reject(rej) => (reject(r, lcf, limits, rej, now), rej.retry_after_s),
+        Verdict::Reject(rej) => (reject(r, lcf, limits, rej, now), rej.retry_after_s),
     })
 }
 
@@ -535,7 +533,7 @@ fn admitted_extras(
     limits: &[conf::Limit],
     applied: &[Applied],
     now: u64,
-) -> Verdict {
+) -> RequestStatus {
     count_status::reserve(r, limits, applied);
     hold::admitted(r, limits, now)
 }
@@ -551,7 +549,7 @@ fn reject(
     limits: &[conf::Limit],
     rej: &engine::Rejection,
     now: u64,
-) -> Verdict {
+) -> RequestStatus {
     if rej.unheld {
         hold::unheld(r, limits, now);
     }
@@ -563,9 +561,9 @@ fn reject(
     }
     log_rejection(r.log(), lcf, limits[rej.index].zone(), rej);
     if rej.dry_run {
-        Verdict::RejectedDryRun
+        RequestStatus::RejectedDryRun
     } else {
-        Verdict::Rejected
+        RequestStatus::Rejected
     }
 }
 
@@ -599,7 +597,7 @@ fn log_rejection(
 /// case, nothing to report, is one test here; the logging is out of line so
 /// that its code does not sit between the request path's instructions.
 #[inline]
-fn log_episodes(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &CoreDecision, now: u64) {
+fn log_episodes(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &Answer, now: u64) {
     let e = &d.events;
     // `|`, not `||`: one test of the four, without a branch each.
     let fail_closed = d.outcome == Outcome::FailClosed;

@@ -41,7 +41,7 @@ use rate_limit_window_core::engine;
 
 use crate::conf::{Limit, LocConf};
 use crate::ffi::req::{event_handler, variable_get};
-use crate::request::record::{self, Hold, Part, Verdict};
+use crate::request::record::{self, Hold, Part, RequestStatus};
 use crate::zone::ZoneConf;
 use crate::Module;
 use rate_limit_window_core::shm::DelayStats;
@@ -231,22 +231,22 @@ fn woken(r: &mut Request) {
 /// The verdict of an admitted request: DELAYED if it was held (its place
 /// under the cap is given back and its wait counted), else PASSED.
 /// `r` was just admitted by `limits`.
-pub fn admitted(r: &Request, limits: &[Limit], now: u64) -> Verdict {
+pub fn admitted(r: &Request, limits: &[Limit], now: u64) -> RequestStatus {
     if !delays(limits) {
-        return Verdict::Passed;
+        return RequestStatus::Passed;
     }
     let Some(part) = find(r) else {
-        return Verdict::Passed;
+        return RequestStatus::Passed;
     };
     let Some(mut h) = part.get().filter(|h| h.held) else {
-        return Verdict::Passed;
+        return RequestStatus::Passed;
     };
     h.waited_ms = now.saturating_sub(h.since_ms);
     unhold(&mut h);
     part.set(Some(h));
     count(limits, |s| &s.admitted, 1);
     count(limits, |s| &s.wait_ms, h.waited_ms);
-    Verdict::Delayed
+    RequestStatus::Delayed
 }
 
 /// Gives back the hold's place under the cap (once).

@@ -26,7 +26,7 @@ use crate::zone::ZoneConf;
 
 /// What happened to the request, as `$rate_limit_window_status` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum RequestStatus {
     Passed,
     Rejected,
     RejectedDryRun,
@@ -37,16 +37,16 @@ pub enum Verdict {
     DelayedDryRun,
 }
 
-impl Verdict {
+impl RequestStatus {
     /// The variable's text.
     pub fn as_str(self) -> &'static str {
         match self {
-            Verdict::Passed => "PASSED",
-            Verdict::Rejected => "REJECTED",
-            Verdict::RejectedDryRun => "REJECTED_DRY_RUN",
-            Verdict::Exempt => "EXEMPT",
-            Verdict::Delayed => "DELAYED",
-            Verdict::DelayedDryRun => "DELAYED_DRY_RUN",
+            RequestStatus::Passed => "PASSED",
+            RequestStatus::Rejected => "REJECTED",
+            RequestStatus::RejectedDryRun => "REJECTED_DRY_RUN",
+            RequestStatus::Exempt => "EXEMPT",
+            RequestStatus::Delayed => "DELAYED",
+            RequestStatus::DelayedDryRun => "DELAYED_DRY_RUN",
         }
     }
 }
@@ -66,10 +66,11 @@ pub struct Applied {
     pub admission: Option<Admission>,
 }
 
-/// The decision for a main request. Plain data: it lives in pool memory.
+/// What was decided for a main request, as its headers and variables
+/// report it. Plain data: it lives in pool memory.
 #[derive(Clone, Copy)]
-pub struct Decision {
-    pub verdict: Verdict,
+pub struct Report {
+    pub status: RequestStatus,
     /// `rate_limit_window_headers` of the location that decided.
     pub headers: ngx_uint_t,
     /// Whole seconds for Retry-After on a rejection.
@@ -81,7 +82,7 @@ pub struct Decision {
     pub empty_keys: u64,
 }
 
-impl Decision {
+impl Report {
     /// The limits that applied.
     pub fn applied(&self) -> &[Applied] {
         self.applied
@@ -187,7 +188,7 @@ pub struct Record {
     /// The main request, allocated from the pool that holds the record.
     main: NonNull<Request>,
     /// Set once, by [`commit`].
-    decision: OnceCell<Decision>,
+    report: OnceCell<Report>,
     /// Where [`reserve`] records the applied limits.
     room: Cell<&'static Room<Applied>>,
     /// `delay=`: the hold, if the request was ever held.
@@ -199,7 +200,7 @@ pub struct Record {
 }
 
 // SAFETY: Record is the only type stored in the pool's record slot.
-unsafe impl pool::Record for Record {}
+unsafe impl pool::Slotted for Record {}
 
 impl Drop for Record {
     /// The main request's pool is being destroyed (only once
@@ -211,7 +212,7 @@ impl Drop for Record {
         if self.reservations.on_free.get().is_some() | self.hold.on_free.get().is_some() {
             self.settle_parts();
         }
-        if self.decision.get().is_some_and(|d| d.empty_keys != 0) {
+        if self.report.get().is_some_and(|d| d.empty_keys != 0) {
             count_late_keys(usize::MAX);
         }
     }
@@ -268,8 +269,8 @@ pub fn place(r: &Request) -> Option<Place> {
 }
 
 /// Finds the decision made for `r`'s main request, if any.
-pub fn find(r: &Request) -> Option<&'static Decision> {
-    record(r)?.decision.get()
+pub fn find(r: &Request) -> Option<&'static Report> {
+    record(r)?.report.get()
 }
 
 /// A decision being made: its record, with room for one [`Applied`] per
@@ -327,13 +328,13 @@ pub fn reserve(r: &Request, at: Place, limits: usize) -> Option<Pending> {
 impl Record {
     /// Whether the decision was committed.
     pub fn decided(&self) -> bool {
-        self.decision.get().is_some()
+        self.report.get().is_some()
     }
 
     fn new(r: &Request) -> Self {
         Record {
             main: NonNull::from(pool::main_of(r)),
-            decision: OnceCell::new(),
+            report: OnceCell::new(),
             room: Cell::new(&[]),
             hold: Part::new(Cell::new(None)),
             reservations: Part::new(OnceCell::new()),
@@ -345,7 +346,7 @@ impl Record {
     /// already committed.
     fn room_for(&self, r: &Request, limits: usize) -> Option<&'static Room<Applied>> {
         let room = self.room.get();
-        if self.decision.get().is_none() && room.len() >= limits {
+        if self.report.get().is_none() && room.len() >= limits {
             return Some(room);
         }
         let room = pool::room(r, limits)?;
@@ -357,16 +358,16 @@ impl Record {
 /// Completes the record reserved for a main request: from now on [`find`]
 /// returns it, for that request and every internal redirect or subrequest
 /// of it.
-pub fn commit(p: &Pending, verdict: Verdict, headers: ngx_uint_t, retry_after_s: u32) {
-    let d = Decision {
-        verdict,
+pub fn commit(p: &Pending, status: RequestStatus, headers: ngx_uint_t, retry_after_s: u32) {
+    let d = Report {
+        status,
         headers,
         retry_after_s,
         applied: p.applied(),
         empty_keys: p.empty_keys,
     };
     // Counted while the record is alive: its drop takes the count back.
-    if p.rec.decision.set(d).is_ok() && p.empty_keys != 0 && p.rec.settle_at_end() {
+    if p.rec.report.set(d).is_ok() && p.empty_keys != 0 && p.rec.settle_at_end() {
         count_late_keys(1);
     }
 }

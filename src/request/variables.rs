@@ -20,7 +20,7 @@ use ngx::ngx_string;
 
 use crate::ffi::hidden;
 use crate::ffi::req::variable_get;
-use crate::request::record::{self, Verdict};
+use crate::request::record::{self, RequestStatus};
 use crate::request::{charge_read, hold};
 
 /// Adds every variable of the module (preconfiguration), in one table:
@@ -121,7 +121,7 @@ variable_get!(get_retry_after, retry_after);
 /// `$rate_limit_window_status`: the verdict.
 fn status(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
     let d = record::find(r);
-    set(r, v, d.map_or(b"", |d| d.verdict.as_str().as_bytes()))
+    set(r, v, d.map_or(b"", |d| d.status.as_str().as_bytes()))
 }
 
 /// Sets `v` to the decimal `n`, or to the empty string for None.
@@ -154,7 +154,12 @@ fn reset(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
 /// (or dry-run rejected) request; empty otherwise.
 fn retry_after(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
     let n = record::find(r)
-        .filter(|d| matches!(d.verdict, Verdict::Rejected | Verdict::RejectedDryRun))
+        .filter(|d| {
+            matches!(
+                d.status,
+                RequestStatus::Rejected | RequestStatus::RejectedDryRun
+            )
+        })
         .map(|d| d.retry_after_s);
     set_number(r, v, n)
 }

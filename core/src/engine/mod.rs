@@ -25,7 +25,7 @@ pub mod plan;
 mod tests;
 
 use crate::overrides::{Action, Overrides};
-use crate::table::{Counter, Decision, Events, FailPolicy, KeyHash, Outcome, Question, Table};
+use crate::table::{Answer, Counter, Events, FailPolicy, KeyHash, Outcome, Question, Table};
 use crate::Admission;
 
 /// One limit of the location, as the engine needs it.
@@ -115,7 +115,7 @@ pub trait Request<'t> {
     /// Records limit `n`, judged against `limit` at `now_ms` with the
     /// table's answer `d`, in the request's record (headers, variables,
     /// what to undo or settle later).
-    fn record(&mut self, n: usize, limit: u32, d: &Decision, now_ms: u64);
+    fn record(&mut self, n: usize, limit: u32, d: &Answer, now_ms: u64);
     /// Limit `n` did not apply, or an override decided (for the log).
     fn skipped(&mut self, n: usize, why: Skip);
     /// Calls `f` with each admission recorded so far and its table.
@@ -173,7 +173,7 @@ pub struct Rejection {
     /// That limit, in requests per window (0: an invalid value, fail=closed).
     pub limit: u32,
     /// That limit's table answer (its estimate, its outcome).
-    pub decision: Decision,
+    pub decision: Answer,
     /// The client (that limit's key hash).
     pub hash: KeyHash,
     /// Its limit value or cost was invalid (fail=closed).
@@ -251,8 +251,8 @@ struct Blocked {
 
 impl Blocked {
     /// The table decision an override's rejection answers with.
-    fn decision(self) -> Decision {
-        Decision {
+    fn decision(self) -> Answer {
+        Answer {
             outcome: Outcome::Rejected,
             remaining: 0,
             retry_after_s: self.retry_after_s,
@@ -500,7 +500,7 @@ fn acquire<'t, R: Request<'t>, T>(
     now: &mut u64,
     (limit, cost): (u32, u32),
     shard: usize,
-    then: impl FnOnce(&mut R, &Decision, u64) -> T,
+    then: impl FnOnce(&mut R, &Answer, u64) -> T,
 ) -> T {
     // The table's own flag, so that its test inside is folded into this one.
     if c.table.is_strict() {
@@ -533,7 +533,7 @@ fn acquire_strict<'t, R: Request<'t>>(
     now: &mut u64,
     (limit, cost): (u32, u32),
     shard: usize,
-) -> Decision {
+) -> Answer {
     let t = c.table;
     // The strict path alone: `acquire_cost` would inline the estimate
     // path's code here too (a larger frame, the decision copied).
@@ -564,7 +564,7 @@ fn undo_all<'t, R: Request<'t>>(r: &R) {
 struct Rejecting {
     index: usize,
     limit: u32,
-    d: Decision,
+    d: Answer,
     hash: KeyHash,
     invalid: bool,
     overridden: bool,

@@ -85,7 +85,7 @@ struct Req<'a> {
     lims: &'a [Lim],
     client: usize,
     costs: &'a [u32],
-    records: Vec<(usize, Decision)>,
+    records: Vec<(usize, Answer)>,
     since: Option<u64>,
     held_by: u32,
     holds: u32,
@@ -117,7 +117,7 @@ impl<'a> Request<'a> for Req<'a> {
     fn quiet_cost(&mut self, n: usize, _limit: u32) -> u32 {
         self.costs[n]
     }
-    fn record(&mut self, n: usize, _limit: u32, d: &Decision, _now: u64) {
+    fn record(&mut self, n: usize, _limit: u32, d: &Answer, _now: u64) {
         self.records.push((n, *d));
     }
     fn skipped(&mut self, _n: usize, _why: Skip) {

@@ -186,7 +186,7 @@ impl State {
 
 /// The answer of [`decide`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Verdict {
+pub struct Judgement {
     /// Admitted (and counted in `state`).
     pub admitted: bool,
     /// The key's state after the decision.
@@ -219,7 +219,7 @@ fn effective(state: &State, now_ms: u64, window_ms: u64) -> (u64, u64, bool) {
 
 /// Decides one request at `now_ms` (epoch ms) against `limit` requests per
 /// `window_ms`, counting it in the returned state if admitted.
-pub fn decide(state: State, now_ms: u64, window_ms: u64, limit: u32) -> Verdict {
+pub fn decide(state: State, now_ms: u64, window_ms: u64, limit: u32) -> Judgement {
     decide_cost(state, now_ms, window_ms, limit, 1)
 }
 
@@ -227,7 +227,7 @@ pub fn decide(state: State, now_ms: u64, window_ms: u64, limit: u32) -> Verdict 
 /// admitted iff the span plus `cost` stays at or below `limit`, then
 /// counted `cost` times; Retry-After is the wait until the whole cost fits
 /// (a window when it never can: `cost > limit`).
-pub fn decide_cost(state: State, now_ms: u64, window_ms: u64, limit: u32, cost: u32) -> Verdict {
+pub fn decide_cost(state: State, now_ms: u64, window_ms: u64, limit: u32, cost: u32) -> Judgement {
     let (j, t, backwards) = effective(&state, now_ms, window_ms);
     let mut s = state.at(j);
     let total = s.total();
@@ -243,7 +243,7 @@ pub fn decide_cost(state: State, now_ms: u64, window_ms: u64, limit: u32, cost: 
     } else {
         retry_after_at(&s, j, t, window_ms, limit, cost).saturating_add(t - now_ms.min(t))
     };
-    Verdict {
+    Judgement {
         admitted,
         state: s,
         total,

@@ -64,7 +64,7 @@ pub struct Events {
 
 /// The answer to one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Decision {
+pub struct Answer {
     /// Admitted, rejected, or rejected because the table is full.
     pub outcome: Outcome,
     /// Requests that would still be admitted right now, after counting this
@@ -85,7 +85,7 @@ pub struct Decision {
 }
 
 impl Admission {
-    fn new(slot: usize, q: &Ask, window_index: u64) -> Admission {
+    fn new(slot: usize, q: &Probe, window_index: u64) -> Admission {
         Admission {
             slot: slot as u32,
             fingerprint: q.fp,
@@ -95,7 +95,7 @@ impl Admission {
     }
 }
 
-impl Decision {
+impl Answer {
     /// An admission: `remaining` requests left after it, `estimate` before
     /// it (requests), `reset_s` seconds to the next window.
     fn admitted(
@@ -104,8 +104,8 @@ impl Decision {
         estimate: u32,
         admission: Admission,
         events: Events,
-    ) -> Decision {
-        Decision {
+    ) -> Answer {
+        Answer {
             outcome: Outcome::Admitted,
             remaining,
             retry_after_s: 0,
@@ -118,8 +118,8 @@ impl Decision {
 
     /// A request over its limit: one more is admitted in `retry_after_s`
     /// seconds; `estimate` in requests.
-    fn rejected(retry_after_s: u32, reset_s: u32, estimate: u32, events: Events) -> Decision {
-        Decision {
+    fn rejected(retry_after_s: u32, reset_s: u32, estimate: u32, events: Events) -> Answer {
+        Answer {
             outcome: Outcome::Rejected,
             remaining: 0,
             retry_after_s,
@@ -132,8 +132,8 @@ impl Decision {
 
     /// A new key with no room under [`FailPolicy::Closed`]: retry at the
     /// next window, in `reset_s` seconds.
-    pub(super) fn fail_closed(reset_s: u32, events: Events) -> Decision {
-        Decision {
+    pub(super) fn fail_closed(reset_s: u32, events: Events) -> Answer {
+        Answer {
             outcome: Outcome::FailClosed,
             remaining: 0,
             retry_after_s: reset_s,
@@ -166,7 +166,7 @@ pub struct Question {
 /// One request's question, worked out once by [`Table::acquire`] and
 /// handed down its paths.
 #[derive(Clone, Copy, Debug)]
-struct Ask {
+struct Probe {
     key: KeyHash,
     /// `key.fingerprint()`.
     fp: u64,
@@ -202,7 +202,7 @@ impl Table<'_> {
         limit: u32,
         policy: FailPolicy,
         shard: usize,
-    ) -> Decision {
+    ) -> Answer {
         self.acquire_cost(key, now_ms, limit, 1, policy, shard)
     }
 
@@ -226,7 +226,7 @@ impl Table<'_> {
         cost: u32,
         policy: FailPolicy,
         shard: usize,
-    ) -> Decision {
+    ) -> Answer {
         let q = Question {
             key,
             now_ms,
@@ -244,7 +244,7 @@ impl Table<'_> {
     /// returned from memory, so that the caller's use of the decision (the
     /// request's record) reads no copy of it on the request path.
     #[inline(always)]
-    pub fn acquire_then<T>(&self, question: Question, then: impl FnOnce(&Decision) -> T) -> T {
+    pub fn acquire_then<T>(&self, question: Question, then: impl FnOnce(&Answer) -> T) -> T {
         let Question {
             key,
             now_ms,
@@ -258,7 +258,7 @@ impl Table<'_> {
             return then(&self.acquire_strict(key, now_ms, limit, cost, policy, shard));
         }
         let (now_idx, elapsed) = self.wdiv.divrem(now_ms);
-        let q = Ask {
+        let q = Probe {
             key,
             fp: key.fingerprint(),
             now_idx,
@@ -333,10 +333,10 @@ impl Table<'_> {
     #[inline(always)]
     fn acquire_found(
         &self,
-        q: Ask,
+        q: Probe,
         (slot, cell): (usize, &AtomicU128),
         value: u128,
-    ) -> Result<Decision, Decision> {
+    ) -> Result<Answer, Answer> {
         let (now_idx, elapsed) = (q.now_idx, q.elapsed);
         let lo = value as u64;
         let current = (lo & COUNT_MASK) as u32;
@@ -386,7 +386,7 @@ impl Table<'_> {
         // `elapsed` is the remainder of a division by the window.
         let reset_s = window::reset_secs_in(elapsed, self.window.ms());
         let admission = Admission::new(slot, &q, now_idx);
-        Ok(Decision::admitted(
+        Ok(Answer::admitted(
             remaining,
             reset_s,
             estimate,
@@ -410,19 +410,19 @@ impl Table<'_> {
     /// counted), out of line: the hot path is the admission.
     #[cold]
     #[inline(never)]
-    fn rejected(&self, counts: Counts, elapsed: u64, limit: u32, estimate: u32) -> Decision {
+    fn rejected(&self, counts: Counts, elapsed: u64, limit: u32, estimate: u32) -> Answer {
         let w = self.window.ms();
         let retry_after_s =
             fit::retry_after_secs(fit::wait_ms_effective(counts, elapsed, w, limit), w);
         let reset_s = window::reset_secs(elapsed, w);
-        Decision::rejected(retry_after_s, reset_s, estimate, Events::default())
+        Answer::rejected(retry_after_s, reset_s, estimate, Events::default())
     }
 
     /// The general path of [`Table::acquire`], starting from `first` (what
     /// the fast path already read) when given, else from a fresh lookup;
     /// looks again after each lost CAS.
     #[inline(never)]
-    fn acquire_slow(&self, q: &Ask, mut first: Option<Found>) -> Decision {
+    fn acquire_slow(&self, q: &Probe, mut first: Option<Found>) -> Answer {
         // Before any slot below is written with window `now_idx`.
         self.raise_newest(q.now_idx);
         let mut events = Events::default();
@@ -449,7 +449,7 @@ impl Table<'_> {
     /// any window (a clock behind the slot's counts in the slot's window
     /// and keeps its touch tick): the decision, or `None` after a lost CAS.
     #[inline(always)]
-    fn slow_key(&self, q: &Ask, slot: usize, value: u128, events: &mut Events) -> Option<Decision> {
+    fn slow_key(&self, q: &Probe, slot: usize, value: u128, events: &mut Events) -> Option<Answer> {
         let w = self.window.ms();
         let reset_s = window::reset_secs_in(q.elapsed, w);
         let s = Slot::decode(value);
@@ -461,7 +461,7 @@ impl Table<'_> {
             self.mark_limited(slot, value);
             let wait = fit::wait_ms_effective(v.counts, v.elapsed, w, q.limit);
             let retry_after_s = fit::retry_after_secs(wait, w);
-            return Some(Decision::rejected(retry_after_s, reset_s, est, *events));
+            return Some(Answer::rejected(retry_after_s, reset_s, est, *events));
         }
         // Admitted: current < limit <= MAX_LIMIT < COUNT_MAX.
         let new = Slot {
@@ -479,7 +479,7 @@ impl Table<'_> {
             return None;
         }
         let admission = Admission::new(slot, q, v.index);
-        Some(Decision::admitted(
+        Some(Answer::admitted(
             remaining, reset_s, est, admission, *events,
         ))
     }
@@ -491,22 +491,22 @@ impl Table<'_> {
     #[inline(always)]
     fn slow_new(
         &self,
-        q: &Ask,
+        q: &Probe,
         free: Option<Candidate>,
         free_is_used: bool,
         victim: Option<Candidate>,
         events: &mut Events,
-    ) -> Option<Decision> {
+    ) -> Option<Answer> {
         let w = self.window.ms();
         let reset_s = window::reset_secs_in(q.elapsed, w);
         if q.limit == 0 {
             let retry_after_s = fit::retry_after_secs(None, w);
-            return Some(Decision::rejected(retry_after_s, reset_s, 0, *events));
+            return Some(Answer::rejected(retry_after_s, reset_s, 0, *events));
         }
         let (target, idle, live) = match (free, victim, q.policy) {
             (Some(c), _, _) => (c, free_is_used, false),
             (None, Some(c), FailPolicy::Open) => (c, false, true),
-            _ => return Some(Decision::fail_closed(reset_s, *events)),
+            _ => return Some(Answer::fail_closed(reset_s, *events)),
         };
         let new = Slot {
             fp: q.fp,
@@ -532,14 +532,12 @@ impl Table<'_> {
         };
         let remaining = window::remaining(first, q.elapsed, w, q.limit);
         let admission = Admission::new(slot, q, q.now_idx);
-        Some(Decision::admitted(
-            remaining, reset_s, 0, admission, *events,
-        ))
+        Some(Answer::admitted(remaining, reset_s, 0, admission, *events))
     }
 
     /// Counts what the general path saw (the caller counts the outcome).
     #[inline(always)]
-    pub(super) fn count_events(&self, shard: usize, decision: &Decision) {
+    pub(super) fn count_events(&self, shard: usize, decision: &Answer) {
         if decision.outcome == Outcome::FailClosed {
             self.count(shard, Counter::FailClosed);
         }

@@ -138,7 +138,7 @@ use crate::rule::mode::Mode;
 use crate::rule::window::{FastDiv, Window};
 use crate::table::atomic::Ops;
 
-pub use acquire::{Admission, Decision, Events, Outcome, Question};
+pub use acquire::{Admission, Answer, Events, Outcome, Question};
 pub use carry::Carried;
 pub use layout::{Counter, CHOICES, LAYOUT_VERSION, MAGIC, PROBE, SHARDS, SLOT_BYTES};
 pub use maintenance::Snapshot;

@@ -34,7 +34,7 @@ use core::mem::MaybeUninit;
 
 use portable_atomic::Ordering;
 
-use super::acquire::{Admission, Decision, Events, Outcome};
+use super::acquire::{Admission, Answer, Events, Outcome};
 use super::layout::{is_strict_limited, STRICT_LIMITED};
 use super::maintenance::Snapshot;
 use super::place::{evict_rank, Candidate, Place, Victim};
@@ -181,7 +181,7 @@ impl Table<'_> {
         cost: u32,
         policy: FailPolicy,
         shard: usize,
-    ) -> Decision {
+    ) -> Answer {
         debug_assert!(self.strict);
         self.acquire_strict(key, now_ms, limit, cost.max(1), policy, shard)
     }
@@ -195,7 +195,7 @@ impl Table<'_> {
         cost: u32,
         policy: FailPolicy,
         shard: usize,
-    ) -> Decision {
+    ) -> Answer {
         let w = self.window.ms();
         let now_sub = strict::sub_index(now_ms, w);
         let fp = strict_fp(key);
@@ -261,8 +261,8 @@ impl Table<'_> {
     }
 
     /// The decision when no slot can track a new key (`fail=closed`).
-    fn strict_fail_closed(&self) -> Decision {
-        Decision::fail_closed(strict::secs_ceil(self.window.ms()), Events::default())
+    fn strict_fail_closed(&self) -> Answer {
+        Answer::fail_closed(strict::secs_ceil(self.window.ms()), Events::default())
     }
 
     /// After claiming `ours` for a new key: if a racing insert placed the
@@ -473,8 +473,8 @@ impl Table<'_> {
 }
 
 /// The table decision of a strict verdict.
-fn strict_decision(v: &strict::Verdict, admission: Option<Admission>, events: Events) -> Decision {
-    Decision {
+fn strict_decision(v: &strict::Judgement, admission: Option<Admission>, events: Events) -> Answer {
+    Answer {
         outcome: if v.admitted {
             Outcome::Admitted
         } else {

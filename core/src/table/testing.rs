@@ -34,7 +34,7 @@ pub(super) fn use_up(t: &Table<'_>, h: KeyHash, now: u64, limit: u32) {
     assert_eq!(d.outcome, Outcome::Rejected);
 }
 
-pub(super) fn fill(t: &Table<'_>, n: usize, now: u64, policy: FailPolicy) -> Vec<Decision> {
+pub(super) fn fill(t: &Table<'_>, n: usize, now: u64, policy: FailPolicy) -> Vec<Answer> {
     (0..n)
         .map(|i| {
             t.acquire(

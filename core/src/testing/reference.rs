@@ -23,7 +23,7 @@ pub struct Entry {
 }
 
 /// The decision of the [`Model`], with the fields of
-/// [`Decision`](crate::Decision) it can predict.
+/// [`Answer`](crate::Answer) it can predict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ModelDecision {
     /// Admitted and counted.

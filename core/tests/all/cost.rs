@@ -17,7 +17,7 @@ fn with_table(f: impl FnOnce(&Table)) {
     f(&t);
 }
 
-fn cost(t: &Table, key: &str, now: u64, limit: u32, cost: u32) -> Decision {
+fn cost(t: &Table, key: &str, now: u64, limit: u32, cost: u32) -> Answer {
     t.acquire_cost(
         t.hash_key(key.as_bytes()),
         now,
@@ -62,7 +62,7 @@ fn cost_one_is_the_single_request_rule() {
             );
         }
         let now = T0 + W / 4; // previous weighs 7.5
-        let seen = |d: Decision| (d.outcome, d.remaining, d.retry_after_s, d.estimate);
+        let seen = |d: Answer| (d.outcome, d.remaining, d.retry_after_s, d.estimate);
         let a: Vec<_> = (0..4).map(|_| seen(cost(t, "a", now, 10, 1))).collect();
         let b: Vec<_> = (0..4)
             .map(|_| seen(t.acquire(t.hash_key(b"b"), now, 10, FailPolicy::Open, 0)))

@@ -27,7 +27,7 @@ fn with_table(slots: usize, mode: Mode, f: impl FnOnce(&Table)) {
     f(&t);
 }
 
-fn ask(t: &Table, key: &str, now: u64, limit: u32, policy: FailPolicy) -> Decision {
+fn ask(t: &Table, key: &str, now: u64, limit: u32, policy: FailPolicy) -> Answer {
     t.acquire(t.hash_key(key.as_bytes()), now, limit, policy, 0)
 }
 

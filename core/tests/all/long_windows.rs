@@ -27,7 +27,7 @@ fn window_start(t: u64, window_ms: u64) -> u64 {
 
 /// Uses up `limit` at `now` in a fresh table, then asks once more at
 /// `at`: whether that request is admitted, and the decision at `now`.
-fn probe(window_ms: u64, mode: Mode, limit: u32, now: u64, at: u64) -> (Decision, bool) {
+fn probe(window_ms: u64, mode: Mode, limit: u32, now: u64, at: u64) -> (Answer, bool) {
     let mut buf = Region::new(Table::HEADER_BYTES + 64 * SLOT_BYTES);
     let t = table(&mut buf, window_ms, mode);
     let k = t.hash_key(b"client");
