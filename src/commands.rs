@@ -99,7 +99,7 @@ pub static mut COMMANDS: [ngx_command_t; 11] = [
         offset: 0,
         post: ptr::null_mut(),
     },
-    // `rate_limit_window_grpc on | off;`: gRPC-native rejections (grpc.rs).
+    // `rate_limit_window_grpc on | off;`: gRPC-native rejections (request/grpc_reject.rs).
     ngx_command_t {
         name: ngx_string!("rate_limit_window_grpc"),
         type_: (ANY_LEVEL | NGX_CONF_FLAG) as ngx_uint_t,
@@ -137,7 +137,7 @@ conf_handler!(set_metrics, LocConf, metrics);
 
 /// `rate_limit_window_metrics [write=on|off];` installs the metrics content
 /// handler (with `write=on`, or its synonym `reset=on`, the one that also
-/// answers DELETE and PUT: reset.rs, override_api.rs).
+/// answers DELETE and PUT: api/reset.rs, api/overrides.rs).
 fn metrics(cf: &ngx_conf_t, _lcf: &mut LocConf) -> ConfResult {
     let clcf = NgxHttpCoreModule::location_conf_mut(cf).ok_or(ConfFailed::Logged)?;
     clcf.handler = match cf.words(1).as_slice() {

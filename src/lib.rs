@@ -2,51 +2,19 @@
 //!
 //! This file holds only the module statics and the `HttpModule` glue. The
 //! algorithm and the shared-memory table live in the pure crate
-//! `rate_limit_window_core`; each nginx-facing job has a file of its own:
+//! `rate_limit_window_core`; each nginx-facing job has a folder of its own,
+//! each importing only the folders below it in this table:
 //!
-//! | file           | job                                                    |
-//! |----------------|--------------------------------------------------------|
-//! | `commands.rs`  | the directive table and the configuration entries      |
-//! | `conf.rs`      | configuration structs, merge, `rate_limit_window`      |
-//! | `conf_log.rs`  | safe `ngx_conf_t` (`ConfExt`): words, `[emerg]`, compile |
-//! | `conf_value.rs`| the one number-or-variable type (`limit=`, `cost=`)    |
-//! | `conf_delay.rs`| `delay_max_held=` and this worker's held requests      |
-//! | `conf_charge.rs`| `charge=` at configuration: compile, strict refusal   |
-//! | `conf_zone.rs` | `rate_limit_window_zone`: parameters, key, shared zone  |
-//! | `zone.rs`      | the zone's configuration and shared header             |
-//! | `zone_init.rs` | shared-memory zone init and reuse on reload            |
-//! | `resize.rs`    | a zone resized on reload: its clients carried over     |
-//! | `handler.rs`   | the phase handler (the decision): PREACCESS/PRECONTENT |
-//! | `phases.rs`    | where the handler sits in PREACCESS and PRECONTENT     |
-//! | `access.rs`    | whether the main request failed an access check        |
-//! | `decision.rs`  | the per-request decision, kept across redirects        |
-//! | `pool.rs`      | where the record lives: pool memory, a hidden slot     |
-//! | `hidden.rs`    | hidden variables: request slots kept across redirects  |
-//! | `delay.rs`     | `delay=`: holding a request on a timer, then again     |
-//! | `early_answer.rs` | warns when a location answers before its limits run |
-//! | `cost.rs`      | `cost=`: requests one request counts                   |
-//! | `count_status.rs` | `count_status=`: giving back uncounted statuses     |
-//! | `charge.rs`    | `charge=`: the charge read when the response is done   |
-//! | `near_limit.rs`| the `near_limit_total` counter                         |
-//! | `filter.rs`    | the header filter (Retry-After, RateLimit-*)           |
-//! | `grpc.rs`      | gRPC-native rejections (trailers-only, pushback)       |
-//! | `variables.rs` | `$rate_limit_window_status`, `$rate_limit_window_remaining` |
-//! | `metrics.rs`   | the `rate_limit_window_metrics` content handler        |
-//! | `reset.rs`     | `write=on`: DELETE clears one client's counts          |
-//! | `overrides.rs` | per-client overrides and bans on the request path      |
-//! | `override_api.rs` | `write=on`: PUT/DELETE/list of overrides (JSON)     |
-//! | `override_sync.rs` | a `redis=` zone's overrides shared by the fleet    |
-//! | `sync.rs`      | cluster sync through Redis (`redis=` zones): thread    |
-//! | `sync_ctx.rs`  | a sync round's job, ownership, context and errors      |
-//! | `sync_round.rs`| one sync round: what is pushed, flagged and read back  |
-//! | `sync_stats.rs`| sync round measurements and the fleet seen in Redis    |
-//! | `redis_link.rs`| one Redis connection with bounded waits (sync thread)  |
-//! | `sweep.rs`     | the timer that clears long-idle slots (worker 0)       |
-//! | `state.rs`     | `state=FILE`: the zone's clients across a restart      |
-//! | `state_write.rs` | writing state files: timer, writer thread, exit      |
-//! | `util.rs`      | small helpers: time, cycle, timers, pool memory        |
-//! | `req.rs`       | the request's C entries and safe request helpers       |
-//! | `api.rs`       | what the metrics, override and reset APIs share        |
+//! | folder / file | job                                                    |
+//! |---------------|--------------------------------------------------------|
+//! | `commands.rs` | the directive table and the configuration entries      |
+//! | `api/`        | the metrics page, `write=on`'s reset and overrides API |
+//! | `request/`    | the request path: phases, handler, record, `delay=`, settle, filter, variables |
+//! | `conf/`       | configuration structs, merge, the zone directive       |
+//! | `worker/`     | worker 0's timers: the sweep, the state writer         |
+//! | `sync/`       | cluster sync through Redis (`redis=` zones)            |
+//! | `zone/`       | the shared zone: init, reuse on reload, resize, state file |
+//! | `ffi/`        | nginx's structures behind safe calls: request, conf, headers, variables, clock |
 
 #![allow(clippy::missing_safety_doc)]
 

@@ -1,6 +1,6 @@
 //! What the HTTP API locations (`rate_limit_window_metrics`, with
 //! `write=on` its PUT and DELETE) share: query arguments, the key a query
-//! names, and JSON answers; [`format`] formats their text. Below the
+//! names, and JSON answers; [`format`](mod@format) formats their text. Below the
 //! locations' handlers, which import it and not one another's helpers: the
 //! metrics page and one client's lookup ([`metrics`]), `write=on`'s
 //! DELETE of one client's counts ([`reset`]) and the overrides' PUT,

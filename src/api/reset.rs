@@ -1,5 +1,5 @@
 //! `rate_limit_window_metrics write=on;` (or `reset=on`): PUT and
-//! `DELETE …&override` go to override_api.rs; `DELETE /location?zone=NAME&key=VALUE`
+//! `DELETE …&override` go to overrides.rs; `DELETE /location?zone=NAME&key=VALUE`
 //! (or `&addr=TEXT`, as for GET) clears one client's counts (current and previous window) and answers
 //! the JSON of what was cleared. Other methods go to the metrics handler;
 //! without `reset=on` the metrics handler answers DELETE with 405.
@@ -11,7 +11,7 @@
 //! For a Redis-backed zone the key's fingerprint is also queued in the zone
 //! header (`resets`, one CAS, never a wait on Redis); worker 0's sync
 //! thread, at its next round, deletes the key's store hashes for the
-//! current and previous window and zeroes its share here (see `sync.rs`).
+//! current and previous window and zeroes its share here (see `sync/mod.rs`).
 //! The answer says `"cluster":"scheduled"` (`"not cleared"` when the queue
 //! is full). The other gateways' own counts stay theirs: their next rounds
 //! write them again.

@@ -1,5 +1,5 @@
 //! `charge=$variable` of `rate_limit_window`, at configuration: compiled
-//! for the LOG phase (charge.rs reads it there), and refused on a
+//! for the LOG phase (request/charge_read.rs reads it there), and refused on a
 //! `mode=strict` zone, whether the zone is declared before the directive or
 //! after it (then at the end of http{}).
 

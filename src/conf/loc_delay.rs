@@ -1,6 +1,6 @@
 //! The location's side of `delay=`: `delay_max_held=` (merged like the
 //! other location settings) and this worker's held requests, counted per
-//! client for the fair queue (see delay.rs, which holds the requests).
+//! client for the fair queue (see request/hold.rs, which holds the requests).
 
 use core::cell::{Cell, RefCell};
 use std::collections::HashMap;

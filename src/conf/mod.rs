@@ -146,7 +146,7 @@ pub struct Limit {
     pub count_status: Option<StatusSet>,
     /// `cost` is the default, a fixed 1: nothing to evaluate per request.
     pub cost_one: bool,
-    /// `charge=`: counted once the response is done (charge.rs); None: cost.
+    /// `charge=`: counted once the response is done (request/charge_read.rs); None: cost.
     pub charge: Option<*mut ngx_http_complex_value_t>,
     /// Where the directive is, for warnings about the location.
     pub file: ngx_str_t,
@@ -178,7 +178,7 @@ pub struct LocConf {
     pub limits: Option<Vec<Limit>>,
     /// `rate_limit_window_phase`: PHASE_PREACCESS or PHASE_POSTACCESS.
     pub phase: ngx_uint_t,
-    /// `delay_max_held=` and this worker's held requests (see delay.rs).
+    /// `delay_max_held=` and this worker's held requests (see request/hold.rs).
     pub delay: LocDelay,
     /// Some limit has `delay=` or `count_status=`: an admitted request has
     /// more to do (set by `merge`, so that the request path tests one flag).

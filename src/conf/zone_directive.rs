@@ -84,8 +84,8 @@ fn zone_params(cf: &ngx_conf_t) -> Result<ZoneDirective, ConfError> {
 
 /// Registers the shared memory of `zone`, a zone just defined in the
 /// configuration pool, whose `init` creates or adopts its table (see
-/// zone.rs). `overrides=N` adds its table (64-byte aligned, as
-/// overrides.rs's `region_bytes`) on whole pages, plus one page for the
+/// zone/mod.rs). `overrides=N` adds its table (64-byte aligned, as
+/// the core's `shm::override_region_bytes`) on whole pages, plus one page for the
 /// slab pool's own bookkeeping.
 fn add_shared_zone(cf: &ngx_conf_t, zone: &mut ZoneConf) -> ConfResult {
     let page = page_size();

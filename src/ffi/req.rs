@@ -27,7 +27,7 @@ pub unsafe fn args<'a>(
 /// Defines `extern "C" fn $name` (with visibility `$vis`), a phase,
 /// content or header filter handler, over `$handle: fn(&mut Request) ->
 /// ngx_int_t`. As ngx's `http_request_handler!`, whose function is private
-/// (conf.rs installs the content handlers).
+/// (conf/mod.rs installs the content handlers).
 macro_rules! request_handler {
     ($vis:vis $name:ident, $handle:expr) => {
         $vis extern "C" fn $name(r: *mut nginx_sys::ngx_http_request_t) -> nginx_sys::ngx_int_t {

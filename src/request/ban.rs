@@ -4,7 +4,7 @@
 //! table, in memory added to the zone's size (`overrides=N`, default 1024
 //! entries), so that it lives and is adopted with the
 //! zone across reloads. Every worker reads it at each request: a change
-//! made through the API (override_api.rs) applies at every worker's next
+//! made through the API (api/overrides.rs) applies at every worker's next
 //! request.
 //!
 //! The request path pays one relaxed load of the table's live count when

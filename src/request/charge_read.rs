@@ -1,6 +1,6 @@
 //! `charge=$variable`: an admitted request counts, once its response is
 //! done, what the variable says (LLM tokens from `$upstream_http_x_tokens`)
-//! instead of its `cost=`. See docs/charge.md and the core's `charge.rs`.
+//! instead of its `cost=`. See docs/charge.md and the core's `rule/charge.rs`.
 //!
 //! The arrival check is `cost=`'s, unchanged. The admission is kept in
 //! `count_status=`'s record (count_status.rs), in a cleanup of the main

@@ -6,7 +6,7 @@
 //! concurrent requests can never get past the limit, and given back with
 //! [`Table::undo`](rate_limit_window_core::Table::undo) when the request
 //! ends with a status that is not counted. The give-back runs when the main
-//! request's pool is destroyed (the record's part, decision.rs), which nginx
+//! request's pool is destroyed (the record's part, record.rs), which nginx
 //! does exactly once however the request ends: a response sent, a client that went away (499), an
 //! upstream timeout (504), an internal redirect or `error_page` that
 //! changed the status. The final status is the one nginx logs as `$status`.
@@ -15,7 +15,7 @@
 //! previous window (undo reaches one window back), and one still running
 //! two windows later has nothing left to give back.
 //!
-//! The same record settles `charge=` (charge.rs): its log-phase handler
+//! The same record settles `charge=` (charge_read.rs): its log-phase handler
 //! writes each limit's charge into the entries here, and [`settle`] makes
 //! the admission count it ([`Table::settle`](rate_limit_window_core::Table::settle)).
 

@@ -466,7 +466,7 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit], at: record::Pl
     );
     record::commit(pending, verdict, lcf.headers, retry_after);
     if verdict == RequestStatus::Rejected {
-        // A gRPC call gets a gRPC answer (grpc.rs), any other the status.
+        // A gRPC call gets a gRPC answer (grpc_reject.rs), any other the status.
         return crate::request::grpc_reject::reject(r, lcf, retry_after);
     }
     Status::NGX_DECLINED.into()

@@ -12,7 +12,7 @@
 //! (usual status and Retry-After) otherwise. Nothing is counted while a
 //! request waits.
 //!
-//! The hold is a part of the request's record (decision.rs), on the main
+//! The hold is a part of the request's record (record.rs), on the main
 //! request's pool: a client that goes away while held has its request freed
 //! by nginx, and [`release`] gives back its place under `delay_max_held`,
 //! deletes the timer and counts it as abandoned; it is never counted by the

@@ -1,5 +1,5 @@
 //! The per-request record: the decision, and the parts that `delay=`
-//! (delay.rs) and `count_status=`/`charge=` (count_status.rs) keep until
+//! (hold.rs) and `count_status=`/`charge=` (count_status.rs) keep until
 //! the request ends.
 //!
 //! One [`Record`] per main request, in its pool (see pool.rs): an internal
@@ -112,7 +112,7 @@ fn count_late_keys(n: usize) {
     LATE_KEY_DECISIONS.store(v.wrapping_add(n), Ordering::Relaxed);
 }
 
-/// `delay=`'s part of the record: the hold of a main request (delay.rs).
+/// `delay=`'s part of the record: the hold of a main request (hold.rs).
 #[derive(Clone, Copy)]
 pub struct Hold {
     /// The location whose `delay_max_held` place it takes.
@@ -136,7 +136,7 @@ pub struct Held {
     pub admission: Admission,
     /// `count_status=` (None: every status counts).
     pub statuses: Option<StatusSet>,
-    /// `charge=` (null: none), evaluated in the log phase (charge.rs).
+    /// `charge=` (null: none), evaluated in the log phase (charge_read.rs).
     pub charge: *mut ngx_http_complex_value_t,
     /// The charge read in the log phase; None: none, or invalid (the
     /// admission keeps its cost).

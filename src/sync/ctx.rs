@@ -1,5 +1,5 @@
-//! What a sync thread and its rounds share (sync.rs runs the thread,
-//! sync_round.rs and override_sync.rs the parts of a round): the job, the
+//! What a sync thread and its rounds share (mod.rs runs the thread,
+//! round.rs and fleet_overrides.rs the parts of a round): the job, the
 //! thread's view of the sync's ownership, the round's context and error,
 //! and the reading of an `HGETALL` reply.
 

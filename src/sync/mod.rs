@@ -48,7 +48,7 @@
 //! can never delay a request.
 //!
 //! Here: the thread and its owner (this file), a round's job and context
-//! ([`ctx`]), one round ([`round`]) and its measurements ([`round_stats`]),
+//! ([`ctx`]), one round ([`round`](mod@round)) and its measurements ([`round_stats`]),
 //! the Redis connection ([`redis_link`]), and the overrides the fleet
 //! shares ([`fleet_overrides`]).
 

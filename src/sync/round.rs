@@ -1,4 +1,4 @@
-//! One sync round of a Redis-backed zone (see `sync.rs` for the thread and
+//! One sync round of a Redis-backed zone (see `mod.rs` for the thread and
 //! `docs/gateways.md` for the design):
 //!
 //! 1. the `DELETE` resets queued since the last round (`DEL`);
@@ -50,7 +50,7 @@ pub struct RoundState {
     pushes: Vec<Push>,
     work: Vec<Item>,
     fleet_at: Option<Instant>,
-    /// When the fleet's overrides were last read (override_sync.rs).
+    /// When the fleet's overrides were last read (fleet_overrides.rs).
     ovr_at: Option<Instant>,
 }
 

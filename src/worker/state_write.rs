@@ -1,4 +1,4 @@
-//! Writing the zones' state files (`state=`, see state.rs): every
+//! Writing the zones' state files (`state=`, see zone/state_file.rs): every
 //! `rate_limit_window_state_interval` (5 s by default) by worker 0, in a thread so that the event loop never
 //! waits for the scan, the disk or fsync (skipping a zone unchanged since
 //! its last write), and by every worker at exit.

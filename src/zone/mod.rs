@@ -53,7 +53,7 @@ pub struct ZoneConf {
     pub size: usize,
     /// Cluster sync through Redis (`redis=`), if configured.
     pub redis: Option<RedisParams>,
-    /// The state file (`state=`, absolute), if configured (see state.rs).
+    /// The state file (`state=`, absolute), if configured (see state_file.rs).
     pub state: Option<std::path::PathBuf>,
     pub shm_zone: *mut ngx_shm_zone_t,
     /// The zone header (set by `init_zone`): where the table is, plus the
@@ -62,9 +62,9 @@ pub struct ZoneConf {
     /// The slot table inside the zone; None until the zone is initialised.
     pub table: Option<Table<'static>>,
     /// Where a `rate_limit_window` first gave the zone a `charge=` (file,
-    /// line), for the refusal of a strict zone (charge.rs).
+    /// line), for the refusal of a strict zone (conf/charge_var.rs).
     pub charge_at: Option<(ngx_str_t, ngx_uint_t)>,
-    /// `overrides=`: most per-client overrides (see overrides.rs).
+    /// `overrides=`: most per-client overrides (see the core's `overrides`).
     pub overrides_cap: usize,
     /// The override table inside the zone; None until it is initialised.
     pub overrides: Option<Overrides<'static>>,

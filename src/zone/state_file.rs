@@ -2,7 +2,7 @@
 //! overrides and bans, kept across a stop and a start (a reload keeps the
 //! zone in memory anyway).
 //!
-//! * **Read** by the master when it formats a fresh zone (`zone.rs`
+//! * **Read** by the master when it formats a fresh zone (`init.rs`,
 //!   `init_zone`): at start, and at a reload only for a zone that is new
 //!   in it (an existing zone is adopted, its memory is newer than the
 //!   file). A file that is missing is normal (the first start); one that

@@ -235,7 +235,7 @@ fn rejection_by_one_limit_consumes_no_other_quota() {
     assert_eq!(up.received(), 5);
     // D: global exhausted as well, so per-key for D must stay untouched;
     // with per-key counting undone, the JSON lookup would show 0. Checked in
-    // metrics.rs (per-request accounting); here: still rejected.
+    // api/metrics (per-request accounting); here: still rejected.
     assert_eq!(key(&ng, "D").status, 429);
 }
 

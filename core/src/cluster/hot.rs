@@ -321,7 +321,7 @@ mod tests {
         writes: usize,
     }
 
-    /// One round of `g` as `sync_round.rs` runs it (every reply delivered).
+    /// One round of `g` as the glue's `src/sync/round.rs` runs it (every reply delivered).
     fn sim_round(g: &mut Gw, r: &mut Redis, now: u64, t: i64) {
         use crate::cluster::{gateway_field, redis_key, shares};
         g.hot.roll(g.table.window().index(now));

@@ -2,7 +2,7 @@
 //! location, composed here (several limits, cost, estimate or strict,
 //! `delay=`, dry run, `fail=`, overrides and `ban=`), so that every
 //! combination is decided by one piece of pure code, and tested together
-//! (`tests.rs`, against the models of [`crate::testing::reference`]).
+//! (`tests.rs`, against the models of `crate::testing::reference`).
 //!
 //! The glue (nginx) implements [`Request`]: it evaluates each limit's key,
 //! limit value and cost **lazily**, when the engine asks, and records what

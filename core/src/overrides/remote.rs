@@ -1,6 +1,6 @@
 //! Overrides of a `redis=` zone shared by the fleet: the Redis hash that
 //! holds them and the text of its values (pure; the sync thread's glue is
-//! `src/override_sync.rs`).
+//! `src/sync/fleet_overrides.rs`).
 //!
 //! One hash per zone, `rlw:{ZONE}:ovr`; field: the client's fingerprint
 //! (14 hex digits); value: `v1 ACTION LIMIT EXPIRES_MS` (ACTION `limit`,

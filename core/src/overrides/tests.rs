@@ -1,4 +1,4 @@
-//! Tests of the override table (core/src/overrides.rs).
+//! Tests of the override table (core/src/overrides/mod.rs).
 
 use super::*;
 use proptest::prelude::*;

@@ -35,7 +35,7 @@
 //! 2. add its field to [`StateFile`], write it in [`encode`] with
 //!    `put_section`, and read it in `decode`'s `match` (`other` then no
 //!    longer collects it);
-//! 3. the glue (`src/state.rs`) fills the field when saving and applies it
+//! 3. the glue (`src/zone/state_file.rs`) fills the field when saving and applies it
 //!    after `Table::restore`.
 //!
 //! Older readers skip the new section, so the format version stays 1.

@@ -1,4 +1,4 @@
-//! The strict rule (`core/src/strict.rs`) against the exact sliding log:
+//! The strict rule (`core/src/rule/strict.rs`) against the exact sliding log:
 //! never more than `limit` in any interval of one window, on random and
 //! adversarial traces; exact Remaining and Retry-After; and the admitted
 //! rate under saturation, next to the estimate's.
