@@ -1,12 +1,14 @@
 //! Variable values at the boundary: a value's bytes and a flushed read,
-//! both from the flag bits in one load.
+//! both from the flag bits in one load, and a get handler's value set.
 
 use core::ptr;
 
 use nginx_sys::{
-    ngx_http_get_flushed_variable, ngx_http_get_indexed_variable, ngx_http_request_t, ngx_uint_t,
-    ngx_variable_value_t,
+    ngx_http_get_flushed_variable, ngx_http_get_indexed_variable, ngx_http_request_t,
+    ngx_http_variable_value_t, ngx_int_t, ngx_uint_t, ngx_variable_value_t,
 };
+use ngx::core::Status;
+use ngx::http::Request;
 
 /// The bytes of a variable's value; empty when the variable was not found.
 ///
@@ -90,3 +92,16 @@ pub unsafe fn flushed_variable(
 // padding) the data pointer.
 const _: () = assert!(size_of::<ngx_variable_value_t>() == 2 * size_of::<usize>());
 const _: () = assert!(core::mem::offset_of!(ngx_variable_value_t, data) == size_of::<usize>());
+
+/// Sets `v` to `bytes` copied into the request pool.
+pub fn set(r: &Request, v: &mut ngx_http_variable_value_t, bytes: &[u8]) -> ngx_int_t {
+    let Some(s) = super::pool::pool_str(&mut r.pool(), bytes) else {
+        return Status::NGX_ERROR.into();
+    };
+    v.data = if s.len == 0 { ptr::null_mut() } else { s.data };
+    v.set_len(s.len as u32);
+    v.set_valid(1);
+    v.set_no_cacheable(1);
+    v.set_not_found(0);
+    Status::NGX_OK.into()
+}

@@ -97,7 +97,7 @@ fn charge_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t
         })
         .map(|h| final_count(h.admission.cost(), h.counts(status), h.charged));
     let text = count.map(|n| n.to_string()).unwrap_or_default();
-    crate::request::variables::set(r, v, text.as_bytes())
+    crate::ffi::vars::set(r, v, text.as_bytes())
 }
 
 /// The charge of `h` for `r`: None when it is empty or invalid (logged

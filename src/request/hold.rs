@@ -327,5 +327,5 @@ fn delay_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t 
         (Some(_), None) => "0".into(),
         (Some(_), Some(ms)) => ms.to_string(),
     };
-    crate::request::variables::set(r, v, text.as_bytes())
+    crate::ffi::vars::set(r, v, text.as_bytes())
 }

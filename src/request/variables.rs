@@ -8,8 +8,6 @@
 //! `$rate_limit_window_delay` and `$rate_limit_window_charge` are read in
 //! hold.rs and charge_read.rs; every variable is registered here, once.
 
-use core::ptr;
-
 use nginx_sys::{
     ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable_pt, ngx_http_variable_value_t,
     ngx_int_t, ngx_str_t, ngx_uint_t, NGX_HTTP_VAR_NOCACHEABLE, NGX_HTTP_VAR_NOHASH,
@@ -20,6 +18,7 @@ use ngx::ngx_string;
 
 use crate::ffi::hidden;
 use crate::ffi::req::variable_get;
+use crate::ffi::vars::set;
 use crate::request::record::{self, RequestStatus};
 use crate::request::{charge_read, hold};
 
@@ -96,19 +95,6 @@ pub unsafe fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
             return Status::NGX_ERROR.into();
         }
     }
-    Status::NGX_OK.into()
-}
-
-/// Sets `v` to `bytes` copied into the request pool.
-pub fn set(r: &Request, v: &mut ngx_http_variable_value_t, bytes: &[u8]) -> ngx_int_t {
-    let Some(s) = crate::ffi::pool::pool_str(&mut r.pool(), bytes) else {
-        return Status::NGX_ERROR.into();
-    };
-    v.data = if s.len == 0 { ptr::null_mut() } else { s.data };
-    v.set_len(s.len as u32);
-    v.set_valid(1);
-    v.set_no_cacheable(1);
-    v.set_not_found(0);
     Status::NGX_OK.into()
 }
 
