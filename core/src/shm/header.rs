@@ -6,6 +6,7 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::stats::{ChargeStats, DelayStats, SyncStats};
+use super::turns::Turns;
 use super::{Parts, LAYOUT_VERSION, MAGIC};
 use crate::cluster::Ledger;
 use crate::overrides::Overrides;
@@ -123,6 +124,8 @@ pub struct ZoneHeader {
     pub swept: AtomicU64,
     /// Requests held by `delay=`.
     pub delay: DelayStats,
+    /// `delay=`'s queue turns: each client's held requests, every worker's.
+    pub turns: Turns,
     /// The next slot the sweep's count of used slots visits.
     pub used_next: AtomicU64,
     /// What the sweep's count of used slots has counted so far in this
@@ -192,6 +195,7 @@ impl ZoneHeader {
             sweep_next: zero(),
             swept: zero(),
             delay: Default::default(),
+            turns: Default::default(),
             used_next: zero(),
             used_acc: zero(),
             slots_used: zero(),

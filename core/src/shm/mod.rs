@@ -23,12 +23,14 @@
 
 mod header;
 mod stats;
+pub mod turns;
 
 use core::fmt;
 use core::ptr;
 
 pub use header::{ZoneHeader, OVR_PENDING, RESETS};
 pub use stats::{ChargeStats, DelayStats, SyncStats};
+pub use turns::Turns;
 
 use crate::mode::Mode;
 use crate::overrides::Overrides;
