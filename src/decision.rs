@@ -127,7 +127,7 @@ pub struct Hold {
     pub client: u64,
     /// The zone's `delay=` turns it holds one of (the rejecting limit's
     /// zone, shared by its workers), and the worker that took it.
-    pub turns: Option<&'static Turns>,
+    pub turns: Option<&'static Turns<'static>>,
     /// That worker (`ngx_worker`).
     pub worker: usize,
 }

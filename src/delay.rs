@@ -157,7 +157,7 @@ fn new_hold(r: &Request, part: &Part<Cell<Option<Hold>>>, rej: &Holding) -> Resu
     // The turn the engine took in the rejecting zone's queue (seen by
     // every worker), given back when the request is decided or gone.
     let turns = match rej.hold.turn {
-        true => rej.limits[rej.hold.index].zone().header().map(|h| &h.turns),
+        true => rej.limits[rej.hold.index].zone().turns.as_ref(),
         false => None,
     };
     let worker = crate::util::shard();
@@ -363,8 +363,8 @@ fn delay_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t 
 pub fn clear_turns(zones: &[*mut ZoneConf], worker: usize) {
     for &z in zones {
         // SAFETY: the main configuration's zones live as long as the cycle.
-        if let Some(h) = unsafe { &*z }.header() {
-            h.turns.clear_worker(worker);
+        if let Some(t) = unsafe { &*z }.turns.as_ref() {
+            t.clear_worker(worker);
         }
     }
 }

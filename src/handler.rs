@@ -118,20 +118,30 @@ fn log_invalid(r: &mut Request, l: &conf::Limit, what: Invalid) {
         Invalid::Limit => variable_text(r, l.value.variable()),
         Invalid::Cost(_) => variable_text(r, l.cost.variable()),
     };
-    let (name, hint) = match what {
-        Invalid::Limit => ("limit", ""),
-        Invalid::Cost(_) => ("cost", " (an integer from 1)"),
-    };
-    ngx_log_error!(
-        NGX_LOG_ERR,
-        r.log(),
-        "rate_limit_window: invalid {} \"{}\" for zone \"{}\"{}, applying fail={}",
-        name,
-        escape(&bad),
-        zone.name,
-        hint,
-        fail
-    );
+    // One format string each: the texts stay greppable (and in the .so).
+    match what {
+        Invalid::Limit => {
+            ngx_log_error!(
+                NGX_LOG_ERR,
+                r.log(),
+                "rate_limit_window: invalid limit \"{}\" for zone \"{}\", applying fail={}",
+                escape(&bad),
+                zone.name,
+                fail
+            );
+        }
+        Invalid::Cost(_) => {
+            ngx_log_error!(
+                NGX_LOG_ERR,
+                r.log(),
+                "rate_limit_window: invalid cost \"{}\" for zone \"{}\" (an integer from 1), \
+                 applying fail={}",
+                escape(&bad),
+                zone.name,
+                fail
+            );
+        }
+    }
 }
 
 /// The first 64 bytes of a limit or cost variable's value for a log line
@@ -312,7 +322,7 @@ impl engine::Request<'static> for Judging<'_> {
             delay_ms: l.delay_ms,
             ban_ms: l.ban_ms,
             invalid_count: header.map(|h| &h.invalid_limits),
-            turns: header.map(|h| &h.turns),
+            turns: zone.turns.as_ref(),
         })
     }
 

@@ -776,7 +776,8 @@ fn cost_conf() -> String {
          location /c { rate_limit_window zone=c limit=100 cost=10; proxy_pass http://{{UPSTREAM}}; }
          location /tier { rate_limit_window zone=t limit=$tier cost=10; proxy_pass http://{{UPSTREAM}}; }
          location /var { rate_limit_window zone=v limit=$http_x_limit; proxy_pass http://{{UPSTREAM}}; }
-         location = /api { rate_limit_window_metrics write=on; }",
+         location = /api { rate_limit_window_metrics write=on; }
+         location = /ro { rate_limit_window_metrics; }",
         "return 404;",
     )
 }

@@ -49,7 +49,7 @@ pub struct LimitConf<'t> {
     pub invalid_count: Option<&'t AtomicU64>,
     /// The zone's `delay=` queue turns, shared by its workers, if it has
     /// them.
-    pub turns: Option<&'t Turns>,
+    pub turns: Option<&'t Turns<'t>>,
 }
 
 /// A limit's value as the host read it (no policy: the engine's).

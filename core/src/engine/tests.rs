@@ -92,6 +92,17 @@ fn overrides() -> Overrides<'static> {
     unsafe { Overrides::init(buf.as_mut_ptr().cast(), buf.len() * 64, 64) }.unwrap()
 }
 
+/// Queue turns over a leaked region.
+fn turns() -> Turns<'static> {
+    let len = Turns::bytes_for(1 << 20);
+    let buf: &'static mut [Line] = (0..len / 64)
+        .map(|_| Line([0; 64]))
+        .collect::<Vec<_>>()
+        .leak();
+    // SAFETY: an exclusive, 64-byte aligned buffer that lives forever.
+    unsafe { Turns::init(buf.as_mut_ptr().cast(), len) }.unwrap()
+}
+
 /// One zone: its table, its model, its clients' hashes, its runtime state
 /// (overrides, turns) and policies.
 struct Zone {
@@ -100,7 +111,7 @@ struct Zone {
     w: u64,
     keys: Vec<KeyHash>,
     ovr: Overrides<'static>,
-    turns: Box<Turns>,
+    turns: Turns<'static>,
     fail: FailPolicy,
     ban_ms: u64,
 }
@@ -813,7 +824,7 @@ fn run(zs: &[ZoneCase], ops: Vec<Op>) -> Result<(), TestCaseError> {
             } else {
                 FailPolicy::Open
             };
-            let (ovr, turns) = (overrides(), Box::default());
+            let (ovr, turns) = (overrides(), turns());
             Zone {
                 table,
                 model,

@@ -6,7 +6,6 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::stats::{ChargeStats, DelayStats, SyncStats};
-use super::turns::Turns;
 use super::{Parts, LAYOUT_VERSION, MAGIC};
 use crate::cluster::Ledger;
 use crate::overrides::Overrides;
@@ -61,6 +60,9 @@ pub struct ZoneHeader {
     /// its length in bytes.
     ledger: *mut u8,
     ledger_len: usize,
+    /// `delay=`'s queue turns and their length in bytes.
+    turns: *mut u8,
+    turns_len: usize,
     /// The override table and its length in bytes.
     overrides: *mut u8,
     overrides_len: usize,
@@ -124,8 +126,6 @@ pub struct ZoneHeader {
     pub swept: AtomicU64,
     /// Requests held by `delay=`.
     pub delay: DelayStats,
-    /// `delay=`'s queue turns: each client's held requests, every worker's.
-    pub turns: Turns,
     /// The next slot the sweep's count of used slots visits.
     pub used_next: AtomicU64,
     /// What the sweep's count of used slots has counted so far in this
@@ -168,6 +168,8 @@ impl ZoneHeader {
             table_len: p.table.1,
             ledger: p.ledger.0,
             ledger_len: p.ledger.1,
+            turns: p.turns.0,
+            turns_len: p.turns.1,
             overrides: p.overrides.0,
             overrides_len: p.overrides.1,
             gateway_id,
@@ -195,7 +197,6 @@ impl ZoneHeader {
             sweep_next: zero(),
             swept: zero(),
             delay: Default::default(),
-            turns: Default::default(),
             used_next: zero(),
             used_acc: zero(),
             slots_used: zero(),
@@ -213,6 +214,7 @@ impl ZoneHeader {
         Parts {
             table: (self.table, self.table_len),
             ledger: (self.ledger, self.ledger_len),
+            turns: (self.turns, self.turns_len),
             overrides: (self.overrides, self.overrides_len),
         }
     }

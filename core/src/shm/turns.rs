@@ -14,6 +14,11 @@
 //!   worker that starts (a respawn after a crash) takes its row's counts
 //!   back out of the buckets: no turn outlives the worker that held it.
 //!
+//! The region is a part of the zone ([`crate::shm::Parts`]), sized with the
+//! zone ([`Turns::bytes_for`]): a row tracks as many clients as its share
+//! of the region holds ([`Turns::entries`]: 192 in a `1m` zone, 2,496 in
+//! a `10m` one).
+//!
 //! Lock-free: compare-and-swap and atomic adds only; a worker killed at any
 //! point leaves no turn that its successor does not take back (the row's
 //! add comes first: at worst the bucket is one turn short).
@@ -25,33 +30,34 @@ pub const BUCKETS: usize = 1024;
 /// Rows: workers `w` and `w + ROWS` share a row (their entries stay apart
 /// by their worker tag).
 pub const ROWS: usize = 16;
-/// Buckets one row tracks at once: a worker holding requests of more
-/// distinct clients of the zone than this refuses the next one at once.
-pub const ENTRIES: usize = 128;
 
 const COUNT_BITS: u32 = 13;
 const WORKER_BITS: u32 = 8;
 const COUNT_MASK: u32 = (1 << COUNT_BITS) - 1;
 const WORKER_MASK: u32 = (1 << WORKER_BITS) - 1;
 const BUCKET_SHIFT: u32 = COUNT_BITS + WORKER_BITS;
+/// Bytes of the buckets, at the region's start.
+const BUCKET_BYTES: usize = BUCKETS * 4;
+/// The smallest region: 32 entries a row.
+const MIN_BYTES: usize = BUCKET_BYTES + ROWS * 32 * 4;
+/// The largest region (256 KB): about 4,000 entries a row.
+const MAX_BYTES: usize = 256 << 10;
 
-/// The held requests of a zone's clients (12 KB).
-#[repr(C)]
-pub struct Turns {
+/// The held requests of a zone's clients, over a region of the zone:
+/// [`BUCKETS`] counts, then [`ROWS`] rows of [`Turns::entries`] words.
+#[derive(Clone, Copy)]
+pub struct Turns<'a> {
     /// Requests held now per client bucket, every worker's.
-    buckets: [AtomicU32; BUCKETS],
+    buckets: &'a [AtomicU32],
     /// Per worker: `(bucket + 1) << 21 | worker tag << 13 | count`, 0 free.
-    rows: [[AtomicU32; ENTRIES]; ROWS],
+    rows: &'a [AtomicU32],
+    /// Entries a row.
+    entries: usize,
 }
 
-impl Default for Turns {
-    fn default() -> Self {
-        Turns {
-            buckets: core::array::from_fn(|_| AtomicU32::new(0)),
-            rows: core::array::from_fn(|_| core::array::from_fn(|_| AtomicU32::new(0))),
-        }
-    }
-}
+/// The region is too small for the turns ([`Turns::bytes_for`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TooSmall;
 
 /// The bucket of `client` (a key hash): clients of one bucket share a
 /// queue.
@@ -71,11 +77,67 @@ fn decrement(a: &AtomicU32, by: u32) {
     });
 }
 
-impl Turns {
+impl<'a> Turns<'a> {
+    /// Bytes of the turns of a zone of `zone_bytes` (a 64th of it, from 8 KB
+    /// to 256 KB, a multiple of 64).
+    pub fn bytes_for(zone_bytes: usize) -> usize {
+        (zone_bytes / 64).clamp(MIN_BYTES, MAX_BYTES) / 64 * 64
+    }
+
+    /// Zeroes `len` bytes at `region` (no turn taken) and attaches them.
+    ///
+    /// # Safety
+    ///
+    /// As [`Turns::attach`]; nobody else may access the region meanwhile.
+    pub unsafe fn init(region: *mut u8, len: usize) -> Result<Turns<'a>, TooSmall> {
+        if region.is_null() || len < MIN_BYTES {
+            return Err(TooSmall);
+        }
+        // SAFETY: the caller's: `len` writable bytes, ours alone now.
+        unsafe { core::ptr::write_bytes(region, 0, len) };
+        // SAFETY: as above.
+        unsafe { Turns::attach(region, len) }
+    }
+
+    /// The turns over `len` bytes at `region`, as [`Turns::init`] left them.
+    ///
+    /// # Safety
+    ///
+    /// `region` must be 4-byte aligned, valid for reads and writes of
+    /// `len` bytes for `'a`, and only accessed through [`Turns`] (of any
+    /// process) meanwhile.
+    pub unsafe fn attach(region: *mut u8, len: usize) -> Result<Turns<'a>, TooSmall> {
+        if region.is_null() || len < MIN_BYTES || region.align_offset(4) != 0 {
+            return Err(TooSmall);
+        }
+        let words = len / 4;
+        let entries = (words - BUCKETS) / ROWS;
+        // SAFETY: the caller's guarantees; AtomicU32 has u32's layout and
+        // every bit pattern is valid.
+        let all = unsafe { core::slice::from_raw_parts(region.cast::<AtomicU32>(), words) };
+        Ok(Turns {
+            buckets: &all[..BUCKETS],
+            rows: &all[BUCKETS..BUCKETS + entries * ROWS],
+            entries,
+        })
+    }
+
+    /// Entries a row: distinct clients one worker holds requests of at once
+    /// (workers beyond [`ROWS`] share a row).
+    pub fn entries(&self) -> usize {
+        self.entries
+    }
+
+    /// The row of `worker`.
+    fn row_of(&self, worker: usize) -> &'a [AtomicU32] {
+        let r = worker % ROWS;
+        &self.rows[r * self.entries..(r + 1) * self.entries]
+    }
+
     /// The row of `worker`, and the owner `worker` has for `client`.
-    fn row(&self, worker: usize, client: u64) -> (&[AtomicU32; ENTRIES], (u32, u32)) {
+    fn row(&self, worker: usize, client: u64) -> (&'a [AtomicU32], (u32, u32)) {
         let b = bucket(client) as u32 + 1;
-        (&self.rows[worker % ROWS], (b, worker as u32 & WORKER_MASK))
+        (self.row_of(worker), (b, worker as u32 & WORKER_MASK))
     }
 
     /// `worker` takes a turn for a request of `client`: the number of its
@@ -140,7 +202,7 @@ impl Turns {
     /// Takes back every turn `worker` holds (a worker starting: what a dead
     /// one of the same number held is gone with it).
     pub fn clear_worker(&self, worker: usize) {
-        let (row, tag) = (&self.rows[worker % ROWS], worker as u32 & WORKER_MASK);
+        let (row, tag) = (self.row_of(worker), worker as u32 & WORKER_MASK);
         for e in row {
             let w = e.load(Ordering::Relaxed);
             if w == 0 || owner(w).1 != tag {
@@ -160,6 +222,25 @@ impl Turns {
 mod tests {
     use super::*;
 
+    /// Turns over a leaked region of `len` bytes.
+    fn turns(len: usize) -> Turns<'static> {
+        let buf: &'static mut [u32] = vec![0u32; len / 4].leak();
+        // SAFETY: an exclusive, aligned buffer that lives forever.
+        unsafe { Turns::init(buf.as_mut_ptr().cast(), len) }.unwrap()
+    }
+
+    #[test]
+    fn sized_with_the_zone() {
+        assert_eq!(Turns::bytes_for(32 << 10), MIN_BYTES);
+        assert_eq!(Turns::bytes_for(1 << 20), 16 << 10);
+        assert_eq!(Turns::bytes_for(1 << 30), MAX_BYTES);
+        assert_eq!(turns(Turns::bytes_for(1 << 20)).entries(), 192);
+        assert_eq!(turns(Turns::bytes_for(10 << 20)).entries(), 2496);
+        let mut small = [0u32; 16];
+        // SAFETY: a buffer too small: refused before any access.
+        assert!(unsafe { Turns::init(small.as_mut_ptr().cast(), 64) }.is_err());
+    }
+
     /// Two clients of different buckets.
     fn two() -> (u64, u64) {
         let a = 1u64;
@@ -169,7 +250,7 @@ mod tests {
 
     #[test]
     fn tickets_count_across_workers_and_give_back() {
-        let t = Turns::default();
+        let t = turns(MIN_BYTES);
         let (a, b) = two();
         assert_eq!(t.held(a), 0);
         assert_eq!(t.take(0, a), Some(0));
@@ -183,12 +264,12 @@ mod tests {
         assert_eq!(t.held(a), 1);
         t.give(0, a);
         assert_eq!(t.held(a), 0);
-        assert!(t.rows[0].iter().all(|e| e.load(Ordering::Relaxed) == 0));
+        assert!(t.row_of(0).iter().all(|e| e.load(Ordering::Relaxed) == 0));
     }
 
     #[test]
     fn a_worker_started_takes_back_what_its_number_held() {
-        let t = Turns::default();
+        let t = turns(MIN_BYTES);
         let (a, b) = two();
         assert_eq!(t.take(3, a), Some(0));
         assert_eq!(t.take(3, a), Some(1));
@@ -204,39 +285,46 @@ mod tests {
 
     #[test]
     fn a_full_row_refuses_a_new_client() {
-        let t = Turns::default();
+        let t = turns(MIN_BYTES);
         let mut clients = vec![];
         let mut seen = std::collections::HashSet::new();
         for c in 1u64.. {
             if seen.insert(bucket(c)) {
                 clients.push(c);
             }
-            if clients.len() == ENTRIES + 1 {
+            if clients.len() == t.entries() + 1 {
                 break;
             }
         }
-        for &c in &clients[..ENTRIES] {
+        for &c in &clients[..t.entries()] {
             assert_eq!(t.take(2, c), Some(0));
         }
-        assert_eq!(t.take(2, clients[ENTRIES]), None);
-        assert_eq!(t.held(clients[ENTRIES]), 0, "a refused take counts nothing");
+        assert_eq!(t.take(2, clients[t.entries()]), None);
+        assert_eq!(
+            t.held(clients[t.entries()]),
+            0,
+            "a refused take counts nothing"
+        );
         assert_eq!(
             t.take(2, clients[0]),
             Some(1),
             "a client already there counts on"
         );
-        assert_eq!(t.take(5, clients[ENTRIES]), Some(0), "other rows have room");
+        assert_eq!(
+            t.take(5, clients[t.entries()]),
+            Some(0),
+            "other rows have room"
+        );
         t.clear_worker(2);
         assert_eq!(t.held(clients[0]), 0);
-        assert_eq!(t.take(2, clients[ENTRIES]), Some(1));
+        assert_eq!(t.take(2, clients[t.entries()]), Some(1));
     }
 
     #[test]
     fn concurrent_takes_get_distinct_turns() {
-        let t = std::sync::Arc::new(Turns::default());
+        let t = turns(MIN_BYTES);
         let handles: Vec<_> = (0..4)
             .map(|w| {
-                let t = t.clone();
                 std::thread::spawn(move || {
                     (0..200).map(|_| t.take(w, 42).unwrap()).collect::<Vec<_>>()
                 })
