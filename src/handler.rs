@@ -31,7 +31,8 @@ use ngx::{ngx_log_debug_http, ngx_log_error};
 
 use rate_limit_window_core::addr::{mask_ipv6, IPV6_PREFIX_MAX};
 use rate_limit_window_core::engine::{
-    self, Ask, Cost, Hold, HostError, Invalid, Key, LimitConf, Skip, Verdict as EngineVerdict,
+    self, Ask, Cost, Hold, HostError, Invalid, Key, LimitConf, Shared, Skip,
+    Verdict as EngineVerdict,
 };
 use rate_limit_window_core::parse::{escape, parse_limit};
 use rate_limit_window_core::{
@@ -314,15 +315,12 @@ impl engine::Request<'static> for Judging<'_> {
     fn conf(&self, n: usize) -> Option<LimitConf<'static>> {
         let l = &self.limits[n];
         let zone = l.zone();
-        let header = zone.header();
         Some(LimitConf {
             table: zone.table.as_ref()?,
             overrides: zone.overrides.as_ref(),
             fail: zone.fail,
             delay_ms: l.delay_ms,
             ban_ms: l.ban_ms,
-            invalid_count: header.map(|h| &h.invalid_limits),
-            turns: zone.turns.as_ref(),
         })
     }
 
@@ -385,6 +383,14 @@ impl engine::Request<'static> for Judging<'_> {
             if let (Some(adm), Some(table)) = (a.admission.as_ref(), a.zone.table.as_ref()) {
                 f(table, adm);
             }
+        }
+    }
+
+    fn shared(&self, n: usize) -> Shared<'static> {
+        let zone = self.limits[n].zone();
+        Shared {
+            invalid_count: zone.header().map(|h| &h.invalid_limits),
+            turns: zone.turns.as_ref(),
         }
     }
 

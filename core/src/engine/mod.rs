@@ -44,11 +44,15 @@ pub struct LimitConf<'t> {
     pub delay_ms: u64,
     /// `ban=`: how long a client this limit rejects stays rejected (ms).
     pub ban_ms: u64,
-    /// The zone's count of requests whose limit or cost value was
-    /// invalid (any `fail=`), if it has one.
+}
+
+/// A zone's shared runtime state the engine counts and reads off the
+/// admission path ([`Request::shared`]).
+#[derive(Clone, Copy, Default)]
+pub struct Shared<'t> {
+    /// Requests whose limit or cost value was invalid (any `fail=`).
     pub invalid_count: Option<&'t AtomicU64>,
-    /// The zone's `delay=` queue turns, shared by its workers, if it has
-    /// them.
+    /// `delay=`'s queue turns, shared by the zone's workers.
     pub turns: Option<&'t Turns<'t>>,
 }
 
@@ -147,6 +151,12 @@ pub trait Request<'t> {
     /// A fresh reading of the clock (epoch ms): a strict zone decides again
     /// when its key's state is later than the request's time.
     fn fresh_now(&mut self) -> u64;
+    /// Limit `n`'s zone's shared runtime state, off the admission path:
+    /// its count of requests whose limit or cost value was invalid (any
+    /// `fail=`), and its `delay=` queue turns, shared by its workers.
+    fn shared(&self, _n: usize) -> Shared<'t> {
+        Shared::default()
+    }
     /// When the request was first held by `delay=` (epoch ms), if it was.
     fn held_since(&self) -> Option<u64> {
         None
@@ -472,7 +482,7 @@ fn invalid<'t, R: Request<'t>>(
     shard: usize,
 ) -> Judged {
     r.invalid(n, what);
-    if let Some(count) = c.invalid_count {
+    if let Some(count) = r.shared(n).invalid_count {
         count.fetch_add(1, Ordering::Relaxed);
     }
     match c.fail {

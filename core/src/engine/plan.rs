@@ -60,7 +60,7 @@ pub(super) fn on_reject<'t, R: Request<'t>>(
     // A request held for the first time takes its turn in the zone's queue
     // now, shared by every worker: the ticket is how many of its client's
     // requests are held before it. One held again has waited longest: none.
-    let turns = r.conf(rej.index).and_then(|c| c.turns);
+    let turns = r.shared(rej.index).turns;
     let (ahead, taken) = match (since, turns) {
         (None, Some(t)) if !ask.dry_run => match t.take(ask.shard, client) {
             Some(ahead) => (ahead, Some(t)),

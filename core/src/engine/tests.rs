@@ -7,6 +7,7 @@
 //! requests taking turns across two workers.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
 
 use proptest::prelude::*;
 
@@ -112,6 +113,7 @@ struct Zone {
     keys: Vec<KeyHash>,
     ovr: Overrides<'static>,
     turns: Turns<'static>,
+    invalid: std::sync::atomic::AtomicU64,
     fail: FailPolicy,
     ban_ms: u64,
 }
@@ -147,8 +149,6 @@ impl<'a> Request<'a> for Req<'a> {
             fail: z.fail,
             delay_ms: self.lims[n].delay_ms,
             ban_ms: z.ban_ms,
-            invalid_count: None,
-            turns: Some(&z.turns),
         })
     }
     fn key(&mut self, n: usize) -> Result<Key, HostError> {
@@ -176,6 +176,13 @@ impl<'a> Request<'a> for Req<'a> {
     }
     fn fresh_now(&mut self) -> u64 {
         0
+    }
+    fn shared(&self, n: usize) -> Shared<'a> {
+        let z = &self.zones[n];
+        Shared {
+            invalid_count: Some(&z.invalid),
+            turns: Some(&z.turns),
+        }
     }
     fn held_since(&self) -> Option<u64> {
         self.since
@@ -394,6 +401,7 @@ impl Run {
             dry_run,
             holdable: true,
         };
+        let invalid_before: Vec<u64> = self.zones.iter().map(|z| z.invalid.load(Relaxed)).collect();
         let v = decide(&mut r, &ask).unwrap();
         let (records, holds, invalid) = (r.records.clone(), r.holds, r.invalid.clone());
         if std::env::var("ENGINE_TRACE").is_ok() {
@@ -423,7 +431,12 @@ impl Run {
             .filter(|&n| self.reports_invalid(n, &q, now))
             .collect();
         let got: Vec<usize> = invalid.iter().map(|&(n, _)| n).collect();
-        prop_assert_eq!(got, expect, "invalid values reported");
+        prop_assert_eq!(&got, &expect, "invalid values reported");
+        for (n, z) in self.zones.iter().enumerate() {
+            let counted = z.invalid.load(Relaxed) - invalid_before[n];
+            let want = expect.iter().filter(|&&m| m == n).count() as u64;
+            prop_assert_eq!(counted, want, "invalid values counted in zone {}", n);
+        }
         let mut held_again = None;
         match (v, first_over) {
             (Verdict::Admit | Verdict::Exempt, None) => {
@@ -832,6 +845,7 @@ fn run(zs: &[ZoneCase], ops: Vec<Op>) -> Result<(), TestCaseError> {
                 keys,
                 ovr,
                 turns,
+                invalid: Default::default(),
                 fail,
                 ban_ms,
             }
