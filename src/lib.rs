@@ -157,6 +157,10 @@ extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     // SAFETY: ngx_process and ngx_worker are set before init_process runs;
     // nginx passes the running cycle.
     let (process, worker, cycle) = unsafe { (ngx_process, ngx_worker, &*cycle) };
+    if let Some(mcf) = Module::main_conf(cycle) {
+        // What a dead worker of this number held is gone with it.
+        request::hold::clear_turns(&mcf.zones, worker);
+    }
     let ours = (process == NGX_PROCESS_WORKER as ngx_uint_t && worker == 0)
         || process == NGX_PROCESS_SINGLE as ngx_uint_t;
     if !ours {

@@ -1,9 +1,9 @@
 //! The location's side of `delay=`: `delay_max_held=` (merged like the
-//! other location settings) and this worker's held requests, counted per
-//! client for the fair queue (see request/hold.rs, which holds the requests).
+//! other location settings) and this worker's held requests (see
+//! request/hold.rs, which holds the requests; each client's turns are the
+//! zone's, shared by its workers: the core's `shm::Turns`).
 
-use core::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use core::cell::Cell;
 
 use nginx_sys::ngx_uint_t;
 use rate_limit_window_core::conf::error::LimitConfError;
@@ -19,9 +19,6 @@ pub struct LocDelay {
     pub max_held: ngx_uint_t,
     /// Requests this worker holds now in this location.
     pub(crate) held: Cell<ngx_uint_t>,
-    /// Of those, how many each client holds (by the rejecting limit's key
-    /// hash): its place in the fair queue (see the core's `delay`).
-    clients: RefCell<HashMap<u64, u32>>,
 }
 
 impl Default for LocDelay {
@@ -29,24 +26,6 @@ impl Default for LocDelay {
         Self {
             max_held: UNSET_UINT,
             held: Cell::new(0),
-            clients: RefCell::new(HashMap::new()),
-        }
-    }
-}
-
-impl LocDelay {
-    /// Requests `client` holds now (this worker, this location).
-    pub(crate) fn held_by(&self, client: u64) -> u32 {
-        self.clients.borrow().get(&client).copied().unwrap_or(0)
-    }
-
-    /// One more (`up`) or one fewer held request of `client`.
-    pub(crate) fn track(&self, client: u64, up: bool) {
-        let mut map = self.clients.borrow_mut();
-        let n = map.entry(client).or_insert(0);
-        *n = if up { *n + 1 } else { n.saturating_sub(1) };
-        if *n == 0 {
-            map.remove(&client);
         }
     }
 }

@@ -18,6 +18,14 @@ pub enum ConfValue {
 }
 
 impl ConfValue {
+    /// The complex value of a `$variable` value (None: a fixed number).
+    pub fn variable(self) -> Option<*mut ngx_http_complex_value_t> {
+        match self {
+            ConfValue::Fixed(_) => None,
+            ConfValue::Variable(cv) => Some(cv),
+        }
+    }
+
     /// Compiles `spec` for the configuration being parsed.
     pub fn compile(cf: &ngx_conf_t, spec: &ValueSpec) -> ConfResult<ConfValue> {
         Ok(match spec {

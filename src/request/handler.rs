@@ -30,9 +30,9 @@ use ngx::http::{HttpModuleLocationConf, Request};
 use ngx::{ngx_log_debug_http, ngx_log_error};
 
 use rate_limit_window_core::conf::addr::{mask_ipv6, IPV6_PREFIX_MAX};
-use rate_limit_window_core::conf::parse::{escape, parse_limit, LimitError};
+use rate_limit_window_core::conf::parse::{escape, parse_limit};
 use rate_limit_window_core::engine::{
-    self, Ask, Cost, Hold, HostError, Key, LimitConf, Skip, Verdict,
+    self, Ask, Cost, Hold, HostError, Invalid, Key, LimitConf, Shared, Skip, Verdict,
 };
 use rate_limit_window_core::{Admission, Answer, Counter, Events, FailPolicy, Outcome, Table};
 
@@ -70,9 +70,10 @@ impl Phase {
     }
 }
 
-/// Evaluates one limit's key and limit value for the request, for the
-/// engine (which applies the client's override). Err(()) means the key or
-/// the limit could not be evaluated (an nginx error).
+/// Evaluates one limit's key and limit value for the request, as read:
+/// the engine decides what an empty or invalid value means, and applies
+/// the client's override. Err(()) means the key or the limit could not be
+/// evaluated (an nginx error).
 #[inline(always)]
 fn eval(
     r: &mut Request,
@@ -92,44 +93,66 @@ fn eval(
     } else {
         key
     };
-    let (limit, invalid) = match eval_limit(r, value)? {
-        LimitRead::Limit(n) => (n, false),
-        LimitRead::Empty => return Ok(Key::Exempt),
-        LimitRead::Invalid(bad) => {
-            invalid_limit(r, zone, &bad);
-            match zone.fail {
-                FailPolicy::Open => return Ok(Key::Skipped),
-                // Fail closed: judge the request against a limit of 0.
-                FailPolicy::Closed => (0, true),
-            }
-        }
-    };
-    Ok(Key::Limit {
+    let limit = eval_limit(r, value)?;
+    Ok(Key::Client {
         hash: table.hash_key(key),
         limit,
-        invalid,
     })
 }
 
-/// Logs and counts a limit variable that held garbage (out of line: the
-/// request path is the valid limit).
+/// Logs a limit or cost value the engine found invalid (out of line: the
+/// request path is the valid value). The value is read again for the line;
+/// the engine counts it.
 #[cold]
 #[inline(never)]
-fn invalid_limit(r: &Request, zone: &ZoneConf, bad: &LimitError) {
-    ngx_log_error!(
-        NGX_LOG_ERR,
-        r.log(),
-        "rate_limit_window: invalid limit \"{}\" for zone \"{}\", applying fail={}",
-        escape(bad.input()),
-        zone.name,
-        if zone.fail == FailPolicy::Closed {
-            "closed"
-        } else {
-            "open"
+fn log_invalid(r: &mut Request, l: &conf::Limit, what: Invalid) {
+    let zone = l.zone();
+    let fail = if zone.fail == FailPolicy::Closed {
+        "closed"
+    } else {
+        "open"
+    };
+    let bad = match what {
+        Invalid::Limit => variable_text(r, l.value.variable()),
+        Invalid::Cost(_) => variable_text(r, l.cost.variable()),
+    };
+    // One format string each: the texts stay greppable (and in the .so).
+    match what {
+        Invalid::Limit => {
+            ngx_log_error!(
+                NGX_LOG_ERR,
+                r.log(),
+                "rate_limit_window: invalid limit \"{}\" for zone \"{}\", applying fail={}",
+                escape(&bad),
+                zone.name,
+                fail
+            );
         }
-    );
-    if let Some(header) = zone.header() {
-        header.invalid_limits.fetch_add(1, Ordering::Relaxed);
+        Invalid::Cost(_) => {
+            ngx_log_error!(
+                NGX_LOG_ERR,
+                r.log(),
+                "rate_limit_window: invalid cost \"{}\" for zone \"{}\" (an integer from 1), \
+                 applying fail={}",
+                escape(&bad),
+                zone.name,
+                fail
+            );
+        }
+    }
+}
+
+/// The first 64 bytes of a limit or cost variable's value for a log line
+/// (empty when it is not a variable or cannot be evaluated).
+fn variable_text(r: &mut Request, cv: Option<*mut nginx_sys::ngx_http_complex_value_t>) -> Vec<u8> {
+    let Some(cv) = cv else {
+        return Vec::new();
+    };
+    // SAFETY: cv was compiled into the configuration pool, which outlives
+    // every request of the cycle.
+    match r.get_complex_value(unsafe { &*cv }) {
+        Some(v) => v.as_bytes().iter().copied().take(64).collect(),
+        None => Vec::new(),
     }
 }
 
@@ -158,28 +181,20 @@ fn eval_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8], ()> {
     Ok(unsafe { core::slice::from_raw_parts(key.as_ptr(), key.len()) })
 }
 
-/// The limit of one request, read from its `limit=` value.
-enum LimitRead {
-    Limit(u32),
-    /// An empty variable: the request is exempt from this limit.
-    Empty,
-    /// Not an integer in range (the error keeps the start of the value).
-    Invalid(LimitError),
-}
-
-/// Reads the limit for this request. Err(()) is an nginx error while
-/// evaluating the variable.
-fn eval_limit(r: &Request, value: LimitValue) -> Result<LimitRead, ()> {
+/// Reads the limit value for this request, as it is: a number, empty,
+/// or invalid (the engine's `fail=` decides). Err(()) is an nginx error
+/// while evaluating the variable.
+fn eval_limit(r: &Request, value: LimitValue) -> Result<engine::LimitValue, ()> {
     match value {
-        LimitValue::Fixed(n) => Ok(LimitRead::Limit(n)),
+        LimitValue::Fixed(n) => Ok(engine::LimitValue::Set(n)),
         LimitValue::Variable(cv) => {
             // SAFETY: cv was compiled into the configuration pool, which
             // outlives every request of the cycle.
             let b = r.get_complex_value(unsafe { &*cv }).ok_or(())?.as_bytes();
             if b.is_empty() {
-                return Ok(LimitRead::Empty);
+                return Ok(engine::LimitValue::Empty);
             }
-            Ok(parse_limit(b).map_or_else(LimitRead::Invalid, LimitRead::Limit))
+            Ok(parse_limit(b).map_or(engine::LimitValue::Invalid, engine::LimitValue::Set))
         }
     }
 }
@@ -315,18 +330,18 @@ impl engine::Request<'static> for Judging<'_> {
     }
 
     #[inline(always)]
-    fn cost(&mut self, n: usize, limit: u32) -> Result<Cost, HostError> {
+    fn cost(&mut self, n: usize) -> Result<Cost, HostError> {
         let l = &self.limits[n];
         if l.cost_one {
-            // The default cost: always fits, nothing to evaluate.
+            // The default cost: nothing to evaluate.
             return Ok(Cost::Count(1));
         }
         core::hint::cold_path();
-        cost::eval(self.r, l.zone(), l.cost, limit).map_err(|()| HostError)
+        cost::eval(self.r, l.cost).map_err(|()| HostError)
     }
 
-    fn quiet_cost(&mut self, n: usize, limit: u32) -> u32 {
-        cost::quiet(self.r, self.limits[n].cost, limit)
+    fn invalid(&mut self, n: usize, what: Invalid) {
+        log_invalid(self.r, &self.limits[n], what);
     }
 
     #[inline(always)]
@@ -368,6 +383,14 @@ impl engine::Request<'static> for Judging<'_> {
         }
     }
 
+    fn shared(&self, n: usize) -> Shared<'static> {
+        let zone = self.limits[n].zone();
+        Shared {
+            invalid_count: zone.header().map(|h| &h.invalid_limits),
+            turns: zone.turns.as_ref(),
+        }
+    }
+
     fn fresh_now(&mut self) -> u64 {
         // SAFETY: refreshes this process's cached time (nginx's own call, made
         // from the event loop thread we run on).
@@ -377,10 +400,6 @@ impl engine::Request<'static> for Judging<'_> {
 
     fn held_since(&self) -> Option<u64> {
         hold::held_since(self.r)
-    }
-
-    fn held_by(&self, client: u64) -> u32 {
-        hold::held_by(self.lcf, client)
     }
 
     fn hold(&mut self, h: &Hold, now: u64) -> bool {
@@ -472,14 +491,12 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit], at: record::Pl
     Status::NGX_DECLINED.into()
 }
 
-/// An admitted request (decided as `ask`): each limit's `passed` and
-/// near-limit counts, then what `count_status=` and `delay=` keep.
+/// An admitted request (decided as `ask`; the engine counted it
+/// `passed`): each limit's near-limit count, then what `count_status=` and
+/// `delay=` keep.
 #[inline(always)]
 fn admitted(j: &mut Judging, ask: &Ask) -> RequestStatus {
     for a in j.pending.applied() {
-        if let Some(table) = a.zone.table.as_ref() {
-            table.add(ask.shard, Counter::Passed, 1);
-        }
         near_limit::note(a);
     }
     // One flag skips both when neither `count_status=` nor `delay=` is
@@ -556,8 +573,8 @@ fn reject(
     if let Some(ahead) = rej.share_full {
         hold::share_full(r, lcf, limits, ahead);
     }
-    if rej.banned {
-        ban::banned(&limits[rej.index], rej.hash, rej.retry_after_s, r.log());
+    if let Some(secs) = rej.banned {
+        ban::banned(&limits[rej.index], rej.hash, secs, r.log());
     }
     log_rejection(r.log(), lcf, limits[rej.index].zone(), rej);
     if rej.dry_run {
@@ -577,7 +594,9 @@ fn log_rejection(
     let d = &rej.decision;
     let what = match d.outcome {
         Outcome::FailClosed => "zone is full, rejecting a new client (fail=closed)",
-        _ if rej.invalid => "invalid limit value, rejecting (fail=closed)",
+        _ if rej.invalid => "invalid limit or cost value, rejecting (fail=closed)",
+        _ if rej.overridden => "client blocked by an override",
+        _ if rej.cost > rej.limit.max(1) => "cost above the limit in force, rejecting",
         _ => "limiting requests",
     };
     ngx_log_error!(

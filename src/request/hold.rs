@@ -66,11 +66,6 @@ pub fn held_since(r: &Request) -> Option<u64> {
     find(r)?.get().map(|h| h.since_ms)
 }
 
-/// Requests of `client` held now in this location, by this worker.
-pub fn held_by(lcf: &LocConf, client: u64) -> u32 {
-    lcf.delay.held_by(client)
-}
-
 /// Holds `r` as the engine planned (`h`): a place under `delay_max_held`,
 /// the timer, the log line. False: it could not be held.
 pub fn hold(r: &mut Request, h: &Holding) -> bool {
@@ -140,8 +135,12 @@ fn hold_for(r: &mut Request, rej: &Holding) -> Result<(), ()> {
     }
     let armed = arm(r, rej.hold.wait_ms);
     if armed.is_err() {
-        // Rejected after all: give the place back.
+        // Rejected after all: give the place back (the engine gives its
+        // turn back itself when the hold fails).
         if let Some(mut h) = part.get() {
+            if rej.hold.turn {
+                h.turns = None;
+            }
             unhold(&mut h);
             part.set(Some(h));
         }
@@ -154,16 +153,24 @@ fn new_hold(r: &Request, part: &Part<Cell<Option<Hold>>>, rej: &Holding) -> Resu
     // The location's configuration, for the cycle: the one `rej.lcf` is.
     let lcf = Module::location_conf(r.as_ref()).ok_or(())?;
     let client = rej.hold.client;
+    // The turn the engine took in the rejecting zone's queue (seen by
+    // every worker), given back when the request is decided or gone.
+    let turns = match rej.hold.turn {
+        true => rej.limits[rej.hold.index].zone().turns.as_ref(),
+        false => None,
+    };
+    let worker = crate::ffi::process::shard();
     part.data.set(Some(Hold {
         lcf,
         since_ms: rej.now,
         waited_ms: 0,
         held: true,
         client,
+        turns,
+        worker,
     }));
     part.on_free(release);
     lcf.delay.held.set(lcf.delay.held.get() + 1);
-    lcf.delay.track(client, true);
     count(rej.limits, |s| &s.held, 1);
     Ok(())
 }
@@ -255,7 +262,9 @@ fn unhold(h: &mut Hold) {
         h.held = false;
         let cap = &h.lcf.delay;
         cap.held.set(cap.held.get().saturating_sub(1));
-        cap.track(h.client, false);
+        if let Some(turns) = h.turns {
+            turns.give(h.worker, h.client);
+        }
         if let Some(limits) = h.lcf.limits.as_deref() {
             count(limits, |s| &s.held, u64::MAX);
         }
@@ -328,4 +337,15 @@ fn delay_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t 
         (Some(_), Some(ms)) => ms.to_string(),
     };
     crate::ffi::vars::set(r, v, text.as_bytes())
+}
+
+/// A worker starting: clears its turns in every zone (what a dead worker
+/// of the same number held is gone with it; see the core's `shm::Turns`).
+pub fn clear_turns(zones: &[*mut ZoneConf], worker: usize) {
+    for &z in zones {
+        // SAFETY: the main configuration's zones live as long as the cycle.
+        if let Some(t) = unsafe { &*z }.turns.as_ref() {
+            t.clear_worker(worker);
+        }
+    }
 }

@@ -14,6 +14,7 @@ use core::cell::{Cell, OnceCell};
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
+use rate_limit_window_core::shm::Turns;
 
 use nginx_sys::{ngx_http_complex_value_t, ngx_uint_t};
 use ngx::http::Request;
@@ -125,6 +126,11 @@ pub struct Hold {
     pub held: bool,
     /// The client (the rejecting limit's key hash) whose share it takes.
     pub client: u64,
+    /// The zone's `delay=` turns it holds one of (the rejecting limit's
+    /// zone, shared by its workers), and the worker that took it.
+    pub turns: Option<&'static Turns<'static>>,
+    /// That worker (`ngx_worker`).
+    pub worker: usize,
 }
 
 /// `count_status=`/`charge=`'s part of the record (count_status.rs): one

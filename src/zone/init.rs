@@ -346,6 +346,7 @@ fn set(zone: &mut ZoneConf, z: Zone<'static>) {
     zone.header = ptr::from_ref(z.header).cast_mut();
     zone.table = Some(z.table);
     zone.overrides = Some(z.overrides);
+    zone.turns = Some(z.turns);
 }
 
 /// Adopts a zone formatted by an earlier cycle, after `shm::adopt`

@@ -19,6 +19,7 @@ use rate_limit_window_core::conf::error::ZoneIdentity;
 use rate_limit_window_core::conf::parse::RedisParams;
 use rate_limit_window_core::overrides::{Overrides, DEFAULT_OVERRIDES};
 use rate_limit_window_core::rule::mode::Mode;
+use rate_limit_window_core::shm::Turns;
 pub use rate_limit_window_core::shm::ZoneHeader;
 use rate_limit_window_core::{FailPolicy, Table, Window, DEFAULT_WINDOW_MS};
 
@@ -68,6 +69,8 @@ pub struct ZoneConf {
     pub overrides_cap: usize,
     /// The override table inside the zone; None until it is initialised.
     pub overrides: Option<Overrides<'static>>,
+    /// `delay=`'s queue turns, shared by the workers (set at init).
+    pub turns: Option<Turns<'static>>,
 }
 
 /// The zones of a configuration's list (`MainConf::zones`, raw pointers
@@ -115,6 +118,7 @@ impl ZoneConf {
             charge_at: None,
             overrides_cap: DEFAULT_OVERRIDES,
             overrides: None,
+            turns: None,
         }
     }
 

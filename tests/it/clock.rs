@@ -337,3 +337,36 @@ fn long_idle_clients_are_swept_not_revived() {
         r.describe()
     );
 }
+
+/// Counts two minutes ahead of the clock (the clock then steps back): the
+/// counts hold until their window starts, and Retry-After includes that
+/// lead. A client that obeys it is admitted; a second earlier it is not.
+#[test]
+fn retry_after_a_step_back_includes_the_lead() {
+    let up = Upstream::start();
+    let clock = FakeClock::new(T0 + 130);
+    let ng = start_faked(
+        &clock,
+        &up,
+        "UTC",
+        &conf(
+            "rate_limit_window_zone $http_x_key zone=z:1m window=1m;",
+            "rate_limit_window zone=z limit=3;",
+        ),
+    );
+    assert_eq!(fill(&ng).0, 3);
+    clock.set(T0 + 10); // two windows back
+    let r = k(&ng);
+    // 110 s until the counts' window starts, then full for its 60 s: one
+    // more fits 1 ms into the window after.
+    assert_eq!(
+        (r.status, r.header_num("Retry-After")),
+        (429, 171),
+        "{}",
+        r.describe()
+    );
+    clock.set(T0 + 10 + 170);
+    assert_eq!(k(&ng).status, 429, "a second before Retry-After");
+    clock.set(T0 + 10 + 171);
+    assert_eq!(k(&ng).status, 200, "at Retry-After");
+}

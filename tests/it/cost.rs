@@ -84,10 +84,10 @@ fn costs_from_variables_and_bad_costs() {
     let st: Vec<u16> = (0..3).map(|_| req("/open/x", "v", "4").status).collect();
     assert_eq!(st, [200, 200, 429]);
     assert_eq!(current(ng.port, "z", "v"), 8);
-    // Bad costs: not a number, empty, zero, negative, above the limit, too
-    // long. fail=open skips the limit (served, nothing counted); fail=closed
-    // rejects. Each is logged and counted.
-    let bad = ["abc", "-", "", "0", "-1", "11", "1e3", "0x5", "99999999999"];
+    // Bad costs: not a number, empty, zero, negative, too long. fail=open
+    // skips the limit (served, nothing counted); fail=closed rejects. Each
+    // is logged and counted.
+    let bad = ["abc", "-", "", "0", "-1", "1e3", "0x5", "99999999999"];
     for b in bad {
         let r = req("/open/x", "bad", b);
         assert_eq!(r.status, 200, "cost {b:?}: {}", r.describe());
@@ -122,10 +122,19 @@ fn costs_from_variables_and_bad_costs() {
         "{log}"
     );
     assert_eq!(
-        count_lines(&log, "invalid cost \"11\" for zone \"c\""),
+        count_lines(&log, "invalid cost \"0x5\" for zone \"c\""),
         1,
         "{log}"
     );
+    // A cost above the limit is no bad value: it never fits, so it is
+    // rejected under either policy, counted by neither, not logged as
+    // invalid.
+    for path in ["/open/x", "/closed/x"] {
+        let r = req(path, "big", "11");
+        assert_eq!(r.status, 429, "{path}: {}", r.describe());
+    }
+    assert_eq!(current(ng.port, "z", "big"), 0);
+    assert_eq!(count_lines(&ng.error_log(), "invalid cost \"11\""), 0);
     // A good cost on the closed zone still works.
     assert_eq!(req("/closed/x", "ok", "10").status, 200);
     assert_eq!(req("/closed/x", "ok", "1").status, 429);

@@ -809,3 +809,68 @@ fn wake_ups_per_admission_are_bounded() {
     let bunched = done.windows(2).filter(|w| w[1] - w[0] < 100).count();
     assert!(bunched <= admitted / 2, "{done:?}");
 }
+
+/// `limit=10` per 1 s, `delay=2s`, 40 requests of one client at once on
+/// 2 workers: the client's held requests take turns across both workers
+/// (the zone's shared queue), so a request is held only when its turn
+/// comes within the delay: none is held the whole delay and then refused.
+#[test]
+fn held_requests_take_turns_across_workers() {
+    let clock = ShiftedClock::new();
+    let up = Upstream::start();
+    let ng = start_on(
+        &clock,
+        &up,
+        &conf("1s", "rate_limit_window zone=z limit=10 delay=2s;"),
+    );
+    assert_eq!(ng.expected_workers(), 2);
+    clock.jump_to_window_offset(1_000, 50);
+    let shots = burst(&clock, ng.port, "crowd", 40);
+    let admitted: Vec<&Shot> = shots.iter().filter(|s| s.status == 200).collect();
+    let refused: Vec<&Shot> = shots.iter().filter(|s| s.status == 429).collect();
+    assert_eq!(admitted.len() + refused.len(), 40, "{shots:#?}");
+    for s in &refused {
+        // Refused at once (its turn was past the delay), never after a hold.
+        assert!(
+            s.done - s.sent < 1_000,
+            "held {} ms and then refused: {shots:#?}",
+            s.done - s.sent
+        );
+        assert!(s.retry_after >= 1, "{s:?}");
+    }
+    // 10 at once, then as the window slides: about 10 more within 2 s.
+    assert!(
+        (18..=22).contains(&admitted.len()),
+        "{} admitted: {shots:#?}",
+        admitted.len()
+    );
+    assert_eq!(delayed(ng.port, "rejected"), 0.0, "held then rejected");
+    assert_eq!(held(ng.port), 0.0);
+}
+
+/// `fail=closed` and a `cost=$variable` that is missing, with `delay=10s`:
+/// an invalid cost never fits, whatever the wait: refused at once, with
+/// one error line, never held.
+#[test]
+fn invalid_cost_with_delay_is_refused_at_once() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&conf_with(
+        "rate_limit_window_zone $http_x_key zone=z:1m window=1s fail=closed;",
+        "rate_limit_window zone=z limit=100 cost=$http_x_cost delay=10s;",
+    ));
+    let t = std::time::Instant::now();
+    let r = get_key(ng.port, "/", "nocost");
+    let took = t.elapsed();
+    assert_eq!(r.status, 429, "{}", r.describe());
+    assert!(took < Duration::from_secs(1), "answered after {took:?}");
+    assert_eq!(r.header("X-RLW-Status"), Some("REJECTED"));
+    thread::sleep(Duration::from_millis(200));
+    let log = ng.error_log();
+    assert_eq!(
+        count_lines(&log, "invalid cost \"\" for zone \"z\""),
+        1,
+        "{log}"
+    );
+    assert_eq!(delayed(ng.port, "rejected"), 0.0, "never held");
+    assert_eq!(delayed(ng.port, "admitted"), 0.0);
+}

@@ -24,7 +24,10 @@ pub mod plan;
 #[cfg(test)]
 mod tests;
 
+use core::sync::atomic::{AtomicU64, Ordering};
+
 use crate::overrides::{Action, Overrides};
+use crate::shm::Turns;
 use crate::table::{Answer, Counter, Events, FailPolicy, KeyHash, Outcome, Question, Table};
 use crate::Admission;
 
@@ -43,36 +46,60 @@ pub struct LimitConf<'t> {
     pub ban_ms: u64,
 }
 
-/// A limit's key and limit value, as the glue evaluated them.
+/// A zone's shared runtime state the engine counts and reads off the
+/// admission path ([`Request::shared`]).
+#[derive(Clone, Copy, Default)]
+pub struct Shared<'t> {
+    /// Requests whose limit or cost value was invalid (any `fail=`).
+    pub invalid_count: Option<&'t AtomicU64>,
+    /// `delay=`'s queue turns, shared by the zone's workers.
+    pub turns: Option<&'t Turns<'t>>,
+}
+
+/// A limit's value as the host read it (no policy: the engine's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitValue {
+    /// Requests per window.
+    Set(u32),
+    /// An empty variable: the client is exempt from this limit (unless an
+    /// override says otherwise).
+    Empty,
+    /// Not an integer in range.
+    Invalid,
+}
+
+/// A limit's key, as the glue evaluated it, and the limit value read
+/// for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Key {
     /// The key is empty: the limit does not apply (counted as exempt).
     Empty,
-    /// The limit variable is empty: the request is exempt from this limit.
-    Exempt,
-    /// An invalid limit value in a `fail=open` zone: skipped, not counted.
-    Skipped,
-    /// Judge the client `hash` against `limit` (requests per window);
-    /// `invalid`: the limit value was garbage (`fail=closed`, limit 0).
-    Limit {
+    /// The client `hash`, with its configured (or `map`ped) limit value.
+    Client {
         /// The key's hash under the zone's seed.
         hash: KeyHash,
-        /// Requests per window.
-        limit: u32,
-        /// An invalid limit value judged as 0 (`fail=closed`).
-        invalid: bool,
+        /// The limit value, as read.
+        limit: LimitValue,
     },
 }
 
-/// A request's cost under one limit, as the glue evaluated it.
+/// A request's cost under one limit, as the host read it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cost {
-    /// Count this many requests (1 or more, at most the limit).
+    /// This many requests (1 or more; above the limit in force, it can
+    /// never fit, and the request is rejected).
     Count(u32),
-    /// Invalid under `fail=open`: the limit does not apply.
-    Skip,
-    /// Invalid under `fail=closed`: judged against a limit of 0.
-    Reject,
+    /// Empty, not an integer, or 0: the zone's `fail=` policy applies.
+    Invalid,
+}
+
+/// A value the engine found invalid, for the host's log line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Invalid {
+    /// The limit value.
+    Limit,
+    /// The cost, judged against this limit in force.
+    Cost(u32),
 }
 
 /// The host (nginx) failed to evaluate a key, limit or cost.
@@ -103,15 +130,16 @@ pub trait Request<'t> {
     fn limits(&self) -> usize;
     /// Limit `n`'s configuration; None: its zone has no table (skipped).
     fn conf(&self, n: usize) -> Option<LimitConf<'t>>;
-    /// Evaluates limit `n`'s key and limit value. Err(()): an error of the
-    /// host while evaluating them.
+    /// Evaluates limit `n`'s key and its limit value, as read (the engine
+    /// decides what an empty or invalid value means). Err: an error of
+    /// the host while evaluating them.
     fn key(&mut self, n: usize) -> Result<Key, HostError>;
-    /// Evaluates the request's cost under limit `n`, now `limit` requests
-    /// per window (an invalid cost is logged and counted by the glue).
-    fn cost(&mut self, n: usize, limit: u32) -> Result<Cost, HostError>;
-    /// The request's cost under limit `n` if valid, else 1, without
-    /// logging or counting (the waits and Retry-After of other limits).
-    fn quiet_cost(&mut self, n: usize, limit: u32) -> u32;
+    /// Evaluates the request's cost under limit `n`, as read. Called again
+    /// for the waits and Retry-After of other limits: it logs nothing.
+    fn cost(&mut self, n: usize) -> Result<Cost, HostError>;
+    /// Limit `n`'s value `what` was invalid, and `fail=` applies: the
+    /// host's log line (the engine counts it).
+    fn invalid(&mut self, n: usize, what: Invalid);
     /// Records limit `n`, judged against `limit` at `now_ms` with the
     /// table's answer `d`, in the request's record (headers, variables,
     /// what to undo or settle later).
@@ -123,13 +151,15 @@ pub trait Request<'t> {
     /// A fresh reading of the clock (epoch ms): a strict zone decides again
     /// when its key's state is later than the request's time.
     fn fresh_now(&mut self) -> u64;
+    /// Limit `n`'s zone's shared runtime state, off the admission path:
+    /// its count of requests whose limit or cost value was invalid (any
+    /// `fail=`), and its `delay=` queue turns, shared by its workers.
+    fn shared(&self, _n: usize) -> Shared<'t> {
+        Shared::default()
+    }
     /// When the request was first held by `delay=` (epoch ms), if it was.
     fn held_since(&self) -> Option<u64> {
         None
-    }
-    /// Requests of `client` held now (the fair queue: see [`plan`]).
-    fn held_by(&self, _client: u64) -> u32 {
-        0
     }
     /// Holds the request as `h` says (a timer), at the request's time
     /// `now_ms` (epoch ms, the [`Ask`]'s); false: it could not be held (the
@@ -163,6 +193,10 @@ pub struct Hold {
     pub wait_ms: u64,
     /// Its client (the rejecting limit's key hash): its share of the queue.
     pub client: u64,
+    /// It took a turn of the rejecting zone's queue
+    /// ([`Turns`](crate::shm::Turns), by the [`Ask`]'s shard): the host
+    /// gives it back when the request is decided or gone.
+    pub turn: bool,
 }
 
 /// A rejected request.
@@ -172,6 +206,8 @@ pub struct Rejection {
     pub index: usize,
     /// That limit, in requests per window (0: an invalid value, fail=closed).
     pub limit: u32,
+    /// The request's cost under it (above `limit`: it can never fit).
+    pub cost: u32,
     /// That limit's table answer (its estimate, its outcome).
     pub decision: Answer,
     /// The client (that limit's key hash).
@@ -180,11 +216,11 @@ pub struct Rejection {
     pub invalid: bool,
     /// An override (block, ban) rejected it, not the count.
     pub overridden: bool,
-    /// Whole seconds until the whole cost fits under every limit, or the
-    /// ban's length when this rejection banned the client.
+    /// Whole seconds until the whole cost fits under every limit, and no
+    /// earlier than the end of a ban or block (never shortened by one).
     pub retry_after_s: u32,
-    /// This rejection banned the client (`ban=`) for `retry_after_s`.
-    pub banned: bool,
+    /// This rejection banned the client (`ban=`) for this many seconds.
+    pub banned: Option<u32>,
     /// Refused at once: its client already holds this many requests, and
     /// its turn would come after `delay` (see [`plan`]).
     pub share_full: Option<u32>,
@@ -228,16 +264,30 @@ enum Judged {
     Blocked { hash: KeyHash, blocked: Blocked },
 }
 
-/// What an override makes of one limit.
+/// The limit in force for one client: the override's, else the value's.
 enum Applies {
-    /// No override: the configured limit.
+    /// Judge against this limit (requests per window).
     Limit(u32),
-    /// The override's limit instead.
-    Replace(u32),
-    /// Admitted without being counted.
+    /// Admitted without being counted (an override).
     Exempt,
     /// A block or a ban: the decision to answer.
     Reject(Blocked),
+    /// No override, and the limit variable is empty: exempt.
+    EmptyLimit,
+    /// No override, and the limit value is invalid: `fail=` decides.
+    InvalidLimit,
+}
+
+impl Applies {
+    /// The limit in force without an override.
+    #[inline(always)]
+    fn of_value(value: LimitValue) -> Applies {
+        match value {
+            LimitValue::Set(n) => Applies::Limit(n),
+            LimitValue::Empty => Applies::EmptyLimit,
+            LimitValue::Invalid => Applies::InvalidLimit,
+        }
+    }
 }
 
 /// A block or a ban of the client by an override.
@@ -277,7 +327,7 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
         };
         let Ok(j) = judge(r, n, &c, now, ask.shard) else {
             core::hint::cold_path();
-            undo_all(r);
+            undo_all(r, ask.shard);
             return Err(HostError);
         };
         let (hash, limit, cost, invalid) = match j {
@@ -292,6 +342,7 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
                 let rej = Rejecting {
                     index: n,
                     limit: 0,
+                    cost: 1,
                     d: blocked.decision(),
                     hash,
                     invalid: false,
@@ -313,6 +364,8 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
             |r, d, now| {
                 r.record(n, limit, d, now);
                 if d.outcome == Outcome::Admitted {
+                    // Taken back by `undo_all` if a later limit rejects.
+                    c.table.add(ask.shard, Counter::Passed, 1);
                     None
                 } else {
                     Some(*d)
@@ -325,6 +378,7 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
             let rej = Rejecting {
                 index: n,
                 limit,
+                cost,
                 d,
                 hash,
                 invalid,
@@ -336,7 +390,8 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
     Ok(if any { Verdict::Admit } else { Verdict::Exempt })
 }
 
-/// Limit `n`'s key, limit (after the client's override) and cost.
+/// Limit `n`'s key, the limit in force (the client's override first,
+/// then the value read, then `fail=` for an invalid one) and the cost.
 #[inline(always)]
 fn judge<'t, R: Request<'t>>(
     r: &mut R,
@@ -345,55 +400,107 @@ fn judge<'t, R: Request<'t>>(
     now: u64,
     shard: usize,
 ) -> Result<Judged, HostError> {
-    let (hash, limit, invalid) = match r.key(n)? {
-        Key::Limit {
-            hash,
-            limit,
-            invalid,
-        } => (hash, limit, invalid),
-        k => {
+    let (hash, value) = match r.key(n)? {
+        Key::Client { hash, limit } => (hash, limit),
+        Key::Empty => {
             core::hint::cold_path();
-            let why = match k {
-                Key::Empty => Skip::EmptyKey,
-                Key::Exempt => Skip::EmptyLimit,
-                _ => Skip::InvalidLimit,
-            };
-            not_applied(r, n, c, why, shard);
+            not_applied(r, n, c, Skip::EmptyKey, shard);
             return Ok(Judged::Skip);
         }
     };
-    let (limit, invalid) = match override_of(c, hash, limit, now) {
-        Applies::Limit(limit) => (limit, invalid),
-        Applies::Replace(limit) => (limit, false),
+    // An operator's override holds whatever the limit value is: a block
+    // with an empty or invalid `limit=$var` still blocks.
+    let limit = match override_of(c, hash, value, now) {
+        Applies::Limit(limit) => limit,
         a => {
             core::hint::cold_path();
-            return Ok(overridden(r, n, c, hash, a, shard));
+            return Ok(unlimited(r, n, c, (hash, value), a, (now, shard)));
         }
     };
-    if invalid {
-        // Already judged against 0 (fail=closed): the cost is not read.
-        return Ok(Judged::Limit {
-            hash,
-            limit,
-            cost: 1,
-            invalid,
-        });
-    }
-    let (limit, cost, invalid) = match r.cost(n, limit)? {
-        Cost::Count(k) => (limit, k, false),
-        Cost::Skip => {
+    let cost = match r.cost(n)? {
+        Cost::Count(k) => k,
+        Cost::Invalid => {
             core::hint::cold_path();
-            r.skipped(n, Skip::InvalidCost);
-            return Ok(Judged::Skip);
+            return Ok(invalid(r, n, c, hash, Invalid::Cost(limit), shard));
         }
-        Cost::Reject => (0, 1, true),
     };
+    // A cost above the limit in force (configured, a `map` tier, an
+    // override) never fits: the table rejects it (fit::effective_limit is
+    // 0), never skips it.
     Ok(Judged::Limit {
         hash,
         limit,
         cost,
-        invalid,
+        invalid: false,
     })
+}
+
+/// The limit in force when no number came out of the override and the
+/// value: an override's exempt, block or ban, an empty limit, or an
+/// invalid one (`fail=`).
+#[cold]
+#[inline(never)]
+fn unlimited<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
+    c: &LimitConf<'t>,
+    (hash, value): (KeyHash, LimitValue),
+    a: Applies,
+    (now, shard): (u64, usize),
+) -> Judged {
+    match a {
+        Applies::Limit(_) => unreachable!("a limit is judged"),
+        Applies::Reject(mut blocked) => {
+            r.skipped(n, Skip::OverrideReject);
+            blocked.retry_after_s = blocked_wait(r, n, c, (hash, value), blocked, now);
+            Judged::Blocked { hash, blocked }
+        }
+        Applies::Exempt => {
+            c.table.add(shard, Counter::Exempt, 1);
+            r.skipped(n, Skip::OverrideExempt);
+            Judged::Skip
+        }
+        Applies::EmptyLimit => {
+            not_applied(r, n, c, Skip::EmptyLimit, shard);
+            Judged::Skip
+        }
+        Applies::InvalidLimit => invalid(r, n, c, hash, Invalid::Limit, shard),
+    }
+}
+
+/// A limit or cost value that is invalid: logged (by the host) and
+/// counted; `fail=open` skips the limit, `fail=closed` judges the request
+/// against a limit of 0 (rejected, never held).
+#[cold]
+#[inline(never)]
+fn invalid<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
+    c: &LimitConf<'t>,
+    hash: KeyHash,
+    what: Invalid,
+    shard: usize,
+) -> Judged {
+    r.invalid(n, what);
+    if let Some(count) = r.shared(n).invalid_count {
+        count.fetch_add(1, Ordering::Relaxed);
+    }
+    match c.fail {
+        FailPolicy::Open => {
+            let why = match what {
+                Invalid::Limit => Skip::InvalidLimit,
+                Invalid::Cost(_) => Skip::InvalidCost,
+            };
+            not_applied(r, n, c, why, shard);
+            Judged::Skip
+        }
+        FailPolicy::Closed => Judged::Limit {
+            hash,
+            limit: 0,
+            cost: 1,
+            invalid: true,
+        },
+    }
 }
 
 /// A limit whose key or limit value did not apply: counted as exempt
@@ -407,52 +514,38 @@ fn not_applied<'t, R: Request<'t>>(
     why: Skip,
     shard: usize,
 ) {
-    if why != Skip::InvalidLimit {
+    if !matches!(why, Skip::InvalidLimit | Skip::InvalidCost) {
         c.table.add(shard, Counter::Exempt, 1);
     }
     r.skipped(n, why);
 }
 
-/// An override that exempts (counted as exempt) or rejects the request.
-#[cold]
-#[inline(never)]
-fn overridden<'t, R: Request<'t>>(
-    r: &mut R,
-    n: usize,
-    c: &LimitConf<'t>,
-    hash: KeyHash,
-    a: Applies,
-    shard: usize,
-) -> Judged {
-    if let Applies::Reject(blocked) = a {
-        r.skipped(n, Skip::OverrideReject);
-        return Judged::Blocked { hash, blocked };
-    }
-    c.table.add(shard, Counter::Exempt, 1);
-    r.skipped(n, Skip::OverrideExempt);
-    Judged::Skip
-}
-
-/// The override of `hash` applied to `limit` at `now` (epoch ms). A zone
-/// without overrides costs one relaxed load.
+/// The limit in force for `hash` at `now` (epoch ms): its override,
+/// else its limit `value`. A zone without overrides costs one relaxed load.
 #[inline(always)]
-fn override_of(c: &LimitConf<'_>, hash: KeyHash, limit: u32, now: u64) -> Applies {
+fn override_of(c: &LimitConf<'_>, hash: KeyHash, value: LimitValue, now: u64) -> Applies {
     match c.overrides {
         Some(o) if o.live() != 0 => {
             core::hint::cold_path();
-            override_slow(c, o, hash, limit, now)
+            override_slow(c, o, hash, value, now)
         }
-        _ => Applies::Limit(limit),
+        _ => Applies::of_value(value),
     }
 }
 
 #[inline(never)]
-fn override_slow(c: &LimitConf<'_>, o: &Overrides, hash: KeyHash, limit: u32, now: u64) -> Applies {
+fn override_slow(
+    c: &LimitConf<'_>,
+    o: &Overrides,
+    hash: KeyHash,
+    value: LimitValue,
+    now: u64,
+) -> Applies {
     let Some(e) = o.get_hash(hash, now) else {
-        return Applies::Limit(limit);
+        return Applies::of_value(value);
     };
     match e.action {
-        Action::Limit(n) => Applies::Replace(n),
+        Action::Limit(n) => Applies::Limit(n),
         Action::Exempt => Applies::Exempt,
         Action::Block | Action::Ban => {
             let w = c.table.window().ms();
@@ -469,24 +562,63 @@ fn override_slow(c: &LimitConf<'_>, o: &Overrides, hash: KeyHash, limit: u32, no
     }
 }
 
-/// The limit of `hash` as judged off the admission path (the waits and
-/// Retry-After of the other limits): its key and override, or None when
-/// it does not apply. A block or a ban reads as a limit of 0.
+/// Whole seconds until a client blocked or banned by an override (as
+/// `blocked`) may be admitted by limit `n`: the override's end, and never
+/// earlier than its count alone would admit it (a ban never shortens the
+/// wait); its limit `value`, read.
+fn blocked_wait<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
+    c: &LimitConf<'t>,
+    (hash, value): (KeyHash, LimitValue),
+    blocked: Blocked,
+    now: u64,
+) -> u32 {
+    let LimitValue::Set(limit) = value else {
+        return blocked.retry_after_s;
+    };
+    let cost = match r.cost(n) {
+        Ok(Cost::Count(k)) => k,
+        _ => 1,
+    };
+    let count = c.table.retry_after_secs(hash, now, limit, cost);
+    blocked.retry_after_s.max(count)
+}
+
+/// Limit `n` as judged off the admission path (the waits and Retry-After
+/// of the other limits), logging and counting nothing.
+pub(super) enum Quiet {
+    /// Judge the client against `limit` (0: it never fits: an invalid
+    /// value under `fail=closed`) with the cost.
+    Limit(KeyHash, u32, u32),
+    /// An override blocks it for this many seconds (see [`blocked_wait`]).
+    Blocked(u32),
+}
+
+/// [`Quiet`] for limit `n`, or None when it does not apply.
 fn quiet_limit<'t, R: Request<'t>>(
     r: &mut R,
     n: usize,
     c: &LimitConf<'t>,
     now: u64,
-) -> Option<(KeyHash, u32)> {
-    let Ok(Key::Limit { hash, limit, .. }) = r.key(n) else {
+) -> Option<Quiet> {
+    let Ok(Key::Client { hash, limit: value }) = r.key(n) else {
         return None;
     };
-    let limit = match override_of(c, hash, limit, now) {
-        Applies::Limit(l) | Applies::Replace(l) => l,
-        Applies::Exempt => return None,
-        Applies::Reject(_) => 0,
+    let closed = c.fail == FailPolicy::Closed;
+    let limit = match override_of(c, hash, value, now) {
+        Applies::Limit(l) => l,
+        Applies::Reject(b) => {
+            return Some(Quiet::Blocked(blocked_wait(r, n, c, (hash, value), b, now)))
+        }
+        Applies::InvalidLimit if closed => return Some(Quiet::Limit(hash, 0, 1)),
+        Applies::Exempt | Applies::EmptyLimit | Applies::InvalidLimit => return None,
     };
-    Some((hash, limit))
+    match r.cost(n) {
+        Ok(Cost::Count(k)) => Some(Quiet::Limit(hash, limit, k)),
+        _ if closed => Some(Quiet::Limit(hash, 0, 1)),
+        _ => None,
+    }
 }
 
 /// One table decision, handed to `then` with the request and its time; a
@@ -555,15 +687,20 @@ fn acquire_strict<'t, R: Request<'t>>(
     t.acquire_cost_strict(hash, fresh, limit, cost, c.fail, shard)
 }
 
-/// Gives back every admission recorded so far.
-fn undo_all<'t, R: Request<'t>>(r: &R) {
-    r.admissions(|t, a| t.undo(a));
+/// Gives back every admission recorded so far, and its `passed` count
+/// (shard counters add with wrapping: + (2^64 - 1) is - 1).
+fn undo_all<'t, R: Request<'t>>(r: &R, shard: usize) {
+    r.admissions(|t, a| {
+        t.undo(a);
+        t.add(shard, Counter::Passed, u64::MAX);
+    });
 }
 
 /// The limit that has just rejected the request.
 struct Rejecting {
     index: usize,
     limit: u32,
+    cost: u32,
     d: Answer,
     hash: KeyHash,
     invalid: bool,
@@ -576,43 +713,46 @@ struct Rejecting {
 #[inline(never)]
 // `ask` by value: the request path need not keep a copy of it in memory.
 fn rejected<'t, R: Request<'t>>(r: &mut R, ask: Ask, rej: Rejecting, now: u64) -> Verdict {
-    let mut retry = rej.d.retry_after_s;
-    if !rej.overridden {
-        // A retry must fit under every limit: the ones before this one
-        // admitted the whole cost (they fit now), so the longest wait
-        // among the limits not judged yet.
-        retry = retry.max(plan::longest_wait(r, rej.index + 1, now));
-    }
-    undo_all(r);
+    // A retry must fit under every limit: the ones before this one
+    // admitted the whole cost (they fit now), so the longest wait among
+    // the limits not judged yet.
+    let retry = rej
+        .d
+        .retry_after_s
+        .max(plan::longest_wait(r, rej.index + 1, now));
+    undo_all(r, ask.shard);
     let mut out = Rejection {
         index: rej.index,
         limit: rej.limit,
+        cost: rej.cost,
         decision: rej.d,
         hash: rej.hash,
         invalid: rej.invalid,
         overridden: rej.overridden,
         retry_after_s: retry,
-        banned: false,
+        banned: None,
         share_full: None,
-        unheld: false,
+        // A held request rejected after all, however: its hold ends.
+        unheld: r.held_since().is_some(),
         dry_run: ask.dry_run,
     };
-    if !rej.overridden && ask.holdable {
+    // An override's rejection, or an invalid value's (fail=closed), is
+    // never held: no wait makes it fit.
+    if !(rej.overridden || rej.invalid) && ask.holdable {
         match plan::on_reject(r, &ask, &rej, now) {
             plan::OnReject::Hold(h) => return Verdict::Hold(h),
             plan::OnReject::WouldHold(h) => return Verdict::WouldHold(h),
-            plan::OnReject::Reject { share_full, unheld } => {
-                out.share_full = share_full;
-                out.unheld = unheld;
-            }
+            plan::OnReject::Reject { share_full } => out.share_full = share_full,
         }
     }
     let bans =
         rej.d.outcome == Outcome::Rejected && !(rej.invalid || rej.overridden || ask.dry_run);
     if let (true, Some(c)) = (bans, r.conf(rej.index)) {
         if let Some(secs) = ban(&c, rej.hash, now) {
-            out.retry_after_s = secs;
-            out.banned = true;
+            // A ban never shortens Retry-After: the count may keep the
+            // client out longer than the ban.
+            out.retry_after_s = out.retry_after_s.max(secs);
+            out.banned = Some(secs);
         }
     }
     if let Some(c) = r.conf(rej.index) {

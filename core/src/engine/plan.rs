@@ -3,7 +3,7 @@
 //! refuse a client over its share, or reject), all by the one rule of
 //! [`crate::rule::fit`].
 
-use super::{quiet_limit, Ask, Hold, Rejecting, Request};
+use super::{quiet_limit, Ask, Hold, Quiet, Rejecting, Request};
 use crate::rule::delay::{plan, LimitWait, Plan};
 use crate::rule::fit;
 use crate::rule::window::Counts;
@@ -17,9 +17,12 @@ pub(super) fn longest_wait<'t, R: Request<'t>>(r: &mut R, from: usize, now: u64)
         let Some(c) = r.conf(n) else {
             continue;
         };
-        if let Some((hash, limit)) = quiet_limit(r, n, &c, now) {
-            let cost = r.quiet_cost(n, limit);
-            longest = longest.max(c.table.retry_after_secs(hash, now, limit, cost));
+        match quiet_limit(r, n, &c, now) {
+            Some(Quiet::Limit(hash, limit, cost)) => {
+                longest = longest.max(c.table.retry_after_secs(hash, now, limit, cost));
+            }
+            Some(Quiet::Blocked(secs)) => longest = longest.max(secs),
+            None => {}
         }
     }
     longest
@@ -32,11 +35,8 @@ pub(super) enum OnReject {
     /// Dry run: it would have been held.
     WouldHold(Hold),
     /// Rejected: `share_full` when its client's share of the queue is full
-    /// (requests held before it), `unheld` when it was held until now.
-    Reject {
-        share_full: Option<u32>,
-        unheld: bool,
-    },
+    /// (requests held before it).
+    Reject { share_full: Option<u32> },
 }
 
 /// Plans a rejected request whose admissions were given back: each
@@ -49,10 +49,7 @@ pub(super) fn on_reject<'t, R: Request<'t>>(
     rej: &Rejecting,
     now: u64,
 ) -> OnReject {
-    let reject = OnReject::Reject {
-        share_full: None,
-        unheld: false,
-    };
+    let reject = OnReject::Reject { share_full: None };
     let delays = (0..r.limits()).any(|n| r.conf(n).is_some_and(|c| c.delay_ms > 0));
     if !delays {
         return reject;
@@ -60,34 +57,51 @@ pub(super) fn on_reject<'t, R: Request<'t>>(
     let since = r.held_since();
     let waited = since.map_or(0, |s| now.saturating_sub(s));
     let client = rej.hash.0;
-    let ahead = match since {
-        None => r.held_by(client),
-        Some(_) => 0,
+    // A request held for the first time takes its turn in the zone's queue
+    // now, shared by every worker: the ticket is how many of its client's
+    // requests are held before it. One held again has waited longest: none.
+    let turns = r.shared(rej.index).turns;
+    let (ahead, taken) = match (since, turns) {
+        (None, Some(t)) if !ask.dry_run => match t.take(ask.shard, client) {
+            Some(ahead) => (ahead, Some(t)),
+            None => return reject,
+        },
+        (None, Some(t)) => (t.held(client), None),
+        _ => (0, None),
+    };
+    let give_back = || {
+        if let Some(t) = taken {
+            t.give(ask.shard, client);
+        }
     };
     let waits = waits(r, rej, now, ahead);
     let hold = |wait_ms| Hold {
         index: rej.index,
         wait_ms,
         client,
+        turn: taken.is_some(),
     };
     match plan(&waits, waited) {
         Plan::Hold { wait_ms } if ask.dry_run => OnReject::WouldHold(hold(wait_ms)),
-        Plan::Reject if since.is_none() && ahead > 0 && !ask.dry_run => OnReject::Reject {
-            share_full: Some(ahead),
-            unheld: false,
-        },
         Plan::Hold { wait_ms } => {
             let h = hold(wait_ms);
             if r.hold(&h, ask.now_ms) {
                 OnReject::Hold(h)
             } else {
+                give_back();
                 reject
             }
         }
-        Plan::Admit | Plan::Reject => OnReject::Reject {
-            share_full: None,
-            unheld: since.is_some(),
-        },
+        Plan::Reject if since.is_none() && ahead > 0 && !ask.dry_run => {
+            give_back();
+            OnReject::Reject {
+                share_full: Some(ahead),
+            }
+        }
+        Plan::Admit | Plan::Reject => {
+            give_back();
+            reject
+        }
     }
 }
 
@@ -105,10 +119,15 @@ fn waits<'t, R: Request<'t>>(r: &mut R, rej: &Rejecting, now: u64, ahead: u32) -
             out.push(LimitWait::never(c.delay_ms));
             continue;
         }
-        let Some((hash, limit)) = quiet_limit(r, n, &c, now) else {
-            continue;
+        let (hash, limit, cost) = match quiet_limit(r, n, &c, now) {
+            Some(Quiet::Limit(hash, limit, cost)) => (hash, limit, cost),
+            // No wait makes a blocked client fit.
+            Some(Quiet::Blocked(_)) => {
+                out.push(LimitWait::never(c.delay_ms));
+                continue;
+            }
+            None => continue,
         };
-        let cost = r.quiet_cost(n, limit);
         let t = c.table;
         let w = t.window();
         let snap = t.peek(hash, now);

@@ -1,10 +1,18 @@
 //! The engine against the reference models: random sequences of requests
 //! over several limits (estimate and strict zones, costs, `delay=`, dry
-//! run, count_status give-backs, clock steps forward and small steps back).
+//! run, count_status give-backs, clock steps forward and small steps back)
+//! with the runtime state composed in: overrides (a limit below and above
+//! the cost, 0, exempt, block, with and without a ttl), `ban=`, empty and
+//! invalid limit and cost values under both `fail=` policies, and held
+//! requests taking turns across two workers.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
 
 use proptest::prelude::*;
 
 use super::*;
+use crate::overrides::Entry;
 use crate::rule::mode::Mode;
 use crate::rule::window::Window;
 use crate::testing::reference::{Model, StrictLog};
@@ -49,8 +57,12 @@ impl Zm {
         }
     }
     /// First ms from `now` at which `cost` fits with no other traffic
-    /// (monotone: counts only leave).
-    fn wait(&self, key: u64, now: u64, w: u64, limit: u32, cost: u32) -> u64 {
+    /// (monotone: counts only leave); None: never (a limit of 0, a cost
+    /// above the limit).
+    fn wait(&self, key: u64, now: u64, w: u64, limit: u32, cost: u32) -> Option<u64> {
+        if limit == 0 || cost > limit {
+            return None;
+        }
         let (mut lo, mut hi) = (0, 4 * w);
         assert!(self.fits(key, now + hi, limit, cost));
         while lo < hi {
@@ -61,16 +73,36 @@ impl Zm {
                 lo = mid + 1;
             }
         }
-        lo
+        Some(lo)
     }
 }
 
-/// One zone: its table, its model, its clients' hashes.
+/// An override table over a leaked region.
+fn overrides() -> Overrides<'static> {
+    let buf = Box::leak(Box::new(Region::new(Overrides::bytes_for(64))));
+    // SAFETY: an exclusive, 64-byte aligned buffer that lives forever.
+    unsafe { Overrides::init(buf.ptr(), buf.len(), 64) }.unwrap()
+}
+
+/// Queue turns over a leaked region.
+fn turns() -> Turns<'static> {
+    let buf = Box::leak(Box::new(Region::new(Turns::bytes_for(1 << 20))));
+    // SAFETY: an exclusive, 64-byte aligned buffer that lives forever.
+    unsafe { Turns::init(buf.ptr(), buf.len()) }.unwrap()
+}
+
+/// One zone: its table, its model, its clients' hashes, its runtime state
+/// (overrides, turns) and policies.
 struct Zone {
     table: Table<'static>,
     model: Zm,
     w: u64,
     keys: Vec<KeyHash>,
+    ovr: Overrides<'static>,
+    turns: Turns<'static>,
+    invalid: std::sync::atomic::AtomicU64,
+    fail: FailPolicy,
+    ban_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -79,16 +111,17 @@ struct Lim {
     delay_ms: u64,
 }
 
-/// The test's glue.
+/// The test's glue: what the request reads, as given.
 struct Req<'a> {
     zones: &'a [Zone],
     lims: &'a [Lim],
     client: usize,
-    costs: &'a [u32],
+    values: &'a [LimitValue],
+    costs: &'a [Cost],
     records: Vec<(usize, Answer)>,
     since: Option<u64>,
-    held_by: u32,
     holds: u32,
+    invalid: Vec<(usize, Invalid)>,
 }
 
 impl<'a> Request<'a> for Req<'a> {
@@ -96,33 +129,31 @@ impl<'a> Request<'a> for Req<'a> {
         self.lims.len()
     }
     fn conf(&self, n: usize) -> Option<LimitConf<'a>> {
+        let z = &self.zones[n];
         Some(LimitConf {
-            table: &self.zones[n].table,
-            overrides: None,
-            fail: FailPolicy::Open,
+            table: &z.table,
+            overrides: Some(&z.ovr),
+            fail: z.fail,
             delay_ms: self.lims[n].delay_ms,
-            ban_ms: 0,
+            ban_ms: z.ban_ms,
         })
     }
     fn key(&mut self, n: usize) -> Result<Key, HostError> {
-        Ok(Key::Limit {
+        Ok(Key::Client {
             hash: self.zones[n].keys[self.client],
-            limit: self.lims[n].limit,
-            invalid: false,
+            limit: self.values[n],
         })
     }
-    fn cost(&mut self, n: usize, _limit: u32) -> Result<Cost, HostError> {
-        Ok(Cost::Count(self.costs[n]))
+    fn cost(&mut self, n: usize) -> Result<Cost, HostError> {
+        Ok(self.costs[n])
     }
-    fn quiet_cost(&mut self, n: usize, _limit: u32) -> u32 {
-        self.costs[n]
+    fn invalid(&mut self, n: usize, what: Invalid) {
+        self.invalid.push((n, what));
     }
     fn record(&mut self, n: usize, _limit: u32, d: &Answer, _now: u64) {
         self.records.push((n, *d));
     }
-    fn skipped(&mut self, _n: usize, _why: Skip) {
-        unreachable!("every limit applies in these tests");
-    }
+    fn skipped(&mut self, _n: usize, _why: Skip) {}
     fn admissions(&self, mut f: impl FnMut(&'a Table<'a>, &Admission)) {
         for (n, d) in &self.records {
             if let Some(a) = &d.admission {
@@ -133,11 +164,15 @@ impl<'a> Request<'a> for Req<'a> {
     fn fresh_now(&mut self) -> u64 {
         0
     }
+    fn shared(&self, n: usize) -> Shared<'a> {
+        let z = &self.zones[n];
+        Shared {
+            invalid_count: Some(&z.invalid),
+            turns: Some(&z.turns),
+        }
+    }
     fn held_since(&self) -> Option<u64> {
         self.since
-    }
-    fn held_by(&self, _client: u64) -> u32 {
-        self.held_by
     }
     fn hold(&mut self, _h: &Hold, _now_ms: u64) -> bool {
         self.holds += 1;
@@ -149,33 +184,84 @@ impl<'a> Request<'a> for Req<'a> {
 #[derive(Clone, Debug)]
 enum Op {
     /// A request of `client` after a clock step of `dt` ms, with a cost per
-    /// limit (in tenths of its limit) and a dry run flag.
+    /// limit (`cost % (limit + 2)`, so sometimes above it), what its limit
+    /// and cost values read as per limit (`kind`: mostly valid), a dry run
+    /// flag and the worker deciding it.
     Request {
         dt: i64,
         client: usize,
         cost: [u32; 3],
+        kind: [u8; 3],
         dry_run: bool,
+        shard: usize,
     },
     /// The oldest admission still kept is settled (count_status= / charge=):
     /// counted `keep` tenths of its cost (0: given back).
     Settle { keep: u32 },
+    /// An operator's override of `client` in zone `zone`: `action` 0 a
+    /// limit (`n % (limit + 3)`), 1 exempt, 2 block; `ttl` ms (0: none).
+    Override {
+        zone: usize,
+        client: usize,
+        action: u8,
+        n: u32,
+        ttl: u64,
+    },
+    /// The override of `client` in `zone` removed.
+    Remove { zone: usize, client: usize },
 }
 
-fn op() -> impl Strategy<Value = Op> {
+fn op(runtime: bool) -> impl Strategy<Value = Op> {
+    let w = if runtime { 2 } else { 0 };
+    let kinds = if runtime {
+        prop::array::uniform3(0u8..24).boxed()
+    } else {
+        Just([0u8; 3]).boxed()
+    };
     prop_oneof![
-        6 => (prop_oneof![4 => 0i64..1_500, 1 => -200i64..0, 1 => 0i64..8_000], 0usize..3,
-              any::<[u32; 3]>(), prop::bool::weighted(0.15))
-            .prop_map(|(dt, client, cost, dry_run)| Op::Request { dt, client, cost, dry_run }),
-        1 => (0u32..11).prop_map(|keep| Op::Settle { keep }),
+        12 => (prop_oneof![4 => 0i64..1_500, 1 => -200i64..0, 1 => 0i64..8_000], 0usize..3,
+              any::<[u32; 3]>(), kinds, prop::bool::weighted(0.15), 0usize..2)
+            .prop_map(|(dt, client, cost, kind, dry_run, shard)| Op::Request {
+                dt, client, cost, kind, dry_run, shard
+            }),
+        2 => (0u32..11).prop_map(|keep| Op::Settle { keep }),
+        w => (0usize..3, 0usize..3, 0u8..3, any::<u32>(), prop_oneof![Just(0u64), 100u64..5_000])
+            .prop_map(|(zone, client, action, n, ttl)| Op::Override { zone, client, action, n, ttl }),
+        w / 2 => (0usize..3, 0usize..3).prop_map(|(zone, client)| Op::Remove { zone, client }),
     ]
+}
+
+/// What one limit makes of a request, by the model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Pol {
+    /// Does not apply (an empty key or limit, an exempt override, an
+    /// invalid value under fail=open).
+    Off,
+    /// An override blocks or bans the client until then (0: no end).
+    Blocked { until: u64 },
+    /// An invalid value under fail=closed: judged against 0.
+    Closed,
+    /// Counted against the limit in force.
+    Count { limit: u32, cost: u32 },
+}
+
+/// A request to decide: its client, what it reads, its worker, and for
+/// a woken one the turn it holds (zone, worker).
+#[derive(Clone, Debug)]
+struct Asked {
+    client: usize,
+    values: Vec<LimitValue>,
+    costs: Vec<Cost>,
+    dry_run: bool,
+    shard: usize,
+    turn: Option<(usize, usize)>,
 }
 
 /// A held request waiting for its wake.
 struct Held {
     at: u64,
     since: u64,
-    client: usize,
-    costs: Vec<u32>,
+    q: Asked,
 }
 
 /// An admission kept to settle: limit, client, where counted, cost, proof.
@@ -188,64 +274,125 @@ struct Run {
     held: Vec<Held>,
     /// Admissions kept for settling: (zone, client, where counted, cost, admission).
     kept: Vec<Vec<Kept>>,
+    /// The model's overrides and bans, per zone and client.
+    ovr: Vec<HashMap<usize, Entry>>,
     now: u64,
 }
 
 impl Run {
-    fn fits(&self, n: usize, client: usize, at: u64, cost: u32) -> bool {
-        self.zones[n]
-            .model
-            .fits(client as u64, at, self.lims[n].limit, cost)
+    /// Limit `n`'s policy for `client` at `now`, by the model.
+    fn pol(&self, n: usize, client: usize, value: LimitValue, cost: Cost, now: u64) -> Pol {
+        let closed = self.zones[n].fail == FailPolicy::Closed;
+        let live = self.ovr[n].get(&client).filter(|e| !e.expired(now));
+        let limit = match (live.map(|e| e.action), value) {
+            (Some(Action::Block | Action::Ban), _) => {
+                return Pol::Blocked {
+                    until: live.unwrap().expires_ms,
+                }
+            }
+            (Some(Action::Exempt), _) => return Pol::Off,
+            (Some(Action::Limit(l)), _) | (None, LimitValue::Set(l)) => l,
+            (None, LimitValue::Empty) => return Pol::Off,
+            (None, LimitValue::Invalid) if closed => return Pol::Closed,
+            (None, LimitValue::Invalid) => return Pol::Off,
+        };
+        match cost {
+            Cost::Count(cost) => Pol::Count { limit, cost },
+            Cost::Invalid if closed => Pol::Closed,
+            Cost::Invalid => Pol::Off,
+        }
+    }
+
+    fn fits(&self, n: usize, client: usize, at: u64, limit: u32, cost: u32) -> bool {
+        self.zones[n].model.fits(client as u64, at, limit, cost)
     }
 
     /// Limit `n`'s wait from `now` until the turn of a request of `cost`
     /// behind `ahead` of its client's (each of the same cost, admitted at
-    /// the first ms it fits), with no other traffic.
-    fn turn(&self, n: usize, client: usize, now: u64, cost: u32, ahead: u32) -> u64 {
+    /// the first ms it fits), with no other traffic; None: never.
+    fn turn(&self, n: usize, client: usize, now: u64, p: Pol, ahead: u32) -> Option<u64> {
+        let Pol::Count { limit, cost } = p else {
+            return (p == Pol::Off).then_some(0);
+        };
         let z = &self.zones[n];
-        let (key, limit) = (client as u64, self.lims[n].limit);
+        let key = client as u64;
         let mut m = z.model.clone();
         let mut t = now;
         for _ in 0..ahead {
-            t += m.wait(key, t, z.w, limit, cost);
+            t += m.wait(key, t, z.w, limit, cost)?;
             m.add(key, t, cost);
         }
-        t + m.wait(key, t, z.w, limit, cost) - now
+        Some(t + m.wait(key, t, z.w, limit, cost)? - now)
+    }
+
+    /// Limit `n`'s Retry-After (whole seconds) for `client` at `now`, as
+    /// the one rule gives it: the count's wait, an override's end and
+    /// never before its count's. None: the request never fits, and the
+    /// table answers with its stand-in (a window, or a strict zone's).
+    fn retry_secs(&self, n: usize, client: usize, now: u64, q: &Asked, p: Pol) -> Option<u64> {
+        let w = self.zones[n].w;
+        let count = |limit, cost| {
+            self.turn(n, client, now, Pol::Count { limit, cost }, 0)
+                .map(|t| t.div_ceil(1000))
+        };
+        match p {
+            Pol::Off => Some(0),
+            Pol::Closed => None,
+            Pol::Count { limit, cost } => count(limit, cost),
+            Pol::Blocked { until } => {
+                let end = match until {
+                    0 => (w / 1000).max(1),
+                    u => (u - now).div_ceil(1000).max(1),
+                };
+                let k = match q.costs[n] {
+                    Cost::Count(k) => k,
+                    Cost::Invalid => 1,
+                };
+                match q.values[n] {
+                    LimitValue::Set(l) => count(l, k).map(|c| end.max(c)),
+                    _ => Some(end),
+                }
+            }
+        }
+    }
+
+    /// Whether the engine reports limit `n`'s value or cost invalid when it
+    /// judges it (an override decides before the values are read).
+    fn reports_invalid(&self, n: usize, q: &Asked, now: u64) -> bool {
+        let live = self.ovr[n].get(&q.client).filter(|e| !e.expired(now));
+        match (live.map(|e| e.action), q.values[n]) {
+            (Some(Action::Block | Action::Ban | Action::Exempt), _) => false,
+            (None, LimitValue::Empty) => false,
+            (None, LimitValue::Invalid) => true,
+            _ => q.costs[n] == Cost::Invalid,
+        }
     }
 
     /// Decides one request at `self.now` and checks it against the models.
-    fn request(
-        &mut self,
-        client: usize,
-        costs: &[u32],
-        dry_run: bool,
-        since: Option<u64>,
-    ) -> Result<(), TestCaseError> {
-        let now = self.now;
-        let held_by = self.held.iter().filter(|h| h.client == client).count() as u32;
+    fn request(&mut self, q: Asked, since: Option<u64>) -> Result<(), TestCaseError> {
+        let (now, client, dry_run) = (self.now, q.client, q.dry_run);
         let mut r = Req {
             zones: &self.zones,
             lims: &self.lims,
             client,
-            costs,
+            values: &q.values,
+            costs: &q.costs,
             records: vec![],
             since,
-            held_by,
             holds: 0,
+            invalid: vec![],
         };
         let ask = Ask {
             now_ms: now,
-            shard: 0,
+            shard: q.shard,
             dry_run,
             holdable: true,
         };
+        let invalid_before: Vec<u64> = self.zones.iter().map(|z| z.invalid.load(Relaxed)).collect();
         let v = decide(&mut r, &ask).unwrap();
-        let (records, holds) = (r.records.clone(), r.holds);
+        let (records, holds, invalid) = (r.records.clone(), r.holds, r.invalid.clone());
         if std::env::var("ENGINE_TRACE").is_ok() {
-            eprintln!(
-                "t={} client={client} costs={costs:?} dry={dry_run} -> {v:?}",
-                now % 100_000
-            );
+            eprintln!("t={} {q:?} since={since:?} -> {v:?}", now % 100_000);
         }
         if !matches!(v, Verdict::Admit) {
             // An admission given back leaves the key's state at its
@@ -256,26 +403,46 @@ impl Run {
                 }
             }
         }
-        let first_over = (0..self.lims.len()).find(|&n| !self.fits(n, client, now, costs[n]));
-        let waits: Vec<u64> = (0..self.lims.len())
-            .map(|n| self.turn(n, client, now, costs[n], 0))
+        let pols: Vec<Pol> = (0..self.lims.len())
+            .map(|n| self.pol(n, client, q.values[n], q.costs[n], now))
             .collect();
-        // The turns behind the client's held requests (a request held
-        // again has waited longest: none ahead).
-        let ahead = if since.is_none() { held_by } else { 0 };
-        let turns: Vec<u64> = (0..self.lims.len())
-            .map(|n| self.turn(n, client, now, costs[n], ahead))
+        let first_over = pols.iter().enumerate().position(|(n, &p)| match p {
+            Pol::Off => false,
+            Pol::Blocked { .. } | Pol::Closed => true,
+            Pol::Count { limit, cost } => !self.fits(n, client, now, limit, cost),
+        });
+        // Every invalid value judged before the decision stopped is
+        // reported once; the quiet reads (waits, Retry-After) report none.
+        let judged = first_over.map_or(self.lims.len(), |n| n + 1);
+        let expect: Vec<usize> = (0..judged)
+            .filter(|&n| self.reports_invalid(n, &q, now))
             .collect();
+        let got: Vec<usize> = invalid.iter().map(|&(n, _)| n).collect();
+        prop_assert_eq!(&got, &expect, "invalid values reported");
+        for (n, z) in self.zones.iter().enumerate() {
+            let counted = z.invalid.load(Relaxed) - invalid_before[n];
+            let want = expect.iter().filter(|&&m| m == n).count() as u64;
+            prop_assert_eq!(counted, want, "invalid values counted in zone {}", n);
+        }
+        let mut held_again = None;
         match (v, first_over) {
-            (Verdict::Admit, None) => {
-                prop_assert_eq!(records.len(), self.lims.len());
+            (Verdict::Admit | Verdict::Exempt, None) => {
+                let counted = pols
+                    .iter()
+                    .filter(|p| matches!(p, Pol::Count { .. }))
+                    .count();
+                prop_assert_eq!(matches!(v, Verdict::Admit), counted > 0);
+                prop_assert_eq!(records.len(), counted);
                 let mut kept = vec![];
                 for (n, d) in records {
+                    let Pol::Count { cost, .. } = pols[n] else {
+                        return Err(TestCaseError::fail("recorded a limit that does not count"));
+                    };
                     let a = d.admission.unwrap();
-                    let at = self.zones[n].model.add(client as u64, now, costs[n]);
+                    let at = self.zones[n].model.add(client as u64, now, cost);
                     prop_assert_eq!(a.window_index(), at, "counted where the model counts");
-                    prop_assert_eq!(a.cost(), costs[n]);
-                    kept.push((n, client, at, costs[n], a));
+                    prop_assert_eq!(a.cost(), cost);
+                    kept.push((n, client, at, cost, a));
                 }
                 self.kept.push(kept);
             }
@@ -283,74 +450,168 @@ impl Run {
                 prop_assert_eq!(rej.index, n, "the first limit over");
                 prop_assert_eq!(rej.dry_run, dry_run);
                 prop_assert_eq!(rej.unheld, since.is_some());
-                prop_assert_eq!(records.len(), n + 1);
-                // Retry-After: the whole cost fits under every limit then.
-                // (An estimate zone's Retry-After counts from the key's
-                // window when the clock is behind it, as the table's.)
-                let longest = waits.iter().copied().max().unwrap();
-                if !self.behind(client, now) {
-                    prop_assert_eq!(u64::from(rej.retry_after_s), longest.div_ceil(1_000));
-                }
+                prop_assert_eq!(rej.overridden, matches!(pols[n], Pol::Blocked { .. }));
+                prop_assert_eq!(rej.invalid, pols[n] == Pol::Closed);
+                let counts = matches!(pols[n], Pol::Count { .. });
+                let ahead = self.ahead(client, n, since);
                 let share = rej.share_full.is_some();
                 prop_assert_eq!(
                     share,
-                    since.is_none() && held_by > 0 && !dry_run && self.delays()
+                    since.is_none() && ahead > 0 && !dry_run && self.delays() && counts
                 );
-                if !share && self.delays() {
-                    // Rejected at once only when the whole cost fits too late.
+                // Retry-After: the whole cost fits under every limit then,
+                // not before an override's end; a ban never shortens it.
+                let parts: Vec<Option<u64>> = (n..self.lims.len())
+                    .map(|m| self.retry_secs(m, client, now, &q, pols[m]))
+                    .collect();
+                let mut least = parts.iter().flatten().copied().max().unwrap_or(0);
+                let exact = parts.iter().all(Option::is_some);
+                let live = self.ovr[n].get(&client).filter(|e| !e.expired(now));
+                let bans = counts
+                    && !dry_run
+                    && self.zones[n].ban_ms > 0
+                    && live.is_none_or(|e| e.action == Action::Ban);
+                if bans {
+                    let ban_ms = self.zones[n].ban_ms;
+                    prop_assert_eq!(rej.banned, Some(ban_ms.div_ceil(1000) as u32));
+                    least = least.max(ban_ms.div_ceil(1000));
+                    let e = Entry {
+                        fp: self.zones[n].keys[client].fingerprint(),
+                        action: Action::Ban,
+                        expires_ms: now + ban_ms,
+                    };
+                    self.ovr[n].insert(client, e);
+                } else {
+                    prop_assert_eq!(rej.banned, None);
+                }
+                let retry = u64::from(rej.retry_after_s);
+                if exact {
+                    prop_assert_eq!(retry, least, "Retry-After {:?}", pols);
+                } else {
+                    prop_assert!(
+                        retry >= least,
+                        "Retry-After {} before {} {:?}",
+                        retry,
+                        least,
+                        pols
+                    );
+                }
+                if counts && !share && self.delays() {
+                    // Rejected at once only when the whole cost fits too
+                    // late under some limit, or never.
                     let waited = since.map_or(0, |s| now - s);
                     let late = (0..self.lims.len()).any(|m| {
-                        let w = if m == n { turns[m].max(1) } else { turns[m] };
-                        w > 0 && waited + w > self.lims[m].delay_ms
+                        match self.turn(m, client, now, pols[m], ahead) {
+                            None => true,
+                            Some(t) => {
+                                let w = if m == n { t.max(1) } else { t };
+                                w > 0 && waited + w > self.lims[m].delay_ms
+                            }
+                        }
                     });
-                    prop_assert!(
-                        late,
-                        "rejected though it fits within delay: {:?} dry {} held_by {} since {:?}",
-                        waits,
-                        dry_run,
-                        held_by,
-                        since
-                    );
+                    prop_assert!(late, "rejected though it fits within delay: {:?}", pols);
                 }
             }
             (Verdict::Hold(h) | Verdict::WouldHold(h), Some(n)) => {
                 prop_assert_eq!(h.index, n);
+                prop_assert!(matches!(pols[n], Pol::Count { .. }), "held {:?}", pols[n]);
                 prop_assert_eq!(matches!(v, Verdict::WouldHold(_)), dry_run);
                 let waited = since.map_or(0, |s| now - s);
+                let ahead = self.ahead(client, n, since);
                 // The first ms its whole cost fits under every limit (after
-                // the turns of its client's requests held before it).
+                // the turns of its client's requests held before it, by
+                // every worker).
+                let turns: Vec<Option<u64>> = (0..self.lims.len())
+                    .map(|m| self.turn(m, client, now, pols[m], ahead))
+                    .collect();
+                prop_assert!(
+                    turns.iter().all(Option::is_some),
+                    "held, never fits {:?}",
+                    pols
+                );
+                let turns: Vec<u64> = turns.into_iter().flatten().collect();
                 let first = turns.iter().copied().max().unwrap().max(1);
                 prop_assert_eq!(h.wait_ms, first, "{:?}", turns);
+                prop_assert_eq!(h.turn, since.is_none() && !dry_run, "a turn taken once");
                 for (m, (&t, l)) in turns.iter().zip(&self.lims).enumerate() {
                     let w = if m == n { t.max(1) } else { t };
                     prop_assert!(w == 0 || waited + w <= l.delay_ms);
                 }
                 if !dry_run {
                     prop_assert_eq!(holds, 1);
-                    self.held.push(Held {
+                    let turn = q.turn.unwrap_or((n, q.shard));
+                    held_again = Some(Held {
                         at: now + h.wait_ms,
                         since: since.unwrap_or(now),
-                        client,
-                        costs: costs.to_vec(),
+                        q: Asked {
+                            turn: Some(turn),
+                            ..q.clone()
+                        },
                     });
                 }
             }
-            (v, over) => prop_assert!(false, "engine {:?}, model's first limit over {:?}", v, over),
+            (v, over) => {
+                prop_assert!(
+                    false,
+                    "engine {:?}, model's first limit over {:?} {:?}",
+                    v,
+                    over,
+                    pols
+                )
+            }
         }
+        // A woken request decided for good gives its turn back (the host).
+        if let (Some((zone, shard)), None) = (q.turn, &held_again) {
+            self.zones[zone]
+                .turns
+                .give(shard, self.zones[zone].keys[client].0);
+        }
+        self.held.extend(held_again);
+        self.check_turns()?;
         self.check_counts(now)
     }
 
-    /// Whether the clock is behind some estimate zone's window of `client`.
-    fn behind(&self, client: usize, now: u64) -> bool {
-        self.zones.iter().any(|z| match &z.model {
-            Zm::Estimate(m) => m.view(client as u64, now).3,
-            Zm::Strict(_) => false,
-        })
+    /// Requests of `client` held in zone `n` that a new request waits
+    /// behind (none for one held again: it has waited longest).
+    fn ahead(&self, client: usize, n: usize, since: Option<u64>) -> u32 {
+        match since {
+            Some(_) => 0,
+            None => {
+                // Clients whose keys share a bucket share a queue.
+                let b = |c: usize| crate::shm::turns::bucket(self.zones[n].keys[c].0);
+                self.held
+                    .iter()
+                    .filter(|h| b(h.q.client) == b(client) && h.q.turn.is_some_and(|t| t.0 == n))
+                    .count() as u32
+            }
+        }
     }
 
-    /// The earliest time a step back may reach from `self.now`.
+    /// The shared turns count what the model holds, per zone and client,
+    /// whichever worker holds it.
+    fn check_turns(&self) -> Result<(), TestCaseError> {
+        for (n, z) in self.zones.iter().enumerate() {
+            for (c, h) in z.keys.iter().enumerate() {
+                let held = self.ahead(c, n, None);
+                prop_assert_eq!(
+                    z.turns.held(h.0),
+                    held,
+                    "turns of client {} in zone {}",
+                    c,
+                    n
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The earliest time a step back may reach from `self.now`: within
+    /// every zone's newest window, and not back over an override's end
+    /// (an ended override may have been reaped: it does not come back).
     fn floor(&self) -> u64 {
         let t = self.now;
+        let ended = self.ovr.iter().flat_map(|m| m.values());
+        let ended = ended.map(|e| e.expires_ms).filter(|&x| x != 0 && x <= t);
         self.zones
             .iter()
             .map(|z| match z.model {
@@ -359,6 +620,7 @@ impl Run {
                     crate::rule::strict::sub_start(crate::rule::strict::sub_index(t, z.w), z.w)
                 }
             })
+            .chain(ended)
             .max()
             .unwrap_or(t)
     }
@@ -401,7 +663,7 @@ impl Run {
     }
 
     /// Wakes the held requests due by `until`, in order, each decided
-    /// again at its time.
+    /// again at its time by the worker that holds it.
     fn wake_until(&mut self, until: u64) -> Result<(), TestCaseError> {
         loop {
             let due = self
@@ -414,7 +676,7 @@ impl Run {
             let Some(i) = due else { return Ok(()) };
             let h = self.held.remove(i);
             self.now = self.now.max(h.at);
-            self.request(h.client, &h.costs, false, Some(h.since))?;
+            self.request(h.q, Some(h.since))?;
         }
     }
 
@@ -434,6 +696,72 @@ impl Run {
             if count != cost {
                 z.model.give_back(client as u64, at, cost, count);
             }
+        }
+    }
+
+    /// An operator's override (or its removal) in the table and the model.
+    fn operator(&mut self, zone: usize, client: usize, action: Option<(u8, u32, u64)>) {
+        let zone = zone % self.zones.len();
+        let z = &self.zones[zone];
+        let fp = z.keys[client].fingerprint();
+        let Some((kind, n, ttl)) = action else {
+            z.ovr.remove(fp, self.now);
+            self.ovr[zone].remove(&client);
+            return;
+        };
+        let action = match kind {
+            0 => Action::Limit(n % (self.lims[zone].limit + 3)),
+            1 => Action::Exempt,
+            _ => Action::Block,
+        };
+        let e = Entry {
+            fp,
+            action,
+            expires_ms: if ttl == 0 { 0 } else { self.now + ttl },
+        };
+        z.ovr.set(e, self.now).unwrap();
+        self.ovr[zone].insert(client, e);
+    }
+
+    /// The request of an [`Op::Request`]: its values per limit, by `kind`
+    /// (0..=19 valid, 20..21 an invalid limit, 22 an empty limit, 23 an
+    /// invalid cost), its cost `raw % (limit in force + 2)` at least 1.
+    fn asked(
+        &self,
+        client: usize,
+        raw: [u32; 3],
+        kind: [u8; 3],
+        dry_run: bool,
+        shard: usize,
+    ) -> Asked {
+        let now = self.now;
+        let mut values = vec![];
+        let mut costs = vec![];
+        for (n, l) in self.lims.iter().enumerate() {
+            values.push(match kind[n] {
+                20 | 21 => LimitValue::Invalid,
+                22 => LimitValue::Empty,
+                _ => LimitValue::Set(l.limit),
+            });
+            let force = match self.ovr[n].get(&client).filter(|e| !e.expired(now)) {
+                Some(Entry {
+                    action: Action::Limit(o),
+                    ..
+                }) => *o,
+                _ => l.limit,
+            };
+            costs.push(match kind[n] {
+                23 => Cost::Invalid,
+                _ => Cost::Count(1 + raw[n] % (force + 2)),
+            });
+        }
+        Asked {
+            client,
+            values,
+            costs,
+            dry_run,
+            shard,
+            turn: None,
         }
     }
 }
@@ -457,13 +785,108 @@ fn clients(t: &Table<'_>) -> Vec<KeyHash> {
     keys
 }
 
-fn zone() -> impl Strategy<Value = (u64, bool, u32, u64)> {
+/// A zone: window (ms), strict, limit, delay (ms), fail=closed, ban (ms).
+type ZoneCase = (u64, bool, u32, u64, bool, u64);
+
+fn zone(runtime: bool) -> impl Strategy<Value = ZoneCase> {
+    let fail = if runtime {
+        prop::bool::weighted(0.5).boxed()
+    } else {
+        Just(false).boxed()
+    };
+    let ban = if runtime {
+        prop_oneof![2 => Just(0u64), 1 => 500u64..4_000].boxed()
+    } else {
+        Just(0u64).boxed()
+    };
     (
         prop_oneof![Just(1_000u64), Just(2_000u64), 1_000u64..6_000],
         any::<bool>(),
         1u32..12,
         prop_oneof![2 => Just(0u64), 3 => 0u64..6_000],
+        fail,
+        ban,
     )
+}
+
+/// Runs `ops` over the zones `zs`, checking every decision.
+fn run(zs: &[ZoneCase], ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let zones: Vec<Zone> = zs
+        .iter()
+        .map(|&(w, strict, _, _, closed, ban_ms)| {
+            let table = table(w, strict);
+            let keys = clients(&table);
+            let model = if strict {
+                Zm::Strict(StrictLog::new(w))
+            } else {
+                Zm::Estimate(Model::new(Window::from_ms(w).unwrap()))
+            };
+            let fail = if closed {
+                FailPolicy::Closed
+            } else {
+                FailPolicy::Open
+            };
+            let (ovr, turns) = (overrides(), turns());
+            Zone {
+                table,
+                model,
+                w,
+                keys,
+                ovr,
+                turns,
+                invalid: Default::default(),
+                fail,
+                ban_ms,
+            }
+        })
+        .collect();
+    let lims = zs
+        .iter()
+        .map(|&(_, _, limit, delay_ms, _, _)| Lim { limit, delay_ms })
+        .collect();
+    if std::env::var("ENGINE_TRACE").is_ok() {
+        eprintln!("CASE {zs:?}");
+    }
+    let ovr = vec![HashMap::new(); zs.len()];
+    let mut run = Run {
+        zones,
+        lims,
+        held: vec![],
+        kept: vec![],
+        ovr,
+        now: T0,
+    };
+    for op in ops {
+        match op {
+            Op::Request {
+                dt,
+                client,
+                cost,
+                kind,
+                dry_run,
+                shard,
+            } => {
+                // A step back stays in every zone's newest window (or
+                // sub-window): the tables keep one newest window per zone,
+                // the models one per key.
+                let next = run.now.saturating_add_signed(dt).max(run.floor());
+                run.wake_until(next)?;
+                run.now = next;
+                let q = run.asked(client, cost, kind, dry_run, shard);
+                run.request(q, None)?;
+            }
+            Op::Settle { keep } => run.settle(keep),
+            Op::Override {
+                zone,
+                client,
+                action,
+                n,
+                ttl,
+            } => run.operator(zone, client, Some((action, n, ttl))),
+            Op::Remove { zone, client } => run.operator(zone, client, None),
+        }
+    }
+    Ok(())
 }
 
 proptest! {
@@ -471,38 +894,20 @@ proptest! {
 
     #[test]
     fn engine_matches_the_models(
-        zs in proptest::collection::vec(zone(), 1..4),
-        ops in proptest::collection::vec(op(), 1..120),
+        zs in proptest::collection::vec(zone(false), 1..4),
+        ops in proptest::collection::vec(op(false), 1..120),
     ) {
-        let zones: Vec<Zone> = zs.iter().map(|&(w, strict, _, _)| {
-            let table = table(w, strict);
-            let keys = clients(&table);
-            let model = if strict { Zm::Strict(StrictLog::new(w)) } else {
-                Zm::Estimate(Model::new(Window::from_ms(w).unwrap()))
-            };
-            Zone { table, model, w, keys }
-        }).collect();
-        let lims = zs.iter().map(|&(_, _, limit, delay_ms)| Lim { limit, delay_ms }).collect();
-        if std::env::var("ENGINE_TRACE").is_ok() {
-            eprintln!("CASE {zs:?}");
-        }
-        let mut run = Run { zones, lims, held: vec![], kept: vec![], now: T0 };
-        for op in ops {
-            match op {
-                Op::Request { dt, client, cost, dry_run } => {
-                    // A step back stays in every zone's newest window (or
-                    // sub-window): the tables keep one newest window per
-                    // zone, the models one per key.
-                    let next = run.now.saturating_add_signed(dt).max(run.floor());
-                    run.wake_until(next)?;
-                    run.now = next;
-                    let costs: Vec<u32> = run.lims.iter().zip(cost)
-                        .map(|(l, c)| 1 + c % l.limit)
-                        .collect();
-                    run.request(client, &costs, dry_run, None)?;
-                }
-                Op::Settle { keep } => run.settle(keep),
-            }
-        }
+        run(&zs, ops)?;
+    }
+
+    /// The same, with the runtime state composed in: overrides and their
+    /// ttl, bans, invalid and empty values under both `fail=` policies,
+    /// costs above the limit in force, turns across two workers.
+    #[test]
+    fn engine_with_runtime_state_matches_the_models(
+        zs in proptest::collection::vec(zone(true), 1..4),
+        ops in proptest::collection::vec(op(true), 1..120),
+    ) {
+        run(&zs, ops)?;
     }
 }

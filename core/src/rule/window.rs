@@ -332,7 +332,8 @@ pub(crate) fn reset_secs_in(elapsed_ms: u64, window_ms: u64) -> u32 {
     ((window_ms - elapsed_ms + 999) / 1000) as u32
 }
 
-fn secs_ceil(ms: u64) -> u32 {
+/// Milliseconds to whole seconds, rounded up.
+pub fn secs_ceil(ms: u64) -> u32 {
     // Not `div_ceil`: its remainder test costs more than the add. Equal to
     // it everywhere (near u64::MAX both are far above u32::MAX).
     u32::try_from(ms.saturating_add(999) / 1000).unwrap_or(u32::MAX)

@@ -60,6 +60,9 @@ pub struct ZoneHeader {
     /// its length in bytes.
     ledger: *mut u8,
     ledger_len: usize,
+    /// `delay=`'s queue turns and their length in bytes.
+    turns: *mut u8,
+    turns_len: usize,
     /// The override table and its length in bytes.
     overrides: *mut u8,
     overrides_len: usize,
@@ -165,6 +168,8 @@ impl ZoneHeader {
             table_len: p.table.1,
             ledger: p.ledger.0,
             ledger_len: p.ledger.1,
+            turns: p.turns.0,
+            turns_len: p.turns.1,
             overrides: p.overrides.0,
             overrides_len: p.overrides.1,
             gateway_id,
@@ -209,6 +214,7 @@ impl ZoneHeader {
         Parts {
             table: (self.table, self.table_len),
             ledger: (self.ledger, self.ledger_len),
+            turns: (self.turns, self.turns_len),
             overrides: (self.overrides, self.overrides_len),
         }
     }

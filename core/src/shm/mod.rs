@@ -9,7 +9,8 @@
 //! * one region cut into ([`Parts`]): the **slot table** ([`Table`]), the
 //!   **cluster-sync ledger** of a Redis-backed zone
 //!   ([`Ledger`](crate::cluster::Ledger), half of
-//!   what the table would have had), and the **override table**
+//!   what the table would have had), `delay=`'s **queue turns**
+//!   ([`Turns`], a 64th of the zone) and the **override table**
 //!   ([`Overrides`]) at the end.
 //!
 //! [`format`] writes all of it for a new zone; [`adopt`] is the one place
@@ -23,12 +24,15 @@
 
 mod header;
 mod stats;
+pub mod turns;
 
 use core::fmt;
 use core::ptr;
 
 pub use header::{ZoneHeader, OVR_PENDING, RESETS};
 pub use stats::{ChargeStats, DelayStats, SyncStats};
+use turns::TooSmall;
+pub use turns::Turns;
 
 use crate::overrides::Overrides;
 use crate::rule::mode::Mode;
@@ -51,14 +55,17 @@ pub struct Parts {
     pub table: (*mut u8, usize),
     /// The cluster-sync ledger.
     pub ledger: (*mut u8, usize),
+    /// `delay=`'s queue turns.
+    pub turns: (*mut u8, usize),
     /// The override table.
     pub overrides: (*mut u8, usize),
 }
 
 impl Parts {
     /// Cuts `len` bytes at `region` (64-byte aligned): the override table
-    /// of `overrides_cap` entries at the end, and, `with_ledger`, half of
-    /// the rest for the sync ledger (each part starts at a multiple of 64).
+    /// of `overrides_cap` entries at the end, the queue turns before it
+    /// ([`Turns::bytes_for`] the region), and, `with_ledger`, half of the
+    /// rest for the sync ledger (each part starts at a multiple of 64).
     pub fn split(
         region: *mut u8,
         len: usize,
@@ -66,7 +73,10 @@ impl Parts {
         with_ledger: bool,
     ) -> Result<Parts, TableError> {
         let ovr_len = override_region_bytes(overrides_cap);
-        let len = len.checked_sub(ovr_len).ok_or(TableError::TooSmall)?;
+        let turns_len = Turns::bytes_for(len);
+        let len = len
+            .checked_sub(ovr_len + turns_len)
+            .ok_or(TableError::TooSmall)?;
         let (table_len, ledger_len) = if with_ledger {
             let t = len / 2 / 64 * 64;
             (t, len - t)
@@ -81,13 +91,14 @@ impl Parts {
         Ok(Parts {
             table: (region, table_len),
             ledger: (ledger, ledger_len),
-            overrides: (region.wrapping_add(len), ovr_len),
+            turns: (region.wrapping_add(len), turns_len),
+            overrides: (region.wrapping_add(len + turns_len), ovr_len),
         })
     }
 
-    /// Bytes of the three parts together.
+    /// Bytes of the four parts together.
     fn bytes(&self) -> usize {
-        self.table.1 + self.ledger.1 + self.overrides.1
+        self.table.1 + self.ledger.1 + self.turns.1 + self.overrides.1
     }
 }
 
@@ -129,6 +140,8 @@ pub struct Zone<'a> {
     pub table: Table<'a>,
     /// The override table.
     pub overrides: Overrides<'a>,
+    /// `delay=`'s queue turns.
+    pub turns: Turns<'a>,
 }
 
 /// Why a zone cannot be adopted.
@@ -153,6 +166,8 @@ pub enum AdoptError {
     Table(TableError),
     /// No override table where the header says.
     NoOverrides,
+    /// No queue turns where the header says.
+    NoTurns,
 }
 
 impl fmt::Display for AdoptError {
@@ -174,6 +189,7 @@ impl fmt::Display for AdoptError {
             ),
             AdoptError::Table(e) => e.fmt(f),
             AdoptError::NoOverrides => f.write_str("no override table"),
+            AdoptError::NoTurns => f.write_str("no delay= queue turns"),
         }
     }
 }
@@ -204,6 +220,9 @@ pub unsafe fn format<'a>(
         // ledger.
         unsafe { ptr::write_bytes(parts.ledger.0, 0, parts.ledger.1) };
     }
+    let (q, q_len) = parts.turns;
+    // SAFETY: as above, for the turns part.
+    let turns = unsafe { Turns::init(q, q_len) }.map_err(|TooSmall| TableError::TooSmall)?;
     let (t, t_len) = parts.table;
     // SAFETY: as above, for the table part.
     let table = unsafe { Table::init_mode(t, t_len, f.window, f.seed, f.mode) }?;
@@ -218,6 +237,7 @@ pub unsafe fn format<'a>(
         header,
         table,
         overrides,
+        turns,
     })
 }
 
@@ -256,10 +276,15 @@ pub unsafe fn adopt<'a>(header: *const ZoneHeader, want: &Expect) -> Result<Zone
     // SAFETY: as for the table: the override part `format` wrote, valid
     // for `'a`; `attach` checks what it holds.
     let overrides = unsafe { Overrides::attach(o, o_len) }.map_err(|_| AdoptError::NoOverrides)?;
+    let (q, q_len) = parts.turns;
+    // SAFETY: as for the table: the turns part `format` wrote, valid for
+    // `'a`.
+    let turns = unsafe { Turns::attach(q, q_len) }.map_err(|TooSmall| AdoptError::NoTurns)?;
     Ok(Zone {
         header: h,
         table,
         overrides,
+        turns,
     })
 }
 

@@ -460,6 +460,15 @@ impl Table<'_> {
         if !ok {
             self.mark_limited(slot, value);
             let wait = fit::wait_ms_effective(v.counts, v.elapsed, w, q.limit);
+            // A clock behind the slot's window (a step back): its counts
+            // hold until that window starts, the lead included.
+            let wait = match v.backwards {
+                true => {
+                    let lead = (v.index - q.now_idx) * w - q.elapsed;
+                    wait.map(|t| t + lead)
+                }
+                false => wait,
+            };
             let retry_after_s = fit::retry_after_secs(wait, w);
             return Some(Answer::rejected(retry_after_s, reset_s, est, *events));
         }

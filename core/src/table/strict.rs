@@ -440,8 +440,9 @@ impl Table<'_> {
                     previous: snap.previous,
                 };
                 let start = self.window.start_ms(snap.window_index);
-                let elapsed = now_ms.saturating_sub(start).min(w);
-                fit::wait_ms(counts, elapsed, w, limit, cost)
+                // The one rule, with the lead of a clock behind the key's
+                // window (a step back) included.
+                fit::turn_at(counts, start, now_ms, w, limit, cost, 0)
             }
         }
     }

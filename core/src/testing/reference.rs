@@ -105,10 +105,19 @@ impl Model {
         let reset_s = window::reset_secs(self.window.elapsed_ms(now_ms), w);
         let estimate = window::estimate(c, e, w);
         if !window::admits(c, e, w, limit) {
+            // A clock behind the key's window: its counts hold until that
+            // window starts, the lead included.
+            let retry_after_s = match (back, limit) {
+                (true, 1..) => {
+                    let lead = self.window.start_ms(idx) - now_ms;
+                    window::secs_ceil(lead + window::retry_after_ms(c, 0, w, limit))
+                }
+                _ => window::retry_after_secs(c, e, w, limit),
+            };
             return ModelDecision {
                 admitted: false,
                 remaining: 0,
-                retry_after_s: window::retry_after_secs(c, e, w, limit),
+                retry_after_s,
                 reset_s,
                 estimate,
                 counted_in: None,
