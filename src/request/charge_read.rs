@@ -29,7 +29,7 @@ use rate_limit_window_core::rule::charge::{final_count, parse_charge};
 
 use crate::ffi::pool::main_of;
 use crate::ffi::req::{request_handler, variable_get};
-use crate::request::count_status::{self, Held};
+use crate::request::count_status::{self, Settle};
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -102,7 +102,7 @@ fn charge_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t
 
 /// The charge of `h` for `r`: None when it is empty or invalid (logged
 /// once per episode, counted) or could not be evaluated.
-fn read(r: &Request, h: &Held) -> Option<u32> {
+fn read(r: &Request, h: &Settle) -> Option<u32> {
     let zone = h.zone;
     // SAFETY: h.charge was compiled at configuration time (non-null: the
     // caller checks), in the configuration pool, which lives for the cycle.

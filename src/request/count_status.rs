@@ -27,7 +27,7 @@ use ngx::ngx_log_debug_mask;
 use rate_limit_window_core::rule::charge::final_count;
 
 use crate::conf::Limit;
-pub use crate::request::record::Held;
+pub use crate::request::record::Settle;
 use crate::request::record::{self, Applied};
 
 /// After a request passed every limit: keeps the admissions of the limits
@@ -50,14 +50,14 @@ pub fn reserve(r: &Request, limits: &[Limit], applied: &[Applied]) {
 #[inline(never)]
 fn reserve_slow(r: &Request, limits: &[Limit], applied: &[Applied]) {
     // A zone appears at most once among a location's limits.
-    let held: Box<[Cell<Held>]> = applied
+    let held: Box<[Cell<Settle>]> = applied
         .iter()
         .filter_map(|a| {
             let l = limits.iter().find(|l| l.zone.cast_const() == a.zone)?;
             if l.count_status.is_none() && l.charge.is_none() {
                 return None;
             }
-            Some(Cell::new(Held {
+            Some(Cell::new(Settle {
                 zone: a.zone,
                 admission: a.admission?,
                 statuses: l.count_status,
@@ -83,7 +83,7 @@ fn reserve_slow(r: &Request, limits: &[Limit], applied: &[Applied]) {
 
 /// The admissions kept for `r`'s main request, if any (the charges are
 /// written into them before they are settled).
-pub fn held(r: &Request) -> Option<&'static [Cell<Held>]> {
+pub fn held(r: &Request) -> Option<&'static [Cell<Settle>]> {
     record::record(r)?.reservations.data.get().map(|h| &h[..])
 }
 
@@ -108,7 +108,7 @@ pub fn final_status(r: &Request) -> usize {
 /// of a request that ended without a response (499, 504, 408...) by then,
 /// and the request structure, allocated from this pool, is still intact
 /// while cleanups run.
-fn settle(main: &Request, held: &OnceCell<Box<[Cell<Held>]>>) {
+fn settle(main: &Request, held: &OnceCell<Box<[Cell<Settle>]>>) {
     let status = final_status(main);
     let log = crate::ffi::process::cycle_log();
     for h in held.get().into_iter().flatten().map(Cell::get) {

@@ -184,17 +184,17 @@ fn eval_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8], ()> {
 /// Reads the limit value for this request, as it is: a number, empty,
 /// or invalid (the engine's `fail=` decides). Err(()) is an nginx error
 /// while evaluating the variable.
-fn eval_limit(r: &Request, value: LimitValue) -> Result<engine::LimitValue, ()> {
+fn eval_limit(r: &Request, value: LimitValue) -> Result<engine::LimitRead, ()> {
     match value {
-        LimitValue::Fixed(n) => Ok(engine::LimitValue::Set(n)),
+        LimitValue::Fixed(n) => Ok(engine::LimitRead::Set(n)),
         LimitValue::Variable(cv) => {
             // SAFETY: cv was compiled into the configuration pool, which
             // outlives every request of the cycle.
             let b = r.get_complex_value(unsafe { &*cv }).ok_or(())?.as_bytes();
             if b.is_empty() {
-                return Ok(engine::LimitValue::Empty);
+                return Ok(engine::LimitRead::Empty);
             }
-            Ok(parse_limit(b).map_or(engine::LimitValue::Invalid, engine::LimitValue::Set))
+            Ok(parse_limit(b).map_or(engine::LimitRead::Invalid, engine::LimitRead::Set))
         }
     }
 }

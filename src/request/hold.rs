@@ -41,7 +41,7 @@ use rate_limit_window_core::engine;
 
 use crate::conf::{Limit, LocConf};
 use crate::ffi::req::{event_handler, variable_get};
-use crate::request::record::{self, Hold, Part, RequestStatus};
+use crate::request::record::{self, Held, Part, RequestStatus};
 use crate::zone::ZoneConf;
 use crate::Module;
 use rate_limit_window_core::shm::DelayStats;
@@ -149,7 +149,7 @@ fn hold_for(r: &mut Request, rej: &Holding) -> Result<(), ()> {
 }
 
 /// Fills the hold's part of `r`'s record and takes a place under the cap.
-fn new_hold(r: &Request, part: &Part<Cell<Option<Hold>>>, rej: &Holding) -> Result<(), ()> {
+fn new_hold(r: &Request, part: &Part<Cell<Option<Held>>>, rej: &Holding) -> Result<(), ()> {
     // The location's configuration, for the cycle: the one `rej.lcf` is.
     let lcf = Module::location_conf(r.as_ref()).ok_or(())?;
     let client = rej.hold.client;
@@ -160,7 +160,7 @@ fn new_hold(r: &Request, part: &Part<Cell<Option<Hold>>>, rej: &Holding) -> Resu
         false => None,
     };
     let worker = crate::ffi::process::shard();
-    part.data.set(Some(Hold {
+    part.data.set(Some(Held {
         lcf,
         since_ms: rej.now,
         waited_ms: 0,
@@ -257,7 +257,7 @@ pub fn admitted(r: &Request, limits: &[Limit], now: u64) -> RequestStatus {
 }
 
 /// Gives back the hold's place under the cap (once).
-fn unhold(h: &mut Hold) {
+fn unhold(h: &mut Held) {
     if h.held {
         h.held = false;
         let cap = &h.lcf.delay;
@@ -274,7 +274,7 @@ fn unhold(h: &mut Hold) {
 /// The hold's part when the main request's pool is destroyed: a request
 /// freed while still held (the client went away, or an error) gives back
 /// its place, its timer is deleted, and it is counted as abandoned.
-fn release(main: &Request, part: &Cell<Option<Hold>>) {
+fn release(main: &Request, part: &Cell<Option<Held>>) {
     let Some(mut h) = part.get().filter(|h| h.held) else {
         return;
     };
@@ -296,7 +296,7 @@ fn release(main: &Request, part: &Cell<Option<Hold>>) {
 
 /// The hold's part of `r`'s main request's record (None before the
 /// record is reserved).
-fn find(r: &Request) -> Option<&'static Cell<Option<Hold>>> {
+fn find(r: &Request) -> Option<&'static Cell<Option<Held>>> {
     record::record(r).map(|rec| &rec.hold.data)
 }
 

@@ -32,7 +32,7 @@ pub enum RequestStatus {
     Rejected,
     RejectedDryRun,
     Exempt,
-    /// Held on a timer (`delay=`), then admitted.
+    /// Settle on a timer (`delay=`), then admitted.
     Delayed,
     /// Dry run: would have been held.
     DelayedDryRun,
@@ -115,7 +115,7 @@ fn count_late_keys(n: usize) {
 
 /// `delay=`'s part of the record: the hold of a main request (hold.rs).
 #[derive(Clone, Copy)]
-pub struct Hold {
+pub struct Held {
     /// The location whose `delay_max_held` place it takes.
     pub lcf: &'static LocConf,
     /// Epoch ms when the request was first held.
@@ -137,7 +137,7 @@ pub struct Hold {
 /// admission to settle when the request ends, given back unless the final
 /// status is counted, and made to count its charge.
 #[derive(Clone, Copy)]
-pub struct Held {
+pub struct Settle {
     pub zone: &'static ZoneConf,
     pub admission: Admission,
     /// `count_status=` (None: every status counts).
@@ -151,7 +151,7 @@ pub struct Held {
     pub read: bool,
 }
 
-impl Held {
+impl Settle {
     /// Whether the final `status` keeps the request counted.
     pub fn counts(&self, status: usize) -> bool {
         self.statuses.is_none_or(|s| s.contains(status))
@@ -198,9 +198,9 @@ pub struct Record {
     /// Where [`reserve`] records the applied limits.
     room: Cell<&'static Room<Applied>>,
     /// `delay=`: the hold, if the request was ever held.
-    pub hold: Part<Cell<Option<Hold>>>,
+    pub hold: Part<Cell<Option<Held>>>,
     /// `count_status=`/`charge=`: the admissions to settle.
-    pub reservations: Part<OnceCell<Box<[Cell<Held>]>>>,
+    pub reservations: Part<OnceCell<Box<[Cell<Settle>]>>>,
     /// Whether the pool drops the record ([`Record::settle_at_end`]).
     dropped_by_pool: Cell<bool>,
 }

@@ -58,7 +58,7 @@ pub struct Shared<'t> {
 
 /// A limit's value as the host read it (no policy: the engine's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LimitValue {
+pub enum LimitRead {
     /// Requests per window.
     Set(u32),
     /// An empty variable: the client is exempt from this limit (unless an
@@ -79,7 +79,7 @@ pub enum Key {
         /// The key's hash under the zone's seed.
         hash: KeyHash,
         /// The limit value, as read.
-        limit: LimitValue,
+        limit: LimitRead,
     },
 }
 
@@ -281,11 +281,11 @@ enum Applies {
 impl Applies {
     /// The limit in force without an override.
     #[inline(always)]
-    fn of_value(value: LimitValue) -> Applies {
+    fn of_value(value: LimitRead) -> Applies {
         match value {
-            LimitValue::Set(n) => Applies::Limit(n),
-            LimitValue::Empty => Applies::EmptyLimit,
-            LimitValue::Invalid => Applies::InvalidLimit,
+            LimitRead::Set(n) => Applies::Limit(n),
+            LimitRead::Empty => Applies::EmptyLimit,
+            LimitRead::Invalid => Applies::InvalidLimit,
         }
     }
 }
@@ -444,7 +444,7 @@ fn unlimited<'t, R: Request<'t>>(
     r: &mut R,
     n: usize,
     c: &LimitConf<'t>,
-    (hash, value): (KeyHash, LimitValue),
+    (hash, value): (KeyHash, LimitRead),
     a: Applies,
     (now, shard): (u64, usize),
 ) -> Judged {
@@ -523,7 +523,7 @@ fn not_applied<'t, R: Request<'t>>(
 /// The limit in force for `hash` at `now` (epoch ms): its override,
 /// else its limit `value`. A zone without overrides costs one relaxed load.
 #[inline(always)]
-fn override_of(c: &LimitConf<'_>, hash: KeyHash, value: LimitValue, now: u64) -> Applies {
+fn override_of(c: &LimitConf<'_>, hash: KeyHash, value: LimitRead, now: u64) -> Applies {
     match c.overrides {
         Some(o) if o.live() != 0 => {
             core::hint::cold_path();
@@ -538,7 +538,7 @@ fn override_slow(
     c: &LimitConf<'_>,
     o: &Overrides,
     hash: KeyHash,
-    value: LimitValue,
+    value: LimitRead,
     now: u64,
 ) -> Applies {
     let Some(e) = o.get_hash(hash, now) else {
@@ -570,11 +570,11 @@ fn blocked_wait<'t, R: Request<'t>>(
     r: &mut R,
     n: usize,
     c: &LimitConf<'t>,
-    (hash, value): (KeyHash, LimitValue),
+    (hash, value): (KeyHash, LimitRead),
     blocked: Blocked,
     now: u64,
 ) -> u32 {
-    let LimitValue::Set(limit) = value else {
+    let LimitRead::Set(limit) = value else {
         return blocked.retry_after_s;
     };
     let cost = match r.cost(n) {

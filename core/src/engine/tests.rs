@@ -116,7 +116,7 @@ struct Req<'a> {
     zones: &'a [Zone],
     lims: &'a [Lim],
     client: usize,
-    values: &'a [LimitValue],
+    values: &'a [LimitRead],
     costs: &'a [Cost],
     records: Vec<(usize, Answer)>,
     since: Option<u64>,
@@ -250,7 +250,7 @@ enum Pol {
 #[derive(Clone, Debug)]
 struct Asked {
     client: usize,
-    values: Vec<LimitValue>,
+    values: Vec<LimitRead>,
     costs: Vec<Cost>,
     dry_run: bool,
     shard: usize,
@@ -281,7 +281,7 @@ struct Run {
 
 impl Run {
     /// Limit `n`'s policy for `client` at `now`, by the model.
-    fn pol(&self, n: usize, client: usize, value: LimitValue, cost: Cost, now: u64) -> Pol {
+    fn pol(&self, n: usize, client: usize, value: LimitRead, cost: Cost, now: u64) -> Pol {
         let closed = self.zones[n].fail == FailPolicy::Closed;
         let live = self.ovr[n].get(&client).filter(|e| !e.expired(now));
         let limit = match (live.map(|e| e.action), value) {
@@ -291,10 +291,10 @@ impl Run {
                 }
             }
             (Some(Action::Exempt), _) => return Pol::Off,
-            (Some(Action::Limit(l)), _) | (None, LimitValue::Set(l)) => l,
-            (None, LimitValue::Empty) => return Pol::Off,
-            (None, LimitValue::Invalid) if closed => return Pol::Closed,
-            (None, LimitValue::Invalid) => return Pol::Off,
+            (Some(Action::Limit(l)), _) | (None, LimitRead::Set(l)) => l,
+            (None, LimitRead::Empty) => return Pol::Off,
+            (None, LimitRead::Invalid) if closed => return Pol::Closed,
+            (None, LimitRead::Invalid) => return Pol::Off,
         };
         match cost {
             Cost::Count(cost) => Pol::Count { limit, cost },
@@ -349,7 +349,7 @@ impl Run {
                     Cost::Invalid => 1,
                 };
                 match q.values[n] {
-                    LimitValue::Set(l) => count(l, k).map(|c| end.max(c)),
+                    LimitRead::Set(l) => count(l, k).map(|c| end.max(c)),
                     _ => Some(end),
                 }
             }
@@ -362,8 +362,8 @@ impl Run {
         let live = self.ovr[n].get(&q.client).filter(|e| !e.expired(now));
         match (live.map(|e| e.action), q.values[n]) {
             (Some(Action::Block | Action::Ban | Action::Exempt), _) => false,
-            (None, LimitValue::Empty) => false,
-            (None, LimitValue::Invalid) => true,
+            (None, LimitRead::Empty) => false,
+            (None, LimitRead::Invalid) => true,
             _ => q.costs[n] == Cost::Invalid,
         }
     }
@@ -739,9 +739,9 @@ impl Run {
         let mut costs = vec![];
         for (n, l) in self.lims.iter().enumerate() {
             values.push(match kind[n] {
-                20 | 21 => LimitValue::Invalid,
-                22 => LimitValue::Empty,
-                _ => LimitValue::Set(l.limit),
+                20 | 21 => LimitRead::Invalid,
+                22 => LimitRead::Empty,
+                _ => LimitRead::Set(l.limit),
             });
             let force = match self.ovr[n].get(&client).filter(|e| !e.expired(now)) {
                 Some(Entry {

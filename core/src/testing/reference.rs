@@ -13,7 +13,7 @@ use crate::rule::window::{self, Counts, Window};
 /// One key's state in the [`Model`]: the window index its counts belong to,
 /// and the counts in requests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Entry {
+pub struct Counted {
     /// Full window index of `current`.
     pub index: u64,
     /// Requests admitted in window `index`.
@@ -46,7 +46,7 @@ pub struct ModelDecision {
 #[derive(Clone, Debug)]
 pub struct Model {
     window: Window,
-    entries: HashMap<u64, Entry>,
+    entries: HashMap<u64, Counted>,
 }
 
 impl Model {
@@ -59,7 +59,7 @@ impl Model {
     }
 
     /// The stored entry of `key`, if any.
-    pub fn entry(&self, key: u64) -> Option<Entry> {
+    pub fn entry(&self, key: u64) -> Option<Counted> {
         self.entries.get(&key).copied()
     }
 
@@ -130,7 +130,7 @@ impl Model {
         };
         self.entries.insert(
             key,
-            Entry {
+            Counted {
                 index: idx,
                 current: after.current,
                 previous: after.previous,
@@ -179,7 +179,7 @@ impl Model {
     /// index they were counted in.
     pub fn add(&mut self, key: u64, now_ms: u64, cost: u32) -> u64 {
         let (c, _, idx, _) = self.view(key, now_ms);
-        let e = Entry {
+        let e = Counted {
             index: idx,
             current: c.current + cost,
             previous: c.previous,
