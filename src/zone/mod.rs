@@ -6,11 +6,13 @@
 //!
 //! Here: the zone's init and reuse on reload ([`init`]), a resized zone's
 //! clients carried over ([`resize`]) and its state file read at init
-//! ([`state_file`]).
+//! ([`state_file`]); beside the zones, the module's tally of requests
+//! decided ([`tally`]).
 
 pub mod init;
 pub mod resize;
 pub mod state_file;
+pub mod tally;
 
 use core::ptr;
 
