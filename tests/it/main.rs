@@ -4,6 +4,7 @@
 
 mod common;
 
+mod alerts;
 mod auth;
 mod charge;
 mod clock;
