@@ -9,7 +9,7 @@
 //! CONTRIBUTING.md ("Recipes that run") lists what the harness changes, and
 //! only that: the module's path, the listening ports (free local ones, in
 //! the curl lines too), the application's address (a test upstream), and
-//! `/etc/nginx/`, `/var/lib/nginx/` under a test directory.
+//! `/etc/nginx/`, `/var/lib/nginx/`, `/var/log/nginx/` under a test directory.
 
 use crate::common;
 
@@ -24,7 +24,7 @@ use common::*;
 /// Where a recipe's nginx.conf goes (under the test directory).
 const CONF: &str = "/etc/nginx/nginx.conf";
 /// System paths a recipe may use, put under the test directory.
-const MAPPED: [&str; 2] = ["/etc/nginx/", "/var/lib/nginx/"];
+const MAPPED: [&str; 3] = ["/etc/nginx/", "/var/lib/nginx/", "/var/log/nginx/"];
 
 /// What a runnable nginx block is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -544,6 +544,8 @@ fn run(r: &Recipe) -> usize {
     // The workers (nobody) go through it, as through /etc or /var/lib.
     fs::set_permissions(root.path(), fs::Permissions::from_mode(0o755)).unwrap();
     fs::create_dir_all(root.path().join("logs")).unwrap();
+    // nginx's own directories, which nginx -t expects (it opens the logs).
+    fs::create_dir_all(root.path().join("var/log/nginx")).unwrap();
     let mut run = Run {
         root,
         ports: vec![],
@@ -663,4 +665,14 @@ fn the_other_docs_recipes_run_as_printed() {
         }
         run_doc(doc);
     }
+}
+
+/// README.md is the users' page: at most 400 lines, the rest in docs/.
+#[test]
+fn readme_is_at_most_400_lines() {
+    let n = fs::read_to_string(manifest_dir().join("README.md"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(n <= 400, "README.md has {n} lines: move detail into docs/");
 }
