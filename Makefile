@@ -14,7 +14,7 @@ MODULE   := ngx_http_rate_limit_window_module
 RUN_DIR  := target/run
 
 BUILD_DEPS := libclang-dev libpcre2-dev libssl-dev zlib1g-dev make gcc pkg-config
-TEST_DEPS  := faketime curl redis-server redis-sentinel redis-tools openssl wrk python3-grpcio
+TEST_DEPS  := faketime curl redis-server redis-sentinel redis-tools openssl wrk python3-grpcio prometheus
 BENCH_DEPS := wrk valgrind python3 curl
 TEST_ARGS  := --profile tests -p rate_limit_window_core -p rate_limit_window_it
 

@@ -183,6 +183,6 @@ pub extern "C" fn merge_loc_conf(
 pub extern "C" fn init_main_conf(cf: *mut ngx_conf_t, conf: *mut c_void) -> *mut c_char {
     // SAFETY: nginx passes the http{} configuration and this module's
     // MainConf, which create_main_conf allocated.
-    let (cf, mcf) = unsafe { (&mut *cf, &*conf.cast::<MainConf>()) };
+    let (cf, mcf) = unsafe { (&mut *cf, &mut *conf.cast::<MainConf>()) };
     conf_status(conf::init_main_conf(cf, mcf))
 }

@@ -1,7 +1,8 @@
 //! `rate_limit_window_metrics write=on;` (or `reset=on`): PUT and
 //! `DELETE …&override` go to overrides.rs; `DELETE /location?zone=NAME&key=VALUE`
 //! (or `&addr=TEXT`, as for GET) clears one client's counts (current and previous window) and answers
-//! the JSON of what was cleared. Other methods go to the metrics handler;
+//! the JSON of what was cleared, with the client's fingerprint (errors:
+//! `{"error": …}`, as the overrides'). Other methods go to the metrics handler;
 //! without `reset=on` the metrics handler answers DELETE with 405.
 //!
 //! The location's `allow`/`deny` protect it as they protect the metrics.
@@ -17,8 +18,7 @@
 //! write them again.
 
 use nginx_sys::{
-    ngx_int_t, NGX_HTTP_BAD_REQUEST, NGX_HTTP_DELETE, NGX_HTTP_INTERNAL_SERVER_ERROR,
-    NGX_HTTP_NOT_FOUND, NGX_HTTP_PUT, NGX_LOG_NOTICE,
+    ngx_int_t, NGX_HTTP_DELETE, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_PUT, NGX_LOG_NOTICE,
 };
 use ngx::core::Status;
 use ngx::http::{HttpModuleMainConf, Request};
@@ -58,32 +58,35 @@ fn reset(r: &mut Request) -> ngx_int_t {
     let Some(mcf) = Module::main_conf(r.as_ref()) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
+    // The errors are JSON, as the overrides' are.
     let Some(zone_name) = arg(r, "zone") else {
-        return NGX_HTTP_BAD_REQUEST as ngx_int_t;
+        return overrides::error(r, 400, "give zone=NAME");
     };
     let zone_name = percent_decode(&zone_name);
     let Some(zone) = mcf.zones().find(|z| z.name.as_bytes() == zone_name) else {
-        return NGX_HTTP_NOT_FOUND as ngx_int_t;
+        let n = String::from_utf8_lossy(&zone_name).into_owned();
+        return overrides::error(r, 404, &format!("no zone \"{n}\""));
     };
     // key= or addr= (see metrics::lookup_key).
     let key = match lookup_key(r, zone) {
         Ok(Some(k)) => k,
-        Ok(None) => return NGX_HTTP_BAD_REQUEST as ngx_int_t,
+        Ok(None) => return overrides::error(r, 400, "give key= or addr="),
         Err(e) => return bad_request(r, &e),
     };
     let Some(table) = zone.table.as_ref() else {
-        return NGX_HTTP_NOT_FOUND as ngx_int_t;
+        return overrides::error(r, 404, "the zone is not initialised");
     };
     let now = now_ms();
     let hash = table.hash_key(&key);
     let cleared = table.clear(hash, now);
     let cluster = cluster_reset(zone, hash.fingerprint());
     let lifted = overrides::lift_ban(zone, hash.fingerprint(), now);
-    log_reset(r, zone, &cleared, lifted);
+    let fp = hash.fingerprint();
+    log_reset(r, zone, fp, &cleared, lifted);
     send(
         r,
         "application/json",
-        &answer(zone, &cleared, cluster, lifted),
+        &answer(zone, fp, &cleared, cluster, lifted),
     )
 }
 
@@ -104,11 +107,12 @@ fn cluster_reset(zone: &ZoneConf, fp: u64) -> &'static str {
     }
 }
 
-/// The JSON of what was cleared.
-fn answer(zone: &ZoneConf, s: &Snapshot, cluster: &str, ban_lifted: bool) -> String {
+/// The JSON of what was cleared for the client of fingerprint `fp` (as
+/// the overrides' answers and the log lines give it).
+fn answer(zone: &ZoneConf, fp: u64, s: &Snapshot, cluster: &str, ban_lifted: bool) -> String {
     format!(
-        "{{\"zone\":{},\"window_index\":{},\"cleared\":{{\"current\":{},\"previous\":{},\
-         \"estimate\":{}}},\"cluster\":{},\"ban_lifted\":{}}}\n",
+        "{{\"zone\":{},\"fingerprint\":\"{fp:014x}\",\"window_index\":{},\"cleared\":{{\
+         \"current\":{},\"previous\":{},\"estimate\":{}}},\"cluster\":{},\"ban_lifted\":{}}}\n",
         json_str(&zone.name_str()),
         s.window_index,
         s.current,
@@ -122,13 +126,14 @@ fn answer(zone: &ZoneConf, s: &Snapshot, cluster: &str, ban_lifted: bool) -> Str
 /// The notice line: the zone, what was cleared, the operator's address.
 /// Written to the cycle's log, not the request's: nginx would append the
 /// request line, whose query holds the key.
-fn log_reset(r: &mut Request, zone: &ZoneConf, s: &Snapshot, ban_lifted: bool) {
+fn log_reset(r: &mut Request, zone: &ZoneConf, fp: u64, s: &Snapshot, ban_lifted: bool) {
     let addr = crate::ffi::req::addr_text(r);
     ngx_log_error!(
         NGX_LOG_NOTICE,
         cycle_log(),
-        "rate_limit_window: counts of one key of zone \"{}\" reset by {} (cleared: current {}, \
-         previous {}){}",
+        "rate_limit_window: counts of client {:014x} of zone \"{}\" reset by {} (cleared: \
+         current {}, previous {}){}",
+        fp,
         zone.name_str(),
         String::from_utf8_lossy(addr),
         s.current,

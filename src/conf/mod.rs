@@ -33,6 +33,7 @@ use rate_limit_window_core::conf::parse::escape;
 use rate_limit_window_core::units::parse_time_ms;
 
 use crate::ffi::conf_ext::{ConfExt, ConfFailed, ConfResult};
+use crate::zone::tally::TallyConf;
 use crate::zone::ZoneConf;
 use crate::Module;
 use loc_delay::LocDelay;
@@ -102,6 +103,9 @@ pub struct MainConf {
     /// `rate_limit_window_state_interval`: how often worker 0 writes the
     /// zones' state files (ms); None: not given, [`STATE_INTERVAL_MS`].
     pub state_interval_ms: Option<u64>,
+    /// The module's tally of requests decided, and the routes of
+    /// `name=` (zone/tally.rs).
+    pub tally: TallyConf,
 }
 
 /// The default of `rate_limit_window_state_interval` (ms).
@@ -148,6 +152,8 @@ pub struct Limit {
     pub cost_one: bool,
     /// `charge=`: counted once the response is done (request/charge_read.rs); None: cost.
     pub charge: Option<*mut ngx_http_complex_value_t>,
+    /// `name=`: its route, an index into `MainConf::routes` (None: none).
+    pub route: Option<u8>,
     /// Where the directive is, for warnings about the location.
     pub file: ngx_str_t,
     pub line: ngx_uint_t,
@@ -188,6 +194,9 @@ pub struct LocConf {
     pub early_answer_warned: core::sync::atomic::AtomicBool,
     /// `rate_limit_window_grpc`: answer rejected gRPC calls the gRPC way.
     pub grpc: ngx_flag_t,
+    /// The distinct routes of `limits` (`name=`), each request of the
+    /// location counted once in each (set by `merge`).
+    pub routes: Vec<u8>,
 }
 
 impl Default for LocConf {
@@ -203,6 +212,7 @@ impl Default for LocConf {
             extras: false,
             early_answer_warned: Default::default(),
             grpc: UNSET,
+            routes: Vec::new(),
         }
     }
 }
@@ -236,6 +246,12 @@ impl Merge for LocConf {
                 .iter()
                 .any(|l| l.delay_ms > 0 || l.count_status.is_some() || l.charge.is_some())
         });
+        self.routes.clear();
+        for l in self.limits.iter().flatten() {
+            if let Some(r) = l.route.filter(|r| !self.routes.contains(r)) {
+                self.routes.push(r);
+            }
+        }
         Ok(())
     }
 }
@@ -327,6 +343,12 @@ pub fn set_limit(cf: &ngx_conf_t, lcf: &mut LocConf) -> ConfResult {
     let value = ConfValue::compile(cf, &d.limit)?;
     let cost = ConfValue::compile(cf, &d.cost)?;
     let mcf = Module::main_conf_mut(cf).ok_or(ConfFailed::Logged)?;
+    let route = d
+        .name
+        .as_deref()
+        .map(|n| mcf.tally.route(n))
+        .transpose()
+        .map_err(|e| cf.emerg(e))?;
     let zone_ref = zone_by_name(cf, mcf, &d.zone)?;
     let zone = ptr::from_mut(zone_ref);
     let limits = lcf.limits.get_or_insert_with(Vec::new);
@@ -342,6 +364,7 @@ pub fn set_limit(cf: &ngx_conf_t, lcf: &mut LocConf) -> ConfResult {
             value,
             cost,
             charge,
+            route,
         },
         (file, line),
     ));
@@ -354,6 +377,7 @@ struct Compiled {
     value: ConfValue,
     cost: ConfValue,
     charge: Option<*mut ngx_http_complex_value_t>,
+    route: Option<u8>,
 }
 
 /// The [`Limit`] of a parsed directive `d` at `at` (file, line).
@@ -369,13 +393,14 @@ fn limit(d: &LimitDirective, c: Compiled, at: (ngx_str_t, ngx_uint_t)) -> Limit 
         cost: c.cost,
         count_status: d.count_status,
         cost_one: matches!(c.cost, ConfValue::Fixed(1)),
+        route: c.route,
     }
 }
 
 /// After http{} is parsed: every referenced zone must have been declared,
 /// and a charged zone must not be strict. The `[emerg]` names the line of
-/// the zone's first use.
-pub fn init_main_conf(cf: &mut ngx_conf_t, mcf: &MainConf) -> ConfResult {
+/// the zone's first use. With zones, the module's tally is registered.
+pub fn init_main_conf(cf: &mut ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
     let declared: Vec<&[u8]> = mcf
         .zones()
         .filter(|z| z.defined)
@@ -388,6 +413,9 @@ pub fn init_main_conf(cf: &mut ngx_conf_t, mcf: &MainConf) -> ConfResult {
             return Err(ConfFailed::Logged);
         }
         charge_var::check_zone(cf, z)?;
+    }
+    if !mcf.zones.is_empty() {
+        crate::zone::tally::register(cf, &mut mcf.tally).map_err(|()| ConfFailed::Logged)?;
     }
     Ok(())
 }

@@ -51,6 +51,7 @@ pub fn set_zone(cf: &ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
     zone.size = d.params.size;
     zone.redis = d.params.redis;
     crate::zone::state_file::configure(zone, d.state.as_deref(), cf.prefixes().0);
+    zone.cycle = cf.cycle;
     zone.defined = true;
     add_shared_zone(cf, zone)
 }

@@ -1,12 +1,14 @@
 //! The process's side of nginx: the clock, this worker's shard, the
-//! running cycle and its log, and this process's timer events.
+//! running cycle and its log, this process's timer events, and messages
+//! that `nginx -t` shows on the terminal.
 
 use core::cell::UnsafeCell;
 use core::ptr;
 
 use nginx_sys::{
     ngx_add_timer, ngx_cached_time, ngx_cycle, ngx_cycle_t, ngx_event_handler_pt, ngx_event_t,
-    ngx_exiting, ngx_log_t, ngx_msec_t, ngx_quit, ngx_terminate, ngx_worker,
+    ngx_exiting, ngx_log_t, ngx_msec_t, ngx_quit, ngx_terminate, ngx_uint_t, ngx_worker,
+    NGX_LOG_NOTICE, NGX_LOG_WARN,
 };
 
 /// Current time as UTC unix epoch milliseconds, from nginx's cached clock
@@ -79,4 +81,43 @@ impl Timer {
             }
         }
     }
+}
+
+/// Logs `text` at `level` to `log`, and during `nginx -t` (without `-q`)
+/// writes it to the terminal too as `nginx: [notice] …`, whatever the
+/// level the log takes: nginx itself shows the levels up to `warn` there
+/// while it tests a configuration, not `notice` or `info`, which a stock
+/// `error_log … error` does not even write. A log that writes to stderr
+/// at that level shows it already.
+pub fn log_and_show(level: ngx_uint_t, log: *mut ngx_log_t, text: &str) {
+    ngx::ngx_log_error!(level, log, "{}", text);
+    // SAFETY: process-wide flags nginx sets from its command line, before
+    // any configuration is read.
+    let (testing, quiet) = unsafe { (nginx_sys::ngx_test_config, nginx_sys::ngx_quiet_mode) };
+    if testing == 0 || quiet != 0 || level <= NGX_LOG_WARN as ngx_uint_t || on_stderr(log, level) {
+        return;
+    }
+    let tag = if level == NGX_LOG_NOTICE as ngx_uint_t {
+        "notice"
+    } else {
+        "info"
+    };
+    let line = format!("nginx: [{tag}] {text}\n");
+    // SAFETY: write(2) of our own buffer to the standard error descriptor.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+}
+
+/// Whether a log of the chain `log` writes messages of `level` to stderr.
+fn on_stderr(mut log: *mut ngx_log_t, level: ngx_uint_t) -> bool {
+    // SAFETY: `log` is null or nginx's log chain of the cycle, whose
+    // entries and open files live as long as it.
+    unsafe {
+        while let Some(l) = log.as_ref() {
+            if l.log_level >= level && l.file.as_ref().is_some_and(|f| f.fd == 2) {
+                return true;
+            }
+            log = l.next;
+        }
+    }
+    false
 }

@@ -483,7 +483,9 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit], at: record::Pl
         pending.applied().len(),
         retry_after
     );
-    record::commit(pending, verdict, lcf.headers, retry_after);
+    if record::commit(pending, verdict, lcf.headers, retry_after) {
+        crate::request::tally::decided(r, lcf, verdict);
+    }
     if verdict == RequestStatus::Rejected {
         // A gRPC call gets a gRPC answer (grpc_reject.rs), any other the status.
         return crate::request::grpc_reject::reject(r, lcf, retry_after);

@@ -5,8 +5,8 @@
 //! timers ([`hold`]), the answer to a gRPC call ([`grpc_reject`]), what is
 //! settled when the request ends (`count_status=` in [`count_status`],
 //! `charge=` read in [`charge_read`]), the header filter ([`filter`]), the
-//! `near_limit_total` counter ([`near_limit`]) and the variables
-//! ([`variables`]).
+//! `near_limit_total` counter ([`near_limit`]), the tally of requests
+//! decided ([`tally`]) and the variables ([`variables`]).
 
 pub mod ban;
 pub mod charge_read;
@@ -19,4 +19,5 @@ pub mod hold;
 pub mod near_limit;
 pub mod phases;
 pub mod record;
+pub mod tally;
 pub mod variables;

@@ -363,8 +363,9 @@ impl Record {
 
 /// Completes the record reserved for a main request: from now on [`find`]
 /// returns it, for that request and every internal redirect or subrequest
-/// of it.
-pub fn commit(p: &Pending, status: RequestStatus, headers: ngx_uint_t, retry_after_s: u32) {
+/// of it. False when the request had a record already (never counted
+/// twice).
+pub fn commit(p: &Pending, status: RequestStatus, headers: ngx_uint_t, retry_after_s: u32) -> bool {
     let d = Report {
         status,
         headers,
@@ -373,7 +374,9 @@ pub fn commit(p: &Pending, status: RequestStatus, headers: ngx_uint_t, retry_aft
         empty_keys: p.empty_keys,
     };
     // Counted while the record is alive: its drop takes the count back.
-    if p.rec.report.set(d).is_ok() && p.empty_keys != 0 && p.rec.settle_at_end() {
+    let set = p.rec.report.set(d).is_ok();
+    if set && p.empty_keys != 0 && p.rec.settle_at_end() {
         count_late_keys(1);
     }
+    set
 }

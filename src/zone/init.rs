@@ -20,7 +20,7 @@ use rate_limit_window_core::shm::{self, Expect, Format, Parts, Zone};
 use rate_limit_window_core::table::seed::seed_from;
 use rate_limit_window_core::{hash_with_seed, TableError};
 
-use crate::zone::{ZoneConf, ZoneHeader};
+use crate::zone::{state_dir, ZoneConf, ZoneHeader};
 
 /// A per-zone random seed for the keyed hash, so nobody can aim collisions
 /// at a client: `getrandom(2)`, retried when interrupted. There is no weak
@@ -106,6 +106,9 @@ pub extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) ->
     let Some(init) = init else {
         return Status::NGX_ERROR.into();
     };
+    if state_writable(init.zone, init.log).is_err() {
+        return Status::NGX_ERROR.into();
+    }
     let ok = match init.old {
         Some(old) => reuse(init.zone, old, init.bytes, init.log),
         // A zone inherited from a previous binary (Windows only): the
@@ -120,6 +123,23 @@ pub extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) ->
         Ok(()) => Status::NGX_OK.into(),
         Err(()) => Status::NGX_ERROR.into(),
     }
+}
+
+/// A zone with `state=`: its workers must be able to write the file (at
+/// start, reload and `nginx -t`), else an `[emerg]` naming the path, the
+/// user and the fix (state_dir.rs).
+fn state_writable(zone: &ZoneConf, log: *mut ngx_log_t) -> Result<(), ()> {
+    let Some(path) = zone.state.as_deref() else {
+        return Ok(());
+    };
+    if zone.cycle.is_null() {
+        return Ok(());
+    }
+    let user = state_dir::worker_user(zone.cycle);
+    state_dir::check(path, &user).map_err(|p| {
+        let text = state_dir::message(&zone.name_str(), path, &user, &p);
+        ngx_log_error!(NGX_LOG_EMERG, log, "{}", text);
+    })
 }
 
 /// A reload onto a zone of the same name and size: adopts it when its

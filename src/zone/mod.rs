@@ -5,12 +5,16 @@
 //! new zone or adopts the old one on reload is in [`init`].
 //!
 //! Here: the zone's init and reuse on reload ([`init`]), a resized zone's
-//! clients carried over ([`resize`]) and its state file read at init
-//! ([`state_file`]).
+//! clients carried over ([`resize`]), its state file read at init
+//! ([`state_file`]) after a check that the workers can write it
+//! ([`state_dir`]); beside the zones, the module's tally of requests
+//! decided ([`tally`]).
 
 pub mod init;
 pub mod resize;
+pub mod state_dir;
 pub mod state_file;
+pub mod tally;
 
 use core::ptr;
 
@@ -56,6 +60,9 @@ pub struct ZoneConf {
     pub redis: Option<RedisParams>,
     /// The state file (`state=`, absolute), if configured (see state_file.rs).
     pub state: Option<std::path::PathBuf>,
+    /// The cycle the zone is configured in (its core `user`, for the state
+    /// file's check at init: state_dir.rs).
+    pub cycle: *mut nginx_sys::ngx_cycle_t,
     pub shm_zone: *mut ngx_shm_zone_t,
     /// The zone header (set by `init_zone`): where the table is, plus the
     /// cluster-sync state shared by all workers.
@@ -113,6 +120,7 @@ impl ZoneConf {
             shm_zone: ptr::null_mut(),
             redis: None,
             state: None,
+            cycle: ptr::null_mut(),
             header: ptr::null_mut(),
             table: None,
             charge_at: None,

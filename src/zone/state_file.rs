@@ -8,7 +8,10 @@
 //!   file). A file that is missing is normal (the first start); one that
 //!   cannot be read, is corrupt, truncated, of another version or written
 //!   by another zone is logged at `error` and ignored: the zone starts
-//!   empty and nginx starts.
+//!   empty and nginx starts. Under `nginx -t` what would be restored is
+//!   shown on the terminal as well as logged.
+//! * **Checked** before that, whether the workers can write it
+//!   (`state_dir.rs`): an `[emerg]` otherwise.
 //! * **Written** by worker 0 every 5 s (a cancelable timer) and
 //!   by every worker when it exits (quit, stop, reload), atomically: the
 //!   bytes go to `FILE.tmp`, are fsynced, and the temporary file is renamed
@@ -26,13 +29,17 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use nginx_sys::{ngx_log_t, NGX_LOG_ERR, NGX_LOG_NOTICE, NGX_LOG_WARN};
+use nginx_sys::{ngx_log_t, ngx_uint_t, NGX_LOG_ERR, NGX_LOG_NOTICE, NGX_LOG_WARN};
 use ngx::ngx_log_error;
 use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::state::{self, check_identity, Identity, StateFile};
 
-use crate::ffi::process::now_ms;
+use crate::ffi::process::{log_and_show, now_ms};
 use crate::zone::ZoneConf;
+
+/// The level of what a restore did: shown on the terminal by `nginx -t`
+/// too ([`log_and_show`]).
+const NOTICE: ngx_uint_t = NGX_LOG_NOTICE as ngx_uint_t;
 
 /// Sets `zone.state` from `state=FILE` as the core's parser took it
 /// (`path`, None without it; already checked against `redis=`): a path
@@ -77,13 +84,12 @@ pub fn load(zone: &ZoneConf, log: *mut ngx_log_t) -> Option<StateFile> {
     let bytes = match fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            ngx_log_error!(
-                NGX_LOG_NOTICE,
-                log,
+            let text = format!(
                 "rate_limit_window_zone \"{}\": no state file \"{}\" yet; the zone starts empty",
                 zone.name,
                 path.display()
             );
+            log_and_show(NOTICE, log, &text);
             return None;
         }
         Err(e) => return refuse(&e),
@@ -125,19 +131,17 @@ fn restore_clients(zone: &ZoneConf, file: &StateFile, now: u64, log: *mut ngx_lo
     };
     match table.restore(&file.table, now) {
         Ok(r) => {
-            let what = restored_verb();
-            ngx_log_error!(
-                NGX_LOG_NOTICE,
-                log,
+            let text = format!(
                 "rate_limit_window_zone \"{}\": {} {} live clients from state file \"{}\" \
                  written {}s ago ({} could not be placed)",
                 zone.name,
-                what,
+                restored_verb(),
                 r.live,
                 zone.state.as_deref().unwrap_or(Path::new("")).display(),
                 now.saturating_sub(file.saved_ms) / 1000,
                 r.dropped
             );
+            log_and_show(NOTICE, log, &text);
         }
         Err(e) => {
             ngx_log_error!(
@@ -202,9 +206,7 @@ fn restore_overrides(zone: &ZoneConf, file: &StateFile, now: u64, log: *mut ngx_
 /// Logs [`restore_overrides`]' outcome: `notice`, or `warn` when some did
 /// not fit.
 fn log_overrides(zone: &ZoneConf, r: &OverridesRestored, capacity: usize, log: *mut ngx_log_t) {
-    ngx_log_error!(
-        NGX_LOG_NOTICE,
-        log,
+    let text = format!(
         "rate_limit_window_zone \"{}\": {} {} overrides and bans from state file \"{}\" \
          ({} expired while nginx was down)",
         zone.name,
@@ -213,6 +215,7 @@ fn log_overrides(zone: &ZoneConf, r: &OverridesRestored, capacity: usize, log: *
         zone.state.as_deref().unwrap_or(Path::new("")).display(),
         r.expired
     );
+    log_and_show(NOTICE, log, &text);
     if r.dropped != 0 {
         ngx_log_error!(
             NGX_LOG_WARN,

@@ -52,6 +52,17 @@ fn gateway_limits_per_ip_and_serves_metrics() {
         "{}",
         m.text()
     );
+    // The file's comment says how many clients its zone has room for: the
+    // number the metrics give.
+    let conf = std::fs::read_to_string(example_conf_dir().join("gateway.conf")).unwrap();
+    let said: String = conf
+        .split(" client slots")
+        .next()
+        .and_then(|t| t.rsplit(' ').next())
+        .unwrap()
+        .replace(',', "");
+    let slots = prom_value(&m.text(), "rate_limit_window_slots", &[("zone", "per_ip")]);
+    assert_eq!(Some(said.parse::<f64>().unwrap()), slots, "{conf}");
 }
 
 #[test]

@@ -655,3 +655,56 @@ fn directive_takes_on_or_off() {
         "{err}"
     );
 }
+
+/// The `log_format` of docs/grpc.md#logging, verbatim (without its
+/// `access_log` line).
+fn docs_log_format() -> String {
+    let doc = std::fs::read_to_string(manifest_dir().join("docs/grpc.md")).unwrap();
+    let at = doc.find("## Logging").expect("docs/grpc.md#logging");
+    let rest = &doc[at..];
+    let start = rest.find("```nginx\n").unwrap() + "```nginx\n".len();
+    let len = rest[start..].find("```").unwrap();
+    let block = &rest[start..start + len];
+    assert!(block.contains("log_format limited"), "{block}");
+    block
+        .lines()
+        .filter(|l| !l.starts_with("access_log"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// With the docs' `log_format`, the access log tells a rejected gRPC call
+/// (status 200 on the wire) from an admitted one.
+#[test]
+fn the_docs_log_format_tells_a_rejected_call_apart() {
+    let (up, grpc) = (Upstream::start(), GrpcServer::start());
+    let clock = FakeClock::new(now_s() / 60 * 60 + 10);
+    // The server's access_log (beside the harness's own) logs with it.
+    let server = "access_log logs/limited.log limited;";
+    let loc = "rate_limit_window zone=z limit=1;";
+    let c = conf("1m", &docs_log_format(), server, loc, &grpc);
+    let ng = start_faked(&clock, &up, "UTC", &c);
+    let calls = grpc_calls(ng.port, ECHO, "t9", 2, false);
+    assert_eq!(calls[0].code, "OK");
+    assert_eq!(calls[1].code, "RESOURCE_EXHAUSTED");
+    let path = ng.prefix().join("logs/limited.log");
+    wait_for(Duration::from_secs(5), || {
+        std::fs::read_to_string(&path).is_ok_and(|t| t.matches("POST").count() >= 2)
+    });
+    let log = std::fs::read_to_string(&path).unwrap_or_default();
+    // The harness's readiness probe logs a line too.
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("POST")).collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(
+        lines[0].ends_with(&format!(
+            "\"POST {ECHO} HTTP/2.0\" 200 rlw=PASSED grpc=- retry_after="
+        )),
+        "{log}"
+    );
+    assert!(
+        lines[1].ends_with(&format!(
+            "\"POST {ECHO} HTTP/2.0\" 200 rlw=REJECTED grpc=8 retry_after=51"
+        )),
+        "{log}"
+    );
+}

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod alerts;
 mod auth;
 mod charge;
 mod clock;
@@ -23,6 +24,7 @@ mod limits;
 mod metrics;
 mod overrides;
 mod phases;
+mod recipes;
 mod redis_auth_tls;
 mod redis_cluster;
 mod redis_conf;

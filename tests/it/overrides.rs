@@ -405,6 +405,27 @@ fn bad_input_changes_nothing() {
         ("negative ttl", r#"{"block":true,"ttl":-5}"#, "negative"),
         ("block false", r#"{"block":false}"#, "must be true"),
         ("empty", "", "not JSON"),
+        // One text per mistake, the range said alike (issue 45).
+        (
+            "an array",
+            "[1]",
+            "not an object: the body must be one JSON object",
+        ),
+        (
+            "limit twice",
+            r#"{"limit":5,"limit":6}"#,
+            "duplicate field \"limit\"",
+        ),
+        (
+            "ttl 0",
+            r#"{"limit":5,"ttl":0}"#,
+            "\"ttl\" must be an integer from 1 to 315360000",
+        ),
+        (
+            "ttl past ten years",
+            r#"{"limit":5,"ttl":315360001}"#,
+            "\"ttl\" must be an integer from 1 to 315360000",
+        ),
     ];
     for (what, body, msg) in bad {
         let r = put(&ng, "z", "lee", body);

@@ -49,6 +49,7 @@ pub const LIMIT_PARAMS: &[&str] = &[
     "count_status=",
     "charge=",
     "ban=",
+    "name=",
 ];
 
 /// Largest edit distance at which a name is offered as "did you mean".

@@ -1,6 +1,6 @@
 //! `rate_limit_window`'s words, parsed into one typed [`LimitDirective`]:
 //! `zone=`, `limit=`, `cost=`, `count_status=`, `charge=`, `delay=`,
-//! `delay_max_held=` and `ban=`.
+//! `delay_max_held=`, `ban=` and `name=`.
 //!
 //! One pass collects each parameter's value (a parameter given twice is
 //! refused, every one the same way: [`ConfError::Duplicate`]), then the
@@ -12,6 +12,7 @@ use crate::conf::override_opts::MAX_BAN_MS;
 use crate::conf::parse::{parse_limit_params, ValueSpec};
 use crate::rule::delay::{MAX_DELAY_MS, MAX_MAX_HELD};
 use crate::rule::window::MAX_LIMIT;
+use crate::shm::tally::ROUTE_NAME_MAX;
 use crate::units::parse_time_ms;
 
 /// `cost=`: requests one request counts, fixed or from a variable.
@@ -125,6 +126,18 @@ pub fn parse_ban(v: &[u8]) -> Result<u64, LimitConfError> {
     }
 }
 
+/// `name=ROUTE`: 1 to [`ROUTE_NAME_MAX`] letters, digits and the zone
+/// names' punctuation (it becomes a Prometheus label value as it is).
+pub fn parse_route_name(v: &[u8]) -> Result<Vec<u8>, LimitConfError> {
+    let ok = !v.is_empty()
+        && v.len() <= ROUTE_NAME_MAX
+        && v.iter().all(|&b| crate::conf::parse::is_token_char(b));
+    if !ok {
+        return Err(LimitConfError::RouteName(v.to_vec()));
+    }
+    Ok(v.to_vec())
+}
+
 /// `cost=N|$variable`: the default is a fixed 1.
 fn parse_cost_spec(v: &[u8]) -> Result<CostSpec, LimitConfError> {
     if v.first() == Some(&b'$') {
@@ -161,6 +174,9 @@ pub struct LimitDirective {
     /// `ban=`: how long a client this limit rejects stays rejected (ms;
     /// None: no ban).
     pub ban_ms: Option<u64>,
+    /// `name=`: the route whose counters the request also goes to (None:
+    /// none).
+    pub name: Option<Vec<u8>>,
 }
 
 /// Each parameter's value, as written, each at most once.
@@ -174,6 +190,7 @@ struct Words<'a> {
     delay: Option<&'a [u8]>,
     max_held: Option<&'a [u8]>,
     ban: Option<&'a [u8]>,
+    name: Option<&'a [u8]>,
 }
 
 impl<'a> Words<'a> {
@@ -192,6 +209,7 @@ impl<'a> Words<'a> {
                 b"charge=" => &mut w.charge,
                 b"delay=" => &mut w.delay,
                 b"delay_max_held=" => &mut w.max_held,
+                b"name=" => &mut w.name,
                 _ => &mut w.ban,
             };
             if slot.replace(a).is_some() {
@@ -214,7 +232,7 @@ fn value(word: &[u8]) -> &[u8] {
 ///
 /// Errors, in this order: the parameter names ([`check_params`]: unknown,
 /// `limit_req` habits, duplicates), then `ban=`, `delay=`,
-/// `delay_max_held=`, `cost=`, `count_status=`, `charge=`, then `zone=` and
+/// `delay_max_held=`, `cost=`, `count_status=`, `charge=`, `name=`, then `zone=` and
 /// `limit=` ([`parse_limit_params`]), and last a fixed cost above a fixed
 /// limit (`cost=4 is above limit=3`).
 pub fn parse_limit_directive(args: &[&[u8]]) -> Result<LimitDirective, ConfError> {
@@ -234,6 +252,7 @@ pub fn parse_limit_directive(args: &[&[u8]]) -> Result<LimitDirective, ConfError
         .map(|a| parse_status_list(value(a)))
         .transpose()?;
     let charge = w.charge.map(|a| parse_charge_spec(value(a))).transpose()?;
+    let name = w.name.map(|a| parse_route_name(value(a))).transpose()?;
     let rest: Vec<&[u8]> = [w.zone, w.limit].into_iter().flatten().collect();
     let params = parse_limit_params(&rest)?;
     let cost = cost.unwrap_or(ValueSpec::Fixed(1));
@@ -251,6 +270,7 @@ pub fn parse_limit_directive(args: &[&[u8]]) -> Result<LimitDirective, ConfError
         charge,
         delay,
         ban_ms,
+        name,
     })
 }
 

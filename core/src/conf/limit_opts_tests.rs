@@ -115,6 +115,7 @@ fn every_duplicate_is_refused_one_way() {
         ("delay=1s", "delay=2s"),
         ("delay_max_held=1", "delay_max_held=2"),
         ("ban=1m", "ban=2m"),
+        ("name=a", "name=b"),
         ("cost=0", "cost=0"),
         ("delay=x", "delay=y"),
     ] {
@@ -192,4 +193,20 @@ fn errors_come_in_a_fixed_order() {
     assert!(err("limit=x cost=0 zone=z").starts_with("invalid cost"));
     assert!(err("zone=z limit=x count_status=1").starts_with("invalid status"));
     assert!(err("zone=z limit=x").starts_with("invalid limit \"x\""));
+}
+
+#[test]
+fn route_names() {
+    assert_eq!(parse("zone=z limit=1").unwrap().name, None);
+    let d = parse("zone=z limit=1 name=search.v2").unwrap();
+    assert_eq!(d.name.as_deref(), Some(&b"search.v2"[..]));
+    let longest = "a".repeat(ROUTE_NAME_MAX);
+    assert!(parse(&format!("zone=z limit=1 name={longest}")).is_ok());
+    for bad in ["", "a\"b", "a:b", "a{b}", &"a".repeat(ROUTE_NAME_MAX + 1)] {
+        let e = err(&format!("zone=z limit=1 name={bad}"));
+        assert!(
+            e.starts_with("invalid name \"") && e.contains("a route name of 1 to 64 letters"),
+            "{bad}: {e}"
+        );
+    }
 }

@@ -74,7 +74,7 @@ pub fn parse_window(s: &[u8]) -> Result<Window, ConfError> {
 /// `tchar`). The name goes unescaped into the RateLimit-Policy sf-string,
 /// Prometheus labels and Redis key names, where `"`, `\`, `:`, spaces and
 /// line breaks would break or forge the syntax.
-fn is_token_char(b: u8) -> bool {
+pub(crate) fn is_token_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || ZONE_NAME_PUNCTUATION.as_bytes().contains(&b)
 }
 

@@ -8,6 +8,7 @@ use core::fmt;
 use crate::conf::addr::Ipv6PrefixError;
 use crate::overrides::MAX_OVERRIDES;
 use crate::rule::window::{WindowError, MAX_LIMIT};
+use crate::shm::tally::{MAX_ROUTES, ROUTE_NAME_MAX};
 use crate::units::{escape, Units, SHOWN_BYTES};
 
 /// The characters besides letters and digits that a zone name may hold.
@@ -71,6 +72,21 @@ pub enum LimitConfError {
     /// `ban=` that is no time from 1 s to 30 days.
     #[error("invalid ban \"{}\": use a time from 1s to 30d, e.g. ban=10m", escape(.0))]
     Ban(Vec<u8>),
+    /// `name=` that is no route name.
+    #[error(
+        "invalid name \"{}\": a route name of 1 to {ROUTE_NAME_MAX} letters, digits and \
+         {ZONE_NAME_PUNCTUATION}",
+        escape(.0)
+    )]
+    RouteName(Vec<u8>),
+    /// One `name=` more than the configuration may hold.
+    #[error(
+        "too many route names: name=\"{}\" would be the {}th, and a configuration holds at \
+         most {MAX_ROUTES} (each is a label value of the metrics)",
+        escape(.0),
+        MAX_ROUTES + 1
+    )]
+    TooManyRoutes(Vec<u8>),
     /// A directive without one of its required parameters.
     #[error("\"rate_limit_window\" must have \"{0}\" parameter")]
     Missing(&'static str),

@@ -201,23 +201,25 @@ impl Cursor<'_> {
     }
 }
 
-/// A non-negative integer field: `what` names it in errors.
-fn integer(v: &Value, what: &str, max: u64) -> Res<u64> {
+/// An integer field from `min` to `max`: `what` names it in errors, every
+/// one of which says the range.
+fn integer(v: &Value, what: &str, (min, max): (u64, u64)) -> Res<u64> {
+    let range = format!("an integer from {min} to {max}");
     let Value::Number(t) = v else {
-        return Err(format!("\"{what}\" must be an integer"));
+        return Err(format!("\"{what}\" must be {range}"));
     };
     if t.first() == Some(&b'-') {
-        return Err(format!("\"{what}\" must not be negative"));
+        return Err(format!("\"{what}\" must not be negative: {range}"));
     }
     if t.iter().any(|c| matches!(c, b'.' | b'e' | b'E')) {
-        return Err(format!("\"{what}\" must be a whole number"));
+        return Err(format!("\"{what}\" must be a whole number: {range}"));
     }
     let n = t.iter().try_fold(0u64, |n, d| {
         n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
     });
     match n {
-        Some(n) if n <= max => Ok(n),
-        _ => Err(format!("\"{what}\" must be from 0 to {max}")),
+        Some(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(format!("\"{what}\" must be {range}")),
     }
 }
 
@@ -231,28 +233,46 @@ fn yes(v: &Value, what: &str) -> Res<()> {
     }
 }
 
+/// What a body without, or with more than, one action is told.
+const ONE_ACTION: &str = "give one of limit, block or exempt (e.g. {\"limit\": 100}), not two";
+/// What a body with no action is told.
+const NO_ACTION: &str = "give one of limit, block or exempt (e.g. {\"limit\": 100})";
+
+/// The bit of a known field in [`Fields::seen`] (0: unknown).
+fn field_bit(name: &[u8]) -> u8 {
+    match name {
+        b"limit" => 1,
+        b"block" => 2,
+        b"exempt" => 4,
+        b"ttl" => 8,
+        _ => 0,
+    }
+}
+
 /// The fields seen so far.
 #[derive(Default)]
 struct Fields {
     action: Option<Action>,
     ttl: Option<u64>,
+    /// Known fields met ([`field_bit`]): a second one is a duplicate.
+    seen: u8,
 }
 
 impl Fields {
     fn set(&mut self, name: &[u8], v: &Value) -> Res<()> {
+        if self.seen & field_bit(name) != 0 {
+            return Err(format!(
+                "duplicate field \"{}\": give it once",
+                crate::units::escape(name)
+            ));
+        }
+        self.seen |= field_bit(name);
         let action = match name {
-            b"limit" => Action::Limit(integer(v, "limit", u64::from(MAX_LIMIT))? as u32),
+            b"limit" => Action::Limit(integer(v, "limit", (0, u64::from(MAX_LIMIT)))? as u32),
             b"block" => yes(v, "block").map(|_| Action::Block)?,
             b"exempt" => yes(v, "exempt").map(|_| Action::Exempt)?,
             b"ttl" => {
-                if self.ttl.is_some() {
-                    return Err("duplicate field \"ttl\"".into());
-                }
-                let t = integer(v, "ttl", MAX_TTL_S)?;
-                if t == 0 {
-                    return Err(format!("\"ttl\" must be from 1 to {MAX_TTL_S}"));
-                }
-                self.ttl = Some(t);
+                self.ttl = Some(integer(v, "ttl", (1, MAX_TTL_S))?);
                 return Ok(());
             }
             other => {
@@ -263,7 +283,7 @@ impl Fields {
             }
         };
         if self.action.is_some() {
-            return Err("give one of limit, block or exempt".into());
+            return Err(ONE_ACTION.into());
         }
         self.action = Some(action);
         Ok(())
@@ -276,6 +296,14 @@ pub fn parse_body(body: &[u8]) -> Result<Body, String> {
         return Err(format!("body over {MAX_BODY} bytes"));
     }
     let mut c = Cursor { s: body, at: 0 };
+    c.ws();
+    let mut probe = Cursor { s: body, at: c.at };
+    if c.peek() != Some(b'{') && probe.value().is_ok() {
+        // A JSON value, but not an object.
+        return Err(
+            "not an object: the body must be one JSON object, e.g. {\"limit\": 100}".into(),
+        );
+    }
     c.expect(b'{', "an object")?;
     let mut f = Fields::default();
     if !c.eat(b'}') {
@@ -295,9 +323,7 @@ pub fn parse_body(body: &[u8]) -> Result<Body, String> {
     if c.at != body.len() {
         return Err(format!("not JSON: trailing bytes at byte {}", c.at));
     }
-    let action = f
-        .action
-        .ok_or("give one of limit, block or exempt (e.g. {\"limit\": 100})")?;
+    let action = f.action.ok_or(NO_ACTION)?;
     Ok(Body {
         action,
         ttl_s: f.ttl,
@@ -308,6 +334,52 @@ pub fn parse_body(body: &[u8]) -> Result<Body, String> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The texts an operator reads, each field's range said the same way,
+    /// whichever way the value is out of it (issue 45).
+    #[test]
+    fn error_texts_are_consistent() {
+        let err = |s: &str| parse_body(s.as_bytes()).unwrap_err();
+        let ttl = "\"ttl\" must be an integer from 1 to 315360000";
+        assert_eq!(err(r#"{"limit":5,"ttl":0}"#), ttl);
+        assert_eq!(err(r#"{"limit":5,"ttl":315360001}"#), ttl);
+        assert_eq!(err(r#"{"limit":5,"ttl":"60"}"#), ttl);
+        assert_eq!(
+            err(r#"{"limit":5,"ttl":-1}"#),
+            format!("\"ttl\" must not be negative: an integer from 1 to 315360000")
+        );
+        let limit = "\"limit\" must be an integer from 0 to 1000000";
+        assert_eq!(err(r#"{"limit":1000001}"#), limit);
+        assert_eq!(
+            err(r#"{"limit":1.5}"#),
+            format!("\"limit\" must be a whole number: an integer from 0 to 1000000")
+        );
+        assert_eq!(
+            err("[1]"),
+            "not an object: the body must be one JSON object, e.g. {\"limit\": 100}"
+        );
+        assert_eq!(err("5"), err("[1]"));
+        assert_eq!(
+            err(r#"{"limit":5,"limit":6}"#),
+            "duplicate field \"limit\": give it once"
+        );
+        assert_eq!(
+            err(r#"{"block":true,"block":true}"#),
+            "duplicate field \"block\": give it once"
+        );
+        assert_eq!(
+            err(r#"{"limit":5,"ttl":1,"ttl":2}"#),
+            "duplicate field \"ttl\": give it once"
+        );
+        assert_eq!(
+            err(r#"{"limit":5,"block":true}"#),
+            "give one of limit, block or exempt (e.g. {\"limit\": 100}), not two"
+        );
+        assert_eq!(
+            err("{}"),
+            "give one of limit, block or exempt (e.g. {\"limit\": 100})"
+        );
+    }
 
     #[test]
     fn valid_bodies() {
@@ -336,7 +408,10 @@ mod tests {
         assert!(err(b"{\"limit\":\"5\"}").contains("integer"));
         assert!(err(b"{\"limits\":5}").contains("unknown field"));
         assert!(err(b"{\"limit\":5,\"block\":true}").contains("one of"));
-        assert!(err(b"{\"limit\":5,\"limit\":6}").contains("one of"));
+        assert_eq!(
+            err(b"{\"limit\":5,\"limit\":6}"),
+            "duplicate field \"limit\": give it once"
+        );
         assert!(err(b"{\"block\":false}").contains("must be true"));
         assert!(err(b"{\"exempt\":1}").contains("must be true"));
         assert!(err(b"{\"ttl\":5}").contains("one of"));
@@ -345,7 +420,9 @@ mod tests {
         assert!(err(b"{\"limit\":5,\"ttl\":1,\"ttl\":2}").contains("duplicate"));
         assert!(err(b"{\"limit\":[5]}").contains("integer"));
         assert!(err(b"{}").contains("one of"));
-        assert!(err(b"[]").starts_with("not JSON"));
+        assert!(err(b"[]").starts_with("not an object"));
+        assert!(err(b"x").starts_with("not JSON"));
+        assert!(err(b"nope").starts_with("not JSON"));
         let big = format!("{{\"limit\":5{}}}", " ".repeat(MAX_BODY));
         assert!(err(big.as_bytes()).contains("4096"));
     }

@@ -20,10 +20,14 @@
 //! [`LAYOUT_VERSION`] covers every part: bump it on any incompatible
 //! change of the header, the table or the override region.
 //!
+//! Beside the zones, [`tally`]: the module's one region of counters that count
+//! each request once (and per route), whatever the number of its limits.
+//!
 //! No nginx type here: the glue allocates the memory and passes pointers.
 
 mod header;
 mod stats;
+pub mod tally;
 pub mod turns;
 
 use core::fmt;

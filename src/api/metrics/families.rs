@@ -5,10 +5,12 @@ use core::fmt::{self, Write as _};
 use core::sync::atomic::Ordering;
 
 use rate_limit_window_core::overrides::{ChangeKind, Overrides};
+use rate_limit_window_core::shm::tally::Decided;
 use rate_limit_window_core::{Counter, Table};
 
 use crate::api::format::Label;
 use crate::worker::sweep;
+use crate::zone::tally::TallyConf;
 use crate::zone::{ZoneConf, ZoneHeader};
 
 /// An initialised zone, as the value functions read it.
@@ -190,7 +192,7 @@ const FAMILIES: &[Family] = &[
     sync_family(
         "rate_limit_window_sync_lag_seconds",
         "gauge",
-        "Seconds since the last completed Redis sync round (-1: none yet).",
+        "Seconds since the last sync round that visited every active client (-1: none yet).",
         |l| {
             let last = l.header.last_sync_ms.load(Ordering::Relaxed);
             Value::Age((last != 0).then_some(last), l.now)
@@ -366,9 +368,57 @@ fn ovr(l: &Live, read: fn(&Overrides, u64) -> u64) -> Value {
     Value::Int(l.zone.overrides.as_ref().map_or(0, |o| read(o, l.now)))
 }
 
-/// The Prometheus text exposition (format 0.0.4) of every initialised zone.
-pub fn exposition(zones: &[Live]) -> String {
-    let mut o = String::with_capacity(512 + zones.len() * 1024);
+/// The module's families (zone/tally.rs): requests decided, once per
+/// request, and per route of `name=`.
+fn tally_families(o: &mut String, conf: &TallyConf) {
+    let Some(tally) = conf.tally else {
+        return;
+    };
+    let _ = writeln!(
+        o,
+        "# HELP rate_limit_window_decided_total {DECIDED_HELP}\n\
+         # TYPE rate_limit_window_decided_total counter"
+    );
+    for what in Decided::ALL {
+        let _ = writeln!(
+            o,
+            "rate_limit_window_decided_total{{result=\"{}\"}} {}",
+            what.label(),
+            tally.decided_total(what)
+        );
+    }
+    if conf.routes.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "# HELP rate_limit_window_route_requests_total {ROUTE_HELP}\n\
+         # TYPE rate_limit_window_route_requests_total counter"
+    );
+    for (n, name) in conf.routes.iter().enumerate() {
+        let slot = conf.slot(n as u8);
+        for what in Decided::ALL {
+            let _ = writeln!(
+                o,
+                "rate_limit_window_route_requests_total{{route=\"{}\",result=\"{}\"}} {}",
+                Label(name),
+                what.label(),
+                tally.route_total(slot, what)
+            );
+        }
+    }
+}
+
+/// HELP of `rate_limit_window_decided_total`.
+const DECIDED_HELP: &str = "Requests decided by the module's limits, once per request whatever the number of its limits, by the request's result ($rate_limit_window_status).";
+/// HELP of `rate_limit_window_route_requests_total`.
+const ROUTE_HELP: &str = "Requests decided in locations with a limit of name=ROUTE, once per request and route, by the request's result.";
+
+/// The Prometheus text exposition (format 0.0.4) of the module's tally
+/// and every initialised zone.
+pub fn exposition(tally: &TallyConf, zones: &[Live]) -> String {
+    let mut o = String::with_capacity(1024 + zones.len() * 1024);
+    tally_families(&mut o, tally);
     for f in FAMILIES {
         let of_family = |l: &&Live| !f.redis_only || l.zone.redis.is_some();
         if f.redis_only && !zones.iter().any(|l| of_family(&l)) {

@@ -47,7 +47,7 @@ pub(crate) fn handle(r: &mut Request) -> ngx_int_t {
     let now = now_ms();
     let Some(zone_name) = arg(r, "zone") else {
         let live: Vec<Live> = mcf.zones().filter_map(|zone| live(zone, now)).collect();
-        let body = families::exposition(&live);
+        let body = families::exposition(&mcf.tally, &live);
         return send(r, "text/plain; version=0.0.4; charset=utf-8", &body);
     };
     let zone_name = percent_decode(&zone_name);
