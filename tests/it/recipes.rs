@@ -89,6 +89,75 @@ fn steps(text: &str, first_line: usize) -> Vec<Step> {
     out
 }
 
+/// What an `<!-- runnable… -->` marker before an nginx block says: its
+/// kind and the files it needs.
+fn attributes(doc: &str, line: usize, marker: &str) -> (Kind, Vec<String>) {
+    let attrs = marker
+        .trim_start_matches("<!-- runnable")
+        .trim_end_matches("-->")
+        .trim()
+        .trim_start_matches(':');
+    let mut kind = Kind::Conf;
+    let mut needs = vec![];
+    for a in attrs.split(';').map(str::trim).filter(|a| !a.is_empty()) {
+        if a == "http" {
+            kind = Kind::Http;
+        } else if let Some(files) = a.strip_prefix("needs ") {
+            needs.extend(files.split_whitespace().map(String::from));
+        } else {
+            panic!("{doc}:{line}: unknown attribute {a:?}");
+        }
+    }
+    (kind, needs)
+}
+
+/// Takes the fenced block `lang`/`body` at `line` (1-based) of `doc`,
+/// after `marker` (the comment line before it, if any), into `out`.
+fn take_block(
+    doc: &str,
+    line: usize,
+    marker: Option<&str>,
+    (lang, body): (&str, String),
+    out: &mut Vec<Recipe>,
+) {
+    let recipe = |kind, needs, text, steps| Recipe {
+        doc: doc.to_string(),
+        line: line + 1,
+        kind,
+        needs,
+        text,
+        steps,
+    };
+    match (lang, marker) {
+        ("nginx", Some(m)) if m.starts_with("<!-- runnable") => {
+            let (kind, needs) = attributes(doc, line, m);
+            out.push(recipe(kind, needs, body, vec![]));
+        }
+        ("nginx", Some(m)) if m.starts_with("<!-- fragment:") => {}
+        ("nginx", _) => panic!(
+            "{doc}:{line}: an nginx block that is neither <!-- runnable --> nor \
+             <!-- fragment: why -->"
+        ),
+        ("console", Some(m)) if m.starts_with("<!-- runnable: ") => {
+            // Against a file of the checkout (nginx-conf/...).
+            let file = m
+                .trim_start_matches("<!-- runnable: ")
+                .trim_end_matches("-->")
+                .trim();
+            let text = fs::read_to_string(manifest_dir().join(file))
+                .unwrap_or_else(|e| panic!("{doc}:{line}: {file}: {e}"));
+            out.push(recipe(Kind::Conf, vec![], text, steps(&body, line + 1)));
+        }
+        ("console", Some(m)) if m.starts_with("<!-- runnable") => {
+            let r = out
+                .last_mut()
+                .unwrap_or_else(|| panic!("{doc}:{line}: a runnable console before any recipe"));
+            r.steps.extend(steps(&body, line + 1));
+        }
+        _ => {}
+    }
+}
+
 /// The recipes of `doc` (relative to the checkout); panics on an nginx
 /// block that is neither runnable nor a marked fragment.
 fn recipes(doc: &str) -> Vec<Recipe> {
@@ -101,77 +170,14 @@ fn recipes(doc: &str) -> Vec<Recipe> {
         let l = lines[n].trim();
         if l.starts_with("<!-- runnable") || l.starts_with("<!-- fragment") {
             marker = Some(l);
-            n += 1;
-            continue;
+        } else if l.starts_with("```") && l != "```" {
+            let (lang, body, end) = block(&lines, n).unwrap();
+            take_block(doc, n + 1, marker.take(), (&lang, body), &mut out);
+            n = end;
+        } else if !l.is_empty() {
+            marker = None;
         }
-        if !l.starts_with("```") || l == "```" {
-            if !l.is_empty() {
-                marker = None;
-            }
-            n += 1;
-            continue;
-        }
-        let (lang, body, end) = block(&lines, n).unwrap();
-        let m = marker.take();
-        match (lang.as_str(), m) {
-            ("nginx", Some(m)) if m.starts_with("<!-- runnable") => {
-                let attrs = m
-                    .trim_start_matches("<!-- runnable")
-                    .trim_end_matches("-->")
-                    .trim()
-                    .trim_start_matches(':');
-                let mut kind = Kind::Conf;
-                let mut needs = vec![];
-                for a in attrs.split(';').map(str::trim).filter(|a| !a.is_empty()) {
-                    if a == "http" {
-                        kind = Kind::Http;
-                    } else if let Some(files) = a.strip_prefix("needs ") {
-                        needs.extend(files.split_whitespace().map(String::from));
-                    } else {
-                        panic!("{doc}:{}: unknown attribute {a:?}", n + 1);
-                    }
-                }
-                out.push(Recipe {
-                    doc: doc.to_string(),
-                    line: n + 2,
-                    kind,
-                    needs,
-                    text: body,
-                    steps: vec![],
-                });
-            }
-            ("nginx", Some(m)) if m.starts_with("<!-- fragment:") => {}
-            ("nginx", _) => panic!(
-                "{doc}:{}: an nginx block that is neither <!-- runnable --> nor \
-                 <!-- fragment: why -->",
-                n + 1
-            ),
-            ("console", Some(m)) if m.starts_with("<!-- runnable: ") => {
-                // Against a file of the checkout (nginx-conf/...).
-                let file = m
-                    .trim_start_matches("<!-- runnable: ")
-                    .trim_end_matches("-->")
-                    .trim();
-                let text = fs::read_to_string(manifest_dir().join(file))
-                    .unwrap_or_else(|e| panic!("{doc}:{}: {file}: {e}", n + 1));
-                out.push(Recipe {
-                    doc: doc.to_string(),
-                    line: n + 2,
-                    kind: Kind::Conf,
-                    needs: vec![],
-                    text,
-                    steps: steps(&body, n + 2),
-                });
-            }
-            ("console", Some(m)) if m.starts_with("<!-- runnable") => {
-                let r = out.last_mut().unwrap_or_else(|| {
-                    panic!("{doc}:{}: a runnable console before any recipe", n + 1)
-                });
-                r.steps.extend(steps(&body, n + 2));
-            }
-            _ => {}
-        }
-        n = end + 1;
+        n += 1;
     }
     out
 }

@@ -37,19 +37,21 @@ pub const ROUTE_NAME_MAX: usize = 64;
 
 /// A request's result, as `$rate_limit_window_status` says it: the label
 /// `result` of `rate_limit_window_decided_total` and of the route family.
+/// (The values follow the glue's own list of statuses, so that mapping one
+/// to the other costs nothing on the request path.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Decided {
     /// Admitted at once (`PASSED`).
     Passed = 0,
-    /// Held by `delay=`, then admitted (`DELAYED`).
-    Delayed = 1,
-    /// No limit applied (`EXEMPT`: empty keys or limits, exempt override).
-    Exempt = 2,
     /// Rejected (`REJECTED`).
-    Rejected = 3,
+    Rejected = 1,
     /// Dry run: would have been rejected; admitted (`REJECTED_DRY_RUN`).
-    RejectedDryRun = 4,
+    RejectedDryRun = 2,
+    /// No limit applied (`EXEMPT`: empty keys or limits, exempt override).
+    Exempt = 3,
+    /// Held by `delay=`, then admitted (`DELAYED`).
+    Delayed = 4,
     /// Dry run: would have been held; admitted (`DELAYED_DRY_RUN`).
     DelayedDryRun = 5,
 }
