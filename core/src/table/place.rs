@@ -220,8 +220,23 @@ impl Table<'_> {
         &self,
         p: &Place,
         fp: u64,
+        open: [bool; CHOICES],
+        from: usize,
+    ) -> Option<(usize, u128)> {
+        self.lookup_with(p, fp, open, from, fp_of)
+    }
+
+    /// [`Table::lookup_from`] for the fingerprints `fp_of` reads out of a
+    /// slot value (an estimate or a strict slot's; 0 for a never-used slot
+    /// in both).
+    #[inline(always)]
+    pub(super) fn lookup_with(
+        &self,
+        p: &Place,
+        fp: u64,
         mut open: [bool; CHOICES],
         from: usize,
+        fp_of: impl Fn(u128) -> u64,
     ) -> Option<(usize, u128)> {
         let groups = [self.group(p.base[0]), self.group(p.base[1])];
         for i in from..PROBE {
