@@ -90,24 +90,26 @@ unsafe fn str_bytes(s: &ngx_str_t) -> &[u8] {
 /// header name is `name` ([`generic_header_name`]): its cached value when
 /// nginx (or an earlier call) evaluated it, else the header list read as
 /// `ngx_http_variable_unknown_header` reads it, and cached the same way.
-/// Null on an nginx error (no memory to join several headers), as
-/// `ngx_http_get_flushed_variable` would return.
+/// Empty when no header has that name; `None` on an nginx error (no memory
+/// to join several headers), where `ngx_http_get_flushed_variable` would
+/// return null. The bytes live as long as the request (`'p`).
 ///
 /// # Safety
 /// `r` is a valid request, `index` a variable index of its configuration
 /// and `name` what [`generic_header_name`] returned for it.
 #[inline]
-pub unsafe fn header_variable(
+pub unsafe fn header_key<'p>(
     r: *mut ngx_http_request_t,
     index: ngx_uint_t,
     name: &[u8],
-) -> *mut ngx_variable_value_t {
+) -> Option<&'p [u8]> {
     // SAFETY: per the contract, `variables[index]` is the request's value.
     let v = unsafe { (*r).variables.add(index) };
     // SAFETY: as above; a value evaluated already is read as nginx reads
-    // it (the same request, the same index).
+    // it (the same request, the same index), its data the request's.
     if unsafe { super::vars::evaluated(&*v) } {
-        return unsafe { super::vars::flushed_variable(r, index) };
+        let v = unsafe { super::vars::flushed_variable(r, index).as_ref() }?;
+        return Some(unsafe { super::vars::variable_bytes(v) });
     }
     // SAFETY: the request and its value, per the contract.
     unsafe { read_header(r, &mut *v, name) }
@@ -148,16 +150,17 @@ unsafe fn same_name(key: *const u8, name: &[u8]) -> bool {
 /// `ngx_http_variable_unknown_header` over the request's header list: every
 /// header called `name` (a deleted one, hash 0, skipped), linked through
 /// their `next` as nginx links them; none: not found; one: its value; more:
-/// their values joined with ", " in the request pool.
+/// their values joined with ", " in the request pool. Returns the value
+/// set, as [`header_key`].
 ///
 /// # Safety
 /// `r` is a valid request and `v` its value of the variable.
 #[inline(never)]
-unsafe fn read_header(
+unsafe fn read_header<'p>(
     r: *mut ngx_http_request_t,
     v: &mut ngx_variable_value_t,
     name: &[u8],
-) -> *mut ngx_variable_value_t {
+) -> Option<&'p [u8]> {
     let mut first: *mut ngx_table_elt_t = ptr::null_mut();
     let mut link: *mut *mut ngx_table_elt_t = &mut first;
     let mut len = 0usize;
@@ -186,13 +189,15 @@ unsafe fn read_header(
     }
     if first.is_null() {
         super::vars::set_not_found(v);
-        return v;
+        return Some(&[]);
     }
-    // SAFETY: `first` and the headers linked from it are the request's.
+    // SAFETY: `first` and the headers linked from it are the request's,
+    // their values in its memory.
     unsafe {
         if (*first).next.is_null() {
-            super::vars::set_found(v, (*first).value.data, (*first).value.len);
-            return v;
+            let value = (*first).value;
+            super::vars::set_found(v, value.data, value.len);
+            return Some(str_bytes(&*ptr::addr_of!((*first).value)));
         }
         join(r, v, first, len - 2)
     }
@@ -205,19 +210,19 @@ unsafe fn read_header(
 /// `r` is a valid request, `v` its value of the variable and `h` the first
 /// of the linked headers.
 #[cold]
-unsafe fn join(
+unsafe fn join<'p>(
     r: *mut ngx_http_request_t,
     v: &mut ngx_variable_value_t,
     mut h: *mut ngx_table_elt_t,
     len: usize,
-) -> *mut ngx_variable_value_t {
+) -> Option<&'p [u8]> {
     // SAFETY: the request's pool; `len` bytes are written below, the sum
     // of the linked values and their separators.
     unsafe {
         let p = ngx_pnalloc((*r).pool, len).cast::<u8>();
         if p.is_null() {
             super::vars::set_failed(v);
-            return ptr::null_mut();
+            return None;
         }
         let mut at = p;
         loop {
@@ -233,6 +238,6 @@ unsafe fn join(
             at = at.add(2);
         }
         super::vars::set_found(v, p, len);
+        Some(core::slice::from_raw_parts(p, len))
     }
-    v
 }

@@ -165,14 +165,14 @@ fn eval_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8], ()> {
         // A key that is one variable: the same value the script engine
         // would copy out (a cacheable variable is evaluated once per
         // request, a non-cacheable one again), without the copy.
-        // SAFETY: the index was obtained at configuration time (and the
-        // header's name for it at init); the request is valid.
-        let v = unsafe {
-            match zone.key_header {
-                Some(name) => header_in::header_variable(r.into(), index, name),
-                None => vars::flushed_variable(r.into(), index),
-            }
-        };
+        if let Some(name) = zone.key_header {
+            // SAFETY: the index was obtained at configuration time and the
+            // header's name for it at init; the request is valid.
+            return unsafe { header_in::header_key(r.into(), index, name) }.ok_or(());
+        }
+        // SAFETY: the index was obtained at configuration time; the
+        // request is valid.
+        let v = unsafe { vars::flushed_variable(r.into(), index) };
         // SAFETY: a non-null result is the request's variable value, whose
         // data lives as long as the request.
         return match unsafe { v.as_ref() } {
