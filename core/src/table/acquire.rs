@@ -338,7 +338,7 @@ impl Table<'_> {
                     slot: p.slot(j, 0),
                     value: homes[j],
                 };
-                return self.claim(q, target);
+                return self.claim(q, p, target);
             }
         }
         let first = Some(self.survey(p, q.fp, q.now_idx));
@@ -349,12 +349,12 @@ impl Table<'_> {
     /// claim, merge of a duplicate included); after a lost CAS, the general
     /// path from a fresh lookup.
     #[inline(always)]
-    fn claim(&self, q: &Probe, target: Candidate) -> Answer {
+    fn claim(&self, q: &Probe, p: &Place, target: Candidate) -> Answer {
         // Before the slot is written with window `now_idx`.
         self.raise_newest(q.now_idx);
         let mut events = Events::default();
         let used = fp_of(target.value) != 0;
-        match self.slow_new(q, Some(target), used, None, &mut events) {
+        match self.slow_new(q, p, Some(target), used, None, &mut events) {
             Some(decision) => {
                 self.count_events(q.shard, &decision);
                 decision
@@ -472,6 +472,7 @@ impl Table<'_> {
         // Before any slot below is written with window `now_idx`.
         self.raise_newest(q.now_idx);
         let mut events = Events::default();
+        let p = self.place(q.key);
         loop {
             let found = first
                 .take()
@@ -482,7 +483,7 @@ impl Table<'_> {
                     free,
                     free_is_used,
                     victim,
-                } => self.slow_new(q, free, free_is_used, victim, &mut events),
+                } => self.slow_new(q, &p, free, free_is_used, victim, &mut events),
             };
             if let Some(decision) = decided {
                 self.count_events(q.shard, &decision);
@@ -547,6 +548,7 @@ impl Table<'_> {
     fn slow_new(
         &self,
         q: &Probe,
+        p: &Place,
         free: Option<Candidate>,
         free_is_used: bool,
         victim: Option<Candidate>,
@@ -580,7 +582,7 @@ impl Table<'_> {
             core::hint::cold_path();
             events.evicted_over_limit |= is_limited(target.value);
         }
-        let slot = self.dedup(q.key, q.fp, target.slot, q.now_idx, q.elapsed);
+        let slot = self.dedup(p, q.fp, target.slot, q.now_idx, q.elapsed);
         let first = Counts {
             current: 1,
             previous: 0,

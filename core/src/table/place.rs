@@ -478,15 +478,30 @@ impl Table<'_> {
     /// anywhere in a group only happens when neither group had a free slot,
     /// hence no never-used one: then the whole group is read.) Whichever of
     /// two racing inserts claims its slot last sees the other's slot here.
+    ///
+    /// `p`: the key's place. Inline: the usual answer (ours alone) costs a
+    /// read of the key's sequences; the merge is out of line.
+    #[inline(always)]
     pub(super) fn dedup(
         &self,
-        key: KeyHash,
+        p: &Place,
         fp: u64,
         ours: usize,
         now_idx: u64,
         elapsed: u64,
     ) -> usize {
-        let p = self.place(key);
+        if self.copies_with(p, fp, fp_of) <= 1 {
+            // Ours alone (almost always): nothing to merge.
+            return ours;
+        }
+        self.dedup_merge(p, fp, ours, now_idx, elapsed)
+    }
+
+    /// [`Table::dedup`] when another slot holds the key too: merges every
+    /// later copy in probe order into the first.
+    #[cold]
+    #[inline(never)]
+    fn dedup_merge(&self, p: &Place, fp: u64, ours: usize, now_idx: u64, elapsed: u64) -> usize {
         let groups = [self.group(p.base[0]), self.group(p.base[1])];
         let mut open = [true, p.groups == CHOICES];
         let mut first: Option<usize> = None;
@@ -521,6 +536,26 @@ impl Table<'_> {
             }
         }
         result
+    }
+
+    /// How many slots of the key's sequences hold `fp` (`fp_of` reads a
+    /// slot's fingerprint, an estimate or a strict one), each sequence read
+    /// up to its first never-used slot, where [`Table::dedup`] reads too:
+    /// one pass per group, without the interleaved probe order.
+    #[inline]
+    pub(super) fn copies_with(&self, p: &Place, fp: u64, fp_of: impl Fn(u128) -> u64) -> usize {
+        let mut n = 0;
+        for j in 0..p.groups {
+            let group = self.group(p.base[j]);
+            for i in 0..PROBE {
+                let f = fp_of(self.ops.load(&group[p.at(j, i)]));
+                if f == 0 {
+                    break;
+                }
+                n += usize::from(f == fp);
+            }
+        }
+        n
     }
 
     /// Retires slot `loser` (if it still holds `fp`) and adds its counts to
@@ -834,7 +869,7 @@ mod tests {
         }
         t.slots[order[0]].store(s(3), Ordering::SeqCst);
         t.slots[order[20]].store(s(2), Ordering::SeqCst);
-        let kept = t.dedup(k, fp, order[20], now_idx, 0);
+        let kept = t.dedup(&t.place(k), fp, order[20], now_idx, 0);
         assert_eq!(kept, order[0]);
         assert_eq!(t.peek(k, T0).current, 5);
         assert!(Slot::decode(t.slots[order[20]].load(Ordering::SeqCst)).is_empty());

@@ -316,7 +316,12 @@ impl Table<'_> {
     /// same key in another slot, the later one in probe order is retired
     /// and its counts are added to the first. Returns our admission's slot.
     fn strict_dedup(&self, p: &Place, fp: u64, ours: usize, now_sub: u64) -> usize {
-        if self.strict_copies(p, fp) <= 1 {
+        // A key is never placed past the first never-used slot of its
+        // sequence (a free slot is taken at or before it, a live one
+        // evicted only when its group has none), and never-used slots only
+        // become used: a racing claim of the same key lies before that
+        // boundary, where `copies_with` reads.
+        if self.copies_with(p, fp, strict::packed_fp) <= 1 {
             // Ours alone (or not even ours any more): nothing to merge.
             return ours;
         }
@@ -340,26 +345,6 @@ impl Table<'_> {
             }
         }
         result
-    }
-
-    /// How many slots of the key's sequences hold `fp` (a new key's claim
-    /// is almost always the only one), each read up to its first never-used
-    /// slot: a key is never placed past it (a free slot is taken at or
-    /// before it, a live one evicted only when its group has none), and
-    /// never-used slots only become used, so a racing claim of the same key
-    /// lies before that boundary.
-    fn strict_copies(&self, p: &Place, fp: u64) -> usize {
-        let mut n = 0;
-        for j in 0..p.groups {
-            for i in 0..PROBE {
-                let f = strict::packed_fp(self.load(p.slot(j, i)));
-                if f == 0 {
-                    break;
-                }
-                n += usize::from(f == fp);
-            }
-        }
-        n
     }
 
     /// Retires `loser` (if it still holds `fp`) and adds its counts into
