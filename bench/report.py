@@ -5,6 +5,8 @@
   report.py throughput TSV     throughput results -> markdown
   report.py capacity JSONL     capacity results -> markdown
   report.py callgrind TSV      callgrind totals -> markdown
+  report.py callgrind-split DIR SMALL BIG  per-request cost by part (callgrind_annotate) -> markdown
+  report.py callgrind-footprint TSV  D1 misses with a 64-way D1 -> markdown
   report.py criterion FILE     criterion stdout -> markdown
   report.py accuracy FILE      accuracy bench stdout -> markdown
   report.py hugepages TSV      1M clients, table on 4 KB vs huge pages -> markdown
@@ -205,34 +207,176 @@ def cmd_capacity(path):
     print("\n".join(out))
 
 
+CG_LABELS = {"none": "no limiter", "rlw_hot": "rate_limit_window, 1 hot key",
+             "rlw_hot_noheaders": "rate_limit_window, 1 hot key, headers off",
+             "lr_hot": "limit_req, 1 hot key", "rlw_many": "rate_limit_window, a new key per request",
+             "lr_many": "limit_req, a new key per request",
+             "strict_hot": "rate_limit_window mode=strict, 1 hot key",
+             "strict_many": "rate_limit_window mode=strict, a new key per request"}
+CG_ORDER = ("none", "rlw_hot", "rlw_hot_noheaders", "lr_hot", "rlw_many", "lr_many",
+            "strict_hot", "strict_many")
+
+
 def cmd_callgrind(path):
     rows = [l.split() for l in open(path) if l.strip() and not l.startswith("#")]
-    # variant n_small ir_small i1mr_small n_big ir_big i1mr_big
-    per, i1 = {}, {}
+    # variant n_small ir_small i1mr_small d1m_small llm_small n_big ir_big ...
+    # (older files: variant n_small ir_small i1mr_small n_big ir_big i1mr_big)
+    per = {}
     for r in rows:
-        v, (ns, irs, i1s, nb, irb, i1b) = r[0], map(int, r[1:7])
-        per[v] = (irb - irs) / (nb - ns)
-        i1[v] = (i1b - i1s) / (nb - ns)
-    labels = {"none": "no limiter", "rlw_hot": "rate_limit_window, 1 hot key",
-              "rlw_hot_noheaders": "rate_limit_window, 1 hot key, headers off",
-              "lr_hot": "limit_req, 1 hot key", "rlw_many": "rate_limit_window, a new key per request",
-              "lr_many": "limit_req, a new key per request",
-              "strict_hot": "rate_limit_window mode=strict, 1 hot key",
-              "strict_many": "rate_limit_window mode=strict, a new key per request"}
+        v, nums = r[0], [int(x) for x in r[1:]]
+        half = len(nums) // 2
+        small, big = nums[:half], nums[half:]
+        n = big[0] - small[0]
+        per[v] = [(b - a) / n for a, b in zip(small[1:], big[1:])]
+    cols = max((len(x) for x in per.values()), default=2)
+    names = ["instructions", "L1i misses", "D1 misses", "LL misses"][:cols]
     base = per.get("none")
-    i1base = i1.get("none")
-    out = ["| variant | instructions / request | over no limiter | ratio to no limiter "
-           "| L1i misses / request (simulated) | over no limiter |",
-           "|---|---:|---:|---:|---:|---:|"]
-    for v in ("none", "rlw_hot", "rlw_hot_noheaders", "lr_hot", "rlw_many", "lr_many",
-              "strict_hot", "strict_many"):
+    head = "| variant | instructions / request | over no limiter | ratio to no limiter |"
+    head += "".join(" %s / request (simulated) | over no limiter |" % m for m in names[1:])
+    out = [head, "|---|" + "---:|" * (3 + 2 * (cols - 1))]
+    for v in CG_ORDER:
+        if v not in per:
+            continue
+        x = per[v]
+        cells = [CG_LABELS[v]]
+        for k in range(cols):
+            miss = k > 0
+            cells.append(("%.2f" % x[k]) if miss else fmt_int(x[k]))
+            if base is None or v == "none":
+                cells.append("—")
+            else:
+                cells.append(("%+.2f" % (x[k] - base[k])) if miss else fmt_int(x[k] - base[k]))
+            if k == 0:
+                cells.append("—" if base is None or v == "none" else "%.3f" % (x[0] / base[0]))
+        out.append("| " + " | ".join(cells) + " |")
+    print("\n".join(out))
+
+
+def cmd_callgrind_footprint(path):
+    rows = [l.split() for l in open(path) if l.strip() and not l.startswith("#")]
+    if not rows:
+        print("_No footprint runs (BENCH_CG_FOOTPRINT empty)._")
+        return
+    per = {}
+    for r in rows:
+        nums = [int(x) for x in r[1:]]
+        small, big = nums[:5], nums[5:]
+        per[r[0]] = (big[3] - small[3]) / (big[0] - small[0])
+    base = per.get("none")
+    out = ["| variant | D1 misses / request, 64-way D1 | over no limiter |", "|---|---:|---:|"]
+    for v in CG_ORDER:
         if v in per:
-            extra = "—" if base is None or v == "none" else fmt_int(per[v] - base)
-            ratio = "—" if base is None or v == "none" else "%.3f" % (per[v] / base)
-            miss = fmt_int(i1[v])
-            mextra = "—" if i1base is None or v == "none" else fmt_int(i1[v] - i1base)
-            out.append("| %s | %s | %s | %s | %s | %s |" % (
-                labels[v], fmt_int(per[v]), extra, ratio, miss, mextra))
+            extra = "—" if base is None or v == "none" else "%+.2f" % (per[v] - base)
+            out.append("| %s | %.2f | %s |" % (CG_LABELS[v], per[v], extra))
+    print("\n".join(out))
+
+
+# The parts of a request's cost, by the source file callgrind_annotate names
+# (the file of inlined code) and, for the standard library's files, the
+# function the code was inlined into; first match wins.
+CG_PARTS = (
+    ("key evaluation", ("ngx_http_variables.c", "ngx_http_script.c", "ffi/vars.rs"), ()),
+    ("key hash", ("table/sip.rs",), ()),
+    ("table: slot search, placement, rule", ("/table/", "/rule/", "stdarch/"),
+     ("rate_limit_window_core::table", "rate_limit_window_core::rule")),
+    ("engine", ("/engine/",), ("rate_limit_window_core::engine",)),
+    ("record", ("request/record.rs", "ffi/pool.rs"), ("request::record",)),
+    ("response headers", ("request/filter.rs", "ffi/headers.rs", "ngx_http_header_filter_module.c"),
+     ("request::filter",)),
+    ("module glue (phase handler)", ("src/request/", "src/ffi/", "src/conf/", "src/zone/"),
+     ("ngx_http_rate_limit_window_module",)),
+    ("limit_req (its handler, rbtree, slab, lock)",
+     ("ngx_http_limit_req_module.c", "ngx_rbtree.c", "ngx_slab.c", "ngx_shmtx.c"), ()),
+)
+CG_OTHER = "nginx and libc, other"
+CG_SPLIT_VARIANTS = ("rlw_many", "lr_many", "rlw_hot", "rlw_hot_noheaders", "lr_hot",
+                     "strict_many")
+CG_SHORT = {"rlw_many": "new key", "lr_many": "limit_req, new key", "rlw_hot": "hot key",
+            "rlw_hot_noheaders": "hot key, headers off", "lr_hot": "limit_req, hot key",
+            "strict_many": "strict, new key"}
+
+
+def cg_functions(path):
+    """{(file, function): [Ir, D1 misses]} from callgrind_annotate's function list."""
+    import subprocess
+    out = subprocess.run(["callgrind_annotate", "--auto=no", "--threshold=100",
+                          "--show=Ir,D1mr,D1mw", "--sort=Ir", path],
+                         capture_output=True, text=True, check=True).stdout
+    res, started = {}, False
+    for line in out.splitlines():
+        if "file:function" in line:
+            started = True
+            continue
+        if not started or not line.strip() or line.startswith("-"):
+            continue
+        toks = re.sub(r"\(\s*[\d.]+%\)", "", line).split(None, 3)
+        if len(toks) < 4:
+            continue
+        try:
+            ir, rm, wm = (0 if t == "." else int(t.replace(",", "")) for t in toks[:3])
+        except ValueError:
+            continue
+        name = re.sub(r"\s+\[[^]]*\]$", "", toks[3])
+        file, _, func = name.partition(":")
+        cur = res.setdefault((file, func), [0, 0])
+        cur[0] += ir
+        cur[1] += rm + wm
+    return res
+
+
+def cg_part(file, func):
+    for part, files, funcs in CG_PARTS:
+        if any(f in file for f in files):
+            return part
+    for part, files, funcs in CG_PARTS:
+        if any(f in func for f in funcs):
+            return part
+    return CG_OTHER
+
+
+def cg_per_request(results, v, small, big):
+    a = cg_functions("%s/callgrind-%s-%s.out" % (results, v, small))
+    b = cg_functions("%s/callgrind-%s-%s.out" % (results, v, big))
+    n = int(big) - int(small)
+    parts = {}
+    for k in set(a) | set(b):
+        x, y = a.get(k, [0, 0]), b.get(k, [0, 0])
+        p = parts.setdefault(cg_part(*k), [0.0, 0.0])
+        p[0] += (y[0] - x[0]) / n
+        p[1] += (y[1] - x[1]) / n
+    return parts
+
+
+def cmd_callgrind_split(results, small, big):
+    import os
+    have = lambda v: all(os.path.exists("%s/callgrind-%s-%s.out" % (results, v, n))
+                         for n in (small, big))
+    if not have("none"):
+        print("_No `none` variant: no split._")
+        return
+    base = cg_per_request(results, "none", small, big)
+    vs = [v for v in CG_SPLIT_VARIANTS if have(v)]
+    if not vs:
+        print("_No variant to split._")
+        return
+    per = {v: cg_per_request(results, v, small, big) for v in vs}
+    names = [p for p, _, _ in CG_PARTS] + [CG_OTHER]
+    out = ["Each cell: instructions / D1 misses, per request over no limiter.", "",
+           "| part | " + " | ".join(CG_SHORT[v] for v in vs) + " |",
+           "|---|" + "---:|" * len(vs)]
+    total = {v: [0.0, 0.0] for v in vs}
+    for name in names:
+        cells = []
+        for v in vs:
+            x = per[v].get(name, [0.0, 0.0])
+            z = base.get(name, [0.0, 0.0])
+            d = [x[0] - z[0], x[1] - z[1]]
+            total[v][0] += d[0]
+            total[v][1] += d[1]
+            cells.append("%s / %.2f" % (fmt_int(d[0]), d[1]))
+        out.append("| %s | %s |" % (name, " | ".join(cells)))
+    out.append("| **total** | %s |" % " | ".join(
+        "**%s / %.2f**" % (fmt_int(total[v][0]), total[v][1]) for v in vs))
     print("\n".join(out))
 
 
@@ -614,7 +758,9 @@ def cmd_splice(old_path, new_path):
 
 if __name__ == "__main__":
     {"wrk": cmd_wrk, "throughput": cmd_throughput, "capacity": cmd_capacity,
-     "callgrind": cmd_callgrind, "criterion": cmd_criterion,
+     "callgrind": cmd_callgrind, "callgrind-split": cmd_callgrind_split,
+     "callgrind-footprint": cmd_callgrind_footprint,
+     "criterion": cmd_criterion,
      "accuracy": cmd_accuracy, "redis": cmd_redis, "hugepages": cmd_hugepages,
      "scaling": cmd_scaling, "cluster": cmd_cluster, "modes": cmd_modes, "splice": cmd_splice,
      "selftest": cmd_selftest}[sys.argv[1]](*sys.argv[2:])

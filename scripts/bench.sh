@@ -37,6 +37,11 @@
 #   BENCH_QUICK=0      1: shorter criterion runs (1 s warm-up, 2 s measurement)
 #   BENCH_CG_REQS=2000 requests per callgrind measurement
 #   BENCH_CG_VARIANTS  callgrind variants (default: all, strict_* included)
+#   BENCH_CG_FOOTPRINT variants run again with a 64-way D1 for the footprint
+#                      table (default: none rlw_hot_noheaders lr_hot rlw_many
+#                      lr_many strict_many; empty: none of them)
+#   BENCH_CG_CACHES    valgrind's cache options of the main callgrind runs
+#                      (default: this machine's L1s, a 32 MiB LL)
 #   BENCH_CG_ARGS      more valgrind options (--dump-instr=yes: costs per
 #                      instruction, for callgrind_annotate or objdump)
 #   BENCH_SCALE_WORKERS="1 2 4 ..." worker counts for the scaling section
@@ -597,9 +602,71 @@ bench_micro() {
 
 # ---------------------------------------------------------------- callgrind
 
-callgrind_total() { # FILE -> "Ir I1mr" totals (the events line names the columns)
+callgrind_total() { # FILE -> "Ir I1mr D1 LL" totals: instructions, L1i misses, D1 misses
+    # (reads and writes), LL data misses (reads and writes); the events line
+    # names the columns
     awk '/^events:/ { for (i = 2; i <= NF; i++) col[$i] = i }
-         /^(summary|totals):/ { print $(col["Ir"]), $(col["I1mr"]); exit }' "$1"
+         /^(summary|totals):/ { print $(col["Ir"]), $(col["I1mr"]),
+             $(col["D1mr"]) + $(col["D1mw"]), $(col["DLmr"]) + $(col["DLmw"]); exit }' "$1"
+}
+
+# The simulated caches, fixed so that the miss counts do not depend on what
+# valgrind detects (here: a 256 MiB direct-mapped LL): first-level
+# instruction and data caches of 32 KiB, 8-way, and a 32 MiB 16-way last
+# level, 64-byte lines (this machine's L1s; its L3 is 32 MiB).
+CG_CACHES=${BENCH_CG_CACHES-"--I1=32768,8,64 --D1=32768,8,64 --LL=33554432,16,64"}
+# The same with a 64-way D1 (8 sets), for the footprint table: the lines a
+# request touches that it did not touch recently, without the conflict
+# misses an 8-way cache adds wherever more than 8 of the lines a request
+# touches share a set (which depends on where nginx, the libraries and the
+# zones happen to lie in memory, and moves with any change of the binary).
+CG_CACHES_FOOTPRINT="--I1=32768,8,64 --D1=32768,64,64 --LL=33554432,16,64"
+
+# cg_variant VARIANT: sets `limiter` (the location's directives) and `mode`
+# (hot: one key; distinct: a new key per request).
+cg_variant() {
+    case $1 in
+        none) limiter="" mode=distinct ;;
+        rlw_hot) limiter="rate_limit_window zone=rlw_hot limit=1000000;" mode=hot ;;
+        rlw_hot_noheaders)
+            limiter="rate_limit_window zone=rlw_hot limit=1000000; rate_limit_window_headers off;"
+            mode=hot ;;
+        lr_hot) limiter="limit_req zone=lr_hot burst=1000000 nodelay;" mode=hot ;;
+        rlw_many) limiter="rate_limit_window zone=rlw_many limit=1000000;" mode=distinct ;;
+        lr_many) limiter="limit_req zone=lr_many burst=1000000 nodelay;" mode=distinct ;;
+        strict_hot) limiter="rate_limit_window zone=strict_hot limit=65535;" mode=hot ;;
+        strict_many) limiter="rate_limit_window zone=strict_many limit=65535;" mode=distinct ;;
+        *) die "unknown callgrind variant $1" ;;
+    esac
+}
+
+# cg_run VARIANT TSV PREFIX CACHES: the variant at both request counts under
+# callgrind (out files PREFIX-VARIANT-N.out), one line of totals in TSV.
+cg_run() {
+    local v=$1 tsv=$2 out=$3 caches=$4 limiter mode n cnt f line
+    cg_variant "$v"
+    line="$v"
+    for n in $small $big; do
+        fresh_prefix
+        PORT=$(free_port)
+        render "$BENCH_DIR/callgrind.conf.in" "$PREFIX/conf/nginx.conf"
+        sed -i "s|@LIMITER@|$limiter|" "$PREFIX/conf/nginx.conf"
+        f=$out-$v-$n.out
+        # shellcheck disable=SC2086 # caches: several options
+        START_TIMEOUT=120 start_nginx "$PREFIX/conf/nginx.conf" \
+            valgrind --tool=callgrind --cache-sim=yes $caches \
+            --toggle-collect='*sweep::tick' --collect-atstart=yes \
+            --callgrind-out-file="$f" -q ${BENCH_CG_ARGS:-}
+        # start_nginx's readiness probe was one request to /none/ping
+        cnt=$(python3 "$BENCH_DIR/httpclient.py" fixed "$PORT" /t "$n" "$mode") \
+            || die "callgrind client failed ($v)"
+        [ "$cnt" = "{\"200\": $n}" ] || die "callgrind $v: unexpected statuses $cnt"
+        stop_nginx QUIT
+        [ -s "$f" ] || die "callgrind wrote no $f"
+        line+=" $n $(callgrind_total "$f")"
+    done
+    echo "$line" >>"$tsv"
+    log "callgrind $v: $line"
 }
 
 bench_callgrind() {
@@ -608,48 +675,24 @@ bench_callgrind() {
         log "valgrind not installed; callgrind section skipped"
         return
     fi
-    local small=200 big=$((200 + BENCH_CG_REQS))
-    log "== callgrind: instructions and simulated L1i misses per request, ($big - $small requests) difference, one nginx process"
-    local tsv=$RESULTS/callgrind.tsv v limiter mode n cnt f
-    echo "# variant n_small ir_small i1mr_small n_big ir_big i1mr_big" >"$tsv"
+    local small=200 big=$((200 + BENCH_CG_REQS)) v
+    log "== callgrind: instructions and simulated cache misses per request, ($big - $small requests) difference, one nginx process"
+    local tsv=$RESULTS/callgrind.tsv fp=$RESULTS/callgrind-footprint.tsv
+    local head="# variant n_small ir_small i1mr_small d1m_small llm_small n_big ir_big i1mr_big d1m_big llm_big"
+    echo "$head" >"$tsv"
     # Every variant requests /t from its own nginx: only the directives in
     # that location differ, not the URI or the location lookup.
     for v in ${BENCH_CG_VARIANTS:-none rlw_hot rlw_hot_noheaders lr_hot rlw_many lr_many strict_hot strict_many}; do
-        case $v in
-            none) limiter="" mode=distinct ;;
-            rlw_hot) limiter="rate_limit_window zone=rlw_hot limit=1000000;" mode=hot ;;
-            rlw_hot_noheaders)
-                limiter="rate_limit_window zone=rlw_hot limit=1000000; rate_limit_window_headers off;"
-                mode=hot ;;
-            lr_hot) limiter="limit_req zone=lr_hot burst=1000000 nodelay;" mode=hot ;;
-            rlw_many) limiter="rate_limit_window zone=rlw_many limit=1000000;" mode=distinct ;;
-            lr_many) limiter="limit_req zone=lr_many burst=1000000 nodelay;" mode=distinct ;;
-            strict_hot) limiter="rate_limit_window zone=strict_hot limit=65535;" mode=hot ;;
-            strict_many) limiter="rate_limit_window zone=strict_many limit=65535;" mode=distinct ;;
-        esac
-        local line="$v"
-        for n in $small $big; do
-            fresh_prefix
-            PORT=$(free_port)
-            render "$BENCH_DIR/callgrind.conf.in" "$PREFIX/conf/nginx.conf"
-            sed -i "s|@LIMITER@|$limiter|" "$PREFIX/conf/nginx.conf"
-            f=$RESULTS/callgrind-$v-$n.out
-            START_TIMEOUT=120 start_nginx "$PREFIX/conf/nginx.conf" \
-                valgrind --tool=callgrind --cache-sim=yes \
-                --toggle-collect='*sweep::tick' --collect-atstart=yes \
-                --callgrind-out-file="$f" -q ${BENCH_CG_ARGS:-}
-            # start_nginx's readiness probe was one request to /none/ping
-            cnt=$(python3 "$BENCH_DIR/httpclient.py" fixed "$PORT" /t "$n" "$mode") \
-                || die "callgrind client failed ($v)"
-            [ "$cnt" = "{\"200\": $n}" ] || die "callgrind $v: unexpected statuses $cnt"
-            stop_nginx QUIT
-            [ -s "$f" ] || die "callgrind wrote no $f"
-            line+=" $n $(callgrind_total "$f")"
-        done
-        echo "$line" >>"$tsv"
-        log "callgrind $v: $line"
+        cg_run "$v" "$tsv" "$RESULTS/callgrind" "$CG_CACHES"
     done
     CALLGRIND_MD=$(python3 "$BENCH_DIR/report.py" callgrind "$tsv")
+    # Where each variant's cost goes, by source file (callgrind_annotate).
+    CALLGRIND_SPLIT_MD=$(python3 "$BENCH_DIR/report.py" callgrind-split "$RESULTS" "$small" "$big")
+    echo "$head" >"$fp"
+    for v in ${BENCH_CG_FOOTPRINT-none rlw_hot_noheaders lr_hot rlw_many lr_many strict_many}; do
+        cg_run "$v" "$fp" "$RESULTS/callgrind-fp" "$CG_CACHES_FOOTPRINT"
+    done
+    CALLGRIND_FP_MD=$(python3 "$BENCH_DIR/report.py" callgrind-footprint "$fp")
 }
 
 # ---------------------------------------------------------------- huge pages
@@ -1316,9 +1359,44 @@ like this machine's) of the code lines fetched from outside that cache per
 request: nginx alone already overflows it, so every line of code a limiter
 adds costs its own miss and may evict one of nginx's. No kernel code is
 simulated, and a real core prefetches part of these misses away, so they
-are an indication of code footprint, not a time.
+are an indication of code footprint, not a time. The D1 and LL columns are
+the same simulation's data misses (reads and writes) in the first-level
+data cache and the last level, with the caches' sizes fixed in bench.sh
+(\`$CG_CACHES\`) rather than detected: the lines of memory a request
+touches that were not in that cache. A new client's table lines show in the
+D1 column (each was last touched by other clients); the zones here (4 MiB
+for this module's new keys, zeroed when nginx starts, 8 MiB for limit_req's)
+fit in the simulated LL, so only memory touched for the first time (a
+limit_req node never allocated before) misses there.
 
 $CALLGRIND_MD
+
+### Where a request's instructions and data misses go
+
+Per request, over no limiter, by the source file of the code
+(\`callgrind_annotate\`'s file:function lines, inlined code counted in the
+file it comes from; the standard library's code inlined into a function
+counted with that function's part): the key's evaluation (nginx's
+variable), its hash, the table (slot search, placement and the window
+rule: \`core/src/table\`, \`core/src/rule\`), the engine, the
+decision's record, the response headers (this module's filter and the
+lines nginx's header filter writes for them), the rest of the module's
+glue (the phase handler), and nginx and libc otherwise.
+
+$CALLGRIND_SPLIT_MD
+
+### Data lines a request touches (footprint)
+
+The D1 column above counts conflict misses too: with 8 ways, a cache set
+that more than 8 of a request's lines map to misses on every one of them,
+every request, and which sets those are depends on where nginx, the
+libraries and the zones happen to lie in memory (it moves with any change
+of the binary, and nginx alone sits near that edge). The same runs with a
+64-way D1 (\`$CG_CACHES_FOOTPRINT\`) leave only the lines a request
+touches that it did not touch recently: for a new client, the memory of
+its slot or node (a limiter's footprint, a property of the design).
+
+$CALLGRIND_FP_MD
 
 EOF
         fi
@@ -1467,7 +1545,7 @@ alone_note() {
 # ---------------------------------------------------------------- main
 
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
-THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" CALLGRIND_MD="" REDIS_MD="" HUGEPAGES_MD=""
+THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" CALLGRIND_MD="" CALLGRIND_SPLIT_MD="" CALLGRIND_FP_MD="" REDIS_MD="" HUGEPAGES_MD=""
 SCALING_MD="" SCALING_WRK="" CLUSTER_MD="" MODES_MD="" ABUSERS_MD="" DELAYQ_MD="" CLUSTER_SCALE_MD=""
 preflight
 [ "$BENCH_REPS" -ge 3 ] || log "warning: BENCH_REPS=$BENCH_REPS < 3: fine for trying the script, not for numbers to quote"

@@ -140,6 +140,9 @@ extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
             ngx_process,
         )
     };
+    if let Some(mcf) = Module::main_conf(cycle) {
+        zone::resolve_header_keys(cycle, &mcf.zones);
+    }
     if reload && process == NGX_PROCESS_SINGLE as ngx_uint_t {
         sync::stop_all();
         worker::state_write::join(cycle.log);

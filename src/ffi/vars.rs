@@ -56,9 +56,6 @@ pub unsafe fn flushed_variable(
     r: *mut ngx_http_request_t,
     index: ngx_uint_t,
 ) -> *mut ngx_variable_value_t {
-    const VALID: u32 = 1 << 28;
-    const NO_CACHEABLE: u32 = 1 << 29;
-    const NOT_FOUND: u32 = 1 << 30;
     // SAFETY: per the contract, `variables[index]` is the request's value,
     // whose first 32-bit word is the bitfield unit (see variable_bytes).
     unsafe {
@@ -92,6 +89,82 @@ pub unsafe fn flushed_variable(
 // padding) the data pointer.
 const _: () = assert!(size_of::<ngx_variable_value_t>() == 2 * size_of::<usize>());
 const _: () = assert!(core::mem::offset_of!(ngx_variable_value_t, data) == size_of::<usize>());
+
+/// The flag bits of a value's first word (see [`variable_bytes`]).
+#[cfg(target_endian = "little")]
+const VALID: u32 = 1 << 28;
+#[cfg(target_endian = "little")]
+const NO_CACHEABLE: u32 = 1 << 29;
+#[cfg(target_endian = "little")]
+const NOT_FOUND: u32 = 1 << 30;
+#[cfg(target_endian = "little")]
+const LEN_MASK: u32 = (1 << 28) - 1;
+
+/// The first word of `v`, its bitfield unit (see [`variable_bytes`]).
+#[cfg(target_endian = "little")]
+#[inline(always)]
+fn word(v: &ngx_variable_value_t) -> u32 {
+    // SAFETY: the struct starts with the 32-bit bitfield unit.
+    unsafe { ptr::from_ref(v).cast::<u32>().read() }
+}
+
+/// Writes the first word of `v`.
+#[cfg(target_endian = "little")]
+#[inline(always)]
+fn set_word(v: &mut ngx_variable_value_t, w: u32) {
+    // SAFETY: as in `word`.
+    unsafe { ptr::from_mut(v).cast::<u32>().write(w) }
+}
+
+/// Whether the request's value `v` was evaluated (valid or not found), as
+/// `ngx_http_get_indexed_variable` tests it.
+#[inline(always)]
+pub fn evaluated(v: &ngx_variable_value_t) -> bool {
+    #[cfg(target_endian = "little")]
+    return word(v) & (VALID | NOT_FOUND) != 0;
+    #[cfg(not(target_endian = "little"))]
+    return v.valid() != 0 || v.not_found() != 0;
+}
+
+/// A get handler's found value, as nginx's handlers set it: `len` bytes at
+/// `data`, valid, cacheable, found (the escape flag kept).
+#[inline(always)]
+pub fn set_found(v: &mut ngx_variable_value_t, data: *mut u8, len: usize) {
+    v.data = data;
+    #[cfg(target_endian = "little")]
+    set_word(
+        v,
+        (word(v) & !(LEN_MASK | NO_CACHEABLE | NOT_FOUND)) | len as u32 & LEN_MASK | VALID,
+    );
+    #[cfg(not(target_endian = "little"))]
+    {
+        v.set_len(len as u32);
+        v.set_valid(1);
+        v.set_no_cacheable(0);
+        v.set_not_found(0);
+    }
+}
+
+/// A get handler's "not found" (nothing else of the value changes).
+#[inline(always)]
+pub fn set_not_found(v: &mut ngx_variable_value_t) {
+    #[cfg(target_endian = "little")]
+    set_word(v, word(v) | NOT_FOUND);
+    #[cfg(not(target_endian = "little"))]
+    v.set_not_found(1);
+}
+
+/// What `ngx_http_get_indexed_variable` leaves after a failed get handler:
+/// not valid, not found.
+pub fn set_failed(v: &mut ngx_variable_value_t) {
+    #[cfg(target_endian = "little")]
+    set_word(v, (word(v) & !VALID) | NOT_FOUND);
+    #[cfg(not(target_endian = "little"))]
+    {
+        v.set_valid(0);
+        v.set_not_found(1);
+    }
+}
 
 /// Sets `v` to `bytes` copied into the request pool.
 pub fn set(r: &Request, v: &mut ngx_http_variable_value_t, bytes: &[u8]) -> ngx_int_t {

@@ -39,7 +39,7 @@ use rate_limit_window_core::{Admission, Answer, Counter, Events, FailPolicy, Out
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
 use crate::ffi::pool::main_of;
 use crate::ffi::req::request_handler;
-use crate::ffi::{process, vars};
+use crate::ffi::{header_in, process, vars};
 use crate::request::ban;
 use crate::request::hold;
 use crate::request::record::{self, Applied, RequestStatus};
@@ -159,11 +159,17 @@ fn variable_text(r: &mut Request, cv: Option<*mut nginx_sys::ngx_http_complex_va
 /// The zone's key for the request (empty: the limit does not apply).
 /// Err(()) is an nginx error while evaluating it. The bytes live in the
 /// request's pool or its headers, as long as the request (`'p`).
+#[inline(always)]
 fn eval_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8], ()> {
     if let Some(index) = zone.key_index {
         // A key that is one variable: the same value the script engine
         // would copy out (a cacheable variable is evaluated once per
         // request, a non-cacheable one again), without the copy.
+        if let Some(name) = zone.key_header {
+            // SAFETY: the index was obtained at configuration time and the
+            // header's name for it at init; the request is valid.
+            return unsafe { header_in::header_key(r.into(), index, name) }.ok_or(());
+        }
         // SAFETY: the index was obtained at configuration time; the
         // request is valid.
         let v = unsafe { vars::flushed_variable(r.into(), index) };
@@ -175,6 +181,13 @@ fn eval_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8], ()> {
             Some(v) => Ok(unsafe { vars::variable_bytes(v) }),
         };
     }
+    eval_complex_key(r, zone)
+}
+
+/// [`eval_key`] of a key that is not one variable (the script engine), out
+/// of line.
+#[inline(never)]
+fn eval_complex_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8], ()> {
     let key = r.get_complex_value(&zone.key).ok_or(())?.as_bytes();
     // SAFETY: the value lives in the request's pool, as long as the
     // request; only the borrow of `r` is shortened away.

@@ -18,13 +18,16 @@ pub mod tally;
 
 use core::ptr;
 
-use nginx_sys::{ngx_http_complex_value_t, ngx_shm_zone_t, ngx_str_t, ngx_uint_t};
+use nginx_sys::{ngx_cycle_t, ngx_http_complex_value_t, ngx_shm_zone_t, ngx_str_t, ngx_uint_t};
+use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
 use rate_limit_window_core::conf::error::ZoneIdentity;
 use rate_limit_window_core::conf::parse::RedisParams;
 use rate_limit_window_core::overrides::{Overrides, DEFAULT_OVERRIDES};
 use rate_limit_window_core::rule::mode::Mode;
 use rate_limit_window_core::shm::Turns;
 pub use rate_limit_window_core::shm::ZoneHeader;
+
+use crate::ffi::header_in;
 use rate_limit_window_core::{FailPolicy, Table, Window, DEFAULT_WINDOW_MS};
 
 /// One `rate_limit_window_zone`, allocated from the configuration pool.
@@ -42,6 +45,11 @@ pub struct ZoneConf {
     /// The variable's index when the key is exactly one variable (the usual
     /// `$binary_remote_addr`): read directly, without the script engine.
     pub key_index: Option<ngx_uint_t>,
+    /// The header's name (after `http_`, as nginx compares it) when that
+    /// variable is nginx's generic request-header one, `$http_NAME`: read
+    /// by the module itself (ffi/header_in.rs). Set at `init_module`, once
+    /// nginx has resolved the variables.
+    pub key_header: Option<&'static [u8]>,
     /// `ipv6_prefix=` (bits, 32..=128; 128: whole addresses): IPv6 keys of
     /// a `$binary_remote_addr` zone are masked to it.
     pub ipv6_prefix: u8,
@@ -89,6 +97,29 @@ pub fn each(zones: &[*mut ZoneConf]) -> impl Iterator<Item = &'static ZoneConf> 
     zones.iter().map(|&z| unsafe { &*z })
 }
 
+/// After nginx resolved the configuration's variables (`init_module`):
+/// notes each zone whose key is one generic request header, `$http_NAME`,
+/// read on the request path by the module itself (see
+/// [`header_in`](crate::ffi::header_in)).
+pub fn resolve_header_keys(cycle: &ngx_cycle_t, zones: &[*mut ZoneConf]) {
+    let Some(cmcf) = NgxHttpCoreModule::main_conf(cycle) else {
+        return;
+    };
+    for &z in zones {
+        // SAFETY: zone pointers come from the configuration pool; nothing
+        // reads them concurrently while the master initialises modules.
+        let zone = unsafe { &mut *z };
+        zone.key_header = zone.key_index.and_then(|index| {
+            // SAFETY: the core module's main configuration, its variables
+            // resolved (init_module runs after the http block); the index
+            // is one nginx gave for this configuration.
+            let name = unsafe { header_in::generic_header_name(cmcf, index) }?;
+            // SAFETY: the name is configuration memory, as long as the zone.
+            Some(unsafe { core::slice::from_raw_parts(name.data.cast_const(), name.len) })
+        });
+    }
+}
+
 /// The key of a zone keyed by the client's address (`addr=` lookups,
 /// `ipv6_prefix=`).
 pub const BINARY_REMOTE_ADDR: &[u8] = b"$binary_remote_addr";
@@ -111,6 +142,7 @@ impl ZoneConf {
             },
             key_src: ngx_str_t::empty(),
             key_index: None,
+            key_header: None,
             ipv6_prefix: rate_limit_window_core::conf::addr::IPV6_PREFIX_MAX,
             window: Window::from_ms(DEFAULT_WINDOW_MS).expect("default window is valid"),
             window_src: Vec::new(),

@@ -465,3 +465,81 @@ fn composite_and_braced_keys_limit_per_value_and_empty_is_exempt() {
     assert_eq!(send(&[("X-C", b"a"), ("X-D", b"b"), ("X-A", b"j2")]), 429);
     assert_eq!(up.received(), 9);
 }
+
+/// A key that is one request header, `$http_NAME`, is read by the module
+/// itself (src/ffi/header_in.rs) when nginx has no variable of its own for
+/// that header: the value must be nginx's, whoever reads it first. In
+/// `/nginx` nginx evaluates `$http_x_key` first (`set`, in the rewrite
+/// phase); in `/module` the module does. Both share one zone at 2 per
+/// client: a third request of the same headers is refused iff both saw
+/// one key, and X-Seen shows the value each saw. Case, `-` and `_`,
+/// several headers of one name (joined with ", "), another header of the
+/// same length, more headers than one part of nginx's header list (20),
+/// and no header at all (exempt).
+#[test]
+fn header_key_is_nginx_s_own_value() {
+    let c = http_conf(
+        r#"
+        rate_limit_window_zone $http_x_key zone=z:1m window=1h;
+        underscores_in_headers on;
+        server {
+            listen 127.0.0.1:{{PORT}};
+            add_header X-Seen "[$http_x_key]" always;
+            location /nginx {
+                set $seen $http_x_key;
+                rate_limit_window zone=z limit=2;
+                empty_gif;
+            }
+            location /module {
+                rate_limit_window zone=z limit=2;
+                empty_gif;
+            }
+        }"#,
+    );
+    let ng = Nginx::builder().start(&c);
+    clear_of_boundary(HOUR_MS, 20_000);
+    let many: Vec<(String, String)> = (0..25)
+        .map(|i| (format!("X-Other-{i}"), format!("v{i}")))
+        .collect();
+    let mut crowd: Vec<(&str, &[u8])> = many
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_bytes()))
+        .collect();
+    crowd.push(("X-Key", b"crowd"));
+    let cases: [(&str, &[(&str, &[u8])], &str); 7] = [
+        ("one header", &[("X-Key", b"k1")], "k1"),
+        ("any case", &[("x-KEY", b"k2")], "k2"),
+        ("underscore", &[("X_Key", b"k3")], "k3"),
+        (
+            "two headers",
+            &[("X-Key", b"a4"), ("X-Key", b"b4")],
+            "a4, b4",
+        ),
+        (
+            "three among others",
+            &[
+                ("X-Kez", b"zz"),
+                ("X-Key", b"a5"),
+                ("x_key", b"b5"),
+                ("Host", b"localhost"),
+                ("X-KEY", b"c5"),
+            ],
+            "a5, b5, c5",
+        ),
+        ("a second list part", &crowd, "crowd"),
+        ("none", &[("X-Kez", b"zz")], ""),
+    ];
+    for (case, headers, want) in cases {
+        let send = |path: &str| request(ng.port, "GET", path, headers);
+        let seen = format!("[{want}]");
+        let a = send("/nginx");
+        assert_eq!(a.status, 200, "{case}: {}", a.describe());
+        assert_eq!(a.header("X-Seen"), Some(seen.as_str()), "{case}, nginx");
+        let b = send("/module");
+        assert_eq!(b.status, 200, "{case}: {}", b.describe());
+        assert_eq!(b.header("X-Seen"), Some(seen.as_str()), "{case}, module");
+        // The third request of one key is refused; no key is never limited.
+        let third = if want.is_empty() { 200 } else { 429 };
+        assert_eq!(send("/module").status, third, "{case}: one key for both");
+    }
+}

@@ -3,10 +3,10 @@
 //! `undo`.
 
 use super::layout::{
-    fp_of, idx_delta, idx_of, is_ahead, is_limited, prefetch, view, Counter, Slot, COUNT_BITS,
-    COUNT_MASK, COUNT_MAX, IDX_MASK, IDX_SHIFT, LIMITED, TICK_MAX,
+    fp_of, idx_delta, idx_of, is_ahead, is_free_value, is_limited, prefetch, view, Counter, Slot,
+    COUNT_BITS, COUNT_MASK, COUNT_MAX, IDX_MASK, IDX_SHIFT, LIMITED, TICK_MAX,
 };
-use super::place::{Candidate, Found};
+use super::place::{Candidate, Found, Place};
 use super::{FailPolicy, KeyHash, Table, CHOICES};
 use crate::rule::fit;
 use crate::rule::window::{self, Counts};
@@ -290,9 +290,11 @@ impl Table<'_> {
             };
         }
         // Then the home slot of the second group, inline, and the rest of
-        // the lookup; an absent key gets the survey of its groups, which
-        // the general path starts from rather than reading them again.
+        // the lookup; an absent key gets a free home slot, or the survey of
+        // its groups, which the general path starts from rather than
+        // reading them again (see `acquire_new`).
         let p = self.place(key);
+        let mut homes = [value, 0];
         let found = 'probe: {
             if p.groups == CHOICES {
                 let slot = p.slot(1, 0);
@@ -300,21 +302,65 @@ impl Table<'_> {
                 if fp_of(value) == q.fp {
                     break 'probe Some((slot, value));
                 }
+                homes[1] = value;
             }
-            self.lookup(&p, q.fp)
+            self.lookup_past_homes(&p, q.fp, &homes)
         };
         let d = match found {
             Some((slot, value)) => self
                 .acquire_found(q, (slot, &self.slots[slot]), value)
                 .unwrap_or_else(|d| d),
-            None => {
-                let first = Some(self.survey(&p, q.fp, now_idx));
-                // `&{ q }`: a copy made here, so that the question is
-                // written to memory on this path only (see acquire_found).
-                self.acquire_slow(&{ q }, first)
-            }
+            // `&{ q }`: a copy made here, so that the question is written
+            // to memory on this path only (see acquire_found).
+            None => self.acquire_new(&{ q }, &p, homes),
         };
         then(&d)
+    }
+
+    /// [`Table::acquire`] for a key absent from its groups, whose home
+    /// slots hold `homes` (read by the caller; the second 0 for a key with
+    /// one group). While the zone is less than half full (this process's
+    /// estimate, [`Table::note_homes`]), a free home slot is claimed
+    /// without reading the rest of the groups: a new client costs the two
+    /// cache lines its lookup read. Otherwise, and when neither home slot
+    /// is free, the survey of both groups picks the slot (the group with
+    /// fewer live slots, or the eviction victim), as the general path
+    /// does. The survey only ever runs where a home slot is taken, so
+    /// whether a key is evicted, and which, never depends on this choice.
+    #[inline(never)]
+    fn acquire_new(&self, q: &Probe, p: &Place, homes: [u128; CHOICES]) -> Answer {
+        // After the loads of `homes` (see `ahead`).
+        let ahead = self.ahead(q.now_idx);
+        let free = homes.map(|v| is_free_value(v, q.now_idx, ahead));
+        if self.note_homes(p, free) && q.limit > 0 {
+            if let Some(j) = (0..p.groups).find(|&j| free[j]) {
+                let target = Candidate {
+                    slot: p.slot(j, 0),
+                    value: homes[j],
+                };
+                return self.claim(q, p, target);
+            }
+        }
+        let first = Some(self.survey(p, q.fp, q.now_idx));
+        self.acquire_slow(q, first)
+    }
+
+    /// Claims the free slot `target` for a new key (the general path's
+    /// claim, merge of a duplicate included); after a lost CAS, the general
+    /// path from a fresh lookup.
+    #[inline(always)]
+    fn claim(&self, q: &Probe, p: &Place, target: Candidate) -> Answer {
+        // Before the slot is written with window `now_idx`.
+        self.raise_newest(q.now_idx);
+        let mut events = Events::default();
+        let used = fp_of(target.value) != 0;
+        match self.slow_new(q, p, Some(target), used, None, &mut events) {
+            Some(decision) => {
+                self.count_events(q.shard, &decision);
+                decision
+            }
+            None => self.acquire_slow(q, None),
+        }
     }
 
     /// [`Table::acquire`] for a key found at `slot` (its `cell`, indexed
@@ -426,6 +472,7 @@ impl Table<'_> {
         // Before any slot below is written with window `now_idx`.
         self.raise_newest(q.now_idx);
         let mut events = Events::default();
+        let p = self.place(q.key);
         loop {
             let found = first
                 .take()
@@ -436,7 +483,7 @@ impl Table<'_> {
                     free,
                     free_is_used,
                     victim,
-                } => self.slow_new(q, free, free_is_used, victim, &mut events),
+                } => self.slow_new(q, &p, free, free_is_used, victim, &mut events),
             };
             if let Some(decision) = decided {
                 self.count_events(q.shard, &decision);
@@ -501,6 +548,7 @@ impl Table<'_> {
     fn slow_new(
         &self,
         q: &Probe,
+        p: &Place,
         free: Option<Candidate>,
         free_is_used: bool,
         victim: Option<Candidate>,
@@ -534,7 +582,7 @@ impl Table<'_> {
             core::hint::cold_path();
             events.evicted_over_limit |= is_limited(target.value);
         }
-        let slot = self.dedup(q.key, q.fp, target.slot, q.now_idx, q.elapsed);
+        let slot = self.dedup(p, q.fp, target.slot, q.now_idx, q.elapsed);
         let first = Counts {
             current: 1,
             previous: 0,

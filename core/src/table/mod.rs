@@ -67,7 +67,13 @@
 //! key's slot. A new key takes the first free slot of its sequence in the
 //! candidate group with fewer live slots ("power of two choices"; a free
 //! slot that is not the key's home counts as one more live slot, so that
-//! most keys sit at a home slot; the first group on a tie). Since a key
+//! most keys sit at a home slot; the first group on a tie), except while
+//! the zone is less than 3/8 full: then a free home slot (the first
+//! group's, else the second's) is taken without counting the groups' live
+//! slots, so that a new client reads only the two lines of its home slots
+//! (the choice of group only starts to matter for how many keys fit from
+//! about a third full on; each process estimates the live fraction from
+//! the home slots its new keys find, see `Table::note_homes`). Since a key
 //! never lies past a slot that was never used when it was placed, and used
 //! slots never become never-used again, a never-used slot ends the probe of
 //! its group. A key is therefore found after reading about 1 to 3 slots
@@ -75,8 +81,9 @@
 //! first group's home slot before working out the rest of the placement,
 //! then the second group's home slot, and calls the general lookup only
 //! for the rest), and in a table larger than the caches the second group's
-//! home slot is prefetched so that both cache misses overlap. A miss (new key) reads all
-//! `2 * PROBE` slots to count live slots per group. This keeps a 1 MiB
+//! home slot is prefetched so that both cache misses overlap. A new key in
+//! a zone 3/8 full or more, or one whose home slots are both live, reads
+//! all `2 * PROBE` slots to count live slots per group. This keeps a 1 MiB
 //! region (65_264 slots) free of evictions up to about 57_000 live keys,
 //! where a single bounded linear probe of 8 to 64 slots loses keys from
 //! ~40_000 on. (Layout version 2: version 1 scanned each group from its
@@ -132,7 +139,7 @@ use core::fmt;
 use core::marker::PhantomData;
 use core::mem::size_of;
 
-use portable_atomic::{AtomicU128, AtomicU64, Ordering};
+use portable_atomic::{AtomicU128, AtomicU32, AtomicU64, Ordering};
 
 use crate::rule::mode::Mode;
 use crate::rule::window::{FastDiv, Window};
@@ -261,6 +268,11 @@ pub struct Table<'a> {
     prefetch: bool,
     /// The zone decides with the strict rule (see `strict.rs`).
     strict: bool,
+    /// This process's estimate of the live fraction of the zone's slots,
+    /// in 2^16ths, from the home slots its new keys found (see
+    /// `Table::note_homes`). Process-local: each process (nginx worker)
+    /// has its own `Table`, so the estimate costs no shared write.
+    fill: AtomicU32,
     _region: PhantomData<&'a [u8]>,
 }
 
@@ -480,6 +492,7 @@ impl<'a> Table<'a> {
             wdiv: FastDiv::new(window.ms()),
             prefetch: cap * SLOT_BYTES > PREFETCH_BYTES,
             strict: mode == Mode::Strict,
+            fill: AtomicU32::new(0),
             _region: PhantomData,
         }
     }

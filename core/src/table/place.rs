@@ -184,13 +184,62 @@ impl Table<'_> {
 
     /// The hit path: the first slot holding `fp` in probe order, reading
     /// as few slots as possible. A group's sequence ends at its first
-    /// never-used slot (a key is always placed at the first free slot of its
-    /// sequence, and used slots never become never-used again).
-    #[inline(never)]
+    /// never-used slot (a key is always placed at or before the first
+    /// never-used slot of its sequence, and used slots never become
+    /// never-used again).
+    #[inline(always)]
     pub(super) fn lookup(&self, p: &Place, fp: u64) -> Option<(usize, u128)> {
+        self.lookup_from(p, fp, [true, p.groups == CHOICES], 0)
+    }
+
+    /// [`Table::lookup`] after the caller read both home slots (`homes`,
+    /// the second one 0 for a key with one group) and found other keys
+    /// there: the rest of the sequences, none when both home slots were
+    /// never used (a new key in a zone not full, without a call).
+    #[inline(always)]
+    pub(super) fn lookup_past_homes(
+        &self,
+        p: &Place,
+        fp: u64,
+        homes: &[u128; CHOICES],
+    ) -> Option<(usize, u128)> {
+        let open = [
+            fp_of(homes[0]) != 0,
+            p.groups == CHOICES && fp_of(homes[1]) != 0,
+        ];
+        if open == [false, false] {
+            return None;
+        }
+        self.lookup_from(p, fp, open, 1)
+    }
+
+    /// [`Table::lookup`] from position `from` of each `open` group's
+    /// sequence.
+    #[inline(never)]
+    fn lookup_from(
+        &self,
+        p: &Place,
+        fp: u64,
+        open: [bool; CHOICES],
+        from: usize,
+    ) -> Option<(usize, u128)> {
+        self.lookup_with(p, fp, open, from, fp_of)
+    }
+
+    /// [`Table::lookup_from`] for the fingerprints `fp_of` reads out of a
+    /// slot value (an estimate or a strict slot's; 0 for a never-used slot
+    /// in both).
+    #[inline(always)]
+    pub(super) fn lookup_with(
+        &self,
+        p: &Place,
+        fp: u64,
+        mut open: [bool; CHOICES],
+        from: usize,
+        fp_of: impl Fn(u128) -> u64,
+    ) -> Option<(usize, u128)> {
         let groups = [self.group(p.base[0]), self.group(p.base[1])];
-        let mut open = [true, p.groups == CHOICES];
-        for i in 0..PROBE {
+        for i in from..PROBE {
             for j in 0..CHOICES {
                 if !open[j] {
                     continue;
@@ -210,6 +259,40 @@ impl Table<'_> {
             }
         }
         None
+    }
+
+    /// Whether a new key may take a free home slot without the survey of
+    /// its groups (the zone is less than 3/8 full, as this process's
+    /// estimate has it), after adding the key's home slots to the
+    /// estimate: `free[j]`, home slot `j` is free (never used or idle).
+    ///
+    /// A key's home slot is a uniformly random slot of the zone, so the
+    /// share of live home slots new keys find is the zone's live fraction:
+    /// the estimate is its moving average, each new key weighing
+    /// 2^-[`FILL_SHIFT`] (about the last 256 new keys; its error is about
+    /// 2%). Below a third or so, where a new key goes does not change how
+    /// many keys the zone holds before its first eviction; from there on,
+    /// the group with fewer live slots matters. Measured, first live
+    /// eviction in a 1 MiB zone, 32 seeds: 57,162 keys on average with the
+    /// survey for every key, 57,174 with home slots first below 3/8, and
+    /// 56,831 below 1/2.
+    #[inline(always)]
+    pub(super) fn note_homes(&self, p: &Place, free: [bool; CHOICES]) -> bool {
+        let live = u32::from(!free[0]) + u32::from(!free[p.groups - 1]);
+        let f = self.fill.load(Ordering::Relaxed);
+        // `live` of 2 is 2^16, the whole zone; a lost update between two
+        // threads of one process only drops a sample.
+        let sample = live << 15;
+        let next = f - (f >> FILL_SHIFT) + (sample >> FILL_SHIFT);
+        self.fill.store(next, Ordering::Relaxed);
+        f < FILL_SURVEY
+    }
+
+    /// Sets this process's estimate of the zone's live fraction (2^16ths),
+    /// for the tests of the survey's placement in a small table.
+    #[cfg(test)]
+    pub(super) fn assume_fill(&self, fill: u32) {
+        self.fill.store(fill, Ordering::Relaxed);
     }
 
     /// Looks the key up; if absent, also returns the slot a new key should
@@ -395,15 +478,30 @@ impl Table<'_> {
     /// anywhere in a group only happens when neither group had a free slot,
     /// hence no never-used one: then the whole group is read.) Whichever of
     /// two racing inserts claims its slot last sees the other's slot here.
+    ///
+    /// `p`: the key's place. Inline: the usual answer (ours alone) costs a
+    /// read of the key's sequences; the merge is out of line.
+    #[inline(always)]
     pub(super) fn dedup(
         &self,
-        key: KeyHash,
+        p: &Place,
         fp: u64,
         ours: usize,
         now_idx: u64,
         elapsed: u64,
     ) -> usize {
-        let p = self.place(key);
+        if self.copies_with(p, fp, fp_of) <= 1 {
+            // Ours alone (almost always): nothing to merge.
+            return ours;
+        }
+        self.dedup_merge(p, fp, ours, now_idx, elapsed)
+    }
+
+    /// [`Table::dedup`] when another slot holds the key too: merges every
+    /// later copy in probe order into the first.
+    #[cold]
+    #[inline(never)]
+    fn dedup_merge(&self, p: &Place, fp: u64, ours: usize, now_idx: u64, elapsed: u64) -> usize {
         let groups = [self.group(p.base[0]), self.group(p.base[1])];
         let mut open = [true, p.groups == CHOICES];
         let mut first: Option<usize> = None;
@@ -438,6 +536,26 @@ impl Table<'_> {
             }
         }
         result
+    }
+
+    /// How many slots of the key's sequences hold `fp` (`fp_of` reads a
+    /// slot's fingerprint, an estimate or a strict one), each sequence read
+    /// up to its first never-used slot, where [`Table::dedup`] reads too:
+    /// one pass per group, without the interleaved probe order.
+    #[inline]
+    pub(super) fn copies_with(&self, p: &Place, fp: u64, fp_of: impl Fn(u128) -> u64) -> usize {
+        let mut n = 0;
+        for j in 0..p.groups {
+            let group = self.group(p.base[j]);
+            for i in 0..PROBE {
+                let f = fp_of(self.ops.load(&group[p.at(j, i)]));
+                if f == 0 {
+                    break;
+                }
+                n += usize::from(f == fp);
+            }
+        }
+        n
     }
 
     /// Retires slot `loser` (if it still holds `fp`) and adds its counts to
@@ -492,6 +610,12 @@ impl Table<'_> {
         }
     }
 }
+
+/// The live fraction (2^16ths) from which a new key's slot is chosen by
+/// the survey of its groups rather than at a free home slot: 3/8.
+const FILL_SURVEY: u32 = 3 << 13;
+/// Each new key weighs 2^-8 in the estimate of the live fraction.
+const FILL_SHIFT: u32 = 8;
 
 /// The free slot a new key takes (with whether it was used): the one of the
 /// group with fewer live slots, counting one more for a free slot that is
@@ -564,6 +688,9 @@ mod tests {
     fn new_key_goes_to_the_group_with_fewer_live_slots() {
         let mut r = Region::new(small_bytes(4096));
         let t = table(&mut r, MIN);
+        // A zone at least half full (as this process estimates it): the
+        // survey chooses, not the first free home slot.
+        t.assume_fill(1 << 16);
         let k = t.hash_key(b"newcomer");
         let p = t.place(k);
         assert_eq!(p.groups, CHOICES);
@@ -593,6 +720,79 @@ mod tests {
         let d = t.acquire(k, T0, 10, FailPolicy::Open, 0);
         assert_eq!(d.admission.unwrap().slot as usize, p.slot(1, 0));
         assert_eq!(t.counter(Counter::EvictIdle), 0);
+    }
+
+    #[test]
+    fn below_half_full_a_new_key_takes_a_free_home_slot() {
+        let now_idx = T0 / MIN;
+        let live = |fp: u64| {
+            Slot {
+                fp,
+                tick: 0,
+                idx24: now_idx & IDX_MASK,
+                previous: 0,
+                current: 1,
+            }
+            .encode()
+        };
+        for (case, home_a) in [("never used", 0), ("idle", 1), ("live", 2)] {
+            let mut r = Region::new(small_bytes(4096));
+            let t = table(&mut r, MIN);
+            let k = t.hash_key(b"newcomer");
+            let p = t.place(k);
+            assert_eq!(p.groups, CHOICES);
+            // Group 0 fuller than group 1 (the survey would choose group
+            // 1), its home slot as the case has it.
+            for i in 1..=8 {
+                assert!(t.cas(p.slot(0, i), 0, live(1000 + i as u64)));
+            }
+            let idle = Slot {
+                idx24: (now_idx - 2) & IDX_MASK,
+                ..Slot::decode(live(999))
+            };
+            match home_a {
+                1 => assert!(t.cas(p.slot(0, 0), 0, idle.encode())),
+                2 => assert!(t.cas(p.slot(0, 0), 0, live(999))),
+                _ => {}
+            }
+            let d = t.acquire(k, T0, 10, FailPolicy::Open, 0);
+            let want = if home_a == 2 {
+                p.slot(1, 0)
+            } else {
+                p.slot(0, 0)
+            };
+            assert_eq!(d.admission.unwrap().slot as usize, want, "{case}");
+            assert_eq!(d.events.evicted_idle, home_a == 1, "{case}");
+            assert_eq!(t.peek(k, T0).current, 1, "{case}");
+        }
+    }
+
+    #[test]
+    fn the_fill_estimate_follows_the_live_fraction() {
+        let mut r = Region::new(small_bytes(16_384));
+        let t = table(&mut r, MIN);
+        let fill = || f64::from(t.fill.load(Ordering::Relaxed)) / 65_536.0;
+        let mut n = 0u32;
+        let mut add = |upto: usize| {
+            while (n as usize) < upto {
+                let d = t.acquire(t.hash_key(&n.to_le_bytes()), T0, 10, FailPolicy::Open, 0);
+                assert_eq!(d.outcome, Outcome::Admitted);
+                n += 1;
+            }
+        };
+        add(16_384 / 4);
+        assert!((0.18..0.32).contains(&fill()), "a quarter full: {}", fill());
+        add(16_384 * 3 / 4);
+        assert!((0.68..0.82).contains(&fill()), "3/4 full: {}", fill());
+        assert_eq!(t.counter(Counter::EvictLive), 0);
+        // Two windows later every slot is idle, and new keys see it: 2,000
+        // of them (12% of the zone) live, the rest idle.
+        let later = T0 + 2 * MIN;
+        for i in 0..2_000u32 {
+            let k = t.hash_key(&(1_000_000 + i).to_le_bytes());
+            t.acquire(k, later, 10, FailPolicy::Open, 0);
+        }
+        assert!((0.04..0.2).contains(&fill()), "idle: {}", fill());
     }
 
     #[test]
@@ -669,7 +869,7 @@ mod tests {
         }
         t.slots[order[0]].store(s(3), Ordering::SeqCst);
         t.slots[order[20]].store(s(2), Ordering::SeqCst);
-        let kept = t.dedup(k, fp, order[20], now_idx, 0);
+        let kept = t.dedup(&t.place(k), fp, order[20], now_idx, 0);
         assert_eq!(kept, order[0]);
         assert_eq!(t.peek(k, T0).current, 5);
         assert!(Slot::decode(t.slots[order[20]].load(Ordering::SeqCst)).is_empty());

@@ -11,7 +11,8 @@
 //!
 //! Same slot array, same 16-byte slots and same placement as estimate
 //! slots (two candidate groups of [`PROBE`] slots, probed side by side from
-//! the key's home offsets, a new key in the group with fewer live slots),
+//! the key's home offsets, a new key at a free home slot while the zone is
+//! less than 3/8 full, else in the group with fewer live slots),
 //! so a strict zone holds as many keys per MB. A decision is one load and,
 //! if admitted, one CAS of the key's slot; a lost CAS redoes the decision
 //! from a fresh read. The header's newest index holds the newest
@@ -30,15 +31,12 @@
 //! ([`evict_rank`]): a client not refused since its last admission first,
 //! then the fewest requests in its span, then the oldest sub-window.
 
-use core::mem::MaybeUninit;
-
 use portable_atomic::Ordering;
 
 use super::acquire::{Admission, Answer, Events, Outcome};
 use super::layout::{is_strict_limited, STRICT_LIMITED};
 use super::maintenance::Snapshot;
 use super::place::{evict_rank, Candidate, Place, Victim};
-use super::scan;
 use super::{FailPolicy, KeyHash, Table, CHOICES, PROBE};
 use crate::rule::fit;
 use crate::rule::mode::Mode;
@@ -106,6 +104,55 @@ impl Table<'_> {
             return None;
         };
         Some(strict::unpack(v, index))
+    }
+
+    /// The key's slot in probe order, or where a new key goes: while the
+    /// zone is less than 3/8 full, a free home slot, found reading only the
+    /// key's sequences up to their first never-used slots (see
+    /// `Table::note_homes`, as in an estimate zone); otherwise the survey
+    /// of both groups ([`Table::strict_find`]).
+    fn strict_probe(&self, p: &Place, fp: u64, now_sub: u64) -> SFound {
+        let homes = [
+            self.load(p.slot(0, 0)),
+            if p.groups == CHOICES {
+                self.load(p.slot(1, 0))
+            } else {
+                0
+            },
+        ];
+        for (j, &value) in homes.iter().enumerate().take(p.groups) {
+            if strict::packed_fp(value) == fp {
+                return SFound::Key {
+                    slot: p.slot(j, 0),
+                    value,
+                };
+            }
+        }
+        let open = [
+            strict::packed_fp(homes[0]) != 0,
+            p.groups == CHOICES && strict::packed_fp(homes[1]) != 0,
+        ];
+        if open != [false, false] {
+            if let Some((slot, value)) = self.lookup_with(p, fp, open, 1, strict::packed_fp) {
+                return SFound::Key { slot, value };
+            }
+        }
+        // After the loads (`strict_state` reads how far ahead a slot may be).
+        let free =
+            homes.map(|v| strict::packed_fp(v) == 0 || self.strict_state(v, now_sub).is_none());
+        if self.note_homes(p, free) {
+            if let Some(j) = (0..p.groups).find(|&j| free[j]) {
+                let slot = p.slot(j, 0);
+                return SFound::Absent {
+                    free: Some(Candidate {
+                        slot,
+                        value: homes[j],
+                    }),
+                    victim: None,
+                };
+            }
+        }
+        self.strict_find(p, fp, now_sub)
     }
 
     /// The key's slot in probe order, or the free slot and victim for it.
@@ -202,7 +249,7 @@ impl Table<'_> {
         let p = self.place(key);
         let mut events = Events::default();
         let decision = loop {
-            let (slot, value, state, evict) = match self.strict_find(&p, fp, now_sub) {
+            let (slot, value, state, evict) = match self.strict_probe(&p, fp, now_sub) {
                 SFound::Key { slot, value } => {
                     let s = self.strict_state(value, now_sub).unwrap_or_default();
                     (slot, value, s, None)
@@ -269,7 +316,12 @@ impl Table<'_> {
     /// same key in another slot, the later one in probe order is retired
     /// and its counts are added to the first. Returns our admission's slot.
     fn strict_dedup(&self, p: &Place, fp: u64, ours: usize, now_sub: u64) -> usize {
-        if self.strict_copies(p, fp) <= 1 {
+        // A key is never placed past the first never-used slot of its
+        // sequence (a free slot is taken at or before it, a live one
+        // evicted only when its group has none), and never-used slots only
+        // become used: a racing claim of the same key lies before that
+        // boundary, where `copies_with` reads.
+        if self.copies_with(p, fp, strict::packed_fp) <= 1 {
             // Ours alone (or not even ours any more): nothing to merge.
             return ours;
         }
@@ -293,21 +345,6 @@ impl Table<'_> {
             }
         }
         result
-    }
-
-    /// How many slots of the key's groups hold `fp`, each group read in
-    /// one pass (a new key's claim is almost always the only one).
-    fn strict_copies(&self, p: &Place, fp: u64) -> usize {
-        let mut n = 0;
-        for &base in p.base.iter().take(p.groups) {
-            let mut buf = [MaybeUninit::uninit(); PROBE];
-            let values = scan::load(self.ops, self.group(base), &mut buf);
-            n += values
-                .iter()
-                .filter(|&&v| strict::packed_fp(v) == fp)
-                .count();
-        }
-        n
     }
 
     /// Retires `loser` (if it still holds `fp`) and adds its counts into
