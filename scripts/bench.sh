@@ -15,6 +15,9 @@
 #               (not in the default list: RLW_BENCH_ONLY=delayq)
 #   accuracy    bench/benches/accuracy.rs output, copied
 #   micro       bench/benches/decision.rs (criterion), ns/decision vs mutex
+#   overrides   bench/benches/overrides.rs (criterion): an override lookup in a
+#               fresh table and after 1,000,000 ttl'd overrides came and went;
+#               range lookups by prefix lengths in use
 #   callgrind   instructions per request under valgrind (repeatable)
 #   redis       sync on vs off: req/s and p99 with a local redis-server
 #   hugepages   1M clients: the module's table on 4 KB pages vs on transparent
@@ -55,7 +58,7 @@
 #   BENCH_SCALE_GATEWAYS="1 3", BENCH_SCALE_KEYS="10000 100000 1000000",
 #   BENCH_SCALE_SECS=30 (at most 55)  the cluster_scale section: gateways, cold clients
 #                      sent to gateway 1 (wrk, bench/keys.lua), seconds per run
-#   BENCH_SECTIONS="throughput modes capacity accuracy micro callgrind redis hugepages scaling cluster cluster_scale"
+#   BENCH_SECTIONS="throughput modes capacity accuracy micro overrides callgrind redis hugepages scaling cluster cluster_scale"
 #   BENCH_OUT=BENCHMARKS.md
 #   RLW_BENCH_ONLY="cluster"  run only these sections and replace only their
 #                      sections in an existing BENCH_OUT (the others, the
@@ -85,7 +88,7 @@ BENCH_FLOOD_KEYS=${BENCH_FLOOD_KEYS:-1000000}
 BENCH_DELAY_BURST=${BENCH_DELAY_BURST:-30}
 BENCH_CAP_MODE=${BENCH_CAP_MODE:-estimate}
 BENCH_MODES_REPS=${BENCH_MODES_REPS:-10}
-BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput modes capacity accuracy micro callgrind redis hugepages scaling cluster cluster_scale"}
+BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput modes capacity accuracy micro overrides callgrind redis hugepages scaling cluster cluster_scale"}
 RLW_BENCH_ONLY=${RLW_BENCH_ONLY:-}
 [ -z "$RLW_BENCH_ONLY" ] || BENCH_SECTIONS=$RLW_BENCH_ONLY
 BENCH_CLUSTER_LIMIT=${BENCH_CLUSTER_LIMIT:-100}
@@ -593,6 +596,21 @@ bench_micro() {
     # criterion prints part of its report on stderr when not on a terminal
     cat "$RESULTS/criterion.stderr" >>"$out"
     MICRO_MD=$(python3 "$BENCH_DIR/report.py" criterion "$out")
+}
+
+bench_overrides() {
+    local extra=()
+    [ "$BENCH_QUICK" = 1 ] && extra=(-- --warm-up-time 0.5 --measurement-time 1)
+    log "== overrides: cargo bench -p rate_limit_window_bench --bench overrides ${extra[*]}"
+    local out=$RESULTS/overrides.txt
+    if ! has_bench overrides; then
+        OVERRIDES_MD="_Not run: bench/benches/overrides.rs is not there._"
+        return
+    fi
+    $CARGO bench -p rate_limit_window_bench --bench overrides "${extra[@]}" >"$out" 2>"$RESULTS/overrides.stderr" \
+        || { tail -n 30 "$RESULTS/overrides.stderr" >&2; die "cargo bench --bench overrides failed"; }
+    cat "$RESULTS/overrides.stderr" >>"$out"
+    OVERRIDES_MD=$(python3 "$BENCH_DIR/report.py" overrides "$out")
 }
 
 # ---------------------------------------------------------------- callgrind
@@ -1294,6 +1312,21 @@ $MICRO_MD
 
 EOF
         fi
+        if section_on overrides; then
+            cat <<EOF
+## Override lookups
+
+${ALONE_NOTE}\`cargo bench -p rate_limit_window_bench --bench overrides\`$([ "$BENCH_QUICK" = 1 ] && echo " with \`--warm-up-time 0.5 --measurement-time 1\` (BENCH_QUICK=1)") (criterion medians): the lookup every request of a zone holding
+at least one override makes, in a table holding one live override, fresh
+and after 1,000,000 overrides with a ttl of 1 s came and went (set a quarter
+of the capacity at a time, each batch expired before the next); then the
+range lookup of an address (\`cidr=\`) by the number of ranges and of
+prefix lengths in use ([docs/runtime-control.md](docs/runtime-control.md)).
+
+$OVERRIDES_MD
+
+EOF
+        fi
         if section_on callgrind; then
             cat <<EOF
 ## Instructions per request (callgrind)
@@ -1467,7 +1500,7 @@ alone_note() {
 # ---------------------------------------------------------------- main
 
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
-THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" CALLGRIND_MD="" REDIS_MD="" HUGEPAGES_MD=""
+THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" OVERRIDES_MD="" CALLGRIND_MD="" REDIS_MD="" HUGEPAGES_MD=""
 SCALING_MD="" SCALING_WRK="" CLUSTER_MD="" MODES_MD="" ABUSERS_MD="" DELAYQ_MD="" CLUSTER_SCALE_MD=""
 preflight
 [ "$BENCH_REPS" -ge 3 ] || log "warning: BENCH_REPS=$BENCH_REPS < 3: fine for trying the script, not for numbers to quote"
@@ -1484,5 +1517,6 @@ section_on cluster && bench_cluster
 section_on cluster_scale && bench_cluster_scale
 section_on accuracy && bench_accuracy
 section_on micro && bench_micro
+section_on overrides && bench_overrides
 write_report
 log "wrote $BENCH_OUT in $(($(date +%s) - START_TS)) s"

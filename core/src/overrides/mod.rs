@@ -59,6 +59,7 @@ mod write;
 use core::sync::atomic::{AtomicU64, Ordering};
 use portable_atomic::AtomicU128;
 
+use crate::table::atomic::Ops;
 use crate::KeyHash;
 use range::{PrefixCounts, PREFIX_BYTES};
 pub use slot::MAX_VERSION;
@@ -239,6 +240,9 @@ pub struct Versioned {
 /// region.
 #[derive(Clone, Copy)]
 pub struct Overrides<'a> {
+    /// The slots' 16-byte loads and CASes (chosen once, see the table's
+    /// `atomic.rs`).
+    ops: Ops,
     header: &'a Header,
     prefixes: &'a PrefixCounts,
     slots: &'a [AtomicU128],
@@ -346,6 +350,7 @@ impl<'a> Overrides<'a> {
             let slots = counts.add(PREFIX_BYTES);
             let versions = slots.add(n * SLOT_BYTES);
             Ok(Overrides {
+                ops: Ops::detect(),
                 header,
                 prefixes: &*counts.cast::<PrefixCounts>(),
                 slots: core::slice::from_raw_parts(slots.cast::<AtomicU128>(), n),
@@ -401,9 +406,9 @@ impl<'a> Overrides<'a> {
             .fetch_max(v.min(MAX_VERSION), Ordering::AcqRel);
     }
 
-    /// The id's two candidate groups' slots, in order: 32 indices.
+    /// The id's two candidate groups (their first slots), in order.
     #[inline(always)]
-    fn candidates(&self, id: u64) -> impl Iterator<Item = usize> {
+    fn groups(&self, id: u64) -> [usize; 2] {
         let groups = self.slots.len() / GROUP;
         // The ids' low bits are uniform for fingerprints, not for ranges
         // (addresses): mix them (splitmix64's finalizer).
@@ -417,18 +422,35 @@ impl<'a> Overrides<'a> {
         if g2 == g1 {
             g2 = g1 ^ 1;
         }
-        (0..GROUP)
-            .map(move |i| g1 * GROUP + i)
-            .chain((0..GROUP).map(move |i| g2 * GROUP + i))
+        [g1 * GROUP, g2 * GROUP]
+    }
+
+    /// The id's two candidate groups' slots, in order: 32 indices.
+    #[inline(always)]
+    fn candidates(&self, id: u64) -> impl Iterator<Item = usize> {
+        let [a, b] = self.groups(id);
+        (a..a + GROUP).chain(b..b + GROUP)
+    }
+
+    /// Slot `idx`'s word (one 16-byte atomic load).
+    #[inline(always)]
+    fn load(&self, idx: usize) -> u128 {
+        self.ops.load(&self.slots[idx])
     }
 
     /// The first slot of `id` in candidate order, with its word.
     #[inline(always)]
     fn find(&self, id: u64) -> Option<(usize, u128)> {
-        self.candidates(id).find_map(|idx| {
-            let w = self.slots[idx].load(Ordering::Acquire);
-            (id_of(w) == id).then_some((idx, w))
-        })
+        for g in self.groups(id) {
+            let group = &self.slots[g..g + GROUP];
+            for (i, a) in group.iter().enumerate() {
+                let w = self.ops.load(a);
+                if id_of(w) == id {
+                    return Some((g + i, w));
+                }
+            }
+        }
+        None
     }
 
     /// The live override of `id` (a fingerprint or a range's id) at
@@ -544,7 +566,7 @@ impl<'a> Overrides<'a> {
             if out.len() >= max {
                 return (out, Some(idx));
             }
-            let w = self.slots[idx].load(Ordering::Acquire);
+            let w = self.load(idx);
             match decode(w) {
                 Slot::Live(e) if e.expired(now_ms) => {
                     self.reap(idx, w);
@@ -571,7 +593,7 @@ impl<'a> Overrides<'a> {
         let from = from % n;
         let mut reaped = 0;
         for idx in (from..n).take(count) {
-            let w = self.slots[idx].load(Ordering::Acquire);
+            let w = self.load(idx);
             if let Slot::Live(e) = decode(w) {
                 if e.expired(now_ms) && self.reap(idx, w) {
                     reaped += 1;

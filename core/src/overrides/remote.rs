@@ -193,7 +193,7 @@ mod tests {
         let r = parse(b"00000000000001", b"v1 del 5").unwrap();
         assert_eq!((r.version, r.entry), (5 << 12, None));
         // Any v2 value is greater, so it overwrites them.
-        assert!(value(None, 0) > "v1 block 0 0".to_string());
+        assert!(value(None, 0).as_str() > "v1 block 0 0");
     }
 
     #[test]

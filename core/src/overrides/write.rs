@@ -195,7 +195,7 @@ impl Overrides<'_> {
                 after = true;
                 continue;
             }
-            let w = self.slots[i].load(Ordering::Acquire);
+            let w = self.load(i);
             if id_of(w) != id {
                 continue;
             }
@@ -224,10 +224,10 @@ impl Overrides<'_> {
         let mut f = Free::default();
         for (pos, idx) in self.candidates(id).enumerate() {
             let g = pos / GROUP;
-            let mut w = self.slots[idx].load(Ordering::Acquire);
+            let mut w = self.load(idx);
             if let Slot::Live(e) = decode(w) {
                 if e.expired(now_ms) && self.reap(idx, w) {
-                    w = self.slots[idx].load(Ordering::Acquire);
+                    w = self.load(idx);
                 }
             }
             match decode(w) {
@@ -253,9 +253,9 @@ impl Overrides<'_> {
     /// caller's reservation); the new word, or None if the slot changed.
     fn replace(&self, idx: usize, w: u128, next: Next) -> Option<u128> {
         let new = encode(w, next);
-        self.slots[idx]
-            .compare_exchange(w, new, Ordering::AcqRel, Ordering::Acquire)
-            .ok()?;
+        if !self.ops.cas(&self.slots[idx], w, new) {
+            return None;
+        }
         match (is_live(w), is_live(new)) {
             (true, false) => {
                 self.header.live.fetch_sub(1, Ordering::Relaxed);
@@ -273,7 +273,7 @@ impl Overrides<'_> {
         let vw = version_word(w, v);
         loop {
             let cur = self.versions[idx].load(Ordering::Acquire);
-            if self.slots[idx].load(Ordering::Acquire) != w {
+            if self.load(idx) != w {
                 return;
             }
             if self.versions[idx]
@@ -291,7 +291,7 @@ impl Overrides<'_> {
         let mut after = false;
         for i in self.candidates(id) {
             if after {
-                let w = self.slots[i].load(Ordering::Acquire);
+                let w = self.load(i);
                 if id_of(w) == id {
                     self.replace(i, w, Next::Empty);
                 }
