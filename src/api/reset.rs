@@ -65,6 +65,13 @@ fn reset(r: &mut Request) -> ngx_int_t {
     let Some(zone) = mcf.zones().find(|z| z.name.as_bytes() == zone_name) else {
         return NGX_HTTP_NOT_FOUND as ngx_int_t;
     };
+    if arg(r, "cidr").is_some() {
+        return bad_request(
+            r,
+            "a reset clears one client's counts: give key= or addr= (a range's override is \
+             removed with DELETE ?zone=NAME&cidr=ADDR/BITS&override)",
+        );
+    }
     // key= or addr= (see metrics::lookup_key).
     let key = match lookup_key(r, zone) {
         Ok(Some(k)) => k,

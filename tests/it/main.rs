@@ -23,6 +23,7 @@ mod limits;
 mod metrics;
 mod overrides;
 mod phases;
+mod ranges;
 mod redis_auth_tls;
 mod redis_cluster;
 mod redis_conf;
