@@ -15,6 +15,7 @@ mod debug_log;
 mod delay;
 mod directives;
 mod examples;
+mod fleet_sync;
 mod foundation;
 mod grpc;
 mod harness;
