@@ -65,7 +65,8 @@ fn state(ng: &Nginx, key: &str) -> Option<(String, i64)> {
 /// What client `i` ends with: every fifth is set again after its removal
 /// (a limit of `i`), the others removed.
 fn last_state(i: usize) -> Option<(String, i64)> {
-    (i % 5 == 0).then(|| ("limit".to_string(), i as i64 + 1))
+    i.is_multiple_of(5)
+        .then(|| ("limit".to_string(), i as i64 + 1))
 }
 
 #[test]
