@@ -327,7 +327,15 @@ impl engine::Request<'static> for Judging<'_> {
         let l = &self.limits[n];
         let zone = l.zone();
         let table = zone.table.as_ref().ok_or(HostError)?;
-        eval(self.r, zone, table, l.value).map_err(|()| HostError)
+        let k = eval(self.r, zone, table, l.value).map_err(|()| HostError)?;
+        if let Key::Client {
+            limit: engine::LimitValue::Set(n),
+            ..
+        } = k
+        {
+            near_limit::note_limit(zone, n);
+        }
+        Ok(k)
     }
 
     #[inline(always)]

@@ -120,3 +120,103 @@ fn put_then_delete_pairs_through_a_slow_redis_end_in_the_last_state_everywhere()
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(wrong(), Vec::<String>::new());
 }
+
+/// A gateway whose zone `n` (limit 100 a minute, `empty_gif`) syncs
+/// through Redis at `redis_port`.
+fn near_gateway(redis_port: u16) -> Nginx {
+    Nginx::builder().start(&http_conf(&format!(
+        r#"rate_limit_window_zone $http_x_key zone=n:8m window=60s redis=127.0.0.1:{redis_port} sync=100ms secret=fleet-sync-near-limit-01;
+        server {{
+            listen 127.0.0.1:{{{{PORT}}}} reuseport;
+            location / {{ rate_limit_window zone=n limit=100; empty_gif; }}
+            location = /api {{ rate_limit_window_metrics write=on; }}
+        }}"#
+    )))
+}
+
+/// Keys the gateway's last sync round read back.
+fn round_read(ng: &Nginx) -> f64 {
+    prom_value(
+        &get(ng.port, "/api").text(),
+        "rate_limit_window_sync_round_keys",
+        &[("zone", "n"), ("kind", "read")],
+    )
+    .unwrap_or(-1.0)
+}
+
+/// The most keys a round of `ng` read back over about `secs` seconds.
+fn most_read(ng: &Nginx, secs: u64) -> f64 {
+    (0..secs * 10)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            round_read(ng)
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Issue 43: one `{"limit":1}` override made every active client of the
+/// zone one the sync writes and reads back each round (its threshold
+/// followed the lowest limit ever used), for the zone's life. Now only the
+/// overridden client is: with 2,000 active clients the rounds read back a
+/// handful of keys while the override lives and after its removal, and
+/// the overridden client is still held near its limit of 1 fleet-wide.
+#[test]
+fn one_low_override_makes_its_own_client_hot_not_every_client() {
+    let redis = Redis::start();
+    let (a, b) = (near_gateway(redis.1), near_gateway(redis.1));
+    let cold = |a: &Nginx| {
+        let mut conn = Conn::connect(a.port).unwrap();
+        for i in 0..2000 {
+            if conn.closed {
+                conn = Conn::connect(a.port).unwrap();
+            }
+            let key = format!("cold{i}");
+            let r = conn
+                .request("GET", "/", &[("X-Key", key.as_bytes())])
+                .unwrap();
+            assert_eq!(r.status, 200);
+        }
+    };
+    cold(&a);
+    let r = send_body(
+        a.port,
+        "PUT",
+        "/api?zone=n&key=low",
+        br#"{"limit":1}"#,
+        false,
+    );
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            json(&get(b.port, "/api?zone=n&key=low"))["override"]["limit"] == 1
+        }),
+        "b never got the override"
+    );
+    let mut admitted = 0;
+    for i in 0..20 {
+        let g = [&a, &b][i % 2];
+        if get_key(g.port, "/", "low").status == 200 {
+            admitted += 1;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let read = most_read(&a, 2);
+    eprintln!("low admitted {admitted} of 20 (limit 1, 2 gateways); rounds of a read back at most {read} keys");
+    assert!(
+        admitted <= 3,
+        "the overridden client got {admitted} for a limit of 1"
+    );
+    assert!(read >= 1.0, "the overridden client is read back ({read})");
+    assert!(
+        read < 50.0,
+        "rounds read back {read} keys: every active client is hot"
+    );
+    let r = request(a.port, "DELETE", "/api?zone=n&key=low&override", &[]);
+    assert_eq!(r.status, 200, "{}", r.describe());
+    cold(&a);
+    let read = most_read(&a, 2);
+    assert!(
+        read < 50.0,
+        "after the removal, rounds read back {read} keys"
+    );
+}
