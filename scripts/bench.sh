@@ -29,7 +29,9 @@
 #   cluster     three gateways sharing one redis-server: one client sent
 #               round-robin at 3x its limit, admitted per window against
 #               the limit, beside a single gateway; then sync on vs off,
-#               req/s at 10,000 and 100,000 active clients
+#               req/s at 10,000 and 100,000 active clients; then Redis
+#               commands/s with 1,000,000 cold clients before, during and
+#               after one {"limit":1} override
 #
 # Settings (environment):
 #   BENCH_SECS=3       seconds per measured wrk run
@@ -55,6 +57,7 @@
 #                      the cluster section's limit, window (s) and windows sent
 #   BENCH_CLUSTER_KEYS="10000 100000" active clients of its sync on/off runs
 #   BENCH_CLUSTER_REPS=6 reps per variant there
+#   BENCH_OVR_KEYS=1000000 cold clients of its low-override run (0: skip it)
 #   BENCH_SCALE_GATEWAYS="1 3", BENCH_SCALE_KEYS="10000 100000 1000000",
 #   BENCH_SCALE_SECS=30 (at most 55)  the cluster_scale section: gateways, cold clients
 #                      sent to gateway 1 (wrk, bench/keys.lua), seconds per run
@@ -96,6 +99,7 @@ BENCH_CLUSTER_WINDOW=${BENCH_CLUSTER_WINDOW:-10}
 BENCH_CLUSTER_WINDOWS=${BENCH_CLUSTER_WINDOWS:-4}
 BENCH_CLUSTER_KEYS=${BENCH_CLUSTER_KEYS:-"10000 100000"}
 BENCH_CLUSTER_REPS=${BENCH_CLUSTER_REPS:-6}
+BENCH_OVR_KEYS=${BENCH_OVR_KEYS:-1000000}
 BENCH_SCALE_GATEWAYS=${BENCH_SCALE_GATEWAYS:-"1 3"}
 BENCH_SCALE_KEYS=${BENCH_SCALE_KEYS:-"10000 100000 1000000"}
 BENCH_SCALE_SECS=${BENCH_SCALE_SECS:-30}
@@ -978,9 +982,100 @@ bench_cluster() {
     start_redis
     cluster_admission
     cluster_throughput
+    CLUSTER_OVR_MD=""
+    [ "$BENCH_OVR_KEYS" -eq 0 ] || cluster_override
     stop_redis
     CLUSTER_MD=$(python3 "$BENCH_DIR/report.py" cluster "$RESULTS/cluster-admission.json" \
         "$RESULTS/cluster-sync.tsv" "$RESULTS/cluster-sync-metrics.txt" "$RESULTS/cluster-sync-catchup.txt")
+}
+
+# ---------------------------------------------------------------- cluster: a low override
+
+OVR_BENCH_LIMIT=100
+
+# override_gateway_body: the http block's body of one cluster_override
+# gateway (on $PORT): zone `o` sized for BENCH_OVR_KEYS clients, windows of
+# BENCH_CLUSTER_WINDOW s, limit OVR_BENCH_LIMIT on /, empty_gif, the
+# writable API at /api.
+override_gateway_body() {
+    cat <<EOF
+    rate_limit_window_zone \$http_x_key zone=o:$((BENCH_OVR_KEYS * 96 / 1000000 + 16))m window=${BENCH_CLUSTER_WINDOW}s $(sync_params);
+    server {
+        listen 127.0.0.1:$PORT reuseport;
+        location / { rate_limit_window zone=o limit=$OVR_BENCH_LIMIT; empty_gif; }
+        location = /api { rate_limit_window_metrics write=on; }
+    }
+}
+EOF
+}
+
+# cluster_override: 3 gateways; wrk sends BENCH_OVR_KEYS cold clients to
+# gateway 1 for four phases of one window each; one client ("low") sends
+# 10 requests/s round-robin across the gateways throughout. Phase 1: no
+# override; phase 2: {"limit":1} on "low" (PUT on gateway 1 at its start);
+# phases 3 and 4: the windows after its removal (DELETE at the start of
+# phase 3). Redis commands per gateway and second from INFO commandstats at
+# each phase's ends; rows in CLUSTER_OVR_MD.
+cluster_override() {
+    local secs=$BENCH_CLUSTER_WINDOW phases=4 ports out=$RESULTS/cluster-override.tsv
+    log "cluster: 3 gateways, $BENCH_OVR_KEYS cold clients, one {\"limit\":1} override set then removed"
+    launch_gateways 3 override_gateway_body
+    redis-cli -p "$REDIS_PORT" flushall >/dev/null
+    ports=$(IFS=,; echo "${GATEWAY_PORTS[*]}")
+    # Start at a window boundary, after a second of warm-up.
+    while [ $(($(date +%s) % secs)) -ne $((secs - 1)) ]; do sleep 0.2; done
+    wrk -t2 -c16 -d"$((secs * phases + 1))s" -s "$BENCH_DIR/keys.lua" "http://127.0.0.1:${GATEWAY_PORTS[0]}/" \
+        -- "$BENCH_OVR_KEYS" 0 2 >"$RESULTS/cluster-override-wrk.txt" &
+    local wrk_pid=$!
+    sleep 1
+    python3 - "$ports" "$REDIS_PORT" "$secs" "$phases" >"$out" <<'PY'
+import http.client, subprocess, sys, time
+ports = [int(p) for p in sys.argv[1].split(",")]
+redis, secs, phases = sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+
+def calls():
+    out = subprocess.run(["redis-cli", "-p", redis, "info", "commandstats"],
+                         capture_output=True, text=True).stdout
+    return sum(int(f.split("=")[1]) for l in out.splitlines() if l.startswith("cmdstat_")
+               for f in l.split(",") if f.startswith("calls="))
+
+def api(method, body=None):
+    c = http.client.HTTPConnection("127.0.0.1", ports[0], timeout=10)
+    path = "/api?zone=o&key=low" + ("" if method == "PUT" else "&override")
+    c.request(method, path, body=body)
+    r = c.getresponse(); r.read()
+    assert r.status == 200, (method, r.status)
+
+conns = [http.client.HTTPConnection("127.0.0.1", p, timeout=10) for p in ports]
+names = ["no override", "{\"limit\":1} on one client", "1st window after its removal",
+         "2nd window after its removal"]
+print("# phase name secs calls_per_gateway_per_s low_sent low_admitted")
+i = 0
+for ph in range(phases):
+    if ph == 1:
+        api("PUT", b'{"limit":1}')
+    if ph == 2:
+        api("DELETE")
+    c0, t0 = calls(), time.time()
+    sent = ok = 0
+    while time.time() < t0 + secs:
+        c = conns[i % len(ports)]
+        c.request("GET", "/", headers={"X-Key": "low"})
+        r = c.getresponse(); r.read()
+        sent += 1; ok += r.status == 200; i += 1
+        time.sleep(0.1)
+    c1, t1 = calls(), time.time()
+    print(f"{ph + 1}\t{names[ph]}\t{t1 - t0:.1f}\t{(c1 - c0) / (t1 - t0) / len(ports):.1f}\t{sent}\t{ok}")
+PY
+    wait "$wrk_pid" || true
+    local m=$RESULTS/cluster-override-metrics.txt
+    curl -s "http://127.0.0.1:${GATEWAY_PORTS[0]}/api" >"$m"
+    stop_gateways
+    CLUSTER_OVR_MD="| phase (one window of ${secs} s each) | Redis commands/s per gateway | \"low\" admitted / sent (limit $OVR_BENCH_LIMIT; 1 under the override) |
+|---|---:|---:|
+$(awk -F'\t' '!/^#/ {printf "| %s. %s | %s | %s / %s |\n", $1, $2, $4, $6, $5}' "$out")
+
+wrk: $(awk '/requests in/ {print $1 " requests in " $4}' "$RESULTS/cluster-override-wrk.txt" | tr -d ',') to gateway 1, cycling through $BENCH_OVR_KEYS keys."
 }
 
 # ---------------------------------------------------------------- cluster_scale
@@ -1452,6 +1547,20 @@ about gateways × the client's request rate × (sync interval + Redis round
 trip).
 
 $CLUSTER_MD
+
+### One low override among 1,000,000 cold clients
+
+The same three gateways' setup with one zone \`o\` (limit $OVR_BENCH_LIMIT per
+${BENCH_CLUSTER_WINDOW} s window, \`sync=100ms\`): wrk (\`bench/keys.lua\`) sends
+$BENCH_OVR_KEYS distinct cold clients to gateway 1 for four windows from a
+window boundary, while one client (\`low\`) sends 10 requests/s
+round-robin across the gateways. Window 2 has \`{"limit":1}\` on \`low\`
+(PUT at its start), removed at the start of window 3. The sync's work
+follows the clients near their limit in force: the override makes \`low\`
+one, not every client ([docs/gateways.md](docs/gateways.md)). Redis
+commands from \`INFO commandstats\` at each window's ends, per gateway.
+
+${CLUSTER_OVR_MD:-_Not run (BENCH_OVR_KEYS=0)._}
 
 EOF
         fi
