@@ -18,6 +18,8 @@
 #   overrides   bench/benches/overrides.rs (criterion): an override lookup in a
 #               fresh table and after 1,000,000 ttl'd overrides came and went;
 #               range lookups by prefix lengths in use
+#   override_history  req/s of a hot client in a zone holding one override,
+#               before and after 40,000 overrides with a ttl came and went
 #   callgrind   instructions per request under valgrind (repeatable)
 #   redis       sync on vs off: req/s and p99 with a local redis-server
 #   hugepages   1M clients: the module's table on 4 KB pages vs on transparent
@@ -58,10 +60,12 @@
 #   BENCH_CLUSTER_KEYS="10000 100000" active clients of its sync on/off runs
 #   BENCH_CLUSTER_REPS=6 reps per variant there
 #   BENCH_OVR_KEYS=1000000 cold clients of its low-override run (0: skip it)
+#   BENCH_HIST_N=40000, BENCH_HIST_CAP=16384, BENCH_HIST_REPS=3  the
+#                      override_history section's overrides, overrides=, runs
 #   BENCH_SCALE_GATEWAYS="1 3", BENCH_SCALE_KEYS="10000 100000 1000000",
 #   BENCH_SCALE_SECS=30 (at most 55)  the cluster_scale section: gateways, cold clients
 #                      sent to gateway 1 (wrk, bench/keys.lua), seconds per run
-#   BENCH_SECTIONS="throughput modes capacity accuracy micro overrides callgrind redis hugepages scaling cluster cluster_scale"
+#   BENCH_SECTIONS="throughput modes capacity accuracy micro overrides override_history callgrind redis hugepages scaling cluster cluster_scale"
 #   BENCH_OUT=BENCHMARKS.md
 #   RLW_BENCH_ONLY="cluster"  run only these sections and replace only their
 #                      sections in an existing BENCH_OUT (the others, the
@@ -91,7 +95,7 @@ BENCH_FLOOD_KEYS=${BENCH_FLOOD_KEYS:-1000000}
 BENCH_DELAY_BURST=${BENCH_DELAY_BURST:-30}
 BENCH_CAP_MODE=${BENCH_CAP_MODE:-estimate}
 BENCH_MODES_REPS=${BENCH_MODES_REPS:-10}
-BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput modes capacity accuracy micro overrides callgrind redis hugepages scaling cluster cluster_scale"}
+BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput modes capacity accuracy micro overrides override_history callgrind redis hugepages scaling cluster cluster_scale"}
 RLW_BENCH_ONLY=${RLW_BENCH_ONLY:-}
 [ -z "$RLW_BENCH_ONLY" ] || BENCH_SECTIONS=$RLW_BENCH_ONLY
 BENCH_CLUSTER_LIMIT=${BENCH_CLUSTER_LIMIT:-100}
@@ -100,6 +104,9 @@ BENCH_CLUSTER_WINDOWS=${BENCH_CLUSTER_WINDOWS:-4}
 BENCH_CLUSTER_KEYS=${BENCH_CLUSTER_KEYS:-"10000 100000"}
 BENCH_CLUSTER_REPS=${BENCH_CLUSTER_REPS:-6}
 BENCH_OVR_KEYS=${BENCH_OVR_KEYS:-1000000}
+BENCH_HIST_N=${BENCH_HIST_N:-40000}
+BENCH_HIST_CAP=${BENCH_HIST_CAP:-16384}
+BENCH_HIST_REPS=${BENCH_HIST_REPS:-3}
 BENCH_SCALE_GATEWAYS=${BENCH_SCALE_GATEWAYS:-"1 3"}
 BENCH_SCALE_KEYS=${BENCH_SCALE_KEYS:-"10000 100000 1000000"}
 BENCH_SCALE_SECS=${BENCH_SCALE_SECS:-30}
@@ -617,6 +624,89 @@ bench_overrides() {
     OVERRIDES_MD=$(python3 "$BENCH_DIR/report.py" overrides "$out")
 }
 
+# ---------------------------------------------------------------- override history
+
+# override_history_body: the http block's body of the override_history
+# nginx (on $PORT): zone `h` (1 s windows, overrides=BENCH_HIST_CAP), one
+# hot client's location /t (limit 1000000: always admitted), the API.
+override_history_body() {
+    cat <<EOF
+    rate_limit_window_zone \$http_x_key zone=h:1m window=1s overrides=$BENCH_HIST_CAP;
+    server {
+        listen 127.0.0.1:$PORT reuseport;
+        location /none/ { empty_gif; }
+        location = /t { rate_limit_window zone=h limit=1000000; empty_gif; }
+        location = /api { rate_limit_window_metrics write=on; }
+    }
+}
+EOF
+}
+
+# hist_reps PHASE: BENCH_HIST_REPS wrk runs of the hot client; appends
+# "PHASE REP RPS" lines to $RESULTS/override-history.tsv.
+hist_reps() {
+    local rep out
+    for rep in $(seq 1 "$BENCH_HIST_REPS"); do
+        out=$RESULTS/override-history-$1-$rep.txt
+        wrk -t"$BENCH_THREADS" -c"$BENCH_CONNS" -d"${BENCH_SECS}s" -H "X-Key: hot" \
+            "http://127.0.0.1:$PORT/t" >"$out" || die "wrk failed (override_history)"
+        ! grep -q "Non-2xx" "$out" || die "override_history: the hot client was rejected (see $out)"
+        echo "$1 $rep $(awk '/^Requests\/sec/ {print $2}' "$out")" >>"$RESULTS/override-history.tsv"
+        log "override_history $1 rep $rep: $(awk '/^Requests\/sec/ {print $2}' "$out") req/s"
+    done
+}
+
+# override_history: one nginx; a zone holding one live override (of
+# another client, so that every request of the hot client looks the table
+# up); req/s of the hot client, then BENCH_HIST_N overrides with a ttl of
+# 1 s set through the API (at most the capacity live at once) and expired,
+# then req/s again.
+bench_override_history() {
+    log "== override_history: hot client req/s before and after $BENCH_HIST_N expired overrides (overrides=$BENCH_HIST_CAP)"
+    local saved_prefix=$PREFIX
+    PREFIX=$WORK/prefix-hist
+    fresh_prefix
+    PORT=$(free_port)
+    { conf_head; override_history_body; } >"$PREFIX/conf/nginx.conf"
+    start_nginx "$PREFIX/conf/nginx.conf"
+    : >"$RESULTS/override-history.tsv"
+    curl -sf -X PUT -d '{"block":true}' "http://127.0.0.1:$PORT/api?zone=h&key=blocked" >/dev/null \
+        || die "override_history: PUT failed"
+    hist_reps before
+    python3 - "$PORT" "$BENCH_HIST_N" <<'PY' || die "override_history: the PUTs failed"
+import http.client, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+i = 0
+while i < n:
+    c.request("PUT", f"/api?zone=h&key=gone{i}", body=b'{"block":true,"ttl":1}')
+    r = c.getresponse(); r.read()
+    if r.status == 409:
+        time.sleep(0.2)
+        continue
+    assert r.status == 200, r.status
+    i += 1
+PY
+    sleep 2
+    local live
+    live=$(curl -s "http://127.0.0.1:$PORT/api?zone=h&overrides&count=1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["live"])')
+    hist_reps after
+    stop_nginx
+    PREFIX=$saved_prefix
+    HISTORY_MD=$(awk -v live="$live" -v n="$BENCH_HIST_N" '
+        { v[$1] = v[$1] (v[$1] == "" ? "" : ", ") sprintf("%.0f", $3); a[$1, ++k[$1]] = $3 }
+        function med(p,   i, j, t, m) { m = k[p]; for (i = 1; i <= m; i++) s[i] = a[p, i]
+            for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (s[j] < s[i]) { t = s[i]; s[i] = s[j]; s[j] = t }
+            return m % 2 ? s[(m + 1) / 2] : (s[m / 2] + s[m / 2 + 1]) / 2 }
+        END {
+            print "| | req/s of the hot client (each run) | median |"
+            print "|---|---|---:|"
+            printf "| before: one live override in the zone | %s | %.0f |\n", v["before"], med("before")
+            printf "| after %d more set and expired (live count then: %s) | %s | %.0f |\n", n, live, v["after"], med("after")
+            printf "\nafter / before (medians): %.3f\n", med("after") / med("before")
+        }' "$RESULTS/override-history.tsv")
+}
+
 # ---------------------------------------------------------------- callgrind
 
 callgrind_total() { # FILE -> "Ir I1mr" totals (the events line names the columns)
@@ -1036,8 +1126,9 @@ redis, secs, phases = sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 def calls():
     out = subprocess.run(["redis-cli", "-p", redis, "info", "commandstats"],
                          capture_output=True, text=True).stdout
+    # cmdstat_hset:calls=12,usec=…
     return sum(int(f.split("=")[1]) for l in out.splitlines() if l.startswith("cmdstat_")
-               for f in l.split(",") if f.startswith("calls="))
+               for f in l.strip().split(":", 1)[1].split(",") if f.startswith("calls="))
 
 def api(method, body=None):
     c = http.client.HTTPConnection("127.0.0.1", ports[0], timeout=10)
@@ -1422,6 +1513,23 @@ $OVERRIDES_MD
 
 EOF
         fi
+        if section_on override_history; then
+            cat <<EOF
+## Override lookups end to end: a hot client after $BENCH_HIST_N expired overrides
+
+${ALONE_NOTE}One nginx (2 workers), zone \`h\` with \`overrides=$BENCH_HIST_CAP\` holding one live
+override of another client (so every request of the hot client looks the
+table up); wrk (\`-t$BENCH_THREADS -c$BENCH_CONNS\`, ${BENCH_SECS} s a run, header \`X-Key: hot\`, always
+admitted) runs $BENCH_HIST_REPS times, then $BENCH_HIST_N overrides with a ttl of 1 s are set
+through the API (python, one keep-alive connection) and left to expire,
+then wrk runs $BENCH_HIST_REPS times again. The runs cannot be interleaved (the
+history cannot be undone): compare the medians, with wrk's ±5% between
+runs in mind.
+
+$HISTORY_MD
+
+EOF
+        fi
         if section_on callgrind; then
             cat <<EOF
 ## Instructions per request (callgrind)
@@ -1609,7 +1717,7 @@ alone_note() {
 # ---------------------------------------------------------------- main
 
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
-THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" OVERRIDES_MD="" CALLGRIND_MD="" REDIS_MD="" HUGEPAGES_MD=""
+THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" OVERRIDES_MD="" HISTORY_MD="" CALLGRIND_MD="" REDIS_MD="" HUGEPAGES_MD=""
 SCALING_MD="" SCALING_WRK="" CLUSTER_MD="" MODES_MD="" ABUSERS_MD="" DELAYQ_MD="" CLUSTER_SCALE_MD=""
 preflight
 [ "$BENCH_REPS" -ge 3 ] || log "warning: BENCH_REPS=$BENCH_REPS < 3: fine for trying the script, not for numbers to quote"
@@ -1627,5 +1735,6 @@ section_on cluster_scale && bench_cluster_scale
 section_on accuracy && bench_accuracy
 section_on micro && bench_micro
 section_on overrides && bench_overrides
+section_on override_history && bench_override_history
 write_report
 log "wrote $BENCH_OUT in $(($(date +%s) - START_TS)) s"
