@@ -9,6 +9,7 @@
   report.py callgrind-footprint TSV  D1 misses with a 64-way D1 -> markdown
   report.py criterion FILE     criterion stdout -> markdown
   report.py accuracy FILE      accuracy bench stdout -> markdown
+  report.py overrides FILE     overrides bench (criterion) stdout -> markdown
   report.py hugepages TSV      1M clients, table on 4 KB vs huge pages -> markdown
   report.py scaling TSV        req/s per worker count -> markdown
   report.py cluster JSON TSV METRICS  admission across gateways and sync on/off -> markdown
@@ -484,6 +485,33 @@ def kv_table(lines):
     return out
 
 
+def cmd_overrides(path):
+    """overrides_lookup/{miss,hit}_{fresh,history_1M}/CAP and
+    overrides_ranges/outside_every_range/ID: one table each, the lookup
+    after the history against the fresh table (the issue's bound: 2x)."""
+    benches = {b[0]: b[1] for b in parse_criterion(open(path, errors="replace").read())}
+    if not benches:
+        print("_No criterion results in the output._")
+        return
+    print("| overrides= | lookup of | fresh table (ns) | after 1,000,000 overrides with a ttl came and went (ns) | after / fresh |")
+    print("|---:|---|---:|---:|---:|")
+    caps = sorted({int(n.rsplit("/", 1)[1]) for n in benches if n.startswith("overrides_lookup/")})
+    for cap in caps:
+        for kind, what in (("miss", "a client without an override"), ("hit", "the overridden client")):
+            f = benches.get(f"overrides_lookup/{kind}_fresh/{cap}")
+            h = benches.get(f"overrides_lookup/{kind}_history_1M/{cap}")
+            if f and h:
+                print(f"| {cap} | {what} | {f[1]:.1f} | {h[1]:.1f} | {h[1] / f[1]:.2f} |")
+    ranges = [(n.rsplit("/", 1)[1], v) for n, v in benches.items() if n.startswith("overrides_ranges/")]
+    if ranges:
+        print()
+        print("| range overrides | prefix lengths in use | range lookup of an address outside every range (ns) |")
+        print("|---:|---:|---:|")
+        for rid, v in ranges:
+            n, _, lens, _ = rid.split("_")
+            print(f"| {int(n):,} | {lens} | {v[1]:.1f} |")
+
+
 def cmd_accuracy(path):
     text = open(path, errors="replace").read()
     lines = [l.rstrip() for l in text.splitlines()]
@@ -761,6 +789,6 @@ if __name__ == "__main__":
      "callgrind": cmd_callgrind, "callgrind-split": cmd_callgrind_split,
      "callgrind-footprint": cmd_callgrind_footprint,
      "criterion": cmd_criterion,
-     "accuracy": cmd_accuracy, "redis": cmd_redis, "hugepages": cmd_hugepages,
+     "accuracy": cmd_accuracy, "overrides": cmd_overrides, "redis": cmd_redis, "hugepages": cmd_hugepages,
      "scaling": cmd_scaling, "cluster": cmd_cluster, "modes": cmd_modes, "splice": cmd_splice,
      "selftest": cmd_selftest}[sys.argv[1]](*sys.argv[2:])

@@ -15,6 +15,11 @@
 #               (not in the default list: RLW_BENCH_ONLY=delayq)
 #   accuracy    bench/benches/accuracy.rs output, copied
 #   micro       bench/benches/decision.rs (criterion), ns/decision vs mutex
+#   overrides   bench/benches/overrides.rs (criterion): an override lookup in a
+#               fresh table and after 1,000,000 ttl'd overrides came and went;
+#               range lookups by prefix lengths in use
+#   override_history  req/s of a hot client in a zone holding one override,
+#               before and after 40,000 overrides with a ttl came and went
 #   callgrind   instructions per request under valgrind (repeatable)
 #   redis       sync on vs off: req/s and p99 with a local redis-server
 #   hugepages   1M clients: the module's table on 4 KB pages vs on transparent
@@ -26,7 +31,9 @@
 #   cluster     three gateways sharing one redis-server: one client sent
 #               round-robin at 3x its limit, admitted per window against
 #               the limit, beside a single gateway; then sync on vs off,
-#               req/s at 10,000 and 100,000 active clients
+#               req/s at 10,000 and 100,000 active clients; then Redis
+#               commands/s with 1,000,000 cold clients before, during and
+#               after one {"limit":1} override
 #
 # Settings (environment):
 #   BENCH_SECS=3       seconds per measured wrk run
@@ -57,10 +64,13 @@
 #                      the cluster section's limit, window (s) and windows sent
 #   BENCH_CLUSTER_KEYS="10000 100000" active clients of its sync on/off runs
 #   BENCH_CLUSTER_REPS=6 reps per variant there
+#   BENCH_OVR_KEYS=1000000 cold clients of its low-override run (0: skip it)
+#   BENCH_HIST_N=40000, BENCH_HIST_CAP=16384, BENCH_HIST_REPS=3  the
+#                      override_history section's overrides, overrides=, runs
 #   BENCH_SCALE_GATEWAYS="1 3", BENCH_SCALE_KEYS="10000 100000 1000000",
 #   BENCH_SCALE_SECS=30 (at most 55)  the cluster_scale section: gateways, cold clients
 #                      sent to gateway 1 (wrk, bench/keys.lua), seconds per run
-#   BENCH_SECTIONS="throughput modes capacity accuracy micro callgrind redis hugepages scaling cluster cluster_scale"
+#   BENCH_SECTIONS="throughput modes capacity accuracy micro overrides override_history callgrind redis hugepages scaling cluster cluster_scale"
 #   BENCH_OUT=BENCHMARKS.md
 #   RLW_BENCH_ONLY="cluster"  run only these sections and replace only their
 #                      sections in an existing BENCH_OUT (the others, the
@@ -90,7 +100,7 @@ BENCH_FLOOD_KEYS=${BENCH_FLOOD_KEYS:-1000000}
 BENCH_DELAY_BURST=${BENCH_DELAY_BURST:-30}
 BENCH_CAP_MODE=${BENCH_CAP_MODE:-estimate}
 BENCH_MODES_REPS=${BENCH_MODES_REPS:-10}
-BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput modes capacity accuracy micro callgrind redis hugepages scaling cluster cluster_scale"}
+BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput modes capacity accuracy micro overrides override_history callgrind redis hugepages scaling cluster cluster_scale"}
 RLW_BENCH_ONLY=${RLW_BENCH_ONLY:-}
 [ -z "$RLW_BENCH_ONLY" ] || BENCH_SECTIONS=$RLW_BENCH_ONLY
 BENCH_CLUSTER_LIMIT=${BENCH_CLUSTER_LIMIT:-100}
@@ -98,6 +108,10 @@ BENCH_CLUSTER_WINDOW=${BENCH_CLUSTER_WINDOW:-10}
 BENCH_CLUSTER_WINDOWS=${BENCH_CLUSTER_WINDOWS:-4}
 BENCH_CLUSTER_KEYS=${BENCH_CLUSTER_KEYS:-"10000 100000"}
 BENCH_CLUSTER_REPS=${BENCH_CLUSTER_REPS:-6}
+BENCH_OVR_KEYS=${BENCH_OVR_KEYS:-1000000}
+BENCH_HIST_N=${BENCH_HIST_N:-40000}
+BENCH_HIST_CAP=${BENCH_HIST_CAP:-16384}
+BENCH_HIST_REPS=${BENCH_HIST_REPS:-3}
 BENCH_SCALE_GATEWAYS=${BENCH_SCALE_GATEWAYS:-"1 3"}
 BENCH_SCALE_KEYS=${BENCH_SCALE_KEYS:-"10000 100000 1000000"}
 BENCH_SCALE_SECS=${BENCH_SCALE_SECS:-30}
@@ -600,6 +614,104 @@ bench_micro() {
     MICRO_MD=$(python3 "$BENCH_DIR/report.py" criterion "$out")
 }
 
+bench_overrides() {
+    local extra=()
+    [ "$BENCH_QUICK" = 1 ] && extra=(-- --warm-up-time 0.5 --measurement-time 1)
+    log "== overrides: cargo bench -p rate_limit_window_bench --bench overrides ${extra[*]}"
+    local out=$RESULTS/overrides.txt
+    if ! has_bench overrides; then
+        OVERRIDES_MD="_Not run: bench/benches/overrides.rs is not there._"
+        return
+    fi
+    $CARGO bench -p rate_limit_window_bench --bench overrides "${extra[@]}" >"$out" 2>"$RESULTS/overrides.stderr" \
+        || { tail -n 30 "$RESULTS/overrides.stderr" >&2; die "cargo bench --bench overrides failed"; }
+    cat "$RESULTS/overrides.stderr" >>"$out"
+    OVERRIDES_MD=$(python3 "$BENCH_DIR/report.py" overrides "$out")
+}
+
+# ---------------------------------------------------------------- override history
+
+# override_history_body: the http block's body of the override_history
+# nginx (on $PORT): zone `h` (1 s windows, overrides=BENCH_HIST_CAP), one
+# hot client's location /t (limit 1000000: always admitted), the API.
+override_history_body() {
+    cat <<EOF
+    rate_limit_window_zone \$http_x_key zone=h:1m window=1s overrides=$BENCH_HIST_CAP;
+    server {
+        listen 127.0.0.1:$PORT reuseport;
+        location /none/ { empty_gif; }
+        location = /t { rate_limit_window zone=h limit=1000000; empty_gif; }
+        location = /api { rate_limit_window_metrics write=on; }
+    }
+}
+EOF
+}
+
+# hist_reps PHASE: BENCH_HIST_REPS wrk runs of the hot client; appends
+# "PHASE REP RPS" lines to $RESULTS/override-history.tsv.
+hist_reps() {
+    local rep out
+    for rep in $(seq 1 "$BENCH_HIST_REPS"); do
+        out=$RESULTS/override-history-$1-$rep.txt
+        wrk -t"$BENCH_THREADS" -c"$BENCH_CONNS" -d"${BENCH_SECS}s" -H "X-Key: hot" \
+            "http://127.0.0.1:$PORT/t" >"$out" || die "wrk failed (override_history)"
+        ! grep -q "Non-2xx" "$out" || die "override_history: the hot client was rejected (see $out)"
+        echo "$1 $rep $(awk '/^Requests\/sec/ {print $2}' "$out")" >>"$RESULTS/override-history.tsv"
+        log "override_history $1 rep $rep: $(awk '/^Requests\/sec/ {print $2}' "$out") req/s"
+    done
+}
+
+# override_history: one nginx; a zone holding one live override (of
+# another client, so that every request of the hot client looks the table
+# up); req/s of the hot client, then BENCH_HIST_N overrides with a ttl of
+# 1 s set through the API (at most the capacity live at once) and expired,
+# then req/s again.
+bench_override_history() {
+    log "== override_history: hot client req/s before and after $BENCH_HIST_N expired overrides (overrides=$BENCH_HIST_CAP)"
+    local saved_prefix=$PREFIX
+    PREFIX=$WORK/prefix-hist
+    fresh_prefix
+    PORT=$(free_port)
+    { conf_head; override_history_body; } >"$PREFIX/conf/nginx.conf"
+    start_nginx "$PREFIX/conf/nginx.conf"
+    : >"$RESULTS/override-history.tsv"
+    curl -sf -X PUT -d '{"block":true}' "http://127.0.0.1:$PORT/api?zone=h&key=blocked" >/dev/null \
+        || die "override_history: PUT failed"
+    hist_reps before
+    python3 - "$PORT" "$BENCH_HIST_N" <<'PY' || die "override_history: the PUTs failed"
+import http.client, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+i = 0
+while i < n:
+    c.request("PUT", f"/api?zone=h&key=gone{i}", body=b'{"block":true,"ttl":1}')
+    r = c.getresponse(); r.read()
+    if r.status == 409:
+        time.sleep(0.2)
+        continue
+    assert r.status == 200, r.status
+    i += 1
+PY
+    sleep 2
+    local live
+    live=$(curl -s "http://127.0.0.1:$PORT/api?zone=h&overrides&count=1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["live"])')
+    hist_reps after
+    stop_nginx
+    PREFIX=$saved_prefix
+    HISTORY_MD=$(awk -v live="$live" -v n="$BENCH_HIST_N" '
+        { v[$1] = v[$1] (v[$1] == "" ? "" : ", ") sprintf("%.0f", $3); a[$1, ++k[$1]] = $3 }
+        function med(p,   i, j, t, m) { m = k[p]; for (i = 1; i <= m; i++) s[i] = a[p, i]
+            for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (s[j] < s[i]) { t = s[i]; s[i] = s[j]; s[j] = t }
+            return m % 2 ? s[(m + 1) / 2] : (s[m / 2] + s[m / 2 + 1]) / 2 }
+        END {
+            print "| | req/s of the hot client (each run) | median |"
+            print "|---|---|---:|"
+            printf "| before: one live override in the zone | %s | %.0f |\n", v["before"], med("before")
+            printf "| after %d more set and expired (live count then: %s) | %s | %.0f |\n", n, live, v["after"], med("after")
+            printf "\nafter / before (medians): %.3f\n", med("after") / med("before")
+        }' "$RESULTS/override-history.tsv")
+}
+
 # ---------------------------------------------------------------- callgrind
 
 callgrind_total() { # FILE -> "Ir I1mr D1 LL" totals: instructions, L1i misses, D1 misses
@@ -1003,9 +1115,101 @@ bench_cluster() {
     start_redis
     cluster_admission
     cluster_throughput
+    CLUSTER_OVR_MD=""
+    [ "$BENCH_OVR_KEYS" -eq 0 ] || cluster_override
     stop_redis
     CLUSTER_MD=$(python3 "$BENCH_DIR/report.py" cluster "$RESULTS/cluster-admission.json" \
         "$RESULTS/cluster-sync.tsv" "$RESULTS/cluster-sync-metrics.txt" "$RESULTS/cluster-sync-catchup.txt")
+}
+
+# ---------------------------------------------------------------- cluster: a low override
+
+OVR_BENCH_LIMIT=100
+
+# override_gateway_body: the http block's body of one cluster_override
+# gateway (on $PORT): zone `o` sized for BENCH_OVR_KEYS clients, windows of
+# BENCH_CLUSTER_WINDOW s, limit OVR_BENCH_LIMIT on /, empty_gif, the
+# writable API at /api.
+override_gateway_body() {
+    cat <<EOF
+    rate_limit_window_zone \$http_x_key zone=o:$((BENCH_OVR_KEYS * 96 / 1000000 + 16))m window=${BENCH_CLUSTER_WINDOW}s $(sync_params);
+    server {
+        listen 127.0.0.1:$PORT reuseport;
+        location / { rate_limit_window zone=o limit=$OVR_BENCH_LIMIT; empty_gif; }
+        location = /api { rate_limit_window_metrics write=on; }
+    }
+}
+EOF
+}
+
+# cluster_override: 3 gateways; wrk sends BENCH_OVR_KEYS cold clients to
+# gateway 1 for four phases of one window each; one client ("low") sends
+# 10 requests/s round-robin across the gateways throughout. Phase 1: no
+# override; phase 2: {"limit":1} on "low" (PUT on gateway 1 at its start);
+# phases 3 and 4: the windows after its removal (DELETE at the start of
+# phase 3). Redis commands per gateway and second from INFO commandstats at
+# each phase's ends; rows in CLUSTER_OVR_MD.
+cluster_override() {
+    local secs=$BENCH_CLUSTER_WINDOW phases=4 ports out=$RESULTS/cluster-override.tsv
+    log "cluster: 3 gateways, $BENCH_OVR_KEYS cold clients, one {\"limit\":1} override set then removed"
+    launch_gateways 3 override_gateway_body
+    redis-cli -p "$REDIS_PORT" flushall >/dev/null
+    ports=$(IFS=,; echo "${GATEWAY_PORTS[*]}")
+    # Start at a window boundary, after a second of warm-up.
+    while [ $(($(date +%s) % secs)) -ne $((secs - 1)) ]; do sleep 0.2; done
+    wrk -t2 -c16 -d"$((secs * phases + 1))s" -s "$BENCH_DIR/keys.lua" "http://127.0.0.1:${GATEWAY_PORTS[0]}/" \
+        -- "$BENCH_OVR_KEYS" 0 2 >"$RESULTS/cluster-override-wrk.txt" &
+    local wrk_pid=$!
+    sleep 1
+    python3 - "$ports" "$REDIS_PORT" "$secs" "$phases" >"$out" <<'PY'
+import http.client, subprocess, sys, time
+ports = [int(p) for p in sys.argv[1].split(",")]
+redis, secs, phases = sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+
+def calls():
+    out = subprocess.run(["redis-cli", "-p", redis, "info", "commandstats"],
+                         capture_output=True, text=True).stdout
+    # cmdstat_hset:calls=12,usec=…
+    return sum(int(f.split("=")[1]) for l in out.splitlines() if l.startswith("cmdstat_")
+               for f in l.strip().split(":", 1)[1].split(",") if f.startswith("calls="))
+
+def api(method, body=None):
+    c = http.client.HTTPConnection("127.0.0.1", ports[0], timeout=10)
+    path = "/api?zone=o&key=low" + ("" if method == "PUT" else "&override")
+    c.request(method, path, body=body)
+    r = c.getresponse(); r.read()
+    assert r.status == 200, (method, r.status)
+
+conns = [http.client.HTTPConnection("127.0.0.1", p, timeout=10) for p in ports]
+names = ["no override", "{\"limit\":1} on one client", "1st window after its removal",
+         "2nd window after its removal"]
+print("# phase name secs calls_per_gateway_per_s low_sent low_admitted")
+i = 0
+for ph in range(phases):
+    if ph == 1:
+        api("PUT", b'{"limit":1}')
+    if ph == 2:
+        api("DELETE")
+    c0, t0 = calls(), time.time()
+    sent = ok = 0
+    while time.time() < t0 + secs:
+        c = conns[i % len(ports)]
+        c.request("GET", "/", headers={"X-Key": "low"})
+        r = c.getresponse(); r.read()
+        sent += 1; ok += r.status == 200; i += 1
+        time.sleep(0.1)
+    c1, t1 = calls(), time.time()
+    print(f"{ph + 1}\t{names[ph]}\t{t1 - t0:.1f}\t{(c1 - c0) / (t1 - t0) / len(ports):.1f}\t{sent}\t{ok}")
+PY
+    wait "$wrk_pid" || true
+    local m=$RESULTS/cluster-override-metrics.txt
+    curl -s "http://127.0.0.1:${GATEWAY_PORTS[0]}/api" >"$m"
+    stop_gateways
+    CLUSTER_OVR_MD="| phase (one window of ${secs} s each) | Redis commands/s per gateway | \"low\" admitted / sent (limit $OVR_BENCH_LIMIT; 1 under the override) |
+|---|---:|---:|
+$(awk -F'\t' '!/^#/ {printf "| %s. %s | %s | %s / %s |\n", $1, $2, $4, $6, $5}' "$out")
+
+wrk: $(awk '/requests in/ {print $1 " requests in " $4}' "$RESULTS/cluster-override-wrk.txt" | tr -d ',') to gateway 1, cycling through $BENCH_OVR_KEYS keys."
 }
 
 # ---------------------------------------------------------------- cluster_scale
@@ -1337,6 +1541,38 @@ $MICRO_MD
 
 EOF
         fi
+        if section_on overrides; then
+            cat <<EOF
+## Override lookups
+
+${ALONE_NOTE}\`cargo bench -p rate_limit_window_bench --bench overrides\`$([ "$BENCH_QUICK" = 1 ] && echo " with \`--warm-up-time 0.5 --measurement-time 1\` (BENCH_QUICK=1)") (criterion medians): the lookup every request of a zone holding
+at least one override makes, in a table holding one live override, fresh
+and after 1,000,000 overrides with a ttl of 1 s came and went (set a quarter
+of the capacity at a time, each batch expired before the next); then the
+range lookup of an address (\`cidr=\`) by the number of ranges and of
+prefix lengths in use ([docs/runtime-control.md](docs/runtime-control.md)).
+
+$OVERRIDES_MD
+
+EOF
+        fi
+        if section_on override_history; then
+            cat <<EOF
+## Override lookups end to end: a hot client after $BENCH_HIST_N expired overrides
+
+${ALONE_NOTE}One nginx (2 workers), zone \`h\` with \`overrides=$BENCH_HIST_CAP\` holding one live
+override of another client (so every request of the hot client looks the
+table up); wrk (\`-t$BENCH_THREADS -c$BENCH_CONNS\`, ${BENCH_SECS} s a run, header \`X-Key: hot\`, always
+admitted) runs $BENCH_HIST_REPS times, then $BENCH_HIST_N overrides with a ttl of 1 s are set
+through the API (python, one keep-alive connection) and left to expire,
+then wrk runs $BENCH_HIST_REPS times again. The runs cannot be interleaved (the
+history cannot be undone): compare the medians, with wrk's ±5% between
+runs in mind.
+
+$HISTORY_MD
+
+EOF
+        fi
         if section_on callgrind; then
             cat <<EOF
 ## Instructions per request (callgrind)
@@ -1498,6 +1734,20 @@ trip).
 
 $CLUSTER_MD
 
+### One low override among 1,000,000 cold clients
+
+The same three gateways' setup with one zone \`o\` (limit $OVR_BENCH_LIMIT per
+${BENCH_CLUSTER_WINDOW} s window, \`sync=100ms\`): wrk (\`bench/keys.lua\`) sends
+$BENCH_OVR_KEYS distinct cold clients to gateway 1 for four windows from a
+window boundary, while one client (\`low\`) sends 10 requests/s
+round-robin across the gateways. Window 2 has \`{"limit":1}\` on \`low\`
+(PUT at its start), removed at the start of window 3. The sync's work
+follows the clients near their limit in force: the override makes \`low\`
+one, not every client ([docs/gateways.md](docs/gateways.md)). Redis
+commands from \`INFO commandstats\` at each window's ends, per gateway.
+
+${CLUSTER_OVR_MD:-_Not run (BENCH_OVR_KEYS=0)._}
+
 EOF
         fi
         if section_on cluster_scale; then
@@ -1545,7 +1795,7 @@ alone_note() {
 # ---------------------------------------------------------------- main
 
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
-THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" CALLGRIND_MD="" CALLGRIND_SPLIT_MD="" CALLGRIND_FP_MD="" REDIS_MD="" HUGEPAGES_MD=""
+THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" OVERRIDES_MD="" HISTORY_MD="" CALLGRIND_MD="" CALLGRIND_SPLIT_MD="" CALLGRIND_FP_MD="" REDIS_MD="" HUGEPAGES_MD=""
 SCALING_MD="" SCALING_WRK="" CLUSTER_MD="" MODES_MD="" ABUSERS_MD="" DELAYQ_MD="" CLUSTER_SCALE_MD=""
 preflight
 [ "$BENCH_REPS" -ge 3 ] || log "warning: BENCH_REPS=$BENCH_REPS < 3: fine for trying the script, not for numbers to quote"
@@ -1562,5 +1812,7 @@ section_on cluster && bench_cluster
 section_on cluster_scale && bench_cluster_scale
 section_on accuracy && bench_accuracy
 section_on micro && bench_micro
+section_on overrides && bench_overrides
+section_on override_history && bench_override_history
 write_report
 log "wrote $BENCH_OUT in $(($(date +%s) - START_TS)) s"

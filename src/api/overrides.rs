@@ -1,7 +1,8 @@
 //! The override API of `rate_limit_window_metrics write=on;` (see
 //! docs/runtime-control.md):
 //!
-//! * `PUT ?zone=NAME&key=VALUE` (or `&addr=TEXT`) with a JSON body
+//! * `PUT ?zone=NAME&key=VALUE` (or `&addr=TEXT`, or `&cidr=ADDR/BITS`
+//!   for a range of addresses in a `$binary_remote_addr` zone) with a JSON body
 //!   `{"limit": N}`, `{"block": true}` or `{"exempt": true}`, optionally
 //!   with `"ttl": SECONDS`, sets that client's override;
 //! * `DELETE ?zone=NAME&key=VALUE&override` removes it (a DELETE without
@@ -20,8 +21,12 @@ use nginx_sys::{ngx_int_t, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_NOTICE};
 use ngx::core::Status;
 use ngx::http::{HTTPStatus, HttpModuleMainConf, Request};
 use ngx::ngx_log_error;
+use rate_limit_window_core::conf::addr::{parse_cidr, Cidr};
 use rate_limit_window_core::overrides::body::{parse_body, Body, MAX_BODY};
+use rate_limit_window_core::overrides::range::{range_of_id, Addr, Range};
+use rate_limit_window_core::overrides::remote::field;
 use rate_limit_window_core::overrides::{Action, ChangeKind, Entry, Overrides, MAX_EXPIRY_MS};
+use rate_limit_window_core::Table;
 
 use crate::api::format::{json_str, percent_decode};
 use crate::api::{arg, lookup_key, send, send_status};
@@ -54,18 +59,91 @@ fn zone_of(r: &mut Request) -> Result<&'static ZoneConf, (u16, String)> {
         })
 }
 
-/// The zone and the fingerprint of the client a query names.
-fn target(r: &mut Request) -> Result<(&'static ZoneConf, Overrides<'static>, u64), (u16, String)> {
+/// What a query names: a client (its key's fingerprint) or a range of
+/// addresses (its id).
+#[derive(Clone, Copy)]
+struct Target {
+    id: u64,
+    range: Option<Range>,
+}
+
+impl Target {
+    /// `"fingerprint":"…"` (the id as the fleet's hash names it) and, for a
+    /// range, `,"cidr":"…"`.
+    fn json(&self) -> String {
+        let cidr = self.range.map_or(String::new(), |r| {
+            format!(",\"cidr\":{}", json_str(&r.text()))
+        });
+        format!("\"fingerprint\":\"{}\"{cidr}", field(self.id))
+    }
+
+    /// The target in words, for the log (never a client's key).
+    fn describe(&self) -> String {
+        match self.range {
+            Some(r) => format!("range {}", r.text()),
+            None => format!("client {:014x}", self.id),
+        }
+    }
+}
+
+/// The zone and the client or range a query names.
+fn target(
+    r: &mut Request,
+) -> Result<(&'static ZoneConf, Overrides<'static>, Target), (u16, String)> {
     let zone = zone_of(r)?;
     let (Some(t), Some(o)) = (zone.table.as_ref(), zone.overrides) else {
         return Err((404, "zone not initialised".into()));
     };
+    if let Some(c) = arg(r, "cidr") {
+        return cidr_target(r, zone, t, &c).map(|tg| (zone, o, tg));
+    }
     let key = match lookup_key(r, zone) {
         Ok(Some(k)) => k,
-        Ok(None) => return Err((400, "give key=VALUE or addr=ADDRESS".into())),
+        Ok(None) => {
+            return Err((
+                400,
+                "give key=VALUE, addr=ADDRESS or cidr=ADDRESS/BITS".into(),
+            ))
+        }
         Err(e) => return Err((400, e)),
     };
-    Ok((zone, o, t.hash_key(&key).fingerprint()))
+    let id = t.hash_key(&key).fingerprint();
+    Ok((zone, o, Target { id, range: None }))
+}
+
+/// The range `cidr=` names (`raw`: its value, percent-encoded), in a zone
+/// keyed by `$binary_remote_addr`; a prefix as long as the zone's keys is
+/// that address's own override.
+fn cidr_target(
+    r: &Request,
+    zone: &ZoneConf,
+    t: &Table,
+    raw: &[u8],
+) -> Result<Target, (u16, String)> {
+    if arg(r, "key").is_some() || arg(r, "addr").is_some() {
+        return Err((400, "give one of key=, addr= or cidr=".into()));
+    }
+    if zone.key_src.as_bytes() != crate::zone::BINARY_REMOTE_ADDR {
+        return Err((
+            400,
+            format!(
+                "cidr= needs a zone keyed by $binary_remote_addr; zone \"{}\" is keyed by \"{}\"",
+                zone.name_str(),
+                String::from_utf8_lossy(zone.key_src.as_bytes())
+            ),
+        ));
+    }
+    match parse_cidr(&percent_decode(raw), zone.ipv6_prefix) {
+        Err(e) => Err((400, e.0)),
+        Ok(Cidr::Key(k)) => Ok(Target {
+            id: t.hash_key(&k).fingerprint(),
+            range: None,
+        }),
+        Ok(Cidr::Range(rg)) => Ok(Target {
+            id: rg.id(|k| t.hash_key(k)),
+            range: Some(rg),
+        }),
+    }
 }
 
 /// `PUT`: reads the body (at most [`MAX_BODY`] bytes), then sets the
@@ -88,7 +166,7 @@ fn put_body(r: &mut Request) -> ngx_int_t {
     let Some(bytes) = crate::ffi::req::body_bytes(r, MAX_BODY) else {
         return error(r, 413, &format!("body over {MAX_BODY} bytes"));
     };
-    let (zone, o, fp) = match target(r) {
+    let (zone, o, tg) = match target(r) {
         Ok(t) => t,
         Err((status, msg)) => return error(r, status, &msg),
     };
@@ -98,7 +176,7 @@ fn put_body(r: &mut Request) -> ngx_int_t {
     };
     let now = now_ms();
     let entry = Entry {
-        fp,
+        fp: tg.id,
         action: body.action,
         expires_ms: body
             .ttl_s
@@ -117,12 +195,12 @@ fn put_body(r: &mut Request) -> ngx_int_t {
         }
     };
     o.count_change(change_kind(&body));
-    log_change(r, zone, fp, &describe(&entry, now));
-    let cluster = crate::sync::fleet_overrides::share(zone, fp);
+    log_change(r, zone, &tg, &describe(&entry, now));
+    let cluster = crate::sync::fleet_overrides::share(zone, tg.id);
     let answer = format!(
-        "{{\"zone\":{},\"fingerprint\":\"{fp:014x}\",\"override\":{},\"previous\":{},\
-         \"cluster\":{cluster}}}\n",
+        "{{\"zone\":{},{},\"override\":{},\"previous\":{},\"cluster\":{cluster}}}\n",
         json_str(&zone.name_str()),
+        tg.json(),
         entry_json(&entry, now),
         previous.map_or("null".into(), |p| entry_json(&p, now))
     );
@@ -142,21 +220,22 @@ pub(crate) fn remove(r: &mut Request) -> ngx_int_t {
     if r.discard_request_body() != Status::NGX_OK {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     }
-    let (zone, o, fp) = match target(r) {
+    let (zone, o, tg) = match target(r) {
         Ok(t) => t,
         Err((status, msg)) => return error(r, status, &msg),
     };
     let now = now_ms();
-    let removed = o.remove(fp, now);
+    let removed = o.remove(tg.id, now);
     if let Some(e) = removed.as_ref() {
         o.count_change(ChangeKind::Remove);
-        log_change(r, zone, fp, &format!("removed ({})", describe(e, now)));
+        log_change(r, zone, &tg, &format!("removed ({})", describe(e, now)));
     }
     // Removed on every gateway, even if this one had none.
-    let cluster = crate::sync::fleet_overrides::share(zone, fp);
+    let cluster = crate::sync::fleet_overrides::share(zone, tg.id);
     let answer = format!(
-        "{{\"zone\":{},\"fingerprint\":\"{fp:014x}\",\"removed\":{},\"cluster\":{cluster}}}\n",
+        "{{\"zone\":{},{},\"removed\":{},\"cluster\":{cluster}}}\n",
         json_str(&zone.name_str()),
+        tg.json(),
         removed.map_or("null".into(), |e| entry_json(&e, now))
     );
     send(r, "application/json", &answer)
@@ -207,13 +286,7 @@ pub(crate) fn list(r: &mut Request, zone: &ZoneConf) -> ngx_int_t {
     let (page, next) = o.page(from, count, now);
     let items: Vec<String> = page
         .iter()
-        .map(|e| {
-            format!(
-                "{{\"fingerprint\":\"{:014x}\",{}",
-                e.fp,
-                &entry_json(e, now)[1..]
-            )
-        })
+        .map(|e| format!("{{{},{}", id_json(e.fp), &entry_json(e, now)[1..]))
         .collect();
     let body = format!(
         "{{\"zone\":{},\"capacity\":{},\"live\":{},\"overrides\":[{}],\"next\":{}}}\n",
@@ -226,13 +299,62 @@ pub(crate) fn list(r: &mut Request, zone: &ZoneConf) -> ngx_int_t {
     send(r, "application/json", &body)
 }
 
-/// The `"override"` of a lookup: the client's live override or null.
+/// How a listing names an entry: `"fingerprint":"…"` (a range's
+/// prefixed `r`), and for a range its `"cidr"` (null when its id does not
+/// hold the address: IPv6 prefixes over /48) and `"prefix"`.
+fn id_json(id: u64) -> String {
+    match range_of_id(id) {
+        None => format!("\"fingerprint\":\"{}\"", field(id)),
+        Some((_, len, range)) => format!(
+            "\"fingerprint\":\"{}\",\"cidr\":{},\"prefix\":{len}",
+            field(id),
+            range.map_or("null".into(), |r| json_str(&r.text()))
+        ),
+    }
+}
+
+/// The `"override"` of a lookup: the client's live override, else (a
+/// `$binary_remote_addr` zone) that of the most specific range holding its
+/// address, with its `"cidr"`; or null.
 pub(crate) fn lookup_json(zone: &ZoneConf, key: &[u8], now: u64) -> String {
     let (Some(t), Some(o)) = (zone.table.as_ref(), zone.overrides.as_ref()) else {
         return "null".into();
     };
-    o.get_hash(t.hash_key(key), now)
-        .map_or("null".into(), |e| entry_json(&e, now))
+    if let Some(e) = o.get_hash(t.hash_key(key), now) {
+        return entry_json(&e, now);
+    }
+    let addr = (zone.key_src.as_bytes() == crate::zone::BINARY_REMOTE_ADDR)
+        .then(|| Addr::of_key(key))
+        .flatten();
+    match addr.and_then(|a| o.range_get(a, |k| t.hash_key(k), now)) {
+        Some((e, rg)) => {
+            let j = entry_json(&e, now);
+            format!("{},\"cidr\":{}}}", &j[..j.len() - 1], json_str(&rg.text()))
+        }
+        None => "null".into(),
+    }
+}
+
+/// `GET ?zone=NAME&cidr=ADDR/BITS`: the range's own override (not those
+/// of the ranges around it).
+pub(crate) fn range_lookup(r: &mut Request, zone: &ZoneConf) -> ngx_int_t {
+    let (Some(t), Some(o)) = (zone.table.as_ref(), zone.overrides) else {
+        return error(r, 404, "zone not initialised");
+    };
+    let raw = arg(r, "cidr").unwrap_or_default();
+    let tg = match cidr_target(r, zone, t, &raw) {
+        Ok(tg) => tg,
+        Err((status, msg)) => return error(r, status, &msg),
+    };
+    let now = now_ms();
+    let body = format!(
+        "{{\"zone\":{},{},\"override\":{}}}\n",
+        json_str(&zone.name_str()),
+        tg.json(),
+        o.get(tg.id, now)
+            .map_or("null".into(), |e| entry_json(&e, now))
+    );
+    send(r, "application/json", &body)
 }
 
 /// One entry as JSON: its action, limit, and seconds left (`expires_in`,
@@ -266,15 +388,16 @@ fn describe(e: &Entry, now: u64) -> String {
 }
 
 /// The `notice` of a change: zone, the operator's address, the action and
-/// the key's fingerprint. Written to the cycle's log, not the request's:
-/// nginx would append the request line, whose query holds the key.
-fn log_change(r: &mut Request, zone: &ZoneConf, fp: u64, what: &str) {
+/// the key's fingerprint (or the range). Written to the cycle's log, not
+/// the request's: nginx would append the request line, whose query holds
+/// the key.
+fn log_change(r: &mut Request, zone: &ZoneConf, tg: &Target, what: &str) {
     let addr = crate::ffi::req::addr_text(r);
     ngx_log_error!(
         NGX_LOG_NOTICE,
         cycle_log(),
-        "rate_limit_window: override of client {:014x} in zone \"{}\" changed by {}: {}",
-        fp,
+        "rate_limit_window: override of {} in zone \"{}\" changed by {}: {}",
+        tg.describe(),
         zone.name_str(),
         String::from_utf8_lossy(addr),
         what

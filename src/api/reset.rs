@@ -67,6 +67,13 @@ fn reset(r: &mut Request) -> ngx_int_t {
         let n = String::from_utf8_lossy(&zone_name).into_owned();
         return overrides::error(r, 404, &format!("no zone \"{n}\""));
     };
+    if arg(r, "cidr").is_some() {
+        return bad_request(
+            r,
+            "a reset clears one client's counts: give key= or addr= (a range's override is \
+             removed with DELETE ?zone=NAME&cidr=ADDR/BITS&override)",
+        );
+    }
     // key= or addr= (see metrics::lookup_key).
     let key = match lookup_key(r, zone) {
         Ok(Some(k)) => k,

@@ -34,6 +34,7 @@ use rate_limit_window_core::conf::parse::{escape, parse_limit};
 use rate_limit_window_core::engine::{
     self, Ask, Cost, Hold, HostError, Invalid, Key, LimitConf, Shared, Skip, Verdict,
 };
+use rate_limit_window_core::overrides::range::Addr;
 use rate_limit_window_core::{Admission, Answer, Counter, Events, FailPolicy, Outcome, Table};
 
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
@@ -339,7 +340,15 @@ impl engine::Request<'static> for Judging<'_> {
         let l = &self.limits[n];
         let zone = l.zone();
         let table = zone.table.as_ref().ok_or(HostError)?;
-        eval(self.r, zone, table, l.value).map_err(|()| HostError)
+        let k = eval(self.r, zone, table, l.value).map_err(|()| HostError)?;
+        if let Key::Client {
+            limit: engine::LimitRead::Set(n),
+            ..
+        } = k
+        {
+            near_limit::note_limit(zone, n);
+        }
+        Ok(k)
     }
 
     #[inline(always)]
@@ -351,6 +360,19 @@ impl engine::Request<'static> for Judging<'_> {
         }
         core::hint::cold_path();
         cost::eval(self.r, l.cost).map_err(|()| HostError)
+    }
+
+    /// Only asked when the zone holds range overrides (`cidr=`).
+    fn key_addr(&mut self, n: usize) -> Option<Addr> {
+        let zone = self.limits[n].zone();
+        if zone.key_src.as_bytes() != crate::zone::BINARY_REMOTE_ADDR {
+            return None;
+        }
+        let key = eval_key(self.r, zone).ok()?;
+        match mask_ipv6(key, zone.ipv6_prefix) {
+            Some(m) => Addr::of_key(&m),
+            None => Addr::of_key(key),
+        }
     }
 
     fn invalid(&mut self, n: usize, what: Invalid) {

@@ -6,6 +6,7 @@
 use core::sync::atomic::Ordering;
 
 use crate::request::record::Applied;
+use crate::zone::ZoneConf;
 
 /// Whether an admission left the estimate at or above 80% of `limit`
 /// (requests per window). `remaining` is what the table returned after
@@ -17,15 +18,22 @@ pub fn is_near(limit: u32, remaining: u32) -> bool {
     u64::from(limit) >= 5 * u64::from(remaining) && limit > 0
 }
 
-/// Counts an admitted request in its zone if it was near the limit.
-/// Also notes the smallest limit admitted against in a Redis-backed zone
-/// (the sync's flag threshold, see `hot.rs` in the core).
-pub fn note(a: &Applied) {
-    if a.zone.redis.is_some() {
-        if let Some(header) = a.zone.header() {
-            header.stats.note_limit(a.limit);
-        }
+/// Notes, in a Redis-backed zone, the limit value (configured, or a
+/// `map`'s: before any override) a request is judged against, per window:
+/// the sync's flag threshold (see `hot.rs` in the core).
+#[inline]
+pub fn note_limit(zone: &ZoneConf, limit: u32) {
+    if zone.redis.is_none() {
+        return;
     }
+    if let Some(header) = zone.header() {
+        let index = zone.window.index(crate::ffi::process::now_ms());
+        header.stats.note_limit(limit, index);
+    }
+}
+
+/// Counts an admitted request in its zone if it was near the limit.
+pub fn note(a: &Applied) {
     if !is_near(a.limit, a.remaining) {
         return;
     }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use rate_limit_window_core::cluster::fleet::{fleet_key, stale, view};
 use rate_limit_window_core::cluster::hot::{
-    fp_text, hot_key, resume_from, threshold, HotSet, Work,
+    fp_text, hot_key, resume_from, HotSet, Thresholds, Work,
 };
 use rate_limit_window_core::cluster::{gateway_field, redis_key, shares, Push};
 use redis::Value;
@@ -87,16 +87,18 @@ pub fn round(
     let index = ctx.job.window.index(now);
     read_hot(conn, ctx, st, index)?;
     let stats = &ctx.owner.header.stats;
-    let t = threshold(
-        stats.min_limit.load(Ordering::Relaxed),
+    let t = Thresholds::new(
+        stats.min_limit(index),
         stats.peers.load(Ordering::Relaxed),
+        ctx.owner.header.overrides().as_ref(),
+        now,
     );
     st.pushes.clear();
     ctx.ledger.plan(ctx.table, now, &mut st.pushes);
     resume_from(&mut st.pushes, st.cursor);
     st.work.clear();
     for &push in &st.pushes {
-        if let Some(work) = st.hot.work(&push, t) {
+        if let Some(work) = st.hot.work(&push, t.of(push.fingerprint)) {
             st.work.push(Item { push, work });
         }
     }

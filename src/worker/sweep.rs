@@ -9,6 +9,11 @@
 //! and all (see `Table::sweep`). A pass takes an hour at most, far inside
 //! 2^24 windows of the shortest window (1 s).
 //!
+//! The same tick reaps the expired overrides of a chunk of each zone's
+//! override table, so that once every override ended, the request path is
+//! back to its one load of the table's live count (a lookup reaps only the
+//! entries of its own client).
+//!
 //! The timer is cancelable: a worker shutting down gracefully does not wait
 //! for it. The cursor of each zone is in its zone header, so a respawned
 //! worker 0, or the new one after a reload, continues where the last one
@@ -42,6 +47,10 @@ pub const SCAN_AT_SCRAPE: usize = 65_536;
 /// Slots the count of used slots visits per zone and tick (16 MiB of
 /// sequential reads, about 2 ms): a 1 GB zone is counted in about a minute.
 const COUNT_CHUNK: usize = 1 << 20;
+
+/// Override slots reaped per zone and tick (16 bytes each: 1 MiB of
+/// sequential reads): the largest table (2^21 slots) in 32 ticks.
+const REAP_CHUNK: usize = 65_536;
 
 thread_local! {
     /// The timer event of this process (only worker 0 arms it).
@@ -84,9 +93,20 @@ extern "C" fn tick(_ev: *mut ngx_event_t) {
             header.sweep_next.store(next as u64, Ordering::Relaxed);
             header.swept.fetch_add(cleared as u64, Ordering::Relaxed);
             count_used(table, header, now);
+            reap_overrides(zone, now);
         }
     }
     TIMER.with(|t| t.rearm(TICK_MS));
+}
+
+/// Reaps the expired overrides of the next chunk of the zone's table
+/// (where the chunk is follows from the clock: no cursor to keep).
+fn reap_overrides(zone: &ZoneConf, now: u64) {
+    let Some(o) = zone.overrides.as_ref().filter(|o| o.live() != 0) else {
+        return;
+    };
+    let from = (now / TICK_MS as u64) as usize * REAP_CHUNK;
+    o.reap_expired(from, REAP_CHUNK, now);
 }
 
 /// Counts the used slots of the next chunk of a large zone; at the end of

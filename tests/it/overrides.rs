@@ -39,7 +39,13 @@ fn start(up: &Upstream) -> Nginx {
 
 /// One request with a body (Content-Length, or chunked) on a fresh
 /// connection.
-fn send_body(port: u16, method: &str, path: &str, body: &[u8], chunked: bool) -> Response {
+pub(crate) fn send_body(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    chunked: bool,
+) -> Response {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
@@ -72,7 +78,7 @@ fn put(ng: &Nginx, zone: &str, key: &str, body: &str) -> Response {
     send_body(ng.port, "PUT", &path, body.as_bytes(), false)
 }
 
-fn json(r: &Response) -> serde_json::Value {
+pub(crate) fn json(r: &Response) -> serde_json::Value {
     serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("bad JSON {e}: {}", r.describe()))
 }
 
@@ -562,10 +568,10 @@ fn bad_parameters_fail_nginx_t() {
 }
 
 /// A real redis-server on a free port, killed on drop.
-struct Redis(std::process::Child, u16);
+pub(crate) struct Redis(std::process::Child, pub(crate) u16);
 
 impl Redis {
-    fn start() -> Redis {
+    pub(crate) fn start() -> Redis {
         let port = free_port();
         let child = std::process::Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])

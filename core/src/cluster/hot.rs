@@ -2,9 +2,15 @@
 //!
 //! A round touches only the clients that can matter: those whose own count
 //! here reached the threshold `T = max(1, floor(L / (2 × N)))`
-//! ([`threshold`]; `L` the smallest limit its requests used on the zone,
-//! `N` the gateways seen sharing the zone, at least 2), and those some
-//! gateway has flagged ([`HotSet::work`]). A gateway flags a client once
+//! ([`threshold`]; `N` the gateways seen sharing the zone, at least 2),
+//! and those some gateway has flagged ([`HotSet::work`]). `L` is the
+//! client's limit in force ([`Thresholds`]): its `{"limit": N}` override
+//! if it has one, else the smallest limit value (configured, or a
+//! `map`'s) the zone's requests were judged against in this window and the
+//! last, lowered by the `limit` of any range override. So one low
+//! override makes its own client hot, not every client, and once it is
+//! removed the next round no longer counts it; a lower limit in the
+//! configuration reaches `T` within a window. A gateway flags a client once
 //! per window, when its own count reaches `T`, by appending the
 //! fingerprint to the window's list [`hot_key`] (`RPUSH`; a replayed append
 //! only repeats an entry, which readers ignore). Each gateway reads that
@@ -24,9 +30,11 @@
 //! ([`resume_from`]), so a round cut short by its deadline or an error never
 //! leaves the same clients behind twice.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::cluster::Push;
+use crate::overrides::range::RANGE_BIT;
+use crate::overrides::{Action, Overrides};
 
 /// The flag threshold: a client is flagged when one gateway's own count
 /// in the window reaches it. `min_limit` is the smallest limit seen on the
@@ -37,6 +45,59 @@ pub fn threshold(min_limit: u64, gateways: u64) -> i64 {
     i64::try_from(min_limit / (2 * n))
         .unwrap_or(i64::MAX)
         .max(1)
+}
+
+/// The flag thresholds of one round: the zone's, and those of the clients
+/// whose `limit` override gives them a lower one.
+#[derive(Debug, Default)]
+pub struct Thresholds {
+    base: i64,
+    low: HashMap<u64, i64>,
+}
+
+impl Thresholds {
+    /// The thresholds for a zone whose requests were judged against limit
+    /// values of `min_limit` at least (0: none seen), shared by `gateways`
+    /// gateways, with the live overrides of `overrides` at `now_ms` (a
+    /// scan of the table, only when it holds any).
+    pub fn new(min_limit: u64, gateways: u64, overrides: Option<&Overrides>, now_ms: u64) -> Self {
+        let mut base_limit = min_limit;
+        let mut low = Vec::new();
+        for e in overrides
+            .filter(|o| o.live() != 0)
+            .into_iter()
+            .flat_map(|o| o.iter(now_ms))
+        {
+            let Action::Limit(n) = e.action else {
+                continue;
+            };
+            if e.fp & RANGE_BIT != 0 {
+                // A range's clients are not known by fingerprint: its
+                // limit bounds the zone's.
+                base_limit = base_limit.min(u64::from(n));
+            } else {
+                low.push((e.fp, u64::from(n)));
+            }
+        }
+        let base = threshold(base_limit, gateways);
+        let low = low
+            .into_iter()
+            .map(|(fp, n)| (fp, threshold(n, gateways)))
+            .filter(|&(_, t)| t < base)
+            .collect();
+        Thresholds { base, low }
+    }
+
+    /// The threshold of client `fp`.
+    #[inline]
+    pub fn of(&self, fp: u64) -> i64 {
+        self.low.get(&fp).copied().unwrap_or(self.base)
+    }
+
+    /// The zone's threshold (clients without a lower override).
+    pub fn base(&self) -> i64 {
+        self.base
+    }
 }
 
 /// The list of fingerprints flagged in window `window_index` of `zone`:
@@ -443,5 +504,61 @@ mod tests {
         sim_round(&mut b, &mut redis, T0 + 4, t);
         sim_round(&mut a, &mut redis, T0 + 5, t);
         assert_eq!(redis.writes, writes);
+    }
+
+    #[test]
+    fn a_limit_override_lowers_its_own_clients_threshold_only() {
+        use crate::overrides::range::{Addr, Range};
+        use crate::overrides::{Entry, Overrides};
+        let mut buf = Region::new(Overrides::bytes_for(64));
+        let len = buf.len();
+        // SAFETY: an exclusive, 64-byte aligned buffer that outlives `o`.
+        let o = unsafe { Overrides::init(buf.ptr(), len, 64) }.unwrap();
+        let set = |fp, action| {
+            let e = Entry {
+                fp,
+                action,
+                expires_ms: 0,
+            };
+            o.set(e, 0).unwrap();
+        };
+        // No override: the zone's limit (600 over 3 gateways: 100).
+        let t = Thresholds::new(600, 3, Some(&o), 0);
+        assert_eq!((t.base(), t.of(7)), (100, 100));
+        // {"limit":1} on client 7: 7 is flagged at its first request, the
+        // others keep 100; a block or exempt changes nothing; a limit above
+        // the zone's neither.
+        set(7, Action::Limit(1));
+        set(8, Action::Block);
+        set(9, Action::Limit(6000));
+        let t = Thresholds::new(600, 3, Some(&o), 0);
+        assert_eq!((t.base(), t.of(7), t.of(8), t.of(9)), (100, 1, 100, 100));
+        // Removed: the next round's thresholds no longer count it.
+        o.remove(7, 0);
+        assert_eq!(Thresholds::new(600, 3, Some(&o), 0).of(7), 100);
+        // A range's limit bounds the zone's (its clients are not known).
+        let r = Range::new(Addr::of_key(&[10, 0, 0, 0]).unwrap(), 8);
+        set(r.id(|_| unreachable!()), Action::Limit(60));
+        assert_eq!(Thresholds::new(600, 3, Some(&o), 0).base(), 10);
+        // No limit seen yet: every client at its first request.
+        assert_eq!(Thresholds::new(0, 3, None, 0).base(), 1);
+    }
+
+    #[test]
+    fn the_zones_limit_follows_the_last_two_windows() {
+        use crate::shm::SyncStats;
+        let s = SyncStats::default();
+        assert_eq!(s.min_limit(10), 0);
+        s.note_limit(100, 10);
+        s.note_limit(5, 10);
+        s.note_limit(50, 10);
+        assert_eq!(s.min_limit(10), 5);
+        // The next window: the last one still counts.
+        s.note_limit(100, 11);
+        assert_eq!(s.min_limit(11), 5);
+        // The one after: only what it and the last saw.
+        s.note_limit(200, 12);
+        assert_eq!(s.min_limit(12), 100);
+        assert_eq!(s.min_limit(14), 0, "nothing seen in the two last windows");
     }
 }

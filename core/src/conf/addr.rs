@@ -1,12 +1,13 @@
 //! Client addresses as `$binary_remote_addr` holds them: IPv6 prefix
-//! grouping (`ipv6_prefix=`) and the text form of the metrics lookup
-//! (`?addr=`).
+//! grouping (`ipv6_prefix=`), the text form of the metrics lookup
+//! (`?addr=`) and of an address range (`?cidr=`).
 //!
 //! `$binary_remote_addr` is 4 bytes for IPv4 and 16 for IPv6 (an
 //! IPv4-mapped IPv6 peer stays 16 bytes, `::ffff:a.b.c.d`).
 
 use std::net::IpAddr;
 
+use crate::overrides::range::{Addr, Range};
 use crate::units::escape;
 
 /// Smallest `ipv6_prefix=`.
@@ -89,6 +90,72 @@ pub fn addr_key(text: &[u8], prefix: u8) -> Result<Vec<u8>, BadAddr> {
             Ok(mask_ipv6(&o, prefix).unwrap_or(o).to_vec())
         }
     }
+}
+
+/// What a `cidr=ADDR/BITS` names in a zone: one address's key (a prefix
+/// as long as the zone's keys: /32, /128 or the zone's `ipv6_prefix=`),
+/// or a range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cidr {
+    /// The key of one address (masked like the zone).
+    Key(Vec<u8>),
+    /// A range of addresses.
+    Range(Range),
+}
+
+/// Parses `ADDR/BITS` (IPv4 or IPv6; the bits after the prefix are
+/// cleared; an IPv4-mapped IPv6 range of 96 bits or more is its IPv4
+/// range) for a zone of `ipv6_prefix=prefix`, whose IPv6 keys hold only
+/// their first `prefix` bits: a longer IPv6 prefix is refused.
+pub fn parse_cidr(text: &[u8], prefix: u8) -> Result<Cidr, BadAddr> {
+    let bad = |why: &str| {
+        BadAddr(format!(
+            "invalid cidr \"{}\": {why}; use ADDRESS/BITS (192.0.2.0/24, 2001:db8::/32)",
+            escape(text)
+        ))
+    };
+    let s = std::str::from_utf8(text).map_err(|_| bad("not text"))?;
+    let (a, bits) = s.rsplit_once('/').ok_or_else(|| bad("no /BITS"))?;
+    let ip = a.parse::<IpAddr>().map_err(|_| bad("not an address"))?;
+    let len = Some(bits)
+        .filter(|b| !b.is_empty() && b.len() <= 3 && b.bytes().all(|c| c.is_ascii_digit()))
+        .and_then(|b| b.parse::<u8>().ok())
+        .ok_or_else(|| bad("the prefix is no number of bits"))?;
+    let key = match ip {
+        IpAddr::V4(v) => v.octets().to_vec(),
+        IpAddr::V6(v) => v.octets().to_vec(),
+    };
+    let addr = Addr::of_key(&key).ok_or_else(|| bad("not an address"))?;
+    let width = if ip.is_ipv4() { 32 } else { 128 };
+    if len > width {
+        return Err(bad(&format!(
+            "an IPv{} prefix has at most {width} bits",
+            if width == 32 { 4 } else { 6 }
+        )));
+    }
+    // An IPv4-mapped IPv6 range: its IPv4 part.
+    let len = if width == 128 && addr.family == crate::overrides::range::Family::V4 {
+        len.checked_sub(96)
+            .ok_or_else(|| bad("an IPv4-mapped range needs 96 bits or more"))?
+    } else {
+        len
+    };
+    let full = match addr.family {
+        crate::overrides::range::Family::V4 => 32,
+        crate::overrides::range::Family::V6 => prefix.min(IPV6_PREFIX_MAX),
+    };
+    if len > full {
+        return Err(bad(&format!(
+            "the zone keeps IPv6 addresses to their first {full} bits (ipv6_prefix={full})"
+        )));
+    }
+    if len == full {
+        let key = Range::new(addr, len).addr.key();
+        return Ok(Cidr::Key(
+            mask_ipv6(&key, prefix).map_or(key, |m| m.to_vec()),
+        ));
+    }
+    Ok(Cidr::Range(Range::new(addr, len)))
 }
 
 #[cfg(test)]
@@ -190,6 +257,52 @@ mod tests {
         ] {
             let e = addr_key(bad, 128).unwrap_err();
             assert!(e.0.starts_with("invalid address"), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn cidr_values() {
+        let r = |t: &str, p| parse_cidr(t.as_bytes(), p);
+        let range = |t: &str| match r(t, 128).unwrap() {
+            Cidr::Range(x) => x.text(),
+            Cidr::Key(k) => panic!("{t}: a key {k:?}"),
+        };
+        assert_eq!(range("127.0.0.0/24"), "127.0.0.0/24");
+        assert_eq!(range("127.0.0.77/24"), "127.0.0.0/24");
+        assert_eq!(range("10.0.0.0/0"), "0.0.0.0/0");
+        assert_eq!(range("2001:db8::/32"), "2001:db8::/32");
+        assert_eq!(range("2001:db8:1:2::5/127"), "2001:db8:1:2::4/127");
+        assert_eq!(range("::ffff:192.0.2.9/120"), "192.0.2.0/24");
+        assert_eq!(r("192.0.2.1/32", 128), Ok(Cidr::Key(vec![192, 0, 2, 1])));
+        assert_eq!(
+            r("2001:db8::1/128", 128),
+            Ok(Cidr::Key(v6("2001:db8::1").to_vec()))
+        );
+        assert_eq!(
+            r("2001:db8:0:0:1::1/64", 64),
+            Ok(Cidr::Key(v6("2001:db8::").to_vec()))
+        );
+        assert!(matches!(r("2001:db8::/48", 64), Ok(Cidr::Range(_))));
+        for (bad, why) in [
+            ("127.0.0.0", "no /BITS"),
+            ("127.0.0.0/", "no number"),
+            ("127.0.0.0/33", "at most 32"),
+            ("127.0.0.0/-1", "no number"),
+            ("127.0.0.0/024x", "no number"),
+            ("127.0.0.0/99999", "no number"),
+            ("2001:db8::/129", "at most 128"),
+            ("2001:db8::/65", "first 64 bits"),
+            ("::ffff:1.2.3.4/90", "96 bits"),
+            ("example.com/24", "not an address"),
+            ("[2001:db8::]/32", "not an address"),
+        ] {
+            let e =
+                parse_cidr(bad.as_bytes(), if bad.contains("/65") { 64 } else { 128 }).unwrap_err();
+            assert!(
+                e.0.contains(why) && e.0.contains("ADDRESS/BITS"),
+                "{bad}: {}",
+                e.0
+            );
         }
     }
 }

@@ -22,11 +22,14 @@
 
 pub mod plan;
 #[cfg(test)]
+mod range_tests;
+#[cfg(test)]
 mod tests;
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use crate::overrides::{Action, Overrides};
+use crate::overrides::range::{Addr, Family};
+use crate::overrides::{Action, Entry, Overrides};
 use crate::shm::Turns;
 use crate::table::{Answer, Counter, Events, FailPolicy, KeyHash, Outcome, Question, Table};
 use crate::Admission;
@@ -159,6 +162,14 @@ pub trait Request<'t> {
     }
     /// When the request was first held by `delay=` (epoch ms), if it was.
     fn held_since(&self) -> Option<u64> {
+        None
+    }
+    /// Limit `n`'s key as a client's address (a zone keyed by
+    /// `$binary_remote_addr`, masked like the zone), for its range
+    /// overrides (`cidr=`); None: not an address. Asked only when the
+    /// zone holds a range override and the client has no override of its
+    /// own.
+    fn key_addr(&mut self, _n: usize) -> Option<Addr> {
         None
     }
     /// Holds the request as `h` says (a timer), at the request's time
@@ -410,7 +421,7 @@ fn judge<'t, R: Request<'t>>(
     };
     // An operator's override holds whatever the limit value is: a block
     // with an empty or invalid `limit=$var` still blocks.
-    let limit = match override_of(c, hash, value, now) {
+    let limit = match override_of(r, n, c, (hash, value), now) {
         Applies::Limit(limit) => limit,
         a => {
             core::hint::cold_path();
@@ -520,28 +531,36 @@ fn not_applied<'t, R: Request<'t>>(
     r.skipped(n, why);
 }
 
-/// The limit in force for `hash` at `now` (epoch ms): its override,
-/// else its limit `value`. A zone without overrides costs one relaxed load.
+/// The limit in force for `hash` at `now` (epoch ms): its override (its
+/// own, else the most specific range holding its address), else its limit
+/// `value`. A zone without overrides costs one relaxed load.
 #[inline(always)]
-fn override_of(c: &LimitConf<'_>, hash: KeyHash, value: LimitRead, now: u64) -> Applies {
+fn override_of<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
+    c: &LimitConf<'_>,
+    (hash, value): (KeyHash, LimitRead),
+    now: u64,
+) -> Applies {
     match c.overrides {
         Some(o) if o.live() != 0 => {
             core::hint::cold_path();
-            override_slow(c, o, hash, value, now)
+            override_slow(r, n, c, o, (hash, value), now)
         }
         _ => Applies::of_value(value),
     }
 }
 
 #[inline(never)]
-fn override_slow(
+fn override_slow<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
     c: &LimitConf<'_>,
     o: &Overrides,
-    hash: KeyHash,
-    value: LimitRead,
+    (hash, value): (KeyHash, LimitRead),
     now: u64,
 ) -> Applies {
-    let Some(e) = o.get_hash(hash, now) else {
+    let Some(e) = o.get_hash(hash, now).or_else(|| range_of(r, n, c, o, now)) else {
         return Applies::of_value(value);
     };
     match e.action {
@@ -560,6 +579,24 @@ fn override_slow(
             })
         }
     }
+}
+
+/// The override of the most specific range holding limit `n`'s client's
+/// address, when the zone holds ranges (one load of their bitmap, else one
+/// lookup per prefix length in use).
+fn range_of<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
+    c: &LimitConf<'_>,
+    o: &Overrides,
+    now: u64,
+) -> Option<Entry> {
+    if !o.has_ranges(Family::V4) && !o.has_ranges(Family::V6) {
+        return None;
+    }
+    let addr = r.key_addr(n)?;
+    o.range_get(addr, |k| c.table.hash_key(k), now)
+        .map(|(e, _)| e)
 }
 
 /// Whole seconds until a client blocked or banned by an override (as
@@ -606,7 +643,7 @@ fn quiet_limit<'t, R: Request<'t>>(
         return None;
     };
     let closed = c.fail == FailPolicy::Closed;
-    let limit = match override_of(c, hash, value, now) {
+    let limit = match override_of(r, n, c, (hash, value), now) {
         Applies::Limit(l) => l,
         Applies::Reject(b) => {
             return Some(Quiet::Blocked(blocked_wait(r, n, c, (hash, value), b, now)))

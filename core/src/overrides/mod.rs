@@ -1,6 +1,6 @@
 //! Per-client overrides of a zone: a fixed-capacity, lock-free table over a
 //! caller-provided byte region (shared memory), keyed by the zone's key
-//! fingerprint ([`KeyHash::fingerprint`]).
+//! fingerprint ([`KeyHash::fingerprint`]) or a range's id ([`range`]).
 //!
 //! An override replaces the limit of every `rate_limit_window` line of its
 //! zone for one client ([`Action::Limit`]), admits it without counting
@@ -10,62 +10,83 @@
 //!
 //! # Layout and concurrency
 //!
-//! A 128-byte [`Header`] (magic, slot count, capacity, live count and the
-//! counters of the metrics), then `slots` entries of 16 bytes, each one
-//! 128-bit atomic word changed only by compare-and-swap: nothing is ever
-//! locked, so a worker killed at any point blocks no one.
+//! A 128-byte [`Header`] (magic, slot count, capacity, live count, the
+//! counters of the metrics, the version clock), the live ranges per prefix
+//! ([`range`]), then `slots` words of 16 bytes and `slots` version words
+//! of 8 bytes ([`slot`]). Each is an atomic changed only by
+//! compare-and-swap: nothing is ever locked, so a worker killed at any
+//! point blocks no one.
 //!
-//! Open addressing with linear probing over twice the capacity (rounded up
-//! to a power of two). A slot goes from empty to live, from live to a
-//! tombstone (removed or expired), and from a tombstone (or an expired
-//! entry) to live again; it never becomes empty again, so a probe chain is
-//! never cut. A lookup stops at the first empty slot.
+//! An entry lives in one of two candidate groups of 16 slots (picked by
+//! its id's bits, as the slot table's keys are), in any slot of them: a
+//! lookup reads the 32 slots, whatever the table's history, and a removed
+//! or expired entry's slot is free again at once. There is no probe chain
+//! to keep, so no tombstone: the cost of a lookup is bounded by
+//! construction (32 loads), the same in a fresh table as after millions of
+//! entries came and went. A new entry takes a free slot of the group with
+//! fewer entries ("power of two choices", twice as many slots as
+//! `overrides=`): both groups full of live entries is what a full table
+//! looks like, and with 8 entries a group on average it practically never
+//! happens before `overrides=` live entries.
 //!
 //! Two concurrent inserts of one client may claim two slots; each then looks
-//! for another live entry of the same client, and the one farther from the
-//! client's home slot gives way (tombstones its slot and updates the other
-//! in place), so one entry remains.
+//! for another entry of the same client earlier in the candidate order
+//! (the first group's slots, then the second's): the later one gives way,
+//! and updates the earlier one. The first entry of an id in that order is
+//! the id's entry; a write kills any later one it meets.
+//!
+//! # Versions
+//!
+//! Every state of an entry, a removal included, carries a version (60
+//! bits): the UTC epoch ms of the change shifted left 12, plus a sequence,
+//! drawn from the table's clock, which a pull of the fleet's states moves
+//! past every version it reads (a Lamport clock): so a change made here is
+//! newer than every state this gateway has seen. The fleet's sync writes
+//! a state to Redis only over an older one, and applies a state read there
+//! only over an older one here ([`Overrides::apply_remote`]): a gateway
+//! never goes back to an older state. A removal leaves its id and version
+//! in the slot ([`slot::Slot::Gone`]) until an insert takes the slot.
 //!
 //! `live` counts live entries (expired ones until they are reaped): a zone
 //! without overrides costs the request path one relaxed load of it.
 
 pub mod body;
+pub mod range;
 pub mod remote;
+pub(crate) mod slot;
+mod write;
 
 use core::sync::atomic::{AtomicU64, Ordering};
 use portable_atomic::AtomicU128;
 
-use crate::rule::window::MAX_LIMIT;
+use crate::table::atomic::Ops;
 use crate::KeyHash;
+use range::{PrefixCounts, PREFIX_BYTES};
+pub use slot::MAX_VERSION;
+use slot::{decode, id_of, Slot, GROUP, ID_MASK};
+use write::Reap;
 
 /// Default `overrides=`: entries per zone.
 pub const DEFAULT_OVERRIDES: usize = 1024;
 /// Largest `overrides=`.
 pub const MAX_OVERRIDES: usize = 1 << 20;
 /// Largest expiry, UTC epoch ms (44 bits: the year 2527).
-pub const MAX_EXPIRY_MS: u64 = (1 << EXPIRY_BITS) - 1;
+pub const MAX_EXPIRY_MS: u64 = (1 << 44) - 1;
+/// Largest id: a fingerprint (56 bits) with the range bit.
+pub const MAX_ID: u64 = ID_MASK;
 
-const MAGIC: u64 = u64::from_le_bytes(*b"RLWOVR01");
+const MAGIC: u64 = u64::from_le_bytes(*b"RLWOVR02");
 const SLOT_BYTES: usize = 16;
-const FP_MASK: u64 = (1 << 56) - 1;
-const KIND_SHIFT: u32 = 56;
-const EXPIRY_BITS: u32 = 44;
-const LIMIT_SHIFT: u32 = EXPIRY_BITS;
-
-const K_EMPTY: u64 = 0;
-const K_TOMB: u64 = 1;
-const K_LIMIT: u64 = 2;
-const K_BLOCK: u64 = 3;
-const K_EXEMPT: u64 = 4;
-const K_BAN: u64 = 5;
-
-/// A tombstone: a slot that held an entry (fingerprint 0).
-const TOMB: u128 = (K_TOMB << KIND_SHIFT) as u128;
+const VERSION_BYTES: usize = 8;
+/// Bits of a version below the ms (a sequence).
+const SEQ_BITS: u32 = 12;
+/// Shortest time between two reaps of the whole table by a full one (ms).
+const FULL_REAP_MS: u64 = 1_000;
 
 /// What an override does to its client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Replaces the limit (requests per window, 0..=[`MAX_LIMIT`]).
+    /// Replaces the limit (requests per window, 0..=[`MAX_LIMIT`](crate::MAX_LIMIT)).
     Limit(u32),
     /// Rejects every request (set by an operator).
     Block,
@@ -96,7 +117,7 @@ impl Action {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
     /// The client's key fingerprint ([`KeyHash::fingerprint`], 56 bits,
-    /// never 0).
+    /// never 0), or a range's id ([`range`], bit 56 set).
     pub fp: u64,
     /// What it does.
     pub action: Action,
@@ -114,52 +135,13 @@ impl Entry {
     pub fn secs_left(&self, now_ms: u64) -> Option<u64> {
         (self.expires_ms != 0).then(|| self.expires_ms.saturating_sub(now_ms).div_ceil(1000))
     }
-
-    fn encode(&self) -> u128 {
-        let (kind, limit) = match self.action {
-            Action::Limit(n) => (K_LIMIT, u64::from(n.min(MAX_LIMIT))),
-            Action::Block => (K_BLOCK, 0),
-            Action::Exempt => (K_EXEMPT, 0),
-            Action::Ban => (K_BAN, 0),
-        };
-        let lo = (self.fp & FP_MASK) | (kind << KIND_SHIFT);
-        let hi = self.expires_ms.min(MAX_EXPIRY_MS) | (limit << LIMIT_SHIFT);
-        u128::from(lo) | (u128::from(hi) << 64)
-    }
-}
-
-/// A slot's content.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Slot {
-    Empty,
-    Tomb,
-    Live(Entry),
-}
-
-fn decode(w: u128) -> Slot {
-    let lo = w as u64;
-    let hi = (w >> 64) as u64;
-    let fp = lo & FP_MASK;
-    let action = match (lo >> KIND_SHIFT) & 0xf {
-        K_EMPTY => return Slot::Empty,
-        K_LIMIT => Action::Limit((hi >> LIMIT_SHIFT) as u32),
-        K_BLOCK => Action::Block,
-        K_EXEMPT => Action::Exempt,
-        K_BAN => Action::Ban,
-        _ => return Slot::Tomb,
-    };
-    Slot::Live(Entry {
-        fp,
-        action,
-        expires_ms: hi & MAX_EXPIRY_MS,
-    })
 }
 
 /// The override region's header (128 bytes).
 #[repr(C, align(64))]
 struct Header {
     magic: u64,
-    /// Slots in the region (a power of two).
+    /// Slots in the region (a power of two, two groups at least).
     slots: u64,
     /// Most live entries (`overrides=`).
     capacity: u64,
@@ -169,7 +151,11 @@ struct Header {
     bans: AtomicU64,
     /// Changes by operators, by [`ChangeKind`].
     changes: [AtomicU64; 4],
-    _pad: [u64; 7],
+    /// The last version drawn or seen (see the module doc).
+    clock: AtomicU64,
+    /// When a full table last reaped every expired entry (UTC epoch ms).
+    reaped_at: AtomicU64,
+    _pad: [u64; 5],
 }
 
 const HEADER_BYTES: usize = core::mem::size_of::<Header>();
@@ -232,19 +218,35 @@ impl core::fmt::Display for OverridesError {
     }
 }
 
-/// The table is full: `capacity` live entries already.
+/// The table is full: `capacity` live entries already (or, practically
+/// never before that, both candidate groups of the client full).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Full {
     /// Most live entries (`overrides=`).
     pub capacity: usize,
 }
 
+/// A client's state as the table holds it, with its version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Versioned {
+    /// Its entry (None: removed, or none).
+    pub entry: Option<Entry>,
+    /// The state's version (None: unknown: never set here, or a change in
+    /// flight).
+    pub version: Option<u64>,
+}
+
 /// A zone's override table. Cheap to copy; every process maps the same
 /// region.
 #[derive(Clone, Copy)]
 pub struct Overrides<'a> {
+    /// The slots' 16-byte loads and CASes (chosen once, see the table's
+    /// `atomic.rs`).
+    ops: Ops,
     header: &'a Header,
+    prefixes: &'a PrefixCounts,
     slots: &'a [AtomicU128],
+    versions: &'a [AtomicU64],
 }
 
 impl core::fmt::Debug for Overrides<'_> {
@@ -257,15 +259,17 @@ impl core::fmt::Debug for Overrides<'_> {
 }
 
 fn slots_for(capacity: usize) -> usize {
-    (2 * capacity).next_power_of_two()
+    (2 * capacity).next_power_of_two().max(2 * GROUP)
 }
 
 impl<'a> Overrides<'a> {
     /// Bytes a table of `capacity` entries needs (a 64-byte aligned
-    /// region): the header and twice the capacity in 16-byte slots, rounded
-    /// up to a power of two.
+    /// region): the header, the range counts, and twice the capacity
+    /// (rounded up to a power of two, 32 at least) in 16-byte slots and
+    /// 8-byte versions.
     pub fn bytes_for(capacity: usize) -> usize {
-        HEADER_BYTES + slots_for(capacity.clamp(1, MAX_OVERRIDES)) * SLOT_BYTES
+        let n = slots_for(capacity.clamp(1, MAX_OVERRIDES));
+        HEADER_BYTES + PREFIX_BYTES + n * (SLOT_BYTES + VERSION_BYTES)
     }
 
     fn check_region(region: *mut u8, len: usize, capacity: usize) -> Result<(), OverridesError> {
@@ -307,7 +311,9 @@ impl<'a> Overrides<'a> {
             live: AtomicU64::new(0),
             bans: AtomicU64::new(0),
             changes: Default::default(),
-            _pad: [0; 7],
+            clock: AtomicU64::new(0),
+            reaped_at: AtomicU64::new(0),
+            _pad: [0; 5],
         };
         // SAFETY: region is 64-byte aligned and large enough for a Header.
         unsafe { region.cast::<Header>().write(header) };
@@ -327,20 +333,30 @@ impl<'a> Overrides<'a> {
         // SAFETY: aligned, in bounds; the header's plain fields never
         // change after init.
         let header = unsafe { &*region.cast::<Header>() };
-        let slots = header.slots as usize;
+        let n = header.slots as usize;
         let cap = header.capacity as usize;
         if header.magic != MAGIC
-            || slots != slots_for(cap.max(1))
+            || n != slots_for(cap.max(1))
             || Self::check_region(region, len, cap).is_err()
         {
             return Err(OverridesError::NotFormatted);
         }
-        // SAFETY: `slots` 16-byte words follow the header, within `len`
-        // (checked above), only ever accessed atomically.
-        let slots = unsafe {
-            core::slice::from_raw_parts(region.add(HEADER_BYTES).cast::<AtomicU128>(), slots)
-        };
-        Ok(Overrides { header, slots })
+        // SAFETY: the parts follow the header within `len` (checked
+        // above: `bytes_for(cap)`), each only ever accessed atomically;
+        // the slots start 64-byte aligned (the header and the counts are
+        // multiples of 64 bytes), the versions after them 8-byte aligned.
+        unsafe {
+            let counts = region.add(HEADER_BYTES);
+            let slots = counts.add(PREFIX_BYTES);
+            let versions = slots.add(n * SLOT_BYTES);
+            Ok(Overrides {
+                ops: Ops::detect(),
+                header,
+                prefixes: &*counts.cast::<PrefixCounts>(),
+                slots: core::slice::from_raw_parts(slots.cast::<AtomicU128>(), n),
+                versions: core::slice::from_raw_parts(versions.cast::<AtomicU64>(), n),
+            })
+        }
     }
 
     /// Most live entries (`overrides=`).
@@ -369,48 +385,88 @@ impl<'a> Overrides<'a> {
         self.header.changes[kind as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    fn home(&self, fp: u64) -> usize {
-        // The fingerprint's bits are uniform: its low bits pick the slot.
-        (fp as usize) & (self.slots.len() - 1)
+    /// A new version for a change made here at `now_ms` (UTC epoch ms):
+    /// newer than every version drawn or seen before.
+    pub fn next_version(&self, now_ms: u64) -> u64 {
+        let base = now_ms.min(MAX_EXPIRY_MS) << SEQ_BITS;
+        let prev = self
+            .header
+            .clock
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                Some(base.max(c + 1).min(MAX_VERSION))
+            })
+            .unwrap_or(0);
+        base.max(prev + 1).min(MAX_VERSION)
     }
 
-    /// The slots of `fp`'s probe chain, in order: (index, word).
-    fn chain(&self, fp: u64) -> impl Iterator<Item = (usize, u128)> + '_ {
-        let mask = self.slots.len() - 1;
-        let home = self.home(fp);
-        (0..self.slots.len()).map(move |i| {
-            let idx = (home + i) & mask;
-            (idx, self.slots[idx].load(Ordering::Acquire))
-        })
+    /// Notes a version seen elsewhere: the next one drawn here is newer.
+    pub fn saw_version(&self, v: u64) {
+        self.header
+            .clock
+            .fetch_max(v.min(MAX_VERSION), Ordering::AcqRel);
     }
 
-    /// Turns the entry `w` at `idx` into a tombstone; true if this call did.
-    fn kill(&self, idx: usize, w: u128) -> bool {
-        let ok = self.slots[idx]
-            .compare_exchange(w, TOMB, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-        if ok {
-            self.header.live.fetch_sub(1, Ordering::Relaxed);
+    /// The id's two candidate groups (their first slots), in order.
+    #[inline(always)]
+    fn groups(&self, id: u64) -> [usize; 2] {
+        let groups = self.slots.len() / GROUP;
+        // The ids' low bits are uniform for fingerprints, not for ranges
+        // (addresses): mix them (splitmix64's finalizer).
+        let mut h = id ^ (id >> 30);
+        h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h ^= h >> 27;
+        h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^= h >> 31;
+        let g1 = (h as usize) & (groups - 1);
+        let mut g2 = ((h >> 32) as usize) & (groups - 1);
+        if g2 == g1 {
+            g2 = g1 ^ 1;
         }
-        ok
+        [g1 * GROUP, g2 * GROUP]
     }
 
-    /// The live override of `fp` at `now_ms` (UTC epoch ms). Expired
-    /// entries met on the way are reaped.
-    pub fn get(&self, fp: u64, now_ms: u64) -> Option<Entry> {
-        let fp = fp & FP_MASK;
-        for (idx, w) in self.chain(fp) {
-            match decode(w) {
-                Slot::Empty => return None,
-                Slot::Tomb => {}
-                Slot::Live(e) if e.expired(now_ms) => {
-                    self.kill(idx, w);
+    /// The id's two candidate groups' slots, in order: 32 indices.
+    #[inline(always)]
+    fn candidates(&self, id: u64) -> impl Iterator<Item = usize> {
+        let [a, b] = self.groups(id);
+        (a..a + GROUP).chain(b..b + GROUP)
+    }
+
+    /// Slot `idx`'s word (one 16-byte atomic load).
+    #[inline(always)]
+    fn load(&self, idx: usize) -> u128 {
+        self.ops.load(&self.slots[idx])
+    }
+
+    /// The first slot of `id` in candidate order, with its word.
+    #[inline(always)]
+    fn find(&self, id: u64) -> Option<(usize, u128)> {
+        for g in self.groups(id) {
+            let group = &self.slots[g..g + GROUP];
+            for (i, a) in group.iter().enumerate() {
+                let w = self.ops.load(a);
+                if id_of(w) == id {
+                    return Some((g + i, w));
                 }
-                Slot::Live(e) if e.fp == fp => return Some(e),
-                Slot::Live(_) => {}
             }
         }
         None
+    }
+
+    /// The live override of `id` (a fingerprint or a range's id) at
+    /// `now_ms` (UTC epoch ms): 32 slots read at most. An expired entry
+    /// found is reaped.
+    #[inline]
+    pub fn get(&self, id: u64, now_ms: u64) -> Option<Entry> {
+        let (idx, w) = self.find(id & ID_MASK)?;
+        match decode(w) {
+            Slot::Live(e) if e.expired(now_ms) => {
+                self.reap(idx, w);
+                None
+            }
+            Slot::Live(e) => Some(e),
+            _ => None,
+        }
     }
 
     /// The override of a key hash: [`Overrides::get`] of its fingerprint.
@@ -419,142 +475,57 @@ impl<'a> Overrides<'a> {
         self.get(hash.fingerprint(), now_ms)
     }
 
-    /// Sets `e` (replacing the client's entry, if any). Returns the live
-    /// entry it replaced. Err when the table already holds `capacity` live
-    /// entries of other clients.
+    /// The state of `id` and its version (for the sync's write): its
+    /// entry as set (expired or not), or None if removed or absent.
+    pub fn versioned(&self, id: u64) -> Versioned {
+        let id = id & ID_MASK;
+        let Some((idx, w)) = self.find(id) else {
+            return Versioned {
+                entry: None,
+                version: None,
+            };
+        };
+        let version = self.version_at(idx, w);
+        match decode(w) {
+            Slot::Live(e) => Versioned {
+                entry: Some(e),
+                version,
+            },
+            _ => Versioned {
+                entry: None,
+                version,
+            },
+        }
+    }
+
+    /// Sets `e` here (replacing the client's entry, if any), as a change
+    /// made at `now_ms` (a new version). Returns the live entry it
+    /// replaced. Err when the table already holds `capacity` live entries
+    /// of other clients.
     pub fn set(&self, e: Entry, now_ms: u64) -> Result<Option<Entry>, Full> {
-        let e = Entry {
-            fp: e.fp & FP_MASK,
-            ..e
-        };
-        loop {
-            match self.try_set(e, now_ms) {
-                Step::Done(prev) => return Ok(prev),
-                Step::Full => {
-                    return Err(Full {
-                        capacity: self.capacity(),
-                    })
-                }
-                Step::Retry => core::hint::spin_loop(),
-            }
-        }
+        let v = self.next_version(now_ms);
+        self.write_local(Some(e), e.fp, (v, Reap::Always), now_ms)
     }
 
-    /// One attempt of [`Overrides::set`].
-    fn try_set(&self, e: Entry, now_ms: u64) -> Step {
-        let new = e.encode();
-        let mut free = None;
-        for (idx, w) in self.chain(e.fp) {
-            match decode(w) {
-                Slot::Live(old) if old.fp == e.fp => {
-                    if self.slots[idx]
-                        .compare_exchange(w, new, Ordering::AcqRel, Ordering::Acquire)
-                        .is_err()
-                    {
-                        return Step::Retry;
-                    }
-                    return Step::Done((!old.expired(now_ms)).then_some(old));
-                }
-                Slot::Live(old) if old.expired(now_ms) => {
-                    self.kill(idx, w);
-                    free = free.or(Some((idx, TOMB)));
-                }
-                Slot::Live(_) => {}
-                Slot::Tomb => free = free.or(Some((idx, w))),
-                Slot::Empty => {
-                    free = free.or(Some((idx, w)));
-                    break;
-                }
-            }
-        }
-        let Some((idx, w)) = free else {
-            return Step::Full;
-        };
-        self.claim(idx, w, e, now_ms)
+    /// Removes `id`'s override, as a change made at `now_ms`; returns it
+    /// if it was live. The removal's version stays in the slot
+    /// ([`Slot::Gone`]) for the fleet.
+    pub fn remove(&self, id: u64, now_ms: u64) -> Option<Entry> {
+        let v = self.next_version(now_ms);
+        self.write_local(None, id, (v, Reap::Always), now_ms)
+            .ok()
+            .flatten()
     }
 
-    /// Claims the free slot `idx` (holding `w`) for `e`, within capacity.
-    fn claim(&self, idx: usize, w: u128, e: Entry, now_ms: u64) -> Step {
-        let cap = self.header.capacity;
-        let live = &self.header.live;
-        if live
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
-                (n < cap).then_some(n + 1)
-            })
-            .is_err()
-        {
-            return Step::Full;
-        }
-        let new = e.encode();
-        if self.slots[idx]
-            .compare_exchange(w, new, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            live.fetch_sub(1, Ordering::Relaxed);
-            return Step::Retry;
-        }
-        if self.duplicate_before(idx, e.fp, now_ms) {
-            // Another insert of this client won: give way, and update its
-            // entry at the next attempt.
-            self.kill(idx, new);
-            return Step::Retry;
-        }
-        Step::Done(None)
-    }
-
-    /// Whether a live entry of `fp` sits nearer to its home than `mine`.
-    fn duplicate_before(&self, mine: usize, fp: u64, now_ms: u64) -> bool {
-        for (idx, w) in self.chain(fp) {
-            if idx == mine {
-                return false;
-            }
-            match decode(w) {
-                Slot::Empty => return false,
-                Slot::Live(o) if o.fp == fp && !o.expired(now_ms) => return true,
-                _ => {}
-            }
-        }
-        false
-    }
-
-    /// Removes `fp`'s override; returns it if it was live.
-    pub fn remove(&self, fp: u64, now_ms: u64) -> Option<Entry> {
-        let fp = fp & FP_MASK;
-        let mut removed = None;
-        for (idx, w) in self.chain(fp) {
-            match decode(w) {
-                Slot::Empty => break,
-                Slot::Live(e) if e.fp == fp => removed = removed.or(self.kill_fp(idx, fp, now_ms)),
-                _ => {}
-            }
-        }
-        removed
-    }
-
-    /// Tombstones slot `idx` while it holds `fp` (retrying a lost CAS, as
-    /// a concurrent `set` may have changed the entry); returns the entry
-    /// if it was live.
-    fn kill_fp(&self, idx: usize, fp: u64, now_ms: u64) -> Option<Entry> {
-        loop {
-            let w = self.slots[idx].load(Ordering::Acquire);
-            match decode(w) {
-                Slot::Live(e) if e.fp == fp => {
-                    if self.kill(idx, w) {
-                        return (!e.expired(now_ms)).then_some(e);
-                    }
-                }
-                _ => return None,
-            }
-        }
-    }
-
-    /// Restores an entry saved earlier (a state file): [`Overrides::set`],
-    /// except that an expired entry is skipped (Ok(false)).
+    /// Restores an entry saved earlier (a state file), at version 0 (the
+    /// fleet's state, if any, is newer): an expired entry is skipped
+    /// (Ok(false)).
     pub fn restore(&self, e: Entry, now_ms: u64) -> Result<bool, Full> {
-        if e.fp & FP_MASK == 0 || e.expired(now_ms) {
+        if e.fp & ID_MASK == 0 || e.expired(now_ms) {
             return Ok(false);
         }
-        self.set(e, now_ms).map(|_| true)
+        self.write_local(Some(e), e.fp, (0, Reap::Always), now_ms)
+            .map(|_| true)
     }
 
     /// Records a ban of `fp` until `until_ms`, unless the client has an
@@ -572,7 +543,10 @@ impl<'a> Overrides<'a> {
             action: Action::Ban,
             expires_ms: until_ms.max(now_ms + 1),
         };
-        let ok = self.set(e, now_ms).is_ok();
+        let v = self.next_version(now_ms);
+        let ok = self
+            .write_local(Some(e), fp, (v, Reap::Throttled), now_ms)
+            .is_ok();
         if ok {
             self.header.bans.fetch_add(1, Ordering::Relaxed);
         }
@@ -592,16 +566,42 @@ impl<'a> Overrides<'a> {
             if out.len() >= max {
                 return (out, Some(idx));
             }
-            let w = self.slots[idx].load(Ordering::Acquire);
+            let w = self.load(idx);
             match decode(w) {
                 Slot::Live(e) if e.expired(now_ms) => {
-                    self.kill(idx, w);
+                    self.reap(idx, w);
                 }
-                Slot::Live(e) => out.push(e),
+                Slot::Live(e) if self.is_first(idx, e.fp) => out.push(e),
                 _ => {}
             }
         }
         (out, None)
+    }
+
+    /// Whether slot `idx` is the first of `id` in its candidate order (a
+    /// later one is a stale duplicate, killed by the next write).
+    fn is_first(&self, idx: usize, id: u64) -> bool {
+        self.find(id).is_none_or(|(i, _)| i == idx)
+    }
+
+    /// Reaps the expired entries of `count` slots from `from` on (worker
+    /// 0's sweep: the request path's one load comes back once every entry
+    /// ended); returns where the next call starts (wrapping) and how many
+    /// it reaped.
+    pub fn reap_expired(&self, from: usize, count: usize, now_ms: u64) -> (usize, usize) {
+        let n = self.slots.len();
+        let from = from % n;
+        let mut reaped = 0;
+        for idx in (from..n).take(count) {
+            let w = self.load(idx);
+            if let Slot::Live(e) = decode(w) {
+                if e.expired(now_ms) && self.reap(idx, w) {
+                    reaped += 1;
+                }
+            }
+        }
+        let next = from + count.min(n - from);
+        (if next >= n { 0 } else { next }, reaped)
     }
 
     /// Live bans at `now_ms` (a scan; the metrics' gauge).
@@ -613,14 +613,16 @@ impl<'a> Overrides<'a> {
             .filter(|e| e.action == Action::Ban)
             .count() as u64
     }
-}
 
-/// What one attempt of `set` did.
-enum Step {
-    Done(Option<Entry>),
-    Full,
-    Retry,
+    /// Slots of the table (the listing's `from=` runs below it).
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
 }
 
 #[cfg(test)]
+mod range_tests;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod version_tests;

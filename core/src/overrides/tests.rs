@@ -1,17 +1,22 @@
 //! Tests of the override table (core/src/overrides/mod.rs).
 
+use super::slot::{id_of, is_live};
 use super::*;
 use proptest::prelude::*;
 use std::collections::HashMap;
 
+use crate::MAX_LIMIT;
+
+const FP_MASK: u64 = (1 << 56) - 1;
+
 /// A 64-byte aligned buffer for a table of `cap` entries.
-struct Region {
+pub(super) struct Region {
     buf: Vec<u128>,
     len: usize,
 }
 
 impl Region {
-    fn new(cap: usize) -> Region {
+    pub(super) fn new(cap: usize) -> Region {
         let len = Overrides::bytes_for(cap);
         // u128 is 16-byte aligned; 64 more bytes let us align to 64.
         Region {
@@ -20,19 +25,19 @@ impl Region {
         }
     }
 
-    fn ptr(&mut self) -> *mut u8 {
+    pub(super) fn ptr(&mut self) -> *mut u8 {
         let p = self.buf.as_mut_ptr().cast::<u8>();
         p.wrapping_add(p.align_offset(64))
     }
 
-    fn table(&mut self, cap: usize) -> Overrides<'_> {
+    pub(super) fn table(&mut self, cap: usize) -> Overrides<'_> {
         let (p, len) = (self.ptr(), self.len);
         // SAFETY: p is 64-byte aligned with `len` bytes of our buffer.
         unsafe { Overrides::init(p, len, cap) }.unwrap()
     }
 }
 
-fn limit(fp: u64, n: u32, expires_ms: u64) -> Entry {
+pub(super) fn limit(fp: u64, n: u32, expires_ms: u64) -> Entry {
     Entry {
         fp,
         action: Action::Limit(n),
@@ -207,7 +212,8 @@ fn init_and_attach_check_the_region() {
 fn concurrent_sets_of_one_client_leave_one_entry() {
     let mut r = Region::new(64);
     let t = r.table(64);
-    // Fill some slots so that the client's chain has tombstones to race on.
+    // Fill and free some slots so that the inserts race on free slots of
+    // both kinds (empty, and removals').
     for fp in (1..40u64).map(|i| i << 20) {
         t.set(limit(fp, 1, 0), 0).unwrap();
     }
@@ -302,5 +308,222 @@ proptest! {
             want.sort_unstable();
             prop_assert_eq!(listed, want);
         }
+    }
+}
+
+/// Whether both candidate groups of `id` hold only live entries at
+/// `now` (the one way a table below capacity refuses an entry).
+fn groups_full(t: &Overrides, id: u64, now: u64) -> bool {
+    t.candidates(id).all(|idx| {
+        let w = t.slots[idx].load(Ordering::Acquire);
+        matches!(decode(w), Slot::Live(e) if !e.expired(now))
+    })
+}
+
+#[test]
+fn history_leaves_nothing_behind() {
+    // A million ttl'd overrides come and go beside one that stays: the
+    // slots of the gone ones are free again (no tombstone), so the table
+    // is as a fresh one and a lookup still reads its 32 slots only.
+    let cap = 1024;
+    let mut r = Region::new(cap);
+    let t = r.table(cap);
+    t.set(limit(0x77 << 20, 1, 0), 0).unwrap();
+    let mut now = 1_000u64;
+    for i in 0..1_000_000u64 {
+        let fp = ((i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 8) & FP_MASK | 1;
+        if i % 1000 == 0 {
+            now += 1000;
+        }
+        t.set(limit(fp, 1, now + 500), now).unwrap();
+    }
+    now += 1000;
+    let (_, reaped) = t.reap_expired(0, t.slots(), now);
+    assert!(reaped > 0);
+    assert_eq!(t.live(), 1);
+    let occupied = t
+        .slots
+        .iter()
+        .filter(|w| decode(w.load(Ordering::Relaxed)) != Slot::Empty)
+        .count();
+    assert_eq!(occupied, 1, "every slot but the one live entry is free");
+    assert_eq!(
+        t.get(0x77 << 20, now).map(|e| e.action),
+        Some(Action::Limit(1))
+    );
+    assert_eq!(t.get(0x1234_5678_9abc, now), None);
+}
+
+#[test]
+fn a_full_table_of_expired_entries_takes_new_ones() {
+    // Entries that expired unseen do not hold the capacity: an operator's
+    // set reaps them when the count says full.
+    let mut r = Region::new(64);
+    let t = r.table(64);
+    for i in 1..=64u64 {
+        t.set(limit(i << 30, 1, 2_000), 1_000).unwrap();
+    }
+    assert_eq!(t.live(), 64);
+    assert_eq!(
+        t.set(limit(99 << 30, 1, 0), 1_500),
+        Err(Full { capacity: 64 })
+    );
+    assert!(t.set(limit(99 << 30, 1, 0), 2_000).is_ok());
+    assert_eq!(t.live(), 1);
+}
+
+#[test]
+fn removals_leave_free_slots_that_inserts_take() {
+    let mut r = Region::new(4);
+    let t = r.table(4);
+    for i in 0..100_000u64 {
+        let fp = (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) & FP_MASK) | 1;
+        t.set(limit(fp, 1, 0), 0).unwrap();
+        assert_eq!(t.remove(fp, 0).map(|e| e.fp), Some(fp));
+    }
+    for i in 0..4u64 {
+        t.set(limit((i + 1) << 40, 1, 0), 0).unwrap();
+    }
+    assert_eq!(t.live(), 4);
+    assert_eq!(t.iter(0).count(), 4);
+}
+
+#[derive(Clone, Debug)]
+enum Churn {
+    /// A new client (never seen before) for `ttl` ms (0: none).
+    New(u64),
+    /// A client seen before (`pick` among those), set again.
+    Again(usize, u32),
+    /// One seen before, removed.
+    Remove(usize),
+    Tick(u64),
+    /// Worker 0's sweep over some slots.
+    Sweep(usize),
+}
+
+fn churn() -> impl Strategy<Value = Churn> {
+    prop_oneof![
+        3 => (0..4u64).prop_map(|t| Churn::New(t * 700)),
+        2 => (any::<usize>(), 0..100u32).prop_map(|(p, n)| Churn::Again(p, n)),
+        2 => any::<usize>().prop_map(Churn::Remove),
+        2 => (1..2000u64).prop_map(Churn::Tick),
+        1 => (1..200usize).prop_map(Churn::Sweep),
+    ]
+}
+
+/// The model after one churn step; Err: the table disagreed.
+struct ChurnModel {
+    map: HashMap<u64, Entry>,
+    seen: Vec<u64>,
+    now: u64,
+    next: u64,
+    sweep_at: usize,
+}
+
+impl ChurnModel {
+    fn step(&mut self, t: &Overrides, c: Churn) -> Result<(), TestCaseError> {
+        let cap = t.capacity();
+        match c {
+            Churn::New(ttl) => {
+                self.next += 1;
+                let fp = (self.next.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 8) & FP_MASK | 1;
+                self.seen.push(fp);
+                let exp = if ttl == 0 { 0 } else { self.now + ttl };
+                self.set(t, limit(fp, 1, exp), cap)?;
+            }
+            Churn::Again(p, n) if !self.seen.is_empty() => {
+                let fp = self.seen[p % self.seen.len()];
+                self.set(t, limit(fp, n, 0), cap)?;
+            }
+            Churn::Remove(p) if !self.seen.is_empty() => {
+                let fp = self.seen[p % self.seen.len()];
+                prop_assert_eq!(t.remove(fp, self.now), self.map.remove(&fp));
+            }
+            Churn::Tick(ms) => self.now += ms,
+            Churn::Sweep(n) => self.sweep_at = t.reap_expired(self.sweep_at, n, self.now).0,
+            _ => {}
+        }
+        let now = self.now;
+        self.map.retain(|_, e| !e.expired(now));
+        for e in self.map.values() {
+            prop_assert_eq!(t.get(e.fp, now), Some(*e));
+        }
+        prop_assert!(t.live() >= self.map.len() as u64);
+        Ok(())
+    }
+
+    fn set(&mut self, t: &Overrides, e: Entry, cap: usize) -> Result<(), TestCaseError> {
+        let now = self.now;
+        self.map.retain(|_, e| !e.expired(now));
+        let known = self.map.contains_key(&e.fp);
+        match t.set(e, now) {
+            Ok(prev) => {
+                prop_assert!(known || self.map.len() < cap);
+                prop_assert_eq!(prev, self.map.insert(e.fp, e));
+            }
+            Err(_) => prop_assert!(
+                !known && (self.map.len() >= cap || groups_full(t, e.fp, now)),
+                "refused below capacity, its groups not full"
+            ),
+        }
+        Ok(())
+    }
+}
+
+proptest! {
+    /// Many distinct clients come (some with a ttl) and go (removed,
+    /// expired, swept): the table agrees with a map at every step, and
+    /// once every entry ended and the sweep went round, every slot is free.
+    #[test]
+    fn churn_behaves_like_a_map(ops in proptest::collection::vec(churn(), 1..400)) {
+        let mut r = Region::new(40);
+        let t = r.table(40);
+        let mut m = ChurnModel { map: HashMap::new(), seen: Vec::new(), now: 10_000, next: 0, sweep_at: 0 };
+        for c in ops {
+            m.step(&t, c)?;
+        }
+        let mut listed: Vec<u64> = t.iter(m.now).map(|e| e.fp).collect();
+        listed.sort_unstable();
+        let mut want: Vec<u64> = m.map.keys().copied().collect();
+        want.sort_unstable();
+        prop_assert_eq!(listed, want);
+        for fp in m.map.keys().copied().collect::<Vec<_>>() {
+            t.remove(fp, m.now);
+        }
+        let end = m.now + 10_000;
+        t.reap_expired(0, t.slots(), end);
+        prop_assert_eq!(t.live(), 0);
+        let live = t.slots.iter().filter(|w| is_live(w.load(Ordering::Relaxed))).count();
+        prop_assert_eq!(live, 0);
+    }
+}
+
+#[test]
+fn concurrent_inserts_of_one_client_from_empty_leave_one_entry() {
+    // Many rounds of two threads inserting one new client at once (the
+    // race where neither sees the other before claiming a slot).
+    let mut r = Region::new(64);
+    let t = r.table(64);
+    for round in 1..=2000u64 {
+        let fp = (round.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 8) & FP_MASK | 1;
+        let go = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            for n in 0..2u32 {
+                let go = &go;
+                s.spawn(move || {
+                    go.wait();
+                    t.set(limit(fp, n, 0), 0).unwrap();
+                });
+            }
+        });
+        let copies = t
+            .slots
+            .iter()
+            .filter(|w| id_of(w.load(Ordering::Relaxed)) == fp)
+            .count();
+        assert_eq!(copies, 1, "round {round}");
+        assert_eq!(t.live(), 1);
+        t.remove(fp, 0);
+        t.reap_expired(0, t.slots(), 0);
     }
 }

@@ -13,8 +13,9 @@ use crate::overrides::Overrides;
 /// Resets of a Redis-backed zone waiting for the next sync round.
 pub const RESETS: usize = 16;
 
-/// Overrides changed here waiting for the next sync round.
-pub const OVR_PENDING: usize = 32;
+/// Overrides changed here waiting for the next sync round (an operator's
+/// burst of changes, bans of an attack's clients).
+pub const OVR_PENDING: usize = 256;
 
 /// The header's first bytes, the same in every layout that had one: read
 /// alone before anything else of a header found in a zone, so that a
@@ -142,8 +143,8 @@ pub struct ZoneHeader {
     /// Fingerprints of keys reset by `DELETE` (the metrics API) whose store keys
     /// the sync thread deletes at its next round (0: free entry).
     pub resets: [AtomicU64; RESETS],
-    /// Fingerprints of clients whose override changed here, which the sync
-    /// thread writes to Redis at its next round (0: free).
+    /// Ids of clients (and ranges) whose override changed here, which the
+    /// sync thread writes to Redis at its next round (0: free).
     pub ovr_pending: [AtomicU64; OVR_PENDING],
     /// Sync round measurements and the fleet seen in Redis.
     pub stats: SyncStats,
@@ -203,7 +204,7 @@ impl ZoneHeader {
             near_limit: zero(),
             evict_over_limit: zero(),
             resets: Default::default(),
-            ovr_pending: Default::default(),
+            ovr_pending: core::array::from_fn(|_| AtomicU64::new(0)),
             stats: Default::default(),
             charge: Default::default(),
         }

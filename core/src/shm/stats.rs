@@ -52,6 +52,10 @@ impl ChargeStats {
     }
 }
 
+/// Bits of a limit in [`SyncStats::limits`].
+const LIMIT_BITS: u32 = 20;
+const LIMIT_MASK: u64 = (1 << LIMIT_BITS) - 1;
+
 /// Sync measurements and fleet view of a zone.
 #[derive(Default)]
 #[repr(C)]
@@ -74,8 +78,11 @@ pub struct SyncStats {
     pub flagged: AtomicU64,
     /// Requests of other gateways added here by the sync.
     pub received: AtomicU64,
-    /// Smallest limit a request of the zone was admitted against (0: none).
-    pub min_limit: AtomicU64,
+    /// Smallest limit value (as configured, or a `map`'s: before any
+    /// override) a request of the zone was judged against, in each of the
+    /// two last windows: `window_index << 20 | limit` at `window_index % 2`
+    /// (0: none). See [`SyncStats::min_limit`].
+    pub limits: [AtomicU64; 2],
     /// Gateways seen in the last minute with this zone's profile (this one
     /// included; 0: not read yet).
     pub peers: AtomicU64,
@@ -90,21 +97,38 @@ pub struct SyncStats {
 }
 
 impl SyncStats {
-    /// Notes a limit a request was admitted against.
-    pub fn note_limit(&self, limit: u32) {
-        let limit = u64::from(limit);
-        let mut cur = self.min_limit.load(Ordering::Relaxed);
-        while cur == 0 || limit < cur {
-            match self.min_limit.compare_exchange_weak(
-                cur,
-                limit,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
+    /// Notes a limit value (requests per window, at most 2^20 - 1) a
+    /// request was judged against in window `window_index`: one relaxed
+    /// load when it is not below the window's smallest.
+    #[inline]
+    pub fn note_limit(&self, limit: u32, window_index: u64) {
+        let limit = u64::from(limit).min(LIMIT_MASK);
+        let slot = &self.limits[(window_index % 2) as usize];
+        let mut cur = slot.load(Ordering::Relaxed);
+        loop {
+            if cur >> LIMIT_BITS == window_index && cur & LIMIT_MASK <= limit {
+                return;
+            }
+            let new = (window_index << LIMIT_BITS) | limit;
+            match slot.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(c) => cur = c,
             }
         }
+    }
+
+    /// The smallest limit value noted in window `window_index` and the one
+    /// before it (0: none): what the zone's clients are limited to now,
+    /// following the configuration (a reload, a `map`) within a window.
+    pub fn min_limit(&self, window_index: u64) -> u64 {
+        [window_index, window_index.wrapping_sub(1)]
+            .iter()
+            .filter_map(|&i| {
+                let v = self.limits[(i % 2) as usize].load(Ordering::Relaxed);
+                (v != 0 && v >> LIMIT_BITS == i).then_some(v & LIMIT_MASK)
+            })
+            .min()
+            .unwrap_or(0)
     }
 
     /// Records the fleet as last read: a new episode starts when a mismatch

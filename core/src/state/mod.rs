@@ -61,11 +61,19 @@ const HEAD: usize = 24;
 const SLOT_RECORD: usize = 20;
 /// Fixed bytes of a TABLE payload before the slots.
 const TABLE_FIXED: usize = 40;
-/// Bytes of one saved override: fingerprint u64, action u8, 3 zero bytes,
-/// limit u32, expiry u64.
+/// Bytes of one saved override: fingerprint (or a range's id) u64, action
+/// u8, 3 zero bytes, limit u32, expiry u64.
 const OVERRIDE_RECORD: usize = 24;
 /// Largest fingerprint (56 bits).
 const FP_MAX: u64 = (1 << 56) - 1;
+
+/// Whether `id` is a fingerprint or a range's id (`overrides::range`).
+fn id_ok(id: u64) -> bool {
+    id != 0
+        && (id <= FP_MAX
+            || crate::overrides::range::range_of_id(id)
+                .is_some_and(|_| id <= crate::overrides::MAX_ID))
+}
 
 /// Section types.
 pub mod section {
@@ -458,7 +466,8 @@ fn read_override(r: &mut Reader) -> Option<Entry> {
     valid(&e).then_some(e)
 }
 
-/// Whether a state file may hold `e`: a fingerprint of 56 bits, not 0; a
+/// Whether a state file may hold `e`: a fingerprint of 56 bits, not 0, or
+/// a range's id; a
 /// limit at most [`MAX_LIMIT`]; an end within [`MAX_EXPIRY_MS`], never
 /// none for a ban.
 fn valid(e: &Entry) -> bool {
@@ -467,7 +476,7 @@ fn valid(e: &Entry) -> bool {
         Action::Ban => e.expires_ms != 0,
         Action::Block | Action::Exempt => true,
     };
-    action_ok && e.fp != 0 && e.fp <= FP_MAX && e.expires_ms <= MAX_EXPIRY_MS
+    action_ok && id_ok(e.fp) && e.expires_ms <= MAX_EXPIRY_MS
 }
 
 /// The entries of an override table's scan that a state file holds: one

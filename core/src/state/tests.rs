@@ -205,11 +205,15 @@ fn valid_override_records_are_read() {
 fn malformed_overrides_are_refused_even_with_a_valid_checksum() {
     let bad = StateError::Section("OVERRIDES", "malformed");
     let max_exp = crate::overrides::MAX_EXPIRY_MS;
-    let cases: [(&str, Vec<u8>); 11] = [
+    let cases: [(&str, Vec<u8>); 12] = [
         ("fingerprint 0", overrides_payload(&[(0, 2, 0, 0)])),
         (
-            "fingerprint over 56 bits",
-            overrides_payload(&[(1 << 56, 2, 0, 0)]),
+            "an id over 57 bits",
+            overrides_payload(&[(1 << 57, 2, 0, 0)]),
+        ),
+        (
+            "a range id of no prefix",
+            overrides_payload(&[((1 << 56) | (200 << 48), 2, 0, 0)]),
         ),
         ("action 0", overrides_payload(&[(5, 0, 0, 0)])),
         ("action 5", overrides_payload(&[(5, 5, 0, 0)])),

@@ -26,8 +26,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RLWINDOW");
 /// zone header and the table's header, and of the slot words a state file
 /// saves; bumped on any incompatible change of any of them. (3: the strict
 /// mode's slots; the zone header took this magic and version at 3, and
-/// the zone headers before it, magic `RLWZONE1`..`RLWZONEA`, never match.)
-pub const LAYOUT_VERSION: u32 = 3;
+/// the zone headers before it, magic `RLWZONE1`..`RLWZONEA`, never match;
+/// 4: the override table's candidate groups and versions, a longer queue
+/// of overrides for the sync.)
+pub const LAYOUT_VERSION: u32 = 4;
 
 /// Slot arrays above this size prefetch the second candidate group's home
 /// slot, and every line of both groups before a new key's survey (in a

@@ -121,7 +121,7 @@
 //! clock skew across a window boundary exposes this.
 
 mod acquire;
-mod atomic;
+pub(crate) mod atomic;
 mod carry;
 mod layout;
 mod maintenance;

@@ -6,7 +6,9 @@
 //!   VALUE is the key exactly as the zone's key evaluates, percent-decoded.
 //! * `GET /location?zone=NAME&addr=TEXT` — the same for an address in text,
 //!   in a zone keyed by `$binary_remote_addr` (400 with a JSON error
-//!   otherwise, or for a `key=` that is no address's 4 or 16 bytes).
+//!   otherwise, or for a `key=` that is no address's 4 or 16 bytes); its
+//!   `"override"` is its own or the most specific range's.
+//! * `GET /location?zone=NAME&cidr=ADDR/BITS` — a range's override.
 //!
 //! Access is controlled with the usual `allow`/`deny` in the location.
 
@@ -56,6 +58,9 @@ pub(crate) fn handle(r: &mut Request) -> ngx_int_t {
     };
     if has_flag(r, "overrides") {
         return crate::api::overrides::list(r, zone);
+    }
+    if arg(r, "cidr").is_some() {
+        return crate::api::overrides::range_lookup(r, zone);
     }
     let key = match lookup_key(r, zone) {
         Ok(k) => k.unwrap_or_default(),

@@ -1,11 +1,13 @@
 //! Fault injection between a gateway and Redis, for the cluster tests: a
-//! real TCP proxy whose reply path can be delayed, stalled or cut, and a
-//! slow HTTP upstream that keeps a request (and so an old worker) in flight.
+//! real TCP proxy whose reply path can be delayed, stalled or cut, and
+//! which can add a latency each way (a Redis far away); and a slow HTTP
+//! upstream that keeps a request (and so an old worker) in flight.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -31,6 +33,9 @@ pub enum Fault {
 pub struct FaultProxy {
     pub port: u16,
     fault: Arc<Mutex<Fault>>,
+    /// Added to every chunk, each way (ms): each is forwarded that long
+    /// after it arrived, in order.
+    latency: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     /// Connections accepted so far.
     accepted: Arc<AtomicU64>,
@@ -43,7 +48,13 @@ impl FaultProxy {
         let fault = Arc::new(Mutex::new(Fault::Pass));
         let stop = Arc::new(AtomicBool::new(false));
         let accepted = Arc::new(AtomicU64::new(0));
-        let (f, st, acc) = (fault.clone(), stop.clone(), accepted.clone());
+        let latency = Arc::new(AtomicU64::new(0));
+        let (f, st, acc, lat) = (
+            fault.clone(),
+            stop.clone(),
+            accepted.clone(),
+            latency.clone(),
+        );
         thread::spawn(move || {
             for conn in listener.incoming() {
                 if st.load(Ordering::SeqCst) {
@@ -57,13 +68,14 @@ impl FaultProxy {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
                     continue;
                 };
-                let (f, st) = (f.clone(), st.clone());
-                thread::spawn(move || pipe_conn(client, server, f, st));
+                let (f, st, lat) = (f.clone(), st.clone(), lat.clone());
+                thread::spawn(move || pipe_conn(client, server, f, st, lat));
             }
         });
         FaultProxy {
             port,
             fault,
+            latency,
             stop,
             accepted,
         }
@@ -71,6 +83,11 @@ impl FaultProxy {
 
     pub fn set(&self, fault: Fault) {
         *self.fault.lock().unwrap() = fault;
+    }
+
+    /// Adds `ms` of latency each way to every connection (0: none).
+    pub fn set_latency(&self, ms: u64) {
+        self.latency.store(ms, Ordering::SeqCst);
     }
 
     pub fn accepted(&self) -> u64 {
@@ -85,25 +102,60 @@ impl Drop for FaultProxy {
     }
 }
 
+/// Writes chunks to a stream `latency` ms after they were handed to it, in
+/// order (a thread of its own; 0: at once).
+struct Delayed {
+    tx: mpsc::Sender<(Instant, Vec<u8>)>,
+    latency: Arc<AtomicU64>,
+}
+
+impl Delayed {
+    fn new(mut to: TcpStream, latency: Arc<AtomicU64>) -> Delayed {
+        let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+        thread::spawn(move || {
+            for (due, chunk) in rx {
+                let now = Instant::now();
+                if due > now {
+                    thread::sleep(due - now);
+                }
+                if to.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+            let _ = to.shutdown(Shutdown::Both);
+        });
+        Delayed { tx, latency }
+    }
+
+    fn write(&self, chunk: &[u8]) -> bool {
+        let ms = self.latency.load(Ordering::SeqCst);
+        let due = Instant::now() + Duration::from_millis(ms);
+        self.tx.send((due, chunk.to_vec())).is_ok()
+    }
+}
+
 fn pipe_conn(
     client: TcpStream,
     server: TcpStream,
     fault: Arc<Mutex<Fault>>,
     stop: Arc<AtomicBool>,
+    latency: Arc<AtomicU64>,
 ) {
-    let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-    // Commands: forwarded as they come.
+    let (mut c_in, s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    // Commands: forwarded as they come (after the latency).
+    let lat = latency.clone();
     thread::spawn(move || {
+        let out = Delayed::new(s_out, lat);
         let mut buf = [0u8; 16384];
         while let Ok(n) = c_in.read(&mut buf) {
-            if n == 0 || s_out.write_all(&buf[..n]).is_err() {
+            if n == 0 || !out.write(&buf[..n]) {
                 break;
             }
         }
-        let _ = s_out.shutdown(Shutdown::Both);
     });
-    // Replies: subject to the fault.
+    // Replies: subject to the fault (and the latency).
     let (mut s_in, mut c_out) = (server, client);
+    let delayed = Delayed::new(c_out.try_clone().unwrap(), latency);
     let mut buf = vec![0u8; 65536];
     let mut sent = 0usize;
     while let Ok(n) = s_in.read(&mut buf) {
@@ -139,12 +191,20 @@ fn pipe_conn(
             }
             break;
         }
-        if !chunk.is_empty() && c_out.write_all(chunk).is_err() {
+        // Without latency, written here (in order with a cut's bytes).
+        let ok = chunk.is_empty()
+            || if delayed.latency.load(Ordering::SeqCst) == 0 {
+                c_out.write_all(chunk).is_ok()
+            } else {
+                delayed.write(chunk)
+            };
+        if !ok {
             break;
         }
         sent += chunk.len();
     }
-    let _ = c_out.shutdown(Shutdown::Both);
+    // The writer closes the connection once it wrote what it holds.
+    drop(delayed);
 }
 
 /// An HTTP upstream that answers each request after `delay`: a request to

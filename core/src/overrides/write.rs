@@ -1,0 +1,324 @@
+//! The table's writes: one versioned step for a change made here, a state
+//! pulled from the fleet, a removal and a reap (see the module doc of
+//! [`super`] for the rules they keep).
+
+use core::sync::atomic::Ordering;
+
+use super::remote::state_text;
+use super::slot::{decode, encode, id_of, is_live, version_in, version_word, Next, Slot, GROUP};
+use super::{Entry, Full, Overrides, FULL_REAP_MS, ID_MASK};
+
+/// Whose change a write is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// Made here (an operator, a ban, a state file): applies over any
+    /// state not newer.
+    Local,
+    /// Read from the fleet: applies only over an older state, never over
+    /// one whose version is unknown (a change here in flight).
+    Remote,
+}
+
+/// When a full table reaps its expired entries before it refuses.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reap {
+    /// Every time (an operator's change, a state file).
+    Always,
+    /// At most once every [`FULL_REAP_MS`] (a ban: the request path).
+    Throttled,
+}
+
+/// What one attempt of a write did.
+enum Step {
+    /// Done; the live entry it replaced.
+    Done(Option<Entry>),
+    /// The state here is newer: nothing changed.
+    Stale,
+    Full,
+    Retry,
+}
+
+/// Free slots met in a client's two groups.
+#[derive(Default)]
+struct Free {
+    empty: [Option<(usize, u128)>; 2],
+    gone: [Option<(usize, u128)>; 2],
+    used: [usize; 2],
+}
+
+impl Overrides<'_> {
+    /// The version of word `w` at `idx`, if its version word is `w`'s.
+    pub(super) fn version_at(&self, idx: usize, w: u128) -> Option<u64> {
+        version_in(w, self.versions[idx].load(Ordering::Acquire))
+    }
+
+    /// Writes `state` (None: removed) of `id` made here at version `v`.
+    /// A full table first reaps its expired entries: always for an
+    /// operator's change (`reap`: Always), at most once every
+    /// [`FULL_REAP_MS`] for a ban (the request path).
+    pub(super) fn write_local(
+        &self,
+        state: Option<Entry>,
+        id: u64,
+        (v, reap): (u64, Reap),
+        now_ms: u64,
+    ) -> Result<Option<Entry>, Full> {
+        let id = id & ID_MASK;
+        let mut reaped = false;
+        loop {
+            match self.step(id, state, v, Source::Local, now_ms) {
+                Step::Done(prev) => return Ok(prev),
+                // A newer change of the client won meanwhile.
+                Step::Stale => return Ok(None),
+                Step::Full if !reaped && self.reap_all(reap, now_ms) => reaped = true,
+                Step::Full => {
+                    return Err(Full {
+                        capacity: self.capacity(),
+                    })
+                }
+                Step::Retry => core::hint::spin_loop(),
+            }
+        }
+    }
+
+    /// Applies the state of `id` read from the fleet (None: removed) at
+    /// version `v`, unless the state here is as new or newer (equal
+    /// versions: the greater state text wins, as in Redis). Returns
+    /// whether it applied. The clock moves past `v`.
+    pub fn apply_remote(&self, id: u64, state: Option<Entry>, v: u64, now_ms: u64) -> bool {
+        self.saw_version(v);
+        loop {
+            match self.step(id & ID_MASK, state, v, Source::Remote, now_ms) {
+                Step::Done(_) => return true,
+                Step::Stale | Step::Full => return false,
+                Step::Retry => core::hint::spin_loop(),
+            }
+        }
+    }
+
+    /// One attempt of a write.
+    fn step(&self, id: u64, state: Option<Entry>, v: u64, src: Source, now_ms: u64) -> Step {
+        let next = match state {
+            Some(e) => Next::Live(Entry { fp: id, ..e }),
+            None => Next::Gone(id),
+        };
+        let Some((idx, w)) = self.find_unexpired(id, now_ms) else {
+            return self.insert(id, next, v, src, now_ms);
+        };
+        let here = match decode(w) {
+            Slot::Live(e) => Some(e),
+            _ => None,
+        };
+        let newer = match (src, self.version_at(idx, w)) {
+            (Source::Local, Some(c)) => v >= c,
+            (Source::Local, None) => true,
+            (Source::Remote, Some(c)) => {
+                v > c || (v == c && state_text(state.as_ref()) > state_text(here.as_ref()))
+            }
+            (Source::Remote, None) => false,
+        };
+        if !newer {
+            return Step::Stale;
+        }
+        // A removal's slot taken again by its client: one more live entry.
+        let begins = here.is_none() && state.is_some();
+        if begins && !self.reserve() {
+            return Step::Full;
+        }
+        let Some(new) = self.replace(idx, w, next) else {
+            if begins {
+                self.header.live.fetch_sub(1, Ordering::Relaxed);
+            }
+            return Step::Retry;
+        };
+        self.publish(idx, new, v);
+        self.kill_later(id, idx);
+        Step::Done(here)
+    }
+
+    /// The first slot of `id`, after reaping the expired entries of `id`
+    /// met first.
+    fn find_unexpired(&self, id: u64, now_ms: u64) -> Option<(usize, u128)> {
+        loop {
+            let (idx, w) = self.find(id)?;
+            match decode(w) {
+                Slot::Live(e) if e.expired(now_ms) => {
+                    self.reap(idx, w);
+                }
+                _ => return Some((idx, w)),
+            }
+        }
+    }
+
+    /// Puts `next` of an absent `id` in a free slot of its groups. A
+    /// removal with no free slot is done (nothing to remember it by).
+    fn insert(&self, id: u64, next: Next, v: u64, src: Source, now_ms: u64) -> Step {
+        let live = matches!(next, Next::Live(_));
+        if live && !self.reserve() {
+            return Step::Full;
+        }
+        let Some((idx, w)) = self.free_slot(id, now_ms) else {
+            if live {
+                self.header.live.fetch_sub(1, Ordering::Relaxed);
+                return Step::Full;
+            }
+            return Step::Done(None);
+        };
+        let Some(new) = self.replace(idx, w, next) else {
+            if live {
+                self.header.live.fetch_sub(1, Ordering::Relaxed);
+            }
+            return Step::Retry;
+        };
+        self.publish(idx, new, v);
+        if self.yields(id, idx, v) {
+            // A concurrent insert of the client sits earlier, or later
+            // with a newer state: give way (a change here then updates
+            // that one).
+            self.replace(idx, new, Next::Empty);
+            return match src {
+                Source::Local => Step::Retry,
+                Source::Remote => Step::Stale,
+            };
+        }
+        self.kill_later(id, idx);
+        Step::Done(None)
+    }
+
+    /// Whether the entry of `id` just put at `idx` (version `v`) gives way
+    /// to another of `id`: one earlier in the candidate order, or a later
+    /// one of a newer (or unknown) version. Else the later ones go.
+    fn yields(&self, id: u64, idx: usize, v: u64) -> bool {
+        let mut after = false;
+        for i in self.candidates(id) {
+            if i == idx {
+                after = true;
+                continue;
+            }
+            let w = self.load(i);
+            if id_of(w) != id {
+                continue;
+            }
+            if !after || self.version_at(i, w).is_none_or(|c| c > v) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// One more live entry, within capacity.
+    fn reserve(&self) -> bool {
+        let cap = self.header.capacity;
+        self.header
+            .live
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// A free slot for `id`: an empty one of the group with fewer
+    /// entries, else of the other, else a removal's of either (expired
+    /// entries met are reaped first).
+    fn free_slot(&self, id: u64, now_ms: u64) -> Option<(usize, u128)> {
+        let mut f = Free::default();
+        for (pos, idx) in self.candidates(id).enumerate() {
+            let g = pos / GROUP;
+            let mut w = self.load(idx);
+            if let Slot::Live(e) = decode(w) {
+                if e.expired(now_ms) && self.reap(idx, w) {
+                    w = self.load(idx);
+                }
+            }
+            match decode(w) {
+                Slot::Empty => {
+                    f.empty[g].get_or_insert((idx, w));
+                }
+                Slot::Gone(_) => {
+                    f.gone[g].get_or_insert((idx, w));
+                }
+                Slot::Live(_) => f.used[g] += 1,
+            }
+        }
+        let (a, b) = if f.used[1] < f.used[0] {
+            (1, 0)
+        } else {
+            (0, 1)
+        };
+        f.empty[a].or(f.empty[b]).or(f.gone[a]).or(f.gone[b])
+    }
+
+    /// Changes slot `idx` from `w` to `next` (one CAS) and counts what it
+    /// ended or began (the live count of an entry that began is the
+    /// caller's reservation); the new word, or None if the slot changed.
+    fn replace(&self, idx: usize, w: u128, next: Next) -> Option<u128> {
+        let new = encode(w, next);
+        if !self.ops.cas(&self.slots[idx], w, new) {
+            return None;
+        }
+        match (is_live(w), is_live(new)) {
+            (true, false) => {
+                self.header.live.fetch_sub(1, Ordering::Relaxed);
+                self.prefixes.sub(id_of(w));
+            }
+            (false, true) => self.prefixes.add(id_of(new)),
+            _ => {}
+        }
+        Some(new)
+    }
+
+    /// Writes version `v` of word `w` at `idx`, unless the slot changed
+    /// again meanwhile (the later change writes its own).
+    fn publish(&self, idx: usize, w: u128, v: u64) {
+        let vw = version_word(w, v);
+        loop {
+            let cur = self.versions[idx].load(Ordering::Acquire);
+            if self.load(idx) != w {
+                return;
+            }
+            if self.versions[idx]
+                .compare_exchange(cur, vw, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Empties the slots of `id` after slot `idx` in its candidate order
+    /// (stale duplicates of a race between two inserts).
+    fn kill_later(&self, id: u64, idx: usize) {
+        let mut after = false;
+        for i in self.candidates(id) {
+            if after {
+                let w = self.load(i);
+                if id_of(w) == id {
+                    self.replace(i, w, Next::Empty);
+                }
+            }
+            after |= i == idx;
+        }
+    }
+
+    /// Reaps the expired entry `w` at `idx`; true if this call did.
+    pub(super) fn reap(&self, idx: usize, w: u128) -> bool {
+        self.replace(idx, w, Next::Empty).is_some()
+    }
+
+    /// A full table reaps every expired entry (`Reap::Throttled`: at most
+    /// once every [`FULL_REAP_MS`], by one process): true if this call did.
+    fn reap_all(&self, reap: Reap, now_ms: u64) -> bool {
+        let at = &self.header.reaped_at;
+        let last = at.load(Ordering::Acquire);
+        if reap == Reap::Throttled
+            && (now_ms < last.saturating_add(FULL_REAP_MS)
+                || at
+                    .compare_exchange(last, now_ms, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_err())
+        {
+            return false;
+        }
+        self.reap_expired(0, self.slots.len(), now_ms);
+        true
+    }
+}
