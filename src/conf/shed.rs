@@ -104,7 +104,12 @@ fn new_group(
     // SAFETY: registers the named zone in the cycle being configured; nginx
     // keeps the pointers (the tag is a static), and reads nothing else of cf.
     let shm = unsafe {
-        ngx_shared_memory_add(cf, &mut zname, size, ptr::addr_of!(SHED_TAG).cast_mut().cast())
+        ngx_shared_memory_add(
+            cf,
+            &mut zname,
+            size,
+            ptr::addr_of!(SHED_TAG).cast_mut().cast(),
+        )
     };
     // SAFETY: a non-null shm is a zone descriptor owned by the cycle.
     let shm = unsafe { shm.as_mut() }.ok_or(ConfFailed::Logged)?;

@@ -70,9 +70,7 @@ fn next(r: &mut Request) -> ngx_int_t {
 #[inline(always)]
 fn gives_headers(d: &Report) -> bool {
     d.status != RequestStatus::Exempt
-        && (d.status.refused()
-            || d.headers == HEADERS_ON
-            || d.headers == HEADERS_IETF)
+        && (d.status.refused() || d.headers == HEADERS_ON || d.headers == HEADERS_IETF)
 }
 
 /// The main request's headers of its decision `d`, or the check of a

@@ -495,7 +495,9 @@ fn skipped(r: &Request, zone: &ZoneConf, why: Skip) {
         Skip::OverrideExempt => "exempt by an override",
         Skip::OverrideReject => "rejected by an override",
         Skip::EmptyInFlight => "takes no in-flight place: the in_flight variable is empty",
-        Skip::InvalidInFlight => "takes no in-flight place: the in_flight value is invalid (fail=open)",
+        Skip::InvalidInFlight => {
+            "takes no in-flight place: the in_flight value is invalid (fail=open)"
+        }
         Skip::InFlightNoRoom => "takes no in-flight place: no room to count it (fail=open)",
     };
     if why == Skip::InFlightNoRoom {
@@ -625,10 +627,14 @@ fn keep_places(
     if !goes_on {
         give_back(shed_place);
     }
-    let places = j.took.iter().filter(|_| admitted).filter_map(|&(n, place)| {
-        let places = j.limits[n].zone().places.as_ref()?;
-        Some(Taken { places, place })
-    });
+    let places = j
+        .took
+        .iter()
+        .filter(|_| admitted)
+        .filter_map(|&(n, place)| {
+            let places = j.limits[n].zone().places.as_ref()?;
+            Some(Taken { places, place })
+        });
     let shed = shed_place.filter(|_| goes_on);
     in_flight::keep(&j.pending, places.chain(shed));
     match verdict {

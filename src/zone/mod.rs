@@ -21,8 +21,8 @@ use rate_limit_window_core::conf::error::ZoneIdentity;
 use rate_limit_window_core::conf::parse::RedisParams;
 use rate_limit_window_core::overrides::{Overrides, DEFAULT_OVERRIDES};
 use rate_limit_window_core::rule::mode::Mode;
-use rate_limit_window_core::shm::{Owner, Places, Turns};
 pub use rate_limit_window_core::shm::ZoneHeader;
+use rate_limit_window_core::shm::{Owner, Places, Turns};
 use rate_limit_window_core::{FailPolicy, Table, Window, DEFAULT_WINDOW_MS};
 
 /// One `rate_limit_window_zone`, allocated from the configuration pool.

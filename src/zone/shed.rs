@@ -64,7 +64,12 @@ pub extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) ->
         let Some(pool) = SlabPool::from_shm_zone(z) else {
             return Status::NGX_ERROR.into();
         };
-        (&mut *z.data.cast::<ShedConf>(), !data.is_null(), pool, z.shm.log)
+        (
+            &mut *z.data.cast::<ShedConf>(),
+            !data.is_null(),
+            pool,
+            z.shm.log,
+        )
     };
     let max = conf.limits.max;
     let len = ShedGroup::bytes_for(max);
@@ -73,7 +78,9 @@ pub extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) ->
         // SAFETY: the region an earlier init formatted in this same zone
         // (`len` bytes for an unchanged max=, which `attach` checks),
         // mapped for as long as the zone.
-        unsafe { ShedGroup::attach(region, len, max) }.map_err(|_| "cannot reuse the zone: its max= changed; restart nginx or use a new zone name")
+        unsafe { ShedGroup::attach(region, len, max) }.map_err(|_| {
+            "cannot reuse the zone: its max= changed; restart nginx or use a new zone name"
+        })
     } else {
         let region = Layout::from_size_align(len, 64)
             .ok()

@@ -19,6 +19,7 @@ mod foundation;
 mod grpc;
 mod harness;
 mod headers;
+mod in_flight;
 mod limits;
 mod metrics;
 mod overrides;

@@ -455,18 +455,36 @@ pub fn shed_exposition(o: &mut String, groups: &[&ShedConf]) {
     };
     head(o, "rate_limit_window_shed_total", "counter", "Requests shed by rate_limit_window_shed (answered its status= with Retry-After, never counted by the rate limits), by priority.");
     by_priority(o, "rate_limit_window_shed_total", &|g, p| g.1.shed_total(p));
-    head(o, "rate_limit_window_shed_admitted_total", "counter", "Requests a shed group admitted, by priority.");
-    by_priority(o, "rate_limit_window_shed_admitted_total", &|g, p| g.1.admitted_total(p));
+    head(
+        o,
+        "rate_limit_window_shed_admitted_total",
+        "counter",
+        "Requests a shed group admitted, by priority.",
+    );
+    by_priority(o, "rate_limit_window_shed_admitted_total", &|g, p| {
+        g.1.admitted_total(p)
+    });
     let one = |o: &mut String, name: &str, read: &dyn Fn(&(&ShedConf, _)) -> u64| {
         for g in &live {
             let zone = Label(g.0.name.as_bytes());
             let _ = writeln!(o, "{name}{{zone=\"{zone}\"}} {}", read(g));
         }
     };
-    head(o, "rate_limit_window_shed_in_flight", "gauge", "Requests of the shed group in flight now, by every worker.");
-    one(o, "rate_limit_window_shed_in_flight", &|g| u64::from(g.1.in_flight()));
+    head(
+        o,
+        "rate_limit_window_shed_in_flight",
+        "gauge",
+        "Requests of the shed group in flight now, by every worker.",
+    );
+    one(o, "rate_limit_window_shed_in_flight", &|g| {
+        u64::from(g.1.in_flight())
+    });
     head(o, "rate_limit_window_shed_max", "gauge", "The shed group's max= (default requests are shed at max minus reserve=, critical ones at max).");
-    one(o, "rate_limit_window_shed_max", &|g| u64::from(g.0.limits.max));
+    one(o, "rate_limit_window_shed_max", &|g| {
+        u64::from(g.0.limits.max)
+    });
     head(o, "rate_limit_window_shed_untracked_total", "counter", "Requests a shed group admitted without counting them (no room in its ledger, or every owner taken).");
-    one(o, "rate_limit_window_shed_untracked_total", &|g| g.1.untracked_total());
+    one(o, "rate_limit_window_shed_untracked_total", &|g| {
+        g.1.untracked_total()
+    });
 }
