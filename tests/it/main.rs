@@ -29,6 +29,7 @@ mod redis_cluster;
 mod redis_conf;
 mod redis_sentinel;
 mod reliability;
+mod shed;
 mod soak;
 mod state;
 mod strict;
