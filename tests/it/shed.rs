@@ -64,7 +64,12 @@ fn default_requests_are_shed_first_and_critical_ones_get_the_reserve() {
         spawn(port, "/b/2?sleep=1500", ""),
     ];
     assert!(wait_for(Duration::from_secs(5), || up.concurrent("c1") == 2));
-    let third = request(port, "GET", "/a/3", &[("X-Prio", b"default"), ("X-Client", b"c1")]);
+    let third = request(
+        port,
+        "GET",
+        "/a/3",
+        &[("X-Prio", b"default"), ("X-Client", b"c1")],
+    );
     assert_eq!(third.status, 503, "{}", third.describe());
     assert_eq!(third.header("retry-after"), Some("1"));
     assert_eq!(third.header("x-status"), Some("SHED"));
@@ -118,7 +123,11 @@ fn a_rate_rejection_gives_the_group_place_back() {
         assert_eq!((r.status, r.header("x-status")), (429, Some("REJECTED")));
     }
     assert_eq!(
-        shed_metric(ng.port, "rate_limit_window_shed_in_flight", &[("zone", "cap")]),
+        shed_metric(
+            ng.port,
+            "rate_limit_window_shed_in_flight",
+            &[("zone", "cap")]
+        ),
         0.0
     );
     assert_eq!(up.received(), 0);
