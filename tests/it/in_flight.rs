@@ -430,3 +430,20 @@ fn configuration_errors() {
     let (ok, out) = test_config(&conf("", "in_flight=3"));
     assert!(ok, "{out}");
 }
+
+/// docs/in-flight.md's alert recipes name metrics that are exposed.
+#[test]
+fn alert_recipes_name_exposed_metrics() {
+    let up = Upstream::start();
+    let ng = Nginx::builder()
+        .upstream_of(&up)
+        .start(&conf("", "in_flight=1"));
+    assert_eq!(as_client(ng.port, "/long/x", "kim").status, 200);
+    let text = metrics_text(ng.port);
+    for name in recipe_metrics("docs/in-flight.md", "## Metrics and alerts") {
+        assert!(
+            text.contains(&format!("\n{name}{{")),
+            "{name} is not exposed:\n{text}"
+        );
+    }
+}

@@ -190,3 +190,18 @@ fn configuration_errors() {
     let (ok, out) = test_config(&conf(""));
     assert!(ok, "{out}");
 }
+
+/// docs/shedding.md's alert recipes name metrics that are exposed.
+#[test]
+fn alert_recipes_name_exposed_metrics() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&conf(""));
+    assert_eq!(request(ng.port, "GET", "/b/x", &[]).status, 200);
+    let text = metrics_text(ng.port);
+    for name in recipe_metrics("docs/shedding.md", "## Metrics and alerts") {
+        assert!(
+            text.contains(&format!("\n{name}{{")),
+            "{name} is not exposed:\n{text}"
+        );
+    }
+}
