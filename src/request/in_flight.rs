@@ -41,7 +41,7 @@ pub fn eval(r: &Request, value: ConfValue) -> Result<engine::LimitValue, ()> {
 }
 
 /// A complex value of the configuration, evaluated for `r`.
-pub fn text<'r>(r: &'r Request, cv: *mut ngx_http_complex_value_t) -> Result<&'r [u8], ()> {
+pub fn text(r: &Request, cv: *mut ngx_http_complex_value_t) -> Result<&[u8], ()> {
     // SAFETY: cv was compiled into the configuration pool, which outlives
     // every request of the cycle.
     r.get_complex_value(unsafe { &*cv })
