@@ -213,9 +213,16 @@ CG_LABELS = {"none": "no limiter", "rlw_hot": "rate_limit_window, 1 hot key",
              "lr_hot": "limit_req, 1 hot key", "rlw_many": "rate_limit_window, a new key per request",
              "lr_many": "limit_req, a new key per request",
              "strict_hot": "rate_limit_window mode=strict, 1 hot key",
-             "strict_many": "rate_limit_window mode=strict, a new key per request"}
+             "strict_many": "rate_limit_window mode=strict, a new key per request",
+             "inflight_hot": "rate_limit_window limit= in_flight=, 1 hot key",
+             "inflight_alone_hot": "rate_limit_window in_flight= alone, 1 hot key",
+             "lc_hot": "limit_conn, 1 hot key",
+             "inflight_many": "rate_limit_window limit= in_flight=, a new key per request",
+             "lc_many": "limit_conn, a new key per request",
+             "shed_hot": "rate_limit_window_shed"}
 CG_ORDER = ("none", "rlw_hot", "rlw_hot_noheaders", "lr_hot", "rlw_many", "lr_many",
-            "strict_hot", "strict_many")
+            "strict_hot", "strict_many", "inflight_hot", "inflight_alone_hot", "lc_hot",
+            "inflight_many", "lc_many", "shed_hot")
 
 
 def cmd_callgrind(path):

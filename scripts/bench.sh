@@ -748,6 +748,15 @@ cg_variant() {
         lr_many) limiter="limit_req zone=lr_many burst=1000000 nodelay;" mode=distinct ;;
         strict_hot) limiter="rate_limit_window zone=strict_hot limit=65535;" mode=hot ;;
         strict_many) limiter="rate_limit_window zone=strict_many limit=65535;" mode=distinct ;;
+        inflight_hot)
+            limiter="rate_limit_window zone=rlw_hot limit=1000000 in_flight=1000;" mode=hot ;;
+        inflight_alone_hot) limiter="rate_limit_window zone=rlw_hot in_flight=1000;" mode=hot ;;
+        lc_hot) limiter="limit_conn lc_hot 1000;" mode=hot ;;
+        inflight_many)
+            limiter="rate_limit_window zone=rlw_many limit=1000000 in_flight=1000;" mode=distinct ;;
+        lc_many) limiter="limit_conn lc_many 1000;" mode=distinct ;;
+        shed_hot)
+            limiter="rate_limit_window_shed zone=cap max=1000 priority=\$http_x_prio;" mode=hot ;;
         *) die "unknown callgrind variant $1" ;;
     esac
 }
@@ -794,7 +803,7 @@ bench_callgrind() {
     echo "$head" >"$tsv"
     # Every variant requests /t from its own nginx: only the directives in
     # that location differ, not the URI or the location lookup.
-    for v in ${BENCH_CG_VARIANTS:-none rlw_hot rlw_hot_noheaders lr_hot rlw_many lr_many strict_hot strict_many}; do
+    for v in ${BENCH_CG_VARIANTS:-none rlw_hot rlw_hot_noheaders lr_hot rlw_many lr_many strict_hot strict_many inflight_hot inflight_alone_hot lc_hot inflight_many lc_many shed_hot}; do
         cg_run "$v" "$tsv" "$RESULTS/callgrind" "$CG_CACHES"
     done
     CALLGRIND_MD=$(python3 "$BENCH_DIR/report.py" callgrind "$tsv")

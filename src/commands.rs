@@ -34,7 +34,7 @@ static mut STATUS_BOUNDS: ngx_conf_num_bounds_t = ngx_conf_num_bounds_t {
 const ANY_LEVEL: u32 = NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF;
 
 /// The module's directives.
-pub static mut COMMANDS: [ngx_command_t; 11] = [
+pub static mut COMMANDS: [ngx_command_t; 12] = [
     ngx_command_t {
         name: ngx_string!("rate_limit_window_zone"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE) as ngx_uint_t,
@@ -108,6 +108,16 @@ pub static mut COMMANDS: [ngx_command_t; 11] = [
         offset: offset_of!(LocConf, grpc),
         post: ptr::null_mut(),
     },
+    // `rate_limit_window_shed zone=NAME max=N priority=VALUE ...;`: load
+    // shedding (conf/shed.rs).
+    ngx_command_t {
+        name: ngx_string!("rate_limit_window_shed"),
+        type_: (NGX_HTTP_LOC_CONF | NGX_CONF_1MORE) as ngx_uint_t,
+        set: Some(set_shed),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: 0,
+        post: ptr::null_mut(),
+    },
     // `rate_limit_window_state_interval time;`: how often state files are
     // written (state_write.rs).
     ngx_command_t {
@@ -124,6 +134,7 @@ pub static mut COMMANDS: [ngx_command_t; 11] = [
 conf_handler!(set_zone, MainConf, zone_directive::set_zone);
 conf_handler!(set_state_interval, MainConf, conf::set_state_interval);
 conf_handler!(set_limit, LocConf, conf::set_limit);
+conf_handler!(set_shed, LocConf, conf::shed::set_shed);
 conf_handler!(set_headers, LocConf, |cf, lcf: &mut LocConf| {
     conf::set_enum(cf, HEADERS_VALUES, &mut lcf.headers)
 });

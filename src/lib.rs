@@ -163,6 +163,9 @@ extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     if let Some(mcf) = Module::main_conf(cycle) {
         // What a dead worker of this number held is gone with it.
         request::hold::clear_turns(&mcf.zones, worker);
+        // And the in-flight places of every process gone (a respawn
+        // follows its predecessor's death).
+        zone::reclaim_places(mcf.zones(), mcf.sheds());
     }
     let ours = (process == NGX_PROCESS_WORKER as ngx_uint_t && worker == 0)
         || process == NGX_PROCESS_SINGLE as ngx_uint_t;
@@ -171,7 +174,7 @@ extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     }
     if let Some(mcf) = Module::main_conf(cycle) {
         sync::start_all(&mcf.zones);
-        worker::sweep::start(cycle, &mcf.zones);
+        worker::sweep::start(cycle, !mcf.zones.is_empty() || !mcf.sheds.is_empty());
         let every_ms = mcf.state_interval_ms.unwrap_or(conf::STATE_INTERVAL_MS);
         worker::state_write::start(cycle, &mcf.zones, every_ms);
     }
@@ -182,5 +185,9 @@ extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
 /// then write the zones' state files.
 extern "C" fn exit_process(cycle: *mut ngx_cycle_t) {
     sync::stop_all();
+    // SAFETY: nginx passes the running cycle.
+    if let Some(mcf) = unsafe { cycle.as_ref() }.and_then(Module::main_conf) {
+        zone::stop_places(mcf.zones(), mcf.sheds());
+    }
     worker::state_write::save_at_exit(cycle);
 }

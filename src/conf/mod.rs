@@ -17,6 +17,7 @@ pub mod charge_var;
 pub mod early_answer;
 pub mod loc_delay;
 pub mod redis_files;
+pub mod shed;
 pub mod value;
 pub mod zone_directive;
 
@@ -100,6 +101,9 @@ pub struct MainConf {
     /// Index of the hidden variable whose request slot holds the main
     /// request's record (see pool.rs).
     pub record_index: Option<ngx_uint_t>,
+    /// `rate_limit_window_shed` groups, in the order locations named them
+    /// (configuration pool, for the cycle).
+    pub sheds: Vec<*mut crate::zone::shed::ShedConf>,
     /// `rate_limit_window_state_interval`: how often worker 0 writes the
     /// zones' state files (ms); None: not given, [`STATE_INTERVAL_MS`].
     pub state_interval_ms: Option<u64>,
@@ -123,6 +127,12 @@ impl MainConf {
         self.zones.iter().map(|&z| unsafe { &*z })
     }
 
+    /// Every shed group, as references for the cycle.
+    pub fn sheds(&self) -> impl Iterator<Item = &'static crate::zone::shed::ShedConf> + '_ {
+        // SAFETY: as for the zones: configuration pool, for the cycle.
+        self.sheds.iter().map(|&g| unsafe { &*g })
+    }
+
     /// Finds a zone by name.
     pub fn zone(&self, name: &[u8]) -> Option<*mut ZoneConf> {
         let i = self.zones().position(|z| z.name.as_bytes() == name)?;
@@ -138,7 +148,13 @@ pub use value::ConfValue as LimitValue;
 #[derive(Clone, Copy)]
 pub struct Limit {
     pub zone: *mut ZoneConf,
+    /// `limit=` (a fixed 0 when the line has `in_flight=` alone).
     pub value: LimitValue,
+    /// The line has `limit=`: it counts a rate (false: `in_flight=` alone).
+    pub rate: bool,
+    /// `in_flight=`: requests of a client in flight at once (see
+    /// request/in_flight.rs); None: no limit on them.
+    pub in_flight: Option<ConfValue>,
     /// `delay=`: longest hold of a request this limit rejects (ms).
     pub delay_ms: u64,
     /// `ban=`: how long a client this limit rejects stays rejected (ms; 0: no ban).
@@ -189,6 +205,12 @@ pub struct LocConf {
     /// Some limit has `delay=` or `count_status=`: an admitted request has
     /// more to do (set by `merge`, so that the request path tests one flag).
     pub extras: bool,
+    /// Some limit has `in_flight=`, or the location `rate_limit_window_shed`:
+    /// a request may take places, given back when it ends (set by `merge`).
+    pub places: bool,
+    /// `rate_limit_window_shed` (see conf/shed.rs); inherited from the
+    /// level above when not set.
+    pub shed: Option<shed::LocShed>,
     /// This worker has warned that the location answers before its limits
     /// run (see early_answer.rs).
     pub early_answer_warned: core::sync::atomic::AtomicBool,
@@ -210,6 +232,8 @@ impl Default for LocConf {
             phase: UNSET_UINT,
             delay: Default::default(),
             extras: false,
+            places: false,
+            shed: None,
             early_answer_warned: Default::default(),
             grpc: UNSET,
             routes: Vec::new(),
@@ -252,6 +276,14 @@ impl Merge for LocConf {
                 self.routes.push(r);
             }
         }
+        if self.shed.is_none() {
+            self.shed = prev.shed;
+        }
+        self.places = self.shed.is_some()
+            || self
+                .limits
+                .as_ref()
+                .is_some_and(|limits| limits.iter().any(|l| l.in_flight.is_some()));
         Ok(())
     }
 }
@@ -332,16 +364,25 @@ pub fn zone_by_name<'z>(
     unsafe { z.as_mut() }.ok_or(ConfFailed::Logged)
 }
 
-/// `rate_limit_window zone=NAME limit=NUMBER|$variable [delay=TIME]
-/// [delay_max_held=N] [cost=N|$variable] [count_status=CODES]
-/// [charge=$variable] [ban=TIME];` at the level of `lcf`.
+/// `rate_limit_window zone=NAME limit=NUMBER|$variable
+/// [in_flight=N|$variable] [delay=TIME] [delay_max_held=N]
+/// [cost=N|$variable] [count_status=CODES] [charge=$variable] [ban=TIME];`
+/// (or `zone=NAME in_flight=N|$variable` alone) at the level of `lcf`.
 pub fn set_limit(cf: &ngx_conf_t, lcf: &mut LocConf) -> ConfResult {
     let d = parse_limit_directive(&cf.words(1)).map_err(|e| cf.emerg(e))?;
     if let Some(n) = d.delay.max_held {
         lcf.delay.set_max_held(n).map_err(|e| cf.emerg(e))?;
     }
-    let value = ConfValue::compile(cf, &d.limit)?;
+    let value = match &d.limit {
+        Some(spec) => ConfValue::compile(cf, spec)?,
+        None => ConfValue::Fixed(0),
+    };
     let cost = ConfValue::compile(cf, &d.cost)?;
+    let in_flight = d
+        .in_flight
+        .as_ref()
+        .map(|spec| ConfValue::compile(cf, spec))
+        .transpose()?;
     let mcf = Module::main_conf_mut(cf).ok_or(ConfFailed::Logged)?;
     let route = d
         .name
@@ -365,6 +406,7 @@ pub fn set_limit(cf: &ngx_conf_t, lcf: &mut LocConf) -> ConfResult {
             cost,
             charge,
             route,
+            in_flight,
         },
         (file, line),
     ));
@@ -378,6 +420,7 @@ struct Compiled {
     cost: ConfValue,
     charge: Option<*mut ngx_http_complex_value_t>,
     route: Option<u8>,
+    in_flight: Option<ConfValue>,
 }
 
 /// The [`Limit`] of a parsed directive `d` at `at` (file, line).
@@ -388,6 +431,8 @@ fn limit(d: &LimitDirective, c: Compiled, at: (ngx_str_t, ngx_uint_t)) -> Limit 
         line: at.1,
         zone: c.zone,
         value: c.value,
+        rate: d.limit.is_some(),
+        in_flight: c.in_flight,
         delay_ms: d.delay.delay_ms,
         ban_ms: d.ban_ms.unwrap_or(0),
         cost: c.cost,

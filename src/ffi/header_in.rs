@@ -108,7 +108,10 @@ pub unsafe fn header_key<'p>(
     // SAFETY: as above; a value evaluated already is read as nginx reads
     // it (the same request, the same index), its data the request's.
     if unsafe { super::vars::evaluated(&*v) } {
+        // SAFETY: the request and an index of its variables (the
+        // contract); a non-null result is the request's value.
         let v = unsafe { super::vars::flushed_variable(r, index).as_ref() }?;
+        // SAFETY: the value's data lives as long as the request.
         return Some(unsafe { super::vars::variable_bytes(v) });
     }
     // SAFETY: the request and its value, per the contract.

@@ -28,6 +28,27 @@ pub fn shard() -> usize {
     unsafe { ngx_worker }
 }
 
+/// This process's pid.
+pub fn pid() -> u32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() as u32 }
+}
+
+/// Whether process `pid` is alive (or a zombie not reaped yet): a signal 0
+/// reaches it, or it exists under another user. False only when no such
+/// process exists: the in-flight places of a dead process are reclaimed.
+pub fn alive(pid: u32) -> bool {
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if p <= 0 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 sends nothing; it only checks the pid.
+    let rc = unsafe { libc::kill(p, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 /// nginx's running cycle (`ngx_cycle`), if one is set: while a
 /// configuration loads, the cycle that runs now (the previous one).
 pub fn cycle() -> Option<&'static ngx_cycle_t> {

@@ -70,9 +70,7 @@ fn next(r: &mut Request) -> ngx_int_t {
 #[inline(always)]
 fn gives_headers(d: &Report) -> bool {
     d.status != RequestStatus::Exempt
-        && (d.status == RequestStatus::Rejected
-            || d.headers == HEADERS_ON
-            || d.headers == HEADERS_IETF)
+        && (d.status.refused() || d.headers == HEADERS_ON || d.headers == HEADERS_IETF)
 }
 
 /// The main request's headers of its decision `d`, or the check of a
@@ -92,7 +90,7 @@ fn add_headers(r: &mut Request, d: &Report) {
     if d.status == RequestStatus::Exempt {
         return;
     }
-    if d.status == RequestStatus::Rejected || d.headers == HEADERS_ON {
+    if d.status.refused() || d.headers == HEADERS_ON {
         add_numbers(r, d);
     }
     if d.headers == HEADERS_IETF {
@@ -137,7 +135,7 @@ fn add_numbers(r: &mut Request, d: &Report) {
     let ([retry, limit, remaining, reset], _) = buf.as_chunks_mut::<10>() else {
         return;
     };
-    if d.status == RequestStatus::Rejected {
+    if d.status.refused() {
         add_number(r, retry, "Retry-After", d.retry_after_s);
     }
     if d.headers == HEADERS_ON {

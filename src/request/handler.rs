@@ -32,9 +32,10 @@ use ngx::{ngx_log_debug_http, ngx_log_error};
 use rate_limit_window_core::conf::addr::{mask_ipv6, IPV6_PREFIX_MAX};
 use rate_limit_window_core::conf::parse::{escape, parse_limit};
 use rate_limit_window_core::engine::{
-    self, Ask, Cost, Hold, HostError, Invalid, Key, LimitConf, Shared, Skip, Verdict,
+    self, Ask, Cost, Hold, HostError, InFlightConf, Invalid, Key, LimitConf, Shared, Skip, Verdict,
 };
 use rate_limit_window_core::overrides::range::Addr;
+use rate_limit_window_core::shm::{Place, Places};
 use rate_limit_window_core::{Admission, Answer, Counter, Events, FailPolicy, Outcome, Table};
 
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
@@ -43,8 +44,8 @@ use crate::ffi::req::request_handler;
 use crate::ffi::{header_in, process, vars};
 use crate::request::ban;
 use crate::request::hold;
-use crate::request::record::{self, Applied, RequestStatus};
-use crate::request::{cost, count_status, near_limit};
+use crate::request::record::{self, Applied, RequestStatus, Taken};
+use crate::request::{cost, count_status, in_flight, near_limit, shed};
 use crate::zone::ZoneConf;
 use crate::Module;
 
@@ -80,7 +81,7 @@ fn eval(
     r: &mut Request,
     zone: &ZoneConf,
     table: &Table<'static>,
-    value: LimitValue,
+    value: Option<LimitValue>,
 ) -> Result<Key, ()> {
     let key = eval_key(r, zone)?;
     if key.is_empty() {
@@ -94,7 +95,11 @@ fn eval(
     } else {
         key
     };
-    let limit = eval_limit(r, value)?;
+    // A line with `in_flight=` alone reads no limit.
+    let limit = match value {
+        Some(v) => eval_limit(r, v)?,
+        None => engine::LimitRead::Set(0),
+    };
     Ok(Key::Client {
         hash: table.hash_key(key),
         limit,
@@ -116,6 +121,7 @@ fn log_invalid(r: &mut Request, l: &conf::Limit, what: Invalid) {
     let bad = match what {
         Invalid::Limit => variable_text(r, l.value.variable()),
         Invalid::Cost(_) => variable_text(r, l.cost.variable()),
+        Invalid::InFlight => variable_text(r, l.in_flight.and_then(|v| v.variable())),
     };
     // One format string each: the texts stay greppable (and in the .so).
     match what {
@@ -135,6 +141,17 @@ fn log_invalid(r: &mut Request, l: &conf::Limit, what: Invalid) {
                 r.log(),
                 "rate_limit_window: invalid cost \"{}\" for zone \"{}\" (an integer from 1), \
                  applying fail={}",
+                escape(&bad),
+                zone.name,
+                fail
+            );
+        }
+        Invalid::InFlight => {
+            ngx_log_error!(
+                NGX_LOG_ERR,
+                r.log(),
+                "rate_limit_window: invalid in_flight \"{}\" for zone \"{}\" (an integer from 0 \
+                 to 65535), applying fail={}",
                 escape(&bad),
                 zone.name,
                 fail
@@ -239,8 +256,11 @@ fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
     let Some(lcf) = Module::location_conf(r.as_ref()) else {
         return declined;
     };
-    let Some(limits) = lcf.limits.as_deref().filter(|l| !l.is_empty()) else {
-        return declined;
+    let limits = match lcf.limits.as_deref() {
+        Some(l) if !l.is_empty() => l,
+        // A location with `rate_limit_window_shed` alone decides too.
+        _ if lcf.shed.is_some() => &[],
+        _ => return declined,
     };
     if lcf.phase != phase.conf_value() {
         if phase == Phase::Postaccess {
@@ -302,7 +322,8 @@ fn main_decides_later(r: &Request) -> bool {
     let Some(mcf) = Module::location_conf(main_of(r).as_ref()) else {
         return false;
     };
-    mcf.phase == PHASE_POSTACCESS && mcf.limits.as_ref().is_some_and(|l| !l.is_empty())
+    let decides = mcf.limits.as_ref().is_some_and(|l| !l.is_empty()) || mcf.shed.is_some();
+    mcf.phase == PHASE_POSTACCESS && decides
 }
 
 /// The request being decided, as the engine sees it: each limit's key,
@@ -314,6 +335,8 @@ struct Judging<'a> {
     /// The record being filled (held here, not behind a pointer: one
     /// struct in memory for the engine's out-of-line paths).
     pending: record::Pending,
+    /// The in-flight places taken so far (limit, place).
+    took: Vec<(usize, Place)>,
 }
 
 impl engine::Request<'static> for Judging<'_> {
@@ -332,6 +355,11 @@ impl engine::Request<'static> for Judging<'_> {
             fail: zone.fail,
             delay_ms: l.delay_ms,
             ban_ms: l.ban_ms,
+            rate: l.rate,
+            in_flight: match l.in_flight {
+                None => None,
+                Some(_) => in_flight_conf(zone),
+            },
         })
     }
 
@@ -340,7 +368,8 @@ impl engine::Request<'static> for Judging<'_> {
         let l = &self.limits[n];
         let zone = l.zone();
         let table = zone.table.as_ref().ok_or(HostError)?;
-        let k = eval(self.r, zone, table, l.value).map_err(|()| HostError)?;
+        let value = if l.rate { Some(l.value) } else { None };
+        let k = eval(self.r, zone, table, value).map_err(|()| HostError)?;
         if let Key::Client {
             limit: engine::LimitRead::Set(n),
             ..
@@ -349,6 +378,23 @@ impl engine::Request<'static> for Judging<'_> {
             near_limit::note_limit(zone, n);
         }
         Ok(k)
+    }
+
+    fn in_flight(&mut self, n: usize) -> Result<engine::LimitRead, HostError> {
+        let v = self.limits[n].in_flight.ok_or(HostError)?;
+        in_flight::eval(self.r, v).map_err(|()| HostError)
+    }
+
+    fn took(&mut self, n: usize, p: Place) {
+        self.took.push((n, p));
+    }
+
+    fn places(&self, mut f: impl FnMut(&'static Places<'static>, Place)) {
+        for &(n, p) in &self.took {
+            if let Some(places) = self.limits[n].zone().places.as_ref() {
+                f(places, p);
+            }
+        }
     }
 
     #[inline(always)]
@@ -449,6 +495,18 @@ impl engine::Request<'static> for Judging<'_> {
     }
 }
 
+/// `in_flight=`'s places of `zone`, and this process's owner of them (out
+/// of line: the first use takes the owner).
+#[cold]
+#[inline(never)]
+fn in_flight_conf(zone: &'static ZoneConf) -> Option<InFlightConf<'static>> {
+    let places = zone.places.as_ref()?;
+    Some(InFlightConf {
+        places,
+        owner: zone.places_owner(),
+    })
+}
+
 /// How the table found the client's slot, for the debug log.
 fn slot_path(d: &Answer) -> &'static str {
     match d.outcome {
@@ -464,15 +522,23 @@ fn slot_path(d: &Answer) -> &'static str {
 #[cold]
 #[inline(never)]
 fn skipped(r: &Request, zone: &ZoneConf, why: Skip) {
-    let why = match why {
+    let text = match why {
         Skip::EmptyKey => "does not apply: the key is empty",
         Skip::EmptyLimit => "does not apply: the limit variable is empty",
         Skip::InvalidLimit => "does not apply: the limit value is invalid (fail=open)",
         Skip::InvalidCost => "does not apply: the cost is invalid (fail=open)",
         Skip::OverrideExempt => "exempt by an override",
         Skip::OverrideReject => "rejected by an override",
+        Skip::EmptyInFlight => "takes no in-flight place: the in_flight variable is empty",
+        Skip::InvalidInFlight => {
+            "takes no in-flight place: the in_flight value is invalid (fail=open)"
+        }
+        Skip::InFlightNoRoom => "takes no in-flight place: no room to count it (fail=open)",
     };
-    ngx_log_debug_http!(r, "rate_limit_window: zone \"{}\" {}", zone.name, why);
+    if why == Skip::InFlightNoRoom {
+        log_no_room(r, zone);
+    }
+    ngx_log_debug_http!(r, "rate_limit_window: zone \"{}\" {}", zone.name, text);
 }
 
 /// Makes and commits the decision for `r`: the location's limits, in order,
@@ -485,6 +551,16 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit], at: record::Pl
     let Some(pending) = record::reserve(r, at, limits.len()) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
+    // A place taken is given back however the request ends: the record
+    // is dropped with the pool (one test where no place is configured).
+    let mut shed_place = None;
+    if lcf.places {
+        core::hint::cold_path();
+        match before_limits(r, lcf, &pending) {
+            Ok(p) => shed_place = p,
+            Err(rc) => return rc,
+        }
+    }
     let ask = Ask {
         now_ms: process::now_ms(),
         shard: process::shard(),
@@ -496,6 +572,7 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit], at: record::Pl
         lcf,
         limits,
         pending,
+        took: Vec::new(),
     };
     // Err: an nginx error; the engine gave back what it counted.
     let out = engine::decide(&mut j, &ask);
@@ -507,8 +584,17 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit], at: record::Pl
         core::hint::cold_path();
         match not_admitted(&mut j, &out, &ask) {
             Ok(v) => v,
-            Err(rc) => return rc,
+            Err(rc) => {
+                give_back(shed_place);
+                return rc;
+            }
         }
+    };
+    let verdict = if lcf.places {
+        core::hint::cold_path();
+        keep_places(&j, matches!(out, Ok(Verdict::Admit)), verdict, shed_place)
+    } else {
+        verdict
     };
     let (r, pending) = (&mut *j.r, &j.pending);
     ngx_log_debug_http!(
@@ -521,11 +607,77 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit], at: record::Pl
     if record::commit(pending, verdict, lcf.headers, retry_after) {
         crate::request::tally::decided(r, lcf, verdict);
     }
-    if verdict == RequestStatus::Rejected {
+    if verdict.refused() {
         // A gRPC call gets a gRPC answer (grpc_reject.rs), any other the status.
         return crate::request::grpc_reject::reject(r, lcf, retry_after);
     }
     Status::NGX_DECLINED.into()
+}
+
+/// Before the limits of a location with places: the record is set to be
+/// dropped with the pool, then the location's shed group decides. Ok: go
+/// on to the limits (with the shed place, if one was taken). Err: the
+/// handler's return code (the request shed, or out of memory).
+#[cold]
+#[inline(never)]
+fn before_limits(
+    r: &mut Request,
+    lcf: &LocConf,
+    pending: &record::Pending,
+) -> Result<Option<Taken>, ngx_int_t> {
+    if !pending.settle_at_end() {
+        return Err(NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t);
+    }
+    let Some(s) = lcf.shed.as_ref() else {
+        return Ok(None);
+    };
+    match shed::admit(r, lcf, s) {
+        Ok(p) => Ok(p),
+        Err(retry) => {
+            // Never counted by the limits: the engine does not see it.
+            record::commit(pending, RequestStatus::Shed, lcf.headers, retry);
+            Err(s.status)
+        }
+    }
+}
+
+/// Gives back the shed place of a request that does not go on.
+fn give_back(shed_place: Option<Taken>) {
+    if let Some(t) = shed_place {
+        t.places.give(t.place);
+    }
+}
+
+/// After the verdict of a location with places: an admitted request keeps
+/// its in-flight places (the engine gave them back otherwise), and one
+/// that goes on (admitted, exempt, a dry run's) its shed place, until it
+/// ends. A location with a shed group and no limit reads PASSED.
+#[cold]
+#[inline(never)]
+fn keep_places(
+    j: &Judging,
+    admitted: bool,
+    verdict: RequestStatus,
+    shed_place: Option<Taken>,
+) -> RequestStatus {
+    let goes_on = !verdict.refused();
+    if !goes_on {
+        give_back(shed_place);
+    }
+    let places = j
+        .took
+        .iter()
+        .filter(|_| admitted)
+        .filter_map(|&(n, place)| {
+            let places = j.limits[n].zone().places.as_ref()?;
+            Some(Taken { places, place })
+        });
+    let shed = shed_place.filter(|_| goes_on);
+    in_flight::keep(&j.pending, places.chain(shed));
+    match verdict {
+        RequestStatus::Exempt if j.lcf.shed.is_some() => RequestStatus::Passed,
+        v => v,
+    }
 }
 
 /// An admitted request (decided as `ask`; the engine counted it
@@ -616,6 +768,8 @@ fn reject(
     log_rejection(r.log(), lcf, limits[rej.index].zone(), rej);
     if rej.dry_run {
         RequestStatus::RejectedDryRun
+    } else if rej.in_flight {
+        RequestStatus::RejectedInFlight
     } else {
         RequestStatus::Rejected
     }
@@ -629,6 +783,10 @@ fn log_rejection(
     rej: &engine::Rejection,
 ) {
     let d = &rej.decision;
+    if rej.in_flight {
+        log_in_flight(log, lcf, zone, rej);
+        return;
+    }
     let what = match d.outcome {
         Outcome::FailClosed => "zone is full, rejecting a new client (fail=closed)",
         _ if rej.invalid => "invalid limit or cost value, rejecting (fail=closed)",
@@ -647,6 +805,54 @@ fn log_rejection(
         rej.limit,
         zone.window.ms() / 1000
     );
+}
+
+/// The log line of a request `in_flight=` refused (out of line).
+#[cold]
+#[inline(never)]
+fn log_in_flight(
+    log: *mut nginx_sys::ngx_log_t,
+    lcf: &LocConf,
+    zone: &ZoneConf,
+    rej: &engine::Rejection,
+) {
+    let what = match rej.decision.outcome {
+        Outcome::FailClosed => "no room to count requests in flight, rejecting (fail=closed)",
+        _ if rej.invalid => "invalid in_flight value, rejecting (fail=closed)",
+        _ => "limiting requests in flight",
+    };
+    ngx_log_error!(
+        lcf.log_level,
+        log,
+        "{}{} by zone \"{}\", in flight: {}, in_flight: {}",
+        if rej.dry_run { "dry run, " } else { "" },
+        what,
+        zone.name,
+        rej.decision.estimate,
+        rej.limit
+    );
+}
+
+/// A request `in_flight=` could not count (fail=open): one warning a
+/// minute at most per worker (the metrics count each).
+#[cold]
+#[inline(never)]
+fn log_no_room(r: &Request, zone: &ZoneConf) {
+    /// When this worker last logged it (epoch ms + 1; 0: never).
+    static LOGGED: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+    let now = process::now_ms();
+    let last = LOGGED.load(Ordering::Relaxed);
+    if last == 0 || now.saturating_sub(last - 1) > EPISODE_QUIET_MS {
+        LOGGED.store(now + 1, Ordering::Relaxed);
+        ngx_log_error!(
+            NGX_LOG_WARN,
+            r.log(),
+            "rate_limit_window_zone \"{}\": no room to count requests in flight: admitting \
+             them without a place (fail=open); increase the zone size; further ones are \
+             counted in metrics",
+            zone.name
+        );
+    }
 }
 
 /// One warning per degradation episode, not one per request. The common

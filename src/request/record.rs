@@ -8,13 +8,14 @@
 //! headers. A record with a part to settle is dropped when the pool is
 //! destroyed, however the request ends ([`Record::settle_at_end`]): each
 //! part's file then settles it (a held request abandoned, admissions
-//! settled at the final status).
+//! settled at the final status, in-flight places given back: see
+//! in_flight.rs).
 
-use core::cell::{Cell, OnceCell};
+use core::cell::{Cell, OnceCell, RefCell};
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
-use rate_limit_window_core::shm::Turns;
+use rate_limit_window_core::shm::{self, Places, Turns};
 
 use nginx_sys::{ngx_http_complex_value_t, ngx_uint_t};
 use ngx::http::Request;
@@ -36,6 +37,10 @@ pub enum RequestStatus {
     Delayed,
     /// Dry run: would have been held.
     DelayedDryRun,
+    /// Refused by `in_flight=`: its client's places were all taken.
+    RejectedInFlight,
+    /// Shed by `rate_limit_window_shed`.
+    Shed,
 }
 
 impl RequestStatus {
@@ -48,7 +53,17 @@ impl RequestStatus {
             RequestStatus::Exempt => "EXEMPT",
             RequestStatus::Delayed => "DELAYED",
             RequestStatus::DelayedDryRun => "DELAYED_DRY_RUN",
+            RequestStatus::RejectedInFlight => "REJECTED_IN_FLIGHT",
+            RequestStatus::Shed => "SHED",
         }
+    }
+
+    /// Whether the request was refused (it gets Retry-After).
+    pub fn refused(self) -> bool {
+        matches!(
+            self,
+            RequestStatus::Rejected | RequestStatus::RejectedInFlight | RequestStatus::Shed
+        )
     }
 }
 
@@ -158,6 +173,16 @@ impl Settle {
     }
 }
 
+/// An in-flight place a request holds (`in_flight=`, a shed group), given
+/// back when its main request's pool is destroyed (in_flight.rs).
+#[derive(Clone, Copy)]
+pub struct Taken {
+    /// The places it is counted in.
+    pub places: &'static Places<'static>,
+    /// Its place there.
+    pub place: shm::Place,
+}
+
 /// What a part's file does with it when the main request's pool is
 /// destroyed (given the main request, intact then).
 pub type OnFree<T> = fn(&Request, &T);
@@ -201,6 +226,8 @@ pub struct Record {
     pub hold: Part<Cell<Option<Held>>>,
     /// `count_status=`/`charge=`: the admissions to settle.
     pub reservations: Part<OnceCell<Box<[Cell<Settle>]>>>,
+    /// `in_flight=` and `rate_limit_window_shed`: the places to give back.
+    pub places: Part<RefCell<Vec<Taken>>>,
     /// Whether the pool drops the record ([`Record::settle_at_end`]).
     dropped_by_pool: Cell<bool>,
 }
@@ -215,7 +242,10 @@ impl Drop for Record {
     /// recorded an empty key is no longer pending.
     fn drop(&mut self) {
         // The common record has no part to settle: two tests, no frame.
-        if self.reservations.on_free.get().is_some() | self.hold.on_free.get().is_some() {
+        if self.reservations.on_free.get().is_some()
+            | self.hold.on_free.get().is_some()
+            | self.places.on_free.get().is_some()
+        {
             self.settle_parts();
         }
         if self.report.get().is_some_and(|d| d.empty_keys != 0) {
@@ -246,6 +276,7 @@ impl Record {
         // SAFETY: the main request is allocated from the pool whose cleanups
         // run now, and stays intact until they are done.
         let main = unsafe { self.main.as_ref() };
+        self.places.free(main);
         self.reservations.free(main);
         self.hold.free(main);
     }
@@ -304,6 +335,18 @@ impl Pending {
         }
     }
 
+    /// Has the record dropped when the main request's pool is destroyed
+    /// (before a place is taken, so that it is given back however the
+    /// request ends). False: out of memory.
+    pub fn settle_at_end(&self) -> bool {
+        self.rec.settle_at_end()
+    }
+
+    /// The record being filled.
+    pub fn record(&self) -> &'static Record {
+        self.rec
+    }
+
     /// The limits recorded so far.
     pub fn applied(&self) -> &'static [Applied] {
         // SAFETY: the first `len` entries were written by `push` and are not
@@ -344,6 +387,7 @@ impl Record {
             room: Cell::new(&[]),
             hold: Part::new(Cell::new(None)),
             reservations: Part::new(OnceCell::new()),
+            places: Part::new(RefCell::new(Vec::new())),
             dropped_by_pool: Cell::new(false),
         }
     }

@@ -17,7 +17,10 @@ fn result(status: RequestStatus) -> Decided {
         RequestStatus::Passed => Decided::Passed,
         RequestStatus::Delayed => Decided::Delayed,
         RequestStatus::Exempt => Decided::Exempt,
-        RequestStatus::Rejected => Decided::Rejected,
+        // Refused by the in-flight places or shed: not admitted either.
+        RequestStatus::Rejected | RequestStatus::RejectedInFlight | RequestStatus::Shed => {
+            Decided::Rejected
+        }
         RequestStatus::RejectedDryRun => Decided::RejectedDryRun,
         RequestStatus::DelayedDryRun => Decided::DelayedDryRun,
     }

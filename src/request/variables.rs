@@ -1,5 +1,6 @@
 //! Variables: `$rate_limit_window_status` (PASSED, DELAYED, REJECTED,
-//! REJECTED_DRY_RUN, DELAYED_DRY_RUN, EXEMPT; empty when no limit applied),
+//! REJECTED_IN_FLIGHT, SHED, REJECTED_DRY_RUN, DELAYED_DRY_RUN, EXEMPT;
+//! empty when no limit applied),
 //! `$rate_limit_window_remaining` (requests left under the tightest limit),
 //! `$rate_limit_window_limit` (that limit, requests per window),
 //! `$rate_limit_window_reset` (seconds to its window boundary) and
@@ -143,7 +144,10 @@ fn retry_after(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t 
         .filter(|d| {
             matches!(
                 d.status,
-                RequestStatus::Rejected | RequestStatus::RejectedDryRun
+                RequestStatus::Rejected
+                    | RequestStatus::RejectedDryRun
+                    | RequestStatus::RejectedInFlight
+                    | RequestStatus::Shed
             )
         })
         .map(|d| d.retry_after_s);

@@ -57,10 +57,10 @@ thread_local! {
     static TIMER: process::Timer = const { process::Timer::new() };
 }
 
-/// Arms the sweep timer, if any zone is configured. Called from
-/// `init_process` of the process that sweeps.
-pub fn start(cycle: &ngx_cycle_t, zones: &[*mut ZoneConf]) {
-    if zones.is_empty() {
+/// Arms the sweep timer, if any zone or shed group is configured
+/// (`any`). Called from `init_process` of the process that sweeps.
+pub fn start(cycle: &ngx_cycle_t, any: bool) {
+    if !any {
         return;
     }
     TIMER.with(|t| t.arm(Some(tick), cycle.log, TICK_MS));
@@ -80,6 +80,8 @@ extern "C" fn tick(_ev: *mut ngx_event_t) {
     let cycle = process::cycle();
     if let Some((mcf, cycle)) = cycle.and_then(|c| Some((Module::main_conf(c)?, c))) {
         let now = process::now_ms();
+        // The in-flight places of a process gone, taken back within a tick.
+        crate::zone::reclaim_places(mcf.zones(), mcf.sheds());
         for (zone, table, header) in mcf
             .zones()
             .filter_map(|z| ZoneConf::live(z).map(|(t, h)| (z, t, h)))

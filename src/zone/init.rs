@@ -367,6 +367,7 @@ fn set(zone: &mut ZoneConf, z: Zone<'static>) {
     zone.table = Some(z.table);
     zone.overrides = Some(z.overrides);
     zone.turns = Some(z.turns);
+    zone.places = Some(z.places);
 }
 
 /// Adopts a zone formatted by an earlier cycle, after `shm::adopt`

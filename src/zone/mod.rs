@@ -5,18 +5,20 @@
 //! new zone or adopts the old one on reload is in [`init`].
 //!
 //! Here: the zone's init and reuse on reload ([`init`]), a resized zone's
-//! clients carried over ([`resize`]), its state file read at init
-//! ([`state_file`]) after a check that the workers can write it
-//! ([`state_dir`]); beside the zones, the module's tally of requests
-//! decided ([`tally`]).
+//! clients carried over ([`resize`]), a shed group's own zone ([`shed`]),
+//! its state file read at init ([`state_file`]) after a check that the
+//! workers can write it ([`state_dir`]); beside the zones, the module's
+//! tally of requests decided ([`tally`]).
 
 pub mod init;
 pub mod resize;
+pub mod shed;
 pub mod state_dir;
 pub mod state_file;
 pub mod tally;
 
 use core::ptr;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use nginx_sys::{ngx_cycle_t, ngx_http_complex_value_t, ngx_shm_zone_t, ngx_str_t, ngx_uint_t};
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
@@ -24,10 +26,10 @@ use rate_limit_window_core::conf::error::ZoneIdentity;
 use rate_limit_window_core::conf::parse::RedisParams;
 use rate_limit_window_core::overrides::{Overrides, DEFAULT_OVERRIDES};
 use rate_limit_window_core::rule::mode::Mode;
-use rate_limit_window_core::shm::Turns;
 pub use rate_limit_window_core::shm::ZoneHeader;
 
 use crate::ffi::header_in;
+use rate_limit_window_core::shm::{Owner, Places, Turns};
 use rate_limit_window_core::{FailPolicy, Table, Window, DEFAULT_WINDOW_MS};
 
 /// One `rate_limit_window_zone`, allocated from the configuration pool.
@@ -86,7 +88,16 @@ pub struct ZoneConf {
     pub overrides: Option<Overrides<'static>>,
     /// `delay=`'s queue turns, shared by the workers (set at init).
     pub turns: Option<Turns<'static>>,
+    /// `in_flight=`'s places, shared by the workers (set at init).
+    pub places: Option<Places<'static>>,
+    /// This process's owner of the places (`Owner::to_bits`; 0: not
+    /// taken yet; [`NO_OWNER`]: every owner was taken). Each process has
+    /// its own copy of the configuration, so its own value.
+    pub places_owner: AtomicU32,
 }
+
+/// [`ZoneConf::places_owner`] when every owner of the zone was taken.
+pub const NO_OWNER: u32 = u32::MAX;
 
 /// The zones of a configuration's list (`MainConf::zones`, raw pointers
 /// into the configuration pool), as references for the cycle.
@@ -159,7 +170,17 @@ impl ZoneConf {
             overrides_cap: DEFAULT_OVERRIDES,
             overrides: None,
             turns: None,
+            places: None,
+            places_owner: AtomicU32::new(0),
         }
+    }
+
+    /// This process's owner of the zone's places, taken at its first use
+    /// (reclaiming first the places of every process gone: see the core's
+    /// `shm::Places`). None: the zone has no places, or every owner is
+    /// taken (logged once).
+    pub fn places_owner(&self) -> Option<Owner> {
+        owner_of(&self.places_owner, self.places.as_ref(), &self.name_str())
     }
 
     /// The key and window, as compared on reload.
@@ -186,5 +207,64 @@ impl ZoneConf {
     /// The table and the header of an initialised zone.
     pub fn live(&self) -> Option<(&Table<'static>, &ZoneHeader)> {
         Some((self.table.as_ref()?, self.header()?))
+    }
+}
+
+/// The owner in `cell` of this process for `places`, taken at its first
+/// use (see [`ZoneConf::places_owner`]); `what` names them in the log.
+pub fn owner_of(cell: &AtomicU32, places: Option<&Places<'static>>, what: &str) -> Option<Owner> {
+    match cell.load(Ordering::Relaxed) {
+        NO_OWNER => None,
+        0 => {
+            let o = places?.start(crate::ffi::process::pid(), crate::ffi::process::alive);
+            cell.store(o.map_or(NO_OWNER, Owner::to_bits), Ordering::Relaxed);
+            if o.is_none() {
+                ngx::ngx_log_error!(
+                    nginx_sys::NGX_LOG_WARN,
+                    crate::ffi::process::cycle_log(),
+                    "\"{}\": in-flight places are held by {} processes already: this process's \
+                     requests are not counted (fail= applies)",
+                    what,
+                    rate_limit_window_core::shm::places::OWNERS
+                );
+            }
+            o
+        }
+        bits => Owner::from_bits(bits),
+    }
+}
+
+/// A process starting, and worker 0's sweep each second: takes back the
+/// in-flight places of every process that is gone, in every zone and
+/// shed group (see the core's `shm::Places`).
+pub fn reclaim_places<'a>(
+    zones: impl Iterator<Item = &'a ZoneConf>,
+    sheds: impl Iterator<Item = &'a shed::ShedConf>,
+) {
+    let alive = crate::ffi::process::alive;
+    for p in zones.filter_map(|z| z.places.as_ref()) {
+        p.reclaim_dead(alive);
+    }
+    for g in sheds.filter_map(|g| g.group.as_ref()) {
+        g.places.reclaim_dead(alive);
+    }
+}
+
+/// A process exiting: gives back what it still holds and frees its owner
+/// of every zone's and shed group's places.
+pub fn stop_places<'a>(
+    zones: impl Iterator<Item = &'a ZoneConf>,
+    sheds: impl Iterator<Item = &'a shed::ShedConf>,
+) {
+    let owner = |a: &AtomicU32| Owner::from_bits(a.load(Ordering::Relaxed));
+    for z in zones {
+        if let (Some(p), Some(o)) = (z.places.as_ref(), owner(&z.places_owner)) {
+            p.stop(o);
+        }
+    }
+    for g in sheds {
+        if let (Some(s), Some(o)) = (g.group.as_ref(), owner(&g.owner)) {
+            s.places.stop(o);
+        }
     }
 }

@@ -508,7 +508,7 @@ fn hint_cases() -> Vec<(&'static str, String, &'static str)> {
         (
             "unknown limit parameter",
             limit("zone=z limit=5 frobnicate=1"),
-            "use \"zone=\", \"limit=\", \"delay=\", \"delay_max_held=\", \"cost=\", \"count_status=\", \"charge=\", \"ban=\" or \"name=\"",
+            "use \"zone=\", \"limit=\", \"in_flight=\", \"delay=\", \"delay_max_held=\", \"cost=\", \"count_status=\", \"charge=\", \"ban=\" or \"name=\"",
         ),
         (
             "widow=1m",

@@ -7,7 +7,11 @@ use common::*;
 
 /// Reads nginx-conf/NAME and makes it runnable in a test prefix.
 fn example(name: &str) -> String {
-    let mut text = std::fs::read_to_string(example_conf_dir().join(name)).unwrap();
+    runnable(std::fs::read_to_string(example_conf_dir().join(name)).unwrap())
+}
+
+/// A configuration's text made runnable in a test prefix (see [`example`]).
+fn runnable(mut text: String) -> String {
     if !text.contains("daemon off;") {
         // The harness owns the master process: keep it in the foreground.
         text.push_str("\ndaemon off;\n");
@@ -487,4 +491,69 @@ fn llm_tokens_charges_what_each_call_used_per_minute_and_per_day() {
     assert_eq!(call(team, 50_000).status, 200);
     assert_eq!(call(team, 50_000).status, 200);
     assert_eq!(up.received_total(), 8);
+}
+
+/// docs/in-flight.md's configuration, as printed: 3 of a key's calls at
+/// once on /v1/, 2 of its reports.
+#[test]
+fn in_flight_doc_runs_as_printed() {
+    let up = Upstream::start();
+    let conf = nginx_block("docs/in-flight.md", "# Requests in flight per client");
+    let ng = Nginx::builder().upstream_of(&up).start(&runnable(conf));
+    let burst = |path: &str, n: usize| {
+        let hs: Vec<_> = (0..n)
+            .map(|_| {
+                let (port, path) = (ng.port, path.to_string());
+                std::thread::spawn(move || request(port, "GET", &path, &[("X-Api-Key", b"k-1")]))
+            })
+            .collect();
+        let mut rs: Vec<Response> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        rs.sort_by_key(|r| r.status);
+        rs
+    };
+    let rs = burst("/v1/chat?sleep=800", 4);
+    let got: Vec<u16> = rs.iter().map(|r| r.status).collect();
+    assert_eq!(got, [200, 200, 200, 429]);
+    assert_eq!(rs[3].header("retry-after"), Some("1"));
+    let got: Vec<u16> = burst("/reports/q?sleep=800", 3)
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(got, [200, 200, 429]);
+}
+
+/// docs/shedding.md's configuration, as printed: two slow default
+/// requests fill the non-reserved places; a third is shed, a payment and a
+/// health check are not.
+#[test]
+fn shedding_doc_runs_as_printed() {
+    let up = Upstream::start();
+    let conf = nginx_block("docs/shedding.md", "# Load shedding");
+    let ng = Nginx::builder().upstream_of(&up).start(&runnable(conf));
+    let port = ng.port;
+    let slow: Vec<_> = (0..2)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let p = format!("/api/export/{i}?sleep=1200");
+                request(port, "GET", &p, &[("X-Client", b"bulk")]).status
+            })
+        })
+        .collect();
+    assert!(wait_for(std::time::Duration::from_secs(5), || up
+        .concurrent("bulk")
+        == 2));
+    let shed = get(port, "/api/export/3");
+    assert_eq!((shed.status, shed.header("retry-after")), (503, Some("1")));
+    assert_eq!(get(port, "/api/pay").status, 200);
+    assert_eq!(get(port, "/healthz").status, 200);
+    for h in slow {
+        assert_eq!(h.join().unwrap(), 200);
+    }
+    let text = metrics_text(port);
+    let shed_default = prom_value(
+        &text,
+        "rate_limit_window_shed_total",
+        &[("zone", "app"), ("priority", "default")],
+    );
+    assert_eq!(shed_default, Some(1.0), "{text}");
 }

@@ -6,6 +6,9 @@
 //! tests/it/directives.rs.
 use crate::common;
 
+/// A header case: its name, the headers sent, the key expected.
+type Case<'a> = (&'a str, &'a [(&'a str, &'a [u8])], &'a str);
+
 use common::limits::{conf, key, start, zone, HOUR_MS};
 use common::*;
 use std::thread::sleep;
@@ -506,7 +509,7 @@ fn header_key_is_nginx_s_own_value() {
         .map(|(k, v)| (k.as_str(), v.as_bytes()))
         .collect();
     crowd.push(("X-Key", b"crowd"));
-    let cases: [(&str, &[(&str, &[u8])], &str); 7] = [
+    let cases: [Case; 7] = [
         ("one header", &[("X-Key", b"k1")], "k1"),
         ("any case", &[("x-KEY", b"k2")], "k2"),
         ("underscore", &[("X_Key", b"k3")], "k3"),

@@ -12,6 +12,9 @@
 //! client's `$binary_remote_addr` and limit_req's verdict for every request.
 use crate::common;
 
+#[path = "phases_in_flight.rs"]
+mod in_flight;
+
 use common::*;
 use std::process::Command;
 use std::time::Duration;

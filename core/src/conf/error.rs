@@ -43,6 +43,7 @@ pub const ZONE_PARAMS: &[&str] = &[
 pub const LIMIT_PARAMS: &[&str] = &[
     "zone=",
     "limit=",
+    "in_flight=",
     "delay=",
     "delay_max_held=",
     "cost=",

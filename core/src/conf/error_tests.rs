@@ -79,7 +79,7 @@ fn unknown_parameters_get_the_nearest_name_or_the_list() {
             LIMIT_PARAMS
         ),
         "invalid parameter \"frobnicate=1\" in \"rate_limit_window\": use \"zone=\", \
-         \"limit=\", \"delay=\", \"delay_max_held=\", \"cost=\", \"count_status=\", \"charge=\", \"ban=\" or \"name=\""
+         \"limit=\", \"in_flight=\", \"delay=\", \"delay_max_held=\", \"cost=\", \"count_status=\", \"charge=\", \"ban=\" or \"name=\""
     );
     // The other directive's parameter says where it goes.
     assert_eq!(

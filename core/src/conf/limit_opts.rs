@@ -1,6 +1,6 @@
 //! `rate_limit_window`'s words, parsed into one typed [`LimitDirective`]:
-//! `zone=`, `limit=`, `cost=`, `count_status=`, `charge=`, `delay=`,
-//! `delay_max_held=`, `ban=` and `name=`.
+//! `zone=`, `limit=`, `in_flight=`, `cost=`, `count_status=`, `charge=`,
+//! `delay=`, `delay_max_held=`, `ban=` and `name=`.
 //!
 //! One pass collects each parameter's value (a parameter given twice is
 //! refused, every one the same way: [`ConfError::Duplicate`]), then the
@@ -12,6 +12,7 @@ use crate::conf::override_opts::MAX_BAN_MS;
 use crate::conf::parse::{parse_limit_params, ValueSpec};
 use crate::rule::delay::{MAX_DELAY_MS, MAX_MAX_HELD};
 use crate::rule::window::MAX_LIMIT;
+use crate::shm::places::MAX_IN_FLIGHT;
 use crate::shm::tally::ROUTE_NAME_MAX;
 use crate::units::parse_time_ms;
 
@@ -147,6 +148,27 @@ fn parse_cost_spec(v: &[u8]) -> Result<CostSpec, LimitConfError> {
     Ok(ValueSpec::Fixed(n))
 }
 
+/// Parses an in-flight limit: decimal digits only, `0..=`[`MAX_IN_FLIGHT`]
+/// requests in flight (0 admits none). Used at configuration time and on
+/// every request for `in_flight=$variable` values; it never allocates.
+pub fn parse_in_flight(s: &[u8]) -> Option<u32> {
+    if s.is_empty() || s.len() > 5 || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = s.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0'));
+    (n <= MAX_IN_FLIGHT).then_some(n)
+}
+
+/// `in_flight=N|$variable`.
+fn parse_in_flight_spec(v: &[u8]) -> Result<ValueSpec, LimitConfError> {
+    if v.first() == Some(&b'$') {
+        return Ok(ValueSpec::Variable(v.to_vec()));
+    }
+    parse_in_flight(v)
+        .map(ValueSpec::Fixed)
+        .ok_or_else(|| LimitConfError::InFlight(v.to_vec()))
+}
+
 /// `charge=$variable`: a fixed charge is refused (that is `cost=`).
 fn parse_charge_spec(v: &[u8]) -> Result<Vec<u8>, LimitConfError> {
     if v.first() != Some(&b'$') {
@@ -160,8 +182,12 @@ fn parse_charge_spec(v: &[u8]) -> Result<Vec<u8>, LimitConfError> {
 pub struct LimitDirective {
     /// `zone=`: the zone's name (non-empty).
     pub zone: Vec<u8>,
-    /// `limit=`: requests per window, fixed or from a variable.
-    pub limit: ValueSpec,
+    /// `limit=`: requests per window, fixed or from a variable (None: a
+    /// line with `in_flight=` alone, which counts no rate).
+    pub limit: Option<ValueSpec>,
+    /// `in_flight=`: requests of a client in flight at once, fixed or from
+    /// a variable (None: no limit on them).
+    pub in_flight: Option<ValueSpec>,
     /// `cost=`: requests one request counts (default `Fixed(1)`).
     pub cost: CostSpec,
     /// `count_status=`: statuses that keep a request counted (None: all).
@@ -184,6 +210,7 @@ pub struct LimitDirective {
 struct Words<'a> {
     zone: Option<&'a [u8]>,
     limit: Option<&'a [u8]>,
+    in_flight: Option<&'a [u8]>,
     cost: Option<&'a [u8]>,
     count_status: Option<&'a [u8]>,
     charge: Option<&'a [u8]>,
@@ -204,6 +231,7 @@ impl<'a> Words<'a> {
             let slot = match name {
                 b"zone=" => &mut w.zone,
                 b"limit=" => &mut w.limit,
+                b"in_flight=" => &mut w.in_flight,
                 b"cost=" => &mut w.cost,
                 b"count_status=" => &mut w.count_status,
                 b"charge=" => &mut w.charge,
@@ -232,9 +260,10 @@ fn value(word: &[u8]) -> &[u8] {
 ///
 /// Errors, in this order: the parameter names ([`check_params`]: unknown,
 /// `limit_req` habits, duplicates), then `ban=`, `delay=`,
-/// `delay_max_held=`, `cost=`, `count_status=`, `charge=`, `name=`, then `zone=` and
-/// `limit=` ([`parse_limit_params`]), and last a fixed cost above a fixed
-/// limit (`cost=4 is above limit=3`).
+/// `delay_max_held=`, `cost=`, `count_status=`, `charge=`, `name=`, `in_flight=`,
+/// then `zone=` and `limit=` ([`parse_limit_params`]; without `limit=`,
+/// `in_flight=` alone, and no parameter that counts a rate), and last a
+/// fixed cost above a fixed limit (`cost=4 is above limit=3`).
 pub fn parse_limit_directive(args: &[&[u8]]) -> Result<LimitDirective, ConfError> {
     let w = Words::collect(args)?;
     let ban_ms = w.ban.map(|a| parse_ban(value(a))).transpose()?;
@@ -253,6 +282,13 @@ pub fn parse_limit_directive(args: &[&[u8]]) -> Result<LimitDirective, ConfError
         .transpose()?;
     let charge = w.charge.map(|a| parse_charge_spec(value(a))).transpose()?;
     let name = w.name.map(|a| parse_route_name(value(a))).transpose()?;
+    let in_flight = w
+        .in_flight
+        .map(|a| parse_in_flight_spec(value(a)))
+        .transpose()?;
+    if w.limit.is_none() && in_flight.is_some() {
+        return in_flight_alone(&w, in_flight, name);
+    }
     let rest: Vec<&[u8]> = [w.zone, w.limit].into_iter().flatten().collect();
     let params = parse_limit_params(&rest)?;
     let cost = cost.unwrap_or(ValueSpec::Fixed(1));
@@ -264,13 +300,52 @@ pub fn parse_limit_directive(args: &[&[u8]]) -> Result<LimitDirective, ConfError
     }
     Ok(LimitDirective {
         zone: params.zone,
-        limit: params.limit,
+        limit: Some(params.limit),
+        in_flight,
         cost,
         count_status,
         charge,
         delay,
         ban_ms,
         name,
+    })
+}
+
+/// A line with `in_flight=` and no `limit=`: only `zone=` besides it, no
+/// parameter that counts a rate.
+fn in_flight_alone(
+    w: &Words<'_>,
+    in_flight: Option<ValueSpec>,
+    name: Option<Vec<u8>>,
+) -> Result<LimitDirective, ConfError> {
+    let rate_params = [
+        (w.cost, "cost="),
+        (w.count_status, "count_status="),
+        (w.charge, "charge="),
+        (w.delay, "delay="),
+        (w.max_held, "delay_max_held="),
+        (w.ban, "ban="),
+    ];
+    if let Some((_, name)) = rate_params.iter().find(|(v, _)| v.is_some()) {
+        return Err(LimitConfError::NeedsLimit(name).into());
+    }
+    let zone = match w.zone.map(value) {
+        None => return Err(LimitConfError::Missing("zone").into()),
+        Some([]) => {
+            return Err(LimitConfError::EmptyZone(w.zone.unwrap_or_default().to_vec()).into())
+        }
+        Some(z) => z.to_vec(),
+    };
+    Ok(LimitDirective {
+        name,
+        zone,
+        limit: None,
+        in_flight,
+        cost: ValueSpec::Fixed(1),
+        count_status: None,
+        charge: None,
+        delay: DelayParams::default(),
+        ban_ms: None,
     })
 }
 

@@ -67,7 +67,8 @@ fn every_parameter_parsed_into_its_type() {
     )
     .unwrap();
     assert_eq!(d.zone, b"z");
-    assert_eq!(d.limit, ValueSpec::Fixed(5));
+    assert_eq!(d.limit, Some(ValueSpec::Fixed(5)));
+    assert_eq!(d.in_flight, None);
     assert_eq!(d.cost, ValueSpec::Variable(b"$c".to_vec()));
     assert!(d.count_status.unwrap().contains(401));
     assert_eq!(d.charge, Some(b"$t".to_vec()));
@@ -80,7 +81,7 @@ fn every_parameter_parsed_into_its_type() {
     );
     assert_eq!(d.ban_ms, Some(600_000));
     let d = parse("zone=z limit=$l").unwrap();
-    assert_eq!(d.limit, ValueSpec::Variable(b"$l".to_vec()));
+    assert_eq!(d.limit, Some(ValueSpec::Variable(b"$l".to_vec())));
     assert_eq!(
         (d.cost, d.count_status, d.charge, d.delay, d.ban_ms),
         (
@@ -209,4 +210,51 @@ fn route_names() {
             "{bad}: {e}"
         );
     }
+}
+
+#[test]
+fn in_flight_with_a_rate_or_alone() {
+    let d = parse("zone=z limit=10 in_flight=3").unwrap();
+    assert_eq!(d.limit, Some(ValueSpec::Fixed(10)));
+    assert_eq!(d.in_flight, Some(ValueSpec::Fixed(3)));
+    let d = parse("in_flight=$slots zone=z").unwrap();
+    assert_eq!(d.limit, None);
+    assert_eq!(d.in_flight, Some(ValueSpec::Variable(b"$slots".to_vec())));
+    assert_eq!(d.zone, b"z");
+    assert_eq!(
+        parse("zone=z in_flight=0").unwrap().in_flight,
+        Some(ValueSpec::Fixed(0))
+    );
+    assert_eq!(
+        parse("zone=z in_flight=65535").unwrap().in_flight,
+        Some(ValueSpec::Fixed(65535))
+    );
+    assert_eq!(
+        err("zone=z in_flight=65536"),
+        "invalid in_flight \"65536\": an integer from 0 to 65535, or a variable"
+    );
+    assert_eq!(
+        err("zone=z in_flight=3 in_flight=4"),
+        "duplicate parameter \"in_flight=\" in \"rate_limit_window\": give it once"
+    );
+    assert_eq!(
+        err("zone=z in_flight=3 delay=1s"),
+        "\"delay=\" needs \"limit=\": a line with \"in_flight=\" alone counts no rate"
+    );
+    assert_eq!(
+        err("zone=z in_flight=3 cost=2"),
+        "\"cost=\" needs \"limit=\": a line with \"in_flight=\" alone counts no rate"
+    );
+    assert_eq!(
+        err("in_flight=3"),
+        "\"rate_limit_window\" must have \"zone\" parameter"
+    );
+    assert_eq!(
+        err("zone=z"),
+        "\"rate_limit_window\" must have \"limit\" parameter"
+    );
+    for v in [&b""[..], b"-1", b"1.5", b"abc", b"999999"] {
+        assert_eq!(parse_in_flight(v), None, "{v:?}");
+    }
+    assert_eq!(parse_in_flight(b"007"), Some(7));
 }

@@ -10,5 +10,6 @@ pub mod limit_opts;
 pub mod override_opts;
 pub mod parse;
 pub mod redis_url;
+pub mod shed_opts;
 pub mod value_error;
 pub mod zone_opts;

@@ -90,6 +90,16 @@ pub enum LimitConfError {
     /// A directive without one of its required parameters.
     #[error("\"rate_limit_window\" must have \"{0}\" parameter")]
     Missing(&'static str),
+    /// `in_flight=` that is neither a count in range nor a variable.
+    #[error(
+        "invalid in_flight \"{}\": an integer from 0 to {}, or a variable",
+        escape(.0),
+        crate::shm::places::MAX_IN_FLIGHT
+    )]
+    InFlight(Vec<u8>),
+    /// A parameter that counts a rate, on a line without `limit=`.
+    #[error("\"{0}\" needs \"limit=\": a line with \"in_flight=\" alone counts no rate")]
+    NeedsLimit(&'static str),
     /// A second `rate_limit_window` of one level on the same zone.
     #[error("duplicate limit for zone \"{}\"", escape(.0))]
     DuplicateZone(Vec<u8>),

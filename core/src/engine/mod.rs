@@ -1,6 +1,7 @@
 //! The one per-request decision: a request judged by every limit of its
 //! location, composed here (several limits, cost, estimate or strict,
-//! `delay=`, dry run, `fail=`, overrides and `ban=`), so that every
+//! `delay=`, dry run, `fail=`, overrides, `ban=` and `in_flight=`'s places
+//! ([`in_flight`]), so that every
 //! combination is decided by one piece of pure code, and tested together
 //! (`tests.rs`, against the models of `crate::testing::reference`).
 //!
@@ -20,9 +21,11 @@
 //! fit?": [`crate::rule::fit`], used by the table's admission and Retry-After, by
 //! [`plan`]'s holds, and by the headers (the table's `remaining`).
 
+pub mod in_flight;
 pub mod plan;
 #[cfg(test)]
 mod range_tests;
+pub mod shed;
 #[cfg(test)]
 mod tests;
 
@@ -30,7 +33,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::overrides::range::{Addr, Family};
 use crate::overrides::{Action, Entry, Overrides};
-use crate::shm::Turns;
+use crate::shm::{Owner, Place, Places, Turns};
 use crate::table::{Answer, Counter, Events, FailPolicy, KeyHash, Outcome, Question, Table};
 use crate::Admission;
 
@@ -47,6 +50,21 @@ pub struct LimitConf<'t> {
     pub delay_ms: u64,
     /// `ban=`: how long a client this limit rejects stays rejected (ms).
     pub ban_ms: u64,
+    /// The line counts a rate (`limit=`); false: `in_flight=` alone.
+    pub rate: bool,
+    /// `in_flight=`: the zone's places (None: the line has none).
+    pub in_flight: Option<InFlightConf<'t>>,
+}
+
+/// `in_flight=` of one limit: the zone's places, and this process's
+/// owner of them.
+#[derive(Clone, Copy)]
+pub struct InFlightConf<'t> {
+    /// The zone's places, shared by its workers.
+    pub places: &'t Places<'t>,
+    /// This process's owner of them (None: every owner is taken: the
+    /// zone's `fail=` decides).
+    pub owner: Option<Owner>,
 }
 
 /// A zone's shared runtime state the engine counts and reads off the
@@ -103,6 +121,8 @@ pub enum Invalid {
     Limit,
     /// The cost, judged against this limit in force.
     Cost(u32),
+    /// The `in_flight=` value.
+    InFlight,
 }
 
 /// The host (nginx) failed to evaluate a key, limit or cost.
@@ -124,6 +144,13 @@ pub enum Skip {
     OverrideExempt,
     /// The client's override (block, ban) rejects it.
     OverrideReject,
+    /// The `in_flight=` variable is empty: no place is taken.
+    EmptyInFlight,
+    /// An invalid `in_flight=` value, `fail=open`: no place is taken.
+    InvalidInFlight,
+    /// No room to count the request in flight (the zone's places are
+    /// full), `fail=open`: admitted without a place.
+    InFlightNoRoom,
 }
 
 /// The request being decided: what the glue provides, evaluated when the
@@ -160,6 +187,18 @@ pub trait Request<'t> {
     fn shared(&self, _n: usize) -> Shared<'t> {
         Shared::default()
     }
+    /// Limit `n`'s `in_flight=` value, as read (asked only of a line with
+    /// one, after its rate admitted the request).
+    fn in_flight(&mut self, _n: usize) -> Result<LimitRead, HostError> {
+        Ok(LimitRead::Empty)
+    }
+    /// Limit `n` took the place `p` in its zone's places: the host gives
+    /// it back when the request ends (once), unless the engine gives it
+    /// back first ([`Request::places`]).
+    fn took(&mut self, _n: usize, _p: Place) {}
+    /// Calls `f` with each place taken so far and its zone's places: a
+    /// request not admitted after all has them given back by the engine.
+    fn places(&self, _f: impl FnMut(&'t Places<'t>, Place)) {}
     /// When the request was first held by `delay=` (epoch ms), if it was.
     fn held_since(&self) -> Option<u64> {
         None
@@ -237,6 +276,9 @@ pub struct Rejection {
     pub share_full: Option<u32>,
     /// It was held, and is now rejected (its hold is to be released).
     pub unheld: bool,
+    /// `in_flight=` refused it: `limit` is the in-flight limit, and
+    /// `decision.estimate` the client's requests in flight.
+    pub in_flight: bool,
     /// A dry run: let through, counted by none.
     pub dry_run: bool,
 }
@@ -273,10 +315,12 @@ enum Judged {
     /// seconds: the decision is built on the rejecting path, so that this
     /// enum stays small on the request path).
     Blocked { hash: KeyHash, blocked: Blocked },
+    /// A line without a rate: only its `in_flight=` place.
+    Places { hash: KeyHash },
 }
 
 /// The limit in force for one client: the override's, else the value's.
-enum Applies {
+pub(super) enum Applies {
     /// Judge against this limit (requests per window).
     Limit(u32),
     /// Admitted without being counted (an override).
@@ -303,7 +347,7 @@ impl Applies {
 
 /// A block or a ban of the client by an override.
 #[derive(Clone, Copy)]
-struct Blocked {
+pub(super) struct Blocked {
     /// Seconds until the override ends (or a window, when it has no end).
     retry_after_s: u32,
     /// Seconds until the next window boundary (rounded up).
@@ -358,8 +402,20 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
                     hash,
                     invalid: false,
                     overridden: true,
+                    in_flight: false,
                 };
                 return Ok(rejected(r, *ask, rej, now));
+            }
+            Judged::Places { hash } => {
+                match in_flight::take(r, n, &c, hash, ask.shard) {
+                    Ok(taken) => any |= taken,
+                    Err(in_flight::Refused::Host) => {
+                        undo_all(r, ask.shard);
+                        return Err(HostError);
+                    }
+                    Err(in_flight::Refused::Reject(rej)) => return Ok(rejected(r, *ask, rej, now)),
+                }
+                continue;
             }
         };
         // Lock-free: nothing shared is held once it returns. The decision
@@ -394,8 +450,20 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
                 hash,
                 invalid,
                 overridden: false,
+                in_flight: false,
             };
             return Ok(rejected(r, *ask, rej, now));
+        }
+        if c.in_flight.is_some() {
+            core::hint::cold_path();
+            match in_flight::take(r, n, &c, hash, ask.shard) {
+                Ok(_) => {}
+                Err(in_flight::Refused::Host) => {
+                    undo_all(r, ask.shard);
+                    return Err(HostError);
+                }
+                Err(in_flight::Refused::Reject(rej)) => return Ok(rejected(r, *ask, rej, now)),
+            }
         }
     }
     Ok(if any { Verdict::Admit } else { Verdict::Exempt })
@@ -419,6 +487,10 @@ fn judge<'t, R: Request<'t>>(
             return Ok(Judged::Skip);
         }
     };
+    if !c.rate {
+        core::hint::cold_path();
+        return Ok(in_flight::judge(r, n, c, hash, (now, shard)));
+    }
     // An operator's override holds whatever the limit value is: a block
     // with an empty or invalid `limit=$var` still blocks.
     let limit = match override_of(r, n, c, (hash, value), now) {
@@ -501,6 +573,7 @@ fn invalid<'t, R: Request<'t>>(
             let why = match what {
                 Invalid::Limit => Skip::InvalidLimit,
                 Invalid::Cost(_) => Skip::InvalidCost,
+                Invalid::InFlight => Skip::InvalidInFlight,
             };
             not_applied(r, n, c, why, shard);
             Judged::Skip
@@ -518,14 +591,17 @@ fn invalid<'t, R: Request<'t>>(
 /// (unless skipped for an invalid value) and noted.
 #[cold]
 #[inline(never)]
-fn not_applied<'t, R: Request<'t>>(
+pub(super) fn not_applied<'t, R: Request<'t>>(
     r: &mut R,
     n: usize,
     c: &LimitConf<'t>,
     why: Skip,
     shard: usize,
 ) {
-    if !matches!(why, Skip::InvalidLimit | Skip::InvalidCost) {
+    if !matches!(
+        why,
+        Skip::InvalidLimit | Skip::InvalidCost | Skip::InvalidInFlight | Skip::InFlightNoRoom
+    ) {
         c.table.add(shard, Counter::Exempt, 1);
     }
     r.skipped(n, why);
@@ -535,7 +611,7 @@ fn not_applied<'t, R: Request<'t>>(
 /// own, else the most specific range holding its address), else its limit
 /// `value`. A zone without overrides costs one relaxed load.
 #[inline(always)]
-fn override_of<'t, R: Request<'t>>(
+pub(super) fn override_of<'t, R: Request<'t>>(
     r: &mut R,
     n: usize,
     c: &LimitConf<'_>,
@@ -642,6 +718,13 @@ fn quiet_limit<'t, R: Request<'t>>(
     let Ok(Key::Client { hash, limit: value }) = r.key(n) else {
         return None;
     };
+    if !c.rate {
+        // No rate: an in-flight place has no wait to compute.
+        return match override_of(r, n, c, (hash, value), now) {
+            Applies::Reject(b) => Some(Quiet::Blocked(b.retry_after_s)),
+            _ => None,
+        };
+    }
     let closed = c.fail == FailPolicy::Closed;
     let limit = match override_of(r, n, c, (hash, value), now) {
         Applies::Limit(l) => l,
@@ -725,23 +808,27 @@ fn acquire_strict<'t, R: Request<'t>>(
 }
 
 /// Gives back every admission recorded so far, and its `passed` count
-/// (shard counters add with wrapping: + (2^64 - 1) is - 1).
+/// (shard counters add with wrapping: + (2^64 - 1) is - 1), and every
+/// in-flight place taken so far.
 fn undo_all<'t, R: Request<'t>>(r: &R, shard: usize) {
     r.admissions(|t, a| {
         t.undo(a);
         t.add(shard, Counter::Passed, u64::MAX);
     });
+    r.places(|p, place| p.give(place));
 }
 
 /// The limit that has just rejected the request.
-struct Rejecting {
-    index: usize,
-    limit: u32,
-    cost: u32,
-    d: Answer,
-    hash: KeyHash,
-    invalid: bool,
-    overridden: bool,
+pub(super) struct Rejecting {
+    pub(super) index: usize,
+    pub(super) limit: u32,
+    pub(super) cost: u32,
+    pub(super) d: Answer,
+    pub(super) hash: KeyHash,
+    pub(super) invalid: bool,
+    pub(super) overridden: bool,
+    /// `in_flight=` refused it (never held, never a ban).
+    pub(super) in_flight: bool,
 }
 
 /// A limit rejected the request: hold it (`delay=`), or reject it, counted
@@ -771,19 +858,21 @@ fn rejected<'t, R: Request<'t>>(r: &mut R, ask: Ask, rej: Rejecting, now: u64) -
         share_full: None,
         // A held request rejected after all, however: its hold ends.
         unheld: r.held_since().is_some(),
+        in_flight: rej.in_flight,
         dry_run: ask.dry_run,
     };
     // An override's rejection, or an invalid value's (fail=closed), is
-    // never held: no wait makes it fit.
-    if !(rej.overridden || rej.invalid) && ask.holdable {
+    // never held: no wait makes it fit; nor a full client's in-flight
+    // places, which no wait can tell.
+    if !(rej.overridden || rej.invalid || rej.in_flight) && ask.holdable {
         match plan::on_reject(r, &ask, &rej, now) {
             plan::OnReject::Hold(h) => return Verdict::Hold(h),
             plan::OnReject::WouldHold(h) => return Verdict::WouldHold(h),
             plan::OnReject::Reject { share_full } => out.share_full = share_full,
         }
     }
-    let bans =
-        rej.d.outcome == Outcome::Rejected && !(rej.invalid || rej.overridden || ask.dry_run);
+    let bans = rej.d.outcome == Outcome::Rejected
+        && !(rej.invalid || rej.overridden || rej.in_flight || ask.dry_run);
     if let (true, Some(c)) = (bans, r.conf(rej.index)) {
         if let Some(secs) = ban(&c, rej.hash, now) {
             // A ban never shortens Retry-After: the count may keep the

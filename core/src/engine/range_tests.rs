@@ -49,6 +49,8 @@ impl Request<'static> for Host {
             fail: FailPolicy::Open,
             delay_ms: 0,
             ban_ms: 0,
+            rate: true,
+            in_flight: None,
         })
     }
     fn key(&mut self, _n: usize) -> Result<Key, HostError> {

@@ -3,8 +3,11 @@
 //! run, count_status give-backs, clock steps forward and small steps back)
 //! with the runtime state composed in: overrides (a limit below and above
 //! the cost, 0, exempt, block, with and without a ttl), `ban=`, empty and
-//! invalid limit and cost values under both `fail=` policies, and held
-//! requests taking turns across two workers.
+//! invalid limit and cost values under both `fail=` policies, held
+//! requests taking turns across two workers, and `in_flight=` places (with
+//! a rate or alone; empty and invalid values) taken when a request is
+//! admitted and given back exactly once, when it ends, when a later limit
+//! rejects or holds it, or when its worker dies (reclaimed).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -91,8 +94,20 @@ fn turns() -> Turns<'static> {
     unsafe { Turns::init(buf.ptr(), buf.len()) }.unwrap()
 }
 
+/// In-flight places over a leaked region.
+fn places() -> Places<'static> {
+    let buf = Box::leak(Box::new(Region::new(64 << 10)));
+    // SAFETY: an exclusive, 64-byte aligned buffer that lives forever.
+    unsafe { Places::init(buf.ptr(), buf.len()) }.unwrap()
+}
+
+/// The pid of worker `shard`'s `gen`th process.
+fn pid(shard: usize, gen: u32) -> u32 {
+    1000 + gen * 2 + shard as u32
+}
+
 /// One zone: its table, its model, its clients' hashes, its runtime state
-/// (overrides, turns) and policies.
+/// (overrides, turns, places) and policies.
 struct Zone {
     table: Table<'static>,
     model: Zm,
@@ -103,6 +118,11 @@ struct Zone {
     invalid: std::sync::atomic::AtomicU64,
     fail: FailPolicy,
     ban_ms: u64,
+    /// `in_flight=` (None: the line has none).
+    in_flight: Option<u32>,
+    /// The line has `limit=` (false: `in_flight=` alone).
+    rate: bool,
+    places: Places<'static>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -118,6 +138,11 @@ struct Req<'a> {
     client: usize,
     values: &'a [LimitRead],
     costs: &'a [Cost],
+    in_flights: &'a [LimitRead],
+    /// Each zone's owner per worker.
+    owners: &'a [[Owner; 2]],
+    shard: usize,
+    took: Vec<(usize, Place)>,
     records: Vec<(usize, Answer)>,
     since: Option<u64>,
     holds: u32,
@@ -136,13 +161,36 @@ impl<'a> Request<'a> for Req<'a> {
             fail: z.fail,
             delay_ms: self.lims[n].delay_ms,
             ban_ms: z.ban_ms,
+            rate: z.rate,
+            in_flight: z.in_flight.map(|_| InFlightConf {
+                places: &z.places,
+                owner: Some(self.owners[n][self.shard]),
+            }),
         })
     }
     fn key(&mut self, n: usize) -> Result<Key, HostError> {
+        let z = &self.zones[n];
         Ok(Key::Client {
-            hash: self.zones[n].keys[self.client],
-            limit: self.values[n],
+            hash: z.keys[self.client],
+            // A line without a rate reads no limit (the glue's 0).
+            limit: if z.rate {
+                self.values[n]
+            } else {
+                LimitRead::Set(0)
+            },
         })
+    }
+    fn in_flight(&mut self, n: usize) -> Result<LimitRead, HostError> {
+        assert!(self.zones[n].in_flight.is_some(), "asked of a line without");
+        Ok(self.in_flights[n])
+    }
+    fn took(&mut self, n: usize, p: Place) {
+        self.took.push((n, p));
+    }
+    fn places(&self, mut f: impl FnMut(&'a Places<'a>, Place)) {
+        for &(n, p) in &self.took {
+            f(&self.zones[n].places, p);
+        }
     }
     fn cost(&mut self, n: usize) -> Result<Cost, HostError> {
         Ok(self.costs[n])
@@ -194,6 +242,9 @@ enum Op {
         kind: [u8; 3],
         dry_run: bool,
         shard: usize,
+        /// What its `in_flight=` values read as (0..=9 the line's, 10
+        /// empty, 11 invalid).
+        fkind: [u8; 3],
     },
     /// The oldest admission still kept is settled (count_status= / charge=):
     /// counted `keep` tenths of its cost (0: given back).
@@ -209,6 +260,12 @@ enum Op {
     },
     /// The override of `client` in `zone` removed.
     Remove { zone: usize, client: usize },
+    /// A request in flight (the `pick`th, modulo) ends: the host gives
+    /// its places back.
+    End { pick: usize },
+    /// Worker `shard` dies: its requests in flight and held are gone
+    /// without giving anything back; its successor starts (and reclaims).
+    Crash { shard: usize },
 }
 
 fn op(runtime: bool) -> impl Strategy<Value = Op> {
@@ -218,12 +275,19 @@ fn op(runtime: bool) -> impl Strategy<Value = Op> {
     } else {
         Just([0u8; 3]).boxed()
     };
+    let fkinds = if runtime {
+        prop::array::uniform3(0u8..12).boxed()
+    } else {
+        Just([0u8; 3]).boxed()
+    };
     prop_oneof![
         12 => (prop_oneof![4 => 0i64..1_500, 1 => -200i64..0, 1 => 0i64..8_000], 0usize..3,
-              any::<[u32; 3]>(), kinds, prop::bool::weighted(0.15), 0usize..2)
-            .prop_map(|(dt, client, cost, kind, dry_run, shard)| Op::Request {
-                dt, client, cost, kind, dry_run, shard
+              any::<[u32; 3]>(), kinds, prop::bool::weighted(0.15), 0usize..2, fkinds)
+            .prop_map(|(dt, client, cost, kind, dry_run, shard, fkind)| Op::Request {
+                dt, client, cost, kind, dry_run, shard, fkind
             }),
+        6 => any::<usize>().prop_map(|pick| Op::End { pick }),
+        1 => (0usize..2).prop_map(|shard| Op::Crash { shard }),
         2 => (0u32..11).prop_map(|keep| Op::Settle { keep }),
         w => (0usize..3, 0usize..3, 0u8..3, any::<u32>(), prop_oneof![Just(0u64), 100u64..5_000])
             .prop_map(|(zone, client, action, n, ttl)| Op::Override { zone, client, action, n, ttl }),
@@ -243,6 +307,8 @@ enum Pol {
     Closed,
     /// Counted against the limit in force.
     Count { limit: u32, cost: u32 },
+    /// A line without a rate: only its in-flight place.
+    Places,
 }
 
 /// A request to decide: its client, what it reads, its worker, and for
@@ -252,9 +318,18 @@ struct Asked {
     client: usize,
     values: Vec<LimitRead>,
     costs: Vec<Cost>,
+    in_flights: Vec<LimitRead>,
     dry_run: bool,
     shard: usize,
     turn: Option<(usize, usize)>,
+}
+
+/// A request admitted and still in flight: its client, its worker, the
+/// places it took (limit, place).
+struct Flying {
+    client: usize,
+    shard: usize,
+    places: Vec<(usize, Place)>,
 }
 
 /// A held request waiting for its wake.
@@ -276,6 +351,12 @@ struct Run {
     kept: Vec<Vec<Kept>>,
     /// The model's overrides and bans, per zone and client.
     ovr: Vec<HashMap<usize, Entry>>,
+    /// Requests admitted and not ended.
+    flying: Vec<Flying>,
+    /// Each zone's owner of its places, per worker.
+    owners: Vec<[Owner; 2]>,
+    /// Each worker's process generation (a crash starts the next one).
+    gens: [u32; 2],
     now: u64,
 }
 
@@ -284,6 +365,15 @@ impl Run {
     fn pol(&self, n: usize, client: usize, value: LimitRead, cost: Cost, now: u64) -> Pol {
         let closed = self.zones[n].fail == FailPolicy::Closed;
         let live = self.ovr[n].get(&client).filter(|e| !e.expired(now));
+        if !self.zones[n].rate {
+            return match live.map(|e| e.action) {
+                Some(Action::Block | Action::Ban) => Pol::Blocked {
+                    until: live.unwrap().expires_ms,
+                },
+                Some(Action::Exempt) => Pol::Off,
+                _ => Pol::Places,
+            };
+        }
         let limit = match (live.map(|e| e.action), value) {
             (Some(Action::Block | Action::Ban), _) => {
                 return Pol::Blocked {
@@ -312,7 +402,7 @@ impl Run {
     /// the first ms it fits), with no other traffic; None: never.
     fn turn(&self, n: usize, client: usize, now: u64, p: Pol, ahead: u32) -> Option<u64> {
         let Pol::Count { limit, cost } = p else {
-            return (p == Pol::Off).then_some(0);
+            return matches!(p, Pol::Off | Pol::Places).then_some(0);
         };
         let z = &self.zones[n];
         let key = client as u64;
@@ -336,7 +426,7 @@ impl Run {
                 .map(|t| t.div_ceil(1000))
         };
         match p {
-            Pol::Off => Some(0),
+            Pol::Off | Pol::Places => Some(0),
             Pol::Closed => None,
             Pol::Count { limit, cost } => count(limit, cost),
             Pol::Blocked { until } => {
@@ -353,6 +443,29 @@ impl Run {
                     _ => Some(end),
                 }
             }
+        }
+    }
+
+    /// Requests of `client` in flight with a place of limit `n`.
+    fn flying(&self, n: usize, client: usize) -> u32 {
+        let of = |f: &&Flying| f.client == client && f.places.iter().any(|&(m, _)| m == n);
+        self.flying.iter().filter(of).count() as u32
+    }
+
+    /// Whether limit `n`, its rate admitting the request (`pol`), refuses
+    /// it for its in-flight places; and whether a place would be taken.
+    fn in_flight_over(&self, n: usize, q: &Asked, pol: Pol) -> (bool, bool) {
+        let z = &self.zones[n];
+        if z.in_flight.is_none() || !matches!(pol, Pol::Count { .. } | Pol::Places) {
+            return (false, false);
+        }
+        match q.in_flights[n] {
+            LimitRead::Set(k) => {
+                let over = self.flying(n, q.client) >= k;
+                (over, !over)
+            }
+            LimitRead::Invalid => (z.fail == FailPolicy::Closed, false),
+            LimitRead::Empty => (false, false),
         }
     }
 
@@ -377,6 +490,10 @@ impl Run {
             client,
             values: &q.values,
             costs: &q.costs,
+            in_flights: &q.in_flights,
+            owners: &self.owners,
+            shard: q.shard,
+            took: vec![],
             records: vec![],
             since,
             holds: 0,
@@ -391,6 +508,7 @@ impl Run {
         let invalid_before: Vec<u64> = self.zones.iter().map(|z| z.invalid.load(Relaxed)).collect();
         let v = decide(&mut r, &ask).unwrap();
         let (records, holds, invalid) = (r.records.clone(), r.holds, r.invalid.clone());
+        let took = r.took.clone();
         if std::env::var("ENGINE_TRACE").is_ok() {
             eprintln!("t={} {q:?} since={since:?} -> {v:?}", now % 100_000);
         }
@@ -406,16 +524,43 @@ impl Run {
         let pols: Vec<Pol> = (0..self.lims.len())
             .map(|n| self.pol(n, client, q.values[n], q.costs[n], now))
             .collect();
-        let first_over = pols.iter().enumerate().position(|(n, &p)| match p {
-            Pol::Off => false,
-            Pol::Blocked { .. } | Pol::Closed => true,
-            Pol::Count { limit, cost } => !self.fits(n, client, now, limit, cost),
-        });
+        // The first limit over, by its rate or (`by_flight`) its places.
+        let mut first_over = None;
+        let mut by_flight = false;
+        let mut placed = vec![];
+        for (n, &p) in pols.iter().enumerate() {
+            let over = match p {
+                Pol::Off | Pol::Places => false,
+                Pol::Blocked { .. } | Pol::Closed => true,
+                Pol::Count { limit, cost } => !self.fits(n, client, now, limit, cost),
+            };
+            if over {
+                first_over = Some(n);
+                break;
+            }
+            let (full, place) = self.in_flight_over(n, &q, p);
+            if full {
+                (first_over, by_flight) = (Some(n), true);
+                break;
+            }
+            if place {
+                placed.push(n);
+            }
+        }
         // Every invalid value judged before the decision stopped is
         // reported once; the quiet reads (waits, Retry-After) report none.
         let judged = first_over.map_or(self.lims.len(), |n| n + 1);
+        let reaches_in_flight = |n: usize| {
+            let p = pols[n];
+            let rate_fits = match p {
+                Pol::Count { limit, cost } => self.fits(n, client, now, limit, cost),
+                Pol::Places => true,
+                _ => false,
+            };
+            rate_fits && self.zones[n].in_flight.is_some() && q.in_flights[n] == LimitRead::Invalid
+        };
         let expect: Vec<usize> = (0..judged)
-            .filter(|&n| self.reports_invalid(n, &q, now))
+            .filter(|&n| self.reports_invalid(n, &q, now) || reaches_in_flight(n))
             .collect();
         let got: Vec<usize> = invalid.iter().map(|&(n, _)| n).collect();
         prop_assert_eq!(&got, &expect, "invalid values reported");
@@ -431,8 +576,22 @@ impl Run {
                     .iter()
                     .filter(|p| matches!(p, Pol::Count { .. }))
                     .count();
-                prop_assert_eq!(matches!(v, Verdict::Admit), counted > 0);
+                prop_assert_eq!(
+                    matches!(v, Verdict::Admit),
+                    counted > 0 || !placed.is_empty()
+                );
                 prop_assert_eq!(records.len(), counted);
+                // One place per line whose in-flight value applies, kept
+                // until the request ends.
+                let lines: Vec<usize> = took.iter().map(|&(n, _)| n).collect();
+                prop_assert_eq!(&lines, &placed, "places taken");
+                if !took.is_empty() {
+                    self.flying.push(Flying {
+                        client,
+                        shard: q.shard,
+                        places: took,
+                    });
+                }
                 let mut kept = vec![];
                 for (n, d) in records {
                     let Pol::Count { cost, .. } = pols[n] else {
@@ -451,8 +610,16 @@ impl Run {
                 prop_assert_eq!(rej.dry_run, dry_run);
                 prop_assert_eq!(rej.unheld, since.is_some());
                 prop_assert_eq!(rej.overridden, matches!(pols[n], Pol::Blocked { .. }));
-                prop_assert_eq!(rej.invalid, pols[n] == Pol::Closed);
-                let counts = matches!(pols[n], Pol::Count { .. });
+                prop_assert_eq!(rej.in_flight, by_flight, "refused for its places");
+                let invalid_flight = by_flight && q.in_flights[n] == LimitRead::Invalid;
+                prop_assert_eq!(rej.invalid, pols[n] == Pol::Closed || invalid_flight);
+                if let (true, LimitRead::Set(k)) = (by_flight, q.in_flights[n]) {
+                    prop_assert_eq!(
+                        (rej.limit, rej.decision.estimate),
+                        (k, self.flying(n, client))
+                    );
+                }
+                let counts = matches!(pols[n], Pol::Count { .. }) && !by_flight;
                 let ahead = self.ahead(client, n, since);
                 let share = rej.share_full.is_some();
                 prop_assert_eq!(
@@ -465,6 +632,10 @@ impl Run {
                     .map(|m| self.retry_secs(m, client, now, &q, pols[m]))
                     .collect();
                 let mut least = parts.iter().flatten().copied().max().unwrap_or(0);
+                if by_flight {
+                    // A place frees when a request ends: a second at least.
+                    least = least.max(1);
+                }
                 let exact = parts.iter().all(Option::is_some);
                 let live = self.ovr[n].get(&client).filter(|e| !e.expired(now));
                 let bans = counts
@@ -513,6 +684,7 @@ impl Run {
                 }
             }
             (Verdict::Hold(h) | Verdict::WouldHold(h), Some(n)) => {
+                prop_assert!(!by_flight, "held for its places");
                 prop_assert_eq!(h.index, n);
                 prop_assert!(matches!(pols[n], Pol::Count { .. }), "held {:?}", pols[n]);
                 prop_assert_eq!(matches!(v, Verdict::WouldHold(_)), dry_run);
@@ -568,7 +740,62 @@ impl Run {
         }
         self.held.extend(held_again);
         self.check_turns()?;
+        self.check_places()?;
         self.check_counts(now)
+    }
+
+    /// The shared places count what the model has in flight, per zone and
+    /// client, whichever worker took them: each taken once, given back once,
+    /// never more than the line's `in_flight=`.
+    fn check_places(&self) -> Result<(), TestCaseError> {
+        for (n, z) in self.zones.iter().enumerate() {
+            let mut total = 0;
+            for (c, h) in z.keys.iter().enumerate() {
+                let want = self.flying(n, c);
+                prop_assert_eq!(
+                    z.places.held(h.0),
+                    want,
+                    "places of client {} in zone {}",
+                    c,
+                    n
+                );
+                if let Some(k) = z.in_flight {
+                    prop_assert!(want <= k, "{} in flight over in_flight={}", want, k);
+                }
+                total += u64::from(want);
+            }
+            prop_assert_eq!(z.places.in_flight(), total, "zone {}'s ledger", n);
+        }
+        Ok(())
+    }
+
+    /// A request in flight ends: the host gives back its places.
+    fn end(&mut self, pick: usize) -> Result<(), TestCaseError> {
+        if self.flying.is_empty() {
+            return Ok(());
+        }
+        let f = self.flying.remove(pick % self.flying.len());
+        for (n, p) in f.places {
+            self.zones[n].places.give(p);
+        }
+        self.check_places()
+    }
+
+    /// Worker `shard` dies: what it held is gone without a word; its
+    /// successor starts, and its start reclaims the dead process's places
+    /// and clears its turns.
+    fn crash(&mut self, shard: usize) -> Result<(), TestCaseError> {
+        self.gens[shard] += 1;
+        let live = [pid(0, self.gens[0]), pid(1, self.gens[1])];
+        for (n, z) in self.zones.iter().enumerate() {
+            let o = z.places.start(live[shard], |p| live.contains(&p));
+            self.owners[n][shard] = o.expect("an owner");
+            z.turns.clear_worker(shard);
+        }
+        self.flying.retain(|f| f.shard != shard);
+        self.held.retain(|h| h.q.shard != shard);
+        self.check_turns()?;
+        self.check_places()
     }
 
     /// Requests of `client` held in zone `n` that a new request waits
@@ -729,15 +956,27 @@ impl Run {
     fn asked(
         &self,
         client: usize,
-        raw: [u32; 3],
-        kind: [u8; 3],
+        (raw, kind, fkind): ([u32; 3], [u8; 3], [u8; 3]),
         dry_run: bool,
         shard: usize,
     ) -> Asked {
         let now = self.now;
         let mut values = vec![];
         let mut costs = vec![];
+        let mut in_flights = vec![];
         for (n, l) in self.lims.iter().enumerate() {
+            in_flights.push(match (fkind[n], self.zones[n].in_flight) {
+                (_, None) => LimitRead::Empty,
+                (10, _) => LimitRead::Empty,
+                (11, _) => LimitRead::Invalid,
+                (_, Some(k)) => LimitRead::Set(k),
+            });
+            if !self.zones[n].rate {
+                // No rate: nothing read for it.
+                values.push(LimitRead::Empty);
+                costs.push(Cost::Count(1));
+                continue;
+            }
             values.push(match kind[n] {
                 20 | 21 => LimitRead::Invalid,
                 22 => LimitRead::Empty,
@@ -759,6 +998,7 @@ impl Run {
             client,
             values,
             costs,
+            in_flights,
             dry_run,
             shard,
             turn: None,
@@ -785,8 +1025,9 @@ fn clients(t: &Table<'_>) -> Vec<KeyHash> {
     keys
 }
 
-/// A zone: window (ms), strict, limit, delay (ms), fail=closed, ban (ms).
-type ZoneCase = (u64, bool, u32, u64, bool, u64);
+/// A zone: window (ms), strict, limit, delay (ms), fail=closed, ban (ms),
+/// and its line's `in_flight=` and whether it has a rate.
+type ZoneCase = ((u64, bool, u32, u64, bool, u64), (Option<u32>, bool));
 
 fn zone(runtime: bool) -> impl Strategy<Value = ZoneCase> {
     let fail = if runtime {
@@ -799,21 +1040,27 @@ fn zone(runtime: bool) -> impl Strategy<Value = ZoneCase> {
     } else {
         Just(0u64).boxed()
     };
-    (
+    let rate = (
         prop_oneof![Just(1_000u64), Just(2_000u64), 1_000u64..6_000],
         any::<bool>(),
         1u32..12,
         prop_oneof![2 => Just(0u64), 3 => 0u64..6_000],
         fail,
         ban,
-    )
+    );
+    let in_flight = prop_oneof![
+        1 => Just((None, true)),
+        2 => (prop_oneof![1 => Just(0u32), 6 => 1u32..4], prop::bool::weighted(0.7))
+            .prop_map(|(k, rate)| (Some(k), rate)),
+    ];
+    (rate, in_flight)
 }
 
 /// Runs `ops` over the zones `zs`, checking every decision.
 fn run(zs: &[ZoneCase], ops: Vec<Op>) -> Result<(), TestCaseError> {
     let zones: Vec<Zone> = zs
         .iter()
-        .map(|&(w, strict, _, _, closed, ban_ms)| {
+        .map(|&((w, strict, _, _, closed, ban_ms), (in_flight, rate))| {
             let table = table(w, strict);
             let keys = clients(&table);
             let model = if strict {
@@ -837,12 +1084,23 @@ fn run(zs: &[ZoneCase], ops: Vec<Op>) -> Result<(), TestCaseError> {
                 invalid: Default::default(),
                 fail,
                 ban_ms,
+                in_flight,
+                rate,
+                places: places(),
             }
         })
         .collect();
     let lims = zs
         .iter()
-        .map(|&(_, _, limit, delay_ms, _, _)| Lim { limit, delay_ms })
+        .map(|&((_, _, limit, delay_ms, _, _), (_, rate))| Lim {
+            limit,
+            // A line without a rate holds nothing.
+            delay_ms: if rate { delay_ms } else { 0 },
+        })
+        .collect();
+    let owners = zones
+        .iter()
+        .map(|z| [0, 1].map(|s| z.places.start(pid(s, 0), |_| true).unwrap()))
         .collect();
     if std::env::var("ENGINE_TRACE").is_ok() {
         eprintln!("CASE {zs:?}");
@@ -854,6 +1112,9 @@ fn run(zs: &[ZoneCase], ops: Vec<Op>) -> Result<(), TestCaseError> {
         held: vec![],
         kept: vec![],
         ovr,
+        flying: vec![],
+        owners,
+        gens: [0, 0],
         now: T0,
     };
     for op in ops {
@@ -865,6 +1126,7 @@ fn run(zs: &[ZoneCase], ops: Vec<Op>) -> Result<(), TestCaseError> {
                 kind,
                 dry_run,
                 shard,
+                fkind,
             } => {
                 // A step back stays in every zone's newest window (or
                 // sub-window): the tables keep one newest window per zone,
@@ -872,7 +1134,7 @@ fn run(zs: &[ZoneCase], ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let next = run.now.saturating_add_signed(dt).max(run.floor());
                 run.wake_until(next)?;
                 run.now = next;
-                let q = run.asked(client, cost, kind, dry_run, shard);
+                let q = run.asked(client, (cost, kind, fkind), dry_run, shard);
                 run.request(q, None)?;
             }
             Op::Settle { keep } => run.settle(keep),
@@ -884,6 +1146,8 @@ fn run(zs: &[ZoneCase], ops: Vec<Op>) -> Result<(), TestCaseError> {
                 ttl,
             } => run.operator(zone, client, Some((action, n, ttl))),
             Op::Remove { zone, client } => run.operator(zone, client, None),
+            Op::End { pick } => run.end(pick)?,
+            Op::Crash { shard } => run.crash(shard)?,
         }
     }
     Ok(())

@@ -64,6 +64,9 @@ pub struct ZoneHeader {
     /// `delay=`'s queue turns and their length in bytes.
     turns: *mut u8,
     turns_len: usize,
+    /// `in_flight=`'s places and their length in bytes.
+    places: *mut u8,
+    places_len: usize,
     /// The override table and its length in bytes.
     overrides: *mut u8,
     overrides_len: usize,
@@ -171,6 +174,8 @@ impl ZoneHeader {
             ledger_len: p.ledger.1,
             turns: p.turns.0,
             turns_len: p.turns.1,
+            places: p.places.0,
+            places_len: p.places.1,
             overrides: p.overrides.0,
             overrides_len: p.overrides.1,
             gateway_id,
@@ -216,6 +221,7 @@ impl ZoneHeader {
             table: (self.table, self.table_len),
             ledger: (self.ledger, self.ledger_len),
             turns: (self.turns, self.turns_len),
+            places: (self.places, self.places_len),
             overrides: (self.overrides, self.overrides_len),
         }
     }

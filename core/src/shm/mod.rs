@@ -10,7 +10,8 @@
 //!   **cluster-sync ledger** of a Redis-backed zone
 //!   ([`Ledger`](crate::cluster::Ledger), half of
 //!   what the table would have had), `delay=`'s **queue turns**
-//!   ([`Turns`], a 64th of the zone) and the **override table**
+//!   ([`Turns`], a 64th of the zone), `in_flight=`'s **places**
+//!   ([`Places`], a 64th of the zone) and the **override table**
 //!   ([`Overrides`]) at the end.
 //!
 //! [`format`] writes all of it for a new zone; [`adopt`] is the one place
@@ -26,6 +27,8 @@
 //! No nginx type here: the glue allocates the memory and passes pointers.
 
 mod header;
+pub mod places;
+pub mod shed;
 mod stats;
 pub mod tally;
 pub mod turns;
@@ -34,6 +37,7 @@ use core::fmt;
 use core::ptr;
 
 pub use header::{ZoneHeader, OVR_PENDING, RESETS};
+pub use places::{Owner, Place, Places, Take};
 pub use stats::{ChargeStats, DelayStats, SyncStats};
 use turns::TooSmall;
 pub use turns::Turns;
@@ -61,14 +65,17 @@ pub struct Parts {
     pub ledger: (*mut u8, usize),
     /// `delay=`'s queue turns.
     pub turns: (*mut u8, usize),
+    /// `in_flight=`'s places.
+    pub places: (*mut u8, usize),
     /// The override table.
     pub overrides: (*mut u8, usize),
 }
 
 impl Parts {
     /// Cuts `len` bytes at `region` (64-byte aligned): the override table
-    /// of `overrides_cap` entries at the end, the queue turns before it
-    /// ([`Turns::bytes_for`] the region), and, `with_ledger`, half of the
+    /// of `overrides_cap` entries at the end, the places before it and the
+    /// queue turns before them ([`Places::bytes_for`] and
+    /// [`Turns::bytes_for`] the region), and, `with_ledger`, half of the
     /// rest for the sync ledger (each part starts at a multiple of 64).
     pub fn split(
         region: *mut u8,
@@ -78,8 +85,9 @@ impl Parts {
     ) -> Result<Parts, TableError> {
         let ovr_len = override_region_bytes(overrides_cap);
         let turns_len = Turns::bytes_for(len);
+        let places_len = Places::bytes_for(len);
         let len = len
-            .checked_sub(ovr_len + turns_len)
+            .checked_sub(ovr_len + turns_len + places_len)
             .ok_or(TableError::TooSmall)?;
         let (table_len, ledger_len) = if with_ledger {
             let t = len / 2 / 64 * 64;
@@ -96,13 +104,14 @@ impl Parts {
             table: (region, table_len),
             ledger: (ledger, ledger_len),
             turns: (region.wrapping_add(len), turns_len),
-            overrides: (region.wrapping_add(len + turns_len), ovr_len),
+            places: (region.wrapping_add(len + turns_len), places_len),
+            overrides: (region.wrapping_add(len + turns_len + places_len), ovr_len),
         })
     }
 
-    /// Bytes of the four parts together.
+    /// Bytes of the five parts together.
     fn bytes(&self) -> usize {
-        self.table.1 + self.ledger.1 + self.turns.1 + self.overrides.1
+        self.table.1 + self.ledger.1 + self.turns.1 + self.places.1 + self.overrides.1
     }
 }
 
@@ -146,6 +155,8 @@ pub struct Zone<'a> {
     pub overrides: Overrides<'a>,
     /// `delay=`'s queue turns.
     pub turns: Turns<'a>,
+    /// `in_flight=`'s places.
+    pub places: Places<'a>,
 }
 
 /// Why a zone cannot be adopted.
@@ -172,6 +183,8 @@ pub enum AdoptError {
     NoOverrides,
     /// No queue turns where the header says.
     NoTurns,
+    /// No in-flight places where the header says.
+    NoPlaces,
 }
 
 impl fmt::Display for AdoptError {
@@ -194,6 +207,7 @@ impl fmt::Display for AdoptError {
             AdoptError::Table(e) => e.fmt(f),
             AdoptError::NoOverrides => f.write_str("no override table"),
             AdoptError::NoTurns => f.write_str("no delay= queue turns"),
+            AdoptError::NoPlaces => f.write_str("no in_flight= places"),
         }
     }
 }
@@ -227,6 +241,9 @@ pub unsafe fn format<'a>(
     let (q, q_len) = parts.turns;
     // SAFETY: as above, for the turns part.
     let turns = unsafe { Turns::init(q, q_len) }.map_err(|TooSmall| TableError::TooSmall)?;
+    let (p, p_len) = parts.places;
+    // SAFETY: as above, for the places part.
+    let places = unsafe { Places::init(p, p_len) }.map_err(|_| TableError::TooSmall)?;
     let (t, t_len) = parts.table;
     // SAFETY: as above, for the table part.
     let table = unsafe { Table::init_mode(t, t_len, f.window, f.seed, f.mode) }?;
@@ -242,6 +259,7 @@ pub unsafe fn format<'a>(
         table,
         overrides,
         turns,
+        places,
     })
 }
 
@@ -284,11 +302,16 @@ pub unsafe fn adopt<'a>(header: *const ZoneHeader, want: &Expect) -> Result<Zone
     // SAFETY: as for the table: the turns part `format` wrote, valid for
     // `'a`.
     let turns = unsafe { Turns::attach(q, q_len) }.map_err(|TooSmall| AdoptError::NoTurns)?;
+    let (p, p_len) = parts.places;
+    // SAFETY: as for the table: the places part `format` wrote, valid for
+    // `'a`; `attach` checks what it holds.
+    let places = unsafe { Places::attach(p, p_len) }.map_err(|_| AdoptError::NoPlaces)?;
     Ok(Zone {
         header: h,
         table,
         overrides,
         turns,
+        places,
     })
 }
 

@@ -4,12 +4,15 @@
 use core::fmt::{self, Write as _};
 use core::sync::atomic::Ordering;
 
+use rate_limit_window_core::engine::shed::Priority;
 use rate_limit_window_core::overrides::{ChangeKind, Overrides};
+use rate_limit_window_core::shm::places::PlaceStats;
 use rate_limit_window_core::shm::tally::Decided;
 use rate_limit_window_core::{Counter, Table};
 
 use crate::api::format::Label;
 use crate::worker::sweep;
+use crate::zone::shed::ShedConf;
 use crate::zone::tally::TallyConf;
 use crate::zone::{ZoneConf, ZoneHeader};
 
@@ -330,6 +333,26 @@ const FAMILIES: &[Family] = &[
         Samples::One(|l| atomic(&l.header.delay.held)),
     ),
     family(
+        "rate_limit_window_in_flight",
+        "gauge",
+        "Requests in flight now that hold one of the zone's in_flight= places, by every worker.",
+        Samples::One(|l| Value::Int(l.zone.places.as_ref().map_or(0, |p| p.in_flight()))),
+    ),
+    family(
+        "rate_limit_window_in_flight_total",
+        "counter",
+        "in_flight= places, by result: taken (a request admitted), rejected (its client's places were all taken), untracked (no room to count it: the zone's fail= applied), reclaimed (held by a process that died, taken back).",
+        Samples::By(
+            "result",
+            &[
+                ("taken", |l| places(l, |s| s.taken)),
+                ("rejected", |l| places(l, |s| s.full)),
+                ("untracked", |l| places(l, |s| s.no_room)),
+                ("reclaimed", |l| places(l, |s| s.reclaimed)),
+            ],
+        ),
+    ),
+    family(
         "rate_limit_window_overrides",
         "gauge",
         "Per-client overrides and bans in the zone now (at most overrides=).",
@@ -362,6 +385,11 @@ const FAMILIES: &[Family] = &[
         Samples::One(|l| ovr(l, |o, now| o.banned_now(now))),
     ),
 ];
+
+/// A counter of the zone's in-flight places (0 before they exist).
+fn places(l: &Live, read: fn(PlaceStats) -> u64) -> Value {
+    Value::Int(l.zone.places.as_ref().map_or(0, |p| read(p.stats())))
+}
 
 /// A value read from the zone's override table (0 before it exists).
 fn ovr(l: &Live, read: fn(&Overrides, u64) -> u64) -> Value {
@@ -450,4 +478,63 @@ pub fn exposition(tally: &TallyConf, zones: &[Live]) -> String {
         }
     }
     o
+}
+
+/// The shed groups' families (`rate_limit_window_shed`), after the zones':
+/// requests shed and admitted per priority, in flight now, and `max=`.
+pub fn shed_exposition(o: &mut String, groups: &[&ShedConf]) {
+    let live: Vec<(&ShedConf, _)> = groups
+        .iter()
+        .filter_map(|g| Some((*g, g.group.as_ref()?)))
+        .collect();
+    if live.is_empty() {
+        return;
+    }
+    let head = |o: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(o, "# HELP {name} {help}");
+        let _ = writeln!(o, "# TYPE {name} {kind}");
+    };
+    let by_priority = |o: &mut String, name: &str, read: &dyn Fn(&(&ShedConf, _), usize) -> u64| {
+        for g in &live {
+            let zone = Label(g.0.name.as_bytes());
+            for p in Priority::ALL {
+                let v = read(g, p.index());
+                let _ = writeln!(o, "{name}{{zone=\"{zone}\",priority=\"{}\"}} {v}", p.name());
+            }
+        }
+    };
+    head(o, "rate_limit_window_shed_total", "counter", "Requests shed by rate_limit_window_shed (answered its status= with Retry-After, never counted by the rate limits), by priority.");
+    by_priority(o, "rate_limit_window_shed_total", &|g, p| g.1.shed_total(p));
+    head(
+        o,
+        "rate_limit_window_shed_admitted_total",
+        "counter",
+        "Requests a shed group admitted, by priority.",
+    );
+    by_priority(o, "rate_limit_window_shed_admitted_total", &|g, p| {
+        g.1.admitted_total(p)
+    });
+    let one = |o: &mut String, name: &str, read: &dyn Fn(&(&ShedConf, _)) -> u64| {
+        for g in &live {
+            let zone = Label(g.0.name.as_bytes());
+            let _ = writeln!(o, "{name}{{zone=\"{zone}\"}} {}", read(g));
+        }
+    };
+    head(
+        o,
+        "rate_limit_window_shed_in_flight",
+        "gauge",
+        "Requests of the shed group in flight now, by every worker.",
+    );
+    one(o, "rate_limit_window_shed_in_flight", &|g| {
+        u64::from(g.1.in_flight())
+    });
+    head(o, "rate_limit_window_shed_max", "gauge", "The shed group's max= (default requests are shed at max minus reserve=, critical ones at max).");
+    one(o, "rate_limit_window_shed_max", &|g| {
+        u64::from(g.0.limits.max)
+    });
+    head(o, "rate_limit_window_shed_untracked_total", "counter", "Requests a shed group admitted without counting them (no room in its ledger, or every owner taken).");
+    one(o, "rate_limit_window_shed_untracked_total", &|g| {
+        g.1.untracked_total()
+    });
 }

@@ -49,7 +49,9 @@ pub(crate) fn handle(r: &mut Request) -> ngx_int_t {
     let now = now_ms();
     let Some(zone_name) = arg(r, "zone") else {
         let live: Vec<Live> = mcf.zones().filter_map(|zone| live(zone, now)).collect();
-        let body = families::exposition(&mcf.tally, &live);
+        let mut body = families::exposition(&mcf.tally, &live);
+        let sheds: Vec<_> = mcf.sheds().collect();
+        families::shed_exposition(&mut body, &sheds);
         return send(r, "text/plain; version=0.0.4; charset=utf-8", &body);
     };
     let zone_name = percent_decode(&zone_name);
@@ -71,7 +73,12 @@ pub(crate) fn handle(r: &mut Request) -> ngx_int_t {
     if body.ends_with("}\n") {
         body.truncate(body.len() - 2);
         let o = crate::api::overrides::lookup_json(zone, &key, now);
-        body.push_str(&format!(",\"override\":{o}}}\n"));
+        // Its requests in flight now, holding an in_flight= place.
+        let held = match (zone.table.as_ref(), zone.places.as_ref()) {
+            (Some(t), Some(p)) => p.held(t.hash_key(&key).0),
+            _ => 0,
+        };
+        body.push_str(&format!(",\"override\":{o},\"in_flight\":{held}}}\n"));
     }
     send(r, "application/json", &body)
 }

@@ -177,3 +177,22 @@ fn labels(mut s: &str) -> Result<(BTreeMap<String, String>, &str), String> {
         s = s.strip_prefix(',').unwrap_or(s);
     }
 }
+
+/// The metric names of a doc's alert recipes (its ```yaml block after
+/// `after`).
+pub fn recipe_metrics(doc: &str, after: &str) -> Vec<String> {
+    let path = super::conf::example_conf_dir().join("..").join(doc);
+    let text = std::fs::read_to_string(path).unwrap();
+    let rest = &text[text.find(after).expect("the recipes")..];
+    let start = rest.find("```yaml\n").expect("a yaml block");
+    let block = &rest[start..start + rest[start + 7..].find("```").unwrap() + 7];
+    let mut names: Vec<String> = block
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("rate_limit_window_"))
+        .map(String::from)
+        .collect();
+    names.sort();
+    names.dedup();
+    assert!(!names.is_empty(), "no metric in {doc}'s recipes");
+    names
+}

@@ -1,0 +1,159 @@
+//! `in_flight=N`: at most N of a client's requests in flight at once, on
+//! the line's zone and key, across workers ([`Places`](crate::shm::Places)).
+//!
+//! The rule, for one line:
+//!
+//! * the line's rate (`limit=`) decides first; a request it admits then
+//!   takes a place, one per request whatever its `cost=`; the place is
+//!   given back by the host when the request ends, or by the engine when
+//!   a later limit rejects it (with the rate's admission);
+//! * a line without `limit=` only takes a place; the client's override
+//!   still exempts (no place), blocks or bans it;
+//! * the value in force: the `in_flight=` value, a number from 0 (no
+//!   request) to [`MAX_IN_FLIGHT`](crate::shm::places::MAX_IN_FLIGHT); an
+//!   empty variable takes no place; an invalid value is the zone's
+//!   `fail=` (open: no place; closed: rejected, never held);
+//! * a client whose places are all taken is rejected, never held by
+//!   `delay=` and never banned by `ban=`, with `Retry-After: 1` (a place
+//!   frees when a request ends, which no count can tell) or the wait of a
+//!   later limit if longer; in a dry run it goes through without a place;
+//! * no room to count it (the zone's places or its owners are full): the
+//!   zone's `fail=` (open: admitted without a place, which the host
+//!   counts and logs; closed: rejected).
+
+use super::{
+    not_applied, override_of, Answer, Applies, Judged, KeyHash, LimitConf, LimitRead, Rejecting,
+    Request, Skip,
+};
+use crate::shm::places::Take;
+use crate::table::{Counter, Events, FailPolicy, Outcome};
+
+/// Why [`take`] did not let the request go on.
+pub(super) enum Refused {
+    /// The host failed to evaluate the value.
+    Host,
+    /// Rejected by the line.
+    Reject(Rejecting),
+}
+
+/// A line without a rate (`in_flight=` alone) for `hash` at `now`: the
+/// client's override exempts, blocks or bans it as it would a rate;
+/// otherwise only its place is taken.
+#[cold]
+#[inline(never)]
+pub(super) fn judge<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
+    c: &LimitConf<'t>,
+    hash: KeyHash,
+    (now, shard): (u64, usize),
+) -> Judged {
+    match override_of(r, n, c, (hash, LimitRead::Set(0)), now) {
+        Applies::Reject(blocked) => {
+            r.skipped(n, Skip::OverrideReject);
+            Judged::Blocked { hash, blocked }
+        }
+        Applies::Exempt => {
+            c.table.add(shard, Counter::Exempt, 1);
+            r.skipped(n, Skip::OverrideExempt);
+            Judged::Skip
+        }
+        _ => Judged::Places { hash },
+    }
+}
+
+/// Takes limit `n`'s place for `hash` (its rate, if any, admitted the
+/// request). Ok(true): a place was taken; Ok(false): none applies (an
+/// empty value; an invalid one or no room, `fail=open`).
+#[cold]
+#[inline(never)]
+pub(super) fn take<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
+    c: &LimitConf<'t>,
+    hash: KeyHash,
+    shard: usize,
+) -> Result<bool, Refused> {
+    let Some(conf) = c.in_flight else {
+        return Ok(false);
+    };
+    let limit = match r.in_flight(n).map_err(|_| Refused::Host)? {
+        LimitRead::Set(k) => k,
+        LimitRead::Empty => {
+            if !c.rate {
+                not_applied(r, n, c, Skip::EmptyInFlight, shard);
+            } else {
+                r.skipped(n, Skip::EmptyInFlight);
+            }
+            return Ok(false);
+        }
+        LimitRead::Invalid => return invalid(r, n, c, hash, shard),
+    };
+    let took = match conf.owner {
+        Some(owner) => conf.places.take(owner, hash.0, limit),
+        None => Take::NoRoom,
+    };
+    match took {
+        Take::Taken(p) => {
+            r.took(n, p);
+            Ok(true)
+        }
+        Take::Full { held } => Err(Refused::Reject(refusal(n, limit, held, hash, false))),
+        Take::NoRoom if c.fail == FailPolicy::Open => {
+            not_applied(r, n, c, Skip::InFlightNoRoom, shard);
+            Ok(false)
+        }
+        Take::NoRoom => {
+            let mut rej = refusal(n, limit, 0, hash, false);
+            rej.d.outcome = Outcome::FailClosed;
+            Err(Refused::Reject(rej))
+        }
+    }
+}
+
+/// An invalid `in_flight=` value: logged by the host, counted, and the
+/// zone's `fail=` decides.
+fn invalid<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
+    c: &LimitConf<'t>,
+    hash: KeyHash,
+    shard: usize,
+) -> Result<bool, Refused> {
+    r.invalid(n, super::Invalid::InFlight);
+    if let Some(count) = r.shared(n).invalid_count {
+        count.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    }
+    match c.fail {
+        FailPolicy::Open => {
+            not_applied(r, n, c, Skip::InvalidInFlight, shard);
+            Ok(false)
+        }
+        FailPolicy::Closed => Err(Refused::Reject(refusal(n, 0, 0, hash, true))),
+    }
+}
+
+/// Limit `n` refuses the request: `held` of its client's requests are in
+/// flight under the in-flight limit `limit`.
+fn refusal(n: usize, limit: u32, held: u32, hash: KeyHash, invalid: bool) -> Rejecting {
+    Rejecting {
+        index: n,
+        limit,
+        cost: 1,
+        d: Answer {
+            outcome: Outcome::Rejected,
+            remaining: 0,
+            // A place frees when a request ends: a second is the shortest
+            // wait Retry-After can say.
+            retry_after_s: 1,
+            reset_s: 1,
+            estimate: held,
+            admission: None,
+            events: Events::default(),
+        },
+        hash,
+        invalid,
+        overridden: false,
+        in_flight: true,
+    }
+}

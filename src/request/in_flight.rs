@@ -1,0 +1,72 @@
+//! The host's side of in-flight places (`in_flight=N` on
+//! `rate_limit_window`, and `rate_limit_window_shed`'s group): the value
+//! read per request, the places a request keeps until it ends, and the
+//! reclaim of a dead process's places. The rule (whether a place is free,
+//! what an empty or invalid value means) is the core's engine
+//! (`engine::in_flight`, `engine::shed`); the count, shared by every
+//! worker, is the core's `shm::Places`.
+//!
+//! A place is taken when the request is admitted, and given back exactly
+//! once: by the engine when a later limit rejects or holds it, else when
+//! the main request's pool is destroyed ([`keep`]: a part of the record,
+//! record.rs). nginx destroys that pool once however the request ends: a
+//! response sent, a client gone (499), an upstream timeout, an
+//! `error_page` or internal redirect (which keep the pool); an HTTP/2
+//! stream is a request of its own. A process that dies never gives its
+//! places back: a process that starts (`zone::reclaim_places`, from
+//! `init_process`) or worker 0's sweep, once a second, takes them back.
+
+use nginx_sys::ngx_http_complex_value_t;
+use ngx::http::Request;
+use rate_limit_window_core::conf::limit_opts::parse_in_flight;
+use rate_limit_window_core::engine;
+
+use crate::conf::value::ConfValue;
+use crate::request::record::{Pending, Taken};
+
+/// Reads an `in_flight=` value for the request, as it is: a number,
+/// empty, or invalid (the engine's `fail=` decides). Err(()): an nginx
+/// error while evaluating the variable.
+pub fn eval(r: &Request, value: ConfValue) -> Result<engine::LimitRead, ()> {
+    match value {
+        ConfValue::Fixed(n) => Ok(engine::LimitRead::Set(n)),
+        ConfValue::Variable(cv) => {
+            let b = text(r, cv)?;
+            if b.is_empty() {
+                return Ok(engine::LimitRead::Empty);
+            }
+            Ok(parse_in_flight(b).map_or(engine::LimitRead::Invalid, engine::LimitRead::Set))
+        }
+    }
+}
+
+/// A complex value of the configuration, evaluated for `r`.
+pub fn text(r: &Request, cv: *mut ngx_http_complex_value_t) -> Result<&[u8], ()> {
+    // SAFETY: cv was compiled into the configuration pool, which outlives
+    // every request of the cycle.
+    r.get_complex_value(unsafe { &*cv })
+        .map(|v| v.as_bytes())
+        .ok_or(())
+}
+
+/// Keeps the places a request admitted took in its record, given back
+/// when its main request's pool is destroyed. The record was set to be
+/// dropped with the pool before any place was taken
+/// ([`Pending::settle_at_end`]).
+pub fn keep(pending: &Pending, taken: impl Iterator<Item = Taken>) {
+    let rec = pending.record();
+    let mut places = rec.places.data.borrow_mut();
+    let before = places.len();
+    places.extend(taken);
+    if places.len() > before {
+        rec.places.on_free(release);
+    }
+}
+
+/// The places' part when the main request's pool is destroyed: every
+/// place is given back (once: the list is emptied).
+fn release(_main: &Request, places: &core::cell::RefCell<Vec<Taken>>) {
+    for t in places.borrow_mut().drain(..) {
+        t.places.give(t.place);
+    }
+}
