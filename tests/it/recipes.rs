@@ -598,10 +598,12 @@ const DOCS: &[&str] = &[
     "docs/delay.md",
     "docs/gateways.md",
     "docs/grpc.md",
+    "docs/in-flight.md",
     "docs/operations.md",
     "docs/performance.md",
     "docs/phases.md",
     "docs/runtime-control.md",
+    "docs/shedding.md",
     "docs/state-file.md",
 ];
 
