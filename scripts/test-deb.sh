@@ -155,6 +155,8 @@ http {
     scgi_temp_path $T/tmp/scgi;
 
     rate_limit_window_zone \$binary_remote_addr zone=t:1m window=1m;
+    # A request header as the key: read by the module itself (src/ffi/header_in.rs).
+    rate_limit_window_zone \$http_x_client zone=h:1m window=1m;
 
     # the upstream
     server {
@@ -169,6 +171,10 @@ http {
         listen 127.0.0.1:$GW;
         location / {
             rate_limit_window zone=t limit=$LIMIT;
+            proxy_pass http://127.0.0.1:$UP;
+        }
+        location /by-header {
+            rate_limit_window zone=h limit=1;
             proxy_pass http://127.0.0.1:$UP;
         }
     }
@@ -233,6 +239,14 @@ if [ -n "$test_pid" ]; then
       check "request $i: Retry-After, RateLimit-Limit/Remaining/Reset present" $ok
     fi
   done
+
+  # nginx 1.22 reads $http_x_client as the first X-Client header (1.23
+  # joins them): "a" then "a" + "b" is one client, "b" alone another.
+  by_header() { curl -s -o /dev/null -w '%{http_code}' "$@" "http://127.0.0.1:$GW/by-header"; }
+  check "header key: client a's first request 200" test "$(by_header -H 'X-Client: a')" = 200
+  check "header key: X-Client a then b is client a (nginx 1.22: the first header), 429" \
+    test "$(by_header -H 'X-Client: a' -H 'X-Client: b')" = 429
+  check "header key: client b's first request 200" test "$(by_header -H 'X-Client: b')" = 200
 
   "$NGINX" -p "$T/" -c "$T/nginx.conf" -s quit
   for _ in $(seq 100); do kill -0 "$test_pid" 2>/dev/null || break; sleep 0.1; done

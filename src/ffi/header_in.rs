@@ -15,7 +15,7 @@ use core::ptr;
 
 use nginx_sys::{
     ngx_array_t, ngx_http_core_main_conf_t, ngx_http_request_t, ngx_http_variable_t,
-    ngx_list_part_t, ngx_pnalloc, ngx_str_t, ngx_table_elt_t, ngx_uint_t, ngx_variable_value_t,
+    ngx_list_part_t, ngx_str_t, ngx_table_elt_t, ngx_uint_t, ngx_variable_value_t,
     NGX_HTTP_VAR_NOCACHEABLE,
 };
 
@@ -150,14 +150,50 @@ unsafe fn same_name(key: *const u8, name: &[u8]) -> bool {
     true
 }
 
-/// `ngx_http_variable_unknown_header` over the request's header list: every
-/// header called `name` (a deleted one, hash 0, skipped), linked through
-/// their `next` as nginx links them; none: not found; one: its value; more:
-/// their values joined with ", " in the request pool. Returns the value
-/// set, as [`header_key`].
+/// `ngx_http_variable_unknown_header` over the request's header list, as
+/// nginx before 1.23.0 reads it: the first header called `name` (a deleted
+/// one, hash 0, skipped); none: not found. Returns the value set, as
+/// [`header_key`].
 ///
 /// # Safety
 /// `r` is a valid request and `v` its value of the variable.
+#[cfg(not(nginx1_23_0))]
+#[inline(never)]
+unsafe fn read_header<'p>(
+    r: *mut ngx_http_request_t,
+    v: &mut ngx_variable_value_t,
+    name: &[u8],
+) -> Option<&'p [u8]> {
+    // SAFETY: the header list is the request's, each part holding `nelts`
+    // headers, each with `key.len` bytes of name, alive with the request.
+    unsafe {
+        let mut part: *mut ngx_list_part_t = &mut (*r).headers_in.headers.part;
+        while !part.is_null() {
+            let elts = (*part).elts.cast::<ngx_table_elt_t>();
+            for i in 0..(*part).nelts {
+                let h = elts.add(i);
+                if (*h).key.len == name.len() && (*h).hash != 0 && same_name((*h).key.data, name) {
+                    let value = (*h).value;
+                    super::vars::set_found(v, value.data, value.len);
+                    return Some(str_bytes(&*ptr::addr_of!((*h).value)));
+                }
+            }
+            part = (*part).next;
+        }
+    }
+    super::vars::set_not_found(v);
+    Some(&[])
+}
+
+/// `ngx_http_variable_unknown_header` over the request's header list, as
+/// nginx 1.23.0 and later read it: every header called `name` (a deleted
+/// one, hash 0, skipped), linked through their `next` as nginx links them;
+/// none: not found; one: its value; more: their values joined with ", " in
+/// the request pool. Returns the value set, as [`header_key`].
+///
+/// # Safety
+/// `r` is a valid request and `v` its value of the variable.
+#[cfg(nginx1_23_0)]
 #[inline(never)]
 unsafe fn read_header<'p>(
     r: *mut ngx_http_request_t,
@@ -212,6 +248,7 @@ unsafe fn read_header<'p>(
 /// # Safety
 /// `r` is a valid request, `v` its value of the variable and `h` the first
 /// of the linked headers.
+#[cfg(nginx1_23_0)]
 #[cold]
 unsafe fn join<'p>(
     r: *mut ngx_http_request_t,
@@ -222,7 +259,7 @@ unsafe fn join<'p>(
     // SAFETY: the request's pool; `len` bytes are written below, the sum
     // of the linked values and their separators.
     unsafe {
-        let p = ngx_pnalloc((*r).pool, len).cast::<u8>();
+        let p = nginx_sys::ngx_pnalloc((*r).pool, len).cast::<u8>();
         if p.is_null() {
             super::vars::set_failed(v);
             return None;
