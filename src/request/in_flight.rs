@@ -54,7 +54,11 @@ pub fn text(r: &Request, cv: *mut ngx_http_complex_value_t) -> Result<&[u8], ()>
 /// ([`given_back`]). The record was set to be dropped with the pool before
 /// any place was taken ([`Pending::settle_at_end`]).
 pub fn keep(pending: &Pending, t: Taken) {
-    pending.record().keep_place(t);
+    if !pending.record().keep_place(t) {
+        // Out of memory: no place is kept for a request it cannot give
+        // back (it goes on uncounted).
+        t.places.give(t.place);
+    }
 }
 
 /// The in-flight places kept so far, taken out of the record: a request
@@ -62,30 +66,26 @@ pub fn keep(pending: &Pending, t: Taken) {
 /// place stays: see [`give_back_shed`]).
 pub fn given_back(pending: &Pending) -> Vec<Taken> {
     let rec = pending.record();
-    let (shed, places): (Vec<Taken>, Vec<Taken>) = rec
-        .take_places()
-        .unwrap_or_default()
-        .into_iter()
-        .partition(|t| t.shed);
-    shed.into_iter().for_each(|t| rec.keep_place(t));
+    let (shed, places): (Vec<Taken>, Vec<Taken>) = rec.take_places().partition(|t| t.shed);
+    shed.into_iter().for_each(|t| keep(pending, t));
     places
 }
 
 /// Gives back the shed place of a request that does not go on.
 pub fn give_back_shed(pending: &Pending) {
     let rec = pending.record();
-    for t in rec.take_places().unwrap_or_default() {
+    for t in rec.take_places() {
         if t.shed {
             t.places.give(t.place);
         } else {
-            rec.keep_place(t);
+            keep(pending, t);
         }
     }
 }
 
 /// The record's places when the main request's pool is destroyed (its
 /// drop): every place is given back, once.
-pub fn release(places: Vec<Taken>) {
+pub fn release(places: impl Iterator<Item = Taken>) {
     for t in places {
         t.places.give(t.place);
     }

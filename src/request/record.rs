@@ -189,6 +189,27 @@ pub struct Taken {
     pub shed: bool,
 }
 
+/// A node of a record's list of places, in the main request's pool.
+pub struct PlaceNode {
+    t: Taken,
+    next: *mut PlaceNode,
+}
+
+/// The places taken out of a record ([`Record::take_places`]).
+pub struct PlaceList(*mut PlaceNode);
+
+impl Iterator for PlaceList {
+    type Item = Taken;
+
+    fn next(&mut self) -> Option<Taken> {
+        // SAFETY: a non-null node was written by `keep_place` in the main
+        // request's pool, which outlives the record and every list of it.
+        let node = unsafe { self.0.as_ref() }?;
+        self.0 = node.next;
+        Some(node.t)
+    }
+}
+
 /// What a part's file does with it when the main request's pool is
 /// destroyed (given the main request, intact then).
 pub type OnFree<T> = fn(&Request, &T);
@@ -233,12 +254,12 @@ pub struct Record {
     /// `count_status=`/`charge=`: the admissions to settle.
     pub reservations: Part<OnceCell<Box<[Cell<Held>]>>>,
     /// `in_flight=` and `rate_limit_window_shed`: the places to give back
-    /// when the pool is destroyed: a list made at the first one (a leaked
-    /// `Box`, null: none; see in_flight.rs). One plain word: the record is
+    /// when the pool is destroyed, a list of nodes in the main request's
+    /// pool (null: none; see in_flight.rs). One plain word: the record is
     /// written into the pool by every new request, in place, as long as it
     /// holds nothing to drop and stays at 160 bytes (else it is built
     /// aside and copied by a call to memcpy).
-    places: Cell<*mut Vec<Taken>>,
+    places: Cell<*mut PlaceNode>,
     /// Whether the pool drops the record ([`Record::settle_at_end`]).
     dropped_by_pool: Cell<bool>,
 }
@@ -256,9 +277,7 @@ impl Drop for Record {
         if self.reservations.on_free.get().is_some() | self.hold.on_free.get().is_some() {
             self.settle_parts();
         }
-        if let Some(places) = self.take_places() {
-            crate::request::in_flight::release(places);
-        }
+        crate::request::in_flight::release(self.take_places());
         if self.report.get().is_some_and(|d| d.empty_keys != 0) {
             count_late_keys(usize::MAX);
         }
@@ -390,19 +409,23 @@ const _: () = assert!(
 );
 
 impl Record {
-    /// Adds a place to the record's list, given back when it is dropped.
-    pub fn keep_place(&self, t: Taken) {
-        let mut list = self.take_places().unwrap_or_default();
-        list.push(t);
-        self.places.set(Box::into_raw(Box::new(list)));
+    /// Adds a place to the record's list (a node in the main request's
+    /// pool), given back when the record is dropped. False: out of memory.
+    pub fn keep_place(&self, t: Taken) -> bool {
+        // SAFETY: the main request is alive while a decision is made.
+        let main = unsafe { self.main.as_ref() };
+        let Some(room) = pool::room::<PlaceNode>(main, 1) else {
+            return false;
+        };
+        let next = self.places.get();
+        room[0].set(MaybeUninit::new(PlaceNode { t, next }));
+        self.places.set(room.as_ptr().cast_mut().cast());
+        true
     }
 
-    /// Takes the record's places out (None: it holds none).
-    pub fn take_places(&self) -> Option<Vec<Taken>> {
-        let p = self.places.replace(core::ptr::null_mut());
-        // SAFETY: a non-null pointer is the Box that `keep_place` leaked,
-        // taken back once (the cell is null again).
-        (!p.is_null()).then(|| *unsafe { Box::from_raw(p) })
+    /// Takes the record's places out (the list is empty again).
+    pub fn take_places(&self) -> PlaceList {
+        PlaceList(self.places.replace(core::ptr::null_mut()))
     }
 
     /// Whether the decision was committed.
