@@ -1596,7 +1596,11 @@ not per request) is left out of the counts (\`--toggle-collect\` on its
 handler): its share per request would depend on how long valgrind takes.
 "A new key per request" inserts a new key every time; "headers
 off" is \`rate_limit_window_headers off\` (the other module rows use the
-default, on). These are instruction counts, not time (no contention
+default, on). The \`in_flight=\` rows (\`in_flight=1000\`, never reached:
+one request at a time) take and give back a place per request, beside
+\`limit_conn\` (\`limit_conn Z 1000\`, the same bound) and
+\`rate_limit_window_shed zone=cap max=1000\` (docs/in-flight.md,
+docs/shedding.md). These are instruction counts, not time (no contention
 between workers), but unlike req/s they barely move on a busy machine
 (well under 1% between runs). The L1i column is callgrind's cache
 simulation (\`--cache-sim=yes\`, a first-level instruction cache sized

@@ -150,8 +150,8 @@ pub struct Limit {
     pub zone: *mut ZoneConf,
     /// `limit=` (a fixed 0 when the line has `in_flight=` alone).
     pub value: LimitValue,
-    /// The line has `limit=`: it counts a rate (false: `in_flight=` alone).
-    pub rate: bool,
+    /// What the line counts: a rate (`limit=`), in-flight places, or both.
+    pub counts: rate_limit_window_core::engine::Line,
     /// `in_flight=`: requests of a client in flight at once (see
     /// request/in_flight.rs); None: no limit on them.
     pub in_flight: Option<ConfValue>,
@@ -431,7 +431,11 @@ fn limit(d: &LimitDirective, c: Compiled, at: (ngx_str_t, ngx_uint_t)) -> Limit 
         line: at.1,
         zone: c.zone,
         value: c.value,
-        rate: d.limit.is_some(),
+        counts: match (d.limit.is_some(), d.in_flight.is_some()) {
+            (true, false) => rate_limit_window_core::engine::Line::Rate,
+            (true, true) => rate_limit_window_core::engine::Line::RateInFlight,
+            (false, _) => rate_limit_window_core::engine::Line::InFlight,
+        },
         in_flight: c.in_flight,
         delay_ms: d.delay.delay_ms,
         ban_ms: d.ban_ms.unwrap_or(0),

@@ -89,14 +89,15 @@ impl Slot {
         unsafe { self.0.read().cast::<T>().as_ref() }
     }
 
-    /// Adds `value` as the record of `r`'s main request (whose slot this
+    /// Adds `make()` as the record of `r`'s main request (whose slot this
     /// is), with room for `n` values of `E` after it, in one pool
     /// allocation. None: out of memory. It is not dropped unless
-    /// [`drop_with_pool`] is called.
+    /// [`drop_with_pool`] is called. The value is made once the memory is
+    /// there, so that it is written in place (not built aside and copied).
     pub fn add<T: Slotted, E>(
         self,
         r: &Request,
-        value: T,
+        make: impl FnOnce() -> T,
         n: usize,
     ) -> Option<(&'static T, &'static Room<E>)> {
         const {
@@ -113,7 +114,7 @@ impl Slot {
             if data.is_null() {
                 return None;
             }
-            data.write(value);
+            data.write(make());
             self.0.write(data.cast());
             let room = data.add(1).cast::<Cell<MaybeUninit<E>>>();
             Some((&*data, slice::from_raw_parts(room, n)))

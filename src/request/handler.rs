@@ -32,10 +32,10 @@ use ngx::{ngx_log_debug_http, ngx_log_error};
 use rate_limit_window_core::conf::addr::{mask_ipv6, IPV6_PREFIX_MAX};
 use rate_limit_window_core::conf::parse::{escape, parse_limit};
 use rate_limit_window_core::engine::{
-    self, Ask, Cost, Hold, HostError, InFlightConf, Invalid, Key, LimitConf, Shared, Skip, Verdict,
+    self, Ask, Cost, Hold, HostError, Invalid, Key, LimitConf, Shared, Skip, Verdict,
 };
 use rate_limit_window_core::overrides::range::Addr;
-use rate_limit_window_core::shm::{Place, Places};
+use rate_limit_window_core::shm::{Owner, Place, Places};
 use rate_limit_window_core::{Admission, Answer, Counter, Events, FailPolicy, Outcome, Table};
 
 use crate::conf::{self, LimitValue, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
@@ -81,7 +81,7 @@ fn eval(
     r: &mut Request,
     zone: &ZoneConf,
     table: &Table<'static>,
-    value: Option<LimitValue>,
+    value: LimitValue,
 ) -> Result<Key, ()> {
     let key = eval_key(r, zone)?;
     if key.is_empty() {
@@ -95,11 +95,7 @@ fn eval(
     } else {
         key
     };
-    // A line with `in_flight=` alone reads no limit.
-    let limit = match value {
-        Some(v) => eval_limit(r, v)?,
-        None => engine::LimitRead::Set(0),
-    };
+    let limit = eval_limit(r, value)?;
     Ok(Key::Client {
         hash: table.hash_key(key),
         limit,
@@ -308,7 +304,25 @@ fn handle_limits(
         },
         limits.len()
     );
-    decide(r, lcf, limits, at)
+    // A location with places (`in_flight=`, a shed group) has its own copy
+    // of the decision, out of line: the common one has no code for them.
+    if lcf.places {
+        decide_with_places(r, lcf, limits, at)
+    } else {
+        decide::<false>(r, lcf, limits, at)
+    }
+}
+
+/// [`decide`] for a location with places.
+#[cold]
+#[inline(never)]
+fn decide_with_places(
+    r: &mut Request,
+    lcf: &LocConf,
+    limits: &[conf::Limit],
+    at: record::Place,
+) -> ngx_int_t {
+    decide::<true>(r, lcf, limits, at)
 }
 
 /// A subrequest started before its main request has decided, while the
@@ -328,18 +342,19 @@ fn main_decides_later(r: &Request) -> bool {
 
 /// The request being decided, as the engine sees it: each limit's key,
 /// value and cost evaluated when the engine asks, and its record.
-struct Judging<'a> {
+/// `PLACES`: the location takes in-flight places (`LocConf::places`).
+struct Judging<'a, const PLACES: bool> {
     r: &'a mut Request,
     lcf: &'a LocConf,
     limits: &'a [conf::Limit],
     /// The record being filled (held here, not behind a pointer: one
     /// struct in memory for the engine's out-of-line paths).
     pending: record::Pending,
-    /// The in-flight places taken so far (limit, place).
-    took: Vec<(usize, Place)>,
 }
 
-impl engine::Request<'static> for Judging<'_> {
+impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
+    const PLACES: bool = PLACES;
+
     #[inline(always)]
     fn limits(&self) -> usize {
         self.limits.len()
@@ -355,11 +370,7 @@ impl engine::Request<'static> for Judging<'_> {
             fail: zone.fail,
             delay_ms: l.delay_ms,
             ban_ms: l.ban_ms,
-            rate: l.rate,
-            in_flight: match l.in_flight {
-                None => None,
-                Some(_) => in_flight_conf(zone),
-            },
+            line: l.counts,
         })
     }
 
@@ -368,14 +379,17 @@ impl engine::Request<'static> for Judging<'_> {
         let l = &self.limits[n];
         let zone = l.zone();
         let table = zone.table.as_ref().ok_or(HostError)?;
-        let value = if l.rate { Some(l.value) } else { None };
-        let k = eval(self.r, zone, table, value).map_err(|()| HostError)?;
+        // A line with `in_flight=` alone has the fixed 0 the engine
+        // ignores, and notes no limit to the sync's near-limit threshold.
+        let k = eval(self.r, zone, table, l.value).map_err(|()| HostError)?;
         if let Key::Client {
             limit: engine::LimitRead::Set(n),
             ..
         } = k
         {
-            near_limit::note_limit(zone, n);
+            if l.counts != engine::Line::InFlight {
+                near_limit::note_limit(zone, n);
+            }
         }
         Ok(k)
     }
@@ -385,15 +399,31 @@ impl engine::Request<'static> for Judging<'_> {
         in_flight::eval(self.r, v).map_err(|()| HostError)
     }
 
+    fn in_flight_places(&self, n: usize) -> Option<&'static Places<'static>> {
+        self.limits[n].zone().places.as_ref()
+    }
+
+    fn owner(&mut self, n: usize) -> Option<Owner> {
+        self.limits[n].zone().places_owner()
+    }
+
     fn took(&mut self, n: usize, p: Place) {
-        self.took.push((n, p));
+        if let Some(places) = self.limits[n].zone().places.as_ref() {
+            let shed = false;
+            in_flight::keep(
+                &self.pending,
+                Taken {
+                    places,
+                    place: p,
+                    shed,
+                },
+            );
+        }
     }
 
     fn places(&self, mut f: impl FnMut(&'static Places<'static>, Place)) {
-        for &(n, p) in &self.took {
-            if let Some(places) = self.limits[n].zone().places.as_ref() {
-                f(places, p);
-            }
+        for t in in_flight::given_back(&self.pending) {
+            f(t.places, t.place);
         }
     }
 
@@ -495,18 +525,6 @@ impl engine::Request<'static> for Judging<'_> {
     }
 }
 
-/// `in_flight=`'s places of `zone`, and this process's owner of them (out
-/// of line: the first use takes the owner).
-#[cold]
-#[inline(never)]
-fn in_flight_conf(zone: &'static ZoneConf) -> Option<InFlightConf<'static>> {
-    let places = zone.places.as_ref()?;
-    Some(InFlightConf {
-        places,
-        owner: zone.places_owner(),
-    })
-}
-
 /// How the table found the client's slot, for the debug log.
 fn slot_path(d: &Answer) -> &'static str {
     match d.outcome {
@@ -547,18 +565,21 @@ fn skipped(r: &Request, zone: &ZoneConf, why: Skip) {
 /// record is reserved (allocated) before anything is counted. Only a main
 /// request is held: a subrequest's phases are run by its parent, not by
 /// its connection's events.
-fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit], at: record::Place) -> ngx_int_t {
+#[inline(always)]
+fn decide<const PLACES: bool>(
+    r: &mut Request,
+    lcf: &LocConf,
+    limits: &[conf::Limit],
+    at: record::Place,
+) -> ngx_int_t {
     let Some(pending) = record::reserve(r, at, limits.len()) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
     // A place taken is given back however the request ends: the record
     // is dropped with the pool (one test where no place is configured).
-    let mut shed_place = None;
-    if lcf.places {
-        core::hint::cold_path();
-        match before_limits(r, lcf, &pending) {
-            Ok(p) => shed_place = p,
-            Err(rc) => return rc,
+    if PLACES {
+        if let Err(rc) = before_limits(r, lcf, &pending) {
+            return rc;
         }
     }
     let ask = Ask {
@@ -567,12 +588,11 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit], at: record::Pl
         dry_run: lcf.dry_run != 0,
         holdable: r.is_main(),
     };
-    let mut j = Judging {
+    let mut j = Judging::<PLACES> {
         r,
         lcf,
         limits,
         pending,
-        took: Vec::new(),
     };
     // Err: an nginx error; the engine gave back what it counted.
     let out = engine::decide(&mut j, &ask);
@@ -585,14 +605,15 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit], at: record::Pl
         match not_admitted(&mut j, &out, &ask) {
             Ok(v) => v,
             Err(rc) => {
-                give_back(shed_place);
+                if PLACES {
+                    in_flight::give_back_shed(&j.pending);
+                }
                 return rc;
             }
         }
     };
-    let verdict = if lcf.places {
-        core::hint::cold_path();
-        keep_places(&j, matches!(out, Ok(Verdict::Admit)), verdict, shed_place)
+    let verdict = if PLACES {
+        after_limits(&j, verdict)
     } else {
         verdict
     };
@@ -615,8 +636,8 @@ fn decide(r: &mut Request, lcf: &LocConf, limits: &[conf::Limit], at: record::Pl
 }
 
 /// Before the limits of a location with places: the record is set to be
-/// dropped with the pool, then the location's shed group decides. Ok: go
-/// on to the limits (with the shed place, if one was taken). Err: the
+/// dropped with the pool, then the location's shed group decides (a place
+/// taken is kept in the record). Ok: go on to the limits. Err: the
 /// handler's return code (the request shed, or out of memory).
 #[cold]
 #[inline(never)]
@@ -624,15 +645,20 @@ fn before_limits(
     r: &mut Request,
     lcf: &LocConf,
     pending: &record::Pending,
-) -> Result<Option<Taken>, ngx_int_t> {
+) -> Result<(), ngx_int_t> {
     if !pending.settle_at_end() {
         return Err(NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t);
     }
     let Some(s) = lcf.shed.as_ref() else {
-        return Ok(None);
+        return Ok(());
     };
     match shed::admit(r, lcf, s) {
-        Ok(p) => Ok(p),
+        Ok(p) => {
+            if let Some(t) = p {
+                in_flight::keep(pending, t);
+            }
+            Ok(())
+        }
         Err(retry) => {
             // Never counted by the limits: the engine does not see it.
             record::commit(pending, RequestStatus::Shed, lcf.headers, retry);
@@ -641,39 +667,17 @@ fn before_limits(
     }
 }
 
-/// Gives back the shed place of a request that does not go on.
-fn give_back(shed_place: Option<Taken>) {
-    if let Some(t) = shed_place {
-        t.places.give(t.place);
-    }
-}
-
-/// After the verdict of a location with places: an admitted request keeps
-/// its in-flight places (the engine gave them back otherwise), and one
-/// that goes on (admitted, exempt, a dry run's) its shed place, until it
-/// ends. A location with a shed group and no limit reads PASSED.
+/// After the verdict of a location with places: a request that does not
+/// go on gives its shed place back; one that goes on (admitted, exempt, a
+/// dry run's) keeps it until it ends (its in-flight places are in its
+/// record already: the engine gave them back if it was not admitted). A
+/// location with a shed group and no limit reads PASSED.
 #[cold]
 #[inline(never)]
-fn keep_places(
-    j: &Judging,
-    admitted: bool,
-    verdict: RequestStatus,
-    shed_place: Option<Taken>,
-) -> RequestStatus {
-    let goes_on = !verdict.refused();
-    if !goes_on {
-        give_back(shed_place);
+fn after_limits<const P: bool>(j: &Judging<'_, P>, verdict: RequestStatus) -> RequestStatus {
+    if verdict.refused() {
+        in_flight::give_back_shed(&j.pending);
     }
-    let places = j
-        .took
-        .iter()
-        .filter(|_| admitted)
-        .filter_map(|&(n, place)| {
-            let places = j.limits[n].zone().places.as_ref()?;
-            Some(Taken { places, place })
-        });
-    let shed = shed_place.filter(|_| goes_on);
-    in_flight::keep(&j.pending, places.chain(shed));
     match verdict {
         RequestStatus::Exempt if j.lcf.shed.is_some() => RequestStatus::Passed,
         v => v,
@@ -684,7 +688,7 @@ fn keep_places(
 /// `passed`): each limit's near-limit count, then what `count_status=` and
 /// `delay=` keep.
 #[inline(always)]
-fn admitted(j: &mut Judging, ask: &Ask) -> RequestStatus {
+fn admitted<const P: bool>(j: &mut Judging<'_, P>, ask: &Ask) -> RequestStatus {
     for a in j.pending.applied() {
         near_limit::note(a);
     }
@@ -701,8 +705,8 @@ fn admitted(j: &mut Judging, ask: &Ask) -> RequestStatus {
 /// verdict and Retry-After to commit, or the handler's return code (a held
 /// request, an nginx error).
 #[inline(never)]
-fn not_admitted(
-    j: &mut Judging,
+fn not_admitted<const P: bool>(
+    j: &mut Judging<'_, P>,
     out: &Result<Verdict, HostError>,
     ask: &Ask,
 ) -> Result<(RequestStatus, u32), ngx_int_t> {

@@ -159,7 +159,7 @@ fn new_hold(r: &Request, part: &Part<Cell<Option<Held>>>, rej: &Holding) -> Resu
         true => rej.limits[rej.hold.index].zone().turns.as_ref(),
         false => None,
     };
-    let worker = crate::ffi::process::shard();
+    let worker = crate::ffi::process::shard() as u32;
     part.data.set(Some(Held {
         lcf,
         since_ms: rej.now,
@@ -263,7 +263,7 @@ fn unhold(h: &mut Held) {
         let cap = &h.lcf.delay;
         cap.held.set(cap.held.get().saturating_sub(1));
         if let Some(turns) = h.turns {
-            turns.give(h.worker, h.client);
+            turns.give(h.worker as usize, h.client);
         }
         if let Some(limits) = h.lcf.limits.as_deref() {
             count(limits, |s| &s.held, u64::MAX);

@@ -49,24 +49,44 @@ pub fn text(r: &Request, cv: *mut ngx_http_complex_value_t) -> Result<&[u8], ()>
         .ok_or(())
 }
 
-/// Keeps the places a request admitted took in its record, given back
-/// when its main request's pool is destroyed. The record was set to be
-/// dropped with the pool before any place was taken
-/// ([`Pending::settle_at_end`]).
-pub fn keep(pending: &Pending, taken: impl Iterator<Item = Taken>) {
-    let rec = pending.record();
-    let mut places = rec.places.data.borrow_mut();
-    let before = places.len();
-    places.extend(taken);
-    if places.len() > before {
-        rec.places.on_free(release);
+/// Keeps a place the request took in its record, given back when its
+/// main request's pool is destroyed, unless the engine gives it back first
+/// ([`given_back`]). The record was set to be dropped with the pool before
+/// any place was taken ([`Pending::settle_at_end`]).
+pub fn keep(pending: &Pending, t: Taken) {
+    if !pending.record().keep_place(t) {
+        // Out of memory: no place is kept for a request it cannot give
+        // back (it goes on uncounted).
+        t.places.give(t.place);
     }
 }
 
-/// The places' part when the main request's pool is destroyed: every
-/// place is given back (once: the list is emptied).
-fn release(_main: &Request, places: &core::cell::RefCell<Vec<Taken>>) {
-    for t in places.borrow_mut().drain(..) {
+/// The in-flight places kept so far, taken out of the record: a request
+/// not admitted after all has them given back by the engine (its shed
+/// place stays: see [`give_back_shed`]).
+pub fn given_back(pending: &Pending) -> Vec<Taken> {
+    let rec = pending.record();
+    let (shed, places): (Vec<Taken>, Vec<Taken>) = rec.take_places().partition(|t| t.shed);
+    shed.into_iter().for_each(|t| keep(pending, t));
+    places
+}
+
+/// Gives back the shed place of a request that does not go on.
+pub fn give_back_shed(pending: &Pending) {
+    let rec = pending.record();
+    for t in rec.take_places() {
+        if t.shed {
+            t.places.give(t.place);
+        } else {
+            keep(pending, t);
+        }
+    }
+}
+
+/// The record's places when the main request's pool is destroyed (its
+/// drop): every place is given back, once.
+pub fn release(places: impl Iterator<Item = Taken>) {
+    for t in places {
         t.places.give(t.place);
     }
 }

@@ -11,7 +11,7 @@
 //! settled at the final status, in-flight places given back: see
 //! in_flight.rs).
 
-use core::cell::{Cell, OnceCell, RefCell};
+use core::cell::{Cell, OnceCell};
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -31,16 +31,16 @@ use crate::zone::ZoneConf;
 pub enum RequestStatus {
     Passed,
     Rejected,
+    /// Refused by `in_flight=`: its client's places were all taken.
+    RejectedInFlight,
+    /// Shed by `rate_limit_window_shed`.
+    Shed,
     RejectedDryRun,
     Exempt,
     /// Settle on a timer (`delay=`), then admitted.
     Delayed,
     /// Dry run: would have been held.
     DelayedDryRun,
-    /// Refused by `in_flight=`: its client's places were all taken.
-    RejectedInFlight,
-    /// Shed by `rate_limit_window_shed`.
-    Shed,
 }
 
 impl RequestStatus {
@@ -58,7 +58,9 @@ impl RequestStatus {
         }
     }
 
-    /// Whether the request was refused (it gets Retry-After).
+    /// Whether the request was refused (it gets Retry-After): one range
+    /// test, the three being next to each other.
+    #[inline(always)]
     pub fn refused(self) -> bool {
         matches!(
             self,
@@ -144,8 +146,9 @@ pub struct Held {
     /// The zone's `delay=` turns it holds one of (the rejecting limit's
     /// zone, shared by its workers), and the worker that took it.
     pub turns: Option<&'static Turns<'static>>,
-    /// That worker (`ngx_worker`).
-    pub worker: usize,
+    /// That worker (`ngx_worker`; a u32 beside `held`, so that the record
+    /// stays small enough to be written without a call to memcpy).
+    pub worker: u32,
 }
 
 /// `count_status=`/`charge=`'s part of the record (count_status.rs): one
@@ -181,6 +184,30 @@ pub struct Taken {
     pub places: &'static Places<'static>,
     /// Its place there.
     pub place: shm::Place,
+    /// A shed group's place (kept by a request that goes on even when the
+    /// engine gives the in-flight places back: a dry run's).
+    pub shed: bool,
+}
+
+/// A node of a record's list of places, in the main request's pool.
+pub struct PlaceNode {
+    t: Taken,
+    next: *mut PlaceNode,
+}
+
+/// The places taken out of a record ([`Record::take_places`]).
+pub struct PlaceList(*mut PlaceNode);
+
+impl Iterator for PlaceList {
+    type Item = Taken;
+
+    fn next(&mut self) -> Option<Taken> {
+        // SAFETY: a non-null node was written by `keep_place` in the main
+        // request's pool, which outlives the record and every list of it.
+        let node = unsafe { self.0.as_ref() }?;
+        self.0 = node.next;
+        Some(node.t)
+    }
 }
 
 /// What a part's file does with it when the main request's pool is
@@ -226,8 +253,13 @@ pub struct Record {
     pub hold: Part<Cell<Option<Held>>>,
     /// `count_status=`/`charge=`: the admissions to settle.
     pub reservations: Part<OnceCell<Box<[Cell<Settle>]>>>,
-    /// `in_flight=` and `rate_limit_window_shed`: the places to give back.
-    pub places: Part<RefCell<Vec<Taken>>>,
+    /// `in_flight=` and `rate_limit_window_shed`: the places to give back
+    /// when the pool is destroyed, a list of nodes in the main request's
+    /// pool (null: none; see in_flight.rs). One plain word: the record is
+    /// written into the pool by every new request, in place, as long as it
+    /// holds nothing to drop and stays at 160 bytes (else it is built
+    /// aside and copied by a call to memcpy).
+    places: Cell<*mut PlaceNode>,
     /// Whether the pool drops the record ([`Record::settle_at_end`]).
     dropped_by_pool: Cell<bool>,
 }
@@ -242,12 +274,10 @@ impl Drop for Record {
     /// recorded an empty key is no longer pending.
     fn drop(&mut self) {
         // The common record has no part to settle: two tests, no frame.
-        if self.reservations.on_free.get().is_some()
-            | self.hold.on_free.get().is_some()
-            | self.places.on_free.get().is_some()
-        {
+        if self.reservations.on_free.get().is_some() | self.hold.on_free.get().is_some() {
             self.settle_parts();
         }
+        crate::request::in_flight::release(self.take_places());
         if self.report.get().is_some_and(|d| d.empty_keys != 0) {
             count_late_keys(usize::MAX);
         }
@@ -276,7 +306,6 @@ impl Record {
         // SAFETY: the main request is allocated from the pool whose cleanups
         // run now, and stays intact until they are done.
         let main = unsafe { self.main.as_ref() };
-        self.places.free(main);
         self.reservations.free(main);
         self.hold.free(main);
     }
@@ -363,7 +392,7 @@ impl Pending {
 pub fn reserve(r: &Request, at: Place, limits: usize) -> Option<Pending> {
     const _: () = assert!(size_of::<Record>().is_multiple_of(align_of::<Applied>()));
     let (rec, room) = match at.rec {
-        None => at.slot.add(r, Record::new(r), limits)?,
+        None => at.slot.add(r, || Record::new(r), limits)?,
         Some(rec) => (rec, rec.room_for(r, limits)?),
     };
     Some(Pending {
@@ -374,7 +403,31 @@ pub fn reserve(r: &Request, at: Place, limits: usize) -> Option<Pending> {
     })
 }
 
+const _: () = assert!(
+    size_of::<Record>() <= 160,
+    "the record must stay at 160 bytes"
+);
+
 impl Record {
+    /// Adds a place to the record's list (a node in the main request's
+    /// pool), given back when the record is dropped. False: out of memory.
+    pub fn keep_place(&self, t: Taken) -> bool {
+        // SAFETY: the main request is alive while a decision is made.
+        let main = unsafe { self.main.as_ref() };
+        let Some(room) = pool::room::<PlaceNode>(main, 1) else {
+            return false;
+        };
+        let next = self.places.get();
+        room[0].set(MaybeUninit::new(PlaceNode { t, next }));
+        self.places.set(room.as_ptr().cast_mut().cast());
+        true
+    }
+
+    /// Takes the record's places out (the list is empty again).
+    pub fn take_places(&self) -> PlaceList {
+        PlaceList(self.places.replace(core::ptr::null_mut()))
+    }
+
     /// Whether the decision was committed.
     pub fn decided(&self) -> bool {
         self.report.get().is_some()
@@ -387,7 +440,7 @@ impl Record {
             room: Cell::new(&[]),
             hold: Part::new(Cell::new(None)),
             reservations: Part::new(OnceCell::new()),
-            places: Part::new(RefCell::new(Vec::new())),
+            places: Cell::new(core::ptr::null_mut()),
             dropped_by_pool: Cell::new(false),
         }
     }

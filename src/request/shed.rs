@@ -38,6 +38,7 @@ pub fn admit(r: &Request, lcf: &LocConf, s: &LocShed) -> Result<Option<Taken>, u
             Ok(Some(Taken {
                 places: &group.places,
                 place,
+                shed: true,
             }))
         }
         Shed::Untracked => Ok(None),

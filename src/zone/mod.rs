@@ -180,7 +180,7 @@ impl ZoneConf {
     /// `shm::Places`). None: the zone has no places, or every owner is
     /// taken (logged once).
     pub fn places_owner(&self) -> Option<Owner> {
-        owner_of(&self.places_owner, self.places.as_ref(), &self.name_str())
+        owner_of(&self.places_owner, self.places.as_ref(), || self.name_str())
     }
 
     /// The key and window, as compared on reload.
@@ -212,7 +212,11 @@ impl ZoneConf {
 
 /// The owner in `cell` of this process for `places`, taken at its first
 /// use (see [`ZoneConf::places_owner`]); `what` names them in the log.
-pub fn owner_of(cell: &AtomicU32, places: Option<&Places<'static>>, what: &str) -> Option<Owner> {
+pub fn owner_of<S: core::fmt::Display>(
+    cell: &AtomicU32,
+    places: Option<&Places<'static>>,
+    what: impl FnOnce() -> S,
+) -> Option<Owner> {
     match cell.load(Ordering::Relaxed) {
         NO_OWNER => None,
         0 => {
@@ -224,7 +228,7 @@ pub fn owner_of(cell: &AtomicU32, places: Option<&Places<'static>>, what: &str) 
                     crate::ffi::process::cycle_log(),
                     "\"{}\": in-flight places are held by {} processes already: this process's \
                      requests are not counted (fail= applies)",
-                    what,
+                    what(),
                     rate_limit_window_core::shm::places::OWNERS
                 );
             }

@@ -40,8 +40,8 @@ impl ShedConf {
 
     /// This process's owner of the group's places, taken at first use.
     pub fn owner(&self) -> Option<Owner> {
-        let what = format!("rate_limit_window_shed zone={}", self.name_str());
-        super::owner_of(&self.owner, self.group.as_ref().map(|g| &g.places), &what)
+        let what = || format!("rate_limit_window_shed zone={}", self.name_str());
+        super::owner_of(&self.owner, self.group.as_ref().map(|g| &g.places), what)
     }
 }
 

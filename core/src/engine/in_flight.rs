@@ -22,8 +22,8 @@
 //!   counts and logs; closed: rejected).
 
 use super::{
-    not_applied, override_of, Answer, Applies, Judged, KeyHash, LimitConf, LimitRead, Rejecting,
-    Request, Skip,
+    not_applied, override_of, Answer, Applies, HostError, Key, KeyHash, LimitConf, LimitRead,
+    Line, Rejecting, Request, Skip,
 };
 use crate::shm::places::Take;
 use crate::table::{Counter, Events, FailPolicy, Outcome};
@@ -36,29 +36,38 @@ pub(super) enum Refused {
     Reject(Rejecting),
 }
 
-/// A line without a rate (`in_flight=` alone) for `hash` at `now`: the
-/// client's override exempts, blocks or bans it as it would a rate;
-/// otherwise only its place is taken.
+/// A line without a rate (`in_flight=` alone) at `now`: its key (empty:
+/// it does not apply); the client's override exempts, blocks or bans it
+/// as it would a rate; otherwise only its place is taken. Ok(true): a
+/// place was taken.
 #[cold]
 #[inline(never)]
-pub(super) fn judge<'t, R: Request<'t>>(
+pub(super) fn line<'t, R: Request<'t>>(
     r: &mut R,
     n: usize,
     c: &LimitConf<'t>,
-    hash: KeyHash,
-    (now, shard): (u64, usize),
-) -> Judged {
+    now: u64,
+    shard: usize,
+) -> Result<bool, Refused> {
+    let hash = match r.key(n) {
+        Ok(Key::Client { hash, .. }) => hash,
+        Ok(Key::Empty) => {
+            not_applied(r, n, c, Skip::EmptyKey, shard);
+            return Ok(false);
+        }
+        Err(HostError) => return Err(Refused::Host),
+    };
     match override_of(r, n, c, (hash, LimitRead::Set(0)), now) {
         Applies::Reject(blocked) => {
             r.skipped(n, Skip::OverrideReject);
-            Judged::Blocked { hash, blocked }
+            Err(Refused::Reject(Rejecting::blocked(n, hash, blocked)))
         }
         Applies::Exempt => {
             c.table.add(shard, Counter::Exempt, 1);
             r.skipped(n, Skip::OverrideExempt);
-            Judged::Skip
+            Ok(false)
         }
-        _ => Judged::Places { hash },
+        _ => take(r, n, c, hash, shard),
     }
 }
 
@@ -74,13 +83,13 @@ pub(super) fn take<'t, R: Request<'t>>(
     hash: KeyHash,
     shard: usize,
 ) -> Result<bool, Refused> {
-    let Some(conf) = c.in_flight else {
+    let Some(places) = r.in_flight_places(n) else {
         return Ok(false);
     };
     let limit = match r.in_flight(n).map_err(|_| Refused::Host)? {
         LimitRead::Set(k) => k,
         LimitRead::Empty => {
-            if !c.rate {
+            if c.line == Line::InFlight {
                 not_applied(r, n, c, Skip::EmptyInFlight, shard);
             } else {
                 r.skipped(n, Skip::EmptyInFlight);
@@ -89,8 +98,8 @@ pub(super) fn take<'t, R: Request<'t>>(
         }
         LimitRead::Invalid => return invalid(r, n, c, hash, shard),
     };
-    let took = match conf.owner {
-        Some(owner) => conf.places.take(owner, hash.0, limit),
+    let took = match r.owner(n) {
+        Some(owner) => places.take(owner, hash.0, limit),
         None => Take::NoRoom,
     };
     match took {

@@ -50,21 +50,22 @@ pub struct LimitConf<'t> {
     pub delay_ms: u64,
     /// `ban=`: how long a client this limit rejects stays rejected (ms).
     pub ban_ms: u64,
-    /// The line counts a rate (`limit=`); false: `in_flight=` alone.
-    pub rate: bool,
-    /// `in_flight=`: the zone's places (None: the line has none).
-    pub in_flight: Option<InFlightConf<'t>>,
+    /// What the line counts: a rate, in-flight places, or both. The
+    /// places and this process's owner of them are asked when one is
+    /// taken ([`Request::in_flight_places`], [`Request::owner`]).
+    pub line: Line,
 }
 
-/// `in_flight=` of one limit: the zone's places, and this process's
-/// owner of them.
-#[derive(Clone, Copy)]
-pub struct InFlightConf<'t> {
-    /// The zone's places, shared by its workers.
-    pub places: &'t Places<'t>,
-    /// This process's owner of them (None: every owner is taken: the
-    /// zone's `fail=` decides).
-    pub owner: Option<Owner>,
+/// What a `rate_limit_window` line counts. One byte on the request path:
+/// a line without `in_flight=` costs one test of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Line {
+    /// `limit=` alone.
+    Rate,
+    /// `limit=` and `in_flight=`.
+    RateInFlight,
+    /// `in_flight=` alone.
+    InFlight,
 }
 
 /// A zone's shared runtime state the engine counts and reads off the
@@ -156,6 +157,10 @@ pub enum Skip {
 /// The request being decided: what the glue provides, evaluated when the
 /// engine asks. `'t` is the zones' lifetime (the configuration cycle).
 pub trait Request<'t> {
+    /// Whether the location may take in-flight places: false compiles the
+    /// decision without any code for them (a location without
+    /// `in_flight=` and without a shed group).
+    const PLACES: bool = true;
     /// Number of limits in the location.
     fn limits(&self) -> usize;
     /// Limit `n`'s configuration; None: its zone has no table (skipped).
@@ -191,6 +196,15 @@ pub trait Request<'t> {
     /// one, after its rate admitted the request).
     fn in_flight(&mut self, _n: usize) -> Result<LimitRead, HostError> {
         Ok(LimitRead::Empty)
+    }
+    /// Limit `n`'s zone's in-flight places (None: it has none).
+    fn in_flight_places(&self, _n: usize) -> Option<&'t Places<'t>> {
+        None
+    }
+    /// This process's owner of limit `n`'s zone's places (None: every
+    /// owner is taken: the zone's `fail=` decides).
+    fn owner(&mut self, _n: usize) -> Option<Owner> {
+        None
     }
     /// Limit `n` took the place `p` in its zone's places: the host gives
     /// it back when the request ends (once), unless the engine gives it
@@ -315,8 +329,6 @@ enum Judged {
     /// seconds: the decision is built on the rejecting path, so that this
     /// enum stays small on the request path).
     Blocked { hash: KeyHash, blocked: Blocked },
-    /// A line without a rate: only its `in_flight=` place.
-    Places { hash: KeyHash },
 }
 
 /// The limit in force for one client: the override's, else the value's.
@@ -380,6 +392,19 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
         let Some(c) = r.conf(n) else {
             continue;
         };
+        // A line with `in_flight=` goes out of line: one test here, none in
+        // a location without places (`R::PLACES`).
+        if R::PLACES && c.line != Line::Rate {
+            core::hint::cold_path();
+            match line_with_places(r, n, &c, &mut now, ask) {
+                Step::Skip => {}
+                Step::Counted(_) => any = true,
+                Step::Done(v) => return v,
+            }
+            continue;
+        }
+        // The rate, as `rate_line` (the same steps, written out here so
+        // that the common path is one straight loop).
         let Ok(j) = judge(r, n, &c, now, ask.shard) else {
             core::hint::cold_path();
             undo_all(r, ask.shard);
@@ -394,28 +419,7 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
             } => (hash, limit, cost, invalid),
             Judged::Skip => continue,
             Judged::Blocked { hash, blocked } => {
-                let rej = Rejecting {
-                    index: n,
-                    limit: 0,
-                    cost: 1,
-                    d: blocked.decision(),
-                    hash,
-                    invalid: false,
-                    overridden: true,
-                    in_flight: false,
-                };
-                return Ok(rejected(r, *ask, rej, now));
-            }
-            Judged::Places { hash } => {
-                match in_flight::take(r, n, &c, hash, ask.shard) {
-                    Ok(taken) => any |= taken,
-                    Err(in_flight::Refused::Host) => {
-                        undo_all(r, ask.shard);
-                        return Err(HostError);
-                    }
-                    Err(in_flight::Refused::Reject(rej)) => return Ok(rejected(r, *ask, rej, now)),
-                }
-                continue;
+                return Ok(rejected(r, *ask, Rejecting::blocked(n, hash, blocked), now));
             }
         };
         // Lock-free: nothing shared is held once it returns. The decision
@@ -442,31 +446,104 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
         any = true;
         if let Some(d) = refused {
             core::hint::cold_path();
-            let rej = Rejecting {
-                index: n,
-                limit,
-                cost,
-                d,
-                hash,
-                invalid,
-                overridden: false,
-                in_flight: false,
-            };
+            let rej = Rejecting::counted(n, (limit, cost), d, hash, invalid);
             return Ok(rejected(r, *ask, rej, now));
-        }
-        if c.in_flight.is_some() {
-            core::hint::cold_path();
-            match in_flight::take(r, n, &c, hash, ask.shard) {
-                Ok(_) => {}
-                Err(in_flight::Refused::Host) => {
-                    undo_all(r, ask.shard);
-                    return Err(HostError);
-                }
-                Err(in_flight::Refused::Reject(rej)) => return Ok(rejected(r, *ask, rej, now)),
-            }
         }
     }
     Ok(if any { Verdict::Admit } else { Verdict::Exempt })
+}
+
+/// What one line did to the request.
+enum Step {
+    /// It did not apply.
+    Skip,
+    /// It counted the request (for the client `hash`), which goes on.
+    Counted(KeyHash),
+    /// The decision is made (a rejection, an error): the engine's answer.
+    Done(Result<Verdict, HostError>),
+}
+
+/// Line `n`'s rate for the request at `now` (updated by a strict zone's
+/// fresh time), for a line with places: the steps of [`decide`]'s loop.
+#[inline(always)]
+fn rate_line<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
+    c: &LimitConf<'t>,
+    now: &mut u64,
+    ask: &Ask,
+) -> Step {
+    let Ok(j) = judge(r, n, c, *now, ask.shard) else {
+        core::hint::cold_path();
+        undo_all(r, ask.shard);
+        return Step::Done(Err(HostError));
+    };
+    let (hash, limit, cost, invalid) = match j {
+        Judged::Limit {
+            hash,
+            limit,
+            cost,
+            invalid,
+        } => (hash, limit, cost, invalid),
+        Judged::Skip => return Step::Skip,
+        Judged::Blocked { hash, blocked } => {
+            let rej = Rejecting::blocked(n, hash, blocked);
+            return Step::Done(Ok(rejected(r, *ask, rej, *now)));
+        }
+    };
+    // Lock-free: nothing shared is held once it returns. The decision
+    // is recorded where the table made it (see `Table::acquire_then`);
+    // only a rejection's comes out.
+    let refused = acquire(r, c, hash, now, (limit, cost), ask.shard, |r, d, now| {
+        r.record(n, limit, d, now);
+        if d.outcome == Outcome::Admitted {
+            // Taken back by `undo_all` if a later limit rejects.
+            c.table.add(ask.shard, Counter::Passed, 1);
+            None
+        } else {
+            Some(*d)
+        }
+    });
+    if let Some(d) = refused {
+        core::hint::cold_path();
+        let rej = Rejecting::counted(n, (limit, cost), d, hash, invalid);
+        return Step::Done(Ok(rejected(r, *ask, rej, *now)));
+    }
+    Step::Counted(hash)
+}
+
+/// A line with `in_flight=`: alone, its place; beside `limit=`, the rate
+/// as [`rate_line`], then the place. Out of line: the request path of a
+/// line without `in_flight=` keeps one test of it.
+#[cold]
+#[inline(never)]
+fn line_with_places<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
+    c: &LimitConf<'t>,
+    now: &mut u64,
+    ask: &Ask,
+) -> Step {
+    let placed = if c.line == Line::InFlight {
+        in_flight::line(r, n, c, *now, ask.shard).map(|taken| match taken {
+            true => Step::Counted(KeyHash(0)),
+            false => Step::Skip,
+        })
+    } else {
+        let hash = match rate_line(r, n, c, now, ask) {
+            Step::Counted(hash) => hash,
+            other => return other,
+        };
+        in_flight::take(r, n, c, hash, ask.shard).map(|_| Step::Counted(hash))
+    };
+    match placed {
+        Ok(step) => step,
+        Err(in_flight::Refused::Host) => {
+            undo_all(r, ask.shard);
+            Step::Done(Err(HostError))
+        }
+        Err(in_flight::Refused::Reject(rej)) => Step::Done(Ok(rejected(r, *ask, rej, *now))),
+    }
 }
 
 /// Limit `n`'s key, the limit in force (the client's override first,
@@ -487,10 +564,6 @@ fn judge<'t, R: Request<'t>>(
             return Ok(Judged::Skip);
         }
     };
-    if !c.rate {
-        core::hint::cold_path();
-        return Ok(in_flight::judge(r, n, c, hash, (now, shard)));
-    }
     // An operator's override holds whatever the limit value is: a block
     // with an empty or invalid `limit=$var` still blocks.
     let limit = match override_of(r, n, c, (hash, value), now) {
@@ -718,7 +791,7 @@ fn quiet_limit<'t, R: Request<'t>>(
     let Ok(Key::Client { hash, limit: value }) = r.key(n) else {
         return None;
     };
-    if !c.rate {
+    if R::PLACES && c.line == Line::InFlight {
         // No rate: an in-flight place has no wait to compute.
         return match override_of(r, n, c, (hash, value), now) {
             Applies::Reject(b) => Some(Quiet::Blocked(b.retry_after_s)),
@@ -829,6 +902,42 @@ pub(super) struct Rejecting {
     pub(super) overridden: bool,
     /// `in_flight=` refused it (never held, never a ban).
     pub(super) in_flight: bool,
+}
+
+impl Rejecting {
+    /// Limit `n` refused a request of `hash` by its count.
+    fn counted(
+        n: usize,
+        (limit, cost): (u32, u32),
+        d: Answer,
+        hash: KeyHash,
+        invalid: bool,
+    ) -> Self {
+        Rejecting {
+            index: n,
+            limit,
+            cost,
+            d,
+            hash,
+            invalid,
+            overridden: false,
+            in_flight: false,
+        }
+    }
+
+    /// An override of limit `n`'s zone blocks or bans `hash`.
+    pub(super) fn blocked(n: usize, hash: KeyHash, blocked: Blocked) -> Self {
+        Rejecting {
+            index: n,
+            limit: 0,
+            cost: 1,
+            d: blocked.decision(),
+            hash,
+            invalid: false,
+            overridden: true,
+            in_flight: false,
+        }
+    }
 }
 
 /// A limit rejected the request: hold it (`delay=`), or reject it, counted

@@ -49,8 +49,7 @@ impl Request<'static> for Host {
             fail: FailPolicy::Open,
             delay_ms: 0,
             ban_ms: 0,
-            rate: true,
-            in_flight: None,
+            line: crate::engine::Line::Rate,
         })
     }
     fn key(&mut self, _n: usize) -> Result<Key, HostError> {

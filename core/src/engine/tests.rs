@@ -161,11 +161,11 @@ impl<'a> Request<'a> for Req<'a> {
             fail: z.fail,
             delay_ms: self.lims[n].delay_ms,
             ban_ms: z.ban_ms,
-            rate: z.rate,
-            in_flight: z.in_flight.map(|_| InFlightConf {
-                places: &z.places,
-                owner: Some(self.owners[n][self.shard]),
-            }),
+            line: match (z.in_flight, z.rate) {
+                (None, _) => Line::Rate,
+                (Some(_), true) => Line::RateInFlight,
+                (Some(_), false) => Line::InFlight,
+            },
         })
     }
     fn key(&mut self, n: usize) -> Result<Key, HostError> {
@@ -183,6 +183,13 @@ impl<'a> Request<'a> for Req<'a> {
     fn in_flight(&mut self, n: usize) -> Result<LimitRead, HostError> {
         assert!(self.zones[n].in_flight.is_some(), "asked of a line without");
         Ok(self.in_flights[n])
+    }
+    fn in_flight_places(&self, n: usize) -> Option<&'a Places<'a>> {
+        let z = &self.zones[n];
+        z.in_flight.map(|_| &z.places)
+    }
+    fn owner(&mut self, n: usize) -> Option<Owner> {
+        Some(self.owners[n][self.shard])
     }
     fn took(&mut self, n: usize, p: Place) {
         self.took.push((n, p));

@@ -186,17 +186,22 @@ fn with_overflow(w: u128, n: u32) -> u128 {
     (w & !(u128::from(OVER_MAX) << OVER_SHIFT)) | (u128::from(n) << OVER_SHIFT)
 }
 
-/// The entry of `fp` in `w` (a count above 0), if any.
+/// The entry of `fp` in `w` (a count above 0), if any: (index, count).
+#[inline]
 fn find(w: u128, fp: u64) -> Option<(u32, u32)> {
-    (0..ENTRIES)
-        .map(|i| (i, entry(w, i)))
-        .find(|&(_, (f, c))| c > 0 && f == fp)
-        .map(|(i, (_, c))| (i, c))
+    for i in 0..ENTRIES {
+        let (f, c) = entry(w, i);
+        if c > 0 && f == fp {
+            return Some((i, c));
+        }
+    }
+    None
 }
 
 /// A free entry of `w`, if any.
+#[inline]
 fn free(w: u128) -> Option<u32> {
-    (0..ENTRIES).find(|&i| entry(w, i).1 == 0)
+    (0..ENTRIES).find(|&i| (w >> (i * ENTRY_BITS + FP_BITS)) as u32 & MAX_IN_FLIGHT == 0)
 }
 
 /// What one group says to a request of `fp` under `limit`.
