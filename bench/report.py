@@ -345,10 +345,24 @@ def cmd_overrides(path):
     """overrides_lookup/{miss,hit}_{fresh,history_1M}/CAP and
     overrides_ranges/outside_every_range/ID: one table each, the lookup
     after the history against the fresh table (the issue's bound: 2x)."""
-    benches = {b[0]: b[1] for b in parse_criterion(open(path, errors="replace").read())}
+    text = open(path, errors="replace").read()
+    benches = {b[0]: b[1] for b in parse_criterion(text)}
     if not benches:
         print("_No criterion results in the output._")
         return
+    inter = re.findall(r"^overrides_interleaved/(\w+)/(\d+): fresh ([\d.]+) ns, history ([\d.]+) ns, ratio ([\d.]+)",
+                       text, re.M)
+    if inter:
+        print("Interleaved (201 alternating batches of 20,000 lookups of each table; medians):")
+        print()
+        print("| overrides= | lookup of | fresh table (ns) | after 1,000,000 overrides with a ttl came and went (ns) | after / fresh |")
+        print("|---:|---|---:|---:|---:|")
+        what = {"miss": "a client without an override", "hit": "the overridden client"}
+        for kind, cap, f, h, r in inter:
+            print(f"| {cap} | {what.get(kind, kind)} | {float(f):.1f} | {float(h):.1f} | {float(r):.2f} |")
+        print()
+        print("Criterion, each benchmark on its own (medians):")
+        print()
     print("| overrides= | lookup of | fresh table (ns) | after 1,000,000 overrides with a ttl came and went (ns) | after / fresh |")
     print("|---:|---|---:|---:|---:|")
     caps = sorted({int(n.rsplit("/", 1)[1]) for n in benches if n.startswith("overrides_lookup/")})

@@ -4,11 +4,15 @@
 //! the overridden client, in a fresh table and in one after 1,000,000
 //! overrides with a ttl came and went (`history_1M`: the lookups' cost must
 //! not follow the table's history; the bound is 2x of fresh).
-//! Then `ranges`: the cost of the range lookup of an address (the most
+//! `interleaved` first measures the same lookups of both tables in
+//! alternating batches (so that a machine shared with other work slows
+//! both alike) and prints the medians and their ratio, the bound's
+//! judge. Then `ranges`: the cost of the range lookup of an address (the most
 //! specific `cidr=` holding it) with N range overrides at 1 or 3 prefix
 //! lengths: it follows the lengths in use, not N.
 
 use std::hint::black_box;
+use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use rate_limit_window_core::overrides::range::{Addr, Range};
@@ -66,6 +70,44 @@ fn zone(cap: usize, history: bool) -> (Heap, u64) {
     (h, now + 2_000)
 }
 
+/// ns per lookup of `keys` in `h` (one batch of `BATCH` lookups).
+fn batch(h: &Heap, now: u64, keys: &[u64]) -> f64 {
+    const BATCH: usize = 20_000;
+    let t0 = Instant::now();
+    for i in 0..BATCH {
+        black_box(h.o.get(black_box(keys[i % keys.len()]), now));
+    }
+    t0.elapsed().as_nanos() as f64 / BATCH as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Fresh and history tables of each size, their lookups timed in
+/// alternating batches (201 each): prints `overrides_interleaved/KIND/CAP:
+/// fresh F ns, history H ns, ratio R`.
+fn interleaved(_c: &mut Criterion) {
+    for cap in [1024usize, 16384] {
+        let (fresh, now_f) = zone(cap, false);
+        let (hist, now_h) = zone(cap, true);
+        let misses: Vec<u64> = (0..PROBES).map(fp).collect();
+        for (kind, keys) in [("miss", misses), ("hit", vec![STAYS])] {
+            let (mut f, mut h) = (Vec::new(), Vec::new());
+            for _ in 0..201 {
+                f.push(batch(&fresh, now_f, &keys));
+                h.push(batch(&hist, now_h, &keys));
+            }
+            let (f, h) = (median(f), median(h));
+            println!(
+                "overrides_interleaved/{kind}/{cap}: fresh {f:.2} ns, history {h:.2} ns, ratio {:.3}",
+                h / f
+            );
+        }
+    }
+}
+
 fn lookups(c: &mut Criterion) {
     let mut g = c.benchmark_group("overrides_lookup");
     for cap in [1024usize, 16384] {
@@ -118,5 +160,5 @@ fn ranges(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, lookups, ranges);
+criterion_group!(benches, interleaved, lookups, ranges);
 criterion_main!(benches);
