@@ -496,10 +496,26 @@ def cmd_overrides(path):
     """overrides_lookup/{miss,hit}_{fresh,history_1M}/CAP and
     overrides_ranges/outside_every_range/ID: one table each, the lookup
     after the history against the fresh table (the issue's bound: 2x)."""
-    benches = {b[0]: b[1] for b in parse_criterion(open(path, errors="replace").read())}
+    text = open(path, errors="replace").read()
+    benches = {b[0]: b[1] for b in parse_criterion(text)}
     if not benches:
         print("_No criterion results in the output._")
         return
+    inter = re.findall(r"^overrides_interleaved/(\w+)/(\d+): fresh ([\d.]+) ns, history ([\d.]+) ns, "
+                       r"ratio ([\d.]+); fastest ([\d.]+) ns, ([\d.]+) ns", text, re.M)
+    if inter:
+        print("Interleaved (501 alternating batches of 2,000 lookups of each table; median, and in")
+        print("brackets the fastest batch):")
+        print()
+        print("| overrides= | lookup of | fresh table (ns) | after 1,000,000 overrides with a ttl came and went (ns) | after / fresh (medians) |")
+        print("|---:|---|---:|---:|---:|")
+        what = {"miss": "a client without an override", "hit": "the overridden client"}
+        for kind, cap, f, h, r, f0, h0 in inter:
+            print(f"| {cap} | {what.get(kind, kind)} | {float(f):.1f} ({float(f0):.1f}) | "
+                  f"{float(h):.1f} ({float(h0):.1f}) | {float(r):.2f} |")
+        print()
+        print("Criterion, each benchmark on its own (medians):")
+        print()
     print("| overrides= | lookup of | fresh table (ns) | after 1,000,000 overrides with a ttl came and went (ns) | after / fresh |")
     print("|---:|---|---:|---:|---:|")
     caps = sorted({int(n.rsplit("/", 1)[1]) for n in benches if n.startswith("overrides_lookup/")})
@@ -509,14 +525,16 @@ def cmd_overrides(path):
             h = benches.get(f"overrides_lookup/{kind}_history_1M/{cap}")
             if f and h:
                 print(f"| {cap} | {what} | {f[1]:.1f} | {h[1]:.1f} | {h[1] / f[1]:.2f} |")
-    ranges = [(n.rsplit("/", 1)[1], v) for n, v in benches.items() if n.startswith("overrides_ranges/")]
+    ranges = re.findall(r"^overrides_ranges/(\d+)/(\d+): ([\d.]+) ns; fastest ([\d.]+) ns", text, re.M)
     if ranges:
+        print()
+        print("Range lookups (the four tables in alternating batches of 2,000; median, and in brackets")
+        print("the fastest batch):")
         print()
         print("| range overrides | prefix lengths in use | range lookup of an address outside every range (ns) |")
         print("|---:|---:|---:|")
-        for rid, v in ranges:
-            n, _, lens, _ = rid.split("_")
-            print(f"| {int(n):,} | {lens} | {v[1]:.1f} |")
+        for n, lens, ns, fast in ranges:
+            print(f"| {int(n):,} | {lens} | {float(ns):.1f} ({float(fast):.1f}) |")
 
 
 def cmd_accuracy(path):
