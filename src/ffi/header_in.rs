@@ -105,10 +105,13 @@ pub unsafe fn header_key<'p>(
 ) -> Option<&'p [u8]> {
     // SAFETY: per the contract, `variables[index]` is the request's value.
     let v = unsafe { (*r).variables.add(index) };
-    // SAFETY: as above; a value evaluated already is read as nginx reads
-    // it (the same request, the same index), its data the request's.
+    // SAFETY: as above.
     if unsafe { super::vars::evaluated(&*v) } {
+        // SAFETY: a value evaluated already is read as nginx reads it (the
+        // same request, the same index); a non-null result is the
+        // request's value.
         let v = unsafe { super::vars::flushed_variable(r, index).as_ref() }?;
+        // SAFETY: its data lives as long as the request.
         return Some(unsafe { super::vars::variable_bytes(v) });
     }
     // SAFETY: the request and its value, per the contract.

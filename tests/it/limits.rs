@@ -506,7 +506,9 @@ fn header_key_is_nginx_s_own_value() {
         .map(|(k, v)| (k.as_str(), v.as_bytes()))
         .collect();
     crowd.push(("X-Key", b"crowd"));
-    let cases: [(&str, &[(&str, &[u8])], &str); 7] = [
+    // (case, request headers, the value both must see)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a [u8])], &'a str);
+    let cases: [Case; 7] = [
         ("one header", &[("X-Key", b"k1")], "k1"),
         ("any case", &[("x-KEY", b"k2")], "k2"),
         ("underscore", &[("X_Key", b"k3")], "k3"),
