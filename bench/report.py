@@ -283,7 +283,8 @@ def cmd_callgrind_footprint(path):
 # (the file of inlined code) and, for the standard library's files, the
 # function the code was inlined into; first match wins.
 CG_PARTS = (
-    ("key evaluation", ("ngx_http_variables.c", "ngx_http_script.c", "ffi/vars.rs"), ()),
+    ("key evaluation", ("ngx_http_variables.c", "ngx_http_script.c", "ffi/vars.rs",
+                        "ffi/header_in.rs"), ("header_in::",)),
     ("key hash", ("table/sip.rs",), ()),
     ("table: slot search, placement, rule", ("/table/", "/rule/", "stdarch/"),
      ("rate_limit_window_core::table", "rate_limit_window_core::rule")),

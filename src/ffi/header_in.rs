@@ -105,8 +105,7 @@ pub unsafe fn header_key<'p>(
 ) -> Option<&'p [u8]> {
     // SAFETY: per the contract, `variables[index]` is the request's value.
     let v = unsafe { (*r).variables.add(index) };
-    // SAFETY: as above; a value evaluated already is read as nginx reads
-    // it (the same request, the same index), its data the request's.
+    // SAFETY: as above.
     if unsafe { super::vars::evaluated(&*v) } {
         // SAFETY: the request and an index of its variables (the
         // contract); a non-null result is the request's value.
