@@ -1629,7 +1629,7 @@ Per request, over no limiter, by the source file of the code
 (\`callgrind_annotate\`'s file:function lines, inlined code counted in the
 file it comes from; the standard library's code inlined into a function
 counted with that function's part): the key's evaluation (nginx's
-variable, or the module's own read of a \`$http_NAME\` header), its hash, the table (slot search, placement and the window
+variable, or the module's own read of a \`\$http_NAME\` header), its hash, the table (slot search, placement and the window
 rule: \`core/src/table\`, \`core/src/rule\`), the engine, the
 decision's record, the response headers (this module's filter and the
 lines nginx's header filter writes for them), the rest of the module's
