@@ -113,7 +113,7 @@ impl Report {
 }
 
 /// Decisions of this worker, not freed yet, that recorded an empty key
-/// (see `handler::warn_on_late_keys`): while there are none, the PRECONTENT
+/// (see `logging::warn_on_late_keys`): while there are none, the PRECONTENT
 /// check has nothing to look for. Only the worker's event loop touches it
 /// (commits, and pool cleanups), hence plain loads and stores.
 static LATE_KEY_DECISIONS: AtomicUsize = AtomicUsize::new(0);

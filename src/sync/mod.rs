@@ -153,7 +153,7 @@ pub fn stop_all() {
 
 /// Logs, once each, an outage of a zone's sync and a change of the
 /// generation that owns it. Called by worker 0's sweep timer (and the
-/// outage also by requests, see `handler.rs`): never by a sync thread.
+/// outage also by requests, see `request/logging.rs`): never by a sync thread.
 pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
     let Some(header) = zone.header().filter(|_| zone.redis.is_some()) else {
         return;

@@ -1,0 +1,295 @@
+//! The request being decided, as the core's engine sees it: the host
+//! `Judging` of `engine::decide` (see handler.rs), which evaluates each
+//! limit's key, limit value and cost when the engine asks, and fills the
+//! request's record.
+
+use ngx::http::Request;
+use ngx::ngx_log_debug_http;
+
+use rate_limit_window_core::conf::addr::{mask_ipv6, IPV6_PREFIX_MAX};
+use rate_limit_window_core::conf::parse::parse_limit;
+use rate_limit_window_core::engine::{
+    self, Cost, Hold, HostError, Invalid, Key, LimitConf, Shared, Skip,
+};
+use rate_limit_window_core::overrides::range::Addr;
+use rate_limit_window_core::shm::{Owner, Place, Places};
+use rate_limit_window_core::{Admission, Answer, Table};
+
+use crate::conf::{self, LimitValue, LocConf};
+use crate::ffi::{header_in, process, vars};
+use crate::request::hold;
+use crate::request::logging::{log_episodes, log_invalid, skipped, slot_path};
+use crate::request::record::{self, Applied, Taken};
+use crate::request::{cost, in_flight, near_limit};
+use crate::zone::ZoneConf;
+
+/// Evaluates one limit's key and limit value for the request, as read:
+/// the engine decides what an empty or invalid value means, and applies
+/// the client's override. Err(()) means the key or the limit could not be
+/// evaluated (an nginx error).
+#[inline(always)]
+fn eval(
+    r: &mut Request,
+    zone: &ZoneConf,
+    table: &Table<'static>,
+    value: LimitValue,
+) -> Result<Key, ()> {
+    let key = eval_key(r, zone)?;
+    if key.is_empty() {
+        return Ok(Key::Empty);
+    }
+    let masked;
+    let key = if zone.ipv6_prefix < IPV6_PREFIX_MAX {
+        core::hint::cold_path();
+        masked = mask_ipv6(key, zone.ipv6_prefix);
+        masked.as_ref().map_or(key, |m| &m[..])
+    } else {
+        key
+    };
+    let limit = eval_limit(r, value)?;
+    Ok(Key::Client {
+        hash: table.hash_key(key),
+        limit,
+    })
+}
+
+/// The zone's key for the request (empty: the limit does not apply).
+/// Err(()) is an nginx error while evaluating it. The bytes live in the
+/// request's pool or its headers, as long as the request (`'p`).
+#[inline(always)]
+pub(super) fn eval_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8], ()> {
+    if let Some(index) = zone.key_index {
+        // A key that is one variable: the same value the script engine
+        // would copy out (a cacheable variable is evaluated once per
+        // request, a non-cacheable one again), without the copy.
+        if let Some(name) = zone.key_header {
+            // SAFETY: the index was obtained at configuration time and the
+            // header's name for it at init; the request is valid.
+            return unsafe { header_in::header_key(r.into(), index, name) }.ok_or(());
+        }
+        // SAFETY: the index was obtained at configuration time; the
+        // request is valid.
+        let v = unsafe { vars::flushed_variable(r.into(), index) };
+        // SAFETY: a non-null result is the request's variable value, whose
+        // data lives as long as the request.
+        return match unsafe { v.as_ref() } {
+            None => Err(()),
+            // SAFETY: as above.
+            Some(v) => Ok(unsafe { vars::variable_bytes(v) }),
+        };
+    }
+    eval_complex_key(r, zone)
+}
+
+/// [`eval_key`] of a key that is not one variable (the script engine), out
+/// of line.
+#[inline(never)]
+fn eval_complex_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8], ()> {
+    let key = r.get_complex_value(&zone.key).ok_or(())?.as_bytes();
+    // SAFETY: the value lives in the request's pool, as long as the
+    // request; only the borrow of `r` is shortened away.
+    Ok(unsafe { core::slice::from_raw_parts(key.as_ptr(), key.len()) })
+}
+
+/// Reads the limit value for this request, as it is: a number, empty,
+/// or invalid (the engine's `fail=` decides). Err(()) is an nginx error
+/// while evaluating the variable.
+fn eval_limit(r: &Request, value: LimitValue) -> Result<engine::LimitRead, ()> {
+    match value {
+        LimitValue::Fixed(n) => Ok(engine::LimitRead::Set(n)),
+        LimitValue::Variable(cv) => {
+            // SAFETY: cv was compiled into the configuration pool, which
+            // outlives every request of the cycle.
+            let b = r.get_complex_value(unsafe { &*cv }).ok_or(())?.as_bytes();
+            if b.is_empty() {
+                return Ok(engine::LimitRead::Empty);
+            }
+            Ok(parse_limit(b).map_or(engine::LimitRead::Invalid, engine::LimitRead::Set))
+        }
+    }
+}
+
+/// The request being decided, as the engine sees it: each limit's key,
+/// value and cost evaluated when the engine asks, and its record.
+/// `PLACES`: the location takes in-flight places (`LocConf::places`).
+pub(super) struct Judging<'a, const PLACES: bool> {
+    pub(super) r: &'a mut Request,
+    pub(super) lcf: &'a LocConf,
+    pub(super) limits: &'a [conf::Limit],
+    /// The record being filled (held here, not behind a pointer: one
+    /// struct in memory for the engine's out-of-line paths).
+    pub(super) pending: record::Pending,
+}
+
+impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
+    const PLACES: bool = PLACES;
+
+    #[inline(always)]
+    fn limits(&self) -> usize {
+        self.limits.len()
+    }
+
+    #[inline(always)]
+    fn conf(&self, n: usize) -> Option<LimitConf<'static>> {
+        let l = &self.limits[n];
+        let zone = l.zone();
+        Some(LimitConf {
+            table: zone.table.as_ref()?,
+            overrides: zone.overrides.as_ref(),
+            fail: zone.fail,
+            delay_ms: l.delay_ms,
+            ban_ms: l.ban_ms,
+            line: l.counts,
+        })
+    }
+
+    #[inline(always)]
+    fn key(&mut self, n: usize) -> Result<Key, HostError> {
+        let l = &self.limits[n];
+        let zone = l.zone();
+        let table = zone.table.as_ref().ok_or(HostError)?;
+        // A line with `in_flight=` alone has the fixed 0 the engine
+        // ignores, and notes no limit to the sync's near-limit threshold.
+        let k = eval(self.r, zone, table, l.value).map_err(|()| HostError)?;
+        if let Key::Client {
+            limit: engine::LimitRead::Set(n),
+            ..
+        } = k
+        {
+            if l.counts != engine::Line::InFlight {
+                near_limit::note_limit(zone, n);
+            }
+        }
+        Ok(k)
+    }
+
+    fn in_flight(&mut self, n: usize) -> Result<engine::LimitRead, HostError> {
+        let v = self.limits[n].in_flight.ok_or(HostError)?;
+        in_flight::eval(self.r, v).map_err(|()| HostError)
+    }
+
+    fn in_flight_places(&self, n: usize) -> Option<&'static Places<'static>> {
+        self.limits[n].zone().places.as_ref()
+    }
+
+    fn owner(&mut self, n: usize) -> Option<Owner> {
+        self.limits[n].zone().places_owner()
+    }
+
+    fn took(&mut self, n: usize, p: Place) {
+        if let Some(places) = self.limits[n].zone().places.as_ref() {
+            let shed = false;
+            in_flight::keep(
+                &self.pending,
+                Taken {
+                    places,
+                    place: p,
+                    shed,
+                },
+            );
+        }
+    }
+
+    fn places(&self, mut f: impl FnMut(&'static Places<'static>, Place)) {
+        for t in in_flight::given_back(&self.pending) {
+            f(t.places, t.place);
+        }
+    }
+
+    #[inline(always)]
+    fn cost(&mut self, n: usize) -> Result<Cost, HostError> {
+        let l = &self.limits[n];
+        if l.cost_one {
+            // The default cost: nothing to evaluate.
+            return Ok(Cost::Count(1));
+        }
+        core::hint::cold_path();
+        cost::eval(self.r, l.cost).map_err(|()| HostError)
+    }
+
+    /// Only asked when the zone holds range overrides (`cidr=`).
+    fn key_addr(&mut self, n: usize) -> Option<Addr> {
+        let zone = self.limits[n].zone();
+        if zone.key_src.as_bytes() != crate::zone::BINARY_REMOTE_ADDR {
+            return None;
+        }
+        let key = eval_key(self.r, zone).ok()?;
+        match mask_ipv6(key, zone.ipv6_prefix) {
+            Some(m) => Addr::of_key(&m),
+            None => Addr::of_key(key),
+        }
+    }
+
+    fn invalid(&mut self, n: usize, what: Invalid) {
+        log_invalid(self.r, &self.limits[n], what);
+    }
+
+    #[inline(always)]
+    fn record(&mut self, n: usize, limit: u32, d: &Answer, now: u64) {
+        let zone = self.limits[n].zone();
+        self.pending.push(Applied {
+            zone,
+            limit,
+            remaining: d.remaining,
+            reset_s: d.reset_s,
+            admission: d.admission,
+        });
+        ngx_log_debug_http!(
+            self.r,
+            "rate_limit_window: zone \"{}\": estimate {}, limit {}, {:?}, remaining {}, slot: {}",
+            zone.name,
+            d.estimate,
+            limit,
+            d.outcome,
+            d.remaining,
+            slot_path(d)
+        );
+        log_episodes(self.r.log(), zone, d, now);
+    }
+
+    fn skipped(&mut self, n: usize, why: Skip) {
+        if why == Skip::EmptyKey {
+            self.pending.key_empty(n);
+        }
+        skipped(self.r, self.limits[n].zone(), why);
+    }
+
+    #[inline(always)]
+    fn admissions(&self, mut f: impl FnMut(&'static Table<'static>, &Admission)) {
+        for a in self.pending.applied() {
+            if let (Some(adm), Some(table)) = (a.admission.as_ref(), a.zone.table.as_ref()) {
+                f(table, adm);
+            }
+        }
+    }
+
+    fn shared(&self, n: usize) -> Shared<'static> {
+        let zone = self.limits[n].zone();
+        Shared {
+            invalid_count: zone.header().map(|h| &h.invalid_limits),
+            turns: zone.turns.as_ref(),
+        }
+    }
+
+    fn fresh_now(&mut self) -> u64 {
+        // SAFETY: refreshes this process's cached time (nginx's own call, made
+        // from the event loop thread we run on).
+        unsafe { nginx_sys::ngx_time_update() };
+        process::now_ms()
+    }
+
+    fn held_since(&self) -> Option<u64> {
+        hold::held_since(self.r)
+    }
+
+    fn hold(&mut self, h: &Hold, now: u64) -> bool {
+        let (lcf, limits) = (self.lcf, self.limits);
+        let holding = hold::Holding {
+            lcf,
+            limits,
+            hold: h,
+            now,
+        };
+        hold::hold(self.r, &holding)
+    }
+}
