@@ -22,8 +22,8 @@
 //!   counts and logs; closed: rejected).
 
 use super::{
-    not_applied, override_of, Answer, Applies, HostError, Key, KeyHash, LimitConf, LimitRead,
-    Line, Rejecting, Request, Skip,
+    not_applied, override_of, Answer, Applies, HostError, Key, KeyHash, LimitConf, LimitRead, Line,
+    Rejecting, Request, Skip,
 };
 use crate::shm::places::Take;
 use crate::table::{Counter, Events, FailPolicy, Outcome};
