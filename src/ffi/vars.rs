@@ -155,7 +155,9 @@ pub fn set_not_found(v: &mut ngx_variable_value_t) {
 }
 
 /// What `ngx_http_get_indexed_variable` leaves after a failed get handler:
-/// not valid, not found.
+/// not valid, not found. (Used by the join of several headers, nginx 1.23
+/// and later.)
+#[cfg(nginx1_23_0)]
 pub fn set_failed(v: &mut ngx_variable_value_t) {
     #[cfg(target_endian = "little")]
     set_word(v, (word(v) & !VALID) | NOT_FOUND);
