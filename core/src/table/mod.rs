@@ -123,6 +123,7 @@
 mod acquire;
 pub(crate) mod atomic;
 mod carry;
+mod dedup;
 mod layout;
 mod maintenance;
 mod persist;
@@ -132,6 +133,7 @@ pub mod seed;
 mod settle;
 mod sip;
 mod strict;
+mod survey;
 #[cfg(test)]
 mod testing;
 
