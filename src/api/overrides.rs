@@ -210,6 +210,7 @@ fn put_body(r: &mut Request) -> ngx_int_t {
 fn change_kind(b: &Body) -> ChangeKind {
     match b.action {
         Action::Limit(_) => ChangeKind::Limit,
+        Action::InFlight(_) => ChangeKind::InFlight,
         Action::Exempt => ChangeKind::Exempt,
         Action::Block | Action::Ban => ChangeKind::Block,
     }

@@ -22,6 +22,8 @@
 //! [`plan`]'s holds, and by the headers (the table's `remaining`).
 
 pub mod in_flight;
+#[cfg(test)]
+mod places_override_tests;
 pub mod plan;
 #[cfg(test)]
 mod range_tests;
@@ -343,6 +345,10 @@ pub(super) enum Applies {
     EmptyLimit,
     /// No override, and the limit value is invalid: `fail=` decides.
     InvalidLimit,
+    /// An override of the client's places: the `in_flight=` in force
+    /// (requests in flight at once) on a line that has one; a rate is its
+    /// value's ([`Applies::for_rate`]).
+    Places(u32),
 }
 
 impl Applies {
@@ -353,6 +359,16 @@ impl Applies {
             LimitRead::Set(n) => Applies::Limit(n),
             LimitRead::Empty => Applies::EmptyLimit,
             LimitRead::Invalid => Applies::InvalidLimit,
+        }
+    }
+
+    /// What a rate makes of it (its limit `value`, read): an override of
+    /// places leaves the rate to its value; any other holds.
+    #[inline(always)]
+    fn for_rate(self, value: LimitRead) -> Applies {
+        match self {
+            Applies::Places(_) => Applies::of_value(value),
+            a => a,
         }
     }
 }
@@ -534,7 +550,8 @@ fn line_with_places<'t, R: Request<'t>>(
             Step::Counted(hash) => hash,
             other => return other,
         };
-        in_flight::take(r, n, c, hash, ask.shard).map(|_| Step::Counted(hash))
+        let set = in_flight::overridden(r, n, c, hash, *now);
+        in_flight::take(r, n, c, (hash, set), ask.shard).map(|_| Step::Counted(hash))
     };
     match placed {
         Ok(step) => step,
@@ -570,7 +587,10 @@ fn judge<'t, R: Request<'t>>(
         Applies::Limit(limit) => limit,
         a => {
             core::hint::cold_path();
-            return Ok(unlimited(r, n, c, (hash, value), a, (now, shard)));
+            match a.for_rate(value) {
+                Applies::Limit(limit) => limit,
+                a => return Ok(unlimited(r, n, c, (hash, value), a, (now, shard))),
+            }
         }
     };
     let cost = match r.cost(n)? {
@@ -592,8 +612,8 @@ fn judge<'t, R: Request<'t>>(
 }
 
 /// The limit in force when no number came out of the override and the
-/// value: an override's exempt, block or ban, an empty limit, or an
-/// invalid one (`fail=`).
+/// value (as [`Applies::for_rate`] gives them): an override's exempt,
+/// block or ban, an empty limit, or an invalid one (`fail=`).
 #[cold]
 #[inline(never)]
 fn unlimited<'t, R: Request<'t>>(
@@ -605,7 +625,7 @@ fn unlimited<'t, R: Request<'t>>(
     (now, shard): (u64, usize),
 ) -> Judged {
     match a {
-        Applies::Limit(_) => unreachable!("a limit is judged"),
+        Applies::Limit(_) | Applies::Places(_) => unreachable!("a limit is judged"),
         Applies::Reject(mut blocked) => {
             r.skipped(n, Skip::OverrideReject);
             blocked.retry_after_s = blocked_wait(r, n, c, (hash, value), blocked, now);
@@ -682,7 +702,9 @@ pub(super) fn not_applied<'t, R: Request<'t>>(
 
 /// The limit in force for `hash` at `now` (epoch ms): its override (its
 /// own, else the most specific range holding its address), else its limit
-/// `value`. A zone without overrides costs one relaxed load.
+/// `value`; an override of places is [`Applies::Places`], whatever the
+/// line (a rate reads it with [`Applies::for_rate`]). A zone without
+/// overrides costs one relaxed load.
 #[inline(always)]
 pub(super) fn override_of<'t, R: Request<'t>>(
     r: &mut R,
@@ -714,6 +736,7 @@ fn override_slow<'t, R: Request<'t>>(
     };
     match e.action {
         Action::Limit(n) => Applies::Limit(n),
+        Action::InFlight(k) => Applies::Places(k),
         Action::Exempt => Applies::Exempt,
         Action::Block | Action::Ban => {
             let w = c.table.window().ms();
@@ -799,13 +822,15 @@ fn quiet_limit<'t, R: Request<'t>>(
         };
     }
     let closed = c.fail == FailPolicy::Closed;
-    let limit = match override_of(r, n, c, (hash, value), now) {
+    let limit = match override_of(r, n, c, (hash, value), now).for_rate(value) {
         Applies::Limit(l) => l,
         Applies::Reject(b) => {
             return Some(Quiet::Blocked(blocked_wait(r, n, c, (hash, value), b, now)))
         }
         Applies::InvalidLimit if closed => return Some(Quiet::Limit(hash, 0, 1)),
-        Applies::Exempt | Applies::EmptyLimit | Applies::InvalidLimit => return None,
+        Applies::Exempt | Applies::EmptyLimit | Applies::InvalidLimit | Applies::Places(_) => {
+            return None
+        }
     };
     match r.cost(n) {
         Ok(Cost::Count(k)) => Some(Quiet::Limit(hash, limit, k)),

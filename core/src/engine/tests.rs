@@ -2,7 +2,8 @@
 //! over several limits (estimate and strict zones, costs, `delay=`, dry
 //! run, count_status give-backs, clock steps forward and small steps back)
 //! with the runtime state composed in: overrides (a limit below and above
-//! the cost, 0, exempt, block, with and without a ttl), `ban=`, empty and
+//! the cost, 0, exempt, block, places from 0 to 4 that replace the lines'
+//! `in_flight=`, with and without a ttl), `ban=`, empty and
 //! invalid limit and cost values under both `fail=` policies, held
 //! requests taking turns across two workers, and `in_flight=` places (with
 //! a rate or alone; empty and invalid values) taken when a request is
@@ -257,7 +258,8 @@ enum Op {
     /// counted `keep` tenths of its cost (0: given back).
     Settle { keep: u32 },
     /// An operator's override of `client` in zone `zone`: `action` 0 a
-    /// limit (`n % (limit + 3)`), 1 exempt, 2 block; `ttl` ms (0: none).
+    /// limit (`n % (limit + 3)`), 1 exempt, 2 block, 3 places (`n % 5`);
+    /// `ttl` ms (0: none).
     Override {
         zone: usize,
         client: usize,
@@ -296,7 +298,7 @@ fn op(runtime: bool) -> impl Strategy<Value = Op> {
         6 => any::<usize>().prop_map(|pick| Op::End { pick }),
         1 => (0usize..2).prop_map(|shard| Op::Crash { shard }),
         2 => (0u32..11).prop_map(|keep| Op::Settle { keep }),
-        w => (0usize..3, 0usize..3, 0u8..3, any::<u32>(), prop_oneof![Just(0u64), 100u64..5_000])
+        w => (0usize..3, 0usize..3, 0u8..4, any::<u32>(), prop_oneof![Just(0u64), 100u64..5_000])
             .prop_map(|(zone, client, action, n, ttl)| Op::Override { zone, client, action, n, ttl }),
         w / 2 => (0usize..3, 0usize..3).prop_map(|(zone, client)| Op::Remove { zone, client }),
     ]
@@ -358,6 +360,8 @@ struct Run {
     kept: Vec<Vec<Kept>>,
     /// The model's overrides and bans, per zone and client.
     ovr: Vec<HashMap<usize, Entry>>,
+    /// The most places an override has given each client, per zone.
+    raised: Vec<HashMap<usize, u32>>,
     /// Requests admitted and not ended.
     flying: Vec<Flying>,
     /// Each zone's owner of its places, per worker.
@@ -368,6 +372,24 @@ struct Run {
 }
 
 impl Run {
+    /// The live override of `client` in zone `n` at `now`, as a rate sees
+    /// it: an override of places leaves the rate to its value.
+    fn rate_override(&self, n: usize, client: usize, now: u64) -> Option<&Entry> {
+        let live = self.ovr[n].get(&client).filter(|e| !e.expired(now));
+        live.filter(|e| !matches!(e.action, Action::InFlight(_)))
+    }
+
+    /// What limit `n`'s places read for the request at `now`: the
+    /// client's override of its places (the value is not read), else its
+    /// `in_flight=` value.
+    fn places_read(&self, n: usize, q: &Asked, now: u64) -> LimitRead {
+        let live = self.ovr[n].get(&q.client).filter(|e| !e.expired(now));
+        match live.map(|e| e.action) {
+            Some(Action::InFlight(k)) => LimitRead::Set(k),
+            _ => q.in_flights[n],
+        }
+    }
+
     /// Limit `n`'s policy for `client` at `now`, by the model.
     fn pol(&self, n: usize, client: usize, value: LimitRead, cost: Cost, now: u64) -> Pol {
         let closed = self.zones[n].fail == FailPolicy::Closed;
@@ -381,6 +403,7 @@ impl Run {
                 _ => Pol::Places,
             };
         }
+        let live = self.rate_override(n, client, now);
         let limit = match (live.map(|e| e.action), value) {
             (Some(Action::Block | Action::Ban), _) => {
                 return Pol::Blocked {
@@ -389,6 +412,7 @@ impl Run {
             }
             (Some(Action::Exempt), _) => return Pol::Off,
             (Some(Action::Limit(l)), _) | (None, LimitRead::Set(l)) => l,
+            (Some(Action::InFlight(_)), _) => unreachable!("not a rate's"),
             (None, LimitRead::Empty) => return Pol::Off,
             (None, LimitRead::Invalid) if closed => return Pol::Closed,
             (None, LimitRead::Invalid) => return Pol::Off,
@@ -466,7 +490,7 @@ impl Run {
         if z.in_flight.is_none() || !matches!(pol, Pol::Count { .. } | Pol::Places) {
             return (false, false);
         }
-        match q.in_flights[n] {
+        match self.places_read(n, q, self.now) {
             LimitRead::Set(k) => {
                 let over = self.flying(n, q.client) >= k;
                 (over, !over)
@@ -479,7 +503,7 @@ impl Run {
     /// Whether the engine reports limit `n`'s value or cost invalid when it
     /// judges it (an override decides before the values are read).
     fn reports_invalid(&self, n: usize, q: &Asked, now: u64) -> bool {
-        let live = self.ovr[n].get(&q.client).filter(|e| !e.expired(now));
+        let live = self.rate_override(n, q.client, now);
         match (live.map(|e| e.action), q.values[n]) {
             (Some(Action::Block | Action::Ban | Action::Exempt), _) => false,
             (None, LimitRead::Empty) => false,
@@ -564,7 +588,8 @@ impl Run {
                 Pol::Places => true,
                 _ => false,
             };
-            rate_fits && self.zones[n].in_flight.is_some() && q.in_flights[n] == LimitRead::Invalid
+            let read = self.places_read(n, &q, now);
+            rate_fits && self.zones[n].in_flight.is_some() && read == LimitRead::Invalid
         };
         let expect: Vec<usize> = (0..judged)
             .filter(|&n| self.reports_invalid(n, &q, now) || reaches_in_flight(n))
@@ -618,9 +643,10 @@ impl Run {
                 prop_assert_eq!(rej.unheld, since.is_some());
                 prop_assert_eq!(rej.overridden, matches!(pols[n], Pol::Blocked { .. }));
                 prop_assert_eq!(rej.in_flight, by_flight, "refused for its places");
-                let invalid_flight = by_flight && q.in_flights[n] == LimitRead::Invalid;
+                let read = self.places_read(n, &q, now);
+                let invalid_flight = by_flight && read == LimitRead::Invalid;
                 prop_assert_eq!(rej.invalid, pols[n] == Pol::Closed || invalid_flight);
-                if let (true, LimitRead::Set(k)) = (by_flight, q.in_flights[n]) {
+                if let (true, LimitRead::Set(k)) = (by_flight, read) {
                     prop_assert_eq!(
                         (rej.limit, rej.decision.estimate),
                         (k, self.flying(n, client))
@@ -767,6 +793,8 @@ impl Run {
                     n
                 );
                 if let Some(k) = z.in_flight {
+                    // Never more than the most places in force since.
+                    let k = k.max(self.raised[n].get(&c).copied().unwrap_or(0));
                     prop_assert!(want <= k, "{} in flight over in_flight={}", want, k);
                 }
                 total += u64::from(want);
@@ -946,8 +974,13 @@ impl Run {
         let action = match kind {
             0 => Action::Limit(n % (self.lims[zone].limit + 3)),
             1 => Action::Exempt,
-            _ => Action::Block,
+            2 => Action::Block,
+            _ => Action::InFlight(n % 5),
         };
+        if let Action::InFlight(k) = action {
+            let most = self.raised[zone].entry(client).or_default();
+            *most = (*most).max(k);
+        }
         let e = Entry {
             fp,
             action,
@@ -1118,6 +1151,7 @@ fn run(zs: &[ZoneCase], ops: Vec<Op>) -> Result<(), TestCaseError> {
         lims,
         held: vec![],
         kept: vec![],
+        raised: vec![HashMap::new(); zs.len()],
         ovr,
         flying: vec![],
         owners,
