@@ -8,7 +8,7 @@
 //! without counting ([`Action::Exempt`]), or rejects it ([`Action::Block`]
 //! by an operator, [`Action::Ban`] set by a limit's `ban=`), until an
 //! optional expiry (UTC epoch ms; 0: none). One override is one action
-//! (see [`slot`] for why a `limit` and an `in_flight` are not one entry).
+//! (see `slot.rs` for why a `limit` and an `in_flight` are not one entry).
 //!
 //! # Layout and concurrency
 //!
