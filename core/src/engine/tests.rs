@@ -19,8 +19,11 @@ use super::*;
 use crate::overrides::Entry;
 use crate::rule::mode::Mode;
 use crate::rule::window::Window;
+use crate::shm::{Owner, Place, Places, Turns};
+use crate::table::Table;
 use crate::testing::reference::{Model, StrictLog};
 use crate::testing::Region;
+use crate::Admission;
 
 const T0: u64 = 1_767_225_600_000;
 
