@@ -6,6 +6,7 @@
 use super::*;
 use crate::overrides::range::{Addr, Range};
 use crate::overrides::Entry;
+use crate::overrides::{Action, Overrides};
 use crate::rule::mode::Mode;
 use crate::rule::window::Window;
 use crate::table::Table;

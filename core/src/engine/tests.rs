@@ -17,6 +17,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::overrides::Entry;
+use crate::overrides::{Action, Overrides};
 use crate::rule::mode::Mode;
 use crate::rule::window::Window;
 use crate::shm::{Owner, Place, Places, Turns};
