@@ -26,6 +26,7 @@ pub mod in_flight;
 #[cfg(test)]
 mod places_override_tests;
 pub mod plan;
+mod quiet;
 #[cfg(test)]
 mod range_tests;
 mod reject;
@@ -35,6 +36,7 @@ pub mod shed;
 mod tests;
 
 use applies::{override_of, Applies, Blocked};
+use quiet::{quiet_limit, Quiet};
 use reject::{blocked_wait, rejected, Rejecting};
 pub use request::{
     Ask, Cost, Hold, HostError, Invalid, Key, LimitConf, LimitRead, Line, Rejection, Request,
@@ -363,51 +365,6 @@ pub(super) fn not_applied<'t, R: Request<'t>>(
         c.table.add(shard, Counter::Exempt, 1);
     }
     r.skipped(n, why);
-}
-
-/// Limit `n` as judged off the admission path (the waits and Retry-After
-/// of the other limits), logging and counting nothing.
-pub(super) enum Quiet {
-    /// Judge the client against `limit` (0: it never fits: an invalid
-    /// value under `fail=closed`) with the cost.
-    Limit(KeyHash, u32, u32),
-    /// An override blocks it for this many seconds (see [`blocked_wait`]).
-    Blocked(u32),
-}
-
-/// [`Quiet`] for limit `n`, or None when it does not apply.
-fn quiet_limit<'t, R: Request<'t>>(
-    r: &mut R,
-    n: usize,
-    c: &LimitConf<'t>,
-    now: u64,
-) -> Option<Quiet> {
-    let Ok(Key::Client { hash, limit: value }) = r.key(n) else {
-        return None;
-    };
-    if R::PLACES && c.line == Line::InFlight {
-        // No rate: an in-flight place has no wait to compute.
-        return match override_of(r, n, c, (hash, value), now) {
-            Applies::Reject(b) => Some(Quiet::Blocked(b.retry_after_s)),
-            _ => None,
-        };
-    }
-    let closed = c.fail == FailPolicy::Closed;
-    let limit = match override_of(r, n, c, (hash, value), now).for_rate(value) {
-        Applies::Limit(l) => l,
-        Applies::Reject(b) => {
-            return Some(Quiet::Blocked(blocked_wait(r, n, c, (hash, value), b, now)))
-        }
-        Applies::InvalidLimit if closed => return Some(Quiet::Limit(hash, 0, 1)),
-        Applies::Exempt | Applies::EmptyLimit | Applies::InvalidLimit | Applies::Places(_) => {
-            return None
-        }
-    };
-    match r.cost(n) {
-        Ok(Cost::Count(k)) => Some(Quiet::Limit(hash, limit, k)),
-        _ if closed => Some(Quiet::Limit(hash, 0, 1)),
-        _ => None,
-    }
 }
 
 /// One table decision, handed to `then` with the request and its time; a
