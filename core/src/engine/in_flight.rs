@@ -25,11 +25,11 @@
 //!   counts and logs; closed: rejected).
 
 use super::{
-    not_applied, override_of, Answer, Applies, HostError, Key, KeyHash, LimitConf, LimitRead, Line,
-    Rejecting, Request, Skip,
+    not_applied, override_of, Applies, HostError, Key, LimitConf, LimitRead, Line, Rejecting,
+    Request, Skip,
 };
 use crate::shm::places::Take;
-use crate::table::{Counter, Events, FailPolicy, Outcome};
+use crate::table::{Answer, Counter, Events, FailPolicy, KeyHash, Outcome};
 
 /// Why [`take`] did not let the request go on.
 pub(super) enum Refused {

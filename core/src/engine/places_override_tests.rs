@@ -10,7 +10,7 @@ use crate::overrides::{Action, Overrides};
 use crate::rule::mode::Mode;
 use crate::rule::window::Window;
 use crate::shm::{Owner, Place, Places};
-use crate::table::Table;
+use crate::table::{Answer, FailPolicy, Table};
 use crate::testing::Region;
 use crate::Admission;
 

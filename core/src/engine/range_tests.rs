@@ -9,7 +9,7 @@ use crate::overrides::Entry;
 use crate::overrides::{Action, Overrides};
 use crate::rule::mode::Mode;
 use crate::rule::window::Window;
-use crate::table::Table;
+use crate::table::{Answer, FailPolicy, Table};
 use crate::testing::Region;
 use crate::Admission;
 

@@ -21,7 +21,7 @@ use crate::overrides::{Action, Overrides};
 use crate::rule::mode::Mode;
 use crate::rule::window::Window;
 use crate::shm::{Owner, Place, Places, Turns};
-use crate::table::Table;
+use crate::table::{Answer, FailPolicy, KeyHash, Table};
 use crate::testing::reference::{Model, StrictLog};
 use crate::testing::Region;
 use crate::Admission;
