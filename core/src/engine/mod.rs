@@ -3,7 +3,7 @@
 //! `delay=`, dry run, `fail=`, overrides, `ban=` and `in_flight=`'s places
 //! ([`in_flight`]), so that every
 //! combination is decided by one piece of pure code, and tested together
-//! (`tests.rs`, against the models of `crate::testing::reference`).
+//! (`tests/`, against the models of `crate::testing::reference`).
 //!
 //! The glue (nginx) implements [`Request`]: it evaluates each limit's key,
 //! limit value and cost **lazily**, when the engine asks, and records what
