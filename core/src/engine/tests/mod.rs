@@ -18,15 +18,17 @@ use proptest::prelude::*;
 mod host;
 mod model;
 mod overrides;
+mod places;
 
 use host::{overrides, pid, places, table, turns, Lim, Req, Zone};
 use model::{Pol, Zm};
+use places::Flying;
 
 use super::*;
 use crate::overrides::Action;
 use crate::overrides::Entry;
 use crate::rule::window::Window;
-use crate::shm::{Owner, Place};
+use crate::shm::Owner;
 use crate::table::{FailPolicy, KeyHash, Table};
 use crate::testing::reference::{Model, StrictLog};
 use crate::Admission;
@@ -114,14 +116,6 @@ struct Asked {
     turn: Option<(usize, usize)>,
 }
 
-/// A request admitted and still in flight: its client, its worker, the
-/// places it took (limit, place).
-struct Flying {
-    client: usize,
-    shard: usize,
-    places: Vec<(usize, Place)>,
-}
-
 /// A held request waiting for its wake.
 struct Held {
     at: u64,
@@ -153,29 +147,6 @@ struct Run {
 }
 
 impl Run {
-    /// Requests of `client` in flight with a place of limit `n`.
-    fn flying(&self, n: usize, client: usize) -> u32 {
-        let of = |f: &&Flying| f.client == client && f.places.iter().any(|&(m, _)| m == n);
-        self.flying.iter().filter(of).count() as u32
-    }
-
-    /// Whether limit `n`, its rate admitting the request (`pol`), refuses
-    /// it for its in-flight places; and whether a place would be taken.
-    fn in_flight_over(&self, n: usize, q: &Asked, pol: Pol) -> (bool, bool) {
-        let z = &self.zones[n];
-        if z.in_flight.is_none() || !matches!(pol, Pol::Count { .. } | Pol::Places) {
-            return (false, false);
-        }
-        match self.places_read(n, q, self.now) {
-            LimitRead::Set(k) => {
-                let over = self.flying(n, q.client) >= k;
-                (over, !over)
-            }
-            LimitRead::Invalid => (z.fail == FailPolicy::Closed, false),
-            LimitRead::Empty => (false, false),
-        }
-    }
-
     /// Decides one request at `self.now` and checks it against the models.
     fn request(&mut self, q: Asked, since: Option<u64>) -> Result<(), TestCaseError> {
         let (now, client, dry_run) = (self.now, q.client, q.dry_run);
@@ -439,62 +410,6 @@ impl Run {
         self.check_turns()?;
         self.check_places()?;
         self.check_counts(now)
-    }
-
-    /// The shared places count what the model has in flight, per zone and
-    /// client, whichever worker took them: each taken once, given back once,
-    /// never more than the line's `in_flight=`.
-    fn check_places(&self) -> Result<(), TestCaseError> {
-        for (n, z) in self.zones.iter().enumerate() {
-            let mut total = 0;
-            for (c, h) in z.keys.iter().enumerate() {
-                let want = self.flying(n, c);
-                prop_assert_eq!(
-                    z.places.held(h.0),
-                    want,
-                    "places of client {} in zone {}",
-                    c,
-                    n
-                );
-                if let Some(k) = z.in_flight {
-                    // Never more than the most places in force since.
-                    let k = k.max(self.raised[n].get(&c).copied().unwrap_or(0));
-                    prop_assert!(want <= k, "{} in flight over in_flight={}", want, k);
-                }
-                total += u64::from(want);
-            }
-            prop_assert_eq!(z.places.in_flight(), total, "zone {}'s ledger", n);
-        }
-        Ok(())
-    }
-
-    /// A request in flight ends: the host gives back its places.
-    fn end(&mut self, pick: usize) -> Result<(), TestCaseError> {
-        if self.flying.is_empty() {
-            return Ok(());
-        }
-        let f = self.flying.remove(pick % self.flying.len());
-        for (n, p) in f.places {
-            self.zones[n].places.give(p);
-        }
-        self.check_places()
-    }
-
-    /// Worker `shard` dies: what it held is gone without a word; its
-    /// successor starts, and its start reclaims the dead process's places
-    /// and clears its turns.
-    fn crash(&mut self, shard: usize) -> Result<(), TestCaseError> {
-        self.gens[shard] += 1;
-        let live = [pid(0, self.gens[0]), pid(1, self.gens[1])];
-        for (n, z) in self.zones.iter().enumerate() {
-            let o = z.places.start(live[shard], |p| live.contains(&p));
-            self.owners[n][shard] = o.expect("an owner");
-            z.turns.clear_worker(shard);
-        }
-        self.flying.retain(|f| f.shard != shard);
-        self.held.retain(|h| h.q.shard != shard);
-        self.check_turns()?;
-        self.check_places()
     }
 
     /// Requests of `client` held in zone `n` that a new request waits
