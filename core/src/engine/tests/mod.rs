@@ -15,11 +15,13 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use proptest::prelude::*;
 
+mod holds;
 mod host;
 mod model;
 mod overrides;
 mod places;
 
+use holds::Held;
 use host::{overrides, pid, places, table, turns, Lim, Req, Zone};
 use model::{Pol, Zm};
 use places::Flying;
@@ -114,13 +116,6 @@ struct Asked {
     dry_run: bool,
     shard: usize,
     turn: Option<(usize, usize)>,
-}
-
-/// A held request waiting for its wake.
-struct Held {
-    at: u64,
-    since: u64,
-    q: Asked,
 }
 
 /// An admission kept to settle: limit, client, where counted, cost, proof.
@@ -410,62 +405,6 @@ impl Run {
         self.check_turns()?;
         self.check_places()?;
         self.check_counts(now)
-    }
-
-    /// Requests of `client` held in zone `n` that a new request waits
-    /// behind (none for one held again: it has waited longest).
-    fn ahead(&self, client: usize, n: usize, since: Option<u64>) -> u32 {
-        match since {
-            Some(_) => 0,
-            None => {
-                // Clients whose keys share a bucket share a queue.
-                let b = |c: usize| crate::shm::turns::bucket(self.zones[n].keys[c].0);
-                self.held
-                    .iter()
-                    .filter(|h| b(h.q.client) == b(client) && h.q.turn.is_some_and(|t| t.0 == n))
-                    .count() as u32
-            }
-        }
-    }
-
-    /// The shared turns count what the model holds, per zone and client,
-    /// whichever worker holds it.
-    fn check_turns(&self) -> Result<(), TestCaseError> {
-        for (n, z) in self.zones.iter().enumerate() {
-            for (c, h) in z.keys.iter().enumerate() {
-                let held = self.ahead(c, n, None);
-                prop_assert_eq!(
-                    z.turns.held(h.0),
-                    held,
-                    "turns of client {} in zone {}",
-                    c,
-                    n
-                );
-            }
-        }
-        Ok(())
-    }
-
-    fn delays(&self) -> bool {
-        self.lims.iter().any(|l| l.delay_ms > 0)
-    }
-
-    /// Wakes the held requests due by `until`, in order, each decided
-    /// again at its time by the worker that holds it.
-    fn wake_until(&mut self, until: u64) -> Result<(), TestCaseError> {
-        loop {
-            let due = self
-                .held
-                .iter()
-                .enumerate()
-                .filter(|(_, h)| h.at <= until)
-                .min_by_key(|(_, h)| h.at)
-                .map(|(i, _)| i);
-            let Some(i) = due else { return Ok(()) };
-            let h = self.held.remove(i);
-            self.now = self.now.max(h.at);
-            self.request(h.q, Some(h.since))?;
-        }
     }
 
     fn settle(&mut self, keep: u32) {
