@@ -124,6 +124,21 @@ pub(super) fn rejected<'t, R: Request<'t>>(
             plan::OnReject::Reject { share_full } => out.share_full = share_full,
         }
     }
+    ban_rejected(r, &ask, &rej, &mut out, now);
+    count_rejected(r, &ask, &rej);
+    Verdict::Reject(out)
+}
+
+/// `ban=` of a rejection by the count (not a dry run's, an override's, an
+/// invalid value's or one for places): the ban is recorded in `out`, and
+/// lengthens its Retry-After if need be.
+fn ban_rejected<'t, R: Request<'t>>(
+    r: &R,
+    ask: &Ask,
+    rej: &Rejecting,
+    out: &mut Rejection,
+    now: u64,
+) {
     let bans = rej.d.outcome == Outcome::Rejected
         && !(rej.invalid || rej.overridden || rej.in_flight || ask.dry_run);
     if let (true, Some(c)) = (bans, r.conf(rej.index)) {
@@ -134,6 +149,11 @@ pub(super) fn rejected<'t, R: Request<'t>>(
             out.banned = Some(secs);
         }
     }
+}
+
+/// Counts the rejection in the rejecting limit's table (a dry run's as
+/// such; an invalid value's under `fail=closed` too).
+fn count_rejected<'t, R: Request<'t>>(r: &R, ask: &Ask, rej: &Rejecting) {
     if let Some(c) = r.conf(rej.index) {
         let counter = if ask.dry_run {
             Counter::RejectedDryRun
@@ -145,7 +165,6 @@ pub(super) fn rejected<'t, R: Request<'t>>(
             c.table.add(ask.shard, Counter::FailClosed, 1);
         }
     }
-    Verdict::Reject(out)
 }
 
 /// `ban=`: records the ban of `hash` (an operator's override wins) and
