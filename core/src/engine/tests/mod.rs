@@ -124,40 +124,41 @@ fn zone(runtime: bool) -> impl Strategy<Value = ZoneCase> {
     (rate, in_flight)
 }
 
-/// Runs `ops` over the zones `zs`, checking every decision.
-fn run(zs: &[ZoneCase], ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let zones: Vec<Zone> = zs
-        .iter()
-        .map(|&((w, strict, _, _, closed, ban_ms), (in_flight, rate))| {
-            let table = table(w, strict);
-            let keys = clients(&table);
-            let model = if strict {
-                Zm::Strict(StrictLog::new(w))
-            } else {
-                Zm::Estimate(Model::new(Window::from_ms(w).unwrap()))
-            };
-            let fail = if closed {
-                FailPolicy::Closed
-            } else {
-                FailPolicy::Open
-            };
-            let (ovr, turns) = (overrides(), turns());
-            Zone {
-                table,
-                model,
-                w,
-                keys,
-                ovr,
-                turns,
-                invalid: Default::default(),
-                fail,
-                ban_ms,
-                in_flight,
-                rate,
-                places: places(),
-            }
-        })
-        .collect();
+/// The zone of a case, fresh: its table, model, clients and runtime state.
+fn new_zone(&((w, strict, _, _, closed, ban_ms), (in_flight, rate)): &ZoneCase) -> Zone {
+    let table = table(w, strict);
+    let keys = clients(&table);
+    let model = if strict {
+        Zm::Strict(StrictLog::new(w))
+    } else {
+        Zm::Estimate(Model::new(Window::from_ms(w).unwrap()))
+    };
+    let fail = if closed {
+        FailPolicy::Closed
+    } else {
+        FailPolicy::Open
+    };
+    let (ovr, turns) = (overrides(), turns());
+    Zone {
+        table,
+        model,
+        w,
+        keys,
+        ovr,
+        turns,
+        invalid: Default::default(),
+        fail,
+        ban_ms,
+        in_flight,
+        rate,
+        places: places(),
+    }
+}
+
+/// A run's start over the zones `zs`: each worker an owner of each zone's
+/// places, no override, the clock at [`T0`].
+fn start(zs: &[ZoneCase]) -> Run {
+    let zones: Vec<Zone> = zs.iter().map(new_zone).collect();
     let lims = zs
         .iter()
         .map(|&((_, _, limit, delay_ms, _, _), (_, rate))| Lim {
@@ -174,7 +175,7 @@ fn run(zs: &[ZoneCase], ops: Vec<Op>) -> Result<(), TestCaseError> {
         eprintln!("CASE {zs:?}");
     }
     let ovr = vec![HashMap::new(); zs.len()];
-    let mut run = Run {
+    Run {
         zones,
         lims,
         held: vec![],
@@ -185,39 +186,50 @@ fn run(zs: &[ZoneCase], ops: Vec<Op>) -> Result<(), TestCaseError> {
         owners,
         gens: [0, 0],
         now: T0,
-    };
-    for op in ops {
-        match op {
-            Op::Request {
-                dt,
-                client,
-                cost,
-                kind,
-                dry_run,
-                shard,
-                fkind,
-            } => {
-                // A step back stays in every zone's newest window (or
-                // sub-window): the tables keep one newest window per zone,
-                // the models one per key.
-                let next = run.now.saturating_add_signed(dt).max(run.floor());
-                run.wake_until(next)?;
-                run.now = next;
-                let q = run.asked(client, (cost, kind, fkind), dry_run, shard);
-                run.request(q, None)?;
-            }
-            Op::Settle { keep } => run.settle(keep),
-            Op::Override {
-                zone,
-                client,
-                action,
-                n,
-                ttl,
-            } => run.operator(zone, client, Some((action, n, ttl))),
-            Op::Remove { zone, client } => run.operator(zone, client, None),
-            Op::End { pick } => run.end(pick)?,
-            Op::Crash { shard } => run.crash(shard)?,
+    }
+}
+
+/// One step of a run.
+fn step(run: &mut Run, op: Op) -> Result<(), TestCaseError> {
+    match op {
+        Op::Request {
+            dt,
+            client,
+            cost,
+            kind,
+            dry_run,
+            shard,
+            fkind,
+        } => {
+            // A step back stays in every zone's newest window (or
+            // sub-window): the tables keep one newest window per zone,
+            // the models one per key.
+            let next = run.now.saturating_add_signed(dt).max(run.floor());
+            run.wake_until(next)?;
+            run.now = next;
+            let q = run.asked(client, (cost, kind, fkind), dry_run, shard);
+            run.request(q, None)?;
         }
+        Op::Settle { keep } => run.settle(keep),
+        Op::Override {
+            zone,
+            client,
+            action,
+            n,
+            ttl,
+        } => run.operator(zone, client, Some((action, n, ttl))),
+        Op::Remove { zone, client } => run.operator(zone, client, None),
+        Op::End { pick } => run.end(pick)?,
+        Op::Crash { shard } => run.crash(shard)?,
+    }
+    Ok(())
+}
+
+/// Runs `ops` over the zones `zs`, checking every decision.
+fn run(zs: &[ZoneCase], ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let mut run = start(zs);
+    for op in ops {
+        step(&mut run, op)?;
     }
     Ok(())
 }
