@@ -4,11 +4,10 @@
 //! its places, never "invalid"); a line without `in_flight=` is not given
 //! places by it, and a `limit` override does not change the places.
 
+use super::range_tests::{leaked_overrides, leaked_table};
 use super::*;
 use crate::overrides::Entry;
 use crate::overrides::{Action, Overrides};
-use crate::rule::mode::Mode;
-use crate::rule::window::Window;
 use crate::shm::{Owner, Place, Places};
 use crate::table::{Answer, FailPolicy, Table};
 use crate::testing::Region;
@@ -16,25 +15,9 @@ use crate::Admission;
 
 const T0: u64 = 1_767_225_600_000;
 
-fn leaked_table() -> &'static Table<'static> {
-    let bytes = Table::HEADER_BYTES + 1024 * crate::SLOT_BYTES;
-    let buf = Box::leak(Box::new(Region::new(bytes)));
-    let w = Window::from_ms(60_000).unwrap();
-    // SAFETY: an exclusive, 64-byte aligned buffer that lives forever.
-    let t = unsafe { Table::init_mode(buf.ptr(), buf.len(), w, [3, 5], Mode::Estimate) }.unwrap();
-    Box::leak(Box::new(t))
-}
-
-fn leaked_overrides() -> &'static Overrides<'static> {
-    let buf = Box::leak(Box::new(Region::new(Overrides::bytes_for(64))));
-    // SAFETY: as above.
-    let o = unsafe { Overrides::init(buf.ptr(), buf.len(), 64) }.unwrap();
-    Box::leak(Box::new(o))
-}
-
 fn leaked_places() -> &'static Places<'static> {
     let buf = Box::leak(Box::new(Region::new(64 << 10)));
-    // SAFETY: as above.
+    // SAFETY: an exclusive, 64-byte aligned buffer that lives forever.
     let p = unsafe { Places::init(buf.ptr(), buf.len()) }.unwrap();
     Box::leak(Box::new(p))
 }
