@@ -526,8 +526,12 @@ pub fn override_body(data: &[u8]) {
         Ok(b) => {
             assert!(data.len() <= MAX_BODY);
             assert!(b.action != Action::Ban);
-            if let Action::Limit(n) = b.action {
-                assert!(n <= MAX_LIMIT);
+            match b.action {
+                Action::Limit(n) => assert!(n <= MAX_LIMIT),
+                Action::InFlight(n) => {
+                    assert!(n <= rate_limit_window_core::shm::places::MAX_IN_FLIGHT)
+                }
+                _ => {}
             }
             assert!(b.ttl_s.is_none_or(|t| (1..=MAX_TTL_S).contains(&t)));
             assert_eq!(parse_body(b.to_json().as_bytes()), Ok(b));

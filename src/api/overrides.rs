@@ -3,8 +3,9 @@
 //!
 //! * `PUT ?zone=NAME&key=VALUE` (or `&addr=TEXT`, or `&cidr=ADDR/BITS`
 //!   for a range of addresses in a `$binary_remote_addr` zone) with a JSON body
-//!   `{"limit": N}`, `{"block": true}` or `{"exempt": true}`, optionally
-//!   with `"ttl": SECONDS`, sets that client's override;
+//!   `{"limit": N}`, `{"in_flight": N}`, `{"block": true}` or
+//!   `{"exempt": true}`, optionally with `"ttl": SECONDS`, sets that
+//!   client's override;
 //! * `DELETE ?zone=NAME&key=VALUE&override` removes it (a DELETE without
 //!   `&override` resets the counts: reset.rs);
 //! * `GET ?zone=NAME&overrides[&from=SLOT][&count=N]` lists the zone's
@@ -210,6 +211,7 @@ fn put_body(r: &mut Request) -> ngx_int_t {
 fn change_kind(b: &Body) -> ChangeKind {
     match b.action {
         Action::Limit(_) => ChangeKind::Limit,
+        Action::InFlight(_) => ChangeKind::InFlight,
         Action::Exempt => ChangeKind::Exempt,
         Action::Block | Action::Ban => ChangeKind::Block,
     }
@@ -357,11 +359,12 @@ pub(crate) fn range_lookup(r: &mut Request, zone: &ZoneConf) -> ngx_int_t {
     send(r, "application/json", &body)
 }
 
-/// One entry as JSON: its action, limit, and seconds left (`expires_in`,
-/// null: never).
+/// One entry as JSON: its action, its limit or places, and seconds left
+/// (`expires_in`, null: never).
 fn entry_json(e: &Entry, now: u64) -> String {
     let limit = match e.action {
         Action::Limit(n) => format!(",\"limit\":{n}"),
+        Action::InFlight(n) => format!(",\"in_flight\":{n}"),
         _ => String::new(),
     };
     let left = if e.expires_ms == 0 {
@@ -379,6 +382,7 @@ fn entry_json(e: &Entry, now: u64) -> String {
 fn describe(e: &Entry, now: u64) -> String {
     let what = match e.action {
         Action::Limit(n) => format!("limit {n}"),
+        Action::InFlight(n) => format!("in_flight {n}"),
         a => a.name().to_string(),
     };
     match e.secs_left(now) {

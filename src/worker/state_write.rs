@@ -195,7 +195,7 @@ fn digest(table: &SavedTable, overrides: &[Entry]) -> u64 {
     (table.newest, &table.slots).hash(&mut h);
     for e in overrides {
         (e.fp, e.action.name(), e.expires_ms).hash(&mut h);
-        if let Action::Limit(n) = e.action {
+        if let Action::Limit(n) | Action::InFlight(n) = e.action {
             n.hash(&mut h);
         }
     }

@@ -3,7 +3,8 @@
 //! the latency). Changes made while an earlier write of the same client is
 //! in flight, and changes of one client on two gateways at once, end with
 //! every gateway holding exactly the last state (no lost removal, no
-//! resurrected block), and it stays so.
+//! resurrected block), and it stays so; an override of places (`in_flight`)
+//! is shared as the others are.
 use crate::common;
 use crate::overrides::{json, send_body, Redis};
 
@@ -219,4 +220,80 @@ fn one_low_override_makes_its_own_client_hot_not_every_client() {
         read < 50.0,
         "after the removal, rounds read back {read} keys"
     );
+}
+
+/// A gateway whose zone `f` (`limit=100 in_flight=3`, the status in
+/// `X-Status`) syncs through Redis at `redis_port`.
+fn places_gateway(redis_port: u16, up: &Upstream) -> Nginx {
+    Nginx::builder().upstream_of(up).start(&proxy_conf(
+        &format!(
+            "rate_limit_window_zone $http_x_key zone=f:1m window=60s redis=127.0.0.1:{redis_port} \
+             sync=100ms secret=fleet-sync-places-0001;"
+        ),
+        "reuseport",
+        "add_header X-Status $rate_limit_window_status always;
+         location = /api { rate_limit_window_metrics write=on; }",
+        "rate_limit_window zone=f limit=100 in_flight=3;",
+    ))
+}
+
+/// The places the override of `key` on `ng` gives it (None: no
+/// override of places).
+fn places_of(ng: &Nginx, key: &str) -> Option<i64> {
+    let r = get(ng.port, &format!("/api?zone=f&key={key}"));
+    let o = json(&r)["override"].clone();
+    (o["action"] == "in_flight").then(|| o["in_flight"].as_i64().unwrap_or(-1))
+}
+
+/// `n` requests of `key` at once on `ng`, each held 600 ms by the
+/// upstream: their statuses, sorted.
+fn at_once(ng: &Nginx, key: &'static str, n: usize) -> Vec<u16> {
+    let port = ng.port;
+    let hs: Vec<_> = (0..n)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let h: [(&str, &[u8]); 2] =
+                    [("X-Key", key.as_bytes()), ("X-Client", key.as_bytes())];
+                let r = request(port, "GET", "/p?sleep=600", &h);
+                if r.status != 200 {
+                    assert_eq!(r.header("X-Status"), Some("REJECTED_IN_FLIGHT"));
+                    assert_eq!(r.header("Retry-After"), Some("1"));
+                }
+                r.status
+            })
+        })
+        .collect();
+    let mut v: Vec<u16> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    v.sort_unstable();
+    v
+}
+
+/// An override of places is the fleet's as the others are: set on one
+/// gateway, the other applies it (Redis holds `in_flight N`); changed
+/// there, the first follows (the newer version wins); removed, gone on
+/// both. Each gateway counts its own places (docs/in-flight.md).
+#[test]
+fn an_override_of_places_is_shared_by_the_fleet() {
+    let redis = Redis::start();
+    let up = Upstream::start();
+    let (a, b) = (places_gateway(redis.1, &up), places_gateway(redis.1, &up));
+    put(&a, "pat", r#"{"in_flight":1}"#);
+    assert!(wait_for(Duration::from_secs(10), || places_of(&b, "pat") == Some(1)));
+    assert_eq!(at_once(&b, "pat", 3), [200, 429, 429]);
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.1.to_string(), "HGETALL", "rlw:{f}:ovr"])
+        .output()
+        .expect("redis-cli");
+    let hash = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(hash.contains(" in_flight 1 0"), "{hash}");
+    put(&b, "pat", r#"{"in_flight":2}"#);
+    assert!(wait_for(Duration::from_secs(10), || places_of(&a, "pat") == Some(2)));
+    assert_eq!(at_once(&a, "pat", 3), [200, 200, 429]);
+    delete(&a, "pat");
+    let gone = || places_of(&a, "pat").is_none() && places_of(&b, "pat").is_none();
+    assert!(wait_for(Duration::from_secs(10), gone));
+    assert_eq!(at_once(&b, "pat", 4), [200, 200, 200, 429]);
+    // And it stays removed: no older state comes back from Redis.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!((places_of(&a, "pat"), places_of(&b, "pat")), (None, None));
 }

@@ -2,8 +2,10 @@
 //! flight at once, across workers, against a real slow upstream that
 //! records its own concurrency per client (`X-Client`); places given back
 //! however a request ends (response, 499, upstream timeout), kept across a
-//! reload, and reclaimed from workers killed while holding them.
+//! reload, and reclaimed from workers killed while holding them; a
+//! client's places set by an override.
 use crate::common;
+use crate::overrides::{json, send_body};
 
 use common::*;
 use std::collections::BTreeSet;
@@ -33,6 +35,7 @@ fn conf(zone: &str, line: &str) -> String {
                 proxy_pass http://{{{{UPSTREAM}}}};
             }}
             location = /metrics {{ rate_limit_window_metrics; }}
+            location = /api {{ rate_limit_window_metrics write=on; }}
         }}"#
     ))
 }
@@ -449,4 +452,151 @@ fn alert_recipes_name_exposed_metrics() {
             "{name} is not exposed:\n{text}"
         );
     }
+}
+
+/// PUT of `body` as the override of `client` in zone `fl`: the answer.
+fn put_places(port: u16, client: &str, body: &str) -> Response {
+    let path = format!("/api?zone=fl&key={client}");
+    send_body(port, "PUT", &path, body.as_bytes(), false)
+}
+
+/// Each refused request of `rs` was refused for its places, with
+/// `Retry-After: 1`.
+fn refused_for_places(rs: &[Response]) {
+    for r in rs.iter().filter(|r| r.status != 200) {
+        assert_eq!(r.status, 429, "{}", r.describe());
+        assert_eq!(r.header("x-status"), Some("REJECTED_IN_FLIGHT"));
+        assert_eq!(r.header("retry-after"), Some("1"), "{}", r.describe());
+    }
+}
+
+/// Issue 44: an override sets a client's places. `in_flight=3`,
+/// `{"in_flight":1}` for alice: 1 of 3 concurrent requests admitted, the
+/// others refused for their places; bob still gets 3; GET, the list and
+/// the metrics show it; DELETE gives alice 3 again; `{"in_flight":0}`
+/// admits none of hers (refused for places, never invalid); the rate
+/// stays the line's.
+#[test]
+fn an_override_sets_a_clients_places() {
+    let up = Upstream::start();
+    let ng = Nginx::builder()
+        .workers(2)
+        .upstream_of(&up)
+        .start(&conf("", "limit=100 in_flight=3"));
+    let port = ng.port;
+    let r = put_places(port, "alice", r#"{"in_flight": 1}"#);
+    assert_eq!(r.status, 200, "{}", r.describe());
+    let o = &json(&r)["override"];
+    assert_eq!(
+        (o["action"].as_str(), o["in_flight"].as_i64()),
+        (Some("in_flight"), Some(1))
+    );
+    assert!(o["limit"].is_null(), "{o}");
+    let rs = at_once(port, "/long/a?sleep=800", "alice", 3);
+    assert_eq!(statuses(&rs), [200, 429, 429]);
+    refused_for_places(&rs);
+    assert_eq!(up.max_concurrent("alice"), 1);
+    let rs = at_once(port, "/long/b?sleep=500", "bob", 4);
+    assert_eq!(statuses(&rs), [200, 200, 200, 429]);
+    refused_for_places(&rs);
+    // Shown by the lookup and the list.
+    let k = key_json(port, "fl", b"alice");
+    assert_eq!(k["override"]["in_flight"], 1, "{k}");
+    let l = json(&get(port, "/metrics?zone=fl&overrides"));
+    let items = l["overrides"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{l}");
+    assert_eq!(
+        (items[0]["action"].as_str(), items[0]["in_flight"].as_i64()),
+        (Some("in_flight"), Some(1))
+    );
+    // Removed: the line's 3 again.
+    let r = request(port, "DELETE", "/api?zone=fl&key=alice&override", &[]);
+    assert_eq!(json(&r)["removed"]["in_flight"], 1, "{}", r.describe());
+    let rs = at_once(port, "/long/c?sleep=500", "alice", 4);
+    assert_eq!(statuses(&rs), [200, 200, 200, 429]);
+    refused_for_places(&rs);
+    // None: every request refused for its places, never invalid.
+    assert_eq!(put_places(port, "alice", r#"{"in_flight":0}"#).status, 200);
+    let rs = at_once(port, "/long/d", "alice", 2);
+    assert_eq!(statuses(&rs), [429, 429]);
+    refused_for_places(&rs);
+    assert_eq!(up.max_concurrent("alice"), 3);
+    // The rate is the line's: 1 + 3 admitted, the refused ones uncounted.
+    assert_eq!(key_json(port, "fl", b"alice")["current"], 4);
+    assert!(wait_for(Duration::from_secs(3), || gauge(port) == 0.0));
+    let text = metrics_text(port);
+    let changes = |a| {
+        prom_value(
+            &text,
+            "rate_limit_window_overrides_total",
+            &[("zone", "fl"), ("action", a)],
+        )
+    };
+    assert_eq!(
+        (changes("in_flight"), changes("remove")),
+        (Some(2.0), Some(1.0))
+    );
+    let log = ng.error_log();
+    let line =
+        |n| format!("limiting requests in flight by zone \"fl\", in flight: {n}, in_flight: {n}");
+    assert_eq!(count_lines(&log, &line(1)), 2, "{log}");
+    assert_eq!(count_lines(&log, "in flight: 0, in_flight: 0"), 2, "{log}");
+    assert!(
+        log.contains("in zone \"fl\" changed by 127.0.0.1: in_flight 1"),
+        "{log}"
+    );
+    assert!(!log.contains("invalid in_flight"), "{log}");
+}
+
+/// The override holds whatever the line's value reads: on a line with
+/// `in_flight=$http_x_slots` alone, an empty value (which alone takes no
+/// place) and an invalid one (which alone is refused, `fail=closed`) both
+/// get the override's 2. A body with a limit and places, or places out of
+/// range, is refused and changes nothing.
+#[test]
+fn an_override_of_places_holds_whatever_the_value_reads() {
+    let up = Upstream::start();
+    let ng = Nginx::builder()
+        .upstream_of(&up)
+        .start(&conf("fail=closed", "in_flight=$http_x_slots"));
+    let port = ng.port;
+    let slots = |v: &'static [u8]| {
+        let hs: Vec<_> = (0..3)
+            .map(|_| {
+                thread::spawn(move || {
+                    let h: [(&str, &[u8]); 2] = [("X-Client", b"joe"), ("X-Slots", v)];
+                    request(port, "GET", "/long/s?sleep=500", &h)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(statuses(&slots(b"")), [200, 200, 200]);
+    assert_eq!(statuses(&slots(b"x")), [429, 429, 429]);
+    for (body, want) in [
+        (
+            r#"{"limit":5,"in_flight":2}"#,
+            "give one of limit, in_flight, block or exempt (e.g. {\"limit\": 100}), not two",
+        ),
+        (
+            r#"{"in_flight":65536}"#,
+            "\"in_flight\" must be an integer from 0 to 65535",
+        ),
+    ] {
+        let r = put_places(port, "joe", body);
+        assert_eq!((r.status, json(&r)["error"].as_str()), (400, Some(want)));
+    }
+    assert!(key_json(port, "fl", b"joe")["override"].is_null());
+    assert_eq!(
+        put_places(port, "joe", r#"{"in_flight":2,"ttl":60}"#).status,
+        200
+    );
+    for v in [&b""[..], b"x", b"1"] {
+        let rs = slots(v);
+        assert_eq!(statuses(&rs), [200, 200, 429], "X-Slots {v:?}");
+        refused_for_places(&rs);
+    }
+    assert_eq!(up.max_concurrent("joe"), 3);
 }

@@ -277,3 +277,57 @@ fn a_fleet_shares_ranges() {
         "A kept the removed range"
     );
 }
+
+/// `n` requests from each of `addrs` at once to `/few/` (held 600 ms by
+/// the upstream): how many of each address were admitted, in order.
+fn few_at_once(ng: &Nginx, addrs: &[&'static str], n: usize) -> Vec<usize> {
+    let port = ng.port;
+    let hs: Vec<Vec<_>> = addrs
+        .iter()
+        .map(|&a| {
+            (0..n)
+                .map(|_| {
+                    std::thread::spawn(move || {
+                        let h: &[(&str, &[u8])] = &[("X-Forwarded-For", a.as_bytes())];
+                        let r = request(port, "GET", "/few/x?sleep=600", h);
+                        if r.status != 200 {
+                            assert_eq!(r.header("X-Status"), Some("REJECTED_IN_FLIGHT"));
+                        }
+                        r.status == 200
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    hs.into_iter()
+        .map(|v| v.into_iter().map(|h| h.join().unwrap()))
+        .map(|oks| oks.filter(|&ok| ok).count())
+        .collect()
+}
+
+/// An override of places (`{"in_flight": N}`) on a range gives each of
+/// its addresses N places of its own (not N for the range); the most
+/// specific override wins, as for the others; a line without
+/// `in_flight=` is not given places by it.
+#[test]
+fn a_range_sets_the_places_of_each_of_its_addresses() {
+    let up = Upstream::start();
+    let few = "add_header X-Status $rate_limit_window_status always;
+            location /few/ { rate_limit_window zone=ip in_flight=2; proxy_pass http://{{UPSTREAM}}; }
+            location = /api {";
+    let ng = Nginx::builder()
+        .upstream_of(&up)
+        .start(&conf("").replace("location = /api {", few));
+    let j = put_ok(&ng, "cidr=10.1.0.0/16", r#"{"in_flight":1}"#);
+    assert_eq!(j["override"]["in_flight"], 1, "{j}");
+    // Two addresses of the range: one place each; one outside it: 2.
+    let got = few_at_once(&ng, &["10.1.9.8", "10.1.9.9", "10.2.0.1"], 3);
+    assert_eq!(got, [1, 1, 2]);
+    // The address's own override wins over its range's.
+    put_ok(&ng, "addr=10.1.9.9", r#"{"in_flight":3}"#);
+    assert_eq!(few_at_once(&ng, &["10.1.9.8", "10.1.9.9"], 3), [1, 3]);
+    let g = get_json(&ng, "/api?zone=ip&addr=10.1.9.8");
+    assert_eq!(g["override"]["cidr"], "10.1.0.0/16", "{g}");
+    // `/` has no in_flight=: its rate of 3, whatever the range says.
+    assert_eq!(admitted(&ng, "10.1.9.8", 4), 3);
+}

@@ -670,8 +670,8 @@ fn nginx_t_says_on_the_terminal_what_it_would_restore() {
 }
 
 /// Zone `z` (window 60 s, `overrides` entries) on the site's state file:
-/// limit 2 at `/`, limit 2 with `ban=1h` at `/ban`, the writable API at
-/// `/api`.
+/// limit 2 at `/`, limit 2 with `ban=1h` at `/ban`, limit 2 and
+/// `in_flight=3` at `/few`, the writable API at `/api`.
 fn api_conf(site: &Site, overrides: usize) -> String {
     proxy_conf(
         &format!(
@@ -681,6 +681,9 @@ fn api_conf(site: &Site, overrides: usize) -> String {
         ),
         "",
         "location /ban { rate_limit_window zone=z limit=2 ban=1h; \
+                         proxy_pass http://{{UPSTREAM}}; }
+         location /few { rate_limit_window zone=z limit=2 in_flight=3; \
+                         add_header X-Status $rate_limit_window_status always; \
                          proxy_pass http://{{UPSTREAM}}; }
          location = /api { rate_limit_window_metrics write=on; }",
         "rate_limit_window zone=z limit=2; rate_limit_window_headers on;",
@@ -729,10 +732,11 @@ fn answer(ng: &Nginx, path: &str, key: &str) -> (u16, i64) {
     (r.status, retry)
 }
 
-/// A limit, a block with a ttl, an exempt and a `ban=` ban are kept
-/// across `nginx -s quit` and a start: the lookup shows them and requests
-/// are decided by them, the countdowns go on from where the clock is; an
-/// override whose ttl ended while nginx was down is gone.
+/// A limit, a block with a ttl, an exempt, places (`in_flight`) and a
+/// `ban=` ban are kept across `nginx -s quit` and a start: the lookup
+/// shows them and requests are decided by them, the countdowns go on from
+/// where the clock is; an override whose ttl ended while nginx was down is
+/// gone.
 #[test]
 fn overrides_and_bans_survive_quit_and_start() {
     let t = T0 + 100;
@@ -742,12 +746,13 @@ fn overrides_and_bans_survive_quit_and_start() {
     put_override(&ng, "blk", r#"{"block":true,"ttl":600}"#);
     put_override(&ng, "ex", r#"{"exempt":true}"#);
     put_override(&ng, "short", r#"{"block":true,"ttl":30}"#);
+    put_override(&ng, "none", r#"{"in_flight":0,"ttl":600}"#);
     assert_eq!(answer(&ng, "/ban", "bad").0, 200);
     assert_eq!(answer(&ng, "/ban", "bad").0, 200);
     assert_eq!(answer(&ng, "/ban", "bad"), (429, 3600));
     assert_eq!(override_of(&ng, "bad")["action"], "ban");
     let log = shut(&ng, libc::SIGQUIT);
-    assert!(log.contains("5 overrides,"), "{log}");
+    assert!(log.contains("6 overrides,"), "{log}");
     drop(ng);
 
     // A minute later: "short" (30 s) ended while nginx was down.
@@ -755,7 +760,7 @@ fn overrides_and_bans_survive_quit_and_start() {
     let ng = site.start_conf(&api_conf(&site, 1024));
     let log = ng.error_log();
     assert!(
-        log.contains("restored 4 overrides and bans")
+        log.contains("restored 5 overrides and bans")
             && log.contains("(1 expired while nginx was down)"),
         "{log}"
     );
@@ -764,6 +769,19 @@ fn overrides_and_bans_survive_quit_and_start() {
     assert_eq!(override_of(&ng, "ex")["action"], "exempt");
     assert_eq!(override_of(&ng, "bad")["action"], "ban");
     assert!(override_of(&ng, "short").is_null());
+    let none = override_of(&ng, "none");
+    assert_eq!(
+        (none["action"].as_str(), none["in_flight"].as_i64()),
+        (Some("in_flight"), Some(0))
+    );
+    // No place at `/few`, refused for its places; `/` has no in_flight=:
+    // the line's rate of 2.
+    let r = get_key(ng.port, "/few", "none");
+    assert_eq!(
+        (r.status, r.header("X-Status")),
+        (429, Some("REJECTED_IN_FLIGHT"))
+    );
+    assert_eq!(admitted(&ng, "none").0, 2);
     // Decided by them: 4 instead of 2; rejected, Retry-After 600 - 60;
     // admitted beyond the limit; banned for 3600 - 60 s.
     assert_eq!(admitted(&ng, "lim").0, 4);

@@ -8,11 +8,14 @@
 //!   given back by the host when the request ends, or by the engine when
 //!   a later limit rejects it (with the rate's admission);
 //! * a line without `limit=` only takes a place; the client's override
-//!   still exempts (no place), blocks or bans it;
-//! * the value in force: the `in_flight=` value, a number from 0 (no
-//!   request) to [`MAX_IN_FLIGHT`](crate::shm::places::MAX_IN_FLIGHT); an
-//!   empty variable takes no place; an invalid value is the zone's
-//!   `fail=` (open: no place; closed: rejected, never held);
+//!   still exempts (no place), blocks or bans it, and a `limit` override
+//!   does nothing to it;
+//! * the value in force: the client's `in_flight` override (whatever the
+//!   line's value reads; its rate stays the line's), else the `in_flight=`
+//!   value, a number from 0 (no request: rejected, never skipped) to
+//!   [`MAX_IN_FLIGHT`](crate::shm::places::MAX_IN_FLIGHT); an empty
+//!   variable takes no place; an invalid value is the zone's `fail=`
+//!   (open: no place; closed: rejected, never held);
 //! * a client whose places are all taken is rejected, never held by
 //!   `delay=` and never banned by `ban=`, with `Retry-After: 1` (a place
 //!   frees when a request ends, which no count can tell) or the wait of a
@@ -22,11 +25,11 @@
 //!   counts and logs; closed: rejected).
 
 use super::{
-    not_applied, override_of, Answer, Applies, HostError, Key, KeyHash, LimitConf, LimitRead, Line,
-    Rejecting, Request, Skip,
+    not_applied, override_of, Applies, HostError, Key, LimitConf, LimitRead, Line, Rejecting,
+    Request, Skip,
 };
 use crate::shm::places::Take;
-use crate::table::{Counter, Events, FailPolicy, Outcome};
+use crate::table::{Answer, Counter, Events, FailPolicy, KeyHash, Outcome};
 
 /// Why [`take`] did not let the request go on.
 pub(super) enum Refused {
@@ -67,12 +70,31 @@ pub(super) fn line<'t, R: Request<'t>>(
             r.skipped(n, Skip::OverrideExempt);
             Ok(false)
         }
-        _ => take(r, n, c, hash, shard),
+        Applies::Places(k) => take(r, n, c, (hash, Some(k)), shard),
+        _ => take(r, n, c, (hash, None), shard),
+    }
+}
+
+/// The places the client `hash`'s override gives it on limit `n` at
+/// `now` (epoch ms), if it has such an override (a line whose rate has
+/// admitted the request; a zone without overrides: one relaxed load).
+#[inline(always)]
+pub(super) fn overridden<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
+    c: &LimitConf<'t>,
+    hash: KeyHash,
+    now: u64,
+) -> Option<u32> {
+    match override_of(r, n, c, (hash, LimitRead::Empty), now) {
+        Applies::Places(k) => Some(k),
+        _ => None,
     }
 }
 
 /// Takes limit `n`'s place for `hash` (its rate, if any, admitted the
-/// request). Ok(true): a place was taken; Ok(false): none applies (an
+/// request), under the client's override of its places (`set`), else the
+/// line's value. Ok(true): a place was taken; Ok(false): none applies (an
 /// empty value; an invalid one or no room, `fail=open`).
 #[cold]
 #[inline(never)]
@@ -80,23 +102,14 @@ pub(super) fn take<'t, R: Request<'t>>(
     r: &mut R,
     n: usize,
     c: &LimitConf<'t>,
-    hash: KeyHash,
+    (hash, set): (KeyHash, Option<u32>),
     shard: usize,
 ) -> Result<bool, Refused> {
     let Some(places) = r.in_flight_places(n) else {
         return Ok(false);
     };
-    let limit = match r.in_flight(n).map_err(|_| Refused::Host)? {
-        LimitRead::Set(k) => k,
-        LimitRead::Empty => {
-            if c.line == Line::InFlight {
-                not_applied(r, n, c, Skip::EmptyInFlight, shard);
-            } else {
-                r.skipped(n, Skip::EmptyInFlight);
-            }
-            return Ok(false);
-        }
-        LimitRead::Invalid => return invalid(r, n, c, hash, shard),
+    let Some(limit) = in_force(r, n, c, (hash, set), shard)? else {
+        return Ok(false);
     };
     let took = match r.owner(n) {
         Some(owner) => places.take(owner, hash.0, limit),
@@ -117,6 +130,33 @@ pub(super) fn take<'t, R: Request<'t>>(
             rej.d.outcome = Outcome::FailClosed;
             Err(Refused::Reject(rej))
         }
+    }
+}
+
+/// The in-flight limit in force: the override's places (`set`; the value
+/// is not read), else the line's value as read. Ok(None): no place
+/// applies (an empty value; an invalid one under `fail=open`).
+fn in_force<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
+    c: &LimitConf<'t>,
+    (hash, set): (KeyHash, Option<u32>),
+    shard: usize,
+) -> Result<Option<u32>, Refused> {
+    if set.is_some() {
+        return Ok(set);
+    }
+    match r.in_flight(n).map_err(|_| Refused::Host)? {
+        LimitRead::Set(k) => Ok(Some(k)),
+        LimitRead::Empty => {
+            if c.line == Line::InFlight {
+                not_applied(r, n, c, Skip::EmptyInFlight, shard);
+            } else {
+                r.skipped(n, Skip::EmptyInFlight);
+            }
+            Ok(None)
+        }
+        LimitRead::Invalid => invalid(r, n, c, hash, shard).map(|_| None),
     }
 }
 

@@ -6,13 +6,17 @@
 use super::*;
 use crate::overrides::range::{Addr, Range};
 use crate::overrides::Entry;
+use crate::overrides::{Action, Overrides};
 use crate::rule::mode::Mode;
 use crate::rule::window::Window;
+use crate::table::{Answer, FailPolicy, Table};
 use crate::testing::Region;
+use crate::Admission;
 
 const T0: u64 = 1_767_225_600_000;
 
-fn leaked_table() -> &'static Table<'static> {
+/// A 60 s estimate table over a leaked region.
+pub(super) fn leaked_table() -> &'static Table<'static> {
     let bytes = Table::HEADER_BYTES + 1024 * crate::SLOT_BYTES;
     let buf = Box::leak(Box::new(Region::new(bytes)));
     let w = Window::from_ms(60_000).unwrap();
@@ -21,7 +25,8 @@ fn leaked_table() -> &'static Table<'static> {
     Box::leak(Box::new(t))
 }
 
-fn leaked_overrides() -> &'static Overrides<'static> {
+/// An override table of 64 entries over a leaked region.
+pub(super) fn leaked_overrides() -> &'static Overrides<'static> {
     let buf = Box::leak(Box::new(Region::new(Overrides::bytes_for(64))));
     // SAFETY: as above.
     let o = unsafe { Overrides::init(buf.ptr(), buf.len(), 64) }.unwrap();

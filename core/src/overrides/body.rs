@@ -1,15 +1,18 @@
-//! The JSON body of an override `PUT`: `{"limit": N}`, `{"block": true}`
-//! or `{"exempt": true}`, with an optional `"ttl": SECONDS`.
+//! The JSON body of an override `PUT`: `{"limit": N}`, `{"in_flight": N}`,
+//! `{"block": true}` or `{"exempt": true}`, with an optional
+//! `"ttl": SECONDS`.
 //!
-//! Strict: one JSON object, exactly one of `limit`, `block`, `exempt`, no
-//! other field, no field twice; `limit` an integer from 0 to
-//! [`MAX_LIMIT`], `ttl` an integer from 1 to [`MAX_TTL_S`]; `block` and
+//! Strict: one JSON object, exactly one of `limit`, `in_flight`, `block`,
+//! `exempt` (an override is one action), no other field, no field twice;
+//! `limit` an integer from 0 to [`MAX_LIMIT`], `in_flight` one from 0 to
+//! [`MAX_IN_FLIGHT`], `ttl` one from 1 to [`MAX_TTL_S`]; `block` and
 //! `exempt` only `true`. Anything else is an error whose text the API
 //! answers in `{"error": "…"}`. It never panics (fuzzed:
 //! `fuzz/fuzz_targets/override_body.rs`).
 
 use crate::overrides::Action;
 use crate::rule::window::MAX_LIMIT;
+use crate::shm::places::MAX_IN_FLIGHT;
 
 /// Largest body, in bytes.
 pub const MAX_BODY: usize = 4096;
@@ -30,6 +33,7 @@ impl Body {
     pub fn to_json(&self) -> String {
         let a = match self.action {
             Action::Limit(n) => format!("\"limit\":{n}"),
+            Action::InFlight(n) => format!("\"in_flight\":{n}"),
             Action::Block | Action::Ban => "\"block\":true".into(),
             Action::Exempt => "\"exempt\":true".into(),
         };
@@ -234,9 +238,10 @@ fn yes(v: &Value, what: &str) -> Res<()> {
 }
 
 /// What a body without, or with more than, one action is told.
-const ONE_ACTION: &str = "give one of limit, block or exempt (e.g. {\"limit\": 100}), not two";
+const ONE_ACTION: &str =
+    "give one of limit, in_flight, block or exempt (e.g. {\"limit\": 100}), not two";
 /// What a body with no action is told.
-const NO_ACTION: &str = "give one of limit, block or exempt (e.g. {\"limit\": 100})";
+const NO_ACTION: &str = "give one of limit, in_flight, block or exempt (e.g. {\"limit\": 100})";
 
 /// The bit of a known field in [`Fields::seen`] (0: unknown).
 fn field_bit(name: &[u8]) -> u8 {
@@ -245,6 +250,7 @@ fn field_bit(name: &[u8]) -> u8 {
         b"block" => 2,
         b"exempt" => 4,
         b"ttl" => 8,
+        b"in_flight" => 16,
         _ => 0,
     }
 }
@@ -269,6 +275,10 @@ impl Fields {
         self.seen |= field_bit(name);
         let action = match name {
             b"limit" => Action::Limit(integer(v, "limit", (0, u64::from(MAX_LIMIT)))? as u32),
+            b"in_flight" => {
+                let n = integer(v, "in_flight", (0, u64::from(MAX_IN_FLIGHT)))?;
+                Action::InFlight(n as u32)
+            }
             b"block" => yes(v, "block").map(|_| Action::Block)?,
             b"exempt" => yes(v, "exempt").map(|_| Action::Exempt)?,
             b"ttl" => {
@@ -277,7 +287,7 @@ impl Fields {
             }
             other => {
                 return Err(format!(
-                    "unknown field \"{}\": use limit, block or exempt, and ttl",
+                    "unknown field \"{}\": use limit, in_flight, block or exempt, and ttl",
                     crate::units::escape(other)
                 ))
             }
@@ -371,13 +381,37 @@ mod tests {
             err(r#"{"limit":5,"ttl":1,"ttl":2}"#),
             "duplicate field \"ttl\": give it once"
         );
-        assert_eq!(
-            err(r#"{"limit":5,"block":true}"#),
-            "give one of limit, block or exempt (e.g. {\"limit\": 100}), not two"
-        );
+        let two = "give one of limit, in_flight, block or exempt (e.g. {\"limit\": 100}), not two";
+        assert_eq!(err(r#"{"limit":5,"block":true}"#), two);
+        // One override is one action: a limit and places are two.
+        assert_eq!(err(r#"{"limit":5,"in_flight":2}"#), two);
+        assert_eq!(err(r#"{"in_flight":2,"exempt":true}"#), two);
         assert_eq!(
             err("{}"),
-            "give one of limit, block or exempt (e.g. {\"limit\": 100})"
+            "give one of limit, in_flight, block or exempt (e.g. {\"limit\": 100})"
+        );
+        assert_eq!(err(r#"{"ttl":5}"#), err("{}"));
+        // `in_flight` says its range as `limit` and `ttl` do.
+        let places = "\"in_flight\" must be an integer from 0 to 65535";
+        assert_eq!(err(r#"{"in_flight":65536}"#), places);
+        assert_eq!(err(r#"{"in_flight":"2"}"#), places);
+        assert_eq!(err(r#"{"in_flight":true}"#), places);
+        assert_eq!(err(r#"{"in_flight":99999999999999999999999}"#), places);
+        assert_eq!(
+            err(r#"{"in_flight":-1}"#),
+            "\"in_flight\" must not be negative: an integer from 0 to 65535"
+        );
+        assert_eq!(
+            err(r#"{"in_flight":2.5}"#),
+            "\"in_flight\" must be a whole number: an integer from 0 to 65535"
+        );
+        assert_eq!(
+            err(r#"{"in_flight":1,"in_flight":2}"#),
+            "duplicate field \"in_flight\": give it once"
+        );
+        assert_eq!(
+            err(r#"{"inflight":2}"#),
+            "unknown field \"inflight\": use limit, in_flight, block or exempt, and ttl"
         );
     }
 
@@ -390,6 +424,9 @@ mod tests {
         assert_eq!(ok(r#"{"block":true}"#).action, Action::Block);
         assert_eq!(ok(r#"{"ttl":1,"exempt":true}"#).action, Action::Exempt);
         assert_eq!(ok(r#"{"\u006cimit":7}"#).action, Action::Limit(7));
+        assert_eq!(ok(r#"{"in_flight":0}"#).action, Action::InFlight(0));
+        let b = ok(r#"{"ttl":30,"in_flight":65535}"#);
+        assert_eq!((b.action, b.ttl_s), (Action::InFlight(65535), Some(30)));
     }
 
     #[test]
@@ -430,6 +467,7 @@ mod tests {
     fn any_body() -> impl Strategy<Value = Body> {
         let action = prop_oneof![
             (0..=MAX_LIMIT).prop_map(Action::Limit),
+            (0..=MAX_IN_FLIGHT).prop_map(Action::InFlight),
             Just(Action::Block),
             Just(Action::Exempt),
         ];

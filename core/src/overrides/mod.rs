@@ -3,10 +3,12 @@
 //! fingerprint ([`KeyHash::fingerprint`]) or a range's id ([`range`]).
 //!
 //! An override replaces the limit of every `rate_limit_window` line of its
-//! zone for one client ([`Action::Limit`]), admits it without counting
-//! ([`Action::Exempt`]), or rejects it ([`Action::Block`] by an operator,
-//! [`Action::Ban`] set by a limit's `ban=`), until an optional expiry
-//! (UTC epoch ms; 0: none).
+//! zone for one client ([`Action::Limit`]), or the `in_flight=` value of
+//! every line of its zone that has one ([`Action::InFlight`]), admits it
+//! without counting ([`Action::Exempt`]), or rejects it ([`Action::Block`]
+//! by an operator, [`Action::Ban`] set by a limit's `ban=`), until an
+//! optional expiry (UTC epoch ms; 0: none). One override is one action
+//! (see `slot.rs` for why a `limit` and an `in_flight` are not one entry).
 //!
 //! # Layout and concurrency
 //!
@@ -75,7 +77,7 @@ pub const MAX_EXPIRY_MS: u64 = (1 << 44) - 1;
 /// Largest id: a fingerprint (56 bits) with the range bit.
 pub const MAX_ID: u64 = ID_MASK;
 
-const MAGIC: u64 = u64::from_le_bytes(*b"RLWOVR02");
+const MAGIC: u64 = u64::from_le_bytes(*b"RLWOVR03");
 const SLOT_BYTES: usize = 16;
 const VERSION_BYTES: usize = 8;
 /// Bits of a version below the ms (a sequence).
@@ -94,6 +96,10 @@ pub enum Action {
     Exempt,
     /// Rejects every request (set by a limit's `ban=`).
     Ban,
+    /// Replaces the `in_flight=` value (requests in flight at once,
+    /// 0..=[`MAX_IN_FLIGHT`](crate::shm::places::MAX_IN_FLIGHT)) of every
+    /// line of the zone that has one; the lines' `limit=` stays.
+    InFlight(u32),
 }
 
 impl Action {
@@ -104,6 +110,7 @@ impl Action {
             Action::Block => "block",
             Action::Exempt => "exempt",
             Action::Ban => "ban",
+            Action::InFlight(_) => "in_flight",
         }
     }
 
@@ -150,15 +157,16 @@ struct Header {
     /// Bans set by `ban=` (`rate_limit_window_bans_total`).
     bans: AtomicU64,
     /// Changes by operators, by [`ChangeKind`].
-    changes: [AtomicU64; 4],
+    changes: [AtomicU64; 5],
     /// The last version drawn or seen (see the module doc).
     clock: AtomicU64,
     /// When a full table last reaped every expired entry (UTC epoch ms).
     reaped_at: AtomicU64,
-    _pad: [u64; 5],
+    _pad: [u64; 4],
 }
 
 const HEADER_BYTES: usize = core::mem::size_of::<Header>();
+const _: () = assert!(HEADER_BYTES == 128);
 
 /// An operator's change, as counted in
 /// `rate_limit_window_overrides_total{action}`.
@@ -172,12 +180,15 @@ pub enum ChangeKind {
     Exempt = 2,
     /// A removal (`DELETE …&override`, or a reset that lifted a ban).
     Remove = 3,
+    /// An `{"in_flight": N}` set.
+    InFlight = 4,
 }
 
 impl ChangeKind {
     /// Every kind, in the metrics' order.
-    pub const ALL: [ChangeKind; 4] = [
+    pub const ALL: [ChangeKind; 5] = [
         ChangeKind::Limit,
+        ChangeKind::InFlight,
         ChangeKind::Block,
         ChangeKind::Exempt,
         ChangeKind::Remove,
@@ -190,6 +201,7 @@ impl ChangeKind {
             ChangeKind::Block => "block",
             ChangeKind::Exempt => "exempt",
             ChangeKind::Remove => "remove",
+            ChangeKind::InFlight => "in_flight",
         }
     }
 }
@@ -313,7 +325,7 @@ impl<'a> Overrides<'a> {
             changes: Default::default(),
             clock: AtomicU64::new(0),
             reaped_at: AtomicU64::new(0),
-            _pad: [0; 5],
+            _pad: [0; 4],
         };
         // SAFETY: region is 64-byte aligned and large enough for a Header.
         unsafe { region.cast::<Header>().write(header) };

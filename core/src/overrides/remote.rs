@@ -4,10 +4,13 @@
 //!
 //! One hash per zone, `rlw:{ZONE}:ovr`; field: the client's fingerprint
 //! (14 hex digits), or `r` and a range's id (its 56 bits, 14 hex digits);
-//! value: `v2 VERSION ACTION LIMIT EXPIRES_MS` (VERSION 16 hex digits, see
-//! [`super`]; ACTION `limit`, `block`, `exempt` or `ban`; EXPIRES_MS UTC
-//! epoch ms, 0: none), or `v2 VERSION del` for a removal (kept
-//! [`TOMBSTONE_MS`] so that every gateway sees it, then deleted).
+//! value: `v2 VERSION ACTION VALUE EXPIRES_MS` (VERSION 16 hex digits, see
+//! [`super`]; ACTION `limit`, `in_flight`, `block`, `exempt` or `ban`;
+//! VALUE a `limit`'s requests per window or an `in_flight`'s places, else
+//! 0; EXPIRES_MS UTC epoch ms, 0: none), or `v2 VERSION del` for a removal
+//! (kept [`TOMBSTONE_MS`] so that every gateway sees it, then deleted).
+//! A gateway of a version before `in_flight` reads such a value as not
+//! its own (ignored: it keeps the client's state as it had it).
 //!
 //! A value orders the states of a field: its version first (fixed width,
 //! so the text's order is the number's), then the state's text. A write is
@@ -63,17 +66,17 @@ pub fn parse_field(f: &[u8]) -> Option<u64> {
     (fp != 0).then_some(fp | range)
 }
 
-/// The text of a state, without its version: `ACTION LIMIT EXPIRES_MS`,
+/// The text of a state, without its version: `ACTION VALUE EXPIRES_MS`,
 /// or `del`.
 pub fn state_text(e: Option<&Entry>) -> String {
     match e {
         None => "del".into(),
         Some(e) => {
-            let limit = match e.action {
-                Action::Limit(n) => n,
+            let value = match e.action {
+                Action::Limit(n) | Action::InFlight(n) => n,
                 _ => 0,
             };
-            format!("{} {limit} {}", e.action.name(), e.expires_ms)
+            format!("{} {value} {}", e.action.name(), e.expires_ms)
         }
     }
 }
@@ -124,6 +127,11 @@ pub fn parse(field: &[u8], value: &[u8]) -> Option<Read> {
             fp: id,
             action: match *action {
                 "limit" => Action::Limit(u32::try_from(num(limit)?).ok()?.min(crate::MAX_LIMIT)),
+                "in_flight" => Action::InFlight(
+                    u32::try_from(num(limit)?)
+                        .ok()?
+                        .min(crate::shm::places::MAX_IN_FLIGHT),
+                ),
                 "block" => Action::Block,
                 "exempt" => Action::Exempt,
                 "ban" => Action::Ban,
@@ -142,7 +150,15 @@ mod tests {
 
     #[test]
     fn values_round_trip() {
-        for action in [Action::Limit(7), Action::Block, Action::Exempt, Action::Ban] {
+        let all = [
+            Action::Limit(7),
+            Action::InFlight(2),
+            Action::InFlight(0),
+            Action::Block,
+            Action::Exempt,
+            Action::Ban,
+        ];
+        for action in all {
             for id in [0x00ab_cdef_0123_4567, RANGE_BIT | 0x0018_0000_7f00_0000] {
                 let e = Entry {
                     fp: id,
@@ -183,6 +199,22 @@ mod tests {
         assert!(value(None, 0x1_0000) > value(Some(&e), 0xffff));
         assert!(value(Some(&e), 0x1_0000) > value(None, 0xffff));
         assert!(value(Some(&e), 7) > value(Some(&e), 6));
+    }
+
+    /// An `in_flight` state's text, as every gateway of this version
+    /// writes and reads it; its places above 65535 read as 65535.
+    #[test]
+    fn in_flight_values_are_read() {
+        let e = Entry {
+            fp: 1,
+            action: Action::InFlight(3),
+            expires_ms: 5,
+        };
+        assert_eq!(value(Some(&e), 0x2a), "v2 000000000000002a in_flight 3 5");
+        let r = parse(b"00000000000001", b"v2 000000000000002a in_flight 70000 0").unwrap();
+        assert_eq!(r.entry.unwrap().action, Action::InFlight(65_535));
+        let bad = parse(b"00000000000001", b"v2 000000000000002a in_flight x 0");
+        assert_eq!(bad, None);
     }
 
     #[test]

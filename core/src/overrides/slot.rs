@@ -4,9 +4,14 @@
 //! ```text
 //! word, low 64 bits:  change counter (4 bits, 60..64) | kind (3 bits, 57..60)
 //!                   | id (57 bits: the 56-bit fingerprint, bit 56 a range)
-//! word, high 64 bits: limit (20 bits, 44..64) | expiry, UTC epoch ms (44 bits)
+//! word, high 64 bits: value (20 bits, 44..64) | expiry, UTC epoch ms (44 bits)
 //! version word:       change counter (4 bits, 60..64) | version (60 bits)
 //! ```
+//!
+//! The value is a `limit`'s requests per window, or an `in_flight`'s
+//! places (0 for the other kinds). One word holds one action: a `limit`
+//! and an `in_flight` together would need 36 bits of value beside the
+//! 44-bit expiry, and a lookup reads one 16-byte word in one atomic load.
 //!
 //! Every change of a word adds one to its change counter (mod 16), so a
 //! version word belongs to the word whose counter it carries: a version
@@ -15,6 +20,7 @@
 
 use super::{Action, Entry, MAX_EXPIRY_MS};
 use crate::rule::window::MAX_LIMIT;
+use crate::shm::places::MAX_IN_FLIGHT;
 
 /// Slots per candidate group.
 pub(super) const GROUP: usize = 16;
@@ -33,6 +39,7 @@ const K_LIMIT: u64 = 2;
 const K_BLOCK: u64 = 3;
 const K_EXEMPT: u64 = 4;
 const K_BAN: u64 = 5;
+const K_IN_FLIGHT: u64 = 6;
 
 /// A slot's content.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +77,7 @@ pub(super) fn decode(w: u128) -> Slot {
         K_BLOCK => Action::Block,
         K_EXEMPT => Action::Exempt,
         K_BAN => Action::Ban,
+        K_IN_FLIGHT => Action::InFlight(((hi >> LIMIT_SHIFT) as u32).min(MAX_IN_FLIGHT)),
         // Never written: read as free.
         _ => return Slot::Empty,
     };
@@ -100,6 +108,7 @@ pub(super) fn encode(old: u128, next: Next) -> u128 {
                 Action::Block => (K_BLOCK, 0),
                 Action::Exempt => (K_EXEMPT, 0),
                 Action::Ban => (K_BAN, 0),
+                Action::InFlight(n) => (K_IN_FLIGHT, u64::from(n.min(MAX_IN_FLIGHT))),
             };
             let lo = (e.fp & ID_MASK) | (kind << KIND_SHIFT);
             (lo, e.expires_ms.min(MAX_EXPIRY_MS) | (limit << LIMIT_SHIFT))

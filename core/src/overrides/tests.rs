@@ -87,6 +87,16 @@ fn every_action_and_the_largest_values_round_trip() {
             action: Action::Ban,
             expires_ms: 9,
         },
+        Entry {
+            fp: 5,
+            action: Action::InFlight(crate::shm::places::MAX_IN_FLIGHT),
+            expires_ms: MAX_EXPIRY_MS,
+        },
+        Entry {
+            fp: 6,
+            action: Action::InFlight(0),
+            expires_ms: 0,
+        },
     ];
     for e in all {
         t.set(e, 0).unwrap();
@@ -525,5 +535,32 @@ fn concurrent_inserts_of_one_client_from_empty_leave_one_entry() {
         assert_eq!(t.live(), 1);
         t.remove(fp, 0);
         t.reap_expired(0, t.slots(), 0);
+    }
+}
+
+fn any_action() -> impl Strategy<Value = Action> {
+    use crate::shm::places::MAX_IN_FLIGHT;
+    prop_oneof![
+        (0..=MAX_LIMIT).prop_map(Action::Limit),
+        (0..=MAX_IN_FLIGHT).prop_map(Action::InFlight),
+        Just(Action::Block),
+        Just(Action::Exempt),
+        Just(Action::Ban),
+    ]
+}
+
+proptest! {
+    /// Every entry a table may hold reads back from its word as written,
+    /// whatever the word before it (its change counter).
+    #[test]
+    fn every_entry_round_trips_through_its_word(
+        fp in 1u64..=MAX_ID,
+        action in any_action(),
+        expires_ms in 0..=MAX_EXPIRY_MS,
+        old in any::<u128>(),
+    ) {
+        use super::slot::{decode, encode, Next, Slot};
+        let e = Entry { fp, action, expires_ms };
+        prop_assert_eq!(decode(encode(old, Next::Live(e))), Slot::Live(e));
     }
 }

@@ -20,7 +20,7 @@
 //! | 1    | IDENTITY  | window_ms u64, mode u8 (0 estimate, 1 strict), 3 zero bytes, zone name (u32 length + bytes), key source (u32 length + bytes) |
 //! | 2    | SEED      | the zone's hash seed, 2 x u64                               |
 //! | 3    | TABLE     | saved_ms u64, layout u32, strict u8, 3 zero bytes, capacity u64, newest u64, count u64, then count x (position u32, slot word u128) |
-//! | 4    | OVERRIDES | count u64, then count x (fingerprint u64, action u8 (1 limit, 2 block, 3 exempt, 4 ban), 3 zero bytes, limit u32, expires_ms u64) |
+//! | 4    | OVERRIDES | count u64, then count x (fingerprint u64, action u8 (1 limit, 2 block, 3 exempt, 4 ban, 5 in_flight), 3 zero bytes, value u32 (a limit's requests, an in_flight's places, else 0), expires_ms u64) |
 //!
 //! IDENTITY, SEED and TABLE must each appear exactly once, OVERRIDES at
 //! most once (a file written before it existed has none: no overrides); a
@@ -40,6 +40,11 @@
 //!
 //! Older readers skip the new section, so the format version stays 1.
 //!
+//! An OVERRIDES action added later (5, `in_flight`) keeps the record's
+//! bytes: every earlier file reads as before, and a module that predates
+//! the action refuses a file holding one as malformed (logged; the zone
+//! starts empty), never misreads it.
+//!
 //! The checksum finds accidents (a torn or truncated write, a flipped bit,
 //! another file); it is not a signature. The file holds the zone's hash
 //! seed: whoever can read it can compute key fingerprints and aim
@@ -49,6 +54,7 @@ use core::fmt;
 
 use crate::overrides::{Action, Entry, MAX_EXPIRY_MS, MAX_OVERRIDES};
 use crate::rule::window::MAX_LIMIT;
+use crate::shm::places::MAX_IN_FLIGHT;
 use crate::table::SavedTable;
 
 /// The file's first 8 bytes.
@@ -62,7 +68,7 @@ const SLOT_RECORD: usize = 20;
 /// Fixed bytes of a TABLE payload before the slots.
 const TABLE_FIXED: usize = 40;
 /// Bytes of one saved override: fingerprint (or a range's id) u64, action
-/// u8, 3 zero bytes, limit u32, expiry u64.
+/// u8, 3 zero bytes, value u32 (a limit, places), expiry u64.
 const OVERRIDE_RECORD: usize = 24;
 /// Largest fingerprint (56 bits).
 const FP_MAX: u64 = (1 << 56) - 1;
@@ -247,13 +253,15 @@ pub fn encode(f: &StateFile) -> Vec<u8> {
     out
 }
 
-/// The action's code in an OVERRIDES record, and its limit.
+/// The action's code in an OVERRIDES record, and its value (a limit,
+/// places).
 fn action_code(a: Action) -> (u8, u32) {
     match a {
         Action::Limit(n) => (1, n),
         Action::Block => (2, 0),
         Action::Exempt => (3, 0),
         Action::Ban => (4, 0),
+        Action::InFlight(n) => (5, n),
     }
 }
 
@@ -423,8 +431,9 @@ fn read_table(p: &[u8], f: &mut StateFile) -> Option<()> {
 }
 
 /// Reads an OVERRIDES payload: every field in range (a fingerprint of 56
-/// bits, not 0; a known action; a limit only for `limit`, at most
-/// [`MAX_LIMIT`]; an expiry within [`MAX_EXPIRY_MS`], never 0 for a ban),
+/// bits, not 0; a known action; a value only for `limit`, at most
+/// [`MAX_LIMIT`], and `in_flight`, at most [`MAX_IN_FLIGHT`]; an expiry
+/// within [`MAX_EXPIRY_MS`], never 0 for a ban),
 /// no client twice, at most [`MAX_OVERRIDES`] entries.
 fn read_overrides(p: &[u8], out: &mut Vec<Entry>) -> Option<()> {
     let mut r = Reader(p);
@@ -449,10 +458,11 @@ fn read_overrides(p: &[u8], out: &mut Vec<Entry>) -> Option<()> {
 fn read_override(r: &mut Reader) -> Option<Entry> {
     let fp = r.u64()?;
     let code = r.take(4)?;
-    let limit = r.u32()?;
+    let value = r.u32()?;
     let expires_ms = r.u64()?;
-    let action = match (code, limit) {
+    let action = match (code, value) {
         ([1, 0, 0, 0], n) => Action::Limit(n),
+        ([5, 0, 0, 0], n) => Action::InFlight(n),
         ([2, 0, 0, 0], 0) => Action::Block,
         ([3, 0, 0, 0], 0) => Action::Exempt,
         ([4, 0, 0, 0], 0) => Action::Ban,
@@ -467,12 +477,13 @@ fn read_override(r: &mut Reader) -> Option<Entry> {
 }
 
 /// Whether a state file may hold `e`: a fingerprint of 56 bits, not 0, or
-/// a range's id; a
-/// limit at most [`MAX_LIMIT`]; an end within [`MAX_EXPIRY_MS`], never
-/// none for a ban.
+/// a range's id; a limit at most [`MAX_LIMIT`], places at most
+/// [`MAX_IN_FLIGHT`]; an end within [`MAX_EXPIRY_MS`], never none for a
+/// ban.
 fn valid(e: &Entry) -> bool {
     let action_ok = match e.action {
         Action::Limit(n) => n <= MAX_LIMIT,
+        Action::InFlight(n) => n <= MAX_IN_FLIGHT,
         Action::Ban => e.expires_ms != 0,
         Action::Block | Action::Exempt => true,
     };

@@ -8,7 +8,7 @@ use crate::overrides::{Action, Entry};
 use crate::table::LAYOUT_VERSION;
 
 /// One override of each kind: a limit for ever, a block for an hour, an
-/// exempt, a ban.
+/// exempt, places for an hour, a ban.
 fn sample_overrides() -> Vec<Entry> {
     let e = |fp, action, expires_ms| Entry {
         fp,
@@ -19,6 +19,7 @@ fn sample_overrides() -> Vec<Entry> {
         e(0x00ab_cdef_0123_4567, Action::Limit(10), 0),
         e(0x0012_3456_789a_bcde, Action::Block, 1_767_229_200_000),
         e(1, Action::Exempt, 0),
+        e(2, Action::InFlight(3), 1_767_229_200_000),
         e((1 << 56) - 1, Action::Ban, 1_767_225_660_000),
     ]
 }
@@ -186,12 +187,20 @@ fn a_file_without_overrides_reads_as_none() {
 
 #[test]
 fn valid_override_records_are_read() {
-    let p = overrides_payload(&[(7, 1, 1_000_000, 0), (8, 4, 0, 5), (9, 3, 0, 9)]);
+    let p = overrides_payload(&[
+        (7, 1, 1_000_000, 0),
+        (8, 4, 0, 5),
+        (9, 3, 0, 9),
+        (10, 5, 65_535, 0),
+        (11, 5, 0, 7),
+    ]);
     let f = with_overrides(Some(&p)).unwrap();
     let want = [
         (7, Action::Limit(1_000_000), 0),
         (8, Action::Ban, 5),
         (9, Action::Exempt, 9),
+        (10, Action::InFlight(65_535), 0),
+        (11, Action::InFlight(0), 7),
     ];
     let got: Vec<_> = f
         .overrides
@@ -205,7 +214,7 @@ fn valid_override_records_are_read() {
 fn malformed_overrides_are_refused_even_with_a_valid_checksum() {
     let bad = StateError::Section("OVERRIDES", "malformed");
     let max_exp = crate::overrides::MAX_EXPIRY_MS;
-    let cases: [(&str, Vec<u8>); 12] = [
+    let cases: [(&str, Vec<u8>); 13] = [
         ("fingerprint 0", overrides_payload(&[(0, 2, 0, 0)])),
         (
             "an id over 57 bits",
@@ -216,7 +225,8 @@ fn malformed_overrides_are_refused_even_with_a_valid_checksum() {
             overrides_payload(&[((1 << 56) | (200 << 48), 2, 0, 0)]),
         ),
         ("action 0", overrides_payload(&[(5, 0, 0, 0)])),
-        ("action 5", overrides_payload(&[(5, 5, 0, 0)])),
+        ("action 6", overrides_payload(&[(5, 6, 0, 0)])),
+        ("places over 65535", overrides_payload(&[(5, 5, 65_536, 0)])),
         ("a limit on a block", overrides_payload(&[(5, 2, 3, 0)])),
         ("a huge limit", overrides_payload(&[(5, 1, 1_000_001, 0)])),
         ("a ban without end", overrides_payload(&[(5, 4, 0, 0)])),
@@ -334,12 +344,13 @@ proptest! {
         newest in any::<u64>(),
         slots in proptest::collection::vec((any::<u32>(), any::<u128>()), 0..50),
         other in proptest::collection::vec((5u16.., proptest::collection::vec(any::<u8>(), 0..20)), 0..3),
-        ovr in proptest::collection::btree_map(1u64..1 << 56, (0u8..4, 0u32..=1_000_000, 0u64..1 << 44), 0..20),
+        ovr in proptest::collection::btree_map(1u64..1 << 56, (0u8..5, 0u32..=1_000_000, 0u64..1 << 44), 0..20),
     ) {
         let overrides = ovr
             .into_iter()
             .map(|(fp, (code, n, exp))| {
-                let action = [Action::Limit(n), Action::Block, Action::Exempt, Action::Ban][code as usize];
+                let places = Action::InFlight(n % 65_536);
+                let action = [Action::Limit(n), Action::Block, Action::Exempt, Action::Ban, places][code as usize];
                 let expires_ms = if action == Action::Ban { exp.max(1) } else { exp };
                 Entry { fp, action, expires_ms }
             })

@@ -28,8 +28,14 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RLWINDOW");
 /// mode's slots; the zone header took this magic and version at 3, and
 /// the zone headers before it, magic `RLWZONE1`..`RLWZONEA`, never match;
 /// 4: the override table's candidate groups and versions, a longer queue
-/// of overrides for the sync.)
-pub const LAYOUT_VERSION: u32 = 4;
+/// of overrides for the sync; 5: an override's `in_flight` (a slot kind of
+/// the override table, and its count of changes).)
+pub const LAYOUT_VERSION: u32 = 5;
+/// The oldest layout version whose slot words are this version's: a state
+/// file's table saved by a module of that layout or later is restored
+/// (layout 5 changed the override region only). Raise it to
+/// [`LAYOUT_VERSION`] whenever a slot's bits change.
+pub const SLOT_WORDS_SINCE: u32 = 4;
 
 /// Slot arrays above this size prefetch the second candidate group's home
 /// slot, and every line of both groups before a new key's survey (in a

@@ -149,7 +149,9 @@ use crate::table::atomic::Ops;
 
 pub use acquire::{Admission, Answer, Events, Outcome, Question};
 pub use carry::Carried;
-pub use layout::{Counter, CHOICES, LAYOUT_VERSION, MAGIC, PROBE, SHARDS, SLOT_BYTES};
+pub use layout::{
+    Counter, CHOICES, LAYOUT_VERSION, MAGIC, PROBE, SHARDS, SLOT_BYTES, SLOT_WORDS_SINCE,
+};
 pub use maintenance::Snapshot;
 pub use persist::{RestoreError, Restored, SavedTable};
 

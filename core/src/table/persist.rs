@@ -19,14 +19,15 @@
 
 use portable_atomic::Ordering;
 
-use super::layout::{fp_of, Slot, COUNTS_MASK, LAYOUT_VERSION};
+use super::layout::{fp_of, Slot, COUNTS_MASK, LAYOUT_VERSION, SLOT_WORDS_SINCE};
 use super::{Table, PROBE};
 use crate::rule::strict::{self, SPAN};
 
 /// A table's used slots, as saved in a state file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SavedTable {
-    /// The slot layout version of the words ([`LAYOUT_VERSION`]).
+    /// The layout version of the module that saved the words
+    /// ([`LAYOUT_VERSION`]; restored from [`SLOT_WORDS_SINCE`] on).
     pub layout: u32,
     /// The zone decided with the strict rule (the words are strict words).
     pub strict: bool,
@@ -63,7 +64,8 @@ impl core::fmt::Display for RestoreError {
         match self {
             RestoreError::Layout(v) => write!(
                 f,
-                "slots of layout version {v}, this module uses {LAYOUT_VERSION}"
+                "slots of layout version {v}, this module reads versions {SLOT_WORDS_SINCE} to \
+                 {LAYOUT_VERSION}"
             ),
             RestoreError::Mode => f.write_str("slots of the other mode= (estimate or strict)"),
             RestoreError::Position => f.write_str("a slot position out of range or out of order"),
@@ -135,7 +137,7 @@ impl Table<'_> {
     /// formatted, not yet shared) with the saved table's seed and window,
     /// then clears whatever is stale at `now_ms` (epoch ms).
     pub fn restore(&self, saved: &SavedTable, now_ms: u64) -> Result<Restored, RestoreError> {
-        if saved.layout != LAYOUT_VERSION {
+        if !(SLOT_WORDS_SINCE..=LAYOUT_VERSION).contains(&saved.layout) {
             return Err(RestoreError::Layout(saved.layout));
         }
         if saved.strict != self.strict {
@@ -318,6 +320,34 @@ mod tests {
                 live: 0,
                 dropped: 10
             }
+        );
+    }
+
+    /// A file saved before layout 5 (which changed only the override
+    /// region) keeps its counts across the upgrade; older slot words are
+    /// refused.
+    #[test]
+    fn slots_of_an_earlier_layout_with_the_same_words_are_restored() {
+        let mut a = Region::new(small_bytes(64));
+        let old = with_mode(&mut a, Mode::Estimate);
+        load(&old, 20, T0);
+        let mut saved = old.save(T0);
+        saved.layout = SLOT_WORDS_SINCE;
+        let mut b = Region::new(small_bytes(64));
+        let new = with_mode(&mut b, Mode::Estimate);
+        assert_eq!(new.restore(&saved, T0).unwrap().live, 20);
+        counts_match(&new, 20, T0, |i| (i % 4 + 1) as u32);
+        saved.layout = SLOT_WORDS_SINCE - 1;
+        let mut c = Region::new(small_bytes(64));
+        let refused = with_mode(&mut c, Mode::Estimate).restore(&saved, T0);
+        assert_eq!(refused, Err(RestoreError::Layout(SLOT_WORDS_SINCE - 1)));
+        assert_eq!(
+            refused.unwrap_err().to_string(),
+            format!(
+                "slots of layout version {}, this module reads versions {SLOT_WORDS_SINCE} to \
+                 {LAYOUT_VERSION}",
+                SLOT_WORDS_SINCE - 1
+            )
         );
     }
 

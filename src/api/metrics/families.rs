@@ -366,6 +366,9 @@ const FAMILIES: &[Family] = &[
             "action",
             &[
                 ("limit", |l| ovr(l, |o, _| o.changes(ChangeKind::Limit))),
+                ("in_flight", |l| {
+                    ovr(l, |o, _| o.changes(ChangeKind::InFlight))
+                }),
                 ("block", |l| ovr(l, |o, _| o.changes(ChangeKind::Block))),
                 ("exempt", |l| ovr(l, |o, _| o.changes(ChangeKind::Exempt))),
                 ("remove", |l| ovr(l, |o, _| o.changes(ChangeKind::Remove))),
