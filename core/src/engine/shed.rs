@@ -62,6 +62,10 @@ pub fn decide(
 }
 
 #[cfg(test)]
+#[path = "shed_tests.rs"]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing::Region;
