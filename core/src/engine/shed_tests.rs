@@ -1,11 +1,13 @@
 //! `rate_limit_window_shed` against a reference model: random interleavings
-//! of requests of random priorities started by two workers (and by a
+//! of requests of random priorities (the four levels, under ordered
+//! reserves or `reserve=` alone) started by two workers (and by a
 //! process without an owner), ended in any order, ended twice, and workers
 //! killed and respawned (their places reclaimed by the successor's start
 //! or by the other worker's sweep). After every step the group's places,
 //! its counters and every decision match the model: never more than
-//! `max=` in flight, a default request shed at `max − reserve` in flight,
-//! a critical one admitted below `max`, each place given back once.
+//! `max=` in flight, a low, default or high request shed at `max` minus
+//! its level's reserve in flight, a critical one admitted below `max`,
+//! each place given back once.
 
 use proptest::prelude::*;
 
@@ -16,7 +18,7 @@ use crate::testing::Region;
 #[derive(Clone, Debug)]
 enum Op {
     /// Worker `w` (2: a process without an owner) starts a request.
-    Start { w: usize, critical: bool },
+    Start { w: usize, level: usize },
     /// The `i`th request in flight (modulo their number) ends.
     End(prop::sample::Index),
     /// A request that has ended ends again (its stale place is given).
@@ -28,18 +30,19 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..3usize, any::<bool>()).prop_map(|(w, critical)| Op::Start { w, critical }),
+        4 => (0..3usize, 0..4usize).prop_map(|(w, level)| Op::Start { w, level }),
         3 => any::<prop::sample::Index>().prop_map(Op::End),
         1 => any::<prop::sample::Index>().prop_map(Op::EndAgain),
         1 => (0..2usize, any::<bool>()).prop_map(|(w, sweep)| Op::Crash { w, sweep }),
     ]
 }
 
-/// The model's counters, per priority (0: critical, 1: default).
+/// The model's counters, per level (0: critical, 1: high, 2: default,
+/// 3: low).
 #[derive(Default)]
 struct Counts {
-    shed: [u64; 2],
-    admitted: [u64; 2],
+    shed: [u64; 4],
+    admitted: [u64; 4],
     untracked: u64,
     reclaimed: u64,
 }
@@ -60,28 +63,37 @@ struct Run {
     next_pid: u32,
 }
 
-/// The model's limit: requests in flight at which a request is shed.
-/// The reserve is `reserve_pct` of `max`, rounded up, computed apart
-/// from the rule.
-fn model_limit(max: u32, reserve_pct: u32, critical: bool) -> u32 {
-    if critical {
-        return max;
-    }
-    let mut reserve = max * reserve_pct / 100;
-    if reserve * 100 < max * reserve_pct {
+/// The model's limit: requests in flight at which a request of `level`
+/// (0: critical, 1: high, 2: default, 3: low) is shed. A level's reserve
+/// is its percent of `max`, rounded up, computed apart from the rule.
+fn model_limit(l: &ShedLimits, level: usize) -> u32 {
+    let pct = match level {
+        0 => return l.max,
+        1 => l.reserve_high_pct,
+        2 => l.reserve_pct,
+        _ => l.reserve_low_pct,
+    };
+    let mut reserve = l.max * pct / 100;
+    if reserve * 100 < l.max * pct {
         reserve += 1;
     }
-    max - reserve.min(max)
+    l.max - reserve.min(l.max)
+}
+
+/// The priority of `level`, as a `priority=` value says it.
+fn priority(level: usize) -> Priority {
+    Priority::of([&b"critical"[..], b"HIGH", b"", b"low"][level])
 }
 
 impl Run {
-    fn new(max: u32, reserve_pct: u32) -> Run {
+    fn new(limits: ShedLimits) -> Run {
+        let max = limits.max;
         let buf = Box::leak(Box::new(Region::new(ShedGroup::bytes_for(max))));
         // SAFETY: an exclusive, 64-byte aligned buffer that lives forever.
         let g = unsafe { ShedGroup::init(buf.ptr(), buf.len(), max) }.unwrap();
         let mut run = Run {
             g,
-            limits: ShedLimits { max, reserve_pct },
+            limits,
             workers: [(0, Owner::from_bits(1).unwrap()); 2],
             dead: vec![],
             flying: vec![],
@@ -105,7 +117,7 @@ impl Run {
 
     fn step(&mut self, op: Op) -> Result<(), TestCaseError> {
         match op {
-            Op::Start { w, critical } => self.start(w, critical)?,
+            Op::Start { w, level } => self.start(w, level)?,
             Op::End(i) if !self.flying.is_empty() => {
                 let (_, p) = self.flying.remove(i.index(self.flying.len()));
                 self.g.places.give(p);
@@ -120,17 +132,12 @@ impl Run {
         self.check()
     }
 
-    fn start(&mut self, w: usize, critical: bool) -> Result<(), TestCaseError> {
-        let p = if critical {
-            Priority::Critical
-        } else {
-            Priority::Default
-        };
+    fn start(&mut self, w: usize, pi: usize) -> Result<(), TestCaseError> {
+        let p = priority(pi);
         let owner = self.workers.get(w).map(|&(_, o)| o);
         let before = self.flying.len() as u32;
         let got = decide(&self.g, owner, self.limits, p);
-        let limit = model_limit(self.limits.max, self.limits.reserve_pct, critical);
-        let pi = usize::from(!critical);
+        let limit = model_limit(&self.limits, pi);
         match got {
             Shed::Untracked => {
                 prop_assert!(owner.is_none(), "untracked with an owner");
@@ -188,8 +195,7 @@ impl Run {
         prop_assert_eq!(self.g.in_flight(), n, "the group's count");
         prop_assert_eq!(self.g.places.in_flight(), u64::from(n), "ledger words");
         let c = &self.counts;
-        for p in Priority::ALL {
-            let i = usize::from(p == Priority::Default);
+        for (i, p) in (0..4).map(|i| (i, priority(i))) {
             prop_assert_eq!(self.g.shed_total(p.index()), c.shed[i], "shed {:?}", p);
             prop_assert_eq!(
                 self.g.admitted_total(p.index()),
@@ -204,9 +210,24 @@ impl Run {
     }
 }
 
-/// `reserve=` values: the edges and anything between.
-fn reserve_pct() -> impl Strategy<Value = u32> {
+/// A percent: the edges and anything between.
+fn pct() -> impl Strategy<Value = u32> {
     prop_oneof![Just(0u32), Just(50), Just(100), 0..=100u32]
+}
+
+/// A group's limits: `reserve=` alone, or three ordered reserves.
+fn limits() -> impl Strategy<Value = ShedLimits> {
+    let alone = (1..10u32, pct()).prop_map(|(max, p)| ShedLimits::new(max, p));
+    let ordered = (1..10u32, [pct(), pct(), pct()]).prop_map(|(max, mut p)| {
+        p.sort_unstable();
+        ShedLimits {
+            max,
+            reserve_high_pct: p[0],
+            reserve_pct: p[1],
+            reserve_low_pct: p[2],
+        }
+    });
+    prop_oneof![alone, ordered]
 }
 
 proptest! {
@@ -214,11 +235,10 @@ proptest! {
 
     #[test]
     fn shedding_matches_the_model(
-        max in 1..10u32,
-        pct in reserve_pct(),
+        limits in limits(),
         ops in proptest::collection::vec(op(), 1..150),
     ) {
-        let mut run = Run::new(max, pct);
+        let mut run = Run::new(limits);
         for o in ops {
             run.step(o)?;
         }
