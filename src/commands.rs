@@ -180,8 +180,10 @@ pub extern "C" fn merge_loc_conf(
         return NGX_CONF_ERROR;
     }
     crate::conf::early_answer::check_conf(cf, conf);
-    if conf.phase == conf::PHASE_POSTACCESS && conf.limits.as_ref().is_some_and(|l| !l.is_empty()) {
-        // The access mark is kept only for configurations that read it.
+    let decides = conf.limits.as_ref().is_some_and(|l| !l.is_empty()) || conf.shed.is_some();
+    if conf.phase == conf::PHASE_POSTACCESS && decides {
+        // The access mark is kept only for configurations that read it (a
+        // location with `rate_limit_window_shed` alone decides too).
         let Some(mcf) = Module::main_conf_mut(cf) else {
             return NGX_CONF_ERROR;
         };

@@ -1,9 +1,10 @@
 //! `rate_limit_window_shed zone=NAME max=N priority=VALUE [reserve=P%]
+//! [reserve_low=P%] [reserve_high=P%]
 //! [status=CODE];` (location): the directive's handler. The words are
 //! parsed by the core (`conf::shed_opts`); the group is found by name in
 //! the main configuration, or made with its own small shared-memory zone
 //! (zone/shed.rs); every location naming a group must give the same
-//! `max=` and `reserve=`.
+//! `max=` and reserves.
 
 use core::ptr;
 

@@ -522,6 +522,79 @@ fn in_flight_doc_runs_as_printed() {
     assert_eq!(got, [200, 200, 429]);
 }
 
+/// docs/shedding.md's ordered priorities, as printed (max=8,
+/// reserve=25% reserve_low=50% reserve_high=10%): held by a slow upstream,
+/// 4 low requests fill low's places, then 2 default, 1 high and 1
+/// critical the rest; the next request of each priority is shed.
+#[test]
+fn ordered_priorities_doc_runs_as_printed() {
+    let up = Upstream::start();
+    let conf = nginx_block("docs/shedding.md", "## Ordered priorities");
+    let ng = Nginx::builder().upstream_of(&up).start(&runnable(conf));
+    let port = ng.port;
+    let in_flight = || {
+        let text = metrics_text(port);
+        prom_value(
+            &text,
+            "rate_limit_window_shed_in_flight",
+            &[("zone", "jobs")],
+        )
+    };
+    let mut held = vec![];
+    for (prio, places, upto) in [
+        ("low", 4, 4.0),
+        ("", 2, 6.0),
+        ("high", 1, 7.0),
+        ("critical", 1, 8.0),
+    ] {
+        for i in 0..places {
+            held.push(std::thread::spawn(move || {
+                let p = format!("/jobs/{prio}-{i}?sleep=4000");
+                request(port, "GET", &p, &[("X-Priority", prio.as_bytes())]).status
+            }));
+        }
+        let filled = wait_for(std::time::Duration::from_secs(3), || {
+            in_flight() == Some(upto)
+        });
+        assert!(filled, "{prio}: {:?} in flight, want {upto}", in_flight());
+        let next = request(
+            port,
+            "GET",
+            "/jobs/next",
+            &[("X-Priority", prio.as_bytes())],
+        );
+        assert_eq!(
+            (next.status, next.header("retry-after")),
+            (503, Some("1")),
+            "{prio}"
+        );
+    }
+    for h in held {
+        assert_eq!(h.join().unwrap(), 200);
+    }
+    let text = metrics_text(port);
+    for (prio, admitted) in [
+        ("low", 4.0),
+        ("default", 2.0),
+        ("high", 1.0),
+        ("critical", 1.0),
+    ] {
+        let m = |name| prom_value(&text, name, &[("zone", "jobs"), ("priority", prio)]);
+        assert_eq!(
+            m("rate_limit_window_shed_total"),
+            Some(1.0),
+            "{prio}: {text}"
+        );
+        assert_eq!(
+            m("rate_limit_window_shed_admitted_total"),
+            Some(admitted),
+            "{prio}"
+        );
+    }
+    assert!(wait_for(std::time::Duration::from_secs(2), || in_flight()
+        == Some(0.0)));
+}
+
 /// docs/shedding.md's configuration, as printed: two slow default
 /// requests fill the non-reserved places; a third is shed, a payment and a
 /// health check are not.

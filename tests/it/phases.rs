@@ -14,6 +14,8 @@ use crate::common;
 
 #[path = "phases_in_flight.rs"]
 mod in_flight;
+#[path = "phases_shed.rs"]
+mod shed;
 
 use common::*;
 use std::process::Command;

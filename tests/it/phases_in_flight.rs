@@ -117,7 +117,7 @@ fn counted(phase: &str, route: Route) -> bool {
 }
 
 /// `n` GETs of `url` at once as streams of one HTTP/2 connection, as `ip`.
-fn curl_h2_parallel(url: &str, ip: &str, n: usize) -> Vec<u16> {
+pub(super) fn curl_h2_parallel(url: &str, ip: &str, n: usize) -> Vec<u16> {
     let mut cmd = Command::new("curl");
     cmd.args(["-sSk", "--http2", "-Z", "-H"])
         .arg(format!("X-Via-Http: {ip}"))

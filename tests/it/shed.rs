@@ -187,6 +187,22 @@ fn configuration_errors() {
     ));
     assert!(!ok);
     assert!(out.contains("invalid max \"0\""), "{out}");
+    let (ok, out) = test_config(&conf(
+        "location /d/ { rate_limit_window_shed zone=o2 max=8 priority=x reserve=20% \
+         reserve_high=30%; return 204; }",
+    ));
+    assert!(!ok);
+    assert!(out.contains("[emerg]"), "{out}");
+    assert!(
+        out.contains("invalid reserves reserve_high=30% reserve=20% reserve_low=20%"),
+        "{out}"
+    );
+    let (ok, out) = test_config(&conf(
+        "location /d/ { rate_limit_window_shed zone=o3 max=8 priority=x reserve_low=half; \
+         return 204; }",
+    ));
+    assert!(!ok);
+    assert!(out.contains("invalid reserve_low \"half\""), "{out}");
     let (ok, out) = test_config(&conf(""));
     assert!(ok, "{out}");
 }

@@ -10,7 +10,15 @@ use crate::shm::places::MAX_IN_FLIGHT;
 use crate::units::escape;
 
 /// The parameters of `rate_limit_window_shed`.
-pub const SHED_PARAMS: &[&str] = &["zone=", "max=", "priority=", "reserve=", "status="];
+pub const SHED_PARAMS: &[&str] = &[
+    "zone=",
+    "max=",
+    "priority=",
+    "reserve=",
+    "reserve_low=",
+    "reserve_high=",
+    "status=",
+];
 
 /// The default `reserve=`: a fifth of `max=` kept for critical requests.
 pub const DEFAULT_RESERVE_PCT: u32 = 20;
@@ -35,9 +43,22 @@ pub enum ShedConfError {
     /// `max=` out of range.
     #[error("invalid max \"{}\": an integer from 1 to {MAX_IN_FLIGHT}", escape(.0))]
     Max(Vec<u8>),
-    /// `reserve=` that is no percentage.
-    #[error("invalid reserve \"{}\": a percentage of max= from 0% to 100%, e.g. reserve=20%", escape(.0))]
-    Reserve(Vec<u8>),
+    /// `reserve=`, `reserve_low=` or `reserve_high=` that is no percentage.
+    #[error(
+        "invalid {name} \"{value}\": a percentage of max= from 0% to 100%, e.g. {name}=20%",
+        name = .0,
+        value = escape(.1)
+    )]
+    Reserve(&'static str, Vec<u8>),
+    /// Reserves out of order.
+    #[error(
+        "invalid reserves reserve_high={}% reserve={}% reserve_low={}%: a lower priority keeps \
+         at least the reserve of a higher one (reserve_high <= reserve <= reserve_low)",
+        .0.reserve_high_pct,
+        .0.reserve_pct,
+        .0.reserve_low_pct
+    )]
+    Order(ShedLimits),
     /// `status=` out of range.
     #[error("invalid status \"{}\": an HTTP status from 400 to 599", escape(.0))]
     Status(Vec<u8>),
@@ -46,11 +67,14 @@ pub enum ShedConfError {
     Priority,
     /// A group named again with other limits.
     #[error(
-        "rate_limit_window_shed zone \"{}\" is already declared with max={} reserve={}%: every \
-         location of a group gives the same max= and reserve=",
+        "rate_limit_window_shed zone \"{}\" is already declared with max={} reserve={}% \
+         reserve_low={}% reserve_high={}%: every location of a group gives the same max= and \
+         reserves",
         escape(.zone),
         .before.max,
-        .before.reserve_pct
+        .before.reserve_pct,
+        .before.reserve_low_pct,
+        .before.reserve_high_pct
     )]
     Conflict {
         /// The group.
@@ -83,6 +107,38 @@ fn number(v: &[u8], max: u32) -> Option<u32> {
     (n <= max).then_some(n)
 }
 
+/// A percentage (`P%`, 0 to 100) of the parameter `name`, if given.
+fn percent(name: &'static str, v: Option<&[u8]>) -> Result<Option<u32>, ShedConfError> {
+    v.map(|v| {
+        v.strip_suffix(b"%")
+            .and_then(|p| number(p, 100))
+            .ok_or_else(|| ShedConfError::Reserve(name, v.to_vec()))
+    })
+    .transpose()
+}
+
+/// `max=` with the reserves: `reserve=` (default 20%), `reserve_low=` and
+/// `reserve_high=` (default: `reserve=`'s), ordered so that a higher
+/// priority never has fewer places than a lower one.
+fn reserves<'a>(
+    max: u32,
+    get: &dyn Fn(&[u8]) -> Option<&'a [u8]>,
+) -> Result<ShedLimits, ShedConfError> {
+    let reserve = percent("reserve", get(b"reserve="))?.unwrap_or(DEFAULT_RESERVE_PCT);
+    let low = percent("reserve_low", get(b"reserve_low="))?.unwrap_or(reserve);
+    let high = percent("reserve_high", get(b"reserve_high="))?.unwrap_or(reserve);
+    let l = ShedLimits {
+        max,
+        reserve_pct: reserve,
+        reserve_low_pct: low,
+        reserve_high_pct: high,
+    };
+    if high > reserve || reserve > low {
+        return Err(ShedConfError::Order(l));
+    }
+    Ok(l)
+}
+
 /// Parses the words of `rate_limit_window_shed` (after its name).
 pub fn parse_shed_directive(args: &[&[u8]]) -> Result<ShedDirective, ShedConfError> {
     check_params("rate_limit_window_shed", args, SHED_PARAMS)?;
@@ -104,13 +160,7 @@ pub fn parse_shed_directive(args: &[&[u8]]) -> Result<ShedDirective, ShedConfErr
     if priority.is_empty() {
         return Err(ShedConfError::Priority);
     }
-    let reserve_pct = match get(b"reserve=") {
-        None => DEFAULT_RESERVE_PCT,
-        Some(v) => v
-            .strip_suffix(b"%")
-            .and_then(|p| number(p, 100))
-            .ok_or_else(|| ShedConfError::Reserve(v.to_vec()))?,
-    };
+    let limits = reserves(max, &get)?;
     let status = match get(b"status=") {
         None => DEFAULT_SHED_STATUS,
         Some(v) => number(v, 599)
@@ -119,7 +169,7 @@ pub fn parse_shed_directive(args: &[&[u8]]) -> Result<ShedDirective, ShedConfErr
     };
     Ok(ShedDirective {
         zone: zone.to_vec(),
-        limits: ShedLimits { max, reserve_pct },
+        limits,
         priority: priority.to_vec(),
         status,
     })
@@ -138,16 +188,16 @@ mod tests {
     fn every_parameter() {
         let d = parse("zone=cap max=4 priority=$prio reserve=50% status=429").unwrap();
         assert_eq!(d.zone, b"cap");
-        assert_eq!(
-            d.limits,
-            ShedLimits {
-                max: 4,
-                reserve_pct: 50
-            }
-        );
+        assert_eq!(d.limits, ShedLimits::new(4, 50));
         assert_eq!(d.priority, b"$prio");
         assert_eq!(d.status, 429);
+        let d = parse("zone=c max=8 priority=$p reserve=25% reserve_low=50% reserve_high=10%");
+        let l = d.unwrap().limits;
+        let want = (l.reserve_pct, l.reserve_low_pct, l.reserve_high_pct);
+        assert_eq!(want, (25, 50, 10));
         let d = parse("priority=critical max=100 zone=api").unwrap();
+        let l = d.limits;
+        assert_eq!((l.reserve_low_pct, l.reserve_high_pct), (20, 20));
         assert_eq!((d.limits.reserve_pct, d.status), (DEFAULT_RESERVE_PCT, 503));
     }
 
@@ -176,6 +226,18 @@ mod tests {
             "invalid reserve \"50\": a percentage of max= from 0% to 100%, e.g. reserve=20%"
         );
         assert!(e("zone=c max=4 priority=$p reserve=101%").starts_with("invalid reserve"));
+        assert_eq!(
+            e("zone=c max=4 priority=$p reserve_low=x"),
+            "invalid reserve_low \"x\": a percentage of max= from 0% to 100%, e.g. reserve_low=20%"
+        );
+        assert!(e("zone=c max=4 priority=$p reserve_high=5").starts_with("invalid reserve_high"));
+        assert_eq!(
+            e("zone=c max=4 priority=$p reserve=30% reserve_high=40%"),
+            "invalid reserves reserve_high=40% reserve=30% reserve_low=30%: a lower priority \
+             keeps at least the reserve of a higher one (reserve_high <= reserve <= reserve_low)"
+        );
+        assert!(e("zone=c max=4 priority=$p reserve=30% reserve_low=20%")
+            .starts_with("invalid reserves"));
         assert!(e("zone=c max=4 priority=$p status=200").starts_with("invalid status"));
         assert!(e("zone=c max=4 priority=").starts_with("invalid priority"));
         assert!(e("zone=a/b max=4 priority=$p").starts_with("invalid zone name"));

@@ -1,9 +1,10 @@
 //! `rate_limit_window_shed zone=NAME max=N priority=$var [reserve=P%]`:
 //! load shedding that keeps room for critical traffic. A group (the zone)
 //! admits at most `max` requests in flight, every location naming it
-//! together, across workers; a request whose priority is not `critical`
-//! is shed once `max − reserve` are in flight (`reserve` is `P%` of `max`,
-//! rounded up), a `critical` one only at `max`.
+//! together, across workers; a `low`, `default` or `high` request is
+//! shed once `max` minus its priority's reserve are in flight
+//! (`reserve_low=`, `reserve=`, `reserve_high=`: `P%` of `max`, rounded
+//! up), a `critical` one only at `max`.
 //!
 //! A request is shed before any rate limit sees it (never counted by
 //! them); one that is admitted holds its place until it ends, and gives it
@@ -62,6 +63,10 @@ pub fn decide(
 }
 
 #[cfg(test)]
+#[path = "shed_tests.rs"]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing::Region;
@@ -74,7 +79,7 @@ mod tests {
 
     #[test]
     fn the_reserve_is_rounded_up() {
-        let l = |max, reserve_pct| ShedLimits { max, reserve_pct };
+        let l = ShedLimits::new;
         assert_eq!(l(4, 50).limit(Priority::Default), 2);
         assert_eq!(l(4, 50).limit(Priority::Critical), 4);
         assert_eq!(l(4, 10).limit(Priority::Default), 3, "10% of 4 keeps one");
@@ -83,17 +88,26 @@ mod tests {
         assert_eq!(l(1000, 20).reserve(), 200);
         assert_eq!(Priority::of(b"CRITICAL"), Priority::Critical);
         assert_eq!(Priority::of(b""), Priority::Default);
-        assert_eq!(Priority::of(b"high"), Priority::Default);
+        assert_eq!(Priority::of(b"high"), Priority::High);
+        assert_eq!(Priority::of(b"Low"), Priority::Low);
+        assert_eq!(Priority::of(b"urgent"), Priority::Default);
+        // Only reserve=: high and low are shed as default (as before them).
+        assert_eq!(l(4, 50).limit(Priority::High), 2);
+        assert_eq!(l(4, 50).limit(Priority::Low), 2);
+        let levels = ShedLimits {
+            reserve_low_pct: 50,
+            reserve_high_pct: 10,
+            ..l(8, 25)
+        };
+        let at = Priority::ALL.map(|p| levels.limit(p));
+        assert_eq!(at, [8, 7, 6, 4], "critical, high, default, low");
     }
 
     #[test]
     fn default_requests_are_shed_first_critical_ones_at_max() {
         let g = group(4);
         let me = g.places.start(1, |_| true).unwrap();
-        let limits = ShedLimits {
-            max: 4,
-            reserve_pct: 50,
-        };
+        let limits = ShedLimits::new(4, 50);
         let d = |p| decide(&g, Some(me), limits, p);
         let a = d(Priority::Default);
         let b = d(Priority::Default);

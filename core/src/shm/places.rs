@@ -16,7 +16,11 @@
 //! * **Ledger.** Every place taken is also written in the ledger, one
 //!   64-bit word per request in flight: its owner (the process that took
 //!   it, and that process's generation), where it is counted (group,
-//!   fingerprint, overflow). The ledger word is written before the count
+//!   fingerprint, overflow) and a tag (the count of places taken then,
+//!   modulo 256: a place given back twice finds a later place of the same
+//!   owner and client in its word told apart, unless 256 places were
+//!   taken between and it landed in the same word). The ledger word is
+//!   written before the count
 //!   and cleared after it, so a process killed at any point leaves nothing
 //!   in the counts that its ledger words do not name.
 //! * **Owners.** A process takes an owner (one of [`OWNERS`] words: its pid
@@ -62,7 +66,13 @@ const OWNER_SHIFT: u32 = 55;
 const GEN_SHIFT: u32 = 47;
 const OVER_BIT: u64 = 1 << 46;
 const GROUP_SHIFT: u32 = FP_BITS;
-const GROUP_MASK: u64 = (1 << 24) - 1;
+/// Groups a region has at most (a 16-bit index in the ledger words).
+const GROUP_MASK: u64 = (1 << 16) - 1;
+/// A ledger word's tag: the count of places taken when it was, modulo
+/// 256, so that a place given twice is not mistaken for a later place of
+/// the same owner and client written in the same word.
+const TAG_SHIFT: u32 = GROUP_SHIFT + 16;
+const TAG_MASK: u64 = 0xff;
 
 /// Ledger words tried for a free one, from the request's own start.
 const PROBES: usize = 64;
@@ -238,7 +248,8 @@ impl<'a> Places<'a> {
         if len < MIN_BYTES {
             return Err(BadRegion);
         }
-        let groups = len.saturating_sub(HEADER_BYTES + OWNERS * 8) / 2 / 16;
+        let groups =
+            (len.saturating_sub(HEADER_BYTES + OWNERS * 8) / 2 / 16).min(GROUP_MASK as usize + 1);
         // SAFETY: the caller's.
         unsafe { Places::init_with(region, len, groups) }
     }
@@ -256,7 +267,8 @@ impl<'a> Places<'a> {
         groups: usize,
     ) -> Result<Places<'a>, BadRegion> {
         let fixed = HEADER_BYTES + OWNERS * 8 + groups.max(2) * 16;
-        if region.is_null() || len < fixed + 8 || !(region as usize).is_multiple_of(64) {
+        let aligned = (region as usize).is_multiple_of(64);
+        if region.is_null() || len < fixed + 8 || !aligned || groups > GROUP_MASK as usize + 1 {
             return Err(BadRegion);
         }
         let groups = groups.max(2);
@@ -298,7 +310,7 @@ impl<'a> Places<'a> {
         let header = unsafe { &*region.cast::<Header>() };
         let (g, l) = (header.groups as usize, header.ledger as usize);
         let need = HEADER_BYTES + OWNERS * 8 + g * 16 + l * 8;
-        if header.magic != MAGIC || g < 2 || l == 0 || need > len {
+        if header.magic != MAGIC || g < 2 || g > GROUP_MASK as usize + 1 || l == 0 || need > len {
             return Err(BadRegion);
         }
         // SAFETY: the owners, groups and ledger follow the header within
@@ -442,6 +454,7 @@ impl<'a> Places<'a> {
             | u64::from(owner.index) << OWNER_SHIFT
             | u64::from(owner.gen) << GEN_SHIFT
             | (g as u64 & GROUP_MASK) << GROUP_SHIFT
+            | (self.header.taken.load(Ordering::Relaxed) & TAG_MASK) << TAG_SHIFT
             | fp;
         let Some(at) = self.claim(word) else {
             self.header.no_room.fetch_add(1, Ordering::Relaxed);

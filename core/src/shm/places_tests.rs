@@ -246,3 +246,30 @@ fn concurrent_takers_never_exceed_the_limit() {
     assert_eq!(p.held(key), 0);
     assert_eq!(p.in_flight(), 0);
 }
+
+/// A place given back twice never frees a later place of the same owner
+/// and client that took the same ledger word (the tag tells them apart).
+#[test]
+fn a_place_given_twice_leaves_a_later_one_in_its_word_alone() {
+    let p = places(MIN_BYTES);
+    let me = p.start(1, alive).unwrap();
+    let first = taken(p.take(me, 7, 10));
+    p.give(first);
+    // Later places of the same owner and client, taken and given back,
+    // until one lands in the word the first one had.
+    let mut tries = 0;
+    let reused = loop {
+        let q = taken(p.take(me, 7, 10));
+        if q.at == first.at {
+            break q;
+        }
+        p.give(q);
+        tries += 1;
+        assert!(tries < 100_000, "the ledger word never came back");
+    };
+    assert_eq!(p.held(7), 1);
+    p.give(first);
+    assert_eq!(p.held(7), 1, "the stale place freed the later one");
+    p.give(reused);
+    assert_eq!((p.held(7), p.in_flight()), (0, 0));
+}

@@ -11,12 +11,13 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::places::{BadRegion, Places};
 
-const MAGIC: u64 = u64::from_le_bytes(*b"RLWSHED1");
-const HEADER_BYTES: usize = 64;
+/// Version 2: counters for four priorities (version 1 had two).
+const MAGIC: u64 = u64::from_le_bytes(*b"RLWSHED2");
+const HEADER_BYTES: usize = 128;
 /// The key under which a group's requests are counted in its places.
 pub const GROUP_KEY: u64 = 0x5348_4544_0000_0001;
 /// Priorities counted apart ([`crate::engine::shed::Priority`]).
-pub const PRIORITIES: usize = 2;
+pub const PRIORITIES: usize = 4;
 
 /// The group's header.
 #[repr(C, align(64))]
@@ -30,8 +31,9 @@ struct Header {
     admitted: [AtomicU64; PRIORITIES],
     /// Requests admitted without a place (no owner or no ledger word).
     untracked: AtomicU64,
-    _pad: u64,
 }
+
+const _: () = assert!(core::mem::size_of::<Header>() == HEADER_BYTES);
 
 /// A shed group over its zone's memory.
 #[derive(Clone, Copy)]
@@ -65,7 +67,6 @@ impl<'a> ShedGroup<'a> {
             shed: Default::default(),
             admitted: Default::default(),
             untracked: AtomicU64::new(0),
-            _pad: 0,
         };
         // SAFETY: the caller's; the places follow the header.
         unsafe {

@@ -532,7 +532,7 @@ pub fn shed_exposition(o: &mut String, groups: &[&ShedConf]) {
     one(o, "rate_limit_window_shed_in_flight", &|g| {
         u64::from(g.1.in_flight())
     });
-    head(o, "rate_limit_window_shed_max", "gauge", "The shed group's max= (default requests are shed at max minus reserve=, critical ones at max).");
+    head(o, "rate_limit_window_shed_max", "gauge", "The shed group's max= (low, default and high requests are shed at max minus reserve_low=, reserve= and reserve_high=, critical ones at max).");
     one(o, "rate_limit_window_shed_max", &|g| {
         u64::from(g.0.limits.max)
     });
