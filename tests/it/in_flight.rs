@@ -322,6 +322,8 @@ fn places_are_given_back_on_499_and_504_and_kept_across_a_reload() {
 /// (empty: no place; invalid: `fail=`).
 #[test]
 fn in_flight_with_a_rate_and_from_a_variable() {
+    // The counts below are of one minute window (`current`).
+    clear_of_boundary(60_000, 15_000);
     let up = Upstream::start();
     let ng = Nginx::builder()
         .upstream_of(&up)
@@ -478,6 +480,8 @@ fn refused_for_places(rs: &[Response]) {
 /// stays the line's.
 #[test]
 fn an_override_sets_a_clients_places() {
+    // The rate counted below is of one minute window (`current`).
+    clear_of_boundary(60_000, 20_000);
     let up = Upstream::start();
     let ng = Nginx::builder()
         .workers(2)
