@@ -222,13 +222,6 @@ pub struct Part<T> {
 }
 
 impl<T> Part<T> {
-    fn new(data: T) -> Self {
-        Part {
-            data,
-            on_free: Cell::new(None),
-        }
-    }
-
     /// Sets what to do with the part when the pool is destroyed.
     pub fn on_free(&self, f: OnFree<T>) {
         self.on_free.set(Some(f));
@@ -392,7 +385,8 @@ impl Pending {
 pub fn reserve(r: &Request, at: Place, limits: usize) -> Option<Pending> {
     const _: () = assert!(size_of::<Record>().is_multiple_of(align_of::<Applied>()));
     let (rec, room) = match at.rec {
-        None => at.slot.add(r, || Record::new(r), limits)?,
+        // SAFETY: `init` writes every field of the record.
+        None => unsafe { at.slot.add(r, |p| Record::init(p, r), limits) }?,
         Some(rec) => (rec, rec.room_for(r, limits)?),
     };
     Some(Pending {
@@ -433,15 +427,23 @@ impl Record {
         self.report.get().is_some()
     }
 
-    fn new(r: &Request) -> Self {
-        Record {
-            main: NonNull::from(pool::main_of(r)),
-            report: OnceCell::new(),
-            room: Cell::new(&[]),
-            hold: Part::new(Cell::new(None)),
-            reservations: Part::new(OnceCell::new()),
-            places: Cell::new(core::ptr::null_mut()),
-            dropped_by_pool: Cell::new(false),
+    /// Writes a new record for `r`'s main request at `p`, field by field
+    /// (a handful of stores: only what a record holds when it is made).
+    ///
+    /// # Safety
+    /// `p` is valid for writes of a `Record` and aligned.
+    unsafe fn init(p: *mut Record, r: &Request) {
+        // SAFETY: each field of `*p`, per the contract.
+        unsafe {
+            (&raw mut (*p).main).write(NonNull::from(pool::main_of(r)));
+            (&raw mut (*p).report).write(OnceCell::new());
+            (&raw mut (*p).room).write(Cell::new(&[]));
+            (&raw mut (*p).hold.data).write(Cell::new(None));
+            (&raw mut (*p).hold.on_free).write(Cell::new(None));
+            (&raw mut (*p).reservations.data).write(OnceCell::new());
+            (&raw mut (*p).reservations.on_free).write(Cell::new(None));
+            (&raw mut (*p).places).write(Cell::new(core::ptr::null_mut()));
+            (&raw mut (*p).dropped_by_pool).write(Cell::new(false));
         }
     }
 
