@@ -302,12 +302,14 @@ fn after_limits<const P: bool>(j: &Judging<'_, P>, verdict: RequestStatus) -> Re
 }
 
 /// An admitted request (decided as `ask`; the engine counted it
-/// `passed`): each limit's near-limit count, then what `count_status=` and
+/// `passed`): each limit's near-limit count (when one is near), then what `count_status=` and
 /// `delay=` keep.
 #[inline(always)]
 fn admitted<const P: bool>(j: &mut Judging<'_, P>, ask: &Ask) -> RequestStatus {
-    for a in j.pending.applied() {
-        near_limit::note(a);
+    // The loop only when a limit was noted near (judging.rs's `record`).
+    if j.pending.any_near() {
+        core::hint::cold_path();
+        near_limit::note_all(j.pending.applied());
     }
     // One flag skips both when neither `count_status=` nor `delay=` is
     // configured.

@@ -234,6 +234,8 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
             reset_s: d.reset_s,
             admission: d.admission,
         });
+        self.pending
+            .note_near(near_limit::is_near(limit, d.remaining));
         ngx_log_debug_http!(
             self.r,
             "rate_limit_window: zone \"{}\": estimate {}, limit {}, {:?}, remaining {}, slot: {}",

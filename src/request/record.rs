@@ -339,6 +339,10 @@ pub struct Pending {
     room: &'static Room<Applied>,
     len: usize,
     empty_keys: u64,
+    /// Some limit recorded so far left its estimate near its limit
+    /// (`near_limit::is_near`): only then does an admission look for the
+    /// ones to count.
+    near: bool,
 }
 
 impl Pending {
@@ -348,6 +352,18 @@ impl Pending {
             slot.set(MaybeUninit::new(a));
             self.len += 1;
         }
+    }
+
+    /// Notes that a limit recorded left its estimate near its limit.
+    #[inline(always)]
+    pub fn note_near(&mut self, near: bool) {
+        self.near |= near;
+    }
+
+    /// Whether some limit recorded left its estimate near its limit.
+    #[inline(always)]
+    pub fn any_near(&self) -> bool {
+        self.near
     }
 
     /// Records that the key of the location's limit `n` was empty.
@@ -394,6 +410,7 @@ pub fn reserve(r: &Request, at: Place, limits: usize) -> Option<Pending> {
         room,
         len: 0,
         empty_keys: 0,
+        near: false,
     })
 }
 
