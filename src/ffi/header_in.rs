@@ -184,17 +184,82 @@ unsafe fn read_header<'p>(
     Some(&[])
 }
 
+/// The first header called `name` (a deleted one, hash 0, skipped) at or
+/// after header `i` of list part `part`: its part and index there.
+///
+/// # Safety
+/// `part` is null or a part of a request's header list, each part holding
+/// `nelts` headers, each with `key.len` bytes of name, alive with the
+/// request.
+#[cfg(nginx1_23_0)]
+#[inline(always)]
+unsafe fn find(
+    mut part: *mut ngx_list_part_t,
+    mut i: usize,
+    name: &[u8],
+) -> Option<(*mut ngx_list_part_t, usize)> {
+    // SAFETY: per the contract.
+    unsafe {
+        while !part.is_null() {
+            let elts = (*part).elts.cast::<ngx_table_elt_t>();
+            while i < (*part).nelts {
+                let h = elts.add(i);
+                if (*h).key.len == name.len() && (*h).hash != 0 && same_name((*h).key.data, name) {
+                    return Some((part, i));
+                }
+                i += 1;
+            }
+            part = (*part).next;
+            i = 0;
+        }
+    }
+    None
+}
+
 /// `ngx_http_variable_unknown_header` over the request's header list, as
 /// nginx 1.23.0 and later read it: every header called `name` (a deleted
 /// one, hash 0, skipped), linked through their `next` as nginx links them;
 /// none: not found; one: its value; more: their values joined with ", " in
-/// the request pool. Returns the value set, as [`header_key`].
+/// the request pool ([`read_all`]). Returns the value set, as
+/// [`header_key`]. The common case, one header of that name, keeps only
+/// the place of the first one found while it looks for another.
 ///
 /// # Safety
 /// `r` is a valid request and `v` its value of the variable.
 #[cfg(nginx1_23_0)]
 #[inline(never)]
 unsafe fn read_header<'p>(
+    r: *mut ngx_http_request_t,
+    v: &mut ngx_variable_value_t,
+    name: &[u8],
+) -> Option<&'p [u8]> {
+    // SAFETY: the header list is the request's (see `find`); the header
+    // found and its value are the request's, alive with it.
+    unsafe {
+        let Some((part, i)) = find(&mut (*r).headers_in.headers.part, 0, name) else {
+            super::vars::set_not_found(v);
+            return Some(&[]);
+        };
+        if find(part, i + 1, name).is_some() {
+            return read_all(r, v, name);
+        }
+        let h = (*part).elts.cast::<ngx_table_elt_t>().add(i);
+        (*h).next = ptr::null_mut();
+        let value = (*h).value;
+        super::vars::set_found(v, value.data, value.len);
+        Some(str_bytes(&*ptr::addr_of!((*h).value)))
+    }
+}
+
+/// [`read_header`] for a name that several headers have: each linked
+/// through their `next`, and their values joined.
+///
+/// # Safety
+/// As [`read_header`].
+#[cfg(nginx1_23_0)]
+#[cold]
+#[inline(never)]
+unsafe fn read_all<'p>(
     r: *mut ngx_http_request_t,
     v: &mut ngx_variable_value_t,
     name: &[u8],
