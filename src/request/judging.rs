@@ -62,7 +62,7 @@ pub(super) fn eval_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8],
         // A key that is one variable: the same value the script engine
         // would copy out (a cacheable variable is evaluated once per
         // request, a non-cacheable one again), without the copy.
-        if let Some(name) = zone.key_header {
+        if let Some(name) = zone.key_header.as_ref() {
             // SAFETY: the index was obtained at configuration time and the
             // header's name for it at init; the request is valid.
             return unsafe { header_in::header_key(r.into(), index, name) }.ok_or(());
