@@ -88,18 +88,18 @@ fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
     let Some(lcf) = Module::location_conf(r.as_ref()) else {
         return declined;
     };
-    let limits = match lcf.limits.as_deref() {
-        Some(l) if !l.is_empty() => l,
-        // A location with `rate_limit_window_shed` alone decides too.
-        _ if lcf.shed.is_some() => &[],
-        _ => return declined,
-    };
-    if lcf.phase != phase.conf_value() {
+    // One test: the phase the location decides in, if it has a limit or
+    // a shed group (a location with `rate_limit_window_shed` alone decides
+    // too).
+    if lcf.decides != phase.conf_value() {
         if phase == Phase::Postaccess {
-            warn_on_late_keys(r, limits);
+            if let Some(limits) = lcf.limits.as_deref() {
+                warn_on_late_keys(r, limits);
+            }
         }
         return declined;
     }
+    let limits = lcf.limits.as_deref().unwrap_or(&[]);
     handle_limits(r, phase, lcf, limits, access_failed)
 }
 
@@ -172,8 +172,7 @@ fn main_decides_later(r: &Request) -> bool {
     let Some(mcf) = Module::location_conf(main_of(r).as_ref()) else {
         return false;
     };
-    let decides = mcf.limits.as_ref().is_some_and(|l| !l.is_empty()) || mcf.shed.is_some();
-    mcf.phase == PHASE_POSTACCESS && decides
+    mcf.decides == PHASE_POSTACCESS
 }
 
 /// Makes and commits the decision for `r`: the location's limits, in order,
