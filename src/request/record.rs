@@ -22,7 +22,7 @@ use ngx::http::Request;
 use rate_limit_window_core::conf::limit_opts::StatusSet;
 use rate_limit_window_core::Admission;
 
-use crate::conf::LocConf;
+use crate::conf::{LocConf, HEADERS_IETF, HEADERS_ON};
 use crate::ffi::pool::{self, Room};
 use crate::zone::ZoneConf;
 
@@ -98,6 +98,19 @@ pub struct Report {
     /// Bit n set: the key of the location's limit n (n < 64) was empty when
     /// the request was decided, so that limit did not apply.
     pub empty_keys: u64,
+    /// The decision puts headers on the response ([`gives_headers`]),
+    /// worked out once, when it is committed.
+    pub gives_headers: bool,
+}
+
+/// Whether a decision `status` of a location of `rate_limit_window_headers
+/// headers` puts headers on the response: a refusal's Retry-After
+/// always, the RateLimit headers where they are on; an exempt request
+/// none.
+#[inline(always)]
+fn gives_headers(status: RequestStatus, headers: ngx_uint_t) -> bool {
+    status != RequestStatus::Exempt
+        && (status.refused() || headers == HEADERS_ON || headers == HEADERS_IETF)
 }
 
 impl Report {
@@ -488,6 +501,7 @@ pub fn commit(p: &Pending, status: RequestStatus, headers: ngx_uint_t, retry_aft
         retry_after_s,
         applied: p.applied(),
         empty_keys: p.empty_keys,
+        gives_headers: gives_headers(status, headers),
     };
     // Counted while the record is alive: its drop takes the count back.
     let set = p.rec.report.set(d).is_ok();
