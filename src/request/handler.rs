@@ -93,9 +93,7 @@ fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
     // too).
     if lcf.decides != phase.conf_value() {
         if phase == Phase::Postaccess {
-            if let Some(limits) = lcf.limits.as_deref() {
-                warn_on_late_keys(r, limits);
-            }
+            warn_on_late_keys(r, lcf);
         }
         return declined;
     }
