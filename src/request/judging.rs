@@ -235,8 +235,10 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
             reset_s: d.reset_s,
             admission: d.admission,
         });
-        self.pending
-            .note_near(near_limit::is_near(limit, d.remaining));
+        if near_limit::is_near(limit, d.remaining) {
+            core::hint::cold_path();
+            self.pending.note_near();
+        }
         ngx_log_debug_http!(
             self.r,
             "rate_limit_window: zone \"{}\": estimate {}, limit {}, {:?}, remaining {}, slot: {}",

@@ -369,8 +369,8 @@ impl Pending {
 
     /// Notes that a limit recorded left its estimate near its limit.
     #[inline(always)]
-    pub fn note_near(&mut self, near: bool) {
-        self.near |= near;
+    pub fn note_near(&mut self) {
+        self.near = true;
     }
 
     /// Whether some limit recorded left its estimate near its limit.
