@@ -223,7 +223,11 @@ fn spellings(name: &[u8]) -> Option<[u64; 2]> {
         .enumerate()
         .map(|(i, &c)| {
             let starts_word = i == 0 || lower[i - 1] == b'-';
-            if starts_word { c.to_ascii_uppercase() } else { c }
+            if starts_word {
+                c.to_ascii_uppercase()
+            } else {
+                c
+            }
         })
         .collect();
     let folds_back = |s: &[u8]| s.iter().zip(name).all(|(&c, &n)| FOLD[usize::from(c)] == n);
@@ -271,7 +275,8 @@ unsafe fn read_header<'p>(
             let elts = (*part).elts.cast::<ngx_table_elt_t>();
             for i in 0..(*part).nelts {
                 let h = elts.add(i);
-                if (*h).key.len == name.name.len() && (*h).hash != 0 && name.matches((*h).key.data) {
+                if (*h).key.len == name.name.len() && (*h).hash != 0 && name.matches((*h).key.data)
+                {
                     let value = (*h).value;
                     super::vars::set_found(v, value.data, value.len);
                     return Some(str_bytes(&*ptr::addr_of!((*h).value)));
@@ -304,7 +309,8 @@ unsafe fn find(
             let elts = (*part).elts.cast::<ngx_table_elt_t>();
             while i < (*part).nelts {
                 let h = elts.add(i);
-                if (*h).key.len == name.name.len() && (*h).hash != 0 && name.matches((*h).key.data) {
+                if (*h).key.len == name.name.len() && (*h).hash != 0 && name.matches((*h).key.data)
+                {
                     return Some((part, i));
                 }
                 i += 1;
