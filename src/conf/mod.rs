@@ -219,7 +219,14 @@ pub struct LocConf {
     /// The distinct routes of `limits` (`name=`), each request of the
     /// location counted once in each (set by `merge`).
     pub routes: Vec<u8>,
+    /// The phase in which the location decides (`phase`) when it has a
+    /// limit or a shed group, else [`DECIDES_NEVER`] (set by `merge`, so
+    /// that a visit of either phase tests one field).
+    pub decides: ngx_uint_t,
 }
+
+/// [`LocConf::decides`] of a location with nothing to decide.
+pub const DECIDES_NEVER: ngx_uint_t = ngx_uint_t::MAX;
 
 impl Default for LocConf {
     fn default() -> Self {
@@ -237,6 +244,7 @@ impl Default for LocConf {
             early_answer_warned: Default::default(),
             grpc: UNSET,
             routes: Vec::new(),
+            decides: DECIDES_NEVER,
         }
     }
 }
@@ -284,6 +292,8 @@ impl Merge for LocConf {
                 .limits
                 .as_ref()
                 .is_some_and(|limits| limits.iter().any(|l| l.in_flight.is_some()));
+        let decides = self.limits.as_ref().is_some_and(|l| !l.is_empty()) || self.shed.is_some();
+        self.decides = if decides { self.phase } else { DECIDES_NEVER };
         Ok(())
     }
 }

@@ -101,7 +101,7 @@ unsafe fn str_bytes(s: &ngx_str_t) -> &[u8] {
 pub unsafe fn header_key<'p>(
     r: *mut ngx_http_request_t,
     index: ngx_uint_t,
-    name: &[u8],
+    name: &HeaderName,
 ) -> Option<&'p [u8]> {
     // SAFETY: per the contract, `variables[index]` is the request's value.
     let v = unsafe { (*r).variables.add(index) };
@@ -149,6 +149,110 @@ unsafe fn same_name(key: *const u8, name: &[u8]) -> bool {
     true
 }
 
+/// A key header's name as [`header_key`] compares it: `name`, as nginx
+/// compares it (lowercase, `_` for `-`), and for a name of 4 to 8 bytes
+/// the first and the last 4 bytes of its two usual spellings, lowercase
+/// (`x-api-key`, as HTTP/2 sends every name) and capitalised
+/// (`X-Api-Key`): a header spelled one of these ways is that name, found
+/// without reading it byte by byte; any other spelling is folded
+/// ([`same_name`]).
+#[derive(Clone, Copy)]
+pub struct HeaderName {
+    /// The name after `http_`, as nginx compares it.
+    pub name: &'static [u8],
+    /// The two spellings' first 4 bytes, and last 4 bytes above them.
+    spelled: Option<[u64; 2]>,
+}
+
+impl HeaderName {
+    /// The header name `name` (what [`generic_header_name`] returned).
+    pub fn new(name: &'static [u8]) -> Self {
+        HeaderName {
+            name,
+            spelled: spellings(name),
+        }
+    }
+
+    /// Whether the `name.len()` bytes at `key` are this name as nginx's
+    /// handler compares it: one of the usual spellings, else folded.
+    ///
+    /// # Safety
+    /// `key` holds `name.len()` readable bytes.
+    #[inline(always)]
+    unsafe fn matches(&self, key: *const u8) -> bool {
+        // SAFETY: per the contract.
+        unsafe { self.spelled_at(key) || folded_name(key, self.name) }
+    }
+
+    /// Whether the `name.len()` bytes at `key` are this name, spelled
+    /// one of the usual two ways (false: maybe another way).
+    ///
+    /// # Safety
+    /// `key` holds `name.len()` readable bytes.
+    #[inline(always)]
+    unsafe fn spelled_at(&self, key: *const u8) -> bool {
+        let Some([a, b]) = self.spelled else {
+            return false;
+        };
+        let n = self.name.len();
+        // SAFETY: 4 <= n (`spellings`): both reads are within the n bytes.
+        let (first, last) = unsafe {
+            (
+                key.cast::<u32>().read_unaligned(),
+                key.add(n - 4).cast::<u32>().read_unaligned(),
+            )
+        };
+        let ends = u64::from(first) | u64::from(last) << 32;
+        ends == a || ends == b
+    }
+}
+
+/// The first and last 4 bytes (native order) of `name`'s lowercase and
+/// capitalised spellings, for a name of 4 to 8 bytes whose spellings fold
+/// back to it (None otherwise).
+fn spellings(name: &[u8]) -> Option<[u64; 2]> {
+    if !(4..=8).contains(&name.len()) {
+        return None;
+    }
+    let lower: Vec<u8> = name
+        .iter()
+        .map(|&c| if c == b'_' { b'-' } else { c })
+        .collect();
+    let title: Vec<u8> = lower
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            let starts_word = i == 0 || lower[i - 1] == b'-';
+            if starts_word {
+                c.to_ascii_uppercase()
+            } else {
+                c
+            }
+        })
+        .collect();
+    let folds_back = |s: &[u8]| s.iter().zip(name).all(|(&c, &n)| FOLD[usize::from(c)] == n);
+    if !folds_back(&lower) || !folds_back(&title) {
+        return None;
+    }
+    let ends = |s: &[u8]| {
+        let word = |b: &[u8]| u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+        word(&s[..4]) | word(&s[s.len() - 4..]) << 32
+    };
+    Some([ends(&lower), ends(&title)])
+}
+
+/// [`same_name`] out of line: a header of the name's length that is not
+/// one of its usual spellings.
+///
+/// # Safety
+/// As [`same_name`].
+#[cold]
+#[inline(never)]
+unsafe fn folded_name(key: *const u8, name: &[u8]) -> bool {
+    // SAFETY: per the contract.
+    unsafe { same_name(key, name) }
+}
+
 /// `ngx_http_variable_unknown_header` over the request's header list, as
 /// nginx before 1.23.0 reads it: the first header called `name` (a deleted
 /// one, hash 0, skipped); none: not found. Returns the value set, as
@@ -161,7 +265,7 @@ unsafe fn same_name(key: *const u8, name: &[u8]) -> bool {
 unsafe fn read_header<'p>(
     r: *mut ngx_http_request_t,
     v: &mut ngx_variable_value_t,
-    name: &[u8],
+    name: &HeaderName,
 ) -> Option<&'p [u8]> {
     // SAFETY: the header list is the request's, each part holding `nelts`
     // headers, each with `key.len` bytes of name, alive with the request.
@@ -171,7 +275,8 @@ unsafe fn read_header<'p>(
             let elts = (*part).elts.cast::<ngx_table_elt_t>();
             for i in 0..(*part).nelts {
                 let h = elts.add(i);
-                if (*h).key.len == name.len() && (*h).hash != 0 && same_name((*h).key.data, name) {
+                if (*h).key.len == name.name.len() && (*h).hash != 0 && name.matches((*h).key.data)
+                {
                     let value = (*h).value;
                     super::vars::set_found(v, value.data, value.len);
                     return Some(str_bytes(&*ptr::addr_of!((*h).value)));
@@ -184,17 +289,83 @@ unsafe fn read_header<'p>(
     Some(&[])
 }
 
+/// The first header called `name` (a deleted one, hash 0, skipped) at or
+/// after header `i` of list part `part`: its part and index there.
+///
+/// # Safety
+/// `part` is null or a part of a request's header list, each part holding
+/// `nelts` headers, each with `key.len` bytes of name, alive with the
+/// request.
+#[cfg(nginx1_23_0)]
+#[inline(always)]
+unsafe fn find(
+    mut part: *mut ngx_list_part_t,
+    mut i: usize,
+    name: &HeaderName,
+) -> Option<(*mut ngx_list_part_t, usize)> {
+    // SAFETY: per the contract.
+    unsafe {
+        while !part.is_null() {
+            let elts = (*part).elts.cast::<ngx_table_elt_t>();
+            while i < (*part).nelts {
+                let h = elts.add(i);
+                if (*h).key.len == name.name.len() && (*h).hash != 0 && name.matches((*h).key.data)
+                {
+                    return Some((part, i));
+                }
+                i += 1;
+            }
+            part = (*part).next;
+            i = 0;
+        }
+    }
+    None
+}
+
 /// `ngx_http_variable_unknown_header` over the request's header list, as
 /// nginx 1.23.0 and later read it: every header called `name` (a deleted
 /// one, hash 0, skipped), linked through their `next` as nginx links them;
 /// none: not found; one: its value; more: their values joined with ", " in
-/// the request pool. Returns the value set, as [`header_key`].
+/// the request pool ([`read_all`]). Returns the value set, as
+/// [`header_key`]. The common case, one header of that name, keeps only
+/// the place of the first one found while it looks for another.
 ///
 /// # Safety
 /// `r` is a valid request and `v` its value of the variable.
 #[cfg(nginx1_23_0)]
 #[inline(never)]
 unsafe fn read_header<'p>(
+    r: *mut ngx_http_request_t,
+    v: &mut ngx_variable_value_t,
+    name: &HeaderName,
+) -> Option<&'p [u8]> {
+    // SAFETY: the header list is the request's (see `find`); the header
+    // found and its value are the request's, alive with it.
+    unsafe {
+        let Some((part, i)) = find(&mut (*r).headers_in.headers.part, 0, name) else {
+            super::vars::set_not_found(v);
+            return Some(&[]);
+        };
+        if find(part, i + 1, name).is_some() {
+            return read_all(r, v, name.name);
+        }
+        let h = (*part).elts.cast::<ngx_table_elt_t>().add(i);
+        (*h).next = ptr::null_mut();
+        let value = (*h).value;
+        super::vars::set_found(v, value.data, value.len);
+        Some(str_bytes(&*ptr::addr_of!((*h).value)))
+    }
+}
+
+/// [`read_header`] for a name that several headers have: each linked
+/// through their `next`, and their values joined.
+///
+/// # Safety
+/// As [`read_header`].
+#[cfg(nginx1_23_0)]
+#[cold]
+#[inline(never)]
+unsafe fn read_all<'p>(
     r: *mut ngx_http_request_t,
     v: &mut ngx_variable_value_t,
     name: &[u8],

@@ -89,15 +89,18 @@ impl Slot {
         unsafe { self.0.read().cast::<T>().as_ref() }
     }
 
-    /// Adds `make()` as the record of `r`'s main request (whose slot this
-    /// is), with room for `n` values of `E` after it, in one pool
-    /// allocation. None: out of memory. It is not dropped unless
-    /// [`drop_with_pool`] is called. The value is made once the memory is
-    /// there, so that it is written in place (not built aside and copied).
-    pub fn add<T: Slotted, E>(
+    /// Adds the record of `r`'s main request (whose slot this is), made in
+    /// place by `init`, with room for `n` values of `E` after it, in one
+    /// pool allocation. None: out of memory. It is not dropped unless
+    /// [`drop_with_pool`] is called. `init` writes each field where it
+    /// lies (not a value built aside and copied, with its padding).
+    ///
+    /// # Safety
+    /// `init` initialises every field of the `T` it is given.
+    pub unsafe fn add<T: Slotted, E>(
         self,
         r: &Request,
-        make: impl FnOnce() -> T,
+        init: impl FnOnce(*mut T),
         n: usize,
     ) -> Option<(&'static T, &'static Room<E>)> {
         const {
@@ -107,14 +110,14 @@ impl Slot {
         let size = size_of::<T>().checked_add(n.checked_mul(size_of::<E>())?)?;
         // SAFETY: the pool is valid. The allocation has room for a T and n
         // values of E, each aligned (pool alignment, and the asserts
-        // above); both live until the pool is destroyed. The slot is the
-        // request's.
+        // above); both live until the pool is destroyed. `init` initialises
+        // the T (the caller's contract). The slot is the request's.
         unsafe {
             let data = ngx_palloc(main_of(r).as_ref().pool, size).cast::<T>();
             if data.is_null() {
                 return None;
             }
-            data.write(make());
+            init(data);
             self.0.write(data.cast());
             let room = data.add(1).cast::<Cell<MaybeUninit<E>>>();
             Some((&*data, slice::from_raw_parts(room, n)))

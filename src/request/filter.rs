@@ -40,7 +40,7 @@ fn filter(r: &mut Request) -> ngx_int_t {
     if r.is_main() {
         let d = record::find(r);
         let work = match d {
-            Some(d) => gives_headers(d),
+            Some(d) => d.gives_headers,
             // No decision: only a location with limits has something to
             // check (early_answer.rs).
             None => Module::location_conf(r.as_ref())
@@ -64,13 +64,6 @@ fn next(r: &mut Request) -> ngx_int_t {
             None => 0,
         }
     }
-}
-
-/// Whether the decision `d` puts headers on the response.
-#[inline(always)]
-fn gives_headers(d: &Report) -> bool {
-    d.status != RequestStatus::Exempt
-        && (d.status.refused() || d.headers == HEADERS_ON || d.headers == HEADERS_IETF)
 }
 
 /// The main request's headers of its decision `d`, or the check of a

@@ -88,18 +88,16 @@ fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
     let Some(lcf) = Module::location_conf(r.as_ref()) else {
         return declined;
     };
-    let limits = match lcf.limits.as_deref() {
-        Some(l) if !l.is_empty() => l,
-        // A location with `rate_limit_window_shed` alone decides too.
-        _ if lcf.shed.is_some() => &[],
-        _ => return declined,
-    };
-    if lcf.phase != phase.conf_value() {
+    // One test: the phase the location decides in, if it has a limit or
+    // a shed group (a location with `rate_limit_window_shed` alone decides
+    // too).
+    if lcf.decides != phase.conf_value() {
         if phase == Phase::Postaccess {
-            warn_on_late_keys(r, limits);
+            warn_on_late_keys(r, lcf);
         }
         return declined;
     }
+    let limits = lcf.limits.as_deref().unwrap_or(&[]);
     handle_limits(r, phase, lcf, limits, access_failed)
 }
 
@@ -172,8 +170,7 @@ fn main_decides_later(r: &Request) -> bool {
     let Some(mcf) = Module::location_conf(main_of(r).as_ref()) else {
         return false;
     };
-    let decides = mcf.limits.as_ref().is_some_and(|l| !l.is_empty()) || mcf.shed.is_some();
-    mcf.phase == PHASE_POSTACCESS && decides
+    mcf.decides == PHASE_POSTACCESS
 }
 
 /// Makes and commits the decision for `r`: the location's limits, in order,
@@ -302,12 +299,14 @@ fn after_limits<const P: bool>(j: &Judging<'_, P>, verdict: RequestStatus) -> Re
 }
 
 /// An admitted request (decided as `ask`; the engine counted it
-/// `passed`): each limit's near-limit count, then what `count_status=` and
+/// `passed`): each limit's near-limit count (when one is near), then what `count_status=` and
 /// `delay=` keep.
 #[inline(always)]
 fn admitted<const P: bool>(j: &mut Judging<'_, P>, ask: &Ask) -> RequestStatus {
-    for a in j.pending.applied() {
-        near_limit::note(a);
+    // The loop only when a limit was noted near (judging.rs's `record`).
+    if j.pending.any_near() {
+        core::hint::cold_path();
+        near_limit::note_all(j.pending.applied());
     }
     // One flag skips both when neither `count_status=` nor `delay=` is
     // configured.

@@ -62,7 +62,7 @@ pub(super) fn eval_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8],
         // A key that is one variable: the same value the script engine
         // would copy out (a cacheable variable is evaluated once per
         // request, a non-cacheable one again), without the copy.
-        if let Some(name) = zone.key_header {
+        if let Some(name) = zone.key_header.as_ref() {
             // SAFETY: the index was obtained at configuration time and the
             // header's name for it at init; the request is valid.
             return unsafe { header_in::header_key(r.into(), index, name) }.ok_or(());
@@ -156,7 +156,8 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
             ..
         } = k
         {
-            if l.counts != engine::Line::InFlight {
+            // The zone's sync first: the common zone has none (one test).
+            if zone.redis.is_some() && l.counts != engine::Line::InFlight {
                 near_limit::note_limit(zone, n);
             }
         }
@@ -234,6 +235,10 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
             reset_s: d.reset_s,
             admission: d.admission,
         });
+        if near_limit::is_near(limit, d.remaining) {
+            core::hint::cold_path();
+            self.pending.note_near();
+        }
         ngx_log_debug_http!(
             self.r,
             "rate_limit_window: zone \"{}\": estimate {}, limit {}, {:?}, remaining {}, slot: {}",

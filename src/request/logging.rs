@@ -280,13 +280,15 @@ fn log_episodes_slow(
 /// (`auth_request_set`, `$remote_user` from a later module...). One `warn`
 /// per zone and episode names the zone and the phase to use; the requests
 /// are counted as `exempt` in the metrics either way. `r` is in the
-/// PRECONTENT phase; `limits` are its location's.
+/// PRECONTENT phase; `lcf` is its location's configuration.
 #[inline]
-pub(super) fn warn_on_late_keys(r: &mut Request, limits: &[conf::Limit]) {
+pub(super) fn warn_on_late_keys(r: &mut Request, lcf: &LocConf) {
     // The common case, no decision of this worker recorded an empty key:
     // one test, with the rest out of line.
     if record::late_keys_pending() {
-        warn_on_late_keys_check(r, limits);
+        if let Some(limits) = lcf.limits.as_deref() {
+            warn_on_late_keys_check(r, limits);
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use crate::zone::ZoneConf;
 /// (requests per window). `remaining` is what the table returned after
 /// counting the request, `limit - floor(estimate after)`, so the test is
 /// on the estimate rounded down, as the log and the metrics show it.
+#[inline(always)]
 pub fn is_near(limit: u32, remaining: u32) -> bool {
     // With after = limit - remaining: 5 * after >= 4 * limit <=> limit >=
     // 5 * remaining (false whenever remaining > limit, as the old form).
@@ -32,8 +33,17 @@ pub fn note_limit(zone: &ZoneConf, limit: u32) {
     }
 }
 
+/// Counts an admitted request in each zone of `applied` where it was near
+/// the limit (out of line: called only when one was).
+#[inline(never)]
+pub fn note_all(applied: &[Applied]) {
+    for a in applied {
+        note(a);
+    }
+}
+
 /// Counts an admitted request in its zone if it was near the limit.
-pub fn note(a: &Applied) {
+fn note(a: &Applied) {
     if !is_near(a.limit, a.remaining) {
         return;
     }

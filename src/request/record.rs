@@ -22,7 +22,7 @@ use ngx::http::Request;
 use rate_limit_window_core::conf::limit_opts::StatusSet;
 use rate_limit_window_core::Admission;
 
-use crate::conf::LocConf;
+use crate::conf::{LocConf, HEADERS_IETF, HEADERS_ON};
 use crate::ffi::pool::{self, Room};
 use crate::zone::ZoneConf;
 
@@ -98,6 +98,19 @@ pub struct Report {
     /// Bit n set: the key of the location's limit n (n < 64) was empty when
     /// the request was decided, so that limit did not apply.
     pub empty_keys: u64,
+    /// The decision puts headers on the response ([`gives_headers`]),
+    /// worked out once, when it is committed.
+    pub gives_headers: bool,
+}
+
+/// Whether a decision `status` of a location of `rate_limit_window_headers
+/// headers` puts headers on the response: a refusal's Retry-After
+/// always, the RateLimit headers where they are on; an exempt request
+/// none.
+#[inline(always)]
+fn gives_headers(status: RequestStatus, headers: ngx_uint_t) -> bool {
+    status != RequestStatus::Exempt
+        && (status.refused() || headers == HEADERS_ON || headers == HEADERS_IETF)
 }
 
 impl Report {
@@ -222,13 +235,6 @@ pub struct Part<T> {
 }
 
 impl<T> Part<T> {
-    fn new(data: T) -> Self {
-        Part {
-            data,
-            on_free: Cell::new(None),
-        }
-    }
-
     /// Sets what to do with the part when the pool is destroyed.
     pub fn on_free(&self, f: OnFree<T>) {
         self.on_free.set(Some(f));
@@ -346,6 +352,10 @@ pub struct Pending {
     room: &'static Room<Applied>,
     len: usize,
     empty_keys: u64,
+    /// Some limit recorded so far left its estimate near its limit
+    /// (`near_limit::is_near`): only then does an admission look for the
+    /// ones to count.
+    near: bool,
 }
 
 impl Pending {
@@ -355,6 +365,18 @@ impl Pending {
             slot.set(MaybeUninit::new(a));
             self.len += 1;
         }
+    }
+
+    /// Notes that a limit recorded left its estimate near its limit.
+    #[inline(always)]
+    pub fn note_near(&mut self) {
+        self.near = true;
+    }
+
+    /// Whether some limit recorded left its estimate near its limit.
+    #[inline(always)]
+    pub fn any_near(&self) -> bool {
+        self.near
     }
 
     /// Records that the key of the location's limit `n` was empty.
@@ -392,7 +414,8 @@ impl Pending {
 pub fn reserve(r: &Request, at: Place, limits: usize) -> Option<Pending> {
     const _: () = assert!(size_of::<Record>().is_multiple_of(align_of::<Applied>()));
     let (rec, room) = match at.rec {
-        None => at.slot.add(r, || Record::new(r), limits)?,
+        // SAFETY: `init` writes every field of the record.
+        None => unsafe { at.slot.add(r, |p| Record::init(p, r), limits) }?,
         Some(rec) => (rec, rec.room_for(r, limits)?),
     };
     Some(Pending {
@@ -400,6 +423,7 @@ pub fn reserve(r: &Request, at: Place, limits: usize) -> Option<Pending> {
         room,
         len: 0,
         empty_keys: 0,
+        near: false,
     })
 }
 
@@ -433,15 +457,23 @@ impl Record {
         self.report.get().is_some()
     }
 
-    fn new(r: &Request) -> Self {
-        Record {
-            main: NonNull::from(pool::main_of(r)),
-            report: OnceCell::new(),
-            room: Cell::new(&[]),
-            hold: Part::new(Cell::new(None)),
-            reservations: Part::new(OnceCell::new()),
-            places: Cell::new(core::ptr::null_mut()),
-            dropped_by_pool: Cell::new(false),
+    /// Writes a new record for `r`'s main request at `p`, field by field
+    /// (a handful of stores: only what a record holds when it is made).
+    ///
+    /// # Safety
+    /// `p` is valid for writes of a `Record` and aligned.
+    unsafe fn init(p: *mut Record, r: &Request) {
+        // SAFETY: each field of `*p`, per the contract.
+        unsafe {
+            (&raw mut (*p).main).write(NonNull::from(pool::main_of(r)));
+            (&raw mut (*p).report).write(OnceCell::new());
+            (&raw mut (*p).room).write(Cell::new(&[]));
+            (&raw mut (*p).hold.data).write(Cell::new(None));
+            (&raw mut (*p).hold.on_free).write(Cell::new(None));
+            (&raw mut (*p).reservations.data).write(OnceCell::new());
+            (&raw mut (*p).reservations.on_free).write(Cell::new(None));
+            (&raw mut (*p).places).write(Cell::new(core::ptr::null_mut()));
+            (&raw mut (*p).dropped_by_pool).write(Cell::new(false));
         }
     }
 
@@ -469,6 +501,7 @@ pub fn commit(p: &Pending, status: RequestStatus, headers: ngx_uint_t, retry_aft
         retry_after_s,
         applied: p.applied(),
         empty_keys: p.empty_keys,
+        gives_headers: gives_headers(status, headers),
     };
     // Counted while the record is alive: its drop takes the count back.
     let set = p.rec.report.set(d).is_ok();

@@ -51,7 +51,7 @@ pub struct ZoneConf {
     /// variable is nginx's generic request-header one, `$http_NAME`: read
     /// by the module itself (ffi/header_in.rs). Set at `init_module`, once
     /// nginx has resolved the variables.
-    pub key_header: Option<&'static [u8]>,
+    pub key_header: Option<header_in::HeaderName>,
     /// `ipv6_prefix=` (bits, 32..=128; 128: whole addresses): IPv6 keys of
     /// a `$binary_remote_addr` zone are masked to it.
     pub ipv6_prefix: u8,
@@ -126,7 +126,8 @@ pub fn resolve_header_keys(cycle: &ngx_cycle_t, zones: &[*mut ZoneConf]) {
             // is one nginx gave for this configuration.
             let name = unsafe { header_in::generic_header_name(cmcf, index) }?;
             // SAFETY: the name is configuration memory, as long as the zone.
-            Some(unsafe { core::slice::from_raw_parts(name.data.cast_const(), name.len) })
+            let name = unsafe { core::slice::from_raw_parts(name.data.cast_const(), name.len) };
+            Some(header_in::HeaderName::new(name))
         });
     }
 }

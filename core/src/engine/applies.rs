@@ -81,13 +81,14 @@ pub(crate) fn override_of<'t, R: Request<'t>>(
     r: &mut R,
     n: usize,
     c: &LimitConf<'_>,
-    (hash, value): (KeyHash, LimitRead),
+    hash: KeyHash,
+    value: LimitRead,
     now: u64,
 ) -> Applies {
     match c.overrides {
         Some(o) if o.live() != 0 => {
             core::hint::cold_path();
-            override_slow(r, n, c, o, (hash, value), now)
+            override_slow(r, n, c, o, hash, value, now)
         }
         _ => Applies::of_value(value),
     }
@@ -99,7 +100,8 @@ fn override_slow<'t, R: Request<'t>>(
     n: usize,
     c: &LimitConf<'_>,
     o: &Overrides,
-    (hash, value): (KeyHash, LimitRead),
+    hash: KeyHash,
+    value: LimitRead,
     now: u64,
 ) -> Applies {
     let Some(e) = o.get_hash(hash, now).or_else(|| range_of(r, n, c, o, now)) else {

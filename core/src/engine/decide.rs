@@ -215,7 +215,7 @@ fn judge<'t, R: Request<'t>>(
     };
     // An operator's override holds whatever the limit value is: a block
     // with an empty or invalid `limit=$var` still blocks.
-    let limit = match override_of(r, n, c, (hash, value), now) {
+    let limit = match override_of(r, n, c, hash, value, now) {
         Applies::Limit(limit) => limit,
         a => {
             core::hint::cold_path();

@@ -60,7 +60,7 @@ pub(super) fn line<'t, R: Request<'t>>(
         }
         Err(HostError) => return Err(Refused::Host),
     };
-    match override_of(r, n, c, (hash, LimitRead::Set(0)), now) {
+    match override_of(r, n, c, hash, LimitRead::Set(0), now) {
         Applies::Reject(blocked) => {
             r.skipped(n, Skip::OverrideReject);
             Err(Refused::Reject(Rejecting::blocked(n, hash, blocked)))
@@ -86,7 +86,7 @@ pub(super) fn overridden<'t, R: Request<'t>>(
     hash: KeyHash,
     now: u64,
 ) -> Option<u32> {
-    match override_of(r, n, c, (hash, LimitRead::Empty), now) {
+    match override_of(r, n, c, hash, LimitRead::Empty, now) {
         Applies::Places(k) => Some(k),
         _ => None,
     }

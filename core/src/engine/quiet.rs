@@ -27,13 +27,13 @@ pub(super) fn quiet_limit<'t, R: Request<'t>>(
     };
     if R::PLACES && c.line == Line::InFlight {
         // No rate: an in-flight place has no wait to compute.
-        return match override_of(r, n, c, (hash, value), now) {
+        return match override_of(r, n, c, hash, value, now) {
             Applies::Reject(b) => Some(Quiet::Blocked(b.retry_after_s)),
             _ => None,
         };
     }
     let closed = c.fail == FailPolicy::Closed;
-    let limit = match override_of(r, n, c, (hash, value), now).for_rate(value) {
+    let limit = match override_of(r, n, c, hash, value, now).for_rate(value) {
         Applies::Limit(l) => l,
         Applies::Reject(b) => {
             return Some(Quiet::Blocked(blocked_wait(r, n, c, (hash, value), b, now)))
