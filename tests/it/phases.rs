@@ -32,6 +32,9 @@ enum Route {
     Direct,
     ErrorPageNamed,
     ErrorPageUri,
+    /// Decided, then an upstream 404 redirected by `error_page` (the in-flight
+    /// and shed matrices).
+    ErrorPageAfter,
     TryFiles,
     RewriteLast,
     AuthRequest,
@@ -75,9 +78,7 @@ impl Level {
 
 /// The statuses one client gets for its 4 requests.
 fn expected(phase: &str, route: Route) -> [u16; 4] {
-    if phase == "postaccess" && route == Route::AccessDenied {
-        // A request that failed an access check is never counted in
-        // postaccess, whatever page answers it.
+    if !counted(phase, route) {
         return [200; 4];
     }
     [200, 200, 200, 429]
@@ -164,18 +165,68 @@ fn matrix_conf(level: Level, tls: &str) -> String {
 
 /// The path a route's requests take for a phase and variant.
 fn path(route: Route, s: &str) -> String {
-    let prefix = match route {
+    format!("/{}-{s}/missing", prefix(route))
+}
+
+/// The first part of a route's location names (`/{prefix}-{suffix}/`).
+fn prefix(route: Route) -> &'static str {
+    match route {
         Route::Direct | Route::Http2 => "t",
         Route::ErrorPageNamed => "epn",
         Route::ErrorPageUri => "epu",
+        Route::ErrorPageAfter => "epa",
         Route::TryFiles => "tf",
         Route::RewriteLast => "rw",
         Route::AuthRequest => "ar",
         Route::SatisfyAny => "sa",
         Route::Mirror => "mi",
         Route::AccessDenied => "den",
+    }
+}
+
+/// Whether a route's requests are counted in `phase`: a request that failed
+/// an access check never is in postaccess, whatever page answers it.
+fn counted(phase: &str, route: Route) -> bool {
+    !(phase == "postaccess" && route == Route::AccessDenied)
+}
+
+/// The upstream's wait for the requests of the in-flight and shed matrices
+/// that get there (ms).
+const SLOW: &str = "sleep=1200";
+
+/// The path of a route's requests in `phase`, in the in-flight and shed
+/// matrices (slow, but for the upstream 404 of `ErrorPageAfter`).
+fn slow_path(route: Route, phase: &str) -> String {
+    let query = if route == Route::ErrorPageAfter {
+        "status=404"
+    } else {
+        SLOW
     };
-    format!("/{prefix}-{s}/missing")
+    format!("/{}-{phase}/missing?{query}", prefix(route))
+}
+
+/// The locations the in-flight and shed matrices share for `phase`, each
+/// deciding with `lim`; they add their own for `auth_request`.
+fn slow_locations(phase: &str, lim: &str) -> String {
+    let s = phase;
+    format!(
+        r#"
+        location /t-{s}/ {{ {lim} proxy_pass http://{{{{UPSTREAM}}}}; }}
+        location @n-{s} {{ {lim} proxy_pass http://{{{{UPSTREAM}}}}; }}
+        location /epn-{s}/ {{ root html; error_page 404 = @n-{s}; }}
+        location /epu-{s}/ {{ root html; error_page 404 = /t-{s}/from-error-page?{SLOW}; }}
+        location /epa-{s}/ {{
+            {lim} proxy_intercept_errors on;
+            error_page 404 = /t-{s}/after-404?{SLOW};
+            proxy_pass http://{{{{UPSTREAM}}}};
+        }}
+        location /tf-{s}/ {{ root html; try_files $uri @n-{s}; }}
+        location /rw-{s}/ {{ rewrite ^ /t-{s}/rewritten last; }}
+        location /mi-{s}/ {{ mirror /_m-{s}; {lim} proxy_pass http://{{{{UPSTREAM}}}}; }}
+        location = /_m-{s} {{ internal; {lim} proxy_pass http://{{{{UPSTREAM}}}}/mirrored; }}
+        location /den-{s}/ {{ auth_request /_no; error_page 401 = @n-{s}; }}
+        "#
+    )
 }
 
 /// The access log's form of `$binary_remote_addr` (nginx escapes bytes

@@ -6,31 +6,12 @@
 //! upstream: one holds the place, the other is refused; once both ended, a
 //! third gets the place (given back, once). A subrequest never takes one.
 use super::common;
+use super::{counted, slow_locations, slow_path, Route, PHASES, SLOW};
 
 use common::*;
 use std::process::Command;
 use std::thread;
 use std::time::Duration;
-
-const PHASES: [&str; 2] = ["preaccess", "postaccess"];
-/// The upstream's wait for the requests that get there (ms).
-const SLOW: &str = "sleep=1200";
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Route {
-    Direct,
-    ErrorPageNamed,
-    ErrorPageUri,
-    /// Decided, then an upstream 404 redirected by `error_page`.
-    ErrorPageAfter,
-    TryFiles,
-    RewriteLast,
-    AuthRequest,
-    SatisfyAny,
-    Mirror,
-    AccessDenied,
-    Http2,
-}
 
 const ROUTES: [Route; 11] = [
     Route::Direct,
@@ -50,30 +31,17 @@ const ROUTES: [Route; 11] = [
 fn locations(phase: &str) -> String {
     let lim = format!("rate_limit_window_phase {phase}; rate_limit_window zone=fl in_flight=1;");
     let s = phase;
-    format!(
+    let own = format!(
         r#"
-        location /t-{s}/ {{ {lim} proxy_pass http://{{{{UPSTREAM}}}}; }}
-        location @n-{s} {{ {lim} proxy_pass http://{{{{UPSTREAM}}}}; }}
-        location /epn-{s}/ {{ root html; error_page 404 = @n-{s}; }}
-        location /epu-{s}/ {{ root html; error_page 404 = /t-{s}/from-error-page?{SLOW}; }}
-        location /epa-{s}/ {{
-            {lim} proxy_intercept_errors on;
-            error_page 404 = /t-{s}/after-404?{SLOW};
-            proxy_pass http://{{{{UPSTREAM}}}};
-        }}
-        location /tf-{s}/ {{ root html; try_files $uri @n-{s}; }}
-        location /rw-{s}/ {{ rewrite ^ /t-{s}/rewritten last; }}
         location /ar-{s}/ {{ auth_request /_yes; {lim} proxy_pass http://{{{{UPSTREAM}}}}; }}
         location /sa-{s}/ {{
             satisfy any; allow 10.0.0.0/8; deny all;
             auth_basic "matrix"; auth_basic_user_file htpasswd;
             {lim} proxy_pass http://{{{{UPSTREAM}}}};
         }}
-        location /mi-{s}/ {{ mirror /_m-{s}; {lim} proxy_pass http://{{{{UPSTREAM}}}}; }}
-        location = /_m-{s} {{ internal; {lim} proxy_pass http://{{{{UPSTREAM}}}}/mirrored; }}
-        location /den-{s}/ {{ auth_request /_no; error_page 401 = @n-{s}; }}
         "#
-    )
+    );
+    slow_locations(phase, &lim) + &own
 }
 
 fn matrix_conf(tls: &str) -> String {
@@ -91,29 +59,6 @@ fn matrix_conf(tls: &str) -> String {
             {locs}
         }}"#
     ))
-}
-
-/// The path of a route's requests in `phase`.
-fn path(route: Route, phase: &str) -> String {
-    let prefix = match route {
-        Route::Direct | Route::Http2 => "t",
-        Route::ErrorPageNamed => "epn",
-        Route::ErrorPageUri => "epu",
-        Route::ErrorPageAfter => return format!("/epa-{phase}/missing?status=404"),
-        Route::TryFiles => "tf",
-        Route::RewriteLast => "rw",
-        Route::AuthRequest => "ar",
-        Route::SatisfyAny => "sa",
-        Route::Mirror => "mi",
-        Route::AccessDenied => "den",
-    };
-    format!("/{prefix}-{phase}/missing?{SLOW}")
-}
-
-/// Whether a route's requests are counted in `phase` (one that failed an
-/// access check is not, in postaccess).
-fn counted(phase: &str, route: Route) -> bool {
-    !(phase == "postaccess" && route == Route::AccessDenied)
 }
 
 /// `n` GETs of `url` at once as streams of one HTTP/2 connection, as `ip`.
@@ -143,7 +88,7 @@ pub(super) fn curl_h2_parallel(url: &str, ip: &str, n: usize) -> Vec<u16> {
 
 /// Two requests of one row's client at once; their statuses, sorted.
 fn two_at_once(port: u16, port2: u16, route: Route, phase: &str, ip: &str) -> Vec<u16> {
-    let p = path(route, phase);
+    let p = slow_path(route, phase);
     let mut got = if route == Route::Http2 {
         curl_h2_parallel(&format!("https://127.0.0.1:{port2}{p}"), ip, 2)
     } else {
@@ -206,7 +151,7 @@ fn in_flight_matrix() {
         // (A place is given back when nginx frees the request, just after
         // its last byte, or a mirror's subrequest ended: a refusal meanwhile
         // is counted too.)
-        let p = path(route, &phase).replace(SLOW, "sleep=0");
+        let p = slow_path(route, &phase).replace(SLOW, "sleep=0");
         let again = || {
             let status = request(port, "GET", &p, &[("X-Via-Http", ip.as_bytes())]).status;
             rejected += u32::from(status == 429);

@@ -9,6 +9,7 @@
 //! Then the other ends: client gone (499), upstream timeout (504), and a
 //! priority read from `$remote_addr` after realip.
 use super::common;
+use super::{counted, slow_locations, slow_path, Route, PHASES, SLOW};
 
 use super::in_flight::curl_h2_parallel;
 use common::*;
@@ -16,25 +17,6 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::thread;
 use std::time::Duration;
-
-const PHASES: [&str; 2] = ["preaccess", "postaccess"];
-/// The upstream's wait for the requests that get there (ms).
-const SLOW: &str = "sleep=1200";
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Route {
-    Direct,
-    ErrorPageNamed,
-    ErrorPageUri,
-    /// Decided, then an upstream 404 redirected by `error_page`.
-    ErrorPageAfter,
-    TryFiles,
-    RewriteLast,
-    AuthRequest,
-    Mirror,
-    AccessDenied,
-    Http2,
-}
 
 const ROUTES: [Route; 10] = [
     Route::Direct,
@@ -49,32 +31,20 @@ const ROUTES: [Route; 10] = [
     Route::Http2,
 ];
 
-/// The locations of one phase (suffix `-{phase}`), all of group `g-{phase}`.
+/// The locations of one phase (suffix `-{phase}`), all of group `g-{phase}`;
+/// the `auth_request` subrequest's location decides too.
 fn locations(s: &str) -> String {
     let lim = format!(
         "rate_limit_window_phase {s}; \
          rate_limit_window_shed zone=g-{s} max=1 priority=$http_x_prio reserve=0%;"
     );
-    format!(
+    let own = format!(
         r#"
-        location /t-{s}/ {{ {lim} proxy_pass http://{{{{UPSTREAM}}}}; }}
-        location @n-{s} {{ {lim} proxy_pass http://{{{{UPSTREAM}}}}; }}
-        location /epn-{s}/ {{ root html; error_page 404 = @n-{s}; }}
-        location /epu-{s}/ {{ root html; error_page 404 = /t-{s}/from-error-page?{SLOW}; }}
-        location /epa-{s}/ {{
-            {lim} proxy_intercept_errors on;
-            error_page 404 = /t-{s}/after-404?{SLOW};
-            proxy_pass http://{{{{UPSTREAM}}}};
-        }}
-        location /tf-{s}/ {{ root html; try_files $uri @n-{s}; }}
-        location /rw-{s}/ {{ rewrite ^ /t-{s}/rewritten last; }}
         location /ar-{s}/ {{ auth_request /_yes-{s}; {lim} proxy_pass http://{{{{UPSTREAM}}}}; }}
         location = /_yes-{s} {{ internal; {lim} proxy_pass http://{{{{UPSTREAM}}}}/auth?sleep=0; }}
-        location /mi-{s}/ {{ mirror /_m-{s}; {lim} proxy_pass http://{{{{UPSTREAM}}}}; }}
-        location = /_m-{s} {{ internal; {lim} proxy_pass http://{{{{UPSTREAM}}}}/mirrored; }}
-        location /den-{s}/ {{ auth_request /_no; error_page 401 = @n-{s}; }}
         "#
-    )
+    );
+    slow_locations(s, &lim) + &own
 }
 
 fn matrix_conf(tls: &str) -> String {
@@ -91,31 +61,9 @@ fn matrix_conf(tls: &str) -> String {
     ))
 }
 
-/// The path of a route's requests in `phase`.
-fn path(route: Route, phase: &str) -> String {
-    let prefix = match route {
-        Route::Direct | Route::Http2 => "t",
-        Route::ErrorPageNamed => "epn",
-        Route::ErrorPageUri => "epu",
-        Route::ErrorPageAfter => return format!("/epa-{phase}/missing?status=404"),
-        Route::TryFiles => "tf",
-        Route::RewriteLast => "rw",
-        Route::AuthRequest => "ar",
-        Route::Mirror => "mi",
-        Route::AccessDenied => "den",
-    };
-    format!("/{prefix}-{phase}/missing?{SLOW}")
-}
-
-/// Whether a route's requests are counted in `phase` (one that failed an
-/// access check is not, in postaccess).
-fn counted(phase: &str, route: Route) -> bool {
-    !(phase == "postaccess" && route == Route::AccessDenied)
-}
-
 /// Two requests at once; their statuses, sorted.
 fn two_at_once(port: u16, port2: u16, route: Route, phase: &str) -> Vec<u16> {
-    let p = path(route, phase);
+    let p = slow_path(route, phase);
     let mut got = if route == Route::Http2 {
         curl_h2_parallel(&format!("https://127.0.0.1:{port2}{p}"), "10.0.0.1", 2)
     } else {
@@ -170,7 +118,7 @@ fn rows(port: u16, port2: u16, phase: &str) -> Tally {
             wrong.push(format!("{phase} {route:?}: the place never came back"));
             continue;
         }
-        let p = path(route, phase).replace(SLOW, "sleep=0");
+        let p = slow_path(route, phase).replace(SLOW, "sleep=0");
         let again = request(port, "GET", &p, &[]).status;
         admitted += u32::from(counted(phase, route));
         if again != 200 {
