@@ -78,8 +78,8 @@ pub extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) ->
         // SAFETY: the region an earlier init formatted in this same zone
         // (`len` bytes for an unchanged max=, which `attach` checks),
         // mapped for as long as the zone.
-        unsafe { ShedGroup::attach(region, len, max) }.map_err(|_| {
-            "cannot reuse the zone: its max= changed; restart nginx or use a new zone name"
+        unsafe { ShedGroup::attach(region, len, max) }.map_err(|e| {
+            format!("cannot reuse the zone: {e}; restart nginx or use a new zone name")
         })
     } else {
         let region = Layout::from_size_align(len, 64)
@@ -90,7 +90,8 @@ pub extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) ->
         // SAFETY: a fresh, 64-byte aligned allocation of `len` bytes of the
         // zone (page-aligned: larger than half a page), ours alone during
         // init and mapped for as long as the zone.
-        unsafe { ShedGroup::init(region, len, max) }.map_err(|_| "no memory for the group")
+        unsafe { ShedGroup::init(region, len, max) }
+            .map_err(|_| String::from("no memory for the group"))
     };
     match group {
         Ok(g) => {

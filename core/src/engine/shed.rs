@@ -69,6 +69,7 @@ mod proptests;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shm::shed::AttachError;
     use crate::testing::Region;
 
     fn group(max: u32) -> ShedGroup<'static> {
@@ -145,8 +146,20 @@ mod tests {
         unsafe {
             assert!(ShedGroup::init(r.ptr(), r.len(), 8).is_ok());
             assert!(ShedGroup::attach(r.ptr(), r.len(), 8).is_ok());
-            assert!(ShedGroup::attach(r.ptr(), r.len(), 9).is_err());
+            let e = ShedGroup::attach(r.ptr(), r.len(), 9).err();
+            assert_eq!(e, Some(AttachError::Max(8)));
+            assert_eq!(e.unwrap().to_string(), "its max= changed (it was 8)");
             assert!(ShedGroup::init(r.ptr(), 64, 8).is_err());
+            // A group of the first layout (two priorities' counters).
+            r.ptr().copy_from(b"RLWSHED1".as_ptr(), 8);
+            let e = ShedGroup::attach(r.ptr(), r.len(), 8).err().unwrap();
+            assert_eq!(
+                e.to_string(),
+                "it holds a group of another layout version (1, this module uses 2)"
+            );
+            r.ptr().write_bytes(0, 8);
+            let e = ShedGroup::attach(r.ptr(), r.len(), 8).err().unwrap();
+            assert_eq!(e.to_string(), "its memory does not hold a group");
         }
         assert!(group(8).places.capacity().0 >= 16);
     }

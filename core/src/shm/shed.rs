@@ -7,6 +7,7 @@
 //! The decision (which priority may take a place at which count) is the
 //! engine's ([`crate::engine::shed`]); here only the memory.
 
+use core::fmt;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::places::{BadRegion, Places};
@@ -34,6 +35,34 @@ struct Header {
 }
 
 const _: () = assert!(core::mem::size_of::<Header>() == HEADER_BYTES);
+
+/// Why [`ShedGroup::attach`] cannot adopt a zone's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachError {
+    /// Null, misaligned or too small, or its places are not formatted.
+    Region,
+    /// Another header: the 8 bytes of its magic.
+    Layout([u8; 8]),
+    /// A group formatted for another `max=` (that one, requests).
+    Max(u64),
+}
+
+impl fmt::Display for AttachError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttachError::Layout(m) if m.starts_with(b"RLWSHED") => write!(
+                f,
+                "it holds a group of another layout version ({}, this module uses {})",
+                m[7] as char,
+                MAGIC.to_le_bytes()[7] as char
+            ),
+            AttachError::Region | AttachError::Layout(_) => {
+                f.write_str("its memory does not hold a group")
+            }
+            AttachError::Max(was) => write!(f, "its max= changed (it was {was})"),
+        }
+    }
+}
 
 /// A shed group over its zone's memory.
 #[derive(Clone, Copy)]
@@ -72,7 +101,7 @@ impl<'a> ShedGroup<'a> {
         unsafe {
             region.cast::<Header>().write(h);
             Places::init_with(region.add(HEADER_BYTES), len - HEADER_BYTES, 2)?;
-            ShedGroup::attach(region, len, max)
+            ShedGroup::attach(region, len, max).map_err(|_| BadRegion)
         }
     }
 
@@ -86,17 +115,21 @@ impl<'a> ShedGroup<'a> {
         region: *mut u8,
         len: usize,
         max: u32,
-    ) -> Result<ShedGroup<'a>, BadRegion> {
+    ) -> Result<ShedGroup<'a>, AttachError> {
         if region.is_null() || !(region as usize).is_multiple_of(64) || len < HEADER_BYTES {
-            return Err(BadRegion);
+            return Err(AttachError::Region);
         }
         // SAFETY: aligned and in bounds; its plain fields never change.
         let header = unsafe { &*region.cast::<Header>() };
-        if header.magic != MAGIC || header.max != u64::from(max) {
-            return Err(BadRegion);
+        if header.magic != MAGIC {
+            return Err(AttachError::Layout(header.magic.to_le_bytes()));
+        }
+        if header.max != u64::from(max) {
+            return Err(AttachError::Max(header.max));
         }
         // SAFETY: the caller's; `attach` checks what it holds.
-        let places = unsafe { Places::attach(region.add(HEADER_BYTES), len - HEADER_BYTES) }?;
+        let places = unsafe { Places::attach(region.add(HEADER_BYTES), len - HEADER_BYTES) }
+            .map_err(|_| AttachError::Region)?;
         Ok(ShedGroup { header, places })
     }
 
