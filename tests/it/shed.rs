@@ -133,6 +133,81 @@ fn a_rate_rejection_gives_the_group_place_back() {
     assert_eq!(up.received(), 0);
 }
 
+/// A limit read from a variable beside a group: an invalid value under
+/// `fail=closed` is refused and gives its place back at once; under
+/// `fail=open` (and an empty value, which sets no limit) the request goes
+/// on and keeps its place until it ends.
+#[test]
+fn invalid_and_empty_limits_beside_a_group_under_both_fail_policies() {
+    let up = Upstream::start();
+    let group = "rate_limit_window_shed zone=cap max=4 priority=critical reserve=50%;";
+    let ng = Nginx::builder().upstream_of(&up).start(&http_conf(&format!(
+        r#"
+        rate_limit_window_zone $http_x_client zone=open:1m window=1m;
+        rate_limit_window_zone $http_x_client zone=closed:1m window=1m fail=closed;
+        server {{
+            listen 127.0.0.1:{{{{PORT}}}};
+            add_header X-Status $rate_limit_window_status always;
+            location /fc/ {{
+                {group} rate_limit_window zone=closed limit=$http_x_limit;
+                proxy_pass http://{{{{UPSTREAM}}}};
+            }}
+            location /fo/ {{
+                {group} rate_limit_window zone=open limit=$http_x_limit;
+                proxy_pass http://{{{{UPSTREAM}}}};
+            }}
+            location = /metrics {{ rate_limit_window_metrics; }}
+        }}"#
+    )));
+    let port = ng.port;
+    let in_flight = || shed_metric(port, "rate_limit_window_shed_in_flight", &[("zone", "cap")]);
+    let send = |path: &str, limit: &'static [u8]| {
+        let path = path.to_string();
+        thread::spawn(move || {
+            request(
+                port,
+                "GET",
+                &path,
+                &[("X-Client", b"v"), ("X-Limit", limit)],
+            )
+        })
+    };
+    // fail=closed, not a number: refused, never upstream, no place kept.
+    for _ in 0..6 {
+        let r = send("/fc/x?sleep=300", b"lots").join().unwrap();
+        assert_eq!((r.status, r.header("x-status")), (429, Some("REJECTED")));
+    }
+    assert_eq!(in_flight(), 0.0);
+    assert_eq!(up.received(), 0);
+    let text = metrics_text(port);
+    assert_eq!(
+        prom_value(
+            &text,
+            "rate_limit_window_fail_closed_total",
+            &[("zone", "closed")]
+        ),
+        Some(6.0),
+        "{text}"
+    );
+    // fail=open, not a number, and an empty value: admitted, each holding
+    // its place while upstream, all back once they ended.
+    let held = [
+        send("/fo/x?sleep=1500", b"lots"),
+        send("/fo/x?sleep=1500", b""),
+        send("/fc/x?sleep=1500", b""),
+    ];
+    assert!(
+        wait_for(Duration::from_secs(3), || in_flight() == 3.0),
+        "in flight: {}",
+        in_flight()
+    );
+    for h in held {
+        assert_eq!(h.join().unwrap().status, 200);
+    }
+    assert!(wait_for(Duration::from_secs(3), || in_flight() == 0.0));
+    assert_eq!(up.received(), 3);
+}
+
 /// A worker killed while it holds group places: they are reclaimed within
 /// seconds (the same mechanism as `in_flight=`).
 #[test]
