@@ -246,6 +246,13 @@ status_of() { # status_of PATH KEY [PORT]
 preflight() {
     [ -x "$DIST/nginx" ] || die "$DIST/nginx missing: run make build (it copies the nginx the module was built against)"
     [ -f "$DIST/ngx_http_rate_limit_window_module.so" ] || die "$DIST/ngx_http_rate_limit_window_module.so missing: run make build"
+    # The numbers are stamped with this commit: refuse a module built from
+    # older sources (scripts/bench.sh run without make build first).
+    local so=$DIST/ngx_http_rate_limit_window_module.so newer="" f
+    while IFS= read -r -d '' f; do
+        if [ "$f" -nt "$so" ]; then newer=$f; break; fi
+    done < <(git ls-files -z src core/src build.rs Cargo.toml Cargo.lock core/Cargo.toml 2>/dev/null)
+    [ -z "$newer" ] || die "$DIST/ngx_http_rate_limit_window_module.so is older than $newer: run make build (make bench does)"
     command -v python3 >/dev/null || die "python3 is required (bench/httpclient.py, bench/report.py)"
     command -v curl >/dev/null || die "curl is required"
     python3 "$BENCH_DIR/report.py" selftest >/dev/null || die "bench/report.py selftest failed"
