@@ -14,6 +14,9 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+mod http2;
+mod turns;
+
 /// Zone `z` keyed by X-Key (or `key`), `location /` holding `loc`, and
 /// the metrics at `/metrics`. Responses carry the status and the delay.
 fn conf_with(zones: &str, loc: &str) -> String {
@@ -549,117 +552,6 @@ fn bad_parameters_fail_nginx_t() {
     assert!(ok, "{out}");
 }
 
-/// nginx over TLS with HTTP/2 (curl 7.88's h2c prior knowledge cannot
-/// multiplex), zone `z` keyed by `?k=`, limit 1 per 2 s, delay 5 s. The
-/// certificate directory must outlive nginx.
-fn start_h2(clock: &ShiftedClock, up: &Upstream) -> (Nginx, tempfile::TempDir) {
-    let certs = tempfile::tempdir().unwrap();
-    let tls = tls_h2_listen(certs.path());
-    let c = conf_with(
-        "rate_limit_window_zone $arg_k zone=z:1m window=2s;",
-        "rate_limit_window zone=z limit=1 delay=5s;",
-    )
-    .replacen("listen 127.0.0.1:{{PORT}} ;", &tls, 1);
-    assert!(c.contains("http2 on"), "{c}");
-    (start_on(clock, up, &c), certs)
-}
-
-/// HTTP/2: a client that gives up on a held stream (curl --max-time closes
-/// the connection) is forgotten, like an HTTP/1 client.
-#[test]
-fn http2_client_gone_while_held_is_not_counted() {
-    let clock = ShiftedClock::new();
-    let up = Upstream::start();
-    let (ng, _certs) = start_h2(&clock, &up);
-    clock.jump_to_window_offset(2_000, 100);
-    let url = format!("https://127.0.0.1:{}/?k=g", ng.port);
-    let run = |max: &str| {
-        Command::new("curl")
-            .args(["-sk", "--http2", "--max-time", max, "-o", "/dev/null"])
-            .args(["-w", "%{http_version} %{http_code}"])
-            .arg(&url)
-            .output()
-            .expect("run curl")
-    };
-    let first = run("5");
-    assert_eq!(String::from_utf8_lossy(&first.stdout), "2 200");
-    let gone = run("0.5");
-    assert!(!gone.status.success(), "the held stream was answered");
-    let metric = |name: &str, labels: &[(&str, &str)]| {
-        let out = Command::new("curl")
-            .args(["-sk", &format!("https://127.0.0.1:{}/metrics", ng.port)])
-            .output()
-            .expect("run curl");
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        prom_value(&text, name, labels).unwrap_or_else(|| panic!("no {name}:\n{text}"))
-    };
-    let delayed_total = "rate_limit_window_delayed_total";
-    assert!(wait_for(Duration::from_secs(2), || {
-        metric(delayed_total, &[("zone", "z"), ("result", "abandoned")]) == 1.0
-    }));
-    assert_eq!(
-        metric("rate_limit_window_delay_held", &[("zone", "z")]),
-        0.0
-    );
-    // Past the moment it would have been admitted: never counted.
-    thread::sleep(Duration::from_millis(2_000));
-    let admitted = metric(delayed_total, &[("zone", "z"), ("result", "admitted")]);
-    assert_eq!(admitted, 0.0);
-    assert_eq!(up.received(), 1);
-}
-
-/// HTTP/2: one held stream does not hold the others on its connection.
-#[test]
-fn http2_held_stream_does_not_hold_the_others() {
-    let clock = ShiftedClock::new();
-    let up = Upstream::start();
-    let (ng, _certs) = start_h2(&clock, &up);
-    clock.jump_to_window_offset(2_000, 100);
-    let base = format!("https://127.0.0.1:{}", ng.port);
-    let mut cmd = Command::new("curl");
-    cmd.args(["-sSk", "--http2", "--parallel", "--parallel-max", "8"])
-        .args([
-            "-w",
-            "%{http_version} %{http_code} %{num_connects} %{time_total} %{url_effective}\\n",
-        ]);
-    let urls = ["h", "h", "o1", "o2", "o3", "o4"].map(|k| format!("{base}/?k={k}"));
-    for u in &urls {
-        cmd.args(["-o", "/dev/null", u]);
-    }
-    let out = cmd.output().expect("run curl (make test installs it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    eprintln!("HTTP/2 transfers (version status connects seconds url):\n{text}");
-    let rows: Vec<Vec<&str>> = text
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    assert_eq!(rows.len(), 6, "{text}");
-    assert!(rows.iter().all(|r| r[0] == "2" && r[1] == "200"), "{text}");
-    let connects: u32 = rows.iter().map(|r| r[2].parse::<u32>().unwrap()).sum();
-    assert_eq!(connects, 1, "streams did not share one connection: {text}");
-    let secs = |r: &Vec<&str>| r[3].parse::<f64>().unwrap();
-    let mut h: Vec<f64> = rows
-        .iter()
-        .filter(|r| r[4].ends_with("k=h"))
-        .map(secs)
-        .collect();
-    h.sort_by(f64::total_cmp);
-    // The held stream waited for the boundary (~1.9 s); the others did not.
-    assert!(h[1] >= 1.0, "{text}");
-    for r in rows.iter().filter(|r| !r[4].ends_with("k=h")) {
-        assert!(
-            secs(r) < h[1] - 0.5,
-            "a stream waited for the held one: {text}"
-        );
-    }
-    assert_eq!(up.received(), 6);
-}
-
 /// Holds logged ("delaying request by N ms") since `off` in `ng`'s error log.
 fn holds_since(ng: &Nginx, off: usize) -> usize {
     count_lines(&ng.error_log_since(off), "delaying request by")
@@ -723,134 +615,6 @@ fn cost_that_fits_within_delay_is_admitted_after_few_holds() {
     assert!((250..=2_300).contains(&waited), "waited {waited} ms");
 }
 
-/// `rate_limit_window_delay_share_full_total` of zone `z`.
-fn share_full(port: u16) -> f64 {
-    let text = metrics_text(port);
-    prom_value(
-        &text,
-        "rate_limit_window_delay_share_full_total",
-        &[("zone", "z")],
-    )
-    .unwrap_or_else(|| panic!("no share_full counter:\n{text}"))
-}
-
-/// Issue 36's case: `limit=2` per 2 s, `delay=10s delay_max_held=20`, one
-/// worker; 30 requests of one client at once. Its share is what can be
-/// admitted within 10 s, so it cannot take every place.
-fn flood_one_client(clock: &ShiftedClock, ng: &Nginx) -> Vec<Shot> {
-    burst(clock, ng.port, "flood", 30)
-}
-
-fn fair_queue(clock: &ShiftedClock, up: &Upstream) -> Nginx {
-    clock.builder().upstream_of(up).workers(1).start(&conf(
-        "2s",
-        "rate_limit_window zone=z limit=2 delay=10s delay_max_held=20;",
-    ))
-}
-
-/// One client floods a delay location; another's third request, which
-/// fits within 2 s, is held and admitted in time, not refused for want of
-/// a place.
-#[test]
-fn one_client_flood_leaves_places_for_another() {
-    let clock = ShiftedClock::new();
-    let up = Upstream::start();
-    let ng = fair_queue(&clock, &up);
-    clock.jump_to_window_offset(2_000, 100);
-    let port = ng.port;
-    let flood = thread::spawn({
-        let clock = clock.clone();
-        move || burst(&clock, port, "flood", 30)
-    });
-    thread::sleep(Duration::from_millis(300));
-    let polite = burst(&clock, ng.port, "polite", 3);
-    let flood = flood.join().unwrap();
-    let statuses: Vec<u16> = polite.iter().map(|s| s.status).collect();
-    assert_eq!(statuses, [200, 200, 200], "{polite:#?}");
-    let late: Vec<&Shot> = polite.iter().filter(|s| s.rlw == "DELAYED").collect();
-    assert_eq!(late.len(), 1, "{polite:#?}");
-    // Admitted when the window allows, within the 2 s it needs.
-    assert!(late[0].done - late[0].sent <= 2_500, "{:?}", late[0]);
-    let refused = flood.iter().filter(|s| s.status == 429).count();
-    let held = flood.iter().filter(|s| s.rlw == "DELAYED").count();
-    eprintln!("flood: {held} held then admitted, {refused} refused at once");
-    // The flood's share: what 2 per 2 s admits within 10 s (about 10),
-    // never all 20 places.
-    assert!((5..=12).contains(&held), "held {held}: {flood:#?}");
-    assert_eq!(share_full(ng.port), (30 - 2 - held) as f64);
-    assert!(flood
-        .iter()
-        .filter(|s| s.status == 429)
-        .all(|s| s.done - s.sent < 1_000));
-}
-
-/// Held requests of one client take turns: each wakes when its own turn
-/// comes, not all at the same ms; holds logged per admission stay small.
-#[test]
-fn wake_ups_per_admission_are_bounded() {
-    let clock = ShiftedClock::new();
-    let up = Upstream::start();
-    let ng = fair_queue(&clock, &up);
-    clock.jump_to_window_offset(2_000, 100);
-    let off = ng.error_log_len();
-    let flood = flood_one_client(&clock, &ng);
-    let admitted = flood.iter().filter(|s| s.rlw == "DELAYED").count();
-    let holds = holds_since(&ng, off);
-    eprintln!("{holds} holds for {admitted} admissions");
-    assert!(admitted >= 5, "{flood:#?}");
-    assert!(
-        holds <= 2 * admitted,
-        "{holds} holds for {admitted} admissions"
-    );
-    // In order: admitted at distinct moments, about W/limit apart.
-    let mut done: Vec<u128> = flood
-        .iter()
-        .filter(|s| s.rlw == "DELAYED")
-        .map(|s| s.done)
-        .collect();
-    done.sort();
-    let bunched = done.windows(2).filter(|w| w[1] - w[0] < 100).count();
-    assert!(bunched <= admitted / 2, "{done:?}");
-}
-
-/// `limit=10` per 1 s, `delay=2s`, 40 requests of one client at once on
-/// 2 workers: the client's held requests take turns across both workers
-/// (the zone's shared queue), so a request is held only when its turn
-/// comes within the delay: none is held the whole delay and then refused.
-#[test]
-fn held_requests_take_turns_across_workers() {
-    let clock = ShiftedClock::new();
-    let up = Upstream::start();
-    let ng = start_on(
-        &clock,
-        &up,
-        &conf("1s", "rate_limit_window zone=z limit=10 delay=2s;"),
-    );
-    assert_eq!(ng.expected_workers(), 2);
-    clock.jump_to_window_offset(1_000, 50);
-    let shots = burst(&clock, ng.port, "crowd", 40);
-    let admitted: Vec<&Shot> = shots.iter().filter(|s| s.status == 200).collect();
-    let refused: Vec<&Shot> = shots.iter().filter(|s| s.status == 429).collect();
-    assert_eq!(admitted.len() + refused.len(), 40, "{shots:#?}");
-    for s in &refused {
-        // Refused at once (its turn was past the delay), never after a hold.
-        assert!(
-            s.done - s.sent < 1_000,
-            "held {} ms and then refused: {shots:#?}",
-            s.done - s.sent
-        );
-        assert!(s.retry_after >= 1, "{s:?}");
-    }
-    // 10 at once, then as the window slides: about 10 more within 2 s.
-    assert!(
-        (18..=22).contains(&admitted.len()),
-        "{} admitted: {shots:#?}",
-        admitted.len()
-    );
-    assert_eq!(delayed(ng.port, "rejected"), 0.0, "held then rejected");
-    assert_eq!(held(ng.port), 0.0);
-}
-
 /// `fail=closed` and a `cost=$variable` that is missing, with `delay=10s`:
 /// an invalid cost never fits, whatever the wait: refused at once, with
 /// one error line, never held.
@@ -876,4 +640,15 @@ fn invalid_cost_with_delay_is_refused_at_once() {
     );
     assert_eq!(delayed(ng.port, "rejected"), 0.0, "never held");
     assert_eq!(delayed(ng.port, "admitted"), 0.0);
+}
+
+/// `rate_limit_window_delay_share_full_total` of zone `z`.
+fn share_full(port: u16) -> f64 {
+    let text = metrics_text(port);
+    prom_value(
+        &text,
+        "rate_limit_window_delay_share_full_total",
+        &[("zone", "z")],
+    )
+    .unwrap_or_else(|| panic!("no share_full counter:\n{text}"))
 }
