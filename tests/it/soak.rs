@@ -97,7 +97,7 @@ fn sliding_window_bound_under_continuous_load() {
 }
 
 // ---------------------------------------------------------------------------
-// Long variants of tests/it/reliability.rs (scenarios in tests/it/common/scenarios.rs)
+// Long variants of tests/it/reliability/ (scenarios in tests/it/common/scenarios.rs)
 // ---------------------------------------------------------------------------
 
 /// Reload every 200 ms for 10 s under load: no failed request, exactly

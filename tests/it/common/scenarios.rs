@@ -1,4 +1,4 @@
-//! Reliability scenarios shared by tests/it/reliability.rs (short variants)
+//! Reliability scenarios shared by tests/it/reliability/ (short variants)
 //! and tests/it/soak.rs (long ones): `#[path = "common/scenarios.rs"] mod
 //! scenarios;` next to `mod common;`. Each scenario asserts its guarantees
 //! and prints its numbers on stderr.
