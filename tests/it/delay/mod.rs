@@ -387,6 +387,17 @@ fn disconnect_while_held_is_not_counted() {
     assert!(log.contains("delaying request by"), "{log}");
 }
 
+/// `n` clients `{prefix}-{i}`, each admitted once (at `limit=1`), then
+/// sending one more request on a connection left open: the held ones.
+fn one_held_each(port: u16, prefix: &str, n: usize) -> Vec<TcpStream> {
+    for i in 0..n {
+        assert_eq!(get_key(port, "/", &format!("{prefix}-{i}")).status, 200);
+    }
+    (0..n)
+        .map(|i| send_raw(port, &format!("{prefix}-{i}")))
+        .collect()
+}
+
 /// While 200 requests are held, other clients are answered at once: the
 /// hold is a timer, not a blocked worker. (200 clients, one held request
 /// each: a client holds only what can be admitted within `delay`.)
@@ -406,12 +417,7 @@ fn others_are_served_while_200_are_held() {
     // machine the 450 requests and two 3 s waits below must all fall in
     // one window, or the held ones are admitted instead of abandoned.
     clock.clear_of_boundary(60_000, 40_000);
-    for i in 0..200 {
-        assert_eq!(get_key(ng.port, "/", &format!("flood-{i}")).status, 200);
-    }
-    let streams: Vec<TcpStream> = (0..200)
-        .map(|i| send_raw(ng.port, &format!("flood-{i}")))
-        .collect();
+    let streams = one_held_each(ng.port, "flood", 200);
     assert!(
         wait_for(Duration::from_secs(3), || held(ng.port) == 200.0),
         "held: {}",
@@ -451,12 +457,7 @@ fn cap_rejects_the_excess() {
     clock.clear_of_boundary(10_000, 6_000);
     // Ten clients at their limit, one more request each (one client would
     // be bound by its own share first, see the fair queue tests).
-    for i in 0..10 {
-        assert_eq!(get_key(ng.port, "/", &format!("cap-{i}")).status, 200);
-    }
-    let streams: Vec<TcpStream> = (0..10)
-        .map(|i| send_raw(ng.port, &format!("cap-{i}")))
-        .collect();
+    let streams = one_held_each(ng.port, "cap", 10);
     // One deadline for all (not 1.5 s each: waiting on the held ones one
     // after another would run into the window's end, where they are
     // admitted); a rejection is already in its socket by then.

@@ -37,6 +37,19 @@ fn stock_conf(state: &Path, window: &str) -> String {
     )
 }
 
+/// The `[emerg]` line `nginx -t` prints for `conf` in `dir` (it must
+/// fail), and all it printed.
+fn emerg_of_nginx_t(dir: &Path, conf: &str) -> (String, String) {
+    let (ok, out) = nginx_t_in(dir, conf);
+    assert!(!ok, "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("[emerg]"))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_string();
+    (line, out)
+}
+
 /// A `state=` directory that is missing, or that `user nobody` cannot
 /// write, is an `[emerg]` of `nginx -t` on the terminal, and of a start,
 /// naming the path, the user and the fix; once it is theirs, `nginx -t`
@@ -48,12 +61,7 @@ fn a_state_directory_the_workers_cannot_write_is_an_emerg_on_the_terminal() {
     let dir = root.path().join("state");
     let state = dir.join("z.state");
     let conf = stock_conf(&state, "1h");
-    let (ok, out) = nginx_t_in(root.path(), &conf);
-    assert!(!ok, "{out}");
-    let line = out
-        .lines()
-        .find(|l| l.contains("[emerg]"))
-        .unwrap_or_else(|| panic!("{out}"));
+    let (line, _) = emerg_of_nginx_t(root.path(), &conf);
     assert!(
         line.contains(&format!("\"{}\"", state.display()))
             && line.contains("does not exist")
@@ -67,12 +75,7 @@ fn a_state_directory_the_workers_cannot_write_is_an_emerg_on_the_terminal() {
     // The doc's own advice, 0700, but root's: nobody cannot write there.
     fs::create_dir(&dir).unwrap();
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
-    let (ok, out) = nginx_t_in(root.path(), &conf);
-    assert!(!ok, "{out}");
-    let line = out
-        .lines()
-        .find(|l| l.contains("[emerg]"))
-        .unwrap_or_else(|| panic!("{out}"));
+    let (line, out) = emerg_of_nginx_t(root.path(), &conf);
     assert!(
         line.contains(&format!("state file \"{}\"", state.display()))
             && line.contains("the workers (user \"nobody\") cannot write")
