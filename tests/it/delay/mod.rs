@@ -414,12 +414,14 @@ fn others_are_served_while_200_are_held() {
         ),
     );
     // A minute's window with 40 s clear of its end: on a loaded 2-core
-    // machine the 450 requests and two 3 s waits below must all fall in
+    // machine the 450 requests and the waits below must all fall in
     // one window, or the held ones are admitted instead of abandoned.
     clock.clear_of_boundary(60_000, 40_000);
+    // On 2 loaded cores (CI: 6 tests at once) the last of 200 connections
+    // can take more than 3 s to be read: up to 10 s for all to be held.
     let streams = one_held_each(ng.port, "flood", 200);
     assert!(
-        wait_for(Duration::from_secs(3), || held(ng.port) == 200.0),
+        wait_for(Duration::from_secs(10), || held(ng.port) == 200.0),
         "held: {}",
         held(ng.port)
     );
