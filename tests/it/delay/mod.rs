@@ -260,7 +260,12 @@ fn nothing_is_counted_while_held() {
     assert!(wait_for(Duration::from_secs(1), || held(ng.port) == 3.0));
     let json = key_json(ng.port, "z", b"count");
     assert_eq!(json["current"], 5, "{json}");
-    assert_eq!(up.received(), 5);
+    // The 5 admitted may still be on their way to the upstream (loaded cores).
+    assert!(
+        wait_for(Duration::from_millis(1500), || up.received() == 5),
+        "received {}",
+        up.received()
+    );
     let shots = bg.join().unwrap();
     assert!(shots.iter().all(|s| s.status == 200), "{shots:#?}");
     assert_eq!(up.received(), 8);
