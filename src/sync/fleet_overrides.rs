@@ -158,7 +158,7 @@ fn pull(conn: &mut Link, ctx: &RoundCtx<'_>, o: &Overrides, now: u64) -> Result<
         if pending.contains(&read.id) || read.entry.is_some_and(|e| e.expired(now)) {
             continue;
         }
-        o.apply_remote(read.id, read.entry, read.version, now);
+        let _ = o.apply_remote(read.id, read.entry, read.version, now);
     }
     if stale.is_empty() {
         return Ok(());

@@ -162,6 +162,7 @@ pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
         log_outage(log, zone, header, now_ms.saturating_sub(since));
     }
     log_fleet(log, zone, header);
+    log_misfits(log, zone);
     let owner = header.sync_owner.load(Ordering::Acquire);
     if owner != 0 && header.logged_owner.swap(owner, Ordering::Relaxed) != owner {
         ngx_log_error!(
@@ -172,6 +173,25 @@ pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
             owner
         );
     }
+}
+
+/// Logs the overrides read from the fleet that found no room here since
+/// the last time (`rate_limit_window_overrides_misfit_total`).
+fn log_misfits(log: *mut ngx_log_t, zone: &ZoneConf) {
+    let Some(o) = zone.overrides.as_ref() else {
+        return;
+    };
+    let Some(n) = o.misfits_to_log() else { return };
+    ngx_log_error!(
+        NGX_LOG_WARN,
+        log,
+        "rate_limit_window_zone \"{}\": {} override(s) of the fleet found no room in this \
+         gateway's table (overrides={} full of operators' entries): they do not apply here; \
+         raise \"overrides=\"",
+        zone.name_str(),
+        n,
+        o.capacity()
+    );
 }
 
 /// Logs, once per episode, that gateways use this zone's name in Redis

@@ -129,7 +129,7 @@ fn override_slow<'t, R: Request<'t>>(
 /// The override of the most specific range holding limit `n`'s client's
 /// address, when the zone holds ranges (one load of their bitmap, else one
 /// lookup per prefix length in use).
-fn range_of<'t, R: Request<'t>>(
+pub(super) fn range_of<'t, R: Request<'t>>(
     r: &mut R,
     n: usize,
     c: &LimitConf<'_>,

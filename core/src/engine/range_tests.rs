@@ -41,6 +41,8 @@ struct Host {
     key: Vec<u8>,
     addr: bool,
     asked_addr: u32,
+    /// `ban=` (ms; 0: none).
+    ban_ms: u64,
 }
 
 impl Request<'static> for Host {
@@ -53,7 +55,7 @@ impl Request<'static> for Host {
             overrides: Some(self.overrides),
             fail: FailPolicy::Open,
             delay_ms: 0,
-            ban_ms: 0,
+            ban_ms: self.ban_ms,
             line: crate::engine::Line::Rate,
         })
     }
@@ -106,6 +108,7 @@ fn the_most_specific_override_decides() {
         key: key.to_vec(),
         addr,
         asked_addr: 0,
+        ban_ms: 0,
     };
     let mut a = host([127, 0, 0, 5], true);
     // No override at all: the address is never asked for.
@@ -151,4 +154,45 @@ fn the_most_specific_override_decides() {
         decide_for(&mut host([127, 0, 0, 9], true)),
         Verdict::Exempt
     ));
+}
+
+/// Decides for `h` until a request is rejected (at most 200).
+fn reject_of(h: &mut Host) -> super::Rejection {
+    for _ in 0..200 {
+        if let Verdict::Reject(rej) = decide_for(h) {
+            return rej;
+        }
+    }
+    panic!("never rejected");
+}
+
+#[test]
+fn a_ranges_operator_override_stops_its_clients_bans() {
+    let (table, overrides) = (leaked_table(), leaked_overrides());
+    let hash = |k: &[u8]| table.hash_key(k);
+    let host = |key: [u8; 4]| Host {
+        table,
+        overrides,
+        key: key.to_vec(),
+        addr: true,
+        asked_addr: 0,
+        ban_ms: 60_000,
+    };
+    // A /24's limit of 3: its clients are refused by the count, never
+    // banned (as under an override of their own).
+    let addr = Addr::of_key(&[10, 1, 2, 3]).unwrap();
+    let r24 = Range::new(addr, 24).id(hash);
+    overrides.set(entry(r24, Action::Limit(3)), T0).unwrap();
+    let mut a = host([10, 1, 2, 3]);
+    let rej = reject_of(&mut a);
+    assert_eq!(rej.limit, 3);
+    assert_eq!(rej.banned, None);
+    let own = table.hash_key(&[10, 1, 2, 3]).fingerprint();
+    assert_eq!(overrides.get(own, T0), None);
+    // Outside the range: banned at the zone's limit.
+    let mut b = host([10, 1, 3, 3]);
+    let rej = reject_of(&mut b);
+    assert_eq!((rej.limit, rej.banned), (100, Some(60)));
+    let fp = table.hash_key(&[10, 1, 3, 3]).fingerprint();
+    assert_eq!(overrides.get(fp, T0).unwrap().action, Action::Ban);
 }

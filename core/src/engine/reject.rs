@@ -133,7 +133,7 @@ pub(super) fn rejected<'t, R: Request<'t>>(
 /// invalid value's or one for places): the ban is recorded in `out`, and
 /// lengthens its Retry-After if need be.
 fn ban_rejected<'t, R: Request<'t>>(
-    r: &R,
+    r: &mut R,
     ask: &Ask,
     rej: &Rejecting,
     out: &mut Rejection,
@@ -142,7 +142,7 @@ fn ban_rejected<'t, R: Request<'t>>(
     let bans = rej.d.outcome == Outcome::Rejected
         && !(rej.invalid || rej.overridden || rej.in_flight || ask.dry_run);
     if let (true, Some(c)) = (bans, r.conf(rej.index)) {
-        if let Some(secs) = ban(&c, rej.hash, now) {
+        if let Some(secs) = ban(r, (rej.index, &c), rej.hash, now) {
             // A ban never shortens Retry-After: the count may keep the
             // client out longer than the ban.
             out.retry_after_s = out.retry_after_s.max(secs);
@@ -167,13 +167,24 @@ fn count_rejected<'t, R: Request<'t>>(r: &R, ask: &Ask, rej: &Rejecting) {
     }
 }
 
-/// `ban=`: records the ban of `hash` (an operator's override wins) and
-/// returns its length in whole seconds; None: no ban recorded.
-fn ban(c: &LimitConf<'_>, hash: KeyHash, now: u64) -> Option<u32> {
+/// `ban=`: records the ban of `hash` (an operator's override wins, the
+/// client's own or its range's: a range's `limit` or `exempt` stops its
+/// clients' bans as a client's own does) and returns its length in whole
+/// seconds; None: no ban recorded.
+fn ban<'t, R: Request<'t>>(
+    r: &mut R,
+    (n, c): (usize, &LimitConf<'t>),
+    hash: KeyHash,
+    now: u64,
+) -> Option<u32> {
     if c.ban_ms == 0 {
         return None;
     }
     let o = c.overrides?;
+    let by_operator = |e: crate::overrides::Entry| e.action != crate::overrides::Action::Ban;
+    if super::applies::range_of(r, n, c, o, now).is_some_and(by_operator) {
+        return None;
+    }
     if !o.ban(hash.fingerprint(), now.saturating_add(c.ban_ms), now) {
         return None;
     }

@@ -53,6 +53,7 @@
 //! without overrides costs the request path one relaxed load of it.
 
 pub mod body;
+mod evict;
 pub mod range;
 pub mod remote;
 pub(crate) mod slot;
@@ -66,7 +67,8 @@ use crate::KeyHash;
 use range::{PrefixCounts, PREFIX_BYTES};
 pub use slot::MAX_VERSION;
 use slot::{decode, id_of, Slot, GROUP, ID_MASK};
-use write::Reap;
+pub use write::Applied;
+use write::{Reap, Wrote};
 
 /// Default `overrides=`: entries per zone.
 pub const DEFAULT_OVERRIDES: usize = 1024;
@@ -162,7 +164,13 @@ struct Header {
     clock: AtomicU64,
     /// When a full table last reaped every expired entry (UTC epoch ms).
     reaped_at: AtomicU64,
-    _pad: [u64; 4],
+    /// Bans evicted to make room for an operator's change.
+    evicted: AtomicU64,
+    /// States read from the fleet that found no room here.
+    misfits: AtomicU64,
+    /// `misfits` when last logged.
+    misfits_logged: AtomicU64,
+    _pad: [u64; 1],
 }
 
 const HEADER_BYTES: usize = core::mem::size_of::<Header>();
@@ -325,7 +333,10 @@ impl<'a> Overrides<'a> {
             changes: Default::default(),
             clock: AtomicU64::new(0),
             reaped_at: AtomicU64::new(0),
-            _pad: [0; 4],
+            evicted: AtomicU64::new(0),
+            misfits: AtomicU64::new(0),
+            misfits_logged: AtomicU64::new(0),
+            _pad: [0; 1],
         };
         // SAFETY: region is 64-byte aligned and large enough for a Header.
         unsafe { region.cast::<Header>().write(header) };
@@ -385,6 +396,26 @@ impl<'a> Overrides<'a> {
     /// Bans set by `ban=` since the zone was created.
     pub fn bans_total(&self) -> u64 {
         self.header.bans.load(Ordering::Relaxed)
+    }
+
+    /// Bans evicted to make room for an operator's change since the zone
+    /// was created (`rate_limit_window_bans_evicted_total`).
+    pub fn bans_evicted(&self) -> u64 {
+        self.header.evicted.load(Ordering::Relaxed)
+    }
+
+    /// States read from the fleet that did not fit this table since the
+    /// zone was created (`rate_limit_window_overrides_misfit_total`).
+    pub fn remote_misfits(&self) -> u64 {
+        self.header.misfits.load(Ordering::Relaxed)
+    }
+
+    /// The misfits since the last call that returned some (the log's
+    /// once per growth): None when there is none new.
+    pub fn misfits_to_log(&self) -> Option<u64> {
+        let now = self.remote_misfits();
+        let before = self.header.misfits_logged.swap(now, Ordering::Relaxed);
+        (now > before).then(|| now - before)
     }
 
     /// Operators' changes of `kind` since the zone was created.
@@ -512,11 +543,16 @@ impl<'a> Overrides<'a> {
 
     /// Sets `e` here (replacing the client's entry, if any), as a change
     /// made at `now_ms` (a new version). Returns the live entry it
-    /// replaced. Err when the table already holds `capacity` live entries
-    /// of other clients.
+    /// replaced. An operator's entry makes room by evicting bans; Err when
+    /// the table already holds `capacity` live entries of other clients
+    /// and none is a ban. A ban over an operator's entry changes nothing
+    /// (Ok(None)).
     pub fn set(&self, e: Entry, now_ms: u64) -> Result<Option<Entry>, Full> {
         let v = self.next_version(now_ms);
-        self.write_local(Some(e), e.fp, (v, Reap::Always), now_ms)
+        match self.write_local(Some(e), e.fp, (v, Reap::Always), now_ms)? {
+            Wrote::Done(prev) => Ok(prev),
+            Wrote::Stale => Ok(None),
+        }
     }
 
     /// Removes `id`'s override, as a change made at `now_ms`; returns it
@@ -524,9 +560,10 @@ impl<'a> Overrides<'a> {
     /// ([`Slot::Gone`]) for the fleet.
     pub fn remove(&self, id: u64, now_ms: u64) -> Option<Entry> {
         let v = self.next_version(now_ms);
-        self.write_local(None, id, (v, Reap::Always), now_ms)
-            .ok()
-            .flatten()
+        match self.write_local(None, id, (v, Reap::Always), now_ms) {
+            Ok(Wrote::Done(prev)) => prev,
+            _ => None,
+        }
     }
 
     /// Restores an entry saved earlier (a state file), at version 0 (the
@@ -541,24 +578,21 @@ impl<'a> Overrides<'a> {
     }
 
     /// Records a ban of `fp` until `until_ms`, unless the client has an
-    /// operator's override (which wins). Returns whether it was recorded
-    /// (a full table records nothing).
+    /// operator's override (which wins: checked in the same compare and
+    /// swap that would write the ban). Returns whether it was recorded (a
+    /// full table records nothing). A range's override is the caller's to
+    /// check (the engine's `ban=`).
     pub fn ban(&self, fp: u64, until_ms: u64, now_ms: u64) -> bool {
-        if self
-            .get(fp, now_ms)
-            .is_some_and(|e| e.action != Action::Ban)
-        {
-            return false;
-        }
         let e = Entry {
             fp,
             action: Action::Ban,
             expires_ms: until_ms.max(now_ms + 1),
         };
         let v = self.next_version(now_ms);
-        let ok = self
-            .write_local(Some(e), fp, (v, Reap::Throttled), now_ms)
-            .is_ok();
+        let ok = matches!(
+            self.write_local(Some(e), fp, (v, Reap::Throttled), now_ms),
+            Ok(Wrote::Done(_))
+        );
         if ok {
             self.header.bans.fetch_add(1, Ordering::Relaxed);
         }
@@ -632,6 +666,8 @@ impl<'a> Overrides<'a> {
     }
 }
 
+#[cfg(test)]
+mod kind_tests;
 #[cfg(test)]
 mod range_tests;
 #[cfg(test)]

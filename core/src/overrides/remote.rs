@@ -29,8 +29,19 @@ pub const TOMBSTONE_MS: u64 = 600_000;
 
 /// Sets field `ARGV[1]` of hash `KEYS[1]` to `ARGV[2]` unless it holds a
 /// value as large or larger: 1 when it did, 0 when a newer state stays.
+/// The kinds first (as [`super::Overrides::apply_remote`]): a ban never
+/// replaces an operator's state that has not ended (by Redis's `TIME`),
+/// and an operator's state always replaces a ban.
 pub const PUSH_SCRIPT: &str = "local cur = redis.call('HGET', KEYS[1], ARGV[1]) \
-if cur and cur >= ARGV[2] then return 0 end \
+if cur then \
+local ck, ce = string.match(cur, '^v2 %x+ ([%a_]+) %d+ (%d+)$') \
+local nk = string.match(ARGV[2], '^v2 %x+ ([%a_]+)') \
+if nk == 'ban' and ck and ck ~= 'ban' then \
+local t = redis.call('TIME') \
+if ce == '0' or tonumber(ce) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) \
+then return 0 end \
+elseif not (ck == 'ban' and nk and nk ~= 'ban' and nk ~= 'del') and cur >= ARGV[2] then \
+return 0 end end \
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1";
 
 /// Deletes field `ARGV[1]` of hash `KEYS[1]` if it still holds `ARGV[2]`
@@ -63,7 +74,8 @@ pub fn parse_field(f: &[u8]) -> Option<u64> {
         return None;
     }
     let fp = u64::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
-    (fp != 0).then_some(fp | range)
+    // A range's id may be 0 below its range bit (`0.0.0.0/0`).
+    (fp != 0 || range != 0).then_some(fp | range)
 }
 
 /// The text of a state, without its version: `ACTION VALUE EXPIRES_MS`,
@@ -250,5 +262,17 @@ mod tests {
             assert_eq!(parse(f, v), None, "{f:?} {v:?}");
         }
         assert_eq!(ovr_key("api"), "rlw:{api}:ovr");
+    }
+
+    /// `cidr=0.0.0.0/0`'s id is the range bit alone: its field is read
+    /// back (the fleet shares it), a client's zero fingerprint is not.
+    #[test]
+    fn the_whole_ipv4_range_is_a_field() {
+        use crate::overrides::range::{Addr, Range};
+        let all = Range::new(Addr::of_key(&[10, 0, 0, 5]).unwrap(), 0);
+        let id = all.id(|_| unreachable!());
+        assert_eq!(field(id), "r00000000000000");
+        assert_eq!(parse_field(field(id).as_bytes()), Some(id));
+        assert_eq!(parse_field(b"00000000000000"), None);
     }
 }

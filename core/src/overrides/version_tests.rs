@@ -24,7 +24,10 @@ fn a_change_here_is_newer_than_everything_seen() {
     // A clock behind: still newer.
     assert!(t.next_version(900) > v1);
     // A version seen from a gateway whose clock is ahead.
-    assert!(t.apply_remote(5, Some(block(5)), 5_000 << 12, 1_000));
+    assert_eq!(
+        t.apply_remote(5, Some(block(5)), 5_000 << 12, 1_000),
+        Applied::Yes
+    );
     assert!(t.next_version(1_000) > 5_000 << 12);
     t.set(limit(5, 3, 0), 1_000).unwrap();
     assert_eq!(t.versioned(5).entry, Some(limit(5, 3, 0)));
@@ -37,12 +40,18 @@ fn an_older_state_from_the_fleet_never_applies() {
     let t = r.table(8);
     t.set(block(7), 2_000).unwrap();
     let here = t.versioned(7).version.unwrap();
-    assert!(!t.apply_remote(7, None, here - 1, 2_000));
+    assert_ne!(t.apply_remote(7, None, here - 1, 2_000), Applied::Yes);
     assert_eq!(t.get(7, 2_000), Some(block(7)));
-    assert!(t.apply_remote(7, Some(limit(7, 4, 0)), here + 1, 2_000));
+    assert_eq!(
+        t.apply_remote(7, Some(limit(7, 4, 0)), here + 1, 2_000),
+        Applied::Yes
+    );
     assert_eq!(t.get(7, 2_000), Some(limit(7, 4, 0)));
     // Replaying it changes nothing.
-    assert!(!t.apply_remote(7, Some(limit(7, 4, 0)), here + 1, 2_000));
+    assert_ne!(
+        t.apply_remote(7, Some(limit(7, 4, 0)), here + 1, 2_000),
+        Applied::Yes
+    );
     assert_eq!(t.versioned(7).version, Some(here + 1));
 }
 
@@ -58,12 +67,18 @@ fn a_removal_here_keeps_its_version_against_an_older_set() {
     assert!(gone.version.unwrap() > set_v);
     assert_eq!(t.live(), 0);
     // The fleet still holds the block (the removal's write is on its way).
-    assert!(!t.apply_remote(9, Some(block(9)), set_v, 1_200));
+    assert_ne!(
+        t.apply_remote(9, Some(block(9)), set_v, 1_200),
+        Applied::Yes
+    );
     assert_eq!(t.get(9, 1_200), None);
     // A removal of a client this gateway never had is remembered too.
     t.remove(10, 1_300);
     assert!(t.versioned(10).version.is_some());
-    assert!(!t.apply_remote(10, Some(block(10)), 1_000 << 12, 1_300));
+    assert_ne!(
+        t.apply_remote(10, Some(block(10)), 1_000 << 12, 1_300),
+        Applied::Yes
+    );
     assert_eq!(t.get(10, 1_300), None);
 }
 
@@ -71,10 +86,10 @@ fn a_removal_here_keeps_its_version_against_an_older_set() {
 fn equal_versions_resolve_as_redis_does() {
     let mut r = Region::new(8);
     let t = r.table(8);
-    assert!(t.apply_remote(3, Some(limit(3, 5, 0)), 77, 0));
+    assert_eq!(t.apply_remote(3, Some(limit(3, 5, 0)), 77, 0), Applied::Yes);
     // "limit 5 0 0" < "limit 6 0 0" and "block …" < "limit …".
-    assert!(t.apply_remote(3, Some(limit(3, 6, 0)), 77, 0));
-    assert!(!t.apply_remote(3, Some(block(3)), 77, 0));
+    assert_eq!(t.apply_remote(3, Some(limit(3, 6, 0)), 77, 0), Applied::Yes);
+    assert_ne!(t.apply_remote(3, Some(block(3)), 77, 0), Applied::Yes);
     assert_eq!(t.get(3, 0), Some(limit(3, 6, 0)));
 }
 
@@ -89,7 +104,7 @@ fn an_unknown_version_is_never_overwritten_by_the_fleet() {
     let stale = version_word(w, 1).wrapping_sub(1 << 60);
     t.versions[idx].store(stale, Ordering::Relaxed);
     assert_eq!(t.versioned(4).version, None);
-    assert!(!t.apply_remote(4, None, u64::MAX >> 4, 1_000));
+    assert_ne!(t.apply_remote(4, None, u64::MAX >> 4, 1_000), Applied::Yes);
     assert_eq!(t.get(4, 1_000), Some(block(4)));
     // A change here still applies, and its version is known again.
     t.set(limit(4, 1, 0), 1_000).unwrap();
@@ -143,7 +158,7 @@ proptest! {
                     let wins = cur.is_none_or(|(e, c)| {
                         v > c || (v == c && remote::state_text(entry(id, s).as_ref()) > remote::state_text(e.as_ref()))
                     });
-                    prop_assert_eq!(t.apply_remote(id << 20, entry(id, s), v, now), wins);
+                    prop_assert_eq!(t.apply_remote(id << 20, entry(id, s), v, now) == Applied::Yes, wins);
                     if wins {
                         model.insert(id, (entry(id, s), v));
                     }

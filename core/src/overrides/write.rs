@@ -6,17 +6,46 @@ use core::sync::atomic::Ordering;
 
 use super::remote::state_text;
 use super::slot::{decode, encode, id_of, is_live, version_in, version_word, Next, Slot, GROUP};
-use super::{Entry, Full, Overrides, FULL_REAP_MS, ID_MASK};
+use super::{Action, Entry, Full, Overrides, FULL_REAP_MS, ID_MASK};
 
 /// Whose change a write is.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Source {
+pub(super) enum Source {
     /// Made here (an operator, a ban, a state file): applies over any
     /// state not newer.
     Local,
     /// Read from the fleet: applies only over an older state, never over
     /// one whose version is unknown (a change here in flight).
     Remote,
+}
+
+/// What a remote state did here ([`Overrides::apply_remote`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// It is the client's state here now.
+    Yes,
+    /// The state here wins (newer, or an operator's over a ban).
+    Stale,
+    /// An operator's state that the table has no room for (full of
+    /// operators' entries: bans make room); counted
+    /// ([`Overrides::remote_misfits`]).
+    Full,
+}
+
+/// Whether `state` is set by an operator (a live entry other than a ban).
+fn by_operator(state: Option<&Entry>) -> bool {
+    state.is_some_and(|e| e.action != Action::Ban)
+}
+
+/// The kinds' rule, before versions: a ban never replaces an operator's
+/// live state (Some(false)); an operator's state from the fleet always
+/// replaces a ban here (Some(true)); else the versions decide (None).
+fn kinds(state: Option<&Entry>, here: Option<&Entry>, src: Source) -> Option<bool> {
+    let is_ban = |e: Option<&Entry>| e.is_some_and(|e| e.action == Action::Ban);
+    if is_ban(state) && by_operator(here) {
+        return Some(false);
+    }
+    (src == Source::Remote && by_operator(state) && is_ban(here)).then_some(true)
 }
 
 /// When a full table reaps its expired entries before it refuses.
@@ -27,6 +56,19 @@ pub(super) enum Reap {
     /// At most once every [`FULL_REAP_MS`] (a ban: the request path).
     Throttled,
 }
+
+/// What a write made here did.
+pub(super) enum Wrote {
+    /// It is the client's state; the live entry it replaced.
+    Done(Option<Entry>),
+    /// A newer change of the client, or an operator's state over a ban,
+    /// stays.
+    Stale,
+}
+
+/// Most bans one write evicts before it gives up (others' writes race
+/// it for the room).
+const EVICT_TRIES: usize = 8;
 
 /// What one attempt of a write did.
 enum Step {
@@ -55,22 +97,41 @@ impl Overrides<'_> {
     /// Writes `state` (None: removed) of `id` made here at version `v`.
     /// A full table first reaps its expired entries: always for an
     /// operator's change (`reap`: Always), at most once every
-    /// [`FULL_REAP_MS`] for a ban (the request path).
+    /// [`FULL_REAP_MS`] for a ban (the request path); an operator's change
+    /// then evicts bans ([`Overrides::evict_ban`]).
     pub(super) fn write_local(
         &self,
         state: Option<Entry>,
         id: u64,
         (v, reap): (u64, Reap),
         now_ms: u64,
-    ) -> Result<Option<Entry>, Full> {
-        let id = id & ID_MASK;
+    ) -> Result<Wrote, Full> {
+        self.write(state, id & ID_MASK, (v, Source::Local, reap), now_ms)
+    }
+
+    /// One write until done: reaps, then evicts bans for an operator's
+    /// state, when the table is full.
+    fn write(
+        &self,
+        state: Option<Entry>,
+        id: u64,
+        (v, src, reap): (u64, Source, Reap),
+        now_ms: u64,
+    ) -> Result<Wrote, Full> {
         let mut reaped = false;
+        let mut evictions = 0;
         loop {
-            match self.step(id, state, v, Source::Local, now_ms) {
-                Step::Done(prev) => return Ok(prev),
-                // A newer change of the client won meanwhile.
-                Step::Stale => return Ok(None),
+            match self.step(id, state, v, src, now_ms) {
+                Step::Done(prev) => return Ok(Wrote::Done(prev)),
+                Step::Stale => return Ok(Wrote::Stale),
                 Step::Full if !reaped && self.reap_all(reap, now_ms) => reaped = true,
+                Step::Full
+                    if by_operator(state.as_ref())
+                        && evictions < EVICT_TRIES
+                        && self.evict_ban(id, now_ms) =>
+                {
+                    evictions += 1
+                }
                 Step::Full => {
                     return Err(Full {
                         capacity: self.capacity(),
@@ -83,15 +144,19 @@ impl Overrides<'_> {
 
     /// Applies the state of `id` read from the fleet (None: removed) at
     /// version `v`, unless the state here is as new or newer (equal
-    /// versions: the greater state text wins, as in Redis). Returns
-    /// whether it applied. The clock moves past `v`.
-    pub fn apply_remote(&self, id: u64, state: Option<Entry>, v: u64, now_ms: u64) -> bool {
+    /// versions: the greater state text wins, as in Redis), or it is a
+    /// ban and the state here an operator's; an operator's state replaces
+    /// a ban here whatever their versions, and makes room by evicting
+    /// bans. The clock moves past `v`.
+    pub fn apply_remote(&self, id: u64, state: Option<Entry>, v: u64, now_ms: u64) -> Applied {
         self.saw_version(v);
-        loop {
-            match self.step(id & ID_MASK, state, v, Source::Remote, now_ms) {
-                Step::Done(_) => return true,
-                Step::Stale | Step::Full => return false,
-                Step::Retry => core::hint::spin_loop(),
+        let how = (v, Source::Remote, Reap::Throttled);
+        match self.write(state, id & ID_MASK, how, now_ms) {
+            Ok(Wrote::Done(_)) => Applied::Yes,
+            Ok(Wrote::Stale) => Applied::Stale,
+            Err(_) => {
+                self.header.misfits.fetch_add(1, Ordering::Relaxed);
+                Applied::Full
             }
         }
     }
@@ -109,13 +174,9 @@ impl Overrides<'_> {
             Slot::Live(e) => Some(e),
             _ => None,
         };
-        let newer = match (src, self.version_at(idx, w)) {
-            (Source::Local, Some(c)) => v >= c,
-            (Source::Local, None) => true,
-            (Source::Remote, Some(c)) => {
-                v > c || (v == c && state_text(state.as_ref()) > state_text(here.as_ref()))
-            }
-            (Source::Remote, None) => false,
+        let newer = match kinds(state.as_ref(), here.as_ref(), src) {
+            Some(wins) => wins,
+            None => self.newer(idx, w, (state, here), v, src),
         };
         if !newer {
             return Step::Stale;
@@ -134,6 +195,25 @@ impl Overrides<'_> {
         self.publish(idx, new, v);
         self.kill_later(id, idx);
         Step::Done(here)
+    }
+
+    /// Whether `state` at version `v` is newer than the slot's `here`.
+    fn newer(
+        &self,
+        idx: usize,
+        w: u128,
+        (state, here): (Option<Entry>, Option<Entry>),
+        v: u64,
+        src: Source,
+    ) -> bool {
+        match (src, self.version_at(idx, w)) {
+            (Source::Local, Some(c)) => v >= c,
+            (Source::Local, None) => true,
+            (Source::Remote, Some(c)) => {
+                v > c || (v == c && state_text(state.as_ref()) > state_text(here.as_ref()))
+            }
+            (Source::Remote, None) => false,
+        }
     }
 
     /// The first slot of `id`, after reaping the expired entries of `id`

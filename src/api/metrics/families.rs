@@ -387,6 +387,18 @@ const FAMILIES: &[Family] = &[
         "Clients banned now (ban=).",
         Samples::One(|l| ovr(l, |o, now| o.banned_now(now))),
     ),
+    family(
+        "rate_limit_window_bans_evicted_total",
+        "counter",
+        "Bans evicted from a full override table to make room for an operator's change.",
+        Samples::One(|l| ovr(l, |o, _| o.bans_evicted())),
+    ),
+    family(
+        "rate_limit_window_overrides_misfit_total",
+        "counter",
+        "Overrides read from the fleet (redis=) that found no room in this gateway's table.",
+        Samples::One(|l| ovr(l, |o, _| o.remote_misfits())),
+    ),
 ];
 
 /// A counter of the zone's in-flight places (0 before they exist).
