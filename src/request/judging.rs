@@ -38,6 +38,7 @@ fn eval(
     if key.is_empty() {
         return Ok(Key::Empty);
     }
+    let key = ipv4_of_mapped(zone, key);
     let masked;
     let key = if zone.ipv6_prefix < IPV6_PREFIX_MAX {
         core::hint::cold_path();
@@ -51,6 +52,23 @@ fn eval(
         hash: table.hash_key(key),
         limit,
     })
+}
+
+/// A `$binary_remote_addr` key of an IPv4-mapped client
+/// (`::ffff:10.0.0.5`, 16 bytes) as its IPv4 address's (4 bytes): it is
+/// counted, overridden (`addr=10.0.0.5`, `cidr=10.0.0.5/32`) and banned as
+/// that address.
+#[inline(always)]
+fn ipv4_of_mapped<'k>(zone: &ZoneConf, key: &'k [u8]) -> &'k [u8] {
+    const MAPPED: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+    if key.len() == 16
+        && key[..12] == MAPPED
+        && zone.key_src.as_bytes() == crate::zone::BINARY_REMOTE_ADDR
+    {
+        core::hint::cold_path();
+        return &key[12..];
+    }
+    key
 }
 
 /// The zone's key for the request (empty: the limit does not apply).

@@ -54,6 +54,7 @@
 
 pub mod ctx;
 pub mod fleet_overrides;
+pub mod raw_conn;
 pub mod redis_link;
 pub mod round;
 pub mod round_stats;
@@ -110,7 +111,7 @@ pub fn start_all(zones: &[*mut ZoneConf]) {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let name = format!("rlw-sync-{}", job.name);
-        if let Some(handle) = spawn_blocked(name, move || run(job, &flag)) {
+        if let Some(handle) = spawn_blocked(name, move || run(job, flag)) {
             threads.push((stop, handle));
         }
     }
@@ -238,7 +239,8 @@ pub fn log_outage(log: *mut ngx_log_t, zone: &ZoneConf, header: &ZoneHeader, for
     );
 }
 
-fn run(job: Job, stop: &AtomicBool) {
+fn run(job: Job, flag: Arc<AtomicBool>) {
+    let stop: &AtomicBool = &flag;
     let (table, header) = (job.table, job.header);
     let Some(ledger) = header.ledger(table.capacity()) else {
         return;
@@ -265,7 +267,7 @@ fn run(job: Job, stop: &AtomicBool) {
             owner: &owner,
             stop,
         };
-        let result = connect(&mut conn, &job.target)
+        let result = connect(&mut conn, &job.target, &flag)
             .map_err(RoundError::from)
             .and_then(|c| round(c, &ctx, &mut state, started));
         let nap_ms = match result {
@@ -275,6 +277,8 @@ fn run(job: Job, stop: &AtomicBool) {
                 rest_of_interval(job.sync_ms, started)
             }
             Err(RoundError::Stopped) => break,
+            // A call the stop interrupted: not a failure of Redis.
+            Err(RoundError::Link(_)) if stop.load(Ordering::Relaxed) => break,
             Err(RoundError::Link(e)) => {
                 conn = None;
                 round_failed(header, &e, started);
@@ -350,10 +354,13 @@ fn count_error(header: &ZoneHeader, e: &LinkError) {
 fn connect<'c>(
     conn: &'c mut Option<Link>,
     target: &RedisTarget,
+    stop: &Arc<AtomicBool>,
 ) -> Result<&'c mut Link, LinkError> {
     if conn.as_ref().is_none_or(Link::is_broken) {
         let deadline = Instant::now() + Duration::from_millis(CONNECT_MS);
-        *conn = Some(Link::open(target, deadline)?);
+        let mut link = Link::open(target, deadline)?;
+        link.watch(stop.clone());
+        *conn = Some(link);
     }
     Ok(conn.as_mut().expect("connection was just set"))
 }

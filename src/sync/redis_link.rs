@@ -21,6 +21,10 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crate::sync::raw_conn::{Login, RawConn};
 use rate_limit_window_core::conf::redis_url::{RedisMode, RedisNode, RedisParams, Secret};
 use redis::cluster::{ClusterClientBuilder, ClusterConnection};
 use redis::{
@@ -269,6 +273,10 @@ fn resolve(host: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>, 
 /// The connection of a [`Link`]: one server (single or sentinel mode) or
 /// a Redis Cluster (one connection per node, slots followed).
 enum Conn {
+    /// A plain TCP or Unix connection: every read bounded by the call's
+    /// deadline and the stop flag (`raw_conn.rs`).
+    Raw(RawConn),
+    /// A TLS connection (the crate's: each read bounded, not the call).
     One(redis::Connection),
     Cluster(Box<ClusterConnection>),
 }
@@ -286,8 +294,8 @@ impl Link {
     /// cluster mode reading the slot map) before `deadline`.
     pub fn open(target: &RedisTarget, deadline: Instant) -> Result<Link, LinkError> {
         let conn = match target.params.mode {
-            RedisMode::Single => Conn::One(Self::open_single(target, deadline)?),
-            RedisMode::Sentinel => Conn::One(Self::open_sentinel(target, deadline)?),
+            RedisMode::Single => Self::open_single(target, deadline)?,
+            RedisMode::Sentinel => Self::open_sentinel(target, deadline)?,
             RedisMode::Cluster => Conn::Cluster(Box::new(Self::open_cluster(target, deadline)?)),
         };
         Ok(Link {
@@ -296,19 +304,28 @@ impl Link {
         })
     }
 
+    /// Checks `stop` on every read and write of the link's calls from now
+    /// on (a plain connection's; a TLS or cluster one's between calls).
+    pub fn watch(&mut self, stop: Arc<AtomicBool>) {
+        if let Conn::Raw(c) = &mut self.conn {
+            c.watch(stop);
+        }
+    }
+
     /// One server: TCP (each resolved address in turn), TLS or Unix socket.
-    fn open_single(
-        target: &RedisTarget,
-        deadline: Instant,
-    ) -> Result<redis::Connection, LinkError> {
+    fn open_single(target: &RedisTarget, deadline: Instant) -> Result<Conn, LinkError> {
         let redis = target.redis_info();
+        let a = &target.params.addr;
+        let login = Login {
+            username: a.username.as_deref(),
+            password: a.password.as_ref().map(Secret::as_str),
+            db: a.db,
+        };
         match target.params.addr.nodes.first() {
             Some(RedisNode::Unix(path)) => {
-                let info = ConnectionInfo {
-                    addr: ConnectionAddr::Unix(path.into()),
-                    redis,
-                };
-                Ok(redis::Client::open(info)?.get_connection_with_timeout(handshake(deadline)?)?)
+                let mut c = RawConn::unix(path, deadline)?;
+                c.login(&login, deadline)?;
+                Ok(Conn::Raw(c))
             }
             Some(RedisNode::Tcp { host, port }) if target.params.addr.tls => {
                 // The name stays as given: the certificate is checked against it.
@@ -321,14 +338,12 @@ impl Link {
                     root_cert: None,
                 });
                 let client = redis::Client::build_with_tls(info, certs)?;
-                Ok(client.get_connection_with_timeout(handshake(deadline)?)?)
+                Ok(Conn::One(
+                    client.get_connection_with_timeout(handshake(deadline)?)?,
+                ))
             }
             Some(RedisNode::Tcp { host, port }) => {
-                let info = ConnectionInfo {
-                    addr: ConnectionAddr::Tcp(host.clone(), *port),
-                    redis,
-                };
-                Self::open_tcp(&info, host, *port, deadline)
+                Self::open_tcp(&login, host, *port, deadline).map(Conn::Raw)
             }
             None => Err(LinkError::new(LinkErrorKind::Connection, "no address")),
         }
@@ -340,10 +355,7 @@ impl Link {
     /// connects to it and checks its `ROLE`. Each sentinel gets an equal
     /// share of the time left, so one that fails, hangs or names a stale
     /// master leaves time to ask the next.
-    fn open_sentinel(
-        target: &RedisTarget,
-        deadline: Instant,
-    ) -> Result<redis::Connection, LinkError> {
+    fn open_sentinel(target: &RedisTarget, deadline: Instant) -> Result<Conn, LinkError> {
         let sentinels: Vec<(&str, u16)> = target
             .params
             .addr
@@ -419,19 +431,21 @@ impl Link {
         Ok(conn)
     }
 
-    /// Tries each resolved address of `host` in turn until one connects.
+    /// Tries each resolved address of `host` in turn until one connects
+    /// and logs in.
     fn open_tcp(
-        info: &ConnectionInfo,
+        login: &Login<'_>,
         host: &str,
         port: u16,
         deadline: Instant,
-    ) -> Result<redis::Connection, LinkError> {
+    ) -> Result<RawConn, LinkError> {
         let mut last = LinkError::new(LinkErrorKind::Connection, "no address");
         for addr in resolve(host, port, deadline)? {
-            let mut at = info.clone();
-            at.addr = ConnectionAddr::Tcp(addr.ip().to_string(), addr.port());
-            let client = redis::Client::open(at)?;
-            match client.get_connection_with_timeout(handshake(deadline)?) {
+            let conn = RawConn::tcp(addr, deadline).and_then(|mut c| {
+                c.login(login, deadline)?;
+                Ok(c)
+            });
+            match conn {
                 Ok(c) => return Ok(c),
                 Err(e) => last = e.into(),
             }
@@ -473,6 +487,7 @@ impl Link {
                 }
                 Ok(replies)
             }
+            Conn::Raw(conn) => Ok(conn.exec(pipe, deadline)?),
             Conn::Cluster(conn) => exec_cluster(conn, pipe, deadline),
         }
     }
@@ -564,19 +579,33 @@ fn connect_master(
     host: &str,
     port: u16,
     deadline: Instant,
-) -> Result<redis::Connection, LinkError> {
+) -> Result<Conn, LinkError> {
     let p = &target.params;
-    let info = ConnectionInfo {
-        addr: target.addr(host, port),
-        redis: RedisConnectionInfo {
-            db: p.addr.db,
+    let mut pipe = redis::pipe();
+    pipe.cmd("ROLE");
+    let (conn, role) = if p.addr.tls {
+        let info = ConnectionInfo {
+            addr: target.addr(host, port),
+            redis: RedisConnectionInfo {
+                db: p.addr.db,
+                username: None,
+                password: p.master_password.as_ref().map(pw),
+                protocol: ProtocolVersion::RESP2,
+            },
+        };
+        let mut conn = connect_timed(target, info, deadline)?;
+        let role: Value = redis::cmd("ROLE").query(&mut conn)?;
+        (Conn::One(conn), role)
+    } else {
+        let login = Login {
             username: None,
-            password: p.master_password.as_ref().map(pw),
-            protocol: ProtocolVersion::RESP2,
-        },
+            password: p.master_password.as_ref().map(Secret::as_str),
+            db: p.addr.db,
+        };
+        let mut conn = Link::open_tcp(&login, host, port, deadline)?;
+        let role = conn.exec(&pipe, deadline)?.pop().unwrap_or(Value::Nil);
+        (Conn::Raw(conn), role)
     };
-    let mut conn = connect_timed(target, info, deadline)?;
-    let role: Value = redis::cmd("ROLE").query(&mut conn)?;
     match role {
         Value::Array(a) if a.first().and_then(bytes_text) == Some("master") => Ok(conn),
         _ => Err(LinkError::new(

@@ -82,10 +82,14 @@ pub fn round(
     let round_ms = (ctx.job.sync_ms * 2).max(ROUND_MIN_MS);
     let round_deadline = Instant::now() + Duration::from_millis(round_ms);
     reset_keys(conn, ctx, now)?;
+    go_on(ctx)?;
     crate::sync::fleet_overrides::round(conn, ctx, &mut st.ovr_at, now)?;
+    go_on(ctx)?;
     fleet(conn, ctx, st, now)?;
+    go_on(ctx)?;
     let index = ctx.job.window.index(now);
     read_hot(conn, ctx, st, index)?;
+    go_on(ctx)?;
     let stats = &ctx.owner.header.stats;
     let t = Thresholds::new(
         stats.min_limit(index),
@@ -111,6 +115,16 @@ pub fn round(
     let result = run_batches(conn, ctx, st, &work, now, round_deadline, &mut done);
     st.work = work;
     result.map(|()| done)
+}
+
+/// Between two steps of a round: on with it, unless the thread stops or
+/// lost the zone (a plain link also checks the stop on every read).
+fn go_on(ctx: &RoundCtx<'_>) -> Result<(), RoundError> {
+    if ctx.owner.keep_on(ctx.stop) {
+        Ok(())
+    } else {
+        Err(RoundError::Stopped)
+    }
 }
 
 fn run_batches(

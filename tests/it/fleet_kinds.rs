@@ -196,3 +196,28 @@ fn a_ranges_limit_stops_bans_and_bans_make_room_for_operators() {
     assert_eq!(ban_of("10.2.0.2").as_deref(), Some("ban"));
     assert_eq!(ban_of("10.2.0.3").as_deref(), Some("ban"));
 }
+
+/// A client seen as `::ffff:10.0.0.5` is `10.0.0.5`: `addr=10.0.0.5` and
+/// `cidr=…/32` overrides apply to it, and its requests count with the
+/// address's.
+#[test]
+fn an_ipv4_mapped_client_is_its_ipv4_address() {
+    let up = Upstream::start();
+    let ng = ip_gateway(&up);
+    let r = send_body(
+        ng.port,
+        "PUT",
+        "/api?zone=ip&addr=10.0.0.5",
+        br#"{"block":true}"#,
+        false,
+    );
+    assert_eq!(r.status, 200, "{}", r.describe());
+    let r = put_range(&ng, "10.0.0.6/32", r#"{"exempt":true}"#);
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert_eq!(admitted(&ng, "::ffff:10.0.0.5", 2), 0);
+    assert_eq!(admitted(&ng, "::ffff:10.0.0.6", 10), 10);
+    assert_eq!(admitted(&ng, "10.0.0.7", 2), 2);
+    assert_eq!(admitted(&ng, "::ffff:10.0.0.7", 3), 1);
+    // A plain IPv6 client is its own.
+    assert_eq!(admitted(&ng, "2001:db8::5", 3), 3);
+}

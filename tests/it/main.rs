@@ -16,6 +16,7 @@ mod debug_log;
 mod delay;
 mod directives;
 mod examples;
+mod fleet_deadline;
 mod fleet_kinds;
 mod fleet_sync;
 mod foundation;

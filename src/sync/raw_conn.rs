@@ -1,0 +1,210 @@
+//! A plain Redis connection (TCP or Unix socket, no TLS) whose every read
+//! and write is bounded by the *call's* deadline and checks the thread's
+//! stop flag: a link that answers a byte every 0.25 s times out at the
+//! call's deadline, and `nginx -s quit` (or a reload) interrupts any call
+//! within [`POLL_MS`]. The crate's `Connection` bounds each socket read
+//! only, so a trickling reply could keep a call (and a quitting worker)
+//! waiting for minutes.
+//!
+//! The replies are parsed by the crate's RESP parser, which keeps a
+//! partial reply across reads; an error reply is a `Value::ServerError` in
+//! its place. Used only from the sync thread: nothing here touches nginx.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::{ErrorKind, Parser, RedisError, RedisResult, Value};
+
+/// Longest one socket wait, between two checks of the stop flag (ms).
+const POLL_MS: u64 = 100;
+
+/// The socket.
+enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Sock {
+    fn set_timeouts(&self, d: Duration) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => {
+                s.set_read_timeout(Some(d))?;
+                s.set_write_timeout(Some(d))
+            }
+            Sock::Unix(s) => {
+                s.set_read_timeout(Some(d))?;
+                s.set_write_timeout(Some(d))
+            }
+        }
+    }
+}
+
+/// The socket with the call's deadline and the stop flag: every read and
+/// write waits [`POLL_MS`] at most, then checks both.
+struct Bounded {
+    sock: Sock,
+    deadline: Instant,
+    stop: Option<Arc<AtomicBool>>,
+}
+
+impl Bounded {
+    /// The wait the next socket call may take; an error when the deadline
+    /// passed or the thread is stopping.
+    fn wait(&self) -> io::Result<Duration> {
+        if self
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
+        {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "stopping"));
+        }
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left < Duration::from_millis(1) {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
+        }
+        Ok(left.min(Duration::from_millis(POLL_MS)))
+    }
+
+    /// Runs one socket call until it does something, the deadline passes
+    /// or the thread stops.
+    fn retry<T>(&mut self, mut f: impl FnMut(&mut Sock) -> io::Result<T>) -> io::Result<T> {
+        loop {
+            let d = self.wait()?;
+            self.sock.set_timeouts(d)?;
+            match f(&mut self.sock) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                r => return r,
+            }
+        }
+    }
+}
+
+impl Read for Bounded {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.retry(|s| match s {
+            Sock::Tcp(t) => t.read(buf),
+            Sock::Unix(u) => u.read(buf),
+        })
+    }
+}
+
+impl Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.retry(|s| match s {
+            Sock::Tcp(t) => t.write(buf),
+            Sock::Unix(u) => u.write(buf),
+        })
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The deadline passed before a call could begin.
+fn too_late() -> RedisError {
+    io::Error::new(io::ErrorKind::TimedOut, "deadline passed").into()
+}
+
+/// A plain connection to one server.
+pub struct RawConn {
+    io: Bounded,
+    parser: Parser,
+}
+
+/// Who the connection logs in as: user, password, database.
+pub struct Login<'a> {
+    pub username: Option<&'a str>,
+    pub password: Option<&'a str>,
+    pub db: i64,
+}
+
+impl RawConn {
+    /// Connects to `addr` over TCP before `deadline`.
+    pub fn tcp(addr: SocketAddr, deadline: Instant) -> RedisResult<RawConn> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left < Duration::from_millis(1) {
+            return Err(too_late());
+        }
+        let s = TcpStream::connect_timeout(&addr, left)?;
+        let _ = s.set_nodelay(true);
+        Ok(Self::of(Sock::Tcp(s), deadline))
+    }
+
+    /// Connects to the Unix socket at `path`.
+    pub fn unix(path: &str, deadline: Instant) -> RedisResult<RawConn> {
+        let s = UnixStream::connect(path)?;
+        Ok(Self::of(Sock::Unix(s), deadline))
+    }
+
+    fn of(sock: Sock, deadline: Instant) -> RawConn {
+        RawConn {
+            io: Bounded {
+                sock,
+                deadline,
+                stop: None,
+            },
+            parser: Parser::new(),
+        }
+    }
+
+    /// Checks `stop` on every read and write from now on.
+    pub fn watch(&mut self, stop: Arc<AtomicBool>) {
+        self.io.stop = Some(stop);
+    }
+
+    /// Logs in (`AUTH`, `SELECT`) before `deadline`: an error reply is an
+    /// authentication error (`WRONGPASS`, `NOAUTH`, `NOPERM`) or a response
+    /// error.
+    pub fn login(&mut self, who: &Login<'_>, deadline: Instant) -> RedisResult<()> {
+        let mut pipe = redis::pipe();
+        if let Some(pw) = who.password {
+            let c = pipe.cmd("AUTH");
+            if let Some(u) = who.username {
+                c.arg(u);
+            }
+            c.arg(pw);
+        }
+        if who.db != 0 {
+            pipe.cmd("SELECT").arg(who.db);
+        }
+        if pipe.is_empty() {
+            return Ok(());
+        }
+        for v in self.exec(&pipe, deadline)? {
+            if let Value::ServerError(e) = v {
+                let kind = match e.code() {
+                    "WRONGPASS" | "NOAUTH" | "NOPERM" => ErrorKind::AuthenticationFailed,
+                    _ => ErrorKind::ResponseError,
+                };
+                // The code only: the details could quote an argument.
+                let code = e.code().to_string();
+                return Err(RedisError::from((kind, "login refused", code)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `pipe` and reads one reply per command, all before
+    /// `deadline` (checked on every read), unless the thread stops.
+    pub fn exec(&mut self, pipe: &redis::Pipeline, deadline: Instant) -> RedisResult<Vec<Value>> {
+        self.io.deadline = deadline;
+        self.io.write_all(&pipe.get_packed_pipeline())?;
+        let mut replies = Vec::with_capacity(pipe.len());
+        for _ in 0..pipe.len() {
+            let v = self.parser.parse_value(&mut self.io)?;
+            replies.push(v);
+        }
+        Ok(replies)
+    }
+}
