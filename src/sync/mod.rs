@@ -163,7 +163,7 @@ pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
         log_outage(log, zone, header, now_ms.saturating_sub(since));
     }
     log_fleet(log, zone, header);
-    log_misfits(log, zone);
+    log_misfits(log, zone, now_ms);
     let owner = header.sync_owner.load(Ordering::Acquire);
     if owner != 0 && header.logged_owner.swap(owner, Ordering::Relaxed) != owner {
         ngx_log_error!(
@@ -177,12 +177,15 @@ pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
 }
 
 /// Logs the overrides read from the fleet that found no room here since
-/// the last time (`rate_limit_window_overrides_misfit_total`).
-fn log_misfits(log: *mut ngx_log_t, zone: &ZoneConf) {
+/// the last time, at most once a minute
+/// (`rate_limit_window_overrides_misfit_total`).
+fn log_misfits(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
     let Some(o) = zone.overrides.as_ref() else {
         return;
     };
-    let Some(n) = o.misfits_to_log() else { return };
+    let Some(n) = o.misfits_to_log(now_ms) else {
+        return;
+    };
     ngx_log_error!(
         NGX_LOG_WARN,
         log,

@@ -17,6 +17,7 @@ mod delay;
 mod directives;
 mod examples;
 mod fleet_deadline;
+mod fleet_edges;
 mod fleet_kinds;
 mod fleet_sync;
 mod foundation;

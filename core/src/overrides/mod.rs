@@ -170,7 +170,8 @@ struct Header {
     misfits: AtomicU64,
     /// `misfits` when last logged.
     misfits_logged: AtomicU64,
-    _pad: [u64; 1],
+    /// When misfits were last logged (UTC epoch ms).
+    misfits_log_ms: AtomicU64,
 }
 
 const HEADER_BYTES: usize = core::mem::size_of::<Header>();
@@ -336,7 +337,7 @@ impl<'a> Overrides<'a> {
             evicted: AtomicU64::new(0),
             misfits: AtomicU64::new(0),
             misfits_logged: AtomicU64::new(0),
-            _pad: [0; 1],
+            misfits_log_ms: AtomicU64::new(0),
         };
         // SAFETY: region is 64-byte aligned and large enough for a Header.
         unsafe { region.cast::<Header>().write(header) };
@@ -410,12 +411,18 @@ impl<'a> Overrides<'a> {
         self.header.misfits.load(Ordering::Relaxed)
     }
 
-    /// The misfits since the last call that returned some (the log's
-    /// once per growth): None when there is none new.
-    pub fn misfits_to_log(&self) -> Option<u64> {
-        let now = self.remote_misfits();
-        let before = self.header.misfits_logged.swap(now, Ordering::Relaxed);
-        (now > before).then(|| now - before)
+    /// The misfits since they were last logged, at most once a minute
+    /// (`now_ms`: UTC epoch ms; the fleet's pull counts a misfit again at
+    /// each read): None when none is new or the minute has not passed.
+    pub fn misfits_to_log(&self, now_ms: u64) -> Option<u64> {
+        let h = &self.header;
+        let n = self.remote_misfits();
+        let last = h.misfits_log_ms.load(Ordering::Relaxed);
+        if n <= h.misfits_logged.load(Ordering::Relaxed) || now_ms < last.saturating_add(60_000) {
+            return None;
+        }
+        h.misfits_log_ms.store(now_ms, Ordering::Relaxed);
+        Some(n - h.misfits_logged.swap(n, Ordering::Relaxed))
     }
 
     /// Operators' changes of `kind` since the zone was created.

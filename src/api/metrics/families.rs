@@ -396,7 +396,7 @@ const FAMILIES: &[Family] = &[
     family(
         "rate_limit_window_overrides_misfit_total",
         "counter",
-        "Overrides read from the fleet (redis=) that found no room in this gateway's table.",
+        "Reads of the fleet's overrides (redis=) that found no room in this gateway's table.",
         Samples::One(|l| ovr(l, |o, _| o.remote_misfits())),
     ),
 ];
