@@ -53,6 +53,7 @@
 //! shares ([`fleet_overrides`]).
 
 pub mod ctx;
+pub mod denied;
 pub mod fleet_overrides;
 pub mod raw_conn;
 pub mod redis_link;
@@ -164,6 +165,7 @@ pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
     }
     log_fleet(log, zone, header);
     log_misfits(log, zone, now_ms);
+    denied::log(log, zone, header);
     let owner = header.sync_owner.load(Ordering::Acquire);
     if owner != 0 && header.logged_owner.swap(owner, Ordering::Relaxed) != owner {
         ngx_log_error!(
@@ -273,6 +275,9 @@ fn run(job: Job, flag: Arc<AtomicBool>) {
         let result = connect(&mut conn, &job.target, &flag)
             .map_err(RoundError::from)
             .and_then(|c| round(c, &ctx, &mut state, started));
+        if let Some(d) = conn.as_mut().and_then(Link::take_denied) {
+            denied::note(header, d);
+        }
         let nap_ms = match result {
             Ok(done) => {
                 backoff = BACKOFF_MIN_MS;

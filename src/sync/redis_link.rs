@@ -286,6 +286,8 @@ pub struct Link {
     conn: Conn,
     /// Set once a call failed mid-way: the stream may hold stale replies.
     broken: bool,
+    /// The last command a reply said the ACL refused (`denied.rs`).
+    denied: Option<u64>,
 }
 
 impl Link {
@@ -301,6 +303,7 @@ impl Link {
         Ok(Link {
             conn,
             broken: false,
+            denied: None,
         })
     }
 
@@ -468,6 +471,9 @@ impl Link {
         self.broken = true;
         let replies = self.exec_inner(pipe, deadline)?;
         self.broken = false;
+        if let Some(d) = crate::sync::denied::refused(&replies) {
+            self.denied = Some(d);
+        }
         Ok(replies)
     }
 
@@ -490,6 +496,11 @@ impl Link {
             Conn::Raw(conn) => Ok(conn.exec(pipe, deadline)?),
             Conn::Cluster(conn) => exec_cluster(conn, pipe, deadline),
         }
+    }
+
+    /// The last command the ACL refused since the last call (packed).
+    pub fn take_denied(&mut self) -> Option<u64> {
+        self.denied.take()
     }
 
     /// True once a call failed mid-way: drop the link and open a new one.

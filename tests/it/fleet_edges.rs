@@ -79,3 +79,115 @@ fn the_whole_range_is_shared_and_a_misfit_is_counted_and_logged() {
     });
     assert!(logged, "{}", b.error_log());
 }
+
+/// The ACL line of docs/gateways.md, as printed, with `password`.
+fn documented_acl(password: &str) -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/gateways.md"))
+        .or_else(|_| std::fs::read_to_string("docs/gateways.md"))
+        .expect("docs/gateways.md");
+    let line = doc
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER gateway "))
+        .expect("no ACL SETUSER line in docs/gateways.md");
+    line.split_whitespace()
+        .map(|w| w.replace(">PASSWORD", &format!(">{password}")))
+        .collect()
+}
+
+/// A gateway of zone `u` (`$http_x_key`, limit 3, `ban=1h`) whose sync logs
+/// in as the documented ACL user.
+fn acl_gateway(port: u16, pw_file: &std::path::Path, up: &Upstream) -> Nginx {
+    Nginx::builder().upstream_of(up).start(&proxy_conf(
+        &format!(
+            "rate_limit_window_zone $http_x_key zone=u:1m window=60s \
+             redis=redis://gateway:@127.0.0.1:{port} redis_password_file={} \
+             sync=100ms secret=fleet-edges-acl-000001;",
+            pw_file.display()
+        ),
+        "reuseport",
+        "location = /api { rate_limit_window_metrics write=on; }
+         location = /metrics { rate_limit_window_metrics; }",
+        "rate_limit_window zone=u limit=3 ban=1h;",
+    ))
+}
+
+fn action_of(ng: &Nginx, key: &str) -> Option<String> {
+    let r = get(ng.port, &format!("/api?zone=u&key={key}"));
+    json(&r)["override"]["action"].as_str().map(str::to_string)
+}
+
+/// docs/gateways.md's ACL user, created as printed: overrides and bans are
+/// shared, nothing is refused; with `eval` taken away, the refusal is
+/// logged once, naming the command and the fix.
+#[test]
+fn the_documented_acl_user_shares_overrides_and_bans() {
+    use common::redis_servers::AuthRedis;
+    let redis = AuthRedis::start();
+    let pw = "doc-acl-pw-0001";
+    assert!(redis.admin(&["ACL", "DELUSER", "gateway"]).contains('1'));
+    let acl = documented_acl(pw);
+    let args: Vec<&str> = acl.iter().map(String::as_str).collect();
+    assert_eq!(redis.admin(&args).trim(), "OK", "{args:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("redis.pw");
+    std::fs::write(&file, format!("{pw}\n")).unwrap();
+    let up = Upstream::start();
+    let (a, b) = (
+        acl_gateway(redis.port(), &file, &up),
+        acl_gateway(redis.port(), &file, &up),
+    );
+    let r = send_body(
+        a.port,
+        "PUT",
+        "/api?zone=u&key=op",
+        br#"{"block":true}"#,
+        false,
+    );
+    assert_eq!(r.status, 200, "{}", r.describe());
+    for _ in 0..4 {
+        get_key(a.port, "/", "bad");
+    }
+    assert_eq!(action_of(&a, "bad").as_deref(), Some("ban"));
+    let shared = wait_for(Duration::from_secs(10), || {
+        action_of(&b, "op").as_deref() == Some("block")
+            && action_of(&b, "bad").as_deref() == Some("ban")
+    });
+    assert!(
+        shared,
+        "b: op {:?}, bad {:?}\n{}",
+        action_of(&b, "op"),
+        action_of(&b, "bad"),
+        a.error_log()
+    );
+    for g in [&a, &b] {
+        let key_errors = prom_value(
+            &get(g.port, "/metrics").text(),
+            "rate_limit_window_sync_failures_total",
+            &[("zone", "u"), ("kind", "key")],
+        );
+        assert_eq!(key_errors, Some(0.0));
+        assert!(!g.error_log().contains("NOPERM"), "{}", g.error_log());
+    }
+    // Without `eval`: the change is refused, and the log says which
+    // command and what to add, once.
+    assert_eq!(
+        redis.admin(&["ACL", "SETUSER", "gateway", "-eval"]).trim(),
+        "OK"
+    );
+    for key in ["x1", "x2", "x3"] {
+        let r = send_body(
+            a.port,
+            "PUT",
+            &format!("/api?zone=u&key={key}"),
+            br#"{"limit":9}"#,
+            false,
+        );
+        assert_eq!(r.status, 200, "{}", r.describe());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let line = "redis refused the command EVAL to the sync's user (NOPERM): add \"+eval\"";
+    let logged = wait_for(Duration::from_secs(5), || a.error_log().contains(line));
+    assert!(logged, "{}", a.error_log());
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(count_lines(&a.error_log(), line), 1, "{}", a.error_log());
+}

@@ -113,6 +113,11 @@ pub struct ZoneHeader {
     /// Keys whose own replies were errors (a `WRONGTYPE`, say) in rounds
     /// that otherwise went through.
     pub sync_err_key: AtomicU64,
+    /// The last command Redis refused to the user for its ACL (`NOPERM`),
+    /// its name packed in 8 bytes (0: none).
+    pub denied_cmd: AtomicU64,
+    /// `denied_cmd` as last logged (each command is logged once).
+    pub logged_denied: AtomicU64,
     /// Keys written to the store (an `HSET` of this gateway's count).
     pub sync_keys_pushed: AtomicU64,
     /// Completed sync rounds.
@@ -195,6 +200,8 @@ impl ZoneHeader {
             sync_err_cluster_down: zero(),
             down_kind: zero(),
             sync_err_key: zero(),
+            denied_cmd: zero(),
+            logged_denied: zero(),
             sync_keys_pushed: zero(),
             sync_rounds: zero(),
             last_sync_ms: zero(),
