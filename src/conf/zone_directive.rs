@@ -51,9 +51,29 @@ pub fn set_zone(cf: &ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
     zone.size = d.params.size;
     zone.redis = d.params.redis;
     crate::zone::state_file::configure(zone, d.state.as_deref(), cf.prefixes().0);
+    if let Some(other) = state_taken(mcf, zone) {
+        return Err(cf.emerg(format!(
+            "rate_limit_window_zone \"{}\": state file \"{}\" is already zone \"{other}\"'s: \
+             each zone needs a state file of its own",
+            zone.name_str(),
+            zone.state
+                .as_deref()
+                .map_or("".into(), |p| p.display().to_string())
+        )));
+    }
     zone.cycle = cf.cycle;
     zone.defined = true;
     add_shared_zone(cf, zone)
+}
+
+/// The name of another zone whose `state=` is `zone`'s path (two zones
+/// writing one file would overwrite each other's state).
+fn state_taken(mcf: &MainConf, zone: &ZoneConf) -> Option<String> {
+    let path = zone.state.as_deref()?;
+    mcf.zones()
+        .filter(|z| z.defined && z.name.as_bytes() != zone.name.as_bytes())
+        .find(|z| z.state.as_deref() == Some(path))
+        .map(|z| z.name_str().to_string())
 }
 
 /// The error for a zone declared again: with another key or window, or

@@ -49,6 +49,61 @@ pub enum Problem {
     Dir(io::ErrorKind, String),
     /// A leftover `FILE.lock` that user cannot open for writing.
     Lock(String),
+    /// FILE is there and is not a regular file (a FIFO, a device, a
+    /// directory, a symbolic link): what it is.
+    NotRegular(&'static str),
+}
+
+/// What a file type is, for messages.
+fn type_name(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Reads the state file at `path`, never waiting on it: opened with
+/// `O_NONBLOCK | O_NOFOLLOW` (a FIFO with no writer, or a symbolic link,
+/// never hangs or redirects the read), refused unless `fstat` says it is
+/// a regular file of at most `cap` bytes.
+pub fn read_regular(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    let m = f.metadata()?;
+    if !m.file_type().is_file() {
+        let what = type_name(m.file_type());
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("it is {what}, not a regular file"),
+        ));
+    }
+    if m.len() > cap {
+        let text = format!("it has {} bytes, more than {cap}", m.len());
+        return Err(io::Error::new(io::ErrorKind::InvalidData, text));
+    }
+    let mut bytes = Vec::with_capacity(m.len() as usize);
+    f.by_ref().take(cap + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > cap {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("it grew past {cap} bytes"),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// nginx's core configuration of `cycle` (where `user` is).
@@ -141,10 +196,17 @@ fn groups_of(user: &str, gid: libc::gid_t) -> Vec<libc::gid_t> {
     }
 }
 
-/// Checks that the workers of `user` can write the state file `path`.
+/// Checks that the workers of `user` can write the state file `path`,
+/// and that `path`, if there, is a regular file.
 /// Ok(()) when they can, or when it cannot be told (a probe that could
 /// not run: the workers' own write reports then).
 pub fn check(path: &Path, user: &WorkerUser) -> Result<(), Problem> {
+    // Never opened here: a FIFO would block `nginx -t`.
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if !m.file_type().is_file() {
+            return Err(Problem::NotRegular(type_name(m.file_type())));
+        }
+    }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("/"),
@@ -262,6 +324,11 @@ pub fn message(zone: &str, path: &Path, user: &WorkerUser, problem: &Problem) ->
             "rate_limit_window_zone \"{zone}\": the workers (user \"{u}\") cannot write state \
              file \"{}\" in directory \"{dir}\" ({why}): make it theirs, e.g. chown {u}:{g} \
              {dir} && chmod 0700 {dir}, and let them through the directories above it",
+            path.display()
+        ),
+        Problem::NotRegular(what) => format!(
+            "rate_limit_window_zone \"{zone}\": state file \"{}\" is {what}, not a regular \
+             file: give state= the path of a file (or of none yet) that only nginx writes",
             path.display()
         ),
         Problem::Lock(why) => format!(

@@ -24,7 +24,6 @@
 //! Writing is in `state_write.rs`; the format and its checks are the
 //! core's (`rate_limit_window_core::state`).
 
-use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -81,7 +80,7 @@ pub fn load(zone: &ZoneConf, log: *mut ngx_log_t) -> Option<StateFile> {
         );
         None
     };
-    let bytes = match fs::read(path) {
+    let bytes = match super::state_dir::read_regular(path, state_cap(zone)) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let text = format!(
@@ -102,6 +101,13 @@ pub fn load(zone: &ZoneConf, log: *mut ngx_log_t) -> Option<StateFile> {
         Ok(()) => Some(file),
         Err(e) => refuse(&e),
     }
+}
+
+/// The largest state file a zone reads (bytes): four times its size, 16
+/// MiB at least (a file never holds more than the zone's clients and
+/// overrides).
+fn state_cap(zone: &ZoneConf) -> u64 {
+    (zone.size as u64).saturating_mul(4).max(16 << 20)
 }
 
 /// "would restore" under `nginx -t`, "restored" otherwise.

@@ -18,6 +18,7 @@ use std::time::Duration;
 use common::*;
 
 mod nginx_t;
+mod not_regular;
 mod overrides;
 
 /// 2024-01-01T00:00:00Z, a day boundary.

@@ -5,7 +5,7 @@ use super::*;
 
 /// `nginx -t -p DIR -c DIR/nginx.conf` with `conf` written there first:
 /// (success, what it wrote on the terminal).
-fn nginx_t_in(dir: &Path, conf: &str) -> (bool, String) {
+pub(super) fn nginx_t_in(dir: &Path, conf: &str) -> (bool, String) {
     fs::create_dir_all(dir.join("logs")).unwrap();
     fs::write(dir.join("nginx.conf"), conf).unwrap();
     let out = std::process::Command::new(nginx_bin())
@@ -27,7 +27,7 @@ fn nginx_t_in(dir: &Path, conf: &str) -> (bool, String) {
 /// Debian's group `nogroup`: `user nobody;` alone asks for a group
 /// `nobody`, which Debian lacks), and `error_log … error`, which never
 /// writes a notice.
-fn stock_conf(state: &Path, window: &str) -> String {
+pub(super) fn stock_conf(state: &Path, window: &str) -> String {
     format!(
         "load_module {};\nuser nobody nogroup;\nerror_log logs/error.log error;\npid logs/nginx.pid;\n\
          events {{}}\nhttp {{\n    rate_limit_window_zone $http_x_key zone=z:1m window={window} \
@@ -39,7 +39,7 @@ fn stock_conf(state: &Path, window: &str) -> String {
 
 /// The `[emerg]` line `nginx -t` prints for `conf` in `dir` (it must
 /// fail), and all it printed.
-fn emerg_of_nginx_t(dir: &Path, conf: &str) -> (String, String) {
+pub(super) fn emerg_of_nginx_t(dir: &Path, conf: &str) -> (String, String) {
     let (ok, out) = nginx_t_in(dir, conf);
     assert!(!ok, "{out}");
     let line = out
