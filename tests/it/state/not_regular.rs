@@ -2,7 +2,6 @@
 //! hang the master), or named by two zones (each would overwrite the
 //! other's state): refused by `nginx -t` at once, with an `[emerg]`.
 use super::nginx_t::{emerg_of_nginx_t, stock_conf};
-use super::*;
 
 use std::time::{Duration, Instant};
 
