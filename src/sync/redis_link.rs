@@ -647,7 +647,7 @@ fn exec_cluster(
     let per_key = |e: &redis::RedisError| kind_of(e) == LinkErrorKind::Reply;
     match cp.query::<Vec<Value>>(conn) {
         Ok(replies) => return Ok(replies),
-        Err(e) if !per_key(&e) => return Err(e.into()),
+        Err(e) if !per_key(&e) => return Err(cluster_error(conn, e)),
         Err(_) => {}
     }
     let mut replies = Vec::with_capacity(pipe.len());
@@ -655,9 +655,48 @@ fn exec_cluster(
         left(deadline)?;
         match cmd.query::<Value>(conn) {
             Ok(v) => replies.push(v),
-            Err(e) if !per_key(&e) => return Err(e.into()),
+            Err(e) if !per_key(&e) => return Err(cluster_error(conn, e)),
             Err(_) => replies.push(Value::Nil),
         }
     }
     Ok(replies)
+}
+
+/// Longest wait of one `CLUSTER INFO` that tells why a cluster call
+/// failed (ms).
+const PROBE_MS: u64 = 100;
+
+/// The error of a failed cluster call: a node that cannot be reached
+/// (its slots' keys fail with `connection` or `timeout`) is the cluster
+/// being down when the nodes still up say so (`cluster_state:fail`), the
+/// documented `kind="cluster_down"`. Asks up to three nodes (the crate
+/// picks one at random for a keyless command).
+fn cluster_error(conn: &mut ClusterConnection, e: redis::RedisError) -> LinkError {
+    let err = LinkError::from(e);
+    if !matches!(err.kind, LinkErrorKind::Connection | LinkErrorKind::Timeout) {
+        return err;
+    }
+    let wait = Some(Duration::from_millis(PROBE_MS));
+    if conn.set_read_timeout(wait).is_err() || conn.set_write_timeout(wait).is_err() {
+        return err;
+    }
+    for _ in 0..3 {
+        let info: Result<Value, _> = redis::cmd("CLUSTER").arg("INFO").query(conn);
+        let text = match &info {
+            Ok(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Ok(Value::VerbatimString { text, .. }) => text.clone(),
+            _ => continue,
+        };
+        if text.contains("cluster_state:fail") {
+            return LinkError::new(
+                LinkErrorKind::ClusterDown,
+                format!(
+                    "a node is unreachable and the cluster is down ({})",
+                    err.detail
+                ),
+            );
+        }
+        return err;
+    }
+    err
 }

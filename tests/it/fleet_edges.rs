@@ -191,3 +191,58 @@ fn the_documented_acl_user_shares_overrides_and_bans() {
     std::thread::sleep(Duration::from_millis(1_500));
     assert_eq!(count_lines(&a.error_log(), line), 1, "{}", a.error_log());
 }
+
+/// One master of three killed (no replica), the one holding the zone's own
+/// keys (`rlw:{c}:…`, the overrides and the fleet hash): once the others
+/// see the cluster down (`cluster_state:fail`), the failures are counted as
+/// the documented `kind="cluster_down"`, not only as `connection`.
+#[test]
+fn the_zones_own_master_killed_counts_cluster_down() {
+    use common::redis_servers::{cli, redis_gateway, RedisCluster};
+    let mut cluster = RedisCluster::start();
+    let up = Upstream::start();
+    let g = redis_gateway(
+        &format!("redis={} redis_mode=cluster", cluster.url()),
+        &up,
+        100,
+    );
+    assert!(wait_for(Duration::from_secs(10), || {
+        prom_value(
+            &get(g.port, "/metrics").text(),
+            "rate_limit_window_sync_rounds_total",
+            &[("zone", "c")],
+        )
+        .unwrap_or(0.0)
+            > 2.0
+    }));
+    let owner = cluster
+        .nodes
+        .iter()
+        .position(|n| !cli(&["-p", &n.port.to_string(), "TYPE", "rlw:{c}:ovr"]).contains("MOVED"))
+        .expect("no node owns rlw:{c}:ovr");
+    cluster.nodes[owner].kill();
+    let others: Vec<u16> = (0..3)
+        .filter(|&i| i != owner)
+        .map(|i| cluster.nodes[i].port)
+        .collect();
+    let failed = wait_for(Duration::from_secs(20), || {
+        others
+            .iter()
+            .all(|p| cli(&["-p", &p.to_string(), "CLUSTER", "INFO"]).contains("cluster_state:fail"))
+    });
+    assert!(failed, "the cluster never saw itself down");
+    let down = || {
+        prom_value(
+            &get(g.port, "/metrics").text(),
+            "rate_limit_window_sync_failures_total",
+            &[("zone", "c"), ("kind", "cluster_down")],
+        )
+        .unwrap_or(0.0)
+    };
+    let counted = wait_for(Duration::from_secs(10), || down() > 0.0);
+    assert!(
+        counted,
+        "cluster_down not counted:\n{}",
+        get(g.port, "/metrics").text()
+    );
+}
