@@ -158,6 +158,7 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
             delay_ms: l.delay_ms,
             ban_ms: l.ban_ms,
             line: l.counts,
+            outage: crate::sync::outage_of(zone),
         })
     }
 

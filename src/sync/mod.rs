@@ -69,6 +69,8 @@ use nginx_sys::{ngx_log_t, NGX_LOG_ERR, NGX_LOG_NOTICE, NGX_LOG_WARN};
 use ngx::ngx_log_error;
 use rate_limit_window_core::cluster::fleet::{Diff, Profile};
 use rate_limit_window_core::cluster::Claim;
+use rate_limit_window_core::conf::redis_url::OutagePolicy;
+use rate_limit_window_core::engine::outage::{in_force, Outage};
 
 use crate::sync::ctx::{epoch_ms, Job, Owner, RoundCtx, RoundError, POLL_MS};
 use crate::sync::redis_link::{Link, LinkError, LinkErrorKind, RedisTarget};
@@ -232,16 +234,51 @@ pub fn log_outage(log: *mut ngx_log_t, zone: &ZoneConf, header: &ZoneHeader, for
     } else {
         NGX_LOG_WARN
     };
+    let policy = zone
+        .redis
+        .as_ref()
+        .map_or(OutagePolicy::Local, |r| r.outage);
+    let deciding = match policy {
+        OutagePolicy::Local => {
+            "deciding from this gateway's counts only (fail-open for the cluster part, \
+             redis_outage=local)"
+        }
+        OutagePolicy::Share => {
+            "each gateway enforces its share of every limit, the limit divided by the gateways \
+             seen in the last minute (redis_outage=share)"
+        }
+        OutagePolicy::Closed => "refusing the requests that need the fleet (redis_outage=closed)",
+    };
     ngx_log_error!(
         level,
         log,
-        "rate_limit_window_zone \"{}\": redis sync failing for {} ms{}{}; deciding from this \
-         gateway's counts only (fail-open for the cluster part); errors are counted in metrics",
+        "rate_limit_window_zone \"{}\": redis sync failing for {} ms{}{}; {}; errors are \
+         counted in metrics",
         zone.name_str(),
         for_ms,
         if what.is_some() { ": " } else { "" },
-        what.unwrap_or("")
+        what.unwrap_or(""),
+        deciding
     );
+}
+
+/// `redis_outage=` in force for `zone` now (the request path: nothing for
+/// a zone without `redis=` or with `redis_outage=local`; else two relaxed
+/// loads of its header).
+#[inline(always)]
+pub fn outage_of(zone: &ZoneConf) -> Outage {
+    let Some(r) = zone
+        .redis
+        .as_ref()
+        .filter(|r| r.outage != OutagePolicy::Local)
+    else {
+        return Outage::None;
+    };
+    let Some(h) = zone.header() else {
+        return Outage::None;
+    };
+    let down = h.down_since_ms.load(Ordering::Relaxed) != 0;
+    in_force(r.outage, down, h.stats.peers.load(Ordering::Relaxed))
 }
 
 fn run(job: Job, flag: Arc<AtomicBool>) {

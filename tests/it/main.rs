@@ -19,6 +19,7 @@ mod examples;
 mod fleet_deadline;
 mod fleet_edges;
 mod fleet_kinds;
+mod fleet_outage;
 mod fleet_sync;
 mod foundation;
 mod grpc;

@@ -36,6 +36,7 @@ pub const ZONE_PARAMS: &[&str] = &[
     "redis_cert=",
     "redis_key=",
     "redis_password_file=",
+    "redis_outage=",
     "overrides=",
 ];
 

@@ -81,7 +81,7 @@ pub(crate) fn is_token_char(b: u8) -> bool {
 /// The parameters of `rate_limit_window_zone KEY zone=NAME:SIZE
 /// [window=TIME] [fail=open|closed] [redis=ADDR [sync=TIME] [secret=S]
 /// [redis_mode=M] [redis_master=NAME] [redis_ca=PATH] [redis_cert=PATH]
-/// [redis_key=PATH] [redis_password_file=PATH]]];`
+/// [redis_key=PATH] [redis_password_file=PATH] [redis_outage=P]]];`
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ZoneParams {
     /// Zone name: `zone=` up to its last `:`, non-empty, HTTP token

@@ -72,6 +72,9 @@ pub enum RedisError {
     /// `redis_master=` outside sentinel mode.
     #[error("\"redis_master=\" needs \"redis_mode=sentinel\"")]
     MasterNeedsSentinel,
+    /// `redis_outage=` other than local, share or closed.
+    #[error("invalid redis_outage \"{}\": use local, share or closed", escape(.0))]
+    Outage(Vec<u8>),
 }
 
 impl PartialEq<&str> for RedisError {
@@ -120,6 +123,39 @@ pub enum RedisMode {
     Sentinel,
     /// The URL's hosts are seed nodes of a Redis Cluster.
     Cluster,
+}
+
+/// What a gateway does while its Redis is out (`redis_outage=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OutagePolicy {
+    /// Each gateway decides from its own counts (the default): a client
+    /// spread over N gateways can get N times the limit.
+    #[default]
+    Local,
+    /// Each gateway enforces its share: the limit divided by the gateways
+    /// seen in the last minute (at least 1), so the fleet stays near the
+    /// limit.
+    Share,
+    /// Requests that need the fleet's counts are refused.
+    Closed,
+}
+
+impl OutagePolicy {
+    /// The parameter's word (metrics, logs).
+    pub fn name(self) -> &'static str {
+        match self {
+            OutagePolicy::Local => "local",
+            OutagePolicy::Share => "share",
+            OutagePolicy::Closed => "closed",
+        }
+    }
+
+    /// Every policy, in the metrics' order.
+    pub const ALL: [OutagePolicy; 3] = [
+        OutagePolicy::Local,
+        OutagePolicy::Share,
+        OutagePolicy::Closed,
+    ];
 }
 
 /// One address of `redis=`.
@@ -186,6 +222,8 @@ pub struct RedisParams {
     /// The files' contents, read by the glue when the configuration is
     /// loaded (by the master, before it drops privileges).
     pub pem: TlsPem,
+    /// `redis_outage=`.
+    pub outage: OutagePolicy,
 }
 
 /// PEM contents of `redis_ca=`, `redis_cert=` and `redis_key=`.
@@ -212,6 +250,15 @@ pub struct RedisArgs {
     cert: Option<Vec<u8>>,
     key: Option<Vec<u8>>,
     password_file: Option<Vec<u8>>,
+    outage: Option<OutagePolicy>,
+}
+
+/// `redis_outage=`'s value.
+fn parse_outage(v: &[u8]) -> Result<OutagePolicy, RedisError> {
+    OutagePolicy::ALL
+        .into_iter()
+        .find(|p| p.name().as_bytes() == v)
+        .ok_or_else(|| RedisError::Outage(v.to_vec()))
 }
 
 /// A non-empty path parameter value.
@@ -239,6 +286,7 @@ impl RedisArgs {
             b"secret" => self.secret = Some(v.to_vec()),
             b"redis_mode" => self.mode = Some(parse_mode(v)?),
             b"redis_master" => self.master = Some(parse_master(v)?),
+            b"redis_outage" => self.outage = Some(parse_outage(v)?),
             b"redis_ca" => self.ca = Some(path_value("redis_ca", v)?),
             b"redis_cert" => self.cert = Some(path_value("redis_cert", v)?),
             b"redis_key" => self.key = Some(path_value("redis_key", v)?),
@@ -258,7 +306,8 @@ impl RedisArgs {
                 || self.ca.is_some()
                 || self.cert.is_some()
                 || self.key.is_some()
-                || self.password_file.is_some();
+                || self.password_file.is_some()
+                || self.outage.is_some();
             if any_redis {
                 return Err(RedisError::NeedsRedis);
             }
@@ -304,6 +353,7 @@ impl RedisArgs {
             key: self.key,
             password_file: self.password_file,
             pem: TlsPem::default(),
+            outage: self.outage.unwrap_or_default(),
         }))
     }
 }

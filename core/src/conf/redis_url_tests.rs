@@ -209,3 +209,19 @@ fn bad_addresses_never_quote_the_password() {
     }
     assert_eq!(redact(b"a@b@c"), b"***@c".to_vec());
 }
+
+#[test]
+fn redis_outage_takes_local_share_or_closed_with_redis() {
+    assert_eq!(one(&["redis=127.0.0.1:6379"]).outage, OutagePolicy::Local);
+    for p in OutagePolicy::ALL {
+        let w = format!("redis_outage={}", p.name());
+        assert_eq!(one(&["redis=127.0.0.1:6379", &w]).outage, p);
+    }
+    let bad = args(&["redis=127.0.0.1:6379", "redis_outage=open"]).unwrap_err();
+    assert_eq!(
+        bad,
+        "invalid redis_outage \"open\": use local, share or closed"
+    );
+    let alone = args(&["redis_outage=share"]).unwrap_err();
+    assert_eq!(alone, RedisError::NeedsRedis);
+}

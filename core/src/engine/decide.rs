@@ -225,6 +225,17 @@ fn judge<'t, R: Request<'t>>(
             }
         }
     };
+    // `redis_outage=` while the zone's Redis is out: this gateway's share,
+    // or a refusal (as `fail=closed`: never held, never a ban).
+    let Some(limit) = c.outage.limit(limit) else {
+        core::hint::cold_path();
+        return Ok(Judged::Limit {
+            hash,
+            limit: 0,
+            cost: 1,
+            invalid: true,
+        });
+    };
     let cost = match r.cost(n)? {
         Cost::Count(k) => k,
         Cost::Invalid => {

@@ -24,6 +24,7 @@
 mod applies;
 mod decide;
 pub mod in_flight;
+pub mod outage;
 #[cfg(test)]
 mod places_override_tests;
 pub mod plan;

@@ -70,6 +70,7 @@ impl Request<'static> for Host {
             delay_ms: 0,
             ban_ms: 0,
             line: self.z.line,
+            outage: Default::default(),
         })
     }
     fn key(&mut self, _n: usize) -> Result<Key, HostError> {

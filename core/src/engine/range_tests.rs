@@ -57,6 +57,7 @@ impl Request<'static> for Host {
             delay_ms: 0,
             ban_ms: self.ban_ms,
             line: crate::engine::Line::Rate,
+            outage: Default::default(),
         })
     }
     fn key(&mut self, _n: usize) -> Result<Key, HostError> {

@@ -27,6 +27,8 @@ pub struct LimitConf<'t> {
     /// places and this process's owner of them are asked when one is
     /// taken ([`Request::in_flight_places`], [`Request::owner`]).
     pub line: Line,
+    /// `redis_outage=` in force now ([`super::outage::in_force`]).
+    pub outage: super::outage::Outage,
 }
 
 /// What a `rate_limit_window` line counts. One byte on the request path:

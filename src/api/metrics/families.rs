@@ -4,6 +4,7 @@
 use core::fmt::{self, Write as _};
 use core::sync::atomic::Ordering;
 
+use rate_limit_window_core::conf::redis_url::OutagePolicy;
 use rate_limit_window_core::engine::shed::Priority;
 use rate_limit_window_core::overrides::{ChangeKind, Overrides};
 use rate_limit_window_core::shm::places::PlaceStats;
@@ -388,6 +389,19 @@ const FAMILIES: &[Family] = &[
         Samples::One(|l| ovr(l, |o, now| o.banned_now(now))),
     ),
     family(
+        "rate_limit_window_redis_outage",
+        "gauge",
+        "1 for the zone's redis_outage= policy while its Redis is out (in force), else 0.",
+        Samples::By(
+            "policy",
+            &[
+                ("local", |l| outage(l, OutagePolicy::Local)),
+                ("share", |l| outage(l, OutagePolicy::Share)),
+                ("closed", |l| outage(l, OutagePolicy::Closed)),
+            ],
+        ),
+    ),
+    family(
         "rate_limit_window_bans_evicted_total",
         "counter",
         "Bans evicted from a full override table to make room for an operator's change.",
@@ -404,6 +418,13 @@ const FAMILIES: &[Family] = &[
 /// A counter of the zone's in-flight places (0 before they exist).
 fn places(l: &Live, read: fn(PlaceStats) -> u64) -> Value {
     Value::Int(l.zone.places.as_ref().map_or(0, |p| read(p.stats())))
+}
+
+/// 1 when `policy` is the zone's `redis_outage=` and its Redis is out.
+fn outage(l: &Live, policy: OutagePolicy) -> Value {
+    let mine = l.zone.redis.as_ref().is_some_and(|r| r.outage == policy);
+    let down = l.header.down_since_ms.load(Ordering::Relaxed) != 0;
+    Value::Int(u64::from(mine && down))
 }
 
 /// A value read from the zone's override table (0 before it exists).

@@ -110,6 +110,7 @@ impl<'a> Request<'a> for Req<'a> {
                 (Some(_), true) => Line::RateInFlight,
                 (Some(_), false) => Line::InFlight,
             },
+            outage: Default::default(),
         })
     }
     fn key(&mut self, n: usize) -> Result<Key, HostError> {
