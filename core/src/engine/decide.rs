@@ -225,7 +225,14 @@ fn judge<'t, R: Request<'t>>(
             }
         }
     };
-    // `redis_outage=` while the zone's Redis is out: this gateway's share,
+    let cost = match r.cost(n)? {
+        Cost::Count(k) => k,
+        Cost::Invalid => {
+            core::hint::cold_path();
+            return Ok(invalid(r, n, c, hash, Invalid::Cost(limit), shard));
+        }
+    };
+    // `redis_outage=` (the cost read first, as every limit judged) while the zone's Redis is out: this gateway's share,
     // or a refusal (as `fail=closed`: never held, never a ban).
     let Some(limit) = c.outage.limit(limit) else {
         core::hint::cold_path();
@@ -236,13 +243,7 @@ fn judge<'t, R: Request<'t>>(
             invalid: true,
         });
     };
-    let cost = match r.cost(n)? {
-        Cost::Count(k) => k,
-        Cost::Invalid => {
-            core::hint::cold_path();
-            return Ok(invalid(r, n, c, hash, Invalid::Cost(limit), shard));
-        }
-    };
+
     // A cost above the limit in force (configured, a `map` tier, an
     // override) never fits: the table rejects it (fit::effective_limit is
     // 0), never skips it.

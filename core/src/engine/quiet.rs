@@ -44,7 +44,11 @@ pub(super) fn quiet_limit<'t, R: Request<'t>>(
         }
     };
     match r.cost(n) {
-        Ok(Cost::Count(k)) => Some(Quiet::Limit(hash, limit, k)),
+        // `redis_outage=` as the decision applies it (`decide::judge`).
+        Ok(Cost::Count(k)) => Some(match c.outage.limit(limit) {
+            Some(limit) => Quiet::Limit(hash, limit, k),
+            None => Quiet::Limit(hash, 0, 1),
+        }),
         _ if closed => Some(Quiet::Limit(hash, 0, 1)),
         _ => None,
     }

@@ -3,6 +3,7 @@
 //! engine what a request reads, as the glue would.
 
 use super::Zm;
+use crate::engine::outage::Outage;
 use crate::engine::{
     Cost, Hold, HostError, Invalid, Key, LimitConf, LimitRead, Line, Request, Shared, Skip,
 };
@@ -67,6 +68,8 @@ pub(super) struct Zone {
     /// The line has `limit=` (false: `in_flight=` alone).
     pub(super) rate: bool,
     pub(super) places: Places<'static>,
+    /// `redis_outage=` in force.
+    pub(super) outage: Outage,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -110,7 +113,7 @@ impl<'a> Request<'a> for Req<'a> {
                 (Some(_), true) => Line::RateInFlight,
                 (Some(_), false) => Line::InFlight,
             },
-            outage: Default::default(),
+            outage: z.outage,
         })
     }
     fn key(&mut self, n: usize) -> Result<Key, HostError> {

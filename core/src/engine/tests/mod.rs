@@ -22,6 +22,7 @@ mod ops;
 mod overrides;
 mod places;
 
+use crate::engine::outage::Outage;
 use holds::Held;
 use host::{overrides, pid, places, table, turns, Lim, Req, Zone};
 use model::{Pol, Zm};
@@ -94,8 +95,12 @@ fn clients(t: &Table<'_>) -> Vec<KeyHash> {
 }
 
 /// A zone: window (ms), strict, limit, delay (ms), fail=closed, ban (ms),
-/// and its line's `in_flight=` and whether it has a rate.
-type ZoneCase = ((u64, bool, u32, u64, bool, u64), (Option<u32>, bool));
+/// and its line's `in_flight=` and whether it has a rate; and the
+/// `redis_outage=` in force.
+type ZoneCase = (
+    (u64, bool, u32, u64, bool, u64),
+    ((Option<u32>, bool), Outage),
+);
 
 fn zone(runtime: bool) -> impl Strategy<Value = ZoneCase> {
     let fail = if runtime {
@@ -121,11 +126,21 @@ fn zone(runtime: bool) -> impl Strategy<Value = ZoneCase> {
         2 => (prop_oneof![1 => Just(0u32), 6 => 1u32..4], prop::bool::weighted(0.7))
             .prop_map(|(k, rate)| (Some(k), rate)),
     ];
-    (rate, in_flight)
+    let outage = if runtime {
+        prop_oneof![
+            3 => Just(Outage::None),
+            1 => (1u32..4).prop_map(|gateways| Outage::Share { gateways }),
+            1 => Just(Outage::Closed),
+        ]
+        .boxed()
+    } else {
+        Just(Outage::None).boxed()
+    };
+    (rate, (in_flight, outage))
 }
 
 /// The zone of a case, fresh: its table, model, clients and runtime state.
-fn new_zone(&((w, strict, _, _, closed, ban_ms), (in_flight, rate)): &ZoneCase) -> Zone {
+fn new_zone(&((w, strict, _, _, closed, ban_ms), ((in_flight, rate), outage)): &ZoneCase) -> Zone {
     let table = table(w, strict);
     let keys = clients(&table);
     let model = if strict {
@@ -152,6 +167,7 @@ fn new_zone(&((w, strict, _, _, closed, ban_ms), (in_flight, rate)): &ZoneCase) 
         in_flight,
         rate,
         places: places(),
+        outage,
     }
 }
 
@@ -161,7 +177,7 @@ fn start(zs: &[ZoneCase]) -> Run {
     let zones: Vec<Zone> = zs.iter().map(new_zone).collect();
     let lims = zs
         .iter()
-        .map(|&((_, _, limit, delay_ms, _, _), (_, rate))| Lim {
+        .map(|&((_, _, limit, delay_ms, _, _), ((_, rate), _))| Lim {
             limit,
             // A line without a rate holds nothing.
             delay_ms: if rate { delay_ms } else { 0 },

@@ -110,7 +110,11 @@ impl Run {
             (None, LimitRead::Invalid) => return Pol::Off,
         };
         match cost {
-            Cost::Count(cost) => Pol::Count { limit, cost },
+            // `redis_outage=`: the share of the limit, or refused as closed.
+            Cost::Count(cost) => match self.zones[n].outage.limit(limit) {
+                Some(limit) => Pol::Count { limit, cost },
+                None => Pol::Closed,
+            },
             Cost::Invalid if closed => Pol::Closed,
             Cost::Invalid => Pol::Off,
         }
