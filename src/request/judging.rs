@@ -9,7 +9,7 @@ use ngx::ngx_log_debug_http;
 use rate_limit_window_core::conf::addr::{mask_ipv6, IPV6_PREFIX_MAX};
 use rate_limit_window_core::conf::parse::parse_limit;
 use rate_limit_window_core::engine::{
-    self, Cost, Hold, HostError, Invalid, Key, LimitConf, Shared, Skip,
+    self, Cost, Hold, HostError, Invalid, Key, LimitConf, Shared, ShedAsk, Skip, Woken,
 };
 use rate_limit_window_core::overrides::range::Addr;
 use rate_limit_window_core::shm::{Owner, Place, Places};
@@ -20,7 +20,7 @@ use crate::ffi::{header_in, process, vars};
 use crate::request::hold;
 use crate::request::logging::{log_episodes, log_invalid, skipped, slot_path};
 use crate::request::record::{self, Applied, Taken};
-use crate::request::{cost, in_flight, near_limit};
+use crate::request::{cost, in_flight, near_limit, shed};
 use crate::zone::ZoneConf;
 
 /// Evaluates one limit's key and limit value for the request, as read:
@@ -271,7 +271,7 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
     fn shared(&self, n: usize) -> Shared<'static> {
         let zone = self.limits[n].zone();
         Shared {
-            invalid_count: zone.header().map(|h| &h.invalid_limits),
+            invalid: zone.header().map(|h| &h.invalid_limits),
             turns: zone.turns.as_ref(),
         }
     }
@@ -285,6 +285,44 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
 
     fn held_since(&self) -> Option<u64> {
         hold::held_since(self.r)
+    }
+
+    fn shed(&mut self) -> Option<ShedAsk<'static>> {
+        shed::ask(self.r, self.lcf.shed.as_ref()?)
+    }
+
+    fn took_shed(&mut self, place: Place) {
+        let Some(group) = self
+            .lcf
+            .shed
+            .as_ref()
+            .and_then(|s| s.group().group.as_ref())
+        else {
+            return;
+        };
+        let places = &group.places;
+        in_flight::keep(
+            &self.pending,
+            Taken {
+                places,
+                place,
+                shed: true,
+            },
+        );
+    }
+
+    fn give_back_shed(&mut self) {
+        in_flight::give_back_shed(&self.pending);
+    }
+
+    fn would_shed(&mut self, in_flight: u32) {
+        if let Some(s) = self.lcf.shed.as_ref() {
+            shed::log_would_shed(self.r, self.lcf, s, in_flight);
+        }
+    }
+
+    fn unhold(&mut self, how: Woken) {
+        hold::ended(self.r, self.limits, process::now_ms(), how);
     }
 
     fn hold(&mut self, h: &Hold, now: u64) -> bool {

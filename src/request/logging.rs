@@ -45,10 +45,23 @@ pub(super) fn log_invalid(r: &mut Request, l: &conf::Limit, what: Invalid) {
             ngx_log_error!(
                 NGX_LOG_ERR,
                 r.log(),
-                "rate_limit_window: invalid limit \"{}\" for zone \"{}\", applying fail={}",
+                "rate_limit_window: invalid limit \"{}\" for zone \"{}\", applying fail={}; \
+                 further invalid values are counted in rate_limit_window_invalid_limit_total",
                 escape(&bad),
                 zone.name,
                 fail
+            );
+        }
+        Invalid::Cost(limit) if zone.fail != FailPolicy::Closed => {
+            ngx_log_error!(
+                NGX_LOG_ERR,
+                r.log(),
+                "rate_limit_window: invalid cost \"{}\" for zone \"{}\" (an integer from 1), \
+                 charging the whole limit ({}) under fail=open; further invalid values are \
+                 counted in rate_limit_window_invalid_limit_total",
+                escape(&bad),
+                zone.name,
+                limit
             );
         }
         Invalid::Cost(_) => {
@@ -56,7 +69,8 @@ pub(super) fn log_invalid(r: &mut Request, l: &conf::Limit, what: Invalid) {
                 NGX_LOG_ERR,
                 r.log(),
                 "rate_limit_window: invalid cost \"{}\" for zone \"{}\" (an integer from 1), \
-                 applying fail={}",
+                 applying fail={}; further invalid values are counted in \
+                 rate_limit_window_invalid_limit_total",
                 escape(&bad),
                 zone.name,
                 fail
@@ -67,7 +81,8 @@ pub(super) fn log_invalid(r: &mut Request, l: &conf::Limit, what: Invalid) {
                 NGX_LOG_ERR,
                 r.log(),
                 "rate_limit_window: invalid in_flight \"{}\" for zone \"{}\" (an integer from 0 \
-                 to 65535), applying fail={}",
+                 to 65535), applying fail={}; further invalid values are counted in \
+                 rate_limit_window_invalid_limit_total",
                 escape(&bad),
                 zone.name,
                 fail
@@ -109,7 +124,6 @@ pub(super) fn skipped(r: &Request, zone: &ZoneConf, why: Skip) {
         Skip::EmptyKey => "does not apply: the key is empty",
         Skip::EmptyLimit => "does not apply: the limit variable is empty",
         Skip::InvalidLimit => "does not apply: the limit value is invalid (fail=open)",
-        Skip::InvalidCost => "does not apply: the cost is invalid (fail=open)",
         Skip::OverrideExempt => "exempt by an override",
         Skip::OverrideReject => "rejected by an override",
         Skip::EmptyInFlight => "takes no in-flight place: the in_flight variable is empty",

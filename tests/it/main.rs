@@ -33,6 +33,7 @@ mod redis_cluster;
 mod redis_conf;
 mod redis_sentinel;
 mod reliability;
+mod rule;
 mod shed;
 mod soak;
 mod state;

@@ -35,8 +35,9 @@ pub(super) enum OnReject {
     /// Dry run: it would have been held.
     WouldHold(Hold),
     /// Rejected: `share_full` when its client's share of the queue is full
-    /// (requests held before it).
-    Reject { share_full: Option<u32> },
+    /// (requests held before it, and the whole seconds until its turn
+    /// behind them under every limit).
+    Reject { share_full: Option<(u32, u32)> },
 }
 
 /// Plans a rejected request whose admissions were given back: each
@@ -94,8 +95,10 @@ pub(super) fn on_reject<'t, R: Request<'t>>(
         }
         Plan::Reject if since.is_none() && ahead > 0 && !ask.dry_run => {
             give_back();
+            let turn_ms = waits.iter().filter_map(|w| w.wait_ms).max().unwrap_or(0);
+            let turn_s = u32::try_from(turn_ms.div_ceil(1000)).unwrap_or(u32::MAX);
             OnReject::Reject {
-                share_full: Some(ahead),
+                share_full: Some((ahead, turn_s)),
             }
         }
         Plan::Admit | Plan::Reject => {
