@@ -18,6 +18,7 @@ pub mod early_answer;
 pub mod loc_delay;
 pub mod redis_files;
 pub mod shed;
+pub mod strict_limit;
 pub mod value;
 pub mod zone_directive;
 
@@ -408,6 +409,7 @@ pub fn set_limit(cf: &ngx_conf_t, lcf: &mut LocConf) -> ConfResult {
     }
     let (file, line) = cf.position();
     let charge = charge_var::compile(cf, zone_ref, d.charge.as_deref(), (file, line))?;
+    strict_limit::note(cf, zone_ref, value, (file, line))?;
     limits.push(limit(
         &d,
         Compiled {
@@ -472,6 +474,7 @@ pub fn init_main_conf(cf: &mut ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
             return Err(ConfFailed::Logged);
         }
         charge_var::check_zone(cf, z)?;
+        strict_limit::check_zone(cf, z)?;
     }
     if !mcf.zones.is_empty() {
         crate::zone::tally::register(cf, &mut mcf.tally).map_err(|()| ConfFailed::Logged)?;

@@ -10,11 +10,14 @@ use nginx_sys::{
 };
 use ngx::http::{HttpModuleLocationConf, Request};
 
+use rate_limit_window_core::rule::mode::Mode;
+use rate_limit_window_core::rule::strict::MAX_STRICT_LIMIT;
+
 use crate::conf::{HEADERS_IETF, HEADERS_ON};
 use crate::ffi::headers::{add_header, add_pooled_header, add_pooled_headers};
 use crate::ffi::pool::pool_copy;
 use crate::ffi::req::request_handler;
-use crate::request::record::{self, Report, RequestStatus};
+use crate::request::record::{self, Applied, Report, RequestStatus};
 use crate::Module;
 
 /// The next header filter in the chain.
@@ -91,9 +94,12 @@ fn add_headers(r: &mut Request, d: &Report) {
     }
 }
 
-/// draft-ietf-httpapi-ratelimit-headers-10: one list member per applied
-/// limit, the policy name being the zone name. Out of line: it allocates
-/// and formats, and `rate_limit_window_headers ietf` is the rarer setting.
+/// draft-ietf-httpapi-ratelimit-headers-10/-11: one list member per
+/// applied limit, the policy name being the zone name. `t` of an
+/// admission is when `r` next grows (judging.rs); of a refusal, a limit
+/// with nothing left says the refusal's Retry-After. Out of line: it
+/// allocates and formats, and `rate_limit_window_headers ietf` is the
+/// rarer setting.
 #[inline(never)]
 fn add_ietf(r: &mut Request, d: &Report) {
     let mut policy = String::with_capacity(64);
@@ -105,10 +111,11 @@ fn add_ietf(r: &mut Request, d: &Report) {
         let _ = write!(
             policy,
             "{sep}\"{name}\";q={};w={}",
-            a.limit,
+            limit_of(a),
             zone.window.ms() / 1000
         );
-        let _ = write!(buf, "{sep}\"{name}\";r={};t={}", a.remaining, a.reset_s);
+        let t = d.reset_of(a);
+        let _ = write!(buf, "{sep}\"{name}\";r={};t={t}", a.remaining);
     }
     if !policy.is_empty() {
         add_header(r, "RateLimit-Policy", policy.as_bytes());
@@ -137,15 +144,27 @@ fn add_numbers(r: &mut Request, d: &Report) {
             let _ = add_pooled_headers(
                 r,
                 [
-                    ("RateLimit-Limit", pooled(decimal(t.limit, limit))),
+                    ("RateLimit-Limit", pooled(decimal(limit_of(t), limit))),
                     (
                         "RateLimit-Remaining",
                         pooled(decimal(t.remaining, remaining)),
                     ),
-                    ("RateLimit-Reset", pooled(decimal(t.reset_s, reset))),
+                    ("RateLimit-Reset", pooled(decimal(d.reset_of(t), reset))),
                 ],
             );
         }
+    }
+}
+
+/// The limit `a` enforces: a strict zone counts at most
+/// [`MAX_STRICT_LIMIT`] (a larger value from a variable or an override is
+/// that; a fixed one is refused at `nginx -t`).
+#[inline(always)]
+fn limit_of(a: &Applied) -> u32 {
+    if a.zone.mode == Mode::Strict {
+        a.limit.min(MAX_STRICT_LIMIT)
+    } else {
+        a.limit
     }
 }
 

@@ -13,15 +13,29 @@ use rate_limit_window_core::engine::{
 };
 use rate_limit_window_core::overrides::range::Addr;
 use rate_limit_window_core::shm::{Owner, Place, Places};
-use rate_limit_window_core::{Admission, Answer, Table};
+use rate_limit_window_core::{Admission, Answer, KeyHash, Table};
 
-use crate::conf::{self, LimitValue, LocConf};
+use crate::conf::{self, LimitValue, LocConf, HEADERS_IETF};
 use crate::ffi::{header_in, process, vars};
 use crate::request::hold;
 use crate::request::logging::{log_episodes, log_invalid, skipped, slot_path};
 use crate::request::record::{self, Applied, Taken};
 use crate::request::{cost, in_flight, near_limit, shed};
 use crate::zone::ZoneConf;
+
+/// Whole seconds from `now` (epoch ms) until the client `hash` of `zone`
+/// has one more request left than its `remaining` under `limit`: the
+/// first moment a cost of `remaining + 1` fits, by the engine's one rule
+/// (0: nothing to grow to). Out of line: `rate_limit_window_headers ietf`
+/// alone asks it.
+#[cold]
+#[inline(never)]
+fn grows_in(zone: &ZoneConf, hash: KeyHash, (limit, remaining): (u32, u32), now: u64) -> u32 {
+    match zone.table.as_ref() {
+        Some(t) => engine::grows_in_s(t, hash, now, limit, remaining),
+        None => 0,
+    }
+}
 
 /// Evaluates one limit's key and limit value for the request, as read:
 /// the engine decides what an empty or invalid value means, and applies
@@ -226,13 +240,19 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
     }
 
     #[inline(always)]
-    fn record(&mut self, n: usize, limit: u32, d: &Answer, now: u64) {
+    fn record(&mut self, n: usize, (hash, limit): (KeyHash, u32), d: &Answer, now: u64) {
         let zone = self.limits[n].zone();
+        // The draft's `t` of an admission: when `remaining` next grows.
+        let reset_s = if self.lcf.headers == HEADERS_IETF && d.admission.is_some() {
+            grows_in(zone, hash, (limit, d.remaining), now)
+        } else {
+            d.reset_s
+        };
         self.pending.push(Applied {
             zone,
             limit,
             remaining: d.remaining,
-            reset_s: d.reset_s,
+            reset_s,
             admission: d.admission,
         });
         if near_limit::is_near(limit, d.remaining) {
@@ -266,6 +286,10 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
                 f(table, adm);
             }
         }
+    }
+
+    fn undone(&mut self) {
+        self.pending.undone();
     }
 
     fn shared(&self, n: usize) -> Shared<'static> {

@@ -21,6 +21,7 @@ mod foundation;
 mod grpc;
 mod harness;
 mod headers;
+mod headers_truth;
 mod in_flight;
 mod limits;
 mod metrics;

@@ -90,7 +90,7 @@ pub(super) fn limits<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict
             (limit, cost),
             ask.shard,
             |r, d, now| {
-                r.record(n, limit, d, now);
+                r.record(n, (hash, limit), d, now);
                 if d.outcome == Outcome::Admitted {
                     // Taken back by `undo_all` if a later limit rejects.
                     c.table.add(ask.shard, Counter::Passed, 1);
@@ -152,7 +152,7 @@ fn rate_line<'t, R: Request<'t>>(
     // is recorded where the table made it (see `Table::acquire_then`);
     // only a rejection's comes out.
     let refused = acquire(r, c, hash, now, (limit, cost), ask.shard, |r, d, now| {
-        r.record(n, limit, d, now);
+        r.record(n, (hash, limit), d, now);
         if d.outcome == Outcome::Admitted {
             // Taken back by `undo_all` if a later limit rejects.
             c.table.add(ask.shard, Counter::Passed, 1);
@@ -270,6 +270,13 @@ fn unlimited<'t, R: Request<'t>>(
         Applies::Reject(mut blocked) => {
             r.skipped(n, Skip::OverrideReject);
             blocked.retry_after_s = blocked_wait(r, n, c, (hash, value), blocked, now);
+            // Recorded as the refusing limit, for the headers: its value
+            // (0 when it has none), nothing remaining.
+            let limit = match value {
+                LimitRead::Set(l) => l,
+                LimitRead::Empty | LimitRead::Invalid => 0,
+            };
+            r.record(n, (hash, limit), &blocked.decision(), now);
             Judged::Blocked { hash, blocked }
         }
         Applies::Exempt => {
@@ -429,10 +436,11 @@ fn acquire_strict<'t, R: Request<'t>>(
 /// Gives back every admission recorded so far, and its `passed` count
 /// (shard counters add with wrapping: + (2^64 - 1) is - 1), and every
 /// in-flight place taken so far.
-pub(super) fn undo_all<'t, R: Request<'t>>(r: &R, shard: usize) {
+pub(super) fn undo_all<'t, R: Request<'t>>(r: &mut R, shard: usize) {
     r.admissions(|t, a| {
         t.undo(a);
         t.add(shard, Counter::Passed, u64::MAX);
     });
+    r.undone();
     r.places(|p, place| p.give(place));
 }

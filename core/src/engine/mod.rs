@@ -40,6 +40,7 @@ mod tests;
 use applies::{override_of, Applies, Blocked};
 pub use around::decide;
 use decide::{charged, not_applied, noted_invalid, undo_all, Bad};
+pub use plan::grows_in_s;
 use quiet::{quiet_limit, Quiet};
 use reject::{blocked_wait, rejected, Rejecting};
 pub use request::{

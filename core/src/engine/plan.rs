@@ -7,7 +7,7 @@ use super::{quiet_limit, Ask, Hold, Quiet, Rejecting, Request};
 use crate::rule::delay::{plan, LimitWait, Plan};
 use crate::rule::fit;
 use crate::rule::window::Counts;
-use crate::table::Outcome;
+use crate::table::{KeyHash, Outcome, Table};
 
 /// The longest Retry-After (whole seconds) among the limits from `from`
 /// on, read without counting anything: the retry must fit under them too.
@@ -148,4 +148,25 @@ fn waits<'t, R: Request<'t>>(r: &mut R, rej: &Rejecting, now: u64, ahead: u32) -
         out.push(LimitWait::from_wait(wait, c.delay_ms, n == rej.index));
     }
     out
+}
+
+/// Whole seconds from `now_ms` until the client `hash` of `table` has one
+/// more request left than `remaining` under `limit` (the draft's `t` of an
+/// admission): the first moment a cost of `remaining + 1` fits, by the one
+/// rule ([`Table::wait_ms`]); 0 when `remaining` is the whole limit.
+pub fn grows_in_s(
+    table: &Table<'_>,
+    hash: KeyHash,
+    now_ms: u64,
+    limit: u32,
+    remaining: u32,
+) -> u32 {
+    if remaining >= limit {
+        return 0;
+    }
+    let w = table.window().ms();
+    let ms = table
+        .wait_ms(hash, now_ms, limit, remaining + 1)
+        .unwrap_or(w);
+    u32::try_from(ms.div_ceil(1000)).unwrap_or(u32::MAX)
 }
