@@ -298,7 +298,10 @@ impl Drop for Record {
         if self.reservations.on_free.get().is_some() | self.hold.on_free.get().is_some() {
             self.settle_parts();
         }
-        crate::request::in_flight::release(self.take_places());
+        // Every place the request still keeps is given back, once.
+        for t in self.take_places() {
+            t.places.give(t.place);
+        }
         if self.report.get().is_some_and(|d| d.empty_keys != 0) {
             count_late_keys(usize::MAX);
         }
