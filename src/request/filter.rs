@@ -114,6 +114,11 @@ fn add_ietf(r: &mut Request, d: &Report) {
             limit_of(a),
             zone.window.ms() / 1000
         );
+        if zone.charge_at.is_some() {
+            // Its quota counts what `charge=` says (tokens, bytes), not
+            // requests: no registered `qu` names it, so a vendor parameter.
+            policy.push_str(";rlw-unit=\"charge\"");
+        }
         let t = d.reset_of(a);
         let _ = write!(buf, "{sep}\"{name}\";r={};t={t}", a.remaining);
     }

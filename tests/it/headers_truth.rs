@@ -211,3 +211,30 @@ fn t_is_retry_after_on_a_refusal_and_when_r_grows_on_an_admission() {
         rej.describe()
     );
 }
+
+/// A `charge=` zone's quota is not counted in requests: its
+/// `RateLimit-Policy` member says so (`rlw-unit="charge"`); a zone without
+/// `charge=` keeps the draft's default unit.
+#[test]
+fn a_charge_zones_policy_names_its_unit() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&proxy_conf(
+        "rate_limit_window_zone $http_x_key zone=tok:1m window=1m;
+         rate_limit_window_zone $http_x_key zone=req:1m window=1m;",
+        "",
+        "rate_limit_window_headers ietf;",
+        "rate_limit_window zone=tok limit=1000 charge=$upstream_http_x_tokens;
+         rate_limit_window zone=req limit=10;",
+    ));
+    let r = get_key(ng.port, "/", "k");
+    assert_eq!(r.status, 200, "{}", r.describe());
+    let policy = r.header("RateLimit-Policy").unwrap_or_default();
+    assert!(
+        policy.contains("\"tok\";q=1000;w=60;rlw-unit=\"charge\""),
+        "{policy}"
+    );
+    assert!(
+        policy.contains("\"req\";q=10;w=60") && !policy.contains("\"req\";q=10;w=60;"),
+        "{policy}"
+    );
+}

@@ -23,6 +23,8 @@
 
 mod applies;
 mod around;
+#[cfg(test)]
+mod around_tests;
 mod decide;
 pub mod in_flight;
 #[cfg(test)]
