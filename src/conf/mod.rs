@@ -203,8 +203,10 @@ pub struct LocConf {
     pub phase: ngx_uint_t,
     /// `delay_max_held=` and this worker's held requests (see request/hold.rs).
     pub delay: LocDelay,
-    /// Some limit has `delay=` or `count_status=`: an admitted request has
-    /// more to do (set by `merge`, so that the request path tests one flag).
+    /// Some limit has `delay=`, `count_status=` or `charge=`, or the
+    /// headers are `ietf` (whose `t` is computed for an admitted request):
+    /// an admitted request has more to do (set by `merge`, so that the
+    /// request path tests one flag).
     pub extras: bool,
     /// Some limit has `in_flight=`, or the location `rate_limit_window_shed`:
     /// a request may take places, given back when it ends (set by `merge`).
@@ -275,9 +277,10 @@ impl Merge for LocConf {
         pick(&mut self.grpc, prev.grpc, UNSET, GRPC_DEFAULT);
         self.delay.merge(&prev.delay);
         self.extras = self.limits.as_ref().is_some_and(|limits| {
-            limits
-                .iter()
-                .any(|l| l.delay_ms > 0 || l.count_status.is_some() || l.charge.is_some())
+            self.headers == HEADERS_IETF
+                || limits
+                    .iter()
+                    .any(|l| l.delay_ms > 0 || l.count_status.is_some() || l.charge.is_some())
         });
         self.routes.clear();
         for l in self.limits.iter().flatten() {

@@ -10,14 +10,11 @@ use nginx_sys::{
 };
 use ngx::http::{HttpModuleLocationConf, Request};
 
-use rate_limit_window_core::rule::mode::Mode;
-use rate_limit_window_core::rule::strict::MAX_STRICT_LIMIT;
-
 use crate::conf::{HEADERS_IETF, HEADERS_ON};
 use crate::ffi::headers::{add_header, add_pooled_header, add_pooled_headers};
 use crate::ffi::pool::pool_copy;
 use crate::ffi::req::request_handler;
-use crate::request::record::{self, Applied, Report, RequestStatus};
+use crate::request::record::{self, Report, RequestStatus};
 use crate::Module;
 
 /// The next header filter in the chain.
@@ -111,7 +108,7 @@ fn add_ietf(r: &mut Request, d: &Report) {
         let _ = write!(
             policy,
             "{sep}\"{name}\";q={};w={}",
-            limit_of(a),
+            a.limit,
             zone.window.ms() / 1000
         );
         if zone.charge_at.is_some() {
@@ -149,7 +146,7 @@ fn add_numbers(r: &mut Request, d: &Report) {
             let _ = add_pooled_headers(
                 r,
                 [
-                    ("RateLimit-Limit", pooled(decimal(limit_of(t), limit))),
+                    ("RateLimit-Limit", pooled(decimal(t.limit, limit))),
                     (
                         "RateLimit-Remaining",
                         pooled(decimal(t.remaining, remaining)),
@@ -158,18 +155,6 @@ fn add_numbers(r: &mut Request, d: &Report) {
                 ],
             );
         }
-    }
-}
-
-/// The limit `a` enforces: a strict zone counts at most
-/// [`MAX_STRICT_LIMIT`] (a larger value from a variable or an override is
-/// that; a fixed one is refused at `nginx -t`).
-#[inline(always)]
-fn limit_of(a: &Applied) -> u32 {
-    if a.zone.mode == Mode::Strict {
-        a.limit.min(MAX_STRICT_LIMIT)
-    } else {
-        a.limit
     }
 }
 

@@ -31,7 +31,7 @@ use ngx::ngx_log_debug_http;
 
 use rate_limit_window_core::engine::{self, Ask, HostError, Verdict};
 
-use crate::conf::{self, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
+use crate::conf::{self, LocConf, HEADERS_IETF, PHASE_POSTACCESS, PHASE_PREACCESS};
 use crate::ffi::pool::main_of;
 use crate::ffi::process;
 use crate::ffi::req::request_handler;
@@ -186,7 +186,9 @@ fn decide<const PLACES: bool>(
     limits: &[conf::Limit],
     at: record::Place,
 ) -> ngx_int_t {
-    let woken = at.rec.is_some_and(hold::is_held);
+    // A record before the decision is a held request's (a decided one
+    // returned above): woken, decided again.
+    let woken = at.rec.is_some();
     let Some(pending) = record::reserve(r, at, limits.len()) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
@@ -232,11 +234,10 @@ fn decide<const PLACES: bool>(
     if record::commit(pending, verdict, lcf.headers, retry_after) {
         crate::request::tally::decided(r, lcf, verdict);
     }
-    if verdict == RequestStatus::Shed {
-        let status = lcf.shed.as_ref().map_or(503, |s| s.status);
-        return status;
-    }
     if verdict.refused() {
+        if verdict == RequestStatus::Shed {
+            return lcf.shed.as_ref().map_or(503, |s| s.status);
+        }
         // A gRPC call gets a gRPC answer (grpc_reject.rs), any other the status.
         return crate::request::grpc_reject::reject(r, lcf, retry_after);
     }
@@ -257,6 +258,9 @@ fn admitted<const P: bool>(j: &mut Judging<'_, P>) -> RequestStatus {
     // configured.
     if j.lcf.extras {
         core::hint::cold_path();
+        if j.lcf.headers == HEADERS_IETF {
+            crate::request::judging::ietf_t(j.r, j.limits, &mut j.pending, process::now_ms());
+        }
         return admitted_extras(j.r, j.limits, j.pending.applied());
     }
     RequestStatus::Passed

@@ -233,11 +233,6 @@ pub fn admitted(r: &Request, limits: &[Limit]) -> RequestStatus {
     }
 }
 
-/// Whether `rec` holds a request (`delay=`) that is being decided again.
-pub fn is_held(rec: &record::Record) -> bool {
-    rec.hold.data.get().is_some_and(|h| h.held)
-}
-
 /// A held request decided for good at `now` (epoch ms), as the engine
 /// says (`how`): its place under the cap, its turn and the `delay_held`
 /// gauge given back (once), its wait kept for `$rate_limit_window_delay`,

@@ -12,10 +12,12 @@ use rate_limit_window_core::engine::{
     self, Cost, Hold, HostError, Invalid, Key, LimitConf, Shared, ShedAsk, Skip, Woken,
 };
 use rate_limit_window_core::overrides::range::Addr;
+use rate_limit_window_core::rule::mode::Mode;
+use rate_limit_window_core::rule::strict::MAX_STRICT_LIMIT;
 use rate_limit_window_core::shm::{Owner, Place, Places};
-use rate_limit_window_core::{Admission, Answer, KeyHash, Table};
+use rate_limit_window_core::{Admission, Answer, Table};
 
-use crate::conf::{self, LimitValue, LocConf, HEADERS_IETF};
+use crate::conf::{self, LimitValue, LocConf};
 use crate::ffi::process;
 use crate::request::hold;
 use crate::request::key::eval_key;
@@ -23,20 +25,6 @@ use crate::request::logging::{log_episodes, log_invalid, skipped, slot_path};
 use crate::request::record::{self, Applied, Taken};
 use crate::request::{cost, in_flight, near_limit, shed};
 use crate::zone::ZoneConf;
-
-/// Whole seconds from `now` (epoch ms) until the client `hash` of `zone`
-/// has one more request left than its `remaining` under `limit`: the
-/// first moment a cost of `remaining + 1` fits, by the engine's one rule
-/// (0: nothing to grow to). Out of line: `rate_limit_window_headers ietf`
-/// alone asks it.
-#[cold]
-#[inline(never)]
-fn grows_in(zone: &ZoneConf, hash: KeyHash, (limit, remaining): (u32, u32), now: u64) -> u32 {
-    match zone.table.as_ref() {
-        Some(t) => engine::grows_in_s(t, hash, now, limit, remaining),
-        None => 0,
-    }
-}
 
 /// Evaluates one limit's key and limit value for the request, as read:
 /// the engine decides what an empty or invalid value means, and applies
@@ -61,7 +49,7 @@ fn eval(
     } else {
         key
     };
-    let limit = eval_limit(r, value)?;
+    let limit = eval_limit(r, zone, value)?;
     Ok(Key::Client {
         hash: table.hash_key(key),
         limit,
@@ -71,7 +59,9 @@ fn eval(
 /// Reads the limit value for this request, as it is: a number, empty,
 /// or invalid (the engine's `fail=` decides). Err(()) is an nginx error
 /// while evaluating the variable.
-fn eval_limit(r: &Request, value: LimitValue) -> Result<engine::LimitRead, ()> {
+/// A strict zone's (`zone`'s) value above what it counts is what it
+/// counts, [`MAX_STRICT_LIMIT`] (a fixed one is refused at `nginx -t`).
+fn eval_limit(r: &Request, zone: &ZoneConf, value: LimitValue) -> Result<engine::LimitRead, ()> {
     match value {
         LimitValue::Fixed(n) => Ok(engine::LimitRead::Set(n)),
         LimitValue::Variable(cv) => {
@@ -81,7 +71,13 @@ fn eval_limit(r: &Request, value: LimitValue) -> Result<engine::LimitRead, ()> {
             if b.is_empty() {
                 return Ok(engine::LimitRead::Empty);
             }
-            Ok(parse_limit(b).map_or(engine::LimitRead::Invalid, engine::LimitRead::Set))
+            let cap = if zone.mode == Mode::Strict {
+                MAX_STRICT_LIMIT
+            } else {
+                u32::MAX
+            };
+            let read = |n: u32| engine::LimitRead::Set(n.min(cap));
+            Ok(parse_limit(b).map_or(engine::LimitRead::Invalid, read))
         }
     }
 }
@@ -203,19 +199,13 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
     }
 
     #[inline(always)]
-    fn record(&mut self, n: usize, (hash, limit): (KeyHash, u32), d: &Answer, now: u64) {
+    fn record(&mut self, n: usize, limit: u32, d: &Answer, now: u64) {
         let zone = self.limits[n].zone();
-        // The draft's `t` of an admission: when `remaining` next grows.
-        let reset_s = if self.lcf.headers == HEADERS_IETF && d.admission.is_some() {
-            grows_in(zone, hash, (limit, d.remaining), now)
-        } else {
-            d.reset_s
-        };
         self.pending.push(Applied {
             zone,
             limit,
             remaining: d.remaining,
-            reset_s,
+            reset_s: d.reset_s,
             admission: d.admission,
         });
         if near_limit::is_near(limit, d.remaining) {
@@ -321,5 +311,42 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
             now,
         };
         hold::hold(self.r, &holding)
+    }
+}
+
+/// `rate_limit_window_headers ietf`: the `t` of each limit that admitted
+/// the request (`pending`'s, for `r` at `now`, epoch ms) is when its
+/// `remaining` next grows: the first moment a cost of `remaining + 1`
+/// fits, by the engine's one rule. Each key is read again (cached by
+/// nginx): out of line, off the common path.
+#[cold]
+#[inline(never)]
+pub(super) fn ietf_t(
+    r: &mut Request,
+    limits: &[conf::Limit],
+    pending: &mut record::Pending,
+    now: u64,
+) {
+    for l in limits {
+        let zone = l.zone();
+        let Some(table) = zone.table.as_ref() else {
+            continue;
+        };
+        let Some(a) = pending
+            .applied()
+            .iter()
+            .position(|a| core::ptr::eq(a.zone, zone))
+        else {
+            continue;
+        };
+        let applied = pending.applied()[a];
+        if applied.admission.is_none() {
+            continue;
+        }
+        let Ok(Key::Client { hash, .. }) = eval(r, zone, table, l.value) else {
+            continue;
+        };
+        let t = engine::grows_in_s(table, hash, now, applied.limit, applied.remaining);
+        pending.set_reset(a, t);
     }
 }

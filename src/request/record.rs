@@ -430,6 +430,16 @@ impl Pending {
         }
     }
 
+    /// Sets the reset (seconds) of the `i`th limit recorded.
+    pub fn set_reset(&mut self, i: usize, reset_s: u32) {
+        if let Some(slot) = self.room.get(i).filter(|_| i < self.len) {
+            // SAFETY: the first `len` entries were written by `push`.
+            let mut a = unsafe { slot.get().assume_init() };
+            a.reset_s = reset_s;
+            slot.set(MaybeUninit::new(a));
+        }
+    }
+
     /// The limits recorded so far.
     pub fn applied(&self) -> &'static [Applied] {
         // SAFETY: the first `len` entries were written by `push` and are not

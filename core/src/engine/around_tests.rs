@@ -14,7 +14,7 @@ use super::*;
 use crate::rule::shed::{Priority, ShedLimits};
 use crate::shm::shed::ShedGroup;
 use crate::shm::{Owner, Place};
-use crate::table::{Answer, FailPolicy, KeyHash, Table};
+use crate::table::{Answer, FailPolicy, Table};
 use crate::testing::Region;
 use crate::Admission;
 
@@ -66,7 +66,7 @@ impl Request<'static> for Host {
         Ok(Cost::Count(1))
     }
     fn invalid(&mut self, _n: usize, _what: Invalid) {}
-    fn record(&mut self, _n: usize, _at: (KeyHash, u32), d: &Answer, _now: u64) {
+    fn record(&mut self, _n: usize, _limit: u32, d: &Answer, _now: u64) {
         self.records.push(*d);
     }
     fn skipped(&mut self, _n: usize, _why: Skip) {}

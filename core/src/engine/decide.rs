@@ -90,7 +90,7 @@ pub(super) fn limits<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict
             (limit, cost),
             ask.shard,
             |r, d, now| {
-                r.record(n, (hash, limit), d, now);
+                r.record(n, limit, d, now);
                 if d.outcome == Outcome::Admitted {
                     // Taken back by `undo_all` if a later limit rejects.
                     c.table.add(ask.shard, Counter::Passed, 1);
@@ -152,7 +152,7 @@ fn rate_line<'t, R: Request<'t>>(
     // is recorded where the table made it (see `Table::acquire_then`);
     // only a rejection's comes out.
     let refused = acquire(r, c, hash, now, (limit, cost), ask.shard, |r, d, now| {
-        r.record(n, (hash, limit), d, now);
+        r.record(n, limit, d, now);
         if d.outcome == Outcome::Admitted {
             // Taken back by `undo_all` if a later limit rejects.
             c.table.add(ask.shard, Counter::Passed, 1);
@@ -276,7 +276,7 @@ fn unlimited<'t, R: Request<'t>>(
                 LimitRead::Set(l) => l,
                 LimitRead::Empty | LimitRead::Invalid => 0,
             };
-            r.record(n, (hash, limit), &blocked.decision(), now);
+            r.record(n, limit, &blocked.decision(), now);
             Judged::Blocked { hash, blocked }
         }
         Applies::Exempt => {

@@ -9,7 +9,7 @@ use super::*;
 use crate::overrides::Entry;
 use crate::overrides::{Action, Overrides};
 use crate::shm::{Owner, Place, Places};
-use crate::table::{Answer, FailPolicy, KeyHash, Table};
+use crate::table::{Answer, FailPolicy, Table};
 use crate::testing::Region;
 use crate::Admission;
 
@@ -85,7 +85,7 @@ impl Request<'static> for Host {
     fn invalid(&mut self, _n: usize, what: Invalid) {
         self.invalid.push(what);
     }
-    fn record(&mut self, _n: usize, _at: (KeyHash, u32), d: &Answer, _now: u64) {
+    fn record(&mut self, _n: usize, _limit: u32, d: &Answer, _now: u64) {
         self.records.push(*d);
     }
     fn skipped(&mut self, _n: usize, _why: Skip) {}

@@ -9,7 +9,7 @@ use crate::overrides::Entry;
 use crate::overrides::{Action, Overrides};
 use crate::rule::mode::Mode;
 use crate::rule::window::Window;
-use crate::table::{Answer, FailPolicy, KeyHash, Table};
+use crate::table::{Answer, FailPolicy, Table};
 use crate::testing::Region;
 use crate::Admission;
 
@@ -67,7 +67,7 @@ impl Request<'static> for Host {
         Ok(Cost::Count(1))
     }
     fn invalid(&mut self, _n: usize, _what: Invalid) {}
-    fn record(&mut self, _n: usize, _at: (KeyHash, u32), _d: &Answer, _now: u64) {}
+    fn record(&mut self, _n: usize, _limit: u32, _d: &Answer, _now: u64) {}
     fn skipped(&mut self, _n: usize, _why: Skip) {}
     fn admissions(&self, _f: impl FnMut(&'static Table<'static>, &Admission)) {}
     fn fresh_now(&mut self) -> u64 {

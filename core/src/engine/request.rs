@@ -152,10 +152,10 @@ pub trait Request<'t> {
     /// its zone (the engine counts every one, [`Shared::invalid`]): the
     /// host's log line.
     fn invalid(&mut self, n: usize, what: Invalid);
-    /// Records limit `n`, judged for the client `hash` against `limit` at
-    /// `now_ms` with the table's answer `d`, in the request's record
-    /// (headers, variables, what to undo or settle later).
-    fn record(&mut self, n: usize, at: (KeyHash, u32), d: &Answer, now_ms: u64);
+    /// Records limit `n`, judged against `limit` at `now_ms` with the
+    /// table's answer `d`, in the request's record (headers, variables,
+    /// what to undo or settle later).
+    fn record(&mut self, n: usize, limit: u32, d: &Answer, now_ms: u64);
     /// Limit `n` did not apply, or an override decided (for the log).
     fn skipped(&mut self, n: usize, why: Skip);
     /// Calls `f` with each admission recorded so far and its table.

@@ -151,7 +151,7 @@ impl<'a> Request<'a> for Req<'a> {
     fn invalid(&mut self, n: usize, what: Invalid) {
         self.invalid.push((n, what));
     }
-    fn record(&mut self, n: usize, _at: (KeyHash, u32), d: &Answer, _now: u64) {
+    fn record(&mut self, n: usize, _limit: u32, d: &Answer, _now: u64) {
         self.records.push((n, *d));
     }
     fn skipped(&mut self, _n: usize, _why: Skip) {}
