@@ -177,11 +177,11 @@ fn a_bad_cost_is_never_a_way_past_the_limit() {
     );
 }
 
-/// Zone `z` (window 2 s, overrides), `/` limited by `loc`, the writable
+/// Zone `z` (window 4 s, overrides), `/` limited by `loc`, the writable
 /// API at `/api`; responses carry the status and the delay.
 fn hold_conf(loc: &str, extra: &str) -> String {
     proxy_conf(
-        "rate_limit_window_zone $http_x_key zone=z:1m window=2s;",
+        "rate_limit_window_zone $http_x_key zone=z:1m window=4s;",
         "",
         &format!(
             "add_header X-RLW $rate_limit_window_status always;
@@ -203,14 +203,14 @@ fn a_held_request_woken_exempt_gives_its_hold_back() {
     let clock = ShiftedClock::new();
     let up = Upstream::start();
     let ng = clock.builder().upstream_of(&up).start(&hold_conf(
-        "rate_limit_window zone=z limit=1 delay=3s delay_max_held=1;",
+        "rate_limit_window zone=z limit=1 delay=6s delay_max_held=1;",
         "",
     ));
-    clock.jump_to_window_offset(2_000, 100);
+    clock.jump_to_window_offset(4_000, 100);
     assert_eq!(get_key(ng.port, "/", "v").status, 200);
     let port = ng.port;
     let waiting = thread::spawn(move || get_key(port, "/", "v"));
-    assert!(wait_for(Duration::from_secs(3), || held(port) == 1.0));
+    assert!(wait_for(Duration::from_secs(5), || held(port) == 1.0));
     let put = crate::overrides::send_body(
         port,
         "PUT",
@@ -246,10 +246,10 @@ fn a_held_request_woken_shed_gives_its_hold_back() {
     let up = Upstream::start();
     let ng = clock.builder().upstream_of(&up).start(&hold_conf(
         "rate_limit_window_shed zone=cap max=1 priority=critical;
-         rate_limit_window zone=z limit=1 delay=3s;",
+         rate_limit_window zone=z limit=1 delay=6s;",
         "",
     ));
-    clock.jump_to_window_offset(2_000, 100);
+    clock.jump_to_window_offset(4_000, 100);
     let port = ng.port;
     assert_eq!(client_get(port, "/", "v", "a").status, 200);
     // Its group place comes back when its pool is freed, after the answer.
@@ -263,13 +263,13 @@ fn a_held_request_woken_shed_gives_its_hold_back() {
     };
     assert!(wait_for(Duration::from_secs(3), || group() == Some(0.0)));
     let waiting = thread::spawn(move || client_get(port, "/", "v", "a"));
-    if !wait_for(Duration::from_secs(3), || held(port) == 1.0) {
+    if !wait_for(Duration::from_secs(5), || held(port) == 1.0) {
         let r = waiting.join().unwrap();
         panic!("not held: {}\n{}", r.describe(), ng.error_log());
     }
     // Another client fills the group (one place) until after the wake.
-    let slow = thread::spawn(move || client_get(port, "/?sleep=4000", "w", "b"));
-    assert!(wait_for(Duration::from_secs(3), || up.concurrent("b") == 1));
+    let slow = thread::spawn(move || client_get(port, "/?sleep=6000", "w", "b"));
+    assert!(wait_for(Duration::from_secs(5), || up.concurrent("b") == 1));
     let r = waiting.join().unwrap();
     assert_eq!(
         (r.status, r.header("X-RLW")),
@@ -308,7 +308,7 @@ fn a_share_full_refusal_waits_for_its_turn() {
     let port = ng.port;
     assert_eq!(get_key(port, "/", "s").status, 200);
     let first = thread::spawn(move || get_key(port, "/", "s"));
-    assert!(wait_for(Duration::from_secs(3), || held(port) == 1.0));
+    assert!(wait_for(Duration::from_secs(5), || held(port) == 1.0));
     let sent = clock.now_ms();
     let r = get_key(port, "/", "s");
     assert_eq!(
