@@ -6,27 +6,10 @@
 //! `limit=` value under `fail=open` has one name.
 use crate::common;
 
+use crate::delay::{delayed, held};
 use common::*;
 use std::thread;
 use std::time::Duration;
-
-/// A `rate_limit_window_delayed_total` sample of zone `z`.
-fn delayed(port: u16, result: &str) -> f64 {
-    let text = metrics_text(port);
-    prom_value(
-        &text,
-        "rate_limit_window_delayed_total",
-        &[("zone", "z"), ("result", result)],
-    )
-    .unwrap_or_else(|| panic!("no delayed {result}:\n{text}"))
-}
-
-/// Requests of zone `z` held now, by every worker.
-fn held(port: u16) -> f64 {
-    let text = metrics_text(port);
-    prom_value(&text, "rate_limit_window_delay_held", &[("zone", "z")])
-        .unwrap_or_else(|| panic!("no held gauge:\n{text}"))
-}
 
 /// One request of client `client` (X-Client, which the upstream counts)
 /// and key `key` to `path`.
