@@ -2,7 +2,7 @@
 //! of the other limits ([`plan`](super::plan)): logging and counting
 //! nothing.
 
-use super::{blocked_wait, override_of, Applies, Cost, Key, LimitConf, Line, Request};
+use super::{blocked_wait, charged, override_of, Applies, Cost, Key, LimitConf, Line, Request};
 use crate::table::{FailPolicy, KeyHash};
 
 /// Limit `n` as judged off the admission path (the waits and Retry-After
@@ -50,6 +50,7 @@ pub(super) fn quiet_limit<'t, R: Request<'t>>(
             None => Quiet::Limit(hash, 0, 1),
         }),
         _ if closed => Some(Quiet::Limit(hash, 0, 1)),
-        _ => None,
+        Ok(Cost::Invalid) => Some(Quiet::Limit(hash, limit, charged(limit))),
+        Err(_) => None,
     }
 }
