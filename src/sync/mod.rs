@@ -54,6 +54,7 @@
 
 pub mod ctx;
 pub mod fleet_overrides;
+pub mod ovr_calls;
 pub mod redis_link;
 pub mod round;
 pub mod round_stats;
@@ -69,6 +70,7 @@ use rate_limit_window_core::cluster::fleet::{Diff, Profile};
 use rate_limit_window_core::cluster::Claim;
 
 use crate::sync::ctx::{epoch_ms, Job, Owner, RoundCtx, RoundError, POLL_MS};
+use crate::sync::fleet_overrides::OvrSync;
 use crate::sync::redis_link::{Link, LinkError, LinkErrorKind, RedisTarget};
 use crate::sync::round::{round, Done, RoundState};
 use crate::sync::round_stats::Durations;
@@ -104,6 +106,7 @@ pub fn start_all(zones: &[*mut ZoneConf]) {
                 zone.window.ms(),
                 zone.mode.name(),
             ),
+            secret: r.secret.clone(),
             table,
             header,
         };
@@ -162,6 +165,7 @@ pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
         log_outage(log, zone, header, now_ms.saturating_sub(since));
     }
     log_fleet(log, zone, header);
+    log_ignored(log, zone, header);
     let owner = header.sync_owner.load(Ordering::Acquire);
     if owner != 0 && header.logged_owner.swap(owner, Ordering::Relaxed) != owner {
         ngx_log_error!(
@@ -172,6 +176,23 @@ pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
             owner
         );
     }
+}
+
+/// Logs, once, that override values read from Redis were ignored (never
+/// a value: they may be anyone's).
+fn log_ignored(log: *mut ngx_log_t, zone: &ZoneConf, header: &ZoneHeader) {
+    let Some(n) = header.overrides().and_then(|o| o.ignored_to_log()) else {
+        return;
+    };
+    ngx_log_error!(
+        NGX_LOG_WARN,
+        log,
+        "rate_limit_window_zone \"{}\": {} override value(s) in redis are not this fleet's \
+         (another \"secret=\", malformed, or changed without the secret) and are ignored; \
+         they are counted in rate_limit_window_fleet_values_ignored_total",
+        zone.name_str(),
+        n
+    );
 }
 
 /// Logs, once per episode, that gateways use this zone's name in Redis
@@ -228,6 +249,7 @@ fn run(job: Job, stop: &AtomicBool) {
     let mut backoff = BACKOFF_MIN_MS;
     let mut state = RoundState::default();
     let mut durations = Durations::default();
+    let mut overrides = OvrSync::new(&job);
     while !stop.load(Ordering::Relaxed) {
         match owner.claim() {
             Claim::Held => {}
@@ -248,6 +270,10 @@ fn run(job: Job, stop: &AtomicBool) {
         let result = connect(&mut conn, &job.target)
             .map_err(RoundError::from)
             .and_then(|c| round(c, &ctx, &mut state, started));
+        if !matches!(result, Err(RoundError::Stopped)) {
+            // Its own connection and budget: never fails the count round.
+            overrides.step(&ctx);
+        }
         let nap_ms = match result {
             Ok(done) => {
                 backoff = BACKOFF_MIN_MS;
@@ -311,8 +337,8 @@ fn round_failed(header: &ZoneHeader, e: &LinkError, started: u64) {
     );
 }
 
-/// Counts a failed round, by kind.
-fn count_error(header: &ZoneHeader, e: &LinkError) {
+/// Counts a failed round (or override step), by kind.
+pub(crate) fn count_error(header: &ZoneHeader, e: &LinkError) {
     header.sync_errors.fetch_add(1, Ordering::Relaxed);
     let by_kind = match e.kind {
         LinkErrorKind::Timeout => &header.sync_err_timeout,

@@ -83,10 +83,11 @@ impl Overrides<'_> {
 
     /// Applies the state of `id` read from the fleet (None: removed) at
     /// version `v`, unless the state here is as new or newer (equal
-    /// versions: the greater state text wins, as in Redis). Returns
-    /// whether it applied. The clock moves past `v`.
+    /// versions: the greater state text wins). Returns whether it
+    /// applied. A local change not yet acknowledged is above every
+    /// sequence ([`super::order`]): nothing read replaces it.
     pub fn apply_remote(&self, id: u64, state: Option<Entry>, v: u64, now_ms: u64) -> bool {
-        self.saw_version(v);
+        let v = v.min(super::order::LOCAL - 1);
         loop {
             match self.step(id & ID_MASK, state, v, Source::Remote, now_ms) {
                 Step::Done(_) => return true,

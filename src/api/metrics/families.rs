@@ -387,6 +387,18 @@ const FAMILIES: &[Family] = &[
         "Clients banned now (ban=).",
         Samples::One(|l| ovr(l, |o, now| o.banned_now(now))),
     ),
+    family(
+        "rate_limit_window_fleet_values_ignored_total",
+        "counter",
+        "Override values read from Redis and ignored: another secret= (another fleet), malformed or changed by someone without the secret.",
+        Samples::One(|l| ovr(l, |o, _| o.ignored())),
+    ),
+    family(
+        "rate_limit_window_fleet_heals_total",
+        "counter",
+        "Times this gateway wrote its overrides back to a Redis that lost them (emptied, restarted without data, failed over to a replica that lagged).",
+        Samples::One(|l| ovr(l, |o, _| o.heals())),
+    ),
 ];
 
 /// A counter of the zone's in-flight places (0 before they exist).
