@@ -41,9 +41,10 @@ use crate::sync::ovr_calls::{self, number, page_call, page_reply, read_call, rea
 use crate::sync::redis_link::{Link, LinkError};
 use crate::zone::ZoneConf;
 
-/// The step's budget per round (ms): no call starts after it, so a step
-/// takes at most this and one call ([`CALL_MS`]), whatever Redis does.
-const BUDGET_MS: u64 = 200;
+/// The step's budget per round (ms), `sync=` within these bounds: no
+/// call starts after it, so a step takes at most this and one call
+/// ([`CALL_MS`]), whatever Redis does.
+const BUDGET_MS: (u64, u64) = (100, 500);
 /// Longest one call may wait (ms).
 const CALL_MS: u64 = 500;
 /// Longest a connect may take (ms).
@@ -91,11 +92,14 @@ enum Phase {
         floor: u64,
     },
     /// Reading the snapshot: the `HSCAN` cursor, the sequence when it
-    /// began (None: at the next read), the ids it held.
+    /// began (None: at the next read), the ids it held, and whether it
+    /// replaces every state of the fleet here (after a write-back: the
+    /// sequences here are of an order Redis lost).
     Boot {
         cursor: String,
         s0: Option<u64>,
         seen: HashSet<u64>,
+        adopt: bool,
     },
 }
 
@@ -148,6 +152,7 @@ impl OvrSync {
                 cursor: "0".into(),
                 s0: None,
                 seen: HashSet::new(),
+                adopt: false,
             },
             scan_from: 0,
             retry_at: None,
@@ -166,7 +171,8 @@ impl OvrSync {
         let s = Step {
             o: &o,
             ctx,
-            deadline: Instant::now() + Duration::from_millis(BUDGET_MS.max(ctx.job.sync_ms / 2)),
+            deadline: Instant::now()
+                + Duration::from_millis(ctx.job.sync_ms.clamp(BUDGET_MS.0, BUDGET_MS.1)),
         };
         if let Err(e) = self.work(&s) {
             self.link = None;
@@ -209,7 +215,7 @@ impl OvrSync {
             let seen = Seen {
                 epoch: r.epoch,
                 seq: r.seq,
-                first: r.first,
+                cut: r.cut,
             };
             let next = judge(self.epoch.as_deref(), self.pos, &seen);
             let full = r.items.len() >= READ_MAX;
@@ -238,6 +244,7 @@ impl OvrSync {
                     cursor: "0".into(),
                     s0: Some(seen.seq),
                     seen: HashSet::new(),
+                    adopt: false,
                 };
                 false
             }
@@ -303,7 +310,11 @@ impl OvrSync {
             .entry
             .map(|e| clock.to_local(e))
             .filter(|e| !e.expired(now));
-        o.apply_remote(r.id, entry, r.seq, now);
+        if matches!(self.phase, Phase::Boot { adopt: true, .. }) {
+            o.adopt(r.id, entry, r.seq, now);
+        } else {
+            o.apply_remote(r.id, entry, r.seq, now);
+        }
     }
 
     /// Writes the local changes not yet acknowledged (see the module doc).
@@ -475,6 +486,7 @@ impl OvrSync {
                 cursor: "0".into(),
                 s0: None,
                 seen: HashSet::new(),
+                adopt: true,
             }
         } else {
             Phase::Heal {
@@ -552,25 +564,33 @@ impl OvrSync {
     }
 
     /// The snapshot was read: what this gateway holds of the fleet (a
-    /// sequence below the snapshot's start) and the snapshot lacks was
-    /// removed or ended meanwhile (`sweep`); then the log from the start.
+    /// sequence below the snapshot's start; after a write-back, any) and
+    /// the snapshot lacks was removed or ended meanwhile (`sweep`); then
+    /// the log from the start.
     fn end_boot(&mut self, s: &Step<'_, '_>, sweep: bool) {
         let phase = std::mem::replace(&mut self.phase, Phase::Follow);
         let Phase::Boot {
-            s0: Some(s0), seen, ..
+            s0: Some(s0),
+            seen,
+            adopt,
+            ..
         } = phase
         else {
             return;
         };
         if sweep {
             let now = epoch_ms();
+            let gone = |h: &Held| {
+                h.entry.is_some()
+                    && !is_local(h.version)
+                    && !seen.contains(&h.id)
+                    && (adopt || (h.version > 0 && h.version < s0))
+            };
             let mut from = 0;
             loop {
-                let (gone, next) = s.o.held(from, SCAN_SLOTS, |h| {
-                    h.entry.is_some() && h.version > 0 && h.version < s0 && !seen.contains(&h.id)
-                });
-                for h in gone {
-                    s.o.apply_remote(h.id, None, s0, now);
+                let (held, next) = s.o.held(from, SCAN_SLOTS, gone);
+                for h in held {
+                    s.o.adopt(h.id, None, s0, now);
                 }
                 if next == 0 {
                     break;

@@ -110,7 +110,7 @@ pub(crate) fn number(v: &Value) -> Option<u64> {
 pub(crate) struct ReadReply<'v> {
     pub epoch: &'v str,
     pub seq: u64,
-    pub first: Option<u64>,
+    pub cut: u64,
     pub time: (u64, u64),
     pub items: Vec<&'v [u8]>,
 }
@@ -129,17 +129,14 @@ pub(crate) fn read_reply(v: &Value) -> Option<ReadReply<'_>> {
     let Value::Array(a) = v else {
         return None;
     };
-    let [epoch, seq, first, secs, micros, Value::Array(items)] = a.as_slice() else {
+    let [epoch, seq, cut, secs, micros, Value::Array(items)] = a.as_slice() else {
         return None;
     };
-    let first = text(first)?;
     Some(ReadReply {
         epoch: text(epoch).filter(|e| !e.is_empty())?,
         seq: number(seq)?,
         // A score: its text may be a float's ("12" or "1.2e+16").
-        first: (!first.is_empty())
-            .then(|| first.parse::<f64>().ok().map(|f| f as u64))
-            .flatten(),
+        cut: text(cut)?.parse::<f64>().ok().map_or(0, |f| f as u64),
         time: (number(secs)?, number(micros)?),
         items: items.iter().filter_map(bytes).collect(),
     })

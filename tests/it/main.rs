@@ -16,6 +16,7 @@ mod debug_log;
 mod delay;
 mod directives;
 mod examples;
+mod fleet_chaos;
 mod fleet_order;
 mod fleet_sync;
 mod foundation;

@@ -96,8 +96,8 @@ pub struct Seen<'a> {
     pub epoch: &'a str,
     /// The last sequence drawn.
     pub seq: u64,
-    /// The first sequence the log still holds (None: empty).
-    pub first: Option<u64>,
+    /// The last sequence trimmed from the log (0: none).
+    pub cut: u64,
 }
 
 /// What a gateway does after a read of the order.
@@ -121,7 +121,7 @@ pub fn judge(known: Option<&str>, pos: u64, seen: &Seen<'_>) -> Next {
         None => Next::Bootstrap,
         Some(e) if e != seen.epoch => Next::Heal,
         Some(_) if seen.seq < pos => Next::Heal,
-        Some(_) if seen.seq > pos && seen.first.is_none_or(|f| f > pos + 1) => Next::Bootstrap,
+        Some(_) if seen.cut > pos => Next::Bootstrap,
         Some(_) => Next::Follow,
     }
 }
@@ -157,6 +157,14 @@ impl Overrides<'_> {
             )
             .is_ok();
         done && self.load(idx) == w
+    }
+
+    /// Local changes not yet acknowledged (a scan of the table: the
+    /// metrics' gauge).
+    pub fn unsent(&self) -> u64 {
+        self.held(0, self.slots.len(), |h| is_local(h.version))
+            .0
+            .len() as u64
     }
 
     /// The states of `count` slots from slot `from` on (each id once: its

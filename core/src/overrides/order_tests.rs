@@ -4,25 +4,24 @@ use super::super::tests::{limit, Region};
 use super::*;
 use crate::overrides::Action;
 
-fn seen(epoch: &str, seq: u64, first: Option<u64>) -> Seen<'_> {
-    Seen { epoch, seq, first }
+fn seen(epoch: &str, seq: u64, cut: u64) -> Seen<'_> {
+    Seen { epoch, seq, cut }
 }
 
 #[test]
 fn a_read_of_the_order_says_what_to_do() {
     // Never read: the snapshot.
-    assert_eq!(judge(None, 0, &seen("e", 5, Some(1))), Next::Bootstrap);
+    assert_eq!(judge(None, 0, &seen("e", 5, 0)), Next::Bootstrap);
     // Up to date, or behind with the log still holding what follows.
-    assert_eq!(judge(Some("e"), 5, &seen("e", 5, Some(1))), Next::Follow);
-    assert_eq!(judge(Some("e"), 5, &seen("e", 9, Some(6))), Next::Follow);
-    assert_eq!(judge(Some("e"), 5, &seen("e", 9, Some(2))), Next::Follow);
-    // The log was trimmed past what it saw, or lost.
-    assert_eq!(judge(Some("e"), 5, &seen("e", 9, Some(7))), Next::Bootstrap);
-    assert_eq!(judge(Some("e"), 5, &seen("e", 9, None)), Next::Bootstrap);
+    assert_eq!(judge(Some("e"), 5, &seen("e", 5, 0)), Next::Follow);
+    assert_eq!(judge(Some("e"), 5, &seen("e", 9, 5)), Next::Follow);
+    assert_eq!(judge(Some("e"), 5, &seen("e", 9, 2)), Next::Follow);
+    // The log was trimmed past what it saw.
+    assert_eq!(judge(Some("e"), 5, &seen("e", 9, 6)), Next::Bootstrap);
     // Redis lost the keys (a new epoch), or the sequence went back.
-    assert_eq!(judge(Some("e"), 5, &seen("f", 9, Some(1))), Next::Heal);
-    assert_eq!(judge(Some("e"), 5, &seen("e", 3, Some(1))), Next::Heal);
-    assert_eq!(judge(Some("e"), 5, &seen("e", 0, None)), Next::Heal);
+    assert_eq!(judge(Some("e"), 5, &seen("f", 9, 0)), Next::Heal);
+    assert_eq!(judge(Some("e"), 5, &seen("e", 3, 0)), Next::Heal);
+    assert_eq!(judge(Some("e"), 5, &seen("e", 0, 0)), Next::Heal);
 }
 
 #[test]
@@ -94,6 +93,7 @@ fn held_lists_each_state_once_by_its_kind_of_version() {
         out
     };
     let local = all(&|h| is_local(h.version));
+    assert_eq!(t.unsent(), 2);
     assert_eq!(
         local
             .iter()
@@ -110,4 +110,24 @@ fn held_lists_each_state_once_by_its_kind_of_version() {
         [(3, Some(limit(3, 3, 0)), 12), (4, None, 14)]
     );
     assert_eq!(t.get(3, 1_000).map(|e| e.action), Some(Action::Limit(3)));
+}
+
+#[test]
+fn a_snapshot_after_a_write_back_replaces_any_sequence_but_no_local_change() {
+    let mut r = Region::new(8);
+    let t = r.table(8);
+    // Sequences of an order Redis lost: 90 here, 12 in the new one.
+    assert!(t.apply_remote(1, Some(limit(1, 1, 0)), 90, 1_000));
+    assert!(!t.apply_remote(1, Some(limit(1, 2, 0)), 12, 1_000));
+    assert!(t.adopt(1, Some(limit(1, 2, 0)), 12, 1_000));
+    assert_eq!(
+        (t.get(1, 1_000), t.versioned(1).version),
+        (Some(limit(1, 2, 0)), Some(12))
+    );
+    assert!(t.adopt(1, None, 13, 1_000));
+    assert_eq!(t.get(1, 1_000), None);
+    // A local change waits for its own place.
+    t.set(limit(2, 3, 0), 1_000).unwrap();
+    assert!(!t.adopt(2, None, 99, 1_000));
+    assert_eq!(t.get(2, 1_000), Some(limit(2, 3, 0)));
 }

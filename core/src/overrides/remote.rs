@@ -7,11 +7,13 @@
 //! Per zone, all in one Redis Cluster slot (the `{ZONE}` hash tag):
 //!
 //! - `rlw:{ZONE}:ovr3:seq`: the fleet's sequence. Every change gets the
-//!   next number from the script that writes it: the **one order** of the
-//!   fleet, never a gateway's clock.
+//!   next number from the script that writes it (one more, and at least
+//!   Redis's `TIME` in ms × 1024): the **one order** of the fleet, never a
+//!   gateway's clock.
 //! - `rlw:{ZONE}:ovr3:log`: a sorted set, score the sequence, member
-//!   `SEQ FIELD BODY`: the changes in order, trimmed to [`LOG_MAX`]; each
-//!   gateway reads what follows the last change it saw.
+//!   `SEQ FIELD BODY`: the changes in order, trimmed to [`LOG_MAX`] (the
+//!   last sequence trimmed in `rlw:{ZONE}:ovr3:log:cut`); each gateway
+//!   reads what follows the last change it saw.
 //! - `rlw:{ZONE}:ovr3`: the snapshot hash, field → `v3 SEQ EPOCH BODY`,
 //!   each client's and range's last state (a removal deletes the field), for
 //!   a gateway that starts or fell behind the log (read in pages, `HSCAN`).
@@ -301,19 +303,39 @@ impl Script {
     }
 }
 
-/// The common tail of the two writes: the next sequence, the hash, the
-/// log (trimmed) and the keys' lifetime. Locals: `s` the new sequence.
+/// The next sequence (a local function of the two writes): one more than
+/// the last, and at least Redis's `TIME` in ms × 1024, so that after a
+/// restart from an older copy or a failover to a replica that lagged,
+/// new changes still come after every one made before (like a stream's
+/// ids; below 2^53, exact in Lua and in a sorted set's score).
+macro_rules! next_seq {
+    () => {
+        "local function next_seq() \
+local t = redis.call('TIME') \
+local cur = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 \
+local s = math.max(cur + 1, (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) * 1024) \
+redis.call('SET', KEYS[2], string.format('%d', s)) \
+return s end "
+    };
+}
+
+/// The common tail of the two writes: the hash, the log (trimmed) and the
+/// keys' lifetime. Locals: `s` the new sequence, `e` the value's epoch
+/// word.
 macro_rules! write_tail {
     () => {
         "local t = string.format('%d', s) \
-local e = redis.call('GET', KEYS[4]) or '-' \
 if ARGV[3] == '1' then redis.call('HDEL', KEYS[1], ARGV[1]) \
 else redis.call('HSET', KEYS[1], ARGV[1], 'v3 ' .. t .. ' ' .. e .. ' ' .. ARGV[2]) end \
 redis.call('ZADD', KEYS[3], s, t .. ' ' .. ARGV[1] .. ' ' .. ARGV[2]) \
 local n = redis.call('ZCARD', KEYS[3]) \
 local max = tonumber(ARGV[4]) \
-if n > max then redis.call('ZREMRANGEBYRANK', KEYS[3], 0, n - max - 1) end \
+if n > max then \
+local last = redis.call('ZRANGE', KEYS[3], n - max - 1, n - max - 1, 'WITHSCORES') \
+redis.call('SET', KEYS[3] .. ':cut', last[2]) \
+redis.call('ZREMRANGEBYRANK', KEYS[3], 0, n - max - 1) end \
 for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ARGV[5]) end \
+redis.call('PEXPIRE', KEYS[3] .. ':cut', ARGV[5]) \
 return s"
     };
 }
@@ -324,11 +346,13 @@ return s"
 /// sequence (the same one when it ran before).
 pub const WRITE: Script = Script {
     text: concat!(
+        next_seq!(),
         "local prev = redis.call('GET', KEYS[5]) \
 if prev then return tonumber(prev) end \
 redis.call('SET', KEYS[4], ARGV[6], 'NX') \
-local s = redis.call('INCR', KEYS[2]) \
-redis.call('SET', KEYS[5], s, 'PX', ARGV[7]) ",
+local s = next_seq() \
+redis.call('SET', KEYS[5], string.format('%d', s), 'PX', ARGV[7]) \
+local e = redis.call('GET', KEYS[4]) or '-' ",
         write_tail!()
     ),
 };
@@ -340,19 +364,25 @@ redis.call('SET', KEYS[5], s, 'PX', ARGV[7]) ",
 /// First the sequence is raised to the floor (after a failover to a
 /// replica that lagged, new changes still follow every one seen); then
 /// the state is written only where the field is absent, holds an older
-/// state of the same epoch, or a value not of this format: never over a
-/// change made since.
+/// state of the same epoch (a state written back counts as its state in
+/// the epoch it came from: its value's epoch word is `EPOCH/SEQ`), or a
+/// value not of this format: never over a change made since.
 /// Returns its sequence, or 0 when nothing was written.
 pub const HEAL: Script = Script {
     text: concat!(
+        next_seq!(),
         "local cur = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 \
 if cur < tonumber(ARGV[8]) then redis.call('SET', KEYS[2], ARGV[8]) end \
 local v = redis.call('HGET', KEYS[1], ARGV[1]) \
 if v then \
 local fs, fe = string.match(v, '^v3 (%d+) (%S+) ') \
-if fs and (fe ~= ARGV[6] or tonumber(fs) >= tonumber(ARGV[7])) then return 0 end \
+if fs then \
+local he, hk = string.match(fe, '^(.-)/(%d+)$') \
+if he then fe = he fs = hk end \
+if fe ~= ARGV[6] or tonumber(fs) >= tonumber(ARGV[7]) then return 0 end end \
 elseif ARGV[3] == '1' then return 0 end \
-local s = redis.call('INCR', KEYS[2]) ",
+local s = next_seq() \
+local e = ARGV[6] .. '/' .. ARGV[7] ",
         write_tail!()
     ),
 };
@@ -360,18 +390,19 @@ local s = redis.call('INCR', KEYS[2]) ",
 /// One read of the order. KEYS: epoch, seq, log; ARGV: a new epoch word
 /// (set if none, where Redis takes writes: a read-only replica still
 /// answers), the last sequence seen, how many changes at most (0:
-/// none). Returns `{epoch, seq, first sequence in the log or '', TIME
+/// none). Returns `{epoch, seq, the last sequence trimmed from the log
+/// (0: none), TIME
 /// seconds, TIME microseconds, {members after the one seen, in order}}`.
 pub const READ: Script = Script {
     text: "pcall(redis.call, 'SET', KEYS[1], ARGV[1], 'NX') \
 local e = redis.call('GET', KEYS[1]) or '' \
 local s = redis.call('GET', KEYS[2]) or '0' \
-local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES') \
+local cut = redis.call('GET', KEYS[3] .. ':cut') or '0' \
 local items = {} \
 if tonumber(ARGV[3]) > 0 then \
 items = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[2], '+inf', 'LIMIT', 0, ARGV[3]) end \
 local t = redis.call('TIME') \
-return {e, s, first[2] or '', t[1], t[2], items}",
+return {e, s, cut, t[1], t[2], items}",
 };
 
 /// One page of the snapshot hash. KEYS: hash; ARGV: `HSCAN`'s cursor and

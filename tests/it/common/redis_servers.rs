@@ -130,7 +130,9 @@ impl AuthRedis {
         let conf = format!(
             "{}user default on >{ADMIN_PASSWORD} ~* &* +@all\n\
              user {ACL_USER} on >{ACL_PASSWORD} resetkeys ~rlw:* resetchannels -@all \
-             +@connection +hset +hgetall +pexpire +del +rpush +lrange +hdel\n",
+             +@connection +hset +hgetall +pexpire +del +rpush +lrange +hdel \
+             +time +evalsha +eval +hget +get +set +incr +hscan +zadd +zcard \
+             +zremrangebyrank +zrange +zrangebyscore\n",
             base_conf(port)
         );
         let server = RedisProc::spawn("redis-server", dir.path(), "auth", &conf, port);
