@@ -392,7 +392,8 @@ local e = ARGV[6] .. '/' .. ARGV[7] ",
 /// answers), the last sequence seen, how many changes at most (0:
 /// none). Returns `{epoch, seq, the last sequence trimmed from the log
 /// (0: none), TIME
-/// seconds, TIME microseconds, {members after the one seen, in order}}`.
+/// seconds, TIME microseconds, {members after the one seen and up to the
+/// sequence (one numbered above it is not the fleet's), in order}}`.
 pub const READ: Script = Script {
     text: "pcall(redis.call, 'SET', KEYS[1], ARGV[1], 'NX') \
 local e = redis.call('GET', KEYS[1]) or '' \
@@ -400,7 +401,7 @@ local s = redis.call('GET', KEYS[2]) or '0' \
 local cut = redis.call('GET', KEYS[3] .. ':cut') or '0' \
 local items = {} \
 if tonumber(ARGV[3]) > 0 then \
-items = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[2], '+inf', 'LIMIT', 0, ARGV[3]) end \
+items = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[2], s, 'LIMIT', 0, ARGV[3]) end \
 local t = redis.call('TIME') \
 return {e, s, cut, t[1], t[2], items}",
 };
