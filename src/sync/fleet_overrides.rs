@@ -6,9 +6,9 @@
 //! A change made here (an API `PUT` or `DELETE`, a reset that lifts a ban,
 //! a ban) applies to the table at once as a local change, and its id is
 //! queued in the zone header (`ovr_pending`, one CAS, never a wait on
-//! Redis). The override step of worker 0's sync thread, after each count
-//! round, with its own connection and its own time budget (it never delays
-//! nor fails the count sync beyond that budget):
+//! Redis). Worker 0's overrides thread (beside the count rounds' thread,
+//! with its own connection and its own time budget: it never delays nor
+//! fails a count round) runs a step every `sync=`:
 //!
 //! 1. reads the order (one script: epoch, sequence, Redis's `TIME`, the
 //!    changes after the last one seen, a bounded number) and applies them;
@@ -26,7 +26,7 @@
 //!    snapshot.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rate_limit_window_core::overrides::order::{is_local, judge, Held, Next, RedisClock, Seen};
@@ -36,7 +36,9 @@ use rate_limit_window_core::overrides::remote::{
 };
 use rate_limit_window_core::overrides::Overrides;
 
-use crate::sync::ctx::{epoch_ms, Job, RoundCtx};
+use rate_limit_window_core::cluster::Claim;
+
+use crate::sync::ctx::{epoch_ms, Job, RoundCtx, POLL_MS};
 use crate::sync::ovr_calls::{self, number, page_call, page_reply, read_call, read_reply, Call};
 use crate::sync::redis_link::{Link, LinkError};
 use crate::zone::ZoneConf;
@@ -61,6 +63,25 @@ const PAGE_COUNT: usize = 2_000;
 const HEAL_SLOTS: usize = 4_096;
 /// After a failed step, the next waits this long (ms).
 const RETRY_MS: u64 = 500;
+
+/// The overrides' thread (beside the count rounds, see `mod.rs`): a step
+/// every `sync=` while this process owns the sync, until `stop` or `done`
+/// (the count rounds ended: stop, or the sync went to a newer process).
+pub(crate) fn run(ctx: &RoundCtx<'_>, done: &AtomicBool) {
+    let mut sync = OvrSync::new(ctx.job);
+    let ended = || ctx.stop.load(Ordering::Relaxed) || done.load(Ordering::Relaxed);
+    while !ended() {
+        let started = Instant::now();
+        if ctx.owner.claim() == Claim::Held {
+            sync.step(ctx);
+        }
+        let interval = Duration::from_millis(ctx.job.sync_ms.max(POLL_MS));
+        while !ended() && started.elapsed() < interval {
+            let left = interval.saturating_sub(started.elapsed());
+            std::thread::sleep(left.min(Duration::from_millis(POLL_MS)));
+        }
+    }
+}
 
 /// Queues `id` (a fingerprint or a range's id) for the fleet when `zone`
 /// has `redis=`: `"scheduled"`, or `"not shared"` when the queue is full
@@ -398,31 +419,45 @@ impl OvrSync {
     }
 
     fn write_call(&self, h: &Held, clock: RedisClock) -> Call {
+        let (origin, mut keys, mut args) = self.both_writes(h, clock, h.version);
+        keys.push(self.keys.dedupe(origin));
+        args.extend([new_epoch(self.me), DEDUPE_MS.to_string()]);
+        Call {
+            script: WRITE,
+            keys,
+            args,
+        }
+    }
+
+    /// What the two writes share: the change's origin (`change`: its
+    /// number, 0 for a write-back), the four keys, and the field, body,
+    /// removal flag, log length and keys' lifetime.
+    fn both_writes(
+        &self,
+        h: &Held,
+        clock: RedisClock,
+        change: u64,
+    ) -> (Origin, Vec<String>, Vec<String>) {
         let origin = Origin {
             gateway: self.me,
-            change: h.version,
+            change,
         };
         let e = h.entry.map(|e| clock.to_redis(e));
         let k = &self.keys;
-        Call {
-            script: WRITE,
-            keys: vec![
-                k.hash.clone(),
-                k.seq.clone(),
-                k.log.clone(),
-                k.epoch.clone(),
-                k.dedupe(origin),
-            ],
-            args: vec![
-                field(h.id),
-                body(&self.mac, h.id, e.as_ref(), origin),
-                u8::from(e.is_none()).to_string(),
-                LOG_MAX.to_string(),
-                KEY_TTL_MS.to_string(),
-                new_epoch(self.me),
-                DEDUPE_MS.to_string(),
-            ],
-        }
+        let keys = vec![
+            k.hash.clone(),
+            k.seq.clone(),
+            k.log.clone(),
+            k.epoch.clone(),
+        ];
+        let args = vec![
+            field(h.id),
+            body(&self.mac, h.id, e.as_ref(), origin),
+            u8::from(e.is_none()).to_string(),
+            LOG_MAX.to_string(),
+            KEY_TTL_MS.to_string(),
+        ];
+        (origin, keys, args)
     }
 
     /// Reads the snapshot's state of `ids` again and applies it.
@@ -499,30 +534,12 @@ impl OvrSync {
     }
 
     fn heal_call(&self, h: &Held, clock: RedisClock, epoch: &str, floor: u64) -> Call {
-        let origin = Origin {
-            gateway: self.me,
-            change: 0,
-        };
-        let e = h.entry.map(|e| clock.to_redis(e));
-        let k = &self.keys;
+        let (_, keys, mut args) = self.both_writes(h, clock, 0);
+        args.extend([epoch.to_owned(), h.version.to_string(), floor.to_string()]);
         Call {
             script: HEAL,
-            keys: vec![
-                k.hash.clone(),
-                k.seq.clone(),
-                k.log.clone(),
-                k.epoch.clone(),
-            ],
-            args: vec![
-                field(h.id),
-                body(&self.mac, h.id, e.as_ref(), origin),
-                u8::from(e.is_none()).to_string(),
-                LOG_MAX.to_string(),
-                KEY_TTL_MS.to_string(),
-                epoch.to_owned(),
-                h.version.to_string(),
-                floor.to_string(),
-            ],
+            keys,
+            args,
         }
     }
 

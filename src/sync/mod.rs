@@ -70,7 +70,6 @@ use rate_limit_window_core::cluster::fleet::{Diff, Profile};
 use rate_limit_window_core::cluster::Claim;
 
 use crate::sync::ctx::{epoch_ms, Job, Owner, RoundCtx, RoundError, POLL_MS};
-use crate::sync::fleet_overrides::OvrSync;
 use crate::sync::redis_link::{Link, LinkError, LinkErrorKind, RedisTarget};
 use crate::sync::round::{round, Done, RoundState};
 use crate::sync::round_stats::Durations;
@@ -245,11 +244,34 @@ fn run(job: Job, stop: &AtomicBool) {
         return;
     };
     let owner = Owner::new(header, job.sync_ms);
+    // The overrides' sync: a thread of its own (its own connection and
+    // budget: it never delays nor fails a count round), joined here.
+    let done = AtomicBool::new(false);
+    let ctx = RoundCtx {
+        table,
+        ledger: &ledger,
+        job: &job,
+        owner: &owner,
+        stop,
+    };
+    std::thread::scope(|sc| {
+        let overrides = std::thread::Builder::new()
+            .name(format!("rlw-ovr-{}", job.name))
+            .spawn_scoped(sc, || fleet_overrides::run(&ctx, &done));
+        count_rounds(&ctx);
+        done.store(true, Ordering::Relaxed);
+        drop(overrides);
+    });
+    owner.release();
+}
+
+/// The count rounds, while this thread owns the sync.
+fn count_rounds(ctx: &RoundCtx<'_>) {
+    let (job, header, owner, stop) = (ctx.job, ctx.job.header, ctx.owner, ctx.stop);
     let mut conn: Option<Link> = None;
     let mut backoff = BACKOFF_MIN_MS;
     let mut state = RoundState::default();
     let mut durations = Durations::default();
-    let mut overrides = OvrSync::new(&job);
     while !stop.load(Ordering::Relaxed) {
         match owner.claim() {
             Claim::Held => {}
@@ -260,20 +282,9 @@ fn run(job: Job, stop: &AtomicBool) {
             }
         }
         let started = epoch_ms();
-        let ctx = RoundCtx {
-            table,
-            ledger: &ledger,
-            job: &job,
-            owner: &owner,
-            stop,
-        };
         let result = connect(&mut conn, &job.target)
             .map_err(RoundError::from)
-            .and_then(|c| round(c, &ctx, &mut state, started));
-        if !matches!(result, Err(RoundError::Stopped)) {
-            // Its own connection and budget: never fails the count round.
-            overrides.step(&ctx);
-        }
+            .and_then(|c| round(c, ctx, &mut state, started));
         let nap_ms = match result {
             Ok(done) => {
                 backoff = BACKOFF_MIN_MS;
@@ -291,7 +302,6 @@ fn run(job: Job, stop: &AtomicBool) {
             break;
         }
     }
-    owner.release();
 }
 
 /// The nap after a round that worked (ms): the rest of the sync interval

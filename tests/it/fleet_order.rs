@@ -84,6 +84,14 @@ fn metric(ng: &Nginx, name: &str) -> f64 {
     prom_value(&text, name, &[("zone", "f")]).unwrap_or(-1.0)
 }
 
+/// A directory, a port and a redis-server on it, an upstream.
+fn setup() -> (tempfile::TempDir, u16, RedisProc, Upstream) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let redis = redis_at(dir.path(), port);
+    (dir, port, redis, Upstream::start())
+}
+
 fn all_agree(gws: &[&Nginx], key: &str, want: &str, secs: u64) -> bool {
     wait_for(Duration::from_secs(secs), || {
         gws.iter().all(|g| action(g, key) == want)
@@ -92,10 +100,7 @@ fn all_agree(gws: &[&Nginx], key: &str, want: &str, secs: u64) -> bool {
 
 #[test]
 fn a_new_gateway_after_an_empty_redis_restart_blocks_the_blocked_client() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut redis = redis_at(dir.path(), port);
-    let up = Upstream::start();
+    let (dir, port, mut redis, up) = setup();
     let (a, b) = (gateway(port, &up), gateway(port, &up));
     let t = std::time::Instant::now();
     put(&a, "mallory", r#"{"block":true}"#);
@@ -135,10 +140,7 @@ fn a_new_gateway_after_an_empty_redis_restart_blocks_the_blocked_client() {
 
 #[test]
 fn a_restart_with_data_and_a_write_refused_readonly_lose_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut redis = redis_at(dir.path(), port);
-    let up = Upstream::start();
+    let (dir, port, mut redis, up) = setup();
     let (a, b) = (gateway(port, &up), gateway(port, &up));
     put(&a, "olga", r#"{"exempt":true}"#);
     assert!(all_agree(&[&a, &b], "olga", "exempt", 5));
@@ -182,10 +184,7 @@ fn hostile(port: u16, f: &str, seq: &str, body: &str) {
 
 #[test]
 fn values_not_of_this_fleet_are_ignored_counted_logged_once_and_pin_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _redis = redis_at(dir.path(), port);
-    let up = Upstream::start();
+    let (_dir, port, _redis, up) = setup();
     let (a, b) = (gateway(port, &up), gateway(port, &up));
     // Another fleet (another secret) on the same Redis and zone name.
     let other = gateway_with(port, &up, "another-fleet-secret-9", Nginx::builder());
@@ -239,9 +238,7 @@ fn values_not_of_this_fleet_are_ignored_counted_logged_once_and_pin_nothing() {
 
 #[test]
 fn a_million_fields_in_the_snapshot_keep_the_shared_limit() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _redis = redis_at(dir.path(), port);
+    let (_dir, port, _redis, up) = setup();
     // 1,000,000 fields in zone c's snapshot (none with this fleet's MAC:
     // each is read, checked and counted).
     let fill = "for i = 1, 1000000 do redis.call('HSET', KEYS[1], string.format('%014x', i), \
@@ -249,7 +246,6 @@ fn a_million_fields_in_the_snapshot_keep_the_shared_limit() {
                 return redis.call('HLEN', KEYS[1])";
     let n = rcli(port, &["EVAL", fill, "1", "rlw:{c}:ovr3"]);
     assert_eq!(n.trim(), "1000000", "{n}");
-    let up = Upstream::start();
     let url = format!("redis=127.0.0.1:{port}");
     let (a, b) = (redis_gateway(&url, &up, 20), redis_gateway(&url, &up, 20));
     let rounds = |g: &Nginx| zone_metric(g.port, "rate_limit_window_sync_rounds_total");
@@ -277,10 +273,7 @@ fn a_million_fields_in_the_snapshot_keep_the_shared_limit() {
 
 #[test]
 fn a_gateway_15_minutes_ahead_deletes_nothing_and_is_not_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _redis = redis_at(dir.path(), port);
-    let up = Upstream::start();
+    let (_dir, port, _redis, up) = setup();
     let ahead = ShiftedClock::new();
     ahead.advance(15 * 60_000);
     let a = gateway(port, &up);
@@ -317,10 +310,7 @@ fn a_gateway_15_minutes_ahead_deletes_nothing_and_is_not_alone() {
 
 #[test]
 fn changes_of_one_client_on_two_gateways_at_once_end_the_same_everywhere() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _redis = redis_at(dir.path(), port);
-    let up = Upstream::start();
+    let (_dir, port, _redis, up) = setup();
     let gws: Vec<Nginx> = (0..3).map(|_| gateway(port, &up)).collect();
     std::thread::scope(|s| {
         for i in 0..20usize {
@@ -351,12 +341,9 @@ fn changes_of_one_client_on_two_gateways_at_once_end_the_same_everywhere() {
 
 #[test]
 fn a_redis_300_ms_away_still_carries_changes_within_seconds() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _redis = redis_at(dir.path(), port);
+    let (_dir, port, _redis, up) = setup();
     let proxy = common::fault_proxy::FaultProxy::start(port);
     proxy.set_latency(150);
-    let up = Upstream::start();
     let (a, b) = (gateway(proxy.port, &up), gateway(proxy.port, &up));
     let t = std::time::Instant::now();
     put(&a, "wendy", r#"{"block":true}"#);
