@@ -84,9 +84,10 @@ pub(crate) fn run(ctx: &RoundCtx<'_>, done: &AtomicBool) {
 }
 
 /// Queues `id` (a fingerprint or a range's id) for the fleet when `zone`
-/// has `redis=`: `"scheduled"`, or `"not shared"` when the queue is full
-/// (the change is still written: the sync's scan finds it); `null` for a
-/// zone without `redis=`. Called after the change was written to the table.
+/// has `redis=`: `"scheduled"` (when the queue is full the change is
+/// written all the same, found by the thread's scan of the table for
+/// changes Redis has not acknowledged: only later); `null` for a zone
+/// without `redis=`. Called after the change was written to the table.
 pub(crate) fn share(zone: &ZoneConf, id: u64) -> &'static str {
     if zone.redis.is_none() {
         return "null";
@@ -94,11 +95,9 @@ pub(crate) fn share(zone: &ZoneConf, id: u64) -> &'static str {
     let Some(header) = zone.header() else {
         return "\"not shared\"";
     };
-    if crate::sync::enqueue(&header.ovr_pending, id) {
-        "\"scheduled\""
-    } else {
-        "\"not shared\""
-    }
+    // Full: the scan finds it (see above).
+    let _ = crate::sync::enqueue(&header.ovr_pending, id);
+    "\"scheduled\""
 }
 
 /// Where a gateway is in the order.
