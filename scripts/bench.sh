@@ -1259,7 +1259,8 @@ per_gateway_rate() {
 # fields were put in the hash (none with this fleet's MAC: each is read,
 # checked and counted), the commands per second while every gateway reads
 # them in pages, the time from their start until the last one has, and the
-# commands per second after.
+# commands per second after; then 1,000 changes in about a second spread
+# over the gateways, and the time until every gateway holds them.
 bench_fleet_overrides() {
     command -v redis-server >/dev/null || { FLEET_OVR_MD="_Skipped: redis-server is not installed._"; log "fleet_overrides: no redis-server; skipped"; return; }
     log "== fleet_overrides: 3 gateways, an empty overrides' hash vs $FLEET_OVR_FIELDS fields"
@@ -1291,14 +1292,41 @@ return 1" 1 'rlw:{o}:ovr3' "$FLEET_OVR_FIELDS" >/dev/null
     reading=$(per_gateway_rate "$c0" "$c1" "$read_s")
     c0=$(redis_calls); sleep "$FLEET_OVR_SECS"; c1=$(redis_calls)
     after=$(per_gateway_rate "$c0" "$c1" "$FLEET_OVR_SECS")
+    # A thousand changes in about a second, spread over the gateways, and
+    # the time until every gateway holds them all.
+    python3 - "$(IFS=,; echo "${GATEWAY_PORTS[*]}")" >"$RESULTS/fleet-changes.txt" <<'PY'
+import http.client, json, sys, time
+ports = [int(p) for p in sys.argv[1].split(",")]
+conns = [http.client.HTTPConnection("127.0.0.1", p, timeout=10) for p in ports]
+n, t0 = 1000, time.time()
+for i in range(n):
+    c = conns[i % len(conns)]
+    c.request("PUT", f"/api?zone=o&key=change{i}", body=f'{{"limit":{i + 1}}}')
+    r = c.getresponse(); r.read()
+    assert r.status == 200, r.status
+    time.sleep(max(0.0, t0 + (i + 1) / n - time.time()))
+t1 = time.time()
+def live(p):
+    c = http.client.HTTPConnection("127.0.0.1", p, timeout=10)
+    c.request("GET", "/api?zone=o&overrides&count=1")
+    return json.loads(c.getresponse().read())["live"]
+while any(live(p) < n for p in ports) and time.time() < t1 + 60:
+    time.sleep(0.05)
+t2 = time.time()
+print(f"{n}\t{t1 - t0:.2f}\t{t2 - t1:.2f}\t{int(all(live(p) >= n for p in ports))}")
+PY
+    read -r FLEET_CHANGES FLEET_CHANGES_S FLEET_CHANGES_WAIT FLEET_CHANGES_OK <"$RESULTS/fleet-changes.txt"
     stop_gateways
     stop_redis
-    log "fleet_overrides: $none commands/s per gateway with none, $reading while reading $FLEET_OVR_FIELDS ($read_s s), $after after"
+    log "fleet_overrides: $none commands/s per gateway with none, $reading while reading $FLEET_OVR_FIELDS ($read_s s), $after after; $FLEET_CHANGES changes in $FLEET_CHANGES_S s, all gateways had them $FLEET_CHANGES_WAIT s later"
     FLEET_OVR_MD="| overrides' hash | Redis commands/s per gateway |
 |---|---:|
 | empty | $none |
 | $FLEET_OVR_FIELDS fields, while the 3 gateways read them ($read_s s until the last had$([ "$done" = 1 ] || echo " not")) | $reading |
-| $FLEET_OVR_FIELDS fields, after | $after |"
+| $FLEET_OVR_FIELDS fields, after | $after |
+
+$FLEET_CHANGES changes (\`{\"limit\":N}\` on as many clients) sent in $FLEET_CHANGES_S s round-robin to the
+3 gateways: every gateway held all of them $FLEET_CHANGES_WAIT s after the last$([ "$FLEET_CHANGES_OK" = 1 ] || echo " (not within 60 s)")."
 }
 
 # ---------------------------------------------------------------- cluster_scale
