@@ -6,7 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use rate_limit_window_core::overrides::remote::{Keys, Script, HEAL, PAGE, READ, WRITE};
+use rate_limit_window_core::overrides::remote::{
+    Keys, Script, HEAL, PAGE, READ, TOMBSTONE_MS, WRITE,
+};
 use redis::Value;
 
 use crate::sync::ctx::bytes;
@@ -147,7 +149,11 @@ pub(crate) fn page_call(keys: &Keys, cursor: &str, count: usize) -> Call {
     Call {
         script: PAGE,
         keys: vec![keys.hash.clone()],
-        args: vec![cursor.to_owned(), count.to_string()],
+        args: vec![
+            cursor.to_owned(),
+            count.to_string(),
+            TOMBSTONE_MS.to_string(),
+        ],
     }
 }
 

@@ -4,7 +4,8 @@
 //! `limit` with or without a ttl, removals) and bans, with faults between
 //! them: Redis restarted without its data and with it, a hostile writer,
 //! writes refused (`READONLY`: the server made a replica of nothing), a
-//! gateway started mid-way. After each round's faults end, every gateway's
+//! link 150 ms each way, a link that stalls, replies cut mid-pipeline (a
+//! write that ran, its reply lost), a gateway started mid-way. After each round's faults end, every gateway's
 //! view must equal the reference model (the last operator's change of each
 //! client), with nothing left to write, within the bound of
 //! docs/gateways.md; the next round's changes come after that (a change
@@ -17,6 +18,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::fault_proxy::{Fault as ProxyFault, FaultProxy};
 use common::redis_servers::RedisProc;
 use common::*;
 
@@ -50,21 +52,33 @@ enum Fault {
     RestartWithData,
     Hostile,
     ReadOnly,
+    /// 150 ms each way on the gateways' link.
+    Slow,
+    /// No reply reaches the gateways (calls time out) until it ends.
+    Stall,
+    /// Each connection's replies cut after 200 bytes: writes that ran
+    /// whose replies are lost, sent again.
+    Cut,
 }
 
-const FAULTS: [Fault; 5] = [
+const FAULTS: [Fault; 8] = [
     Fault::None,
     Fault::RestartEmpty,
     Fault::RestartWithData,
     Fault::Hostile,
     Fault::ReadOnly,
+    Fault::Slow,
+    Fault::Stall,
+    Fault::Cut,
 ];
 
-/// The Redis of the fleet, restartable on its port.
+/// The Redis of the fleet, restartable on its port, and the proxy the
+/// gateways reach it through.
 struct Server<'d> {
     dir: &'d Path,
     port: u16,
     proc: Option<RedisProc>,
+    proxy: FaultProxy,
 }
 
 impl Server<'_> {
@@ -106,6 +120,9 @@ impl Server<'_> {
                 let nowhere = free_port().to_string();
                 assert!(rcli(self.port, &["REPLICAOF", "127.0.0.1", &nowhere]).contains("OK"));
             }
+            Fault::Slow => self.proxy.set_latency(150),
+            Fault::Stall => self.proxy.set(ProxyFault::Stall),
+            Fault::Cut => self.proxy.set(ProxyFault::CutAfter(200)),
         }
     }
 
@@ -113,6 +130,8 @@ impl Server<'_> {
         if let Fault::ReadOnly = f {
             assert!(rcli(self.port, &["REPLICAOF", "NO", "ONE"]).contains("OK"));
         }
+        self.proxy.set(ProxyFault::Pass);
+        self.proxy.set_latency(0);
     }
 }
 
@@ -188,19 +207,21 @@ fn run(seed: u64) {
         dir: dir.path(),
         port,
         proc: Some(redis_at(dir.path(), port)),
+        proxy: FaultProxy::start(port),
     };
+    let link = redis.proxy.port;
     let up = Upstream::start();
     let ahead = ShiftedClock::new();
     ahead.advance(15 * 60_000);
     let mut gws = vec![
-        gateway(port, &up),
-        gateway_with(port, &up, "fleet-order-secret-0001", ahead.builder()),
+        gateway(link, &up),
+        gateway_with(link, &up, "fleet-order-secret-0001", ahead.builder()),
     ];
     let mut model: BTreeMap<String, String> = BTreeMap::new();
     let late = 1 + rng.below(ROUNDS - 1);
     for round in 0..ROUNDS {
         if round == late {
-            gws.push(behind(port, &up, dir.path()));
+            gws.push(behind(link, &up, dir.path()));
         }
         let fault = FAULTS[rng.below(FAULTS.len())];
         let at = rng.below(4);

@@ -15,8 +15,9 @@
 //!   last sequence trimmed in `rlw:{ZONE}:ovr3:log:cut`); each gateway
 //!   reads what follows the last change it saw.
 //! - `rlw:{ZONE}:ovr3`: the snapshot hash, field → `v3 SEQ EPOCH BODY`,
-//!   each client's and range's last state (a removal deletes the field), for
-//!   a gateway that starts or fell behind the log (read in pages, `HSCAN`).
+//!   each client's and range's last state (a removal stays
+//!   [`TOMBSTONE_MS`]), for a gateway that starts or fell behind the log
+//!   (read in pages, `HSCAN`).
 //! - `rlw:{ZONE}:ovr3:epoch`: a random word set once by the first script
 //!   that finds it missing: a new one says Redis lost the keys.
 //! - `rlw:{ZONE}:ovr3:w:GATEWAY.CHANGE`: the sequence a change got, kept
@@ -41,6 +42,10 @@ use super::{Action, Entry};
 
 /// Most changes the log keeps.
 pub const LOG_MAX: u64 = 100_000;
+/// How long a removal stays in the snapshot (ms, by Redis's `TIME`): a
+/// gateway writing its state back within that never brings back what
+/// was removed.
+pub const TOMBSTONE_MS: u64 = 600_000;
 /// How long a change's sequence is kept for a write sent again (ms).
 pub const DEDUPE_MS: u64 = 600_000;
 /// Lifetime of the keys after the last write (ms): 30 days (a gateway that
@@ -325,8 +330,7 @@ return s end "
 macro_rules! write_tail {
     () => {
         "local t = string.format('%d', s) \
-if ARGV[3] == '1' then redis.call('HDEL', KEYS[1], ARGV[1]) \
-else redis.call('HSET', KEYS[1], ARGV[1], 'v3 ' .. t .. ' ' .. e .. ' ' .. ARGV[2]) end \
+redis.call('HSET', KEYS[1], ARGV[1], 'v3 ' .. t .. ' ' .. e .. ' ' .. ARGV[2]) \
 redis.call('ZADD', KEYS[3], s, t .. ' ' .. ARGV[1] .. ' ' .. ARGV[2]) \
 local n = redis.call('ZCARD', KEYS[3]) \
 local max = tonumber(ARGV[4]) \
@@ -407,7 +411,9 @@ return {e, s, cut, t[1], t[2], items}",
 };
 
 /// One page of the snapshot hash. KEYS: hash; ARGV: `HSCAN`'s cursor and
-/// count. Deletes the entries ended by Redis's `TIME` it meets. Returns
+/// count, [`TOMBSTONE_MS`]. Deletes the entries ended by Redis's `TIME`,
+/// and the removals older than [`TOMBSTONE_MS`] (by the time in their
+/// sequence), it meets. Returns
 /// `{next cursor, {field, value, ...}}`.
 pub const PAGE: Script = Script {
     text: "local t = redis.call('TIME') \
@@ -417,7 +423,9 @@ local out = {} \
 local kv = r[2] \
 for i = 1, #kv, 2 do \
 local exp = tonumber(string.match(kv[i + 1], ' (%d+) %x+$') or '') \
-if exp and exp > 0 and exp <= now then redis.call('HDEL', KEYS[1], kv[i]) \
+local gone = string.match(kv[i + 1], ' del %x+$') and \
+(tonumber(string.match(kv[i + 1], '^v3 (%d+) ') or '') or 0) < (now - tonumber(ARGV[3])) * 1024 \
+if gone or (exp and exp > 0 and exp <= now) then redis.call('HDEL', KEYS[1], kv[i]) \
 else out[#out + 1] = kv[i] out[#out + 1] = kv[i + 1] end end \
 return {r[1], out}",
 };
