@@ -61,6 +61,8 @@ const SCAN_SLOTS: usize = 65_536;
 const PAGE_COUNT: usize = 2_000;
 /// States written back per pipeline when healing (slots scanned).
 const HEAL_SLOTS: usize = 4_096;
+/// Acknowledged changes watched for in the log at most.
+const ACKED_MAX: usize = 65_536;
 /// After a failed step, the next waits this long (ms).
 const RETRY_MS: u64 = 500;
 
@@ -105,12 +107,8 @@ enum Phase {
     /// Applying the log after `pos`.
     Follow,
     /// Writing its state back (from slot `from`), as known in epoch
-    /// `epoch`, the sequence raised to `floor`.
-    Heal {
-        from: usize,
-        epoch: String,
-        floor: u64,
-    },
+    /// `epoch`.
+    Heal { from: usize, epoch: String },
     /// Reading the snapshot: the `HSCAN` cursor, the sequence when it
     /// began (None: at the next read), the ids it held, and whether it
     /// replaces every state of the fleet here (after a write-back: the
@@ -136,6 +134,9 @@ pub(crate) struct OvrSync {
     phase: Phase,
     scan_from: usize,
     retry_at: Option<Instant>,
+    /// This gateway's changes acknowledged and not yet seen in the log:
+    /// (id, sequence).
+    acked: Vec<(u64, u64)>,
 }
 
 /// One step's context: the table, the round's, the deadline.
@@ -176,6 +177,7 @@ impl OvrSync {
             },
             scan_from: 0,
             retry_at: None,
+            acked: Vec::new(),
         }
     }
 
@@ -236,6 +238,7 @@ impl OvrSync {
                 epoch: r.epoch,
                 seq: r.seq,
                 cut: r.cut,
+                kept: r.kept,
             };
             let next = judge(self.epoch.as_deref(), self.pos, &seen);
             let full = r.items.len() >= READ_MAX;
@@ -248,7 +251,11 @@ impl OvrSync {
 
     /// What a read changes; true when it applied changes of the log.
     fn on_read(&mut self, s: &Step<'_, '_>, next: Next, seen: &Seen<'_>, items: &[&[u8]]) -> bool {
-        if next == Next::Heal {
+        // While writing back or reading the snapshot, only a new epoch
+        // starts over (the position is the old order's until then).
+        let new_epoch = self.epoch.as_deref().is_some_and(|e| e != seen.epoch);
+        let following = matches!(self.phase, Phase::Follow);
+        if next == Next::Heal && (following || new_epoch) {
             self.start_heal(s, seen);
             return false;
         }
@@ -283,17 +290,15 @@ impl OvrSync {
             .epoch
             .replace(seen.epoch.to_owned())
             .unwrap_or_default();
-        let (epoch, floor) = match &self.phase {
+        let epoch = match &self.phase {
             // Lost again while writing back: start over, as known before.
-            Phase::Heal { epoch, floor, .. } => (epoch.clone(), (*floor).max(self.pos)),
-            _ => (known, self.pos),
+            Phase::Heal { epoch, .. } => epoch.clone(),
+            _ => known,
         };
         s.o.count_heal();
-        self.phase = Phase::Heal {
-            from: 0,
-            epoch,
-            floor,
-        };
+        // The write-back writes every state again.
+        self.acked.clear();
+        self.phase = Phase::Heal { from: 0, epoch };
     }
 
     /// Applies the log's changes up to sequence `seq` (a member numbered
@@ -303,6 +308,9 @@ impl OvrSync {
         for m in items {
             match parse_log(&self.mac, m) {
                 Ok(r) if r.seq <= seq => {
+                    if r.origin.gateway == self.me {
+                        self.acked.retain(|&(id, q)| (id, q) != (r.id, r.seq));
+                    }
                     self.apply(s.o, &r, now);
                     self.pos = self.pos.max(r.seq);
                 }
@@ -316,6 +324,30 @@ impl OvrSync {
             self.pos = self.pos.max(seq);
         }
         s.o.count_ignored(ignored);
+        self.lost_acks(s.o, now);
+    }
+
+    /// This gateway's changes acknowledged at a sequence the log went past
+    /// without them: Redis lost them after it answered (a restart from a
+    /// copy saved before): they become local changes again, written again.
+    fn lost_acks(&mut self, o: &Overrides<'_>, now: u64) {
+        let pos = self.pos;
+        let (lost, kept): (Vec<_>, Vec<_>) = self.acked.drain(..).partition(|&(_, q)| q <= pos);
+        self.acked = kept;
+        for (id, q) in lost {
+            let held = o.versioned(id);
+            if held.version != Some(q) {
+                continue;
+            }
+            match held.entry {
+                Some(e) => {
+                    let _ = o.set(e, now);
+                }
+                None => {
+                    o.remove(id, now);
+                }
+            }
+        }
     }
 
     /// Applies one state read: this gateway's own change acknowledges its
@@ -401,7 +433,9 @@ impl OvrSync {
         for (h, r) in chunk.iter().zip(&replies) {
             match number(r).filter(|&n| n > 0) {
                 Some(seq) => {
-                    s.o.ack(h.id, h.version, seq);
+                    if s.o.ack(h.id, h.version, seq) && self.acked.len() < ACKED_MAX {
+                        self.acked.push((h.id, seq));
+                    }
                     // Sent again: it ran before, and later changes of the
                     // client may have been read past meanwhile.
                     if seq <= self.pos {
@@ -498,7 +532,7 @@ impl OvrSync {
 
     /// Writes back the states of the next [`HEAL_SLOTS`] slots.
     fn heal_page(&mut self, link: &mut Link, s: &Step<'_, '_>) -> Result<(), LinkError> {
-        let Phase::Heal { from, epoch, floor } = &self.phase else {
+        let Phase::Heal { from, epoch } = &self.phase else {
             return Ok(());
         };
         let clock = self.clock.unwrap_or_default();
@@ -507,7 +541,7 @@ impl OvrSync {
         });
         let calls: Vec<Call> = held
             .iter()
-            .map(|h| self.heal_call(h, clock, epoch, *floor))
+            .map(|h| self.heal_call(h, clock, epoch))
             .collect();
         let replies = ovr_calls::run(link, &self.shas, &calls, s.call_wait())?;
         key_error(
@@ -526,15 +560,14 @@ impl OvrSync {
             Phase::Heal {
                 from: next,
                 epoch: epoch.clone(),
-                floor: *floor,
             }
         };
         Ok(())
     }
 
-    fn heal_call(&self, h: &Held, clock: RedisClock, epoch: &str, floor: u64) -> Call {
+    fn heal_call(&self, h: &Held, clock: RedisClock, epoch: &str) -> Call {
         let (_, keys, mut args) = self.both_writes(h, clock, 0);
-        args.extend([epoch.to_owned(), h.version.to_string(), floor.to_string()]);
+        args.extend([epoch.to_owned(), h.version.to_string()]);
         Call {
             script: HEAL,
             keys,
@@ -614,6 +647,9 @@ impl OvrSync {
                 from = next;
             }
         }
+        // Its own changes up to `s0` were in the snapshot, or are not
+        // watched for any more.
+        self.acked.retain(|&(_, q)| q > s0);
         self.pos = s0;
     }
 }

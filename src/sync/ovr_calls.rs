@@ -113,6 +113,7 @@ pub(crate) struct ReadReply<'v> {
     pub epoch: &'v str,
     pub seq: u64,
     pub cut: u64,
+    pub kept: bool,
     pub time: (u64, u64),
     pub items: Vec<&'v [u8]>,
 }
@@ -131,7 +132,7 @@ pub(crate) fn read_reply(v: &Value) -> Option<ReadReply<'_>> {
     let Value::Array(a) = v else {
         return None;
     };
-    let [epoch, seq, cut, secs, micros, Value::Array(items)] = a.as_slice() else {
+    let [epoch, seq, cut, secs, micros, Value::Array(items), kept] = a.as_slice() else {
         return None;
     };
     Some(ReadReply {
@@ -139,6 +140,7 @@ pub(crate) fn read_reply(v: &Value) -> Option<ReadReply<'_>> {
         seq: number(seq)?,
         // A score: its text may be a float's ("12" or "1.2e+16").
         cut: text(cut)?.parse::<f64>().ok().map_or(0, |f| f as u64),
+        kept: number(kept)? > 0,
         time: (number(secs)?, number(micros)?),
         items: items.iter().filter_map(bytes).collect(),
     })

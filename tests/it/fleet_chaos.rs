@@ -5,7 +5,9 @@
 //! them: Redis restarted without its data and with it, a hostile writer,
 //! writes refused (`READONLY`: the server made a replica of nothing), a
 //! link 150 ms each way, a link that stalls, replies cut mid-pipeline (a
-//! write that ran, its reply lost), a gateway started mid-way. After each round's faults end, every gateway's
+//! write that ran, its reply lost), Redis restarted from a copy older than
+//! what the gateways saw (the sequence goes back, as after a failover to a
+//! replica that lagged), a gateway started mid-way. After each round's faults end, every gateway's
 //! view must equal the reference model (the last operator's change of each
 //! client), with nothing left to write, within the bound of
 //! docs/gateways.md; the next round's changes come after that (a change
@@ -59,9 +61,13 @@ enum Fault {
     /// Each connection's replies cut after 200 bytes: writes that ran
     /// whose replies are lost, sent again.
     Cut,
+    /// A copy saved at the fault's start, Redis restarted from it at its
+    /// end: the changes between are lost, the sequence goes back (as a
+    /// failover to a replica that lagged).
+    Stale,
 }
 
-const FAULTS: [Fault; 8] = [
+const FAULTS: [Fault; 9] = [
     Fault::None,
     Fault::RestartEmpty,
     Fault::RestartWithData,
@@ -70,6 +76,7 @@ const FAULTS: [Fault; 8] = [
     Fault::Slow,
     Fault::Stall,
     Fault::Cut,
+    Fault::Stale,
 ];
 
 /// The Redis of the fleet, restartable on its port, and the proxy the
@@ -123,12 +130,24 @@ impl Server<'_> {
             Fault::Slow => self.proxy.set_latency(150),
             Fault::Stall => self.proxy.set(ProxyFault::Stall),
             Fault::Cut => self.proxy.set(ProxyFault::CutAfter(200)),
+            Fault::Stale => assert!(rcli(self.port, &["SAVE"]).contains("OK")),
         }
     }
 
     fn end(&mut self, f: Fault) {
-        if let Fault::ReadOnly = f {
-            assert!(rcli(self.port, &["REPLICAOF", "NO", "ONE"]).contains("OK"));
+        match f {
+            Fault::ReadOnly => {
+                assert!(rcli(self.port, &["REPLICAOF", "NO", "ONE"]).contains("OK"));
+            }
+            Fault::Stale => {
+                // Let the round's changes reach Redis, then lose them.
+                std::thread::sleep(Duration::from_millis(1500));
+                if let Some(mut p) = self.proc.take() {
+                    p.kill();
+                }
+                self.proc = Some(redis_at(self.dir, self.port));
+            }
+            _ => {}
         }
         self.proxy.set(ProxyFault::Pass);
         self.proxy.set_latency(0);

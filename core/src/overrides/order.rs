@@ -98,6 +98,8 @@ pub struct Seen<'a> {
     pub seq: u64,
     /// The last sequence trimmed from the log (0: none).
     pub cut: u64,
+    /// Whether the log holds the change numbered as the last one seen.
+    pub kept: bool,
 }
 
 /// What a gateway does after a read of the order.
@@ -109,8 +111,10 @@ pub enum Next {
     /// changes it had not read).
     Bootstrap,
     /// Redis lost changes it saw (a new epoch: emptied, restarted without
-    /// data, keys expired; or the sequence went back: a failover to a
-    /// replica that lagged): write its state back, then read the snapshot.
+    /// data, keys expired; or the sequence went back, or the last change
+    /// it saw is gone from the log: a restart from an older copy, a
+    /// failover to a replica that lagged): write its state back, then
+    /// read the snapshot.
     Heal,
 }
 
@@ -122,6 +126,10 @@ pub fn judge(known: Option<&str>, pos: u64, seen: &Seen<'_>) -> Next {
         Some(e) if e != seen.epoch => Next::Heal,
         Some(_) if seen.seq < pos => Next::Heal,
         Some(_) if seen.cut > pos => Next::Bootstrap,
+        // The change it saw last is gone, not trimmed: Redis restarted
+        // from an older copy, or failed over to a replica that lagged
+        // (and changes made since numbered past it).
+        Some(_) if pos > 0 && !seen.kept => Next::Heal,
         Some(_) => Next::Follow,
     }
 }

@@ -5,7 +5,12 @@ use super::*;
 use crate::overrides::Action;
 
 fn seen(epoch: &str, seq: u64, cut: u64) -> Seen<'_> {
-    Seen { epoch, seq, cut }
+    Seen {
+        epoch,
+        seq,
+        cut,
+        kept: true,
+    }
 }
 
 #[test]
@@ -22,6 +27,18 @@ fn a_read_of_the_order_says_what_to_do() {
     assert_eq!(judge(Some("e"), 5, &seen("f", 9, 0)), Next::Heal);
     assert_eq!(judge(Some("e"), 5, &seen("e", 3, 0)), Next::Heal);
     assert_eq!(judge(Some("e"), 5, &seen("e", 0, 0)), Next::Heal);
+    // The last change it saw is gone (not trimmed), later ones numbered
+    // past it: an older copy.
+    let lost = Seen {
+        kept: false,
+        ..seen("e", 9, 0)
+    };
+    assert_eq!(judge(Some("e"), 5, &lost), Next::Heal);
+    assert_eq!(judge(Some("e"), 0, &lost), Next::Follow);
+    assert_eq!(
+        judge(Some("e"), 5, &Seen { cut: 6, ..lost }),
+        Next::Bootstrap
+    );
 }
 
 #[test]

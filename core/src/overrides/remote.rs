@@ -364,20 +364,16 @@ local e = redis.call('GET', KEYS[4]) or '-' ",
 /// A state written back by a gateway that found Redis lost it. KEYS:
 /// hash, seq, log, epoch; ARGV: field, body, `1` for a removal,
 /// [`LOG_MAX`], [`KEY_TTL_MS`], the epoch it was known in, its sequence
-/// there, the floor of the sequence (the last one the gateway saw).
-/// First the sequence is raised to the floor (after a failover to a
-/// replica that lagged, new changes still follow every one seen); then
-/// the state is written only where the field is absent, holds an older
-/// state of the same epoch (a state written back counts as its state in
-/// the epoch it came from: its value's epoch word is `EPOCH/SEQ`), or a
-/// value not of this format: never over a change made since.
-/// Returns its sequence, or 0 when nothing was written.
+/// there. The state is written only where the field is absent, holds an
+/// older state of the same epoch (a state written back counts as its
+/// state in the epoch it came from: its value's epoch word is
+/// `EPOCH/SEQ`), or a value not of this format: never over a change made
+/// since (whose sequence, drawn from Redis's `TIME`, is larger). Returns
+/// its sequence, or 0 when nothing was written.
 pub const HEAL: Script = Script {
     text: concat!(
         next_seq!(),
-        "local cur = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 \
-if cur < tonumber(ARGV[8]) then redis.call('SET', KEYS[2], ARGV[8]) end \
-local v = redis.call('HGET', KEYS[1], ARGV[1]) \
+        "local v = redis.call('HGET', KEYS[1], ARGV[1]) \
 if v then \
 local fs, fe = string.match(v, '^v3 (%d+) (%S+) ') \
 if fs then \
@@ -397,17 +393,19 @@ local e = ARGV[6] .. '/' .. ARGV[7] ",
 /// none). Returns `{epoch, seq, the last sequence trimmed from the log
 /// (0: none), TIME
 /// seconds, TIME microseconds, {members after the one seen and up to the
-/// sequence (one numbered above it is not the fleet's), in order}}`.
+/// sequence (one numbered above it is not the fleet's), in order}, 1 if
+/// the change numbered as the last one seen is still in the log}`.
 pub const READ: Script = Script {
     text: "pcall(redis.call, 'SET', KEYS[1], ARGV[1], 'NX') \
 local e = redis.call('GET', KEYS[1]) or '' \
 local s = redis.call('GET', KEYS[2]) or '0' \
 local cut = redis.call('GET', KEYS[3] .. ':cut') or '0' \
+local at = #redis.call('ZRANGEBYSCORE', KEYS[3], ARGV[2], ARGV[2], 'LIMIT', 0, 1) \
 local items = {} \
 if tonumber(ARGV[3]) > 0 then \
 items = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[2], s, 'LIMIT', 0, ARGV[3]) end \
 local t = redis.call('TIME') \
-return {e, s, cut, t[1], t[2], items}",
+return {e, s, cut, t[1], t[2], items, at}",
 };
 
 /// One page of the snapshot hash. KEYS: hash; ARGV: `HSCAN`'s cursor and
