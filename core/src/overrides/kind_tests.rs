@@ -27,7 +27,7 @@ fn a_ban_from_the_fleet_never_replaces_a_block_and_a_block_replaces_a_ban() {
     // A newer ban (set on a gateway that had not seen the block yet).
     let ban = entry(5, Action::Ban, 61_000);
     assert_eq!(
-        t.apply_remote(5, Some(ban), here + 10, 1_000),
+        t.apply_remote_as(5, Some(ban), here + 10, 1_000),
         Applied::Stale
     );
     assert_eq!(t.get(5, 62_000).unwrap().action, Action::Block);
@@ -36,7 +36,7 @@ fn a_ban_from_the_fleet_never_replaces_a_block_and_a_block_replaces_a_ban() {
     let banned = t.versioned(6).version.unwrap();
     let block = entry(6, Action::Block, 0);
     assert_eq!(
-        t.apply_remote(6, Some(block), banned - 5, 2_000),
+        t.apply_remote_as(6, Some(block), banned - 5, 2_000),
         Applied::Yes
     );
     assert_eq!(t.get(6, 70_000), Some(block));
@@ -60,18 +60,18 @@ fn a_full_table_evicts_the_ban_nearest_its_end_for_an_operator() {
     assert_eq!(t.bans_evicted(), 1);
     // From the fleet too: the next nearest (fp 1).
     let ex = entry(11, Action::Exempt, 0);
-    assert_eq!(t.apply_remote(11, Some(ex), 5, 1_000), Applied::Yes);
+    assert_eq!(t.apply_remote_as(11, Some(ex), 5, 1_000), Applied::Yes);
     assert_eq!(t.get(1, 1_000), None);
     assert_eq!(t.get(3, 1_000).unwrap().action, Action::Ban);
     // A remote ban finds no room: counted.
     let ban = entry(12, Action::Ban, 60_000);
-    assert_eq!(t.apply_remote(12, Some(ban), 6, 1_000), Applied::Full);
+    assert_eq!(t.apply_remote_as(12, Some(ban), 6, 1_000), Applied::Full);
     assert_eq!(t.remote_misfits(), 1);
     t.set(entry(13, Action::Block, 0), 1_000).unwrap();
     // Operators' entries only: the next refuses, here and from the fleet.
     assert!(t.set(entry(14, Action::Block, 0), 1_000).is_err());
     let ex = entry(15, Action::Exempt, 0);
-    assert_eq!(t.apply_remote(15, Some(ex), 7, 1_000), Applied::Full);
+    assert_eq!(t.apply_remote_as(15, Some(ex), 7, 1_000), Applied::Full);
     assert_eq!(t.remote_misfits(), 2);
     assert_eq!(t.live(), 4);
 }
@@ -225,7 +225,7 @@ fn step(t: &Overrides, m: &mut Model, o: Op, now: &mut u64) -> Result<Vec<u64>, 
             let e = to_entry(id, s, *now);
             m.clock = m.clock.max(v);
             let wins = m.remote_wins(id, e.as_ref(), v);
-            let got = t.apply_remote(id, e, v, *now);
+            let got = t.apply_remote_as(id, e, v, *now);
             if !wins {
                 prop_assert_eq!(got, Applied::Stale);
                 return Ok(evictable);

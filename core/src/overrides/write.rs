@@ -17,6 +17,10 @@ pub(super) enum Source {
     /// Read from the fleet: applies only over an older state, never over
     /// one whose version is unknown (a change here in flight).
     Remote,
+    /// The fleet's snapshot after Redis lost data (see
+    /// [`Overrides::adopt`]): applies over any sequence, never over a
+    /// local change or an unknown version.
+    Adopt,
 }
 
 /// What a remote state did here ([`Overrides::apply_remote`]).
@@ -45,7 +49,8 @@ fn kinds(state: Option<&Entry>, here: Option<&Entry>, src: Source) -> Option<boo
     if is_ban(state) && by_operator(here) {
         return Some(false);
     }
-    (src == Source::Remote && by_operator(state) && is_ban(here)).then_some(true)
+    let fleet = matches!(src, Source::Remote | Source::Adopt);
+    (fleet && by_operator(state) && is_ban(here)).then_some(true)
 }
 
 /// When a full table reaps its expired entries before it refuses.
@@ -144,14 +149,40 @@ impl Overrides<'_> {
 
     /// Applies the state of `id` read from the fleet (None: removed) at
     /// version `v`, unless the state here is as new or newer (equal
-    /// versions: the greater state text wins, as in Redis), or it is a
-    /// ban and the state here an operator's; an operator's state replaces
-    /// a ban here whatever their versions, and makes room by evicting
-    /// bans. The clock moves past `v`.
-    pub fn apply_remote(&self, id: u64, state: Option<Entry>, v: u64, now_ms: u64) -> Applied {
-        self.saw_version(v);
-        let how = (v, Source::Remote, Reap::Throttled);
-        match self.write(state, id & ID_MASK, how, now_ms) {
+    /// versions: the greater state text wins), or it is a ban and the
+    /// state here an operator's; an operator's state replaces a ban here
+    /// whatever their sequences, and makes room by evicting bans. A local
+    /// change not yet acknowledged is above every sequence
+    /// ([`super::order`]): nothing read replaces it.
+    /// Returns whether it applied.
+    pub fn apply_remote(&self, id: u64, state: Option<Entry>, v: u64, now_ms: u64) -> bool {
+        self.apply_remote_as(id, state, v, now_ms) == Applied::Yes
+    }
+
+    /// [`Overrides::apply_remote`], saying why it did not apply.
+    pub fn apply_remote_as(&self, id: u64, state: Option<Entry>, v: u64, now_ms: u64) -> Applied {
+        self.apply_fleet(id, state, v, Source::Remote, now_ms)
+    }
+
+    /// Applies the state of `id` from the fleet's snapshot at sequence `v`
+    /// over any state of the fleet here, older or not: after Redis lost
+    /// data the sequences here are of an order that is gone. Never over a
+    /// local change not yet acknowledged; the kinds as in
+    /// [`Overrides::apply_remote`].
+    pub fn adopt(&self, id: u64, state: Option<Entry>, v: u64, now_ms: u64) -> bool {
+        self.apply_fleet(id, state, v, Source::Adopt, now_ms) == Applied::Yes
+    }
+
+    fn apply_fleet(
+        &self,
+        id: u64,
+        state: Option<Entry>,
+        v: u64,
+        src: Source,
+        now_ms: u64,
+    ) -> Applied {
+        let v = v.min(super::order::LOCAL - 1);
+        match self.write(state, id & ID_MASK, (v, src, Reap::Throttled), now_ms) {
             Ok(Wrote::Done(_)) => Applied::Yes,
             Ok(Wrote::Stale) => Applied::Stale,
             Err(_) => {
@@ -212,7 +243,8 @@ impl Overrides<'_> {
             (Source::Remote, Some(c)) => {
                 v > c || (v == c && state_text(state.as_ref()) > state_text(here.as_ref()))
             }
-            (Source::Remote, None) => false,
+            (Source::Remote | Source::Adopt, None) => false,
+            (Source::Adopt, Some(c)) => !super::order::is_local(c),
         }
     }
 
@@ -258,7 +290,7 @@ impl Overrides<'_> {
             self.replace(idx, new, Next::Empty);
             return match src {
                 Source::Local => Step::Retry,
-                Source::Remote => Step::Stale,
+                Source::Remote | Source::Adopt => Step::Stale,
             };
         }
         self.kill_later(id, idx);
