@@ -213,6 +213,9 @@ impl OvrSync {
             self.push(&mut link, s)?;
             self.phase_work(&mut link, s)
         });
+        if let Some(d) = link.take_denied() {
+            crate::sync::denied::note(s.ctx.owner.header, d);
+        }
         self.link = Some(link);
         r
     }

@@ -117,8 +117,8 @@ fn action_of(ng: &Nginx, key: &str) -> Option<String> {
 }
 
 /// docs/gateways.md's ACL user, created as printed: overrides and bans are
-/// shared, nothing is refused; with `eval` taken away, the refusal is
-/// logged once, naming the command and the fix.
+/// shared, nothing is refused; with `del` taken away, a reset's refusal
+/// is logged once, naming the command and the fix.
 #[test]
 fn the_documented_acl_user_shares_overrides_and_bans() {
     use common::redis_servers::AuthRedis;
@@ -168,25 +168,19 @@ fn the_documented_acl_user_shares_overrides_and_bans() {
         assert_eq!(key_errors, Some(0.0));
         assert!(!g.error_log().contains("NOPERM"), "{}", g.error_log());
     }
-    // Without `eval`: the change is refused, and the log says which
+    // Without `del`: a reset's `DEL` is refused, and the log says which
     // command and what to add, once.
     assert_eq!(
-        redis.admin(&["ACL", "SETUSER", "gateway", "-eval"]).trim(),
+        redis.admin(&["ACL", "SETUSER", "gateway", "-del"]).trim(),
         "OK"
     );
-    for key in ["x1", "x2", "x3"] {
-        let r = send_body(
-            a.port,
-            "PUT",
-            &format!("/api?zone=u&key={key}"),
-            br#"{"limit":9}"#,
-            false,
-        );
+    for key in ["bad", "op", "bad"] {
+        let r = request(a.port, "DELETE", &format!("/api?zone=u&key={key}"), &[]);
         assert_eq!(r.status, 200, "{}", r.describe());
         std::thread::sleep(Duration::from_millis(300));
     }
-    let line = "redis refused the command EVAL to the sync's user (NOPERM): add \"+eval\"";
-    let logged = wait_for(Duration::from_secs(5), || a.error_log().contains(line));
+    let line = "redis refused the command DEL to the sync's user (NOPERM): add \"+del\"";
+    let logged = wait_for(Duration::from_secs(15), || a.error_log().contains(line));
     assert!(logged, "{}", a.error_log());
     std::thread::sleep(Duration::from_millis(1_500));
     assert_eq!(count_lines(&a.error_log(), line), 1, "{}", a.error_log());
