@@ -31,6 +31,7 @@ mod recipes;
 mod redis_auth_tls;
 mod redis_cluster;
 mod redis_conf;
+mod redis_engine;
 mod redis_sentinel;
 mod reliability;
 mod shed;
