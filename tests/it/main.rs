@@ -15,6 +15,7 @@ mod count_status;
 mod debug_log;
 mod delay;
 mod directives;
+mod docs_truth;
 mod examples;
 mod fleet_sync;
 mod foundation;

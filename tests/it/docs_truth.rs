@@ -1,0 +1,55 @@
+//! What the docs say about the code, checked against the code: every
+//! metric family the module can expose is in the README's metrics table.
+use crate::common;
+
+use common::*;
+use std::fs;
+
+/// The metric family names (`rate_limit_window_…` string literals) in the
+/// metrics code, src/api/metrics/.
+fn metric_families() -> Vec<String> {
+    let dir = manifest_dir().join("src/api/metrics");
+    let mut names = Vec::new();
+    for entry in fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let text = fs::read_to_string(entry.unwrap().path()).unwrap();
+        for part in text.split("\"rate_limit_window_").skip(1) {
+            let rest: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            if part[rest.len()..].starts_with('"') {
+                names.push(format!("rate_limit_window_{rest}"));
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The README names each family in full or as `…_suffix` (after the
+/// `rate_limit_window` of a name earlier in its row).
+#[test]
+fn every_metric_family_is_in_the_readme() {
+    let families = metric_families();
+    assert!(families.len() > 20, "only {families:?} found");
+    let readme = fs::read_to_string(manifest_dir().join("README.md")).unwrap();
+    let missing: Vec<&String> = families
+        .iter()
+        .filter(|f| {
+            let short = format!("…{}", &f["rate_limit_window".len()..]);
+            // In backquotes, whole: followed by the quote, its labels or
+            // (a summary) `_sum`.
+            let named = |n: &str| {
+                ["`", "{", "_sum"]
+                    .iter()
+                    .any(|end| readme.contains(&format!("`{n}{end}")))
+            };
+            !named(f) && !named(&short)
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the README's metrics table lacks {missing:?}"
+    );
+}
