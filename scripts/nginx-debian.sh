@@ -56,12 +56,21 @@ case $have in
     *) die "$SUITE's nginx-dev is nginx ${have:-?}, not $VERSION.x" ;;
 esac
 
-# 2. sid's nginx, run with sid's loader and libraries.
+# 2. sid's nginx, run with sid's loader and libraries (dist/nginx.bin).
+# dist/nginx runs it with -e logs/error.log: Debian builds nginx with
+# --error-log-path=stderr, so before reading its configuration it would
+# write nginx -t's messages with a time and pid ("2026/12/05 ... [emerg]
+# 123#123: ...") instead of the "nginx: [emerg] ..." the tests and docs
+# quote; the vendored nginx's default, logs/error.log, makes them the same.
 mkdir -p "$DIR/dist"
 lib=$R/usr/lib/x86_64-linux-gnu
 [ -e "$lib/ld-linux-x86-64.so.2" ] || die "no loader in $lib (libc6/$SUITE)"
 cp "$R/usr/sbin/nginx" "$DIR/dist/.nginx.new"
 patchelf --set-interpreter "$lib/ld-linux-x86-64.so.2" --set-rpath "$lib" "$DIR/dist/.nginx.new"
+mv -f "$DIR/dist/.nginx.new" "$DIR/dist/nginx.bin"
+printf '#!/bin/sh\n# Debian nginx %s (scripts/nginx-debian.sh)\nexec "%s" -e logs/error.log "$@"\n' \
+    "$have" "$DIR/dist/nginx.bin" >"$DIR/dist/.nginx.new"
+chmod 0755 "$DIR/dist/.nginx.new"
 mv -f "$DIR/dist/.nginx.new" "$DIR/dist/nginx"
 "$DIR/dist/nginx" -v 2>&1 | grep -q "nginx/$have" || die "$DIR/dist/nginx does not run"
 
