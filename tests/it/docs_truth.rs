@@ -53,3 +53,45 @@ fn every_metric_family_is_in_the_readme() {
         "the README's metrics table lacks {missing:?}"
     );
 }
+
+/// The JSON object printed on the line after `command` in `doc`.
+fn printed_json(doc: &str, command: &str) -> serde_json::Value {
+    let text = fs::read_to_string(manifest_dir().join(doc)).unwrap();
+    let mut lines = text.lines();
+    lines
+        .find(|l| l.trim() == command)
+        .unwrap_or_else(|| panic!("{doc} no longer shows {command:?}"));
+    let line = lines.next().unwrap();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{doc}: {line}: {e}"))
+}
+
+/// The fields of an object, in order.
+fn fields(v: &serde_json::Value) -> Vec<String> {
+    v.as_object().unwrap().keys().cloned().collect()
+}
+
+/// operations.md's lookup sample has the fields a lookup answers.
+#[test]
+fn the_lookup_sample_has_the_lookups_fields() {
+    let printed = printed_json(
+        "docs/operations.md",
+        "$ curl -s 'http://127.0.0.1:8080/metrics?zone=per_ip&addr=127.0.0.1'",
+    );
+    let ng = Nginx::start(&http_conf(
+        "rate_limit_window_zone $binary_remote_addr zone=per_ip:10m window=1m;
+         server {
+             listen 127.0.0.1:{{PORT}};
+             location / { rate_limit_window zone=per_ip limit=100; empty_gif; }
+             location = /metrics { rate_limit_window_metrics; }
+         }",
+    ));
+    assert_eq!(get(ng.port, "/").status, 200);
+    let r = get(ng.port, "/metrics?zone=per_ip&addr=127.0.0.1");
+    let answered: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+    assert_eq!(answered["current"], 1, "{answered}");
+    let mut want = fields(&answered);
+    let mut have = fields(&printed);
+    want.sort();
+    have.sort();
+    assert_eq!(have, want, "operations.md's sample vs a lookup: {answered}");
+}
