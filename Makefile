@@ -11,7 +11,7 @@
 
 SHELL    := /bin/bash
 CARGO    ?= cargo
-DIST     := target/dist
+DIST_DIR := target/dist
 MODULE   := ngx_http_rate_limit_window_module
 RUN_DIR  := target/run
 
@@ -45,7 +45,7 @@ run: build
 # Every test, in one cargo invocation of profile tests (no LTO, see
 # Cargo.toml): the core's, then the integration tests (package
 # rate_limit_window_it, tests/Cargo.toml), which run the nginx and module
-# that make build leaves in $(DIST). The tests compile beside make build
+# that make build leaves in $(DIST_DIR). The tests compile beside make build
 # (they share no unit with it, and cargo locks each profile's directory on
 # its own) at nice 15: the module's build is the longer chain (its fat-LTO
 # link last), and the tests' compile fills the core it leaves free. From a

@@ -131,7 +131,7 @@ fn api_tiers_exempts_internal_and_limits_by_plan() {
 }
 
 #[test]
-fn multi_per_client_limit_answers_503() {
+fn multi_per_client_limit_answers_429() {
     let up = Upstream::start();
     let clock = ShiftedClock::new();
     let ng = clock
@@ -142,7 +142,7 @@ fn multi_per_client_limit_answers_503() {
     let st = hammer(ng.port, "/search?q=x", &[], 70, 2);
     let t = tally(&st);
     assert_eq!(t.get(&200), Some(&60), "{t:?}");
-    assert_eq!(t.get(&503), Some(&10), "{t:?}");
+    assert_eq!(t.get(&429), Some(&10), "{t:?}");
 }
 
 #[test]
