@@ -95,3 +95,25 @@ fn the_lookup_sample_has_the_lookups_fields() {
     have.sort();
     assert_eq!(have, want, "operations.md's sample vs a lookup: {answered}");
 }
+
+/// The README: a server-level limit applies to every location without a
+/// line of its own, the metrics location's included; a location with its
+/// own line is limited by that line only.
+#[test]
+fn a_server_level_limit_also_limits_the_metrics_location() {
+    let ng = Nginx::start(&http_conf(
+        "rate_limit_window_zone $binary_remote_addr zone=s:1m window=1m;
+         rate_limit_window_zone $binary_remote_addr zone=own:1m window=1m;
+         server {
+             listen 127.0.0.1:{{PORT}};
+             rate_limit_window zone=s limit=2;
+             location /own/ { rate_limit_window zone=own limit=100; empty_gif; }
+             location = /metrics { rate_limit_window_metrics; }
+         }",
+    ));
+    let status = |path: &str| get(ng.port, path).status;
+    let own: Vec<u16> = (0..3).map(|_| status("/own/")).collect();
+    assert_eq!(own, [200, 200, 200], "the location's own line only");
+    let metrics: Vec<u16> = (0..3).map(|_| status("/metrics")).collect();
+    assert_eq!(metrics, [200, 200, 429], "the server's limit=2 on /metrics");
+}
