@@ -15,7 +15,8 @@
 # of /usr/sbin/nginx is pointed at them (patchelf: its interpreter and
 # RUNPATH), so it runs here without installing anything from sid. The
 # module is built against the nginx-dev tree configured with Debian's flags
-# (scripts/nginx-dev.sh, --with-compat), in its own CARGO_TARGET_DIR.
+# (scripts/nginx-dev.sh, --with-compat), in target/deb-build (shared with
+# the packages' builds).
 #
 # nginx's compiled-in temp and log paths (/var/lib/nginx, /var/log/nginx)
 # come from nginx-common (installed from this machine's release if missing).
@@ -35,6 +36,10 @@ esac
 DIR=$ROOT/target/nginx-$VERSION
 R=$DIR/root
 LIBS=(libc6 libssl3t64 libpcre2-8-0 libzstd1 libcrypt1 zlib1g)
+# The target directory of the Debian package builds (scripts/deb.sh): they
+# share its compiled dependencies; only nginx-sys and what uses it are
+# rebuilt for another nginx tree.
+CARGO_DIR=$ROOT/target/deb-build
 
 scripts/deps.sh patchelf dpkg-dev nginx-common libclang-dev make gcc pkg-config
 
@@ -77,13 +82,13 @@ mv -f "$DIR/dist/.nginx.new" "$DIR/dist/nginx"
 # 3. the module, against nginx-dev's tree with Debian's flags.
 scripts/nginx-dev.sh "$src" "$DIR/build"
 (
-    export CARGO_TARGET_DIR=$DIR/cargo NGINX_BUILD_DIR=$DIR/build/objs
+    export CARGO_TARGET_DIR=$CARGO_DIR NGINX_BUILD_DIR=$DIR/build/objs
     unset NGINX_SOURCE_DIR
     "$CARGO" build --release -p rate_limit_window --no-default-features --features export-modules
 )
-built_for=$(sed -n 's/^cargo::metadata=version=//p' "$(ls -t "$DIR"/cargo/release/build/nginx-sys-*/output | head -n1)")
+built_for=$(sed -n 's/^cargo::metadata=version=//p' "$(ls -t "$CARGO_DIR"/release/build/nginx-sys-*/output | head -n1)")
 [ "$built_for" = "nginx/$have" ] || die "nginx-sys bindings are for '${built_for:-?}', expected nginx/$have"
-cp "$DIR/cargo/release/lib$MODULE.so" "$DIR/dist/.$MODULE.so.new"
+cp "$CARGO_DIR/release/lib$MODULE.so" "$DIR/dist/.$MODULE.so.new"
 mv -f "$DIR/dist/.$MODULE.so.new" "$DIR/dist/$MODULE.so"
 "$DIR/dist/nginx" -V 2>&1 | sed 's/^/  /'
 ls -l "$DIR/dist"
