@@ -117,3 +117,57 @@ fn a_server_level_limit_also_limits_the_metrics_location() {
     let metrics: Vec<u16> = (0..3).map(|_| status("/metrics")).collect();
     assert_eq!(metrics, [200, 200, 429], "the server's limit=2 on /metrics");
 }
+
+/// operations.md's table of slots per zone, as `(zone label, slots)`.
+fn slot_table() -> Vec<(String, u64)> {
+    let text = fs::read_to_string(manifest_dir().join("docs/operations.md")).unwrap();
+    let start = text
+        .find("| zone | slots |")
+        .expect("operations.md: no slot table");
+    text[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (
+                cells[1].to_owned(),
+                cells[2].replace(',', "").parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The slot counts the docs give are what `rate_limit_window_slots` says.
+#[test]
+fn the_slot_table_is_what_nginx_reports() {
+    let ng = Nginx::start(&http_conf(
+        "rate_limit_window_zone $binary_remote_addr zone=a:32k;
+         rate_limit_window_zone $binary_remote_addr zone=b:1m;
+         rate_limit_window_zone $binary_remote_addr zone=c:10m;
+         rate_limit_window_zone $binary_remote_addr zone=d:1m redis=127.0.0.1:9
+             secret=0123456789abcdef0123;
+         server {
+             listen 127.0.0.1:{{PORT}};
+             location = /metrics { rate_limit_window_metrics; }
+         }",
+    ));
+    let text = get(ng.port, "/metrics").text();
+    let slots = |zone: &str| -> u64 {
+        let name = format!("rate_limit_window_slots{{zone=\"{zone}\"}} ");
+        let line = text.lines().find_map(|l| l.strip_prefix(name.as_str()));
+        line.unwrap_or_else(|| panic!("{text}")).parse().unwrap()
+    };
+    let reported = [
+        ("`32k` (the smallest)", slots("a")),
+        ("`1m`", slots("b")),
+        ("`10m`", slots("c")),
+        ("`1m` with `redis=`", slots("d")),
+    ];
+    let want: Vec<(String, u64)> = reported.iter().map(|(z, n)| (z.to_string(), *n)).collect();
+    assert_eq!(
+        slot_table(),
+        want,
+        "docs/operations.md's slot table vs nginx"
+    );
+}
