@@ -13,8 +13,10 @@
 #      target/nginx-<version>-build with Debian's own flags
 #      (scripts/nginx-dev.sh);
 #   2. cargo build the module with NGINX_BUILD_DIR=<that>/objs, without the
-#      `vendored` feature, into target/deb-build[-DIST] (never
-#      target/release, so the main vendored build stays cached);
+#      `vendored` feature, into target/deb-build (never target/release, so
+#      the main vendored build stays cached; shared by every DIST and by
+#      scripts/nginx-debian.sh: the dependencies are compiled once, nginx-sys
+#      and what uses it again for another nginx tree);
 #   3. lay out the package tree and pack it with dpkg-deb.
 #
 # Environment:
@@ -58,7 +60,6 @@ else
     *) die "DIST=$DIST: the package is built for bookworm or trixie" ;;
   esac
   OUT="$ROOT/target/debian/$DIST"
-  CARGO_TARGET_DIR="$ROOT/target/deb-build-$DIST"
   dev="$OUT/nginx-dev"
   rm -rf "$OUT/debs" "$dev"
   scripts/apt.sh download "$OUT/debs" "nginx-dev/$DIST"
