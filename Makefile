@@ -81,7 +81,9 @@ test: deps
 	@set -u; nice -n 15 $(CARGO) test $(TEST_ARGS) --no-run & tests=$$!; \
 	$(MAKE) --no-print-directory build; built=$$?; wait $$tests; compiled=$$?; \
 	[ $$built -eq 0 ] && [ $$compiled -eq 0 ]
-	@set -e; $(ENGINE_ENV) $(NGINX_ENV) \
+	@# make exports NGINX=1.30 to its commands, and nginx reads NGINX (the
+	@# sockets a binary upgrade inherits): the tests' nginx must not see it.
+	@set -e; unset NGINX; $(ENGINE_ENV) $(NGINX_ENV) \
 	echo "engine $(ENGINE): $$($(SERVER) --version)"; \
 	"$${RLW_NGINX:-target/dist/nginx}" -V 2>&1 | sed 's/^/nginx -V: /'; \
 	echo '$(TEST_RUN) --test-threads=$(TEST_THREADS)'; \

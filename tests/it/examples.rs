@@ -16,6 +16,11 @@ fn runnable(mut text: String) -> String {
         // The harness owns the master process: keep it in the foreground.
         text.push_str("\ndaemon off;\n");
     }
+    if !text.lines().any(|l| l.trim_start().starts_with("pid ")) {
+        // Where the harness looks for it, whatever the nginx build's
+        // default (Debian's is /run/nginx.pid: make test NGINX=1.30).
+        text.push_str("pid logs/nginx.pid;\n");
+    }
     text.replace("listen 127.0.0.1:8080", "listen 127.0.0.1:{{PORT}}")
         .replace("listen 8080", "listen 127.0.0.1:{{PORT}}")
         .replace("127.0.0.1:8081", "127.0.0.1:{{PORT2}}")
