@@ -171,3 +171,24 @@ fn the_slot_table_is_what_nginx_reports() {
         "docs/operations.md's slot table vs nginx"
     );
 }
+
+/// A lookup (GET) of a zone that does not exist answers as a write (PUT)
+/// does: 404 with a JSON `error` naming the zone.
+#[test]
+fn an_unknown_zone_is_a_json_404_to_get_and_put() {
+    let ng = Nginx::start(&http_conf(
+        "rate_limit_window_zone $binary_remote_addr zone=z:1m;
+         server {
+             listen 127.0.0.1:{{PORT}};
+             location = /api { rate_limit_window_metrics write=on; }
+         }",
+    ));
+    let get_r = get(ng.port, "/api?zone=nope&key=k");
+    let put_r = request(ng.port, "PUT", "/api?zone=nope&key=k", &[]);
+    for r in [&get_r, &put_r] {
+        assert_eq!(r.status, 404, "{}", r.describe());
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        let v: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+        assert_eq!(v["error"], "no zone \"nope\"", "{v}");
+    }
+}
