@@ -34,9 +34,11 @@ pub fn pid() -> u32 {
     unsafe { libc::getpid() as u32 }
 }
 
-/// Whether process `pid` is alive (or a zombie not reaped yet): a signal 0
-/// reaches it, or it exists under another user. False only when no such
-/// process exists: the in-flight places of a dead process are reclaimed.
+/// Whether process `pid` is alive (or a zombie not reaped yet) and one of
+/// this nginx's: a signal 0 reaches it (or it exists under another user),
+/// and its parent is this process's master (the pid was not taken again
+/// by a process of someone else). False when no such process of ours
+/// exists: the in-flight places and turns of a dead process are reclaimed.
 pub fn alive(pid: u32) -> bool {
     let Ok(p) = libc::pid_t::try_from(pid) else {
         return false;
@@ -46,7 +48,33 @@ pub fn alive(pid: u32) -> bool {
     }
     // SAFETY: kill with signal 0 sends nothing; it only checks the pid.
     let rc = unsafe { libc::kill(p, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    if rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return false;
+    }
+    ours(p)
+}
+
+/// Whether process `p` (alive) is this nginx's: the master's child (a
+/// worker of any generation, the cache manager), the master, or this
+/// process. True when /proc cannot tell.
+fn ours(p: libc::pid_t) -> bool {
+    // SAFETY: getpid and getppid have no preconditions.
+    let (me, master) = unsafe { (libc::getpid(), libc::getppid()) };
+    if p == me || p == master {
+        return true;
+    }
+    let Ok(stat) = std::fs::read(format!("/proc/{p}/stat")) else {
+        return true;
+    };
+    parent_in_stat(&stat).is_none_or(|parent| parent == master)
+}
+
+/// The parent pid in a `/proc/PID/stat` line: the 2nd field after the
+/// command name, whose parentheses may hold anything.
+fn parent_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = core::str::from_utf8(&stat[close + 1..]).ok()?;
+    rest.split_ascii_whitespace().nth(1)?.parse().ok()
 }
 
 /// nginx's running cycle (`ngx_cycle`), if one is set: while a

@@ -9,7 +9,6 @@
 
 use core::alloc::Layout;
 use core::ffi::c_void;
-use core::sync::atomic::AtomicU32;
 
 use nginx_sys::{ngx_int_t, ngx_shm_zone_t, ngx_str_t, NGX_LOG_EMERG};
 use ngx::allocator::Allocator;
@@ -27,9 +26,6 @@ pub struct ShedConf {
     pub limits: ShedLimits,
     /// The group in its zone (set by the zone's init).
     pub group: Option<ShedGroup<'static>>,
-    /// This process's owner of the group's places (see
-    /// `ZoneConf::places_owner`).
-    pub owner: AtomicU32,
 }
 
 impl ShedConf {
@@ -38,10 +34,9 @@ impl ShedConf {
         String::from_utf8_lossy(self.name.as_bytes())
     }
 
-    /// This process's owner of the group's places, taken at first use.
+    /// This process's owner of the group's places (its pid).
     pub fn owner(&self) -> Option<Owner> {
-        let what = || format!("rate_limit_window_shed zone={}", self.name_str());
-        super::owner_of(&self.owner, self.group.as_ref().map(|g| &g.places), what)
+        self.group.as_ref().and(super::this_owner())
     }
 }
 

@@ -330,7 +330,7 @@ const FAMILIES: &[Family] = &[
         "rate_limit_window_delay_held",
         "gauge",
         "Requests held by delay= now, by every worker.",
-        Samples::One(|l| atomic(&l.header.delay.held)),
+        Samples::One(|l| Value::Int(l.zone.turns.as_ref().map_or(0, |t| t.gauge()))),
     ),
     family(
         "rate_limit_window_in_flight",
