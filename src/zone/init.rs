@@ -206,6 +206,7 @@ fn create(init: Init<'_>) -> Result<(), ()> {
     if let Some(old) = previous {
         crate::zone::resize::carry(zone, old, log);
         carry_overrides(zone, old, log);
+        crate::zone::resize::carry_runtime(zone, old, log);
     }
     if let Some(f) = saved {
         crate::zone::state_file::restore(zone, &f, log);

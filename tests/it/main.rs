@@ -14,6 +14,7 @@ mod cost;
 mod count_status;
 mod debug_log;
 mod delay;
+mod deployment;
 mod directives;
 mod examples;
 mod fleet_sync;

@@ -1,0 +1,1 @@
+//! The long-running deployment test (see mod.rs).
