@@ -274,3 +274,53 @@ fn every_gauge_is_back_to_0_after_a_sigkill() {
     let unexplained = forget_killed_workers(&ng, &victim);
     assert!(unexplained.is_empty(), "{unexplained:?}");
 }
+
+/// The documented capacity of a `32k` zone (the smallest: 508 places),
+/// one request in flight each for 508 clients, none refused; the next
+/// client's request finds no room: refused under `fail=closed`, counted as
+/// `no_room` (never as `untracked`, which `fail=open` admits).
+#[test]
+fn a_full_zone_counts_its_refusals_as_no_room() {
+    const CAPACITY: usize = 508;
+    let up = Upstream::start();
+    let conf = http_conf(
+        r#"
+        rate_limit_window_zone $http_x_client zone=fl:32k window=1m fail=closed;
+        server {
+            listen 127.0.0.1:{{PORT}};
+            location /long/ {
+                rate_limit_window zone=fl in_flight=1;
+                proxy_pass http://{{UPSTREAM}};
+            }
+            location = /metrics { rate_limit_window_metrics; }
+        }"#,
+    );
+    let ng = Nginx::builder().upstream_of(&up).start(&conf);
+    let port = ng.port;
+    let held: Vec<TcpStream> = (0..CAPACITY)
+        .map(|i| send_open(port, "/long/x?sleep=20000", &format!("c{i}")))
+        .collect();
+    let gauge = || metric(port, "rate_limit_window_in_flight", &[("zone", "fl")]);
+    assert!(
+        wait_for(Duration::from_secs(20), || gauge() == CAPACITY as f64),
+        "{} of {CAPACITY} in flight",
+        gauge()
+    );
+    let total = |r: &str| {
+        metric(
+            port,
+            "rate_limit_window_in_flight_total",
+            &[("zone", "fl"), ("result", r)],
+        )
+    };
+    assert_eq!(
+        total("no_room"),
+        0.0,
+        "refused below the documented capacity"
+    );
+    assert_eq!(as_client(port, "/long/y", "late").status, 429);
+    assert_eq!((total("no_room"), total("untracked")), (1.0, 0.0));
+    drop(held);
+    assert!(wait_for(Duration::from_secs(10), || gauge() == 0.0));
+    assert_eq!(as_client(port, "/long/y", "late").status, 200);
+}
