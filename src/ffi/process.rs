@@ -28,6 +28,14 @@ pub fn shard() -> usize {
     unsafe { ngx_worker }
 }
 
+/// Whether this process is exiting or quitting (an old worker of a
+/// reload, finishing its requests).
+pub fn exiting() -> bool {
+    // SAFETY: process-wide flags, written by the signal handler or the
+    // event loop of this same process.
+    unsafe { ngx_exiting != 0 || ngx_quit != 0 }
+}
+
 /// This process's pid.
 pub fn pid() -> u32 {
     // SAFETY: getpid has no preconditions.

@@ -201,10 +201,15 @@ impl ZoneConf {
 }
 
 /// This process's owner of places and turns: its pid (nothing to take or
-/// run out of; see the core's `shm::Places`). None only on a system whose
+/// run out of; see the core's `shm::Places`), and whether it is exiting. None only on a system whose
 /// pids do not fit (above Linux's limit of 2^22).
 pub fn this_owner() -> Option<Owner> {
-    Owner::of(crate::ffi::process::pid())
+    let o = Owner::of(crate::ffi::process::pid())?.at(crate::ffi::process::now_ms());
+    Some(if crate::ffi::process::exiting() {
+        o.leaving()
+    } else {
+        o
+    })
 }
 
 /// A process starting, and worker 0's sweep each second: takes back the

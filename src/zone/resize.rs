@@ -133,7 +133,10 @@ pub fn carry_runtime(zone: &ZoneConf, old: &ZoneConf, log: *mut ngx_log_t) {
         return;
     }
     let places = match (zone.places.as_ref(), old.places.as_ref()) {
-        (Some(n), Some(o)) => n.carry_from(o),
+        (Some(n), Some(o)) => {
+            o.retire(Some(now_ms()));
+            n.carry_from(o)
+        }
         _ => Default::default(),
     };
     let (turns, turns_dropped) = match (zone.turns.as_ref(), old.turns.as_ref()) {

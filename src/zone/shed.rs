@@ -77,9 +77,11 @@ pub extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) ->
         // SAFETY: the region an earlier init formatted in this same zone,
         // `len` bytes to the zone's end at most, mapped for as long as the
         // zone; `attach` checks the group's own bytes within them.
-        unsafe { ShedGroup::attach(region, len, max) }.map_err(|e| {
-            format!("cannot reuse the zone: {e}; restart nginx or use a new zone name")
-        })
+        unsafe { ShedGroup::attach(region, len, max) }
+            .inspect(|g| g.places.retire(None))
+            .map_err(|e| {
+                format!("cannot reuse the zone: {e}; restart nginx or use a new zone name")
+            })
     } else {
         format_group(conf, &mut pool, max)
     };
@@ -132,6 +134,7 @@ fn format_group(
     let g = unsafe { ShedGroup::init(region.0, region.1, max) }
         .map_err(|_| String::from("no memory for the group"))?;
     if let Some(old) = previous(conf) {
+        old.places.retire(Some(crate::ffi::process::now_ms()));
         g.places.carry_from(&old.places);
     }
     Ok(g)

@@ -80,6 +80,9 @@ const TAG_MASK: u64 = 0b111;
 const PID_SHIFT: u32 = TAG_SHIFT + 3;
 /// Pids a ledger word names: below 2^22 (Linux's `pid_max` limit).
 const PID_LIMIT: u32 = 1 << (64 - PID_SHIFT);
+/// How long after a resize the old workers that are not exiting take no
+/// place in the old zone (ms): see [`Places::retire`].
+pub const RETIRED_GRACE_MS: u64 = 5_000;
 /// Groups a region has at most (one per group hash): a region larger than
 /// their 128 KB and as much ledger counts more places than clients.
 const MAX_GROUPS: usize = 1 << HASH_BITS;
@@ -108,7 +111,10 @@ struct Header {
     no_room: AtomicU64,
     /// Places taken back from processes that died.
     reclaimed: AtomicU64,
-    _pad: u64,
+    /// Non-zero: a resize moved these places into another zone (whose
+    /// count the old workers cannot see) at this epoch ms + 1
+    /// ([`Places::retire`]).
+    retired: AtomicU64,
 }
 
 /// The in-flight places of a zone, over a region of it. Cheap to copy;
@@ -129,13 +135,35 @@ pub struct BadRegion;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Owner {
     pid: u32,
+    /// The process is exiting (an old worker of a reload).
+    leaving: bool,
+    /// Its clock (epoch ms), for [`Places::retire`]'s grace.
+    now_ms: u64,
 }
 
 impl Owner {
     /// The owner of process `pid` (None: 0, or a pid of 2^22 or more, which
     /// Linux never gives).
     pub fn of(pid: u32) -> Option<Owner> {
-        (pid > 0 && pid < PID_LIMIT).then_some(Owner { pid })
+        (pid > 0 && pid < PID_LIMIT).then_some(Owner {
+            pid,
+            leaving: false,
+            now_ms: 0,
+        })
+    }
+
+    /// The same process, at `now_ms` (epoch ms).
+    pub fn at(self, now_ms: u64) -> Owner {
+        Owner { now_ms, ..self }
+    }
+
+    /// The same process, exiting: in places a resize retired, it takes
+    /// none ([`Places::retire`]).
+    pub fn leaving(self) -> Owner {
+        Owner {
+            leaving: true,
+            ..self
+        }
     }
 
     /// Its pid.
@@ -343,7 +371,7 @@ impl<'a> Places<'a> {
             full: AtomicU64::new(0),
             no_room: AtomicU64::new(0),
             reclaimed: AtomicU64::new(0),
-            _pad: 0,
+            retired: AtomicU64::new(0),
         };
         // SAFETY: aligned (checked) and within `len`.
         unsafe { region.cast::<Header>().write(h) };
@@ -469,7 +497,15 @@ impl<'a> Places<'a> {
                 held: self.held(key),
             };
         }
-        let taken = self.take_as(owner.pid, key, limit.min(MAX_IN_FLIGHT));
+        let taken = if self.retired_for(owner) {
+            // The zone that replaced this one counts the client's places:
+            // an old worker cannot see them, so it takes none.
+            Take::Full {
+                held: self.held(key),
+            }
+        } else {
+            self.take_as(owner.pid, key, limit.min(MAX_IN_FLIGHT))
+        };
         let counter = match taken {
             Take::Taken(_) => &self.header.taken,
             Take::Full { .. } => &self.header.full,
@@ -665,6 +701,26 @@ impl<'a> Places<'a> {
             }
         }
         c
+    }
+
+    /// Marks these places as moved into another zone by a resize at
+    /// `at_ms` (epoch ms), or live again (None: a reload adopted their
+    /// zone). The old workers then take no new place here, since the new
+    /// zone would not count it: those exiting never (a `delay=` request
+    /// they held, woken after the resize, is refused), the others for
+    /// [`RETIRED_GRACE_MS`] (the moment before the master tells them to
+    /// quit; after it, the reload must have failed, and they go on).
+    pub fn retire(&self, at_ms: Option<u64>) {
+        let v = at_ms.map_or(0, |t| t.saturating_add(1));
+        self.header.retired.store(v, Ordering::Relaxed);
+    }
+
+    /// Whether `owner` takes no place here ([`Places::retire`]).
+    fn retired_for(&self, owner: Owner) -> bool {
+        match self.header.retired.load(Ordering::Relaxed) {
+            0 => false,
+            r => owner.leaving || owner.now_ms < (r - 1).saturating_add(RETIRED_GRACE_MS),
+        }
     }
 
     /// Requests in flight now, every client's (a scan of the ledger: for the

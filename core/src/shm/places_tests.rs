@@ -275,6 +275,20 @@ fn a_resized_region_carries_the_places() {
     );
     let c = Owner::of(12).unwrap();
     assert_eq!(new.take(c, keys[5], 1), Take::Full { held: 1 });
+    // The old region, retired at t: an old worker takes no new place
+    // there (exiting, or before the master told it to quit), one that is
+    // not exiting 5 s on does (the reload failed).
+    let t = 1_000_000;
+    old.retire(Some(t));
+    assert_eq!(
+        old.take(a.leaving().at(t + 9_000), keys[0], 9),
+        Take::Full { held: 2 }
+    );
+    assert_eq!(old.take(a.at(t + 10), keys[0], 9), Take::Full { held: 2 });
+    let p = taken(old.take(a.at(t + RETIRED_GRACE_MS), keys[0], 9));
+    old.give(p);
+    old.retire(None);
+    taken(old.take(a.leaving(), keys[0], 9));
     assert_eq!(new.take(c, keys[0], 2), Take::Full { held: 2 });
     assert_eq!(new.in_flight(), 301);
     // The old workers exit: their places come back.

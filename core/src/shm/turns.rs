@@ -236,7 +236,7 @@ impl<'a> Turns<'a> {
             .sum()
     }
 
-    /// Turns taken now, every process's (a scan: for the tests).
+    /// Turns taken now, every process's (a scan: for the metrics).
     pub fn turns(&self) -> u64 {
         self.entries
             .iter()

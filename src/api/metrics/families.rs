@@ -333,6 +333,12 @@ const FAMILIES: &[Family] = &[
         Samples::One(|l| Value::Int(l.zone.turns.as_ref().map_or(0, |t| t.gauge()))),
     ),
     family(
+        "rate_limit_window_delay_turns",
+        "gauge",
+        "Turns of delay='s queue taken now (held requests waiting behind their client's), by every worker.",
+        Samples::One(|l| Value::Int(l.zone.turns.as_ref().map_or(0, |t| t.turns()))),
+    ),
+    family(
         "rate_limit_window_in_flight",
         "gauge",
         "Requests in flight now that hold one of the zone's in_flight= places, by every worker.",

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 mod long_run;
 mod reloads;
+mod watch;
 
 /// A request of `client` to `path`, sent on a connection left open, its
 /// answer not read (it holds its place until the connection closes or the
