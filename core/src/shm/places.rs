@@ -87,6 +87,9 @@ pub const RETIRED_GRACE_MS: u64 = 5_000;
 /// their 128 KB and as much ledger counts more places than clients.
 const MAX_GROUPS: usize = 1 << HASH_BITS;
 
+/// Ledger words a request tries for a free one at most (a full ledger
+/// costs that many loads, not the whole ledger's).
+const CLAIM_PROBES: usize = 16_384;
 /// Bytes of the header.
 const HEADER_BYTES: usize = 64;
 /// The smallest region.
@@ -542,15 +545,15 @@ impl<'a> Places<'a> {
     /// with the tag after the word's last: its index and the word. The
     /// search starts at a place drawn from the word and the count of places
     /// taken, so that one client's requests spread over the ledger, and
-    /// goes on over the whole ledger (a word is free unless that many are
-    /// in flight).
+    /// goes on over [`CLAIM_PROBES`] words (the whole ledger of a zone up
+    /// to 16m: a word is free unless that many are in flight).
     fn claim(&self, plain: u64) -> Option<(usize, u64)> {
         let len = self.ledger.len();
         let salt = self.header.taken.load(Ordering::Relaxed);
         let mixed =
             (plain ^ salt.wrapping_mul(0xbf58_476d_1ce4_e5b9)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let start = (mixed >> 32) as usize % len;
-        (0..len).map(|i| (start + i) % len).find_map(|i| {
+        (0..len.min(CLAIM_PROBES)).map(|i| (start + i) % len).find_map(|i| {
             let e = &self.ledger[i];
             let w = e.load(Ordering::Relaxed);
             let tag = ((w >> TAG_SHIFT) + 1) & TAG_MASK;
