@@ -7,7 +7,7 @@ use core::ptr;
 
 use nginx_sys::{
     ngx_add_timer, ngx_cached_time, ngx_cycle, ngx_cycle_t, ngx_event_handler_pt, ngx_event_t,
-    ngx_exiting, ngx_log_t, ngx_msec_t, ngx_quit, ngx_terminate, ngx_uint_t, ngx_worker,
+    ngx_exiting, ngx_log_t, ngx_msec_t, ngx_pid, ngx_quit, ngx_terminate, ngx_uint_t, ngx_worker,
     NGX_LOG_NOTICE, NGX_LOG_WARN,
 };
 
@@ -36,10 +36,17 @@ pub fn exiting() -> bool {
     unsafe { ngx_exiting != 0 || ngx_quit != 0 }
 }
 
-/// This process's pid.
+/// This process's pid: nginx's `ngx_pid` (set in each process it starts,
+/// no system call), else getpid(2).
 pub fn pid() -> u32 {
-    // SAFETY: getpid has no preconditions.
-    unsafe { libc::getpid() as u32 }
+    // SAFETY: ngx_pid is written once when the process starts, before any
+    // request or timer of it; getpid has no preconditions.
+    unsafe {
+        match ngx_pid {
+            p if p > 0 => p as u32,
+            _ => libc::getpid() as u32,
+        }
+    }
 }
 
 /// Whether process `pid` is alive (or a zombie not reaped yet) and one of

@@ -170,7 +170,7 @@ impl ZoneConf {
     /// This process's owner of the zone's places and turns (None: the
     /// zone has no places).
     pub fn places_owner(&self) -> Option<Owner> {
-        self.places.as_ref().and(this_owner())
+        owner_for(self.places.as_ref()?)
     }
 
     /// The key and window, as compared on reload.
@@ -201,10 +201,20 @@ impl ZoneConf {
 }
 
 /// This process's owner of places and turns: its pid (nothing to take or
-/// run out of; see the core's `shm::Places`), and whether it is exiting. None only on a system whose
+/// run out of; see the core's `shm::Places`). None only on a system whose
 /// pids do not fit (above Linux's limit of 2^22).
 pub fn this_owner() -> Option<Owner> {
-    let o = Owner::of(crate::ffi::process::pid())?.at(crate::ffi::process::now_ms());
+    Owner::of(crate::ffi::process::pid())
+}
+
+/// This process's owner of `places`: its pid and, when a resize retired
+/// them, whether it is exiting and its clock (`Places::retire`).
+pub fn owner_for(places: &Places<'_>) -> Option<Owner> {
+    let o = this_owner()?;
+    if !places.retired() {
+        return Some(o);
+    }
+    let o = o.at(crate::ffi::process::now_ms());
     Some(if crate::ffi::process::exiting() {
         o.leaving()
     } else {

@@ -36,7 +36,7 @@ impl ShedConf {
 
     /// This process's owner of the group's places (its pid).
     pub fn owner(&self) -> Option<Owner> {
-        self.group.as_ref().and(super::this_owner())
+        super::owner_for(&self.group.as_ref()?.places)
     }
 }
 

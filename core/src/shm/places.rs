@@ -441,8 +441,14 @@ impl<'a> Places<'a> {
     }
 
     /// The group `d` groups after `g`.
+    #[inline]
     fn after(&self, g: usize, d: u32) -> usize {
-        (g + d as usize) % self.groups.len()
+        let at = g + d as usize;
+        if at < self.groups.len() {
+            at
+        } else {
+            at % self.groups.len()
+        }
     }
 
     /// The owner of process `pid`, after taking back the places of every
@@ -553,16 +559,18 @@ impl<'a> Places<'a> {
         let mixed =
             (plain ^ salt.wrapping_mul(0xbf58_476d_1ce4_e5b9)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let start = (mixed >> 32) as usize % len;
-        (0..len.min(CLAIM_PROBES)).map(|i| (start + i) % len).find_map(|i| {
-            let e = &self.ledger[i];
-            let w = e.load(Ordering::Relaxed);
-            let tag = ((w >> TAG_SHIFT) + 1) & TAG_MASK;
-            let word = plain | tag << TAG_SHIFT;
-            (pid_of(w) == 0
-                && e.compare_exchange(w, word, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok())
-            .then_some((i, word))
-        })
+        (0..len.min(CLAIM_PROBES))
+            .map(|i| (start + i) % len)
+            .find_map(|i| {
+                let e = &self.ledger[i];
+                let w = e.load(Ordering::Relaxed);
+                let tag = ((w >> TAG_SHIFT) + 1) & TAG_MASK;
+                let word = plain | tag << TAG_SHIFT;
+                (pid_of(w) == 0
+                    && e.compare_exchange(w, word, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok())
+                .then_some((i, word))
+            })
     }
 
     /// Counts the request's place in group `g` or, its overflow raised, in
@@ -704,6 +712,14 @@ impl<'a> Places<'a> {
             }
         }
         c
+    }
+
+    /// Whether a resize retired these places ([`Places::retire`]): the
+    /// host then says whether its process is exiting and what time it is
+    /// ([`Owner::leaving`], [`Owner::at`]).
+    #[inline]
+    pub fn retired(&self) -> bool {
+        self.header.retired.load(Ordering::Relaxed) != 0
     }
 
     /// Marks these places as moved into another zone by a resize at

@@ -16,21 +16,6 @@ mod long_run;
 mod reloads;
 mod watch;
 
-/// A request of `client` to `path`, sent on a connection left open, its
-/// answer not read (it holds its place until the connection closes or the
-/// upstream answers).
-fn send_open(port: u16, path: &str, client: &str) -> TcpStream {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nX-Client: {client}\r\n\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    s
-}
-
-/// GET `path` as `client`, on a fresh connection.
-fn as_client(port: u16, path: &str, client: &str) -> Response {
-    request(port, "GET", path, &[("X-Client", client.as_bytes())])
-}
-
 /// `n` requests of `client` at once, each in its own thread; their
 /// statuses, sorted.
 fn at_once(port: u16, path: &str, client: &str, n: usize) -> Vec<u16> {
