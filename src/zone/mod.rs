@@ -81,6 +81,9 @@ pub struct ZoneConf {
     /// Where a `rate_limit_window` first gave the zone a `charge=` (file,
     /// line), for the refusal of a strict zone (conf/charge_var.rs).
     pub charge_at: Option<(ngx_str_t, ngx_uint_t)>,
+    /// The largest fixed `limit=` above what a strict zone can count, and
+    /// where it was given (conf/strict_limit.rs).
+    pub big_limit_at: Option<(u32, (ngx_str_t, ngx_uint_t))>,
     /// `overrides=`: most per-client overrides (see the core's `overrides`).
     pub overrides_cap: usize,
     /// The override table inside the zone; None until it is initialised.
@@ -160,6 +163,7 @@ impl ZoneConf {
             header: ptr::null_mut(),
             table: None,
             charge_at: None,
+            big_limit_at: None,
             overrides_cap: DEFAULT_OVERRIDES,
             overrides: None,
             turns: None,

@@ -71,6 +71,8 @@ struct Run {
     owners: Vec<[Owner; 2]>,
     /// Each worker's process generation (a crash starts the next one).
     gens: [u32; 2],
+    /// Each zone's latest invalid value (epoch ms), for its episodes.
+    last_invalid: Vec<Option<u64>>,
     now: u64,
 }
 
@@ -185,6 +187,7 @@ fn start(zs: &[ZoneCase]) -> Run {
         flying: vec![],
         owners,
         gens: [0, 0],
+        last_invalid: vec![None; zs.len()],
         now: T0,
     }
 }
