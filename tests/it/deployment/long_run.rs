@@ -195,6 +195,12 @@ pub(super) fn deployment(secs: u64, threads: u64) {
         .upstream(&up.addr())
         .start(&conf("1m", &h2));
     let (port, port2) = (ng.port, ng.port2);
+    // A client at its cap before the run, so that the cap is reached
+    // whatever the seed: 3 of 4 at once reach the upstream.
+    assert_eq!(
+        at_once(port, "/long/x?sleep=800", "c0", IN_FLIGHT + 1),
+        [200, 200, 200, 429]
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let traffic: Vec<_> = (0..threads)
@@ -230,19 +236,11 @@ pub(super) fn deployment(secs: u64, threads: u64) {
         chaos.reloads + chaos.resizes > 0 && up.received() > 50,
         "{chaos:?}"
     );
-    // Not vacuous: clients reached their cap (the upstream had as many
-    // of one open as allowed), and were refused beyond it.
-    let refused = metric(
-        port,
-        "rate_limit_window_in_flight_total",
-        &[("zone", "fl"), ("result", "rejected")],
-    );
-    eprintln!(
-        "upstream at most {:?} open, {refused} refused for places",
-        up.most()
-    );
+    // Not vacuous: the upstream had as many of one client open as
+    // allowed (the refusals beyond it are asserted at the start; the
+    // zone's counters start over with each resize).
+    eprintln!("upstream at most {:?} open", up.most());
     assert_eq!(up.most().0, IN_FLIGHT);
-    assert!(refused > 0.0);
     let cache_manager = ng.worker_pids().into_iter().any(|p| {
         let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
         String::from_utf8_lossy(&cmd).contains("cache manager")
