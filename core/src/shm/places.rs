@@ -696,9 +696,18 @@ impl<'a> Places<'a> {
 
     /// Counts again, in this region, every place `old` (another region: a
     /// zone resized on reload) counts, each under the process that holds
-    /// it, so that it is reclaimed when that process is gone. Called before
-    /// any process takes a place here.
+    /// it, so that it is reclaimed when that process is gone, and goes on
+    /// with its counters. Called before any process takes a place here.
     pub fn carry_from(&self, old: &Places<'_>) -> Carried {
+        let (h, o) = (self.header, old.header);
+        for (to, from) in [
+            (&h.taken, &o.taken),
+            (&h.full, &o.full),
+            (&h.no_room, &o.no_room),
+            (&h.reclaimed, &o.reclaimed),
+        ] {
+            to.fetch_add(from.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
         let mut c = Carried::default();
         for e in old.ledger {
             let w = e.load(Ordering::Acquire);

@@ -291,6 +291,7 @@ fn a_resized_region_carries_the_places() {
     taken(old.take(a.leaving(), keys[0], 9));
     assert_eq!(new.take(c, keys[0], 2), Take::Full { held: 2 });
     assert_eq!(new.in_flight(), 301);
+    assert_eq!(new.stats().taken, 301, "the counters go on");
     // The old workers exit: their places come back.
     new.reclaim_dead(|pid| pid == 12);
     assert_eq!(new.in_flight(), 0);
