@@ -324,3 +324,55 @@ fn a_full_zone_counts_its_refusals_as_no_room() {
     assert!(wait_for(Duration::from_secs(10), || gauge() == 0.0));
     assert_eq!(as_client(port, "/long/y", "late").status, 200);
 }
+
+/// The cache manager and loader run `init_process` as worker 0, as a
+/// reload's new worker 0 does: none of them takes the `delay=` turns that
+/// the old worker 0 holds (turns are owned by pid, not by a worker's
+/// number). Two requests held across a reload keep their turns and the
+/// gauge, until they are decided.
+#[test]
+fn a_reload_and_the_cache_manager_keep_worker_0s_turns() {
+    let up = Upstream::start();
+    let conf = http_conf(
+        r#"
+        proxy_cache_path {{PREFIX}}/cache keys_zone=pc:1m;
+        rate_limit_window_zone $http_x_client zone=d:1m window=10s;
+        server {
+            listen 127.0.0.1:{{PORT}};
+            location /d/ {
+                rate_limit_window zone=d limit=1 delay=30s;
+                proxy_pass http://{{UPSTREAM}};
+            }
+            location = /metrics { rate_limit_window_metrics; }
+        }"#,
+    );
+    let mut ng = Nginx::builder().workers(1).upstream_of(&up).start(&conf);
+    let port = ng.port;
+    assert_eq!(as_client(port, "/d/a", "k").status, 200);
+    let held: Vec<TcpStream> = (0..2).map(|_| send_open(port, "/d/b", "k")).collect();
+    let gauges = || {
+        [
+            metric(port, "rate_limit_window_delay_held", &[("zone", "d")]),
+            metric(port, "rate_limit_window_delay_turns", &[("zone", "d")]),
+        ]
+    };
+    assert!(
+        wait_for(Duration::from_secs(5), || gauges() == [2.0, 2.0]),
+        "{:?}",
+        gauges()
+    );
+    reload_keeping_old(&mut ng, None).unwrap();
+    let cache_manager = ng.worker_pids().into_iter().any(|p| {
+        let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&cmd).contains("cache manager")
+    });
+    assert!(cache_manager, "no cache manager");
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(gauges(), [2.0, 2.0], "the old worker's held requests");
+    drop(held);
+    assert!(
+        wait_for(Duration::from_secs(5), || gauges() == [0.0, 0.0]),
+        "{:?}",
+        gauges()
+    );
+}
