@@ -558,19 +558,24 @@ impl<'a> Places<'a> {
         let salt = self.header.taken.load(Ordering::Relaxed);
         let mixed =
             (plain ^ salt.wrapping_mul(0xbf58_476d_1ce4_e5b9)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let start = (mixed >> 32) as usize % len;
-        (0..len.min(CLAIM_PROBES))
-            .map(|i| (start + i) % len)
-            .find_map(|i| {
-                let e = &self.ledger[i];
-                let w = e.load(Ordering::Relaxed);
-                let tag = ((w >> TAG_SHIFT) + 1) & TAG_MASK;
-                let word = plain | tag << TAG_SHIFT;
-                (pid_of(w) == 0
-                    && e.compare_exchange(w, word, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_ok())
-                .then_some((i, word))
-            })
+        let mut i = (mixed >> 32) as usize % len;
+        for _ in 0..len.min(CLAIM_PROBES) {
+            let e = &self.ledger[i];
+            let w = e.load(Ordering::Relaxed);
+            if pid_of(w) == 0 {
+                let word = plain | (((w >> TAG_SHIFT) + 1) & TAG_MASK) << TAG_SHIFT;
+                if e.compare_exchange(w, word, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return Some((i, word));
+                }
+            }
+            i += 1;
+            if i == len {
+                i = 0;
+            }
+        }
+        None
     }
 
     /// Counts the request's place in group `g` or, its overflow raised, in
@@ -657,6 +662,10 @@ impl<'a> Places<'a> {
     fn uncount(&self, w: u64) {
         let g = self.group_of((w >> HASH_SHIFT) & HASH_MASK);
         let d = depth_of(w);
+        if d == 0 {
+            self.lower(g, w & FP_MASK);
+            return;
+        }
         self.lower(self.after(g, d), w & FP_MASK);
         for k in (0..d).rev() {
             self.lower_overflow(self.after(g, k));
