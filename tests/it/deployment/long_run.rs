@@ -241,11 +241,7 @@ pub(super) fn deployment(secs: u64, threads: u64) {
     // zone's counters start over with each resize).
     eprintln!("upstream at most {:?} open", up.most());
     assert_eq!(up.most().0, IN_FLIGHT);
-    let cache_manager = ng.worker_pids().into_iter().any(|p| {
-        let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-        String::from_utf8_lossy(&cmd).contains("cache manager")
-    });
-    assert!(cache_manager, "no cache manager ran");
+    assert!(has_cache_manager(&ng), "no cache manager ran");
     let unexplained = forget_killed_workers(&ng, &chaos.killed);
     assert!(unexplained.is_empty(), "{unexplained:?}");
 }

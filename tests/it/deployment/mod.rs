@@ -68,3 +68,11 @@ fn reload_keeping_old(ng: &mut Nginx, conf: Option<&str>) -> Result<(), String> 
         thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Whether a cache manager process of `ng` runs.
+fn has_cache_manager(ng: &Nginx) -> bool {
+    ng.worker_pids().into_iter().any(|p| {
+        let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&cmd).contains("cache manager")
+    })
+}

@@ -362,11 +362,7 @@ fn a_reload_and_the_cache_manager_keep_worker_0s_turns() {
         gauges()
     );
     reload_keeping_old(&mut ng, None).unwrap();
-    let cache_manager = ng.worker_pids().into_iter().any(|p| {
-        let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-        String::from_utf8_lossy(&cmd).contains("cache manager")
-    });
-    assert!(cache_manager, "no cache manager");
+    assert!(has_cache_manager(&ng), "no cache manager");
     thread::sleep(Duration::from_millis(300));
     assert_eq!(gauges(), [2.0, 2.0], "the old worker's held requests");
     drop(held);
