@@ -17,6 +17,8 @@ mod delay;
 mod deployment;
 mod directives;
 mod examples;
+mod fleet_chaos;
+mod fleet_order;
 mod fleet_sync;
 mod foundation;
 mod grpc;

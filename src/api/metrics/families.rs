@@ -394,6 +394,24 @@ const FAMILIES: &[Family] = &[
         "Clients banned now (ban=).",
         Samples::One(|l| ovr(l, |o, now| o.banned_now(now))),
     ),
+    sync_family(
+        "rate_limit_window_fleet_values_ignored_total",
+        "counter",
+        "Override values read from Redis and ignored: another secret= (another fleet), malformed or changed by someone without the secret.",
+        |l| ovr(l, |o, _| o.ignored()),
+    ),
+    sync_family(
+        "rate_limit_window_fleet_heals_total",
+        "counter",
+        "Times this gateway wrote its overrides back to a Redis that lost them (emptied, restarted without data, failed over to a replica that lagged).",
+        |l| ovr(l, |o, _| o.heals()),
+    ),
+    sync_family(
+        "rate_limit_window_fleet_unsent",
+        "gauge",
+        "Overrides, bans and removals changed on this gateway that Redis has not yet given a place in the fleet's order (written again until it does).",
+        |l| ovr(l, |o, _| o.unsent()),
+    ),
 ];
 
 /// A counter of the zone's in-flight places (0 before they exist).
