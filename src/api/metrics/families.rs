@@ -9,7 +9,7 @@ use rate_limit_window_core::engine::shed::Priority;
 use rate_limit_window_core::overrides::{ChangeKind, Overrides};
 use rate_limit_window_core::shm::places::PlaceStats;
 use rate_limit_window_core::shm::tally::Decided;
-use rate_limit_window_core::{Counter, Table};
+use rate_limit_window_core::{Counter, FailPolicy, Table};
 
 use crate::api::format::Label;
 use crate::worker::sweep;
@@ -331,7 +331,13 @@ const FAMILIES: &[Family] = &[
         "rate_limit_window_delay_held",
         "gauge",
         "Requests held by delay= now, by every worker.",
-        Samples::One(|l| atomic(&l.header.delay.held)),
+        Samples::One(|l| Value::Int(l.zone.turns.as_ref().map_or(0, |t| t.gauge()))),
+    ),
+    family(
+        "rate_limit_window_delay_turns",
+        "gauge",
+        "Turns of delay='s queue taken now (held requests waiting behind their client's), by every worker.",
+        Samples::One(|l| Value::Int(l.zone.turns.as_ref().map_or(0, |t| t.turns()))),
     ),
     family(
         "rate_limit_window_in_flight",
@@ -342,13 +348,14 @@ const FAMILIES: &[Family] = &[
     family(
         "rate_limit_window_in_flight_total",
         "counter",
-        "in_flight= places, by result: taken (a request admitted), rejected (its client's places were all taken), untracked (no room to count it: the zone's fail= applied), reclaimed (held by a process that died, taken back).",
+        "in_flight= places, by result: taken (a request admitted), rejected (its client's places were all taken), untracked (no room to count it, fail=open admitted it), no_room (no room to count it, fail=closed refused it), reclaimed (held by a process that died, taken back).",
         Samples::By(
             "result",
             &[
                 ("taken", |l| places(l, |s| s.taken)),
                 ("rejected", |l| places(l, |s| s.full)),
-                ("untracked", |l| places(l, |s| s.no_room)),
+                ("untracked", |l| no_room(l, FailPolicy::Open)),
+                ("no_room", |l| no_room(l, FailPolicy::Closed)),
                 ("reclaimed", |l| places(l, |s| s.reclaimed)),
             ],
         ),
@@ -443,6 +450,15 @@ fn outage(l: &Live, policy: OutagePolicy) -> Value {
     let mine = l.zone.redis.as_ref().is_some_and(|r| r.outage == policy);
     let down = l.header.down_since_ms.load(Ordering::Relaxed) != 0;
     Value::Int(u64::from(mine && down))
+}
+
+/// Requests of the zone's places that found no room, when the zone's
+/// `fail=` is `fail` (admitted untracked, or refused), else 0.
+fn no_room(l: &Live, fail: FailPolicy) -> Value {
+    if l.zone.fail != fail {
+        return Value::Int(0);
+    }
+    places(l, |s| s.no_room)
 }
 
 /// A value read from the zone's override table (0 before it exists).
