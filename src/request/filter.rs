@@ -106,7 +106,7 @@ fn add_ietf(r: &mut Request, d: &Report) {
             policy,
             "{sep}\"{name}\";q={};w={}",
             a.limit,
-            zone.window.ms() / 1000
+            zone.window.secs()
         );
         let _ = write!(buf, "{sep}\"{name}\";r={};t={}", a.remaining, a.reset_s);
     }

@@ -82,6 +82,9 @@ pub struct ZoneConf {
     /// Where a `rate_limit_window` first gave the zone a `charge=` (file,
     /// line), for the refusal of a strict zone (conf/charge_var.rs).
     pub charge_at: Option<(ngx_str_t, ngx_uint_t)>,
+    /// Where a `rate_limit_window` first gave the zone a `delay=` (file,
+    /// line), for the refusal of a calendar zone (conf/calendar.rs).
+    pub delay_at: Option<(ngx_str_t, ngx_uint_t)>,
     /// `overrides=`: most per-client overrides (see the core's `overrides`).
     pub overrides_cap: usize,
     /// The override table inside the zone; None until it is initialised.
@@ -168,6 +171,7 @@ impl ZoneConf {
             header: ptr::null_mut(),
             table: None,
             charge_at: None,
+            delay_at: None,
             overrides_cap: DEFAULT_OVERRIDES,
             overrides: None,
             turns: None,

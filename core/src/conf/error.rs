@@ -23,6 +23,8 @@ pub use crate::units::Units;
 pub const ZONE_PARAMS: &[&str] = &[
     "zone=",
     "window=",
+    "calendar=",
+    "tz=",
     "mode=",
     "fail=",
     "ipv6_prefix=",

@@ -121,6 +121,31 @@ pub fn turn_at(
     Some(0)
 }
 
+/// [`turn_at`] for a calendar window (`calendar=`): `current` requests
+/// counted in the period that ends at `end_ms` (epoch ms), read at
+/// `now_ms`. A request of `cost` fits now when `current + cost` is at most
+/// `limit`, else at the next period's start; never when `cost` is above
+/// `limit`. `ahead` is 0: `delay=`, the only queue, is refused with
+/// `calendar=` (a queue ahead is taken to fit by the next period's start).
+pub fn calendar_turn(
+    current: u32,
+    end_ms: u64,
+    now_ms: u64,
+    limit: u32,
+    cost: u32,
+    ahead: u32,
+) -> Option<u64> {
+    let cost = cost.max(1);
+    if cost > limit {
+        return None;
+    }
+    let queued = u64::from(cost) * (u64::from(ahead) + 1);
+    if u64::from(current) + queued <= u64::from(limit) {
+        return Some(0);
+    }
+    Some(end_ms.saturating_sub(now_ms).max(1))
+}
+
 /// [`turn_ms`] for a strict key in `state` at `now_ms`.
 pub fn strict_turn_ms(
     state: &strict::State,

@@ -8,6 +8,7 @@ use super::layout::{
 };
 use super::place::{Candidate, Found, Place};
 use super::{FailPolicy, KeyHash, Table, CHOICES};
+use crate::rule::calendar::Calendar;
 use crate::rule::fit;
 use crate::rule::window::{self, Counts};
 use portable_atomic::AtomicU128;
@@ -257,6 +258,9 @@ impl Table<'_> {
         if self.strict {
             return then(&self.acquire_strict(key, now_ms, limit, cost, policy, shard));
         }
+        if let Some(cal) = self.window.calendar_of() {
+            return then(&self.acquire_calendar(cal, question));
+        }
         let (now_idx, elapsed) = self.wdiv.divrem(now_ms);
         let q = Probe {
             key,
@@ -268,6 +272,52 @@ impl Table<'_> {
             policy,
             shard,
         };
+        self.acquire_probe(q, then)
+    }
+
+    /// [`Table::acquire_then`] in a calendar zone: the period holding the
+    /// request's time is window `2p` of the table (its previous window is
+    /// never counted, so the estimate is the period's exact count), and
+    /// Retry-After and the reset are the time to the next period's start.
+    #[inline(never)]
+    fn acquire_calendar(&self, cal: &Calendar, question: Question) -> Answer {
+        let Question {
+            key,
+            now_ms,
+            limit,
+            cost,
+            policy,
+            shard,
+        } = question;
+        let cost = cost.max(1);
+        let span = cal.span(now_ms);
+        let q = Probe {
+            key,
+            fp: key.fingerprint(),
+            now_idx: Calendar::window_index(span.index),
+            elapsed: (now_ms - span.start_ms).min(self.window.ms() - 1),
+            limit: fit::effective_limit(limit, cost),
+            cost,
+            policy,
+            shard,
+        };
+        let mut d = self.acquire_probe(q, |d| *d);
+        // Whether it fits in the next period or never, the next period's
+        // start is when to come back (a slot ahead of this clock, another
+        // worker's clock past the boundary, counts in that period: this
+        // clock reaches it within their skew).
+        let left = window::reset_secs(now_ms, span.end_ms);
+        d.reset_s = left;
+        if d.outcome != Outcome::Admitted {
+            d.retry_after_s = left;
+        }
+        d
+    }
+
+    /// The rest of [`Table::acquire_then`], for a question worked out.
+    #[inline(always)]
+    fn acquire_probe<T>(&self, q: Probe, then: impl FnOnce(&Answer) -> T) -> T {
+        let key = q.key;
         if self.prefetch {
             let p = self.place(key);
             if p.groups == CHOICES {

@@ -3,6 +3,7 @@
 //! ([`reference`]) and [`Region`], the one aligned heap region that tables
 //! and zones are built over in place of nginx's shared memory.
 
+pub mod calendar;
 pub mod reference;
 
 use crate::rule::mode::Mode;
@@ -37,6 +38,15 @@ impl Region {
     /// Whether it has no byte at all.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// A new table over all of it deciding by `window` (a calendar's
+    /// periods, or a length), the key hash keyed by `seed`.
+    pub fn table_of(&mut self, window: Window, seed: [u64; 2]) -> Table<'_> {
+        let len = self.len();
+        // SAFETY: an exclusive, 64-byte aligned buffer of `len` bytes, which
+        // the returned table borrows.
+        unsafe { Table::init_mode(self.ptr(), len, window, seed, Mode::Estimate) }.unwrap()
     }
 
     /// A new `mode` table over all of it: windows of `window_ms`, the key
