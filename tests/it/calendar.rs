@@ -28,7 +28,7 @@ fn conf(zone_args: &str, limit: &str) -> String {
     proxy_conf(
         &format!("rate_limit_window_zone $http_x_key zone=q:1m {zone_args};"),
         "",
-        "",
+        "location = /api { rate_limit_window_metrics; }",
         &format!("rate_limit_window zone=q limit={limit}; rate_limit_window_headers on;"),
     )
 }
@@ -176,4 +176,102 @@ fn nginx_t_refuses_unknown_zones_and_bad_combinations() {
     );
     let (ok, out) = test_config(&conf("calendar=year tz=Pacific/Apia", "3"));
     assert!(ok, "{out}");
+}
+
+/// 2027-01-15T12:00:00Z, mid-January.
+const MID_JAN_2027: i64 = FEB_2027 - 17 * 86_400 + 12 * 3_600;
+
+/// Sends SIGQUIT to `ng`'s master and waits until it and its workers are
+/// gone (the workers write the state file as they exit).
+fn quit(ng: &Nginx) {
+    let mut pids = ng.worker_pids();
+    pids.push(ng.master_pid());
+    // SAFETY: kill(2) only sends a signal to a pid.
+    unsafe { libc::kill(ng.master_pid(), libc::SIGQUIT) };
+    let gone = wait_for(std::time::Duration::from_secs(10), || {
+        pids.iter()
+            .all(|p| !std::path::Path::new(&format!("/proc/{p}/exe")).exists())
+    });
+    assert!(gone, "nginx did not quit");
+}
+
+/// `state=`: a month's count survives a restart (a quit, a new master on
+/// the same file), with Retry-After still to the next month's start.
+#[test]
+fn state_keeps_a_months_count_through_a_restart() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // The workers (user nobody) write the file.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let args = format!(
+        "calendar=month tz=Europe/Paris state={}",
+        dir.path().join("q.state").display()
+    );
+    let up = Upstream::start();
+    let clock = FakeClock::new(MID_JAN_2027);
+    let ng = start(&clock, &up, &args, "5");
+    for _ in 0..3 {
+        assert_eq!(get_key(ng.port, "/", "k").status, 200);
+    }
+    quit(&ng);
+    drop(ng);
+    clock.set(MID_JAN_2027 + 3 * 86_400);
+    let ng = start(&clock, &up, &args, "5");
+    let (n, r) = fill(&ng, "k");
+    assert_eq!(n, 2, "3 of January's 5 were counted before the restart");
+    // February starts at 00:00 CET, 2027-01-31T23:00:00Z.
+    assert_back_at(&r, MID_JAN_2027 + 3 * 86_400, FEB_2027 - 3_600);
+}
+
+/// Two gateways sharing a Redis fleet, their clocks 2 s apart: one
+/// month, one count (the period index is the window index in Redis). The
+/// clocks run (the sync's rounds follow them), shifted past a month's end
+/// when one is less than two minutes away.
+#[test]
+fn two_gateways_with_skewed_clocks_share_one_months_count() {
+    let redis = crate::overrides::Redis::start();
+    let up = Upstream::start();
+    let (ca, cb) = (ShiftedClock::new(), ShiftedClock::new());
+    cb.advance(2_000);
+    let (_, _, day, h, m, _) = civil((cb.now_ms() / 1000) as i64 + 120);
+    if day == 1 && h == 0 && m < 3 {
+        ca.advance(240_000);
+        cb.advance(240_000);
+    }
+    let conf = conf(
+        &format!(
+            "calendar=month redis=127.0.0.1:{} sync=100ms secret=calendar-fleet-secret-01",
+            redis.1
+        ),
+        "10",
+    )
+    .replace(
+        "location = /api",
+        "add_header X-Msec $msec always; location = /api",
+    );
+    let a = ca.builder().upstream_of(&up).start(&conf);
+    let b = cb.builder().upstream_of(&up).start(&conf);
+    for _ in 0..6 {
+        assert_eq!(get_key(a.port, "/", "k").status, 200);
+    }
+    // b syncs the clients it has seen: one request there, then the
+    // fleet's count reaches it within a few sync rounds.
+    assert_eq!(get_key(b.port, "/", "k").status, 200);
+    let seen = wait_for(std::time::Duration::from_secs(15), || {
+        let r = get(b.port, "/api?zone=q&key=k");
+        serde_json::from_slice::<serde_json::Value>(&r.body)
+            .map(|v| v["current"].as_f64() == Some(7.0))
+            .unwrap_or(false)
+    });
+    assert!(seen, "{}", get(b.port, "/api?zone=q&key=k").describe());
+    let (n, r) = fill(&b, "k");
+    assert_eq!(n, 3, "one count for the month across the fleet");
+    // Retry-After from b's clock lands on the first of the next month,
+    // 00:00:00 UTC.
+    let msec: f64 = r.header("X-Msec").unwrap().parse().unwrap();
+    let back = msec as i64 + r.header_num("Retry-After");
+    assert_eq!(r.header_num("RateLimit-Reset"), r.header_num("Retry-After"));
+    let (_, _, d, h, m, s) = civil(back);
+    assert_eq!((d, h, m, s), (1, 0, 0, 0), "{}", r.describe());
+    assert!(civil(back - 1).2 >= 28, "{}", r.describe());
 }
