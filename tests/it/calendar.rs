@@ -275,3 +275,46 @@ fn two_gateways_with_skewed_clocks_share_one_months_count() {
     assert_eq!((d, h, m, s), (1, 0, 0, 0), "{}", r.describe());
     assert!(civil(back - 1).2 >= 28, "{}", r.describe());
 }
+
+/// nginx-conf/quotas.conf as its comments say: a free key's 100 a day on
+/// Los Angeles's fall-back day (25 hours), refused until 00:00 PST; a pro
+/// key unaffected; the next day admitted again.
+#[test]
+fn quotas_example_resets_at_midnight_pacific() {
+    // 2026-11-01T08:30:00Z: 01:30 PDT, the first of Los Angeles's two
+    // 01:30s; the next midnight is 2026-11-02T08:00:00Z (00:00 PST).
+    let (now, midnight) = (1_793_521_800, 1_793_606_400);
+    let up = Upstream::start();
+    let clock = FakeClock::new(now);
+    let ng = clock
+        .builder()
+        .upstream_of(&up)
+        .start(&crate::examples::example("quotas.conf"));
+    let api = |ng: &Nginx, key: &str| {
+        request(
+            ng.port,
+            "GET",
+            "/v1/items",
+            &[("X-API-Key", key.as_bytes())],
+        )
+    };
+    let free = |ng: &Nginx| api(ng, "k-free-1");
+    for i in 0..100 {
+        let r = free(&ng);
+        assert_eq!(r.status, 200, "request {i}: {}", r.describe());
+    }
+    let r = free(&ng);
+    assert_back_at(&r, now, midnight);
+    assert_eq!(r.header_num("RateLimit-Limit"), 100, "{}", r.describe());
+    // An hour later it is 01:30 PST: the same day.
+    clock.set(now + 3_600);
+    assert_back_at(&free(&ng), now + 3_600, midnight);
+    let pro = api(&ng, "k-pro-8d2e6b0a5c71");
+    assert_eq!(pro.status, 200, "{}", pro.describe());
+    clock.set(midnight);
+    let r = free(&ng);
+    assert_eq!(r.status, 200, "{}", r.describe());
+    // The monthly quota (2,000) counted yesterday's 100 and this one.
+    assert_eq!(r.header_num("RateLimit-Remaining"), 99, "{}", r.describe());
+    assert_eq!(up.received(), 102, "the upstream saw only the admitted");
+}
