@@ -318,3 +318,118 @@ fn quotas_example_resets_at_midnight_pacific() {
     assert_eq!(r.header_num("RateLimit-Remaining"), 99, "{}", r.describe());
     assert_eq!(up.received(), 102, "the upstream saw only the admitted");
 }
+
+/// A reload reads the time zone again: with `TZDIR` (the master's
+/// environment) naming a database whose `Test/Zone` changes from New
+/// York's rules to Tokyo's, the day's count stays (the same local date)
+/// and Retry-After follows the new midnight.
+#[test]
+fn a_reload_picks_up_a_tzdata_update() {
+    let db = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(db.path().join("Test")).unwrap();
+    let zone_file = db.path().join("Test/Zone");
+    let copy = |from: &str| std::fs::copy(format!("/usr/share/zoneinfo/{from}"), &zone_file);
+    copy("America/New_York").unwrap();
+    // 2026-06-15T12:00:00Z: 08:00 EDT, 21:00 JST, both on June 15.
+    let now = 1_781_524_800;
+    let up = Upstream::start();
+    let clock = FakeClock::new(now);
+    let mut ng = clock
+        .builder()
+        .upstream_of(&up)
+        .env("TZDIR", db.path().to_str().unwrap())
+        .start(&conf("calendar=day tz=Test/Zone", "2"));
+    let (n, r) = fill(&ng, "k");
+    assert_eq!(n, 2);
+    // Midnight EDT: 2026-06-16T04:00:00Z.
+    assert_back_at(&r, now, now + 16 * 3_600);
+    copy("Asia/Tokyo").unwrap();
+    ng.reload();
+    let fresh = wait_for(std::time::Duration::from_secs(10), || {
+        get_key(ng.port, "/", "k").header_num("Retry-After") == 3 * 3_600
+    });
+    // Midnight JST: 2026-06-15T15:00:00Z; the count of June 15 kept.
+    assert!(fresh, "{}", get_key(ng.port, "/", "k").describe());
+    assert_back_at(&get_key(ng.port, "/", "k"), now, now + 3 * 3_600);
+}
+
+/// The zone's other features on a calendar zone, through nginx: a cost,
+/// a limit from a variable, an operator's override (the client's quota
+/// for the period), `ban=`, dry run, the variables and the metrics.
+#[test]
+fn costs_overrides_bans_dry_run_and_variables_compose() {
+    // 2026-06-15T12:00:00Z: 14:00 in Berlin (CEST); midnight is 22:00Z.
+    let now = 1_781_524_800;
+    let midnight = now + 10 * 3_600;
+    let up = Upstream::start();
+    let clock = FakeClock::new(now);
+    let conf = proxy_conf(
+        "map $http_x_plan $quota { pro 8; default 5; }
+         rate_limit_window_zone $http_x_key zone=q:1m calendar=day tz=Europe/Berlin;
+         rate_limit_window_zone $http_x_key zone=b:1m calendar=week tz=Europe/Berlin;",
+        "",
+        "location = /api { rate_limit_window_metrics write=on; }
+         location = /metrics { rate_limit_window_metrics; }
+         location /dry/ {
+             rate_limit_window_dry_run on;
+             rate_limit_window zone=q limit=1;
+             add_header X-Status $rate_limit_window_status always;
+             proxy_pass http://{{UPSTREAM}};
+         }
+         location /ban/ {
+             rate_limit_window zone=b limit=1 ban=1h;
+             proxy_pass http://{{UPSTREAM}};
+         }",
+        "rate_limit_window zone=q limit=$quota cost=$http_x_cost;
+         add_header X-Reset $rate_limit_window_reset always;
+         add_header X-Retry $rate_limit_window_retry_after always;",
+    );
+    let ng = start_faked(&clock, &up, "UTC", &conf);
+    let ask = |key: &str, cost: &str, plan: &str| {
+        let h: [(&str, &[u8]); 3] = [
+            ("X-Key", key.as_bytes()),
+            ("X-Cost", cost.as_bytes()),
+            ("X-Plan", plan.as_bytes()),
+        ];
+        request(ng.port, "GET", "/", &h)
+    };
+    // 3 + 3 > 5: the second is refused whole, counted by none; 2 fits.
+    assert_eq!(ask("c", "3", "").status, 200);
+    let r = ask("c", "3", "");
+    assert_back_at(&r, now, midnight);
+    assert_eq!(r.header_num("X-Retry"), midnight - now);
+    let r = ask("c", "2", "");
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert_eq!(r.header_num("X-Reset"), midnight - now);
+    assert_eq!(ask("c", "1", "").status, 429);
+    // The pro plan's 8 from the map: 3 more.
+    assert_eq!(ask("c", "3", "pro").status, 200);
+    // The operator raises this client's quota for the period.
+    let put = crate::overrides::send_body(
+        ng.port,
+        "PUT",
+        "/api?zone=q&key=c",
+        br#"{"limit": 20}"#,
+        false,
+    );
+    assert_eq!(put.status, 200, "{}", put.describe());
+    assert_eq!(ask("c", "10", "").status, 200);
+    assert_back_at(&ask("c", "3", ""), now, midnight);
+    // Dry run: let through, said so.
+    for status in ["PASSED", "REJECTED_DRY_RUN"] {
+        let r = get_key(ng.port, "/dry/", "d");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("X-Status"), Some(status), "{}", r.describe());
+    }
+    // A ban of an hour on a weekly quota: Retry-After never shorter than
+    // the count's wait, to Monday 00:00 CEST (2026-06-21T22:00:00Z).
+    assert_eq!(get_key(ng.port, "/ban/", "x").status, 200);
+    let monday = now + 6 * 86_400 + 10 * 3_600;
+    assert_back_at(&get_key(ng.port, "/ban/", "x"), now, monday);
+    let m = get(ng.port, "/metrics").text();
+    assert_eq!(
+        prom_value(&m, "rate_limit_window_window_seconds", &[("zone", "b")]),
+        Some(604_800.0),
+        "{m}"
+    );
+}
