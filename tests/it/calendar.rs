@@ -351,6 +351,18 @@ fn a_reload_picks_up_a_tzdata_update() {
     // Midnight JST: 2026-06-15T15:00:00Z; the count of June 15 kept.
     assert!(fresh, "{}", get_key(ng.port, "/", "k").describe());
     assert_back_at(&get_key(ng.port, "/", "k"), now, now + 3 * 3_600);
+    // Another period, or a sliding window, is another zone: refused, and
+    // the running one keeps serving.
+    for (args, was) in [
+        ("calendar=week tz=Test/Zone", "calendar=day"),
+        ("window=1d", "calendar=day"),
+    ] {
+        let e = ng.try_reload_with(&conf(args, "2")).unwrap_err();
+        let new = args.split(' ').next().unwrap();
+        let want = format!("{new} cannot replace the running {was} on reload");
+        assert!(e.contains(&want), "{want:?} in {e}");
+    }
+    assert_back_at(&get_key(ng.port, "/", "k"), now, now + 3 * 3_600);
 }
 
 /// The zone's other features on a calendar zone, through nginx: a cost,

@@ -24,7 +24,7 @@
 //! period's exact count (see [`crate::rule::window::Window::calendar`]).
 
 use core::fmt;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use jiff::civil::Date;
@@ -34,6 +34,11 @@ use jiff::Span;
 /// The last year whose periods are tabled: instants from
 /// `HORIZON_END_YEAR + 1`-01-01 on stay in the last tabled period.
 pub const HORIZON_END_YEAR: i16 = 2100;
+
+/// Bits of an instant (epoch ms) in the words of a calendar's last period
+/// (up to 2109-05-15); the window index takes the 22 bits above.
+const CUR_BITS: u32 = 42;
+const CUR_MASK: u64 = (1 << CUR_BITS) - 1;
 
 /// The length of a calendar period, the word of `calendar=`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -95,21 +100,24 @@ impl Period {
                 }
     }
 
-    /// The window length the table decides with, in ms: the nominal
-    /// length (at most 2,147,483,000 ms, below the table's fast arithmetic's
-    /// 2^31) plus 1 to 4 ms, so that it is never a whole number of seconds
-    /// like every `window=`: a table, state file or fleet of one rule never
-    /// passes for the other's. As the previous window of a period is always
-    /// empty, it only scales the slots' touch ticks; elapsed times are
-    /// clamped below it.
+    /// The window length the table decides with, in ms: longer than any
+    /// period of its kind (a day of 48 hours, a week of 8 days, a month of
+    /// 32, a year of 367: a day is at most 27 hours, on Antarctica/Casey's
+    /// 2010-03-05), plus 1 to 4 ms, so that it is never a whole number of
+    /// seconds like every `window=`: a table, state file or fleet of one
+    /// rule never passes for the other's. As the previous window of a
+    /// period is always empty, the estimate is the exact count whatever
+    /// the length; the time into a window is counted back from the
+    /// period's end ([`Calendar::locate`]), so that the table's reset is
+    /// the time to the next period's start.
     pub fn table_ms(self) -> u64 {
-        let tag = match self {
-            Period::Day => 1,
-            Period::Week => 2,
-            Period::Month => 3,
-            Period::Year => 4,
+        let (days, tag) = match self {
+            Period::Day => (2, 1),
+            Period::Week => (8, 2),
+            Period::Month => (32, 3),
+            Period::Year => (367, 4),
         };
-        (self.nominal_secs() * 1000).min(2_147_483_000) + tag
+        days * 86_400_000 + tag
     }
 
     /// The first day of the period holding `d`.
@@ -179,9 +187,13 @@ pub struct Calendar {
     /// non-decreasing (a period skipped whole by a transition, as
     /// Pacific/Apia's 2011-12-30, is empty: it starts where the next does).
     starts: Box<[u64]>,
-    /// This process's last period (an index into `starts`): a hint, checked
-    /// against `starts` before use, so any value is safe.
-    hint: AtomicUsize,
+    /// The request path's last period ([`Calendar::locate`]), as two
+    /// words that each carry its window index above [`CUR_BITS`] bits: its
+    /// end (epoch ms), stored last (Release) and loaded first (Acquire),
+    /// and its start. Only the worker's request path writes them; any
+    /// value that does not hold `now` sends a reader to the search.
+    cur_end: AtomicU64,
+    cur_start: AtomicU64,
 }
 
 impl fmt::Debug for Calendar {
@@ -214,7 +226,16 @@ impl Calendar {
             let at = day.to_zoned_datetime(tz.clone()).map_err(err)?;
             let ms = u64::try_from(at.timestamp().as_millisecond()).unwrap_or(0);
             // Non-decreasing, whatever the rules say.
-            starts.push(ms.max(starts.last().copied().unwrap_or(0)));
+            let last = starts.last().copied().unwrap_or(0);
+            if ms.saturating_sub(last) >= period.table_ms() {
+                let hours = (ms - last) / 3_600_000;
+                return Err(CalendarError(format!(
+                    "time zone \"{tz_name}\" has a {} of {hours} hours before {day}: \
+                     longer than this module can count",
+                    period.name()
+                )));
+            }
+            starts.push(ms.max(last));
             let Some(next) = period.next_day(day) else {
                 break;
             };
@@ -225,7 +246,8 @@ impl Calendar {
             tz: tz_name.to_owned(),
             first,
             starts: starts.into_boxed_slice(),
-            hint: AtomicUsize::new(0),
+            cur_end: AtomicU64::new(0),
+            cur_start: AtomicU64::new(0),
         })
     }
 
@@ -239,40 +261,76 @@ impl Calendar {
         &self.tz
     }
 
-    /// The period holding `now_ms` (epoch ms). This process's last period
-    /// first (the common case: one load, two compares), else a search.
-    #[inline(always)]
+    /// The period holding `now_ms` (epoch ms): this process's last period
+    /// when it holds `now_ms`, else a search (not remembered: only the
+    /// request path, one thread, writes the last period).
     pub fn span(&self, now_ms: u64) -> PeriodSpan {
-        let i = self.hint.load(Ordering::Relaxed);
-        if let (Some(&start_ms), Some(&end_ms)) = (self.starts.get(i), self.starts.get(i + 1)) {
-            if start_ms <= now_ms && now_ms < end_ms {
-                return PeriodSpan {
-                    index: self.first + i as u64,
-                    start_ms,
-                    end_ms,
-                };
-            }
+        let end = self.cur_end.load(Ordering::Acquire);
+        let start = self.cur_start.load(Ordering::Relaxed);
+        let (end_ms, start_ms) = (end & CUR_MASK, start & CUR_MASK);
+        if (end ^ start) >> CUR_BITS == 0 && start_ms <= now_ms && now_ms < end_ms {
+            let index = (end >> CUR_BITS) / 2;
+            return PeriodSpan {
+                index,
+                start_ms,
+                end_ms,
+            };
         }
-        self.span_search(now_ms)
+        self.search(now_ms)
     }
 
-    /// [`Calendar::span`] by a binary search (the clock passed a period's
-    /// end, or another one's), remembered as this process's hint.
+    /// The table's window index and time into the window (ms) of
+    /// `now_ms` in a table of windows of `window_ms`
+    /// ([`Period::table_ms`]): twice the period's index, and the time
+    /// counted back from the period's end (`window_ms` less the time left,
+    /// so that the table's time to the window's end is the time to the
+    /// next period's start).
+    ///
+    /// The request path's, in the worker's one thread, the only writer of
+    /// the last period: two loads and two compares when it holds `now_ms`.
+    /// `now_ms` takes the end word's window index in its high bits, so
+    /// that the start word (written first, read second) compares below it
+    /// only when it is the same period's or an earlier one's (a write in
+    /// flight, seen only by another thread: at most a period off, once).
+    #[inline(always)]
+    pub fn locate(&self, now_ms: u64, window_ms: u64) -> (u64, u64) {
+        let end = self.cur_end.load(Ordering::Acquire);
+        let start = self.cur_start.load(Ordering::Relaxed);
+        let now = now_ms | (end & !CUR_MASK);
+        if start <= now && now < end {
+            // No period is as long as its table window (`Calendar::build`).
+            return (end >> CUR_BITS, window_ms - (end - now));
+        }
+        self.locate_search(now_ms, window_ms)
+    }
+
+    /// [`Calendar::locate`] by a search, remembered as the last period.
     #[cold]
     #[inline(never)]
-    fn span_search(&self, now_ms: u64) -> PeriodSpan {
-        // The last period that starts at or before now (empty ones skipped
-        // by taking the last of equal starts).
+    fn locate_search(&self, now_ms: u64, window_ms: u64) -> (u64, u64) {
+        let s = self.search(now_ms);
+        let w = Self::window_index(s.index);
+        if s.end_ms <= CUR_MASK && now_ms <= CUR_MASK && w >> (64 - CUR_BITS) == 0 {
+            let tag = w << CUR_BITS;
+            self.cur_start.store(s.start_ms | tag, Ordering::Relaxed);
+            self.cur_end.store(s.end_ms | tag, Ordering::Release);
+        }
+        // Past the horizon, the last period never ends.
+        (w, window_ms - (s.end_ms - now_ms).min(window_ms))
+    }
+
+    /// The period holding `now_ms`, by a binary search: the last period
+    /// that starts at or before it (of equal starts, the last: an empty
+    /// period is skipped).
+    fn search(&self, now_ms: u64) -> PeriodSpan {
         let i = self
             .starts
             .partition_point(|&s| s <= now_ms)
             .saturating_sub(1);
-        let end_ms = self.starts.get(i + 1).copied().unwrap_or(u64::MAX);
-        self.hint.store(i, Ordering::Relaxed);
         PeriodSpan {
             index: self.first + i as u64,
             start_ms: self.starts.get(i).copied().unwrap_or(0),
-            end_ms,
+            end_ms: self.starts.get(i + 1).copied().unwrap_or(u64::MAX),
         }
     }
 
@@ -390,5 +448,35 @@ mod tests {
             .unwrap()
             .intern();
         assert!(!core::ptr::eq(a, c));
+    }
+
+    /// Every zone of the system's database (Debian's tzdata) has days
+    /// shorter than a day calendar's table window (48 hours), so that
+    /// `nginx -t` accepts any of them.
+    #[test]
+    fn every_zone_of_the_system_builds_its_days() {
+        let mut dirs = vec![std::path::PathBuf::from("/usr/share/zoneinfo")];
+        let mut zones = 0;
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    if !p.ends_with("right") && !p.ends_with("posix") {
+                        dirs.push(p);
+                    }
+                    continue;
+                }
+                let data = std::fs::read(&p).unwrap();
+                let Ok(tz) = TimeZone::tzif("zone", &data) else {
+                    continue; // zone1970.tab, leapseconds, ...
+                };
+                let name = p.display().to_string();
+                if let Err(e) = Calendar::build(Period::Day, &name, &tz) {
+                    panic!("{e:?}");
+                }
+                zones += 1;
+            }
+        }
+        assert!(zones > 300, "{zones} zones: is tzdata installed?");
     }
 }

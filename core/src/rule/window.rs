@@ -118,11 +118,12 @@ impl Window {
     }
 
     /// Time since the start of the window containing `now_ms`, in ms
-    /// (`now_ms % ms`, always `< ms`; a calendar's, clamped below `ms`).
+    /// (`now_ms % ms`, always `< ms`; a calendar's, counted back from its
+    /// period's end: see [`Calendar::locate`]).
     pub fn elapsed_ms(self, now_ms: u64) -> u64 {
         match self.cal {
             None => now_ms % self.ms,
-            Some(c) => (now_ms - c.span(now_ms).start_ms).min(self.ms - 1),
+            Some(c) => c.locate(now_ms, self.ms).1,
         }
     }
 
@@ -398,7 +399,7 @@ pub fn reset_secs(elapsed_ms: u64, window_ms: u64) -> u32 {
     secs_ceil(window_ms.saturating_sub(elapsed_ms))
 }
 
-/// [`reset_secs`] for `elapsed_ms < window_ms <= MAX_WINDOW_MS` (the
+/// [`reset_secs`] for `elapsed_ms < window_ms <= 400 days` (the
 /// remainder of a division by the window): nothing to saturate or clamp,
 /// for the table's admitting path.
 #[inline(always)]
@@ -406,7 +407,8 @@ pub fn reset_secs(elapsed_ms: u64, window_ms: u64) -> u32 {
 // `secs_ceil`); equal to it here, where nothing overflows.
 #[allow(clippy::manual_div_ceil)]
 pub(crate) fn reset_secs_in(elapsed_ms: u64, window_ms: u64) -> u32 {
-    debug_assert!(elapsed_ms < window_ms && window_ms <= MAX_WINDOW_MS);
+    // A calendar's table windows are longer (a year's: 367 days).
+    debug_assert!(elapsed_ms < window_ms && window_ms <= 400 * 86_400_000);
     ((window_ms - elapsed_ms + 999) / 1000) as u32
 }
 

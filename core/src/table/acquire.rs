@@ -8,7 +8,6 @@ use super::layout::{
 };
 use super::place::{Candidate, Found, Place};
 use super::{FailPolicy, KeyHash, Table, CHOICES};
-use crate::rule::calendar::Calendar;
 use crate::rule::fit;
 use crate::rule::window::{self, Counts};
 use portable_atomic::AtomicU128;
@@ -258,10 +257,13 @@ impl Table<'_> {
         if self.strict {
             return then(&self.acquire_strict(key, now_ms, limit, cost, policy, shard));
         }
-        if let Some(cal) = self.window.calendar_of() {
-            return then(&self.acquire_calendar(cal, question));
-        }
-        let (now_idx, elapsed) = self.wdiv.divrem(now_ms);
+        // A calendar zone's period is a window of the table, and the time
+        // into it is counted back from the period's end (see
+        // `Calendar::locate`): the rest is the same rule.
+        let (now_idx, elapsed) = match self.window.calendar_of() {
+            None => self.wdiv.divrem(now_ms),
+            Some(cal) => cal.locate(now_ms, self.window.ms()),
+        };
         let q = Probe {
             key,
             fp: key.fingerprint(),
@@ -272,52 +274,6 @@ impl Table<'_> {
             policy,
             shard,
         };
-        self.acquire_probe(q, then)
-    }
-
-    /// [`Table::acquire_then`] in a calendar zone: the period holding the
-    /// request's time is window `2p` of the table (its previous window is
-    /// never counted, so the estimate is the period's exact count), and
-    /// Retry-After and the reset are the time to the next period's start.
-    #[inline(never)]
-    fn acquire_calendar(&self, cal: &Calendar, question: Question) -> Answer {
-        let Question {
-            key,
-            now_ms,
-            limit,
-            cost,
-            policy,
-            shard,
-        } = question;
-        let cost = cost.max(1);
-        let span = cal.span(now_ms);
-        let q = Probe {
-            key,
-            fp: key.fingerprint(),
-            now_idx: Calendar::window_index(span.index),
-            elapsed: (now_ms - span.start_ms).min(self.window.ms() - 1),
-            limit: fit::effective_limit(limit, cost),
-            cost,
-            policy,
-            shard,
-        };
-        let mut d = self.acquire_probe(q, |d| *d);
-        // Whether it fits in the next period or never, the next period's
-        // start is when to come back (a slot ahead of this clock, another
-        // worker's clock past the boundary, counts in that period: this
-        // clock reaches it within their skew).
-        let left = window::reset_secs(now_ms, span.end_ms);
-        d.reset_s = left;
-        if d.outcome != Outcome::Admitted {
-            d.retry_after_s = left;
-        }
-        d
-    }
-
-    /// The rest of [`Table::acquire_then`], for a question worked out.
-    #[inline(always)]
-    fn acquire_probe<T>(&self, q: Probe, then: impl FnOnce(&Answer) -> T) -> T {
-        let key = q.key;
         if self.prefetch {
             let p = self.place(key);
             if p.groups == CHOICES {
@@ -508,9 +464,13 @@ impl Table<'_> {
     #[inline(never)]
     fn rejected(&self, counts: Counts, elapsed: u64, limit: u32, estimate: u32) -> Answer {
         let w = self.window.ms();
-        let retry_after_s =
-            fit::retry_after_secs(fit::wait_ms_effective(counts, elapsed, w, limit), w);
         let reset_s = window::reset_secs(elapsed, w);
+        // A calendar period's request fits at the next period's start, or
+        // never (a cost above the limit): come back then.
+        let retry_after_s = match self.window.calendar_of() {
+            Some(_) => reset_s,
+            None => fit::retry_after_secs(fit::wait_ms_effective(counts, elapsed, w, limit), w),
+        };
         Answer::rejected(retry_after_s, reset_s, estimate, Events::default())
     }
 
@@ -566,7 +526,12 @@ impl Table<'_> {
                 }
                 false => wait,
             };
-            let retry_after_s = fit::retry_after_secs(wait, w);
+            let retry_after_s = match self.window.calendar_of() {
+                // As in `rejected` (a clock behind the key's period: this
+                // one's start, within the clocks' skew).
+                Some(_) => reset_s,
+                None => fit::retry_after_secs(wait, w),
+            };
             return Some(Answer::rejected(retry_after_s, reset_s, est, *events));
         }
         // Admitted: current < limit <= MAX_LIMIT < COUNT_MAX.
@@ -607,7 +572,10 @@ impl Table<'_> {
         let w = self.window.ms();
         let reset_s = window::reset_secs_in(q.elapsed, w);
         if q.limit == 0 {
-            let retry_after_s = fit::retry_after_secs(None, w);
+            let retry_after_s = match self.window.calendar_of() {
+                Some(_) => reset_s,
+                None => fit::retry_after_secs(None, w),
+            };
             return Some(Answer::rejected(retry_after_s, reset_s, 0, *events));
         }
         let (target, idle, live) = match (free, victim, q.policy) {
