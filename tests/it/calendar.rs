@@ -7,6 +7,9 @@ use crate::common;
 
 use common::*;
 
+/// Requests of a key admitted until the first refusal, and the refusal.
+use crate::state::admitted as fill;
+
 /// 2026-11-01T05:10:00Z: 01:10 EDT, in the first local 01:xx hour of New
 /// York's fall-back day (local midnight was 04:00Z; the day is 25 h long).
 const FALL_FIRST_0110: i64 = 1_793_509_800;
@@ -35,19 +38,6 @@ fn conf(zone_args: &str, limit: &str) -> String {
 
 fn start(clock: &FakeClock, up: &Upstream, zone_args: &str, limit: &str) -> Nginx {
     start_faked(clock, up, "Asia/Tokyo", &conf(zone_args, limit))
-}
-
-/// Sends requests of `key` until the first refusal: how many were
-/// admitted, and the refusal.
-fn fill(ng: &Nginx, key: &str) -> (usize, Response) {
-    for n in 0..100 {
-        let r = get_key(ng.port, "/", key);
-        if r.status != 200 {
-            assert_eq!(r.status, 429, "{}", r.describe());
-            return (n, r);
-        }
-    }
-    panic!("{key} was never refused");
 }
 
 /// A refusal that tells the client to come back at `at` (Unix seconds)
