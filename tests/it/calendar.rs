@@ -357,7 +357,8 @@ fn a_reload_picks_up_a_tzdata_update() {
 
 /// The zone's other features on a calendar zone, through nginx: a cost,
 /// a limit from a variable, an operator's override (the client's quota
-/// for the period), `ban=`, dry run, the variables and the metrics.
+/// for the period), `count_status=`, `ban=`, dry run, the variables and
+/// the metrics.
 #[test]
 fn costs_overrides_bans_dry_run_and_variables_compose() {
     // 2026-06-15T12:00:00Z: 14:00 in Berlin (CEST); midnight is 22:00Z.
@@ -377,6 +378,10 @@ fn costs_overrides_bans_dry_run_and_variables_compose() {
              rate_limit_window zone=q limit=1;
              add_header X-Status $rate_limit_window_status always;
              proxy_pass http://{{UPSTREAM}};
+         }
+         location /cs/ {
+             rate_limit_window zone=q limit=2 count_status=404;
+             empty_gif;
          }
          location /ban/ {
              rate_limit_window zone=b limit=1 ban=1h;
@@ -423,6 +428,13 @@ fn costs_overrides_bans_dry_run_and_variables_compose() {
         assert_eq!(r.status, 200);
         assert_eq!(r.header("X-Status"), Some(status), "{}", r.describe());
     }
+    // count_status=: a 200 is given back in its period when it ends.
+    for _ in 0..4 {
+        assert_eq!(get_key(ng.port, "/cs/", "s").status, 200);
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&get(ng.port, "/api?zone=q&key=s").body).unwrap();
+    assert_eq!(v["current"].as_f64(), Some(0.0), "{v}");
     // A ban of an hour on a weekly quota: Retry-After never shorter than
     // the count's wait, to Monday 00:00 CEST (2026-06-21T22:00:00Z).
     assert_eq!(get_key(ng.port, "/ban/", "x").status, 200);
