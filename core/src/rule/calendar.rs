@@ -222,24 +222,26 @@ impl Calendar {
         let first = u64::try_from(period.index_of(day)).unwrap_or(0);
         let last = jiff::civil::date(HORIZON_END_YEAR + 1, 1, 1);
         let mut starts = Vec::new();
-        while day <= last {
+        // Up to the first period that starts after the horizon's last day,
+        // so that every instant up to it has its period's end.
+        loop {
             let at = day.to_zoned_datetime(tz.clone()).map_err(err)?;
             let ms = u64::try_from(at.timestamp().as_millisecond()).unwrap_or(0);
             // Non-decreasing, whatever the rules say.
-            let last = starts.last().copied().unwrap_or(0);
-            if ms.saturating_sub(last) >= period.table_ms() {
-                let hours = (ms - last) / 3_600_000;
+            let prev = starts.last().copied().unwrap_or(0);
+            if !starts.is_empty() && ms.saturating_sub(prev) >= period.table_ms() {
+                let hours = (ms - prev) / 3_600_000;
                 return Err(CalendarError(format!(
                     "time zone \"{tz_name}\" has a {} of {hours} hours before {day}: \
                      longer than this module can count",
                     period.name()
                 )));
             }
-            starts.push(ms.max(last));
-            let Some(next) = period.next_day(day) else {
-                break;
-            };
-            day = next;
+            starts.push(ms.max(prev));
+            match period.next_day(day) {
+                Some(next) if day <= last => day = next,
+                _ => break,
+            }
         }
         Ok(Calendar {
             period,

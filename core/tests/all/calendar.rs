@@ -179,3 +179,23 @@ proptest! {
         }
     }
 }
+
+/// The horizon's first and last instants, in every zone and period: the
+/// model's period, its end included (the table reaches past 2100).
+#[test]
+fn the_horizon_ends_match_the_model() {
+    for (z, name) in ZONES.iter().enumerate() {
+        for (p, &period) in PERIODS.iter().enumerate() {
+            let cal = window(z, p).calendar_of().unwrap();
+            for t in [0, 1, END_2100_MS - 1, END_2100_MS] {
+                let s = cal.span(t);
+                let m = period_at(period, &tz(name), t);
+                assert_eq!(
+                    (s.index, s.start_ms, s.end_ms),
+                    (m.index, m.start_ms, m.end_ms),
+                    "{name} {period} {t}"
+                );
+            }
+        }
+    }
+}
