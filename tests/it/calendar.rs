@@ -92,6 +92,27 @@ fn spring_forward_day_is_one_23_hour_period() {
     one_local_day(SPRING_0130, SPRING_0330, SPRING_NEXT_MIDNIGHT);
 }
 
+/// A day whose local midnight a transition skips starts at its first
+/// instant that exists: America/Santiago's 2026-09-06 starts at 01:00 -03
+/// (04:00Z; 00:00 -04 never happens) and is 23 hours long.
+#[test]
+fn a_skipped_midnight_starts_the_day_at_its_first_instant() {
+    // 2026-09-05T12:00:00Z (08:00 -04) and 2026-09-06T04:00:00Z.
+    let (now, first) = (1_788_609_600, 1_788_667_200);
+    let up = Upstream::start();
+    let clock = FakeClock::new(now);
+    let ng = start(&clock, &up, "calendar=day tz=America/Santiago", "1");
+    let (n, r) = fill(&ng, "k");
+    assert_eq!(n, 1);
+    assert_back_at(&r, now, first);
+    clock.set(first - 1);
+    assert_back_at(&get_key(ng.port, "/", "k"), first - 1, first);
+    clock.set(first);
+    let r = get_key(ng.port, "/", "k");
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert_eq!(r.header_num("RateLimit-Reset"), 23 * 3_600);
+}
+
 /// `calendar=month tz=UTC`: refused on Jan 31 23:59:59 with Retry-After
 /// 1, admitted at Feb 1 00:00:00; the January count was from Jan 10.
 #[test]
