@@ -22,12 +22,15 @@ fn page_size() -> usize {
     unsafe { ngx_pagesize }
 }
 
-/// `rate_limit_window_zone KEY zone=NAME:SIZE [window=TIME] [fail=open|closed]
+/// `rate_limit_window_zone KEY zone=NAME:SIZE [window=TIME | calendar=PERIOD [tz=NAME]]
+/// [fail=open|closed]
 /// [redis=HOST:PORT|unix:/path|redis[s]://... [sync=TIME] [secret=STRING]
 /// [redis_mode=single|sentinel|cluster] [redis_master=NAME] [redis_ca=PATH]
 /// [redis_cert=PATH] [redis_key=PATH] [redis_password_file=PATH]]];`
 ///
-/// The parameters are parsed by the core's pure (and fuzzed) parser.
+/// The parameters are parsed by the core's pure (and fuzzed) parser; a
+/// `calendar=` zone's time zone is read from the system's database here,
+/// at each configuration (`nginx -t`, a start, a reload).
 pub fn set_zone(cf: &ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
     let Some(&key) = cf.args().get(1) else {
         return Err(ConfFailed::Logged);
