@@ -19,6 +19,7 @@ pub mod early_answer;
 pub mod loc_delay;
 pub mod redis_files;
 pub mod shed;
+pub mod strict_limit;
 pub mod value;
 pub mod zone_directive;
 
@@ -203,8 +204,10 @@ pub struct LocConf {
     pub phase: ngx_uint_t,
     /// `delay_max_held=` and this worker's held requests (see request/hold.rs).
     pub delay: LocDelay,
-    /// Some limit has `delay=` or `count_status=`: an admitted request has
-    /// more to do (set by `merge`, so that the request path tests one flag).
+    /// Some limit has `delay=`, `count_status=` or `charge=`, or the
+    /// headers are `ietf` (whose `t` is computed for an admitted request):
+    /// an admitted request has more to do (set by `merge`, so that the
+    /// request path tests one flag).
     pub extras: bool,
     /// Some limit has `in_flight=`, or the location `rate_limit_window_shed`:
     /// a request may take places, given back when it ends (set by `merge`).
@@ -275,9 +278,10 @@ impl Merge for LocConf {
         pick(&mut self.grpc, prev.grpc, UNSET, GRPC_DEFAULT);
         self.delay.merge(&prev.delay);
         self.extras = self.limits.as_ref().is_some_and(|limits| {
-            limits
-                .iter()
-                .any(|l| l.delay_ms > 0 || l.count_status.is_some() || l.charge.is_some())
+            self.headers == HEADERS_IETF
+                || limits
+                    .iter()
+                    .any(|l| l.delay_ms > 0 || l.count_status.is_some() || l.charge.is_some())
         });
         self.routes.clear();
         for l in self.limits.iter().flatten() {
@@ -410,6 +414,7 @@ pub fn set_limit(cf: &ngx_conf_t, lcf: &mut LocConf) -> ConfResult {
     let (file, line) = cf.position();
     let charge = charge_var::compile(cf, zone_ref, d.charge.as_deref(), (file, line))?;
     calendar::note_delay(cf, zone_ref, d.delay.delay_ms, (file, line))?;
+    strict_limit::note(cf, zone_ref, value, (file, line))?;
     limits.push(limit(
         &d,
         Compiled {
@@ -475,6 +480,7 @@ pub fn init_main_conf(cf: &mut ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
         }
         charge_var::check_zone(cf, z)?;
         calendar::check_zone(cf, z)?;
+        strict_limit::check_zone(cf, z)?;
     }
     if !mcf.zones.is_empty() {
         crate::zone::tally::register(cf, &mut mcf.tally).map_err(|()| ConfFailed::Logged)?;

@@ -180,3 +180,24 @@ pub fn set(r: &Request, v: &mut ngx_http_variable_value_t, bytes: &[u8]) -> ngx_
     v.set_not_found(0);
     Status::NGX_OK.into()
 }
+
+/// Whether the variable `index` of `r` evaluates to something non-empty
+/// when evaluated afresh (its cached value ignored); the request's cached
+/// value is put back.
+///
+/// # Safety
+/// `r` is a valid request and `index` a variable index obtained at
+/// configuration time (within its variables array).
+pub unsafe fn set_afresh(r: *mut ngx_http_request_t, index: ngx_uint_t) -> bool {
+    // SAFETY: per the contract; the entry is restored before return.
+    unsafe {
+        let slot = (*r).variables.add(index);
+        let saved = *slot;
+        (*slot).set_valid(0);
+        (*slot).set_not_found(0);
+        let v = ngx_http_get_flushed_variable(r, index);
+        let set = v.as_ref().is_some_and(|v| !variable_bytes(v).is_empty());
+        *slot = saved;
+        set
+    }
+}

@@ -91,9 +91,12 @@ fn add_headers(r: &mut Request, d: &Report) {
     }
 }
 
-/// draft-ietf-httpapi-ratelimit-headers-10: one list member per applied
-/// limit, the policy name being the zone name. Out of line: it allocates
-/// and formats, and `rate_limit_window_headers ietf` is the rarer setting.
+/// draft-ietf-httpapi-ratelimit-headers-10/-11: one list member per
+/// applied limit, the policy name being the zone name. `t` of an
+/// admission is when `r` next grows (judging.rs); of a refusal, a limit
+/// with nothing left says the refusal's Retry-After. Out of line: it
+/// allocates and formats, and `rate_limit_window_headers ietf` is the
+/// rarer setting.
 #[inline(never)]
 fn add_ietf(r: &mut Request, d: &Report) {
     let mut policy = String::with_capacity(64);
@@ -108,7 +111,13 @@ fn add_ietf(r: &mut Request, d: &Report) {
             a.limit,
             zone.window.secs()
         );
-        let _ = write!(buf, "{sep}\"{name}\";r={};t={}", a.remaining, a.reset_s);
+        if zone.charge_at.is_some() {
+            // Its quota counts what `charge=` says (tokens, bytes), not
+            // requests: no registered `qu` names it, so a vendor parameter.
+            policy.push_str(";rlw-unit=\"charge\"");
+        }
+        let t = d.reset_of(a);
+        let _ = write!(buf, "{sep}\"{name}\";r={};t={t}", a.remaining);
     }
     if !policy.is_empty() {
         add_header(r, "RateLimit-Policy", policy.as_bytes());
@@ -142,7 +151,7 @@ fn add_numbers(r: &mut Request, d: &Report) {
                         "RateLimit-Remaining",
                         pooled(decimal(t.remaining, remaining)),
                     ),
-                    ("RateLimit-Reset", pooled(decimal(t.reset_s, reset))),
+                    ("RateLimit-Reset", pooled(decimal(d.reset_of(t), reset))),
                 ],
             );
         }

@@ -31,7 +31,7 @@ use ngx::ngx_log_debug_http;
 
 use rate_limit_window_core::engine::{self, Ask, HostError, Verdict};
 
-use crate::conf::{self, LocConf, PHASE_POSTACCESS, PHASE_PREACCESS};
+use crate::conf::{self, LocConf, HEADERS_IETF, PHASE_POSTACCESS, PHASE_PREACCESS};
 use crate::ffi::pool::main_of;
 use crate::ffi::process;
 use crate::ffi::req::request_handler;
@@ -40,7 +40,7 @@ use crate::request::hold;
 use crate::request::judging::Judging;
 use crate::request::logging::{log_rejection, warn_on_late_keys};
 use crate::request::record::{self, Applied, RequestStatus};
-use crate::request::{count_status, in_flight, near_limit, shed};
+use crate::request::{count_status, near_limit};
 use crate::Module;
 
 /// The nginx phase an invocation of the handler runs in.
@@ -173,12 +173,12 @@ fn main_decides_later(r: &Request) -> bool {
     mcf.decides == PHASE_POSTACCESS
 }
 
-/// Makes and commits the decision for `r`: the location's limits, in order,
-/// decided by the core's engine. `at`: where the main request's record
-/// goes, and the record if it has one already (a held request's); the
-/// record is reserved (allocated) before anything is counted. Only a main
-/// request is held: a subrequest's phases are run by its parent, not by
-/// its connection's events.
+/// Makes and commits the decision for `r`: the location's shed group and
+/// limits, in order, decided by the core's engine. `at`: where the main
+/// request's record goes, and the record if it has one already (a held
+/// request's); the record is reserved (allocated) before anything is
+/// counted. Only a main request is held: a subrequest's phases are run by
+/// its parent, not by its connection's events.
 #[inline(always)]
 fn decide<const PLACES: bool>(
     r: &mut Request,
@@ -186,21 +186,23 @@ fn decide<const PLACES: bool>(
     limits: &[conf::Limit],
     at: record::Place,
 ) -> ngx_int_t {
+    // A record before the decision is a held request's (a decided one
+    // returned above): woken, decided again.
+    let woken = at.rec.is_some();
     let Some(pending) = record::reserve(r, at, limits.len()) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
     // A place taken is given back however the request ends: the record
     // is dropped with the pool (one test where no place is configured).
-    if PLACES {
-        if let Err(rc) = before_limits(r, lcf, &pending) {
-            return rc;
-        }
+    if PLACES && !pending.settle_at_end() {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     }
     let ask = Ask {
         now_ms: process::now_ms(),
         shard: process::shard(),
         dry_run: lcf.dry_run != 0,
         holdable: r.is_main(),
+        woken,
     };
     let mut j = Judging::<PLACES> {
         r,
@@ -208,28 +210,18 @@ fn decide<const PLACES: bool>(
         limits,
         pending,
     };
-    // Err: an nginx error; the engine gave back what it counted.
+    // Err: an nginx error; the engine gave back what the request took.
     let out = engine::decide(&mut j, &ask);
     // The admission first: one test, with every other verdict (and the
     // rejection's payload) out of line.
     let (verdict, retry_after) = if let Ok(Verdict::Admit) = out {
-        (admitted(&mut j, &ask), 0)
+        (admitted(&mut j), 0)
     } else {
         core::hint::cold_path();
         match not_admitted(&mut j, &out, &ask) {
             Ok(v) => v,
-            Err(rc) => {
-                if PLACES {
-                    in_flight::give_back_shed(&j.pending);
-                }
-                return rc;
-            }
+            Err(rc) => return rc,
         }
-    };
-    let verdict = if PLACES {
-        after_limits(&j, verdict)
-    } else {
-        verdict
     };
     let (r, pending) = (&mut *j.r, &j.pending);
     ngx_log_debug_http!(
@@ -243,66 +235,20 @@ fn decide<const PLACES: bool>(
         crate::request::tally::decided(r, lcf, verdict);
     }
     if verdict.refused() {
+        if verdict == RequestStatus::Shed {
+            return lcf.shed.as_ref().map_or(503, |s| s.status);
+        }
         // A gRPC call gets a gRPC answer (grpc_reject.rs), any other the status.
         return crate::request::grpc_reject::reject(r, lcf, retry_after);
     }
     Status::NGX_DECLINED.into()
 }
 
-/// Before the limits of a location with places: the record is set to be
-/// dropped with the pool, then the location's shed group decides (a place
-/// taken is kept in the record). Ok: go on to the limits. Err: the
-/// handler's return code (the request shed, or out of memory).
-#[cold]
-#[inline(never)]
-fn before_limits(
-    r: &mut Request,
-    lcf: &LocConf,
-    pending: &record::Pending,
-) -> Result<(), ngx_int_t> {
-    if !pending.settle_at_end() {
-        return Err(NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t);
-    }
-    let Some(s) = lcf.shed.as_ref() else {
-        return Ok(());
-    };
-    match shed::admit(r, lcf, s) {
-        Ok(p) => {
-            if let Some(t) = p {
-                in_flight::keep(pending, t);
-            }
-            Ok(())
-        }
-        Err(retry) => {
-            // Never counted by the limits: the engine does not see it.
-            record::commit(pending, RequestStatus::Shed, lcf.headers, retry);
-            Err(s.status)
-        }
-    }
-}
-
-/// After the verdict of a location with places: a request that does not
-/// go on gives its shed place back; one that goes on (admitted, exempt, a
-/// dry run's) keeps it until it ends (its in-flight places are in its
-/// record already: the engine gave them back if it was not admitted). A
-/// location with a shed group and no limit reads PASSED.
-#[cold]
-#[inline(never)]
-fn after_limits<const P: bool>(j: &Judging<'_, P>, verdict: RequestStatus) -> RequestStatus {
-    if verdict.refused() {
-        in_flight::give_back_shed(&j.pending);
-    }
-    match verdict {
-        RequestStatus::Exempt if j.lcf.shed.is_some() => RequestStatus::Passed,
-        v => v,
-    }
-}
-
 /// An admitted request (decided as `ask`; the engine counted it
 /// `passed`): each limit's near-limit count (when one is near), then what `count_status=` and
 /// `delay=` keep.
 #[inline(always)]
-fn admitted<const P: bool>(j: &mut Judging<'_, P>, ask: &Ask) -> RequestStatus {
+fn admitted<const P: bool>(j: &mut Judging<'_, P>) -> RequestStatus {
     // The loop only when a limit was noted near (judging.rs's `record`).
     if j.pending.any_near() {
         core::hint::cold_path();
@@ -312,7 +258,10 @@ fn admitted<const P: bool>(j: &mut Judging<'_, P>, ask: &Ask) -> RequestStatus {
     // configured.
     if j.lcf.extras {
         core::hint::cold_path();
-        return admitted_extras(j.r, j.limits, j.pending.applied(), ask.now_ms);
+        if j.lcf.headers == HEADERS_IETF {
+            crate::request::judging::ietf_t(j.r, j.limits, &mut j.pending, process::now_ms());
+        }
+        return admitted_extras(j.r, j.limits, j.pending.applied());
     }
     RequestStatus::Passed
 }
@@ -331,8 +280,14 @@ fn not_admitted<const P: bool>(
     };
     let (r, lcf, limits, now) = (&mut *j.r, j.lcf, j.limits, ask.now_ms);
     Ok(match v {
-        Verdict::Admit => (admitted(j, ask), 0),
+        Verdict::Admit => (admitted(j), 0),
         Verdict::Exempt => (RequestStatus::Exempt, 0),
+        Verdict::Shed(s) => {
+            if let Some(shed) = lcf.shed.as_ref() {
+                crate::request::shed::log_shed(r, lcf, shed, s.in_flight);
+            }
+            (RequestStatus::Shed, s.retry_after_s)
+        }
         Verdict::Hold(_) => {
             ngx_log_debug_http!(r, "rate_limit_window: held by delay=");
             return Err(Status::NGX_AGAIN.into());
@@ -347,38 +302,29 @@ fn not_admitted<const P: bool>(
             hold::would_hold(r, &holding);
             (RequestStatus::DelayedDryRun, 0)
         }
-        Verdict::Reject(rej) => (reject(r, lcf, limits, rej, now), rej.retry_after_s),
+        Verdict::Reject(rej) => (reject(r, lcf, limits, rej), rej.retry_after_s),
     })
 }
 
 /// An admitted request of a location with `count_status=` or `delay=`:
 /// keeps its admissions for the final status and settles a held request.
 #[inline(never)]
-fn admitted_extras(
-    r: &mut Request,
-    limits: &[conf::Limit],
-    applied: &[Applied],
-    now: u64,
-) -> RequestStatus {
+fn admitted_extras(r: &mut Request, limits: &[conf::Limit], applied: &[Applied]) -> RequestStatus {
     count_status::reserve(r, limits, applied);
-    hold::admitted(r, limits, now)
+    hold::admitted(r, limits)
 }
 
 /// The glue's side of a rejection the engine made (it has given back the
-/// other limits' admissions and counted the rejection): a held request's
-/// place, a client over its share, a ban, the log line. Out of line, so
-/// that the admitting path's code stays together.
+/// other limits' admissions and a held request's hold, and counted the
+/// rejection): a client over its share, a ban, the log line. Out of line,
+/// so that the admitting path's code stays together.
 #[inline(never)]
 fn reject(
     r: &Request,
     lcf: &LocConf,
     limits: &[conf::Limit],
     rej: &engine::Rejection,
-    now: u64,
 ) -> RequestStatus {
-    if rej.unheld {
-        hold::unheld(r, limits, now);
-    }
     if let Some(ahead) = rej.share_full {
         hold::share_full(r, lcf, limits, ahead);
     }

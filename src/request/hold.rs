@@ -84,20 +84,6 @@ pub fn would_hold(r: &Request, h: &Holding) {
     count(h.limits, |s| &s.dry_run, 1);
 }
 
-/// A held request the engine rejected after all: its place is given back,
-/// counted as rejected.
-pub fn unheld(r: &Request, limits: &[Limit], now: u64) {
-    let Some(part) = find(r) else {
-        return;
-    };
-    if let Some(mut h) = part.get() {
-        h.waited_ms = now.saturating_sub(h.since_ms);
-        unhold(&mut h);
-        part.set(Some(h));
-        count(limits, |s| &s.rejected, 1);
-    }
-}
-
 /// Refused at once: its client's share of the queue is full (`ahead` of
 /// its requests held already). Counted and logged.
 pub fn share_full(r: &Request, lcf: &LocConf, limits: &[Limit], ahead: u32) {
@@ -235,25 +221,63 @@ fn woken(r: &mut Request) {
     unsafe { ngx_http_core_run_phases(r.into()) };
 }
 
-/// The verdict of an admitted request: DELAYED if it was held (its place
-/// under the cap is given back and its wait counted), else PASSED.
-/// `r` was just admitted by `limits`.
-pub fn admitted(r: &Request, limits: &[Limit], now: u64) -> RequestStatus {
+/// The verdict of an admitted request: DELAYED if it was held (its hold
+/// ended: [`ended`]), else PASSED.
+pub fn admitted(r: &Request, limits: &[Limit]) -> RequestStatus {
     if !delays(limits) {
         return RequestStatus::Passed;
     }
+    match find(r).and_then(Cell::get) {
+        Some(_) => RequestStatus::Delayed,
+        None => RequestStatus::Passed,
+    }
+}
+
+/// A held request decided for good at `now` (epoch ms), as the engine
+/// says (`how`): its place under the cap, its turn and the `delay_held`
+/// gauge given back (once), its wait kept for `$rate_limit_window_delay`,
+/// counted (admitted or exempt: `admitted`, with its wait; rejected or
+/// shed: `rejected`) and, unless admitted or rejected (which log their
+/// own lines), logged.
+pub fn ended(r: &Request, limits: &[Limit], now: u64, how: engine::Woken) {
     let Some(part) = find(r) else {
-        return RequestStatus::Passed;
+        return;
     };
     let Some(mut h) = part.get().filter(|h| h.held) else {
-        return RequestStatus::Passed;
+        return;
     };
     h.waited_ms = now.saturating_sub(h.since_ms);
     unhold(&mut h);
     part.set(Some(h));
-    count(limits, |s| &s.admitted, 1);
-    count(limits, |s| &s.wait_ms, h.waited_ms);
-    RequestStatus::Delayed
+    let (what, gone_on) = match how {
+        engine::Woken::Admitted => ("admitted", true),
+        engine::Woken::Exempt => ("exempt", true),
+        engine::Woken::Rejected => ("rejected", false),
+        engine::Woken::Shed => ("shed", false),
+    };
+    if gone_on {
+        count(limits, |s| &s.admitted, 1);
+        count(limits, |s| &s.wait_ms, h.waited_ms);
+    } else {
+        count(limits, |s| &s.rejected, 1);
+    }
+    if matches!(how, engine::Woken::Exempt | engine::Woken::Shed) {
+        let level = (h.lcf.log_level + 1).min(NGX_LOG_DEBUG as ngx_uint_t);
+        ngx_log_error!(
+            level,
+            r.log(),
+            "delayed request {} when it woke, after {} ms",
+            what,
+            h.waited_ms
+        );
+    } else {
+        ngx_log_debug_http!(
+            r,
+            "rate_limit_window: held request {} after {} ms",
+            what,
+            h.waited_ms
+        );
+    }
 }
 
 /// Gives back the hold's place under the cap (once).

@@ -82,11 +82,3 @@ pub fn give_back_shed(pending: &Pending) {
         }
     }
 }
-
-/// The record's places when the main request's pool is destroyed (its
-/// drop): every place is given back, once.
-pub fn release(places: impl Iterator<Item = Taken>) {
-    for t in places {
-        t.places.give(t.place);
-    }
-}

@@ -9,18 +9,21 @@ use ngx::ngx_log_debug_http;
 use rate_limit_window_core::conf::addr::{mask_ipv6, IPV6_PREFIX_MAX};
 use rate_limit_window_core::conf::parse::parse_limit;
 use rate_limit_window_core::engine::{
-    self, Cost, Hold, HostError, Invalid, Key, LimitConf, Shared, Skip,
+    self, Cost, Hold, HostError, Invalid, Key, LimitConf, Shared, ShedAsk, Skip, Woken,
 };
 use rate_limit_window_core::overrides::range::Addr;
+use rate_limit_window_core::rule::mode::Mode;
+use rate_limit_window_core::rule::strict::MAX_STRICT_LIMIT;
 use rate_limit_window_core::shm::{Owner, Place, Places};
 use rate_limit_window_core::{Admission, Answer, Table};
 
 use crate::conf::{self, LimitValue, LocConf};
-use crate::ffi::{header_in, process, vars};
+use crate::ffi::process;
 use crate::request::hold;
+use crate::request::key::eval_key;
 use crate::request::logging::{log_episodes, log_invalid, skipped, slot_path};
 use crate::request::record::{self, Applied, Taken};
-use crate::request::{cost, in_flight, near_limit};
+use crate::request::{cost, in_flight, near_limit, shed};
 use crate::zone::ZoneConf;
 
 /// Evaluates one limit's key and limit value for the request, as read:
@@ -46,55 +49,19 @@ fn eval(
     } else {
         key
     };
-    let limit = eval_limit(r, value)?;
+    let limit = eval_limit(r, zone, value)?;
     Ok(Key::Client {
         hash: table.hash_key(key),
         limit,
     })
 }
 
-/// The zone's key for the request (empty: the limit does not apply).
-/// Err(()) is an nginx error while evaluating it. The bytes live in the
-/// request's pool or its headers, as long as the request (`'p`).
-#[inline(always)]
-pub(super) fn eval_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8], ()> {
-    if let Some(index) = zone.key_index {
-        // A key that is one variable: the same value the script engine
-        // would copy out (a cacheable variable is evaluated once per
-        // request, a non-cacheable one again), without the copy.
-        if let Some(name) = zone.key_header.as_ref() {
-            // SAFETY: the index was obtained at configuration time and the
-            // header's name for it at init; the request is valid.
-            return unsafe { header_in::header_key(r.into(), index, name) }.ok_or(());
-        }
-        // SAFETY: the index was obtained at configuration time; the
-        // request is valid.
-        let v = unsafe { vars::flushed_variable(r.into(), index) };
-        // SAFETY: a non-null result is the request's variable value, whose
-        // data lives as long as the request.
-        return match unsafe { v.as_ref() } {
-            None => Err(()),
-            // SAFETY: as above.
-            Some(v) => Ok(unsafe { vars::variable_bytes(v) }),
-        };
-    }
-    eval_complex_key(r, zone)
-}
-
-/// [`eval_key`] of a key that is not one variable (the script engine), out
-/// of line.
-#[inline(never)]
-fn eval_complex_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8], ()> {
-    let key = r.get_complex_value(&zone.key).ok_or(())?.as_bytes();
-    // SAFETY: the value lives in the request's pool, as long as the
-    // request; only the borrow of `r` is shortened away.
-    Ok(unsafe { core::slice::from_raw_parts(key.as_ptr(), key.len()) })
-}
-
 /// Reads the limit value for this request, as it is: a number, empty,
 /// or invalid (the engine's `fail=` decides). Err(()) is an nginx error
 /// while evaluating the variable.
-fn eval_limit(r: &Request, value: LimitValue) -> Result<engine::LimitRead, ()> {
+/// A strict zone's (`zone`'s) value above what it counts is what it
+/// counts, [`MAX_STRICT_LIMIT`] (a fixed one is refused at `nginx -t`).
+fn eval_limit(r: &Request, zone: &ZoneConf, value: LimitValue) -> Result<engine::LimitRead, ()> {
     match value {
         LimitValue::Fixed(n) => Ok(engine::LimitRead::Set(n)),
         LimitValue::Variable(cv) => {
@@ -104,7 +71,13 @@ fn eval_limit(r: &Request, value: LimitValue) -> Result<engine::LimitRead, ()> {
             if b.is_empty() {
                 return Ok(engine::LimitRead::Empty);
             }
-            Ok(parse_limit(b).map_or(engine::LimitRead::Invalid, engine::LimitRead::Set))
+            let cap = if zone.mode == Mode::Strict {
+                MAX_STRICT_LIMIT
+            } else {
+                u32::MAX
+            };
+            let read = |n: u32| engine::LimitRead::Set(n.min(cap));
+            Ok(parse_limit(b).map_or(engine::LimitRead::Invalid, read))
         }
     }
 }
@@ -268,10 +241,14 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
         }
     }
 
+    fn undone(&mut self) {
+        self.pending.undone();
+    }
+
     fn shared(&self, n: usize) -> Shared<'static> {
         let zone = self.limits[n].zone();
         Shared {
-            invalid_count: zone.header().map(|h| &h.invalid_limits),
+            invalid: zone.header().map(|h| &h.invalid_limits),
             turns: zone.turns.as_ref(),
         }
     }
@@ -287,6 +264,44 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
         hold::held_since(self.r)
     }
 
+    fn shed(&mut self) -> Option<ShedAsk<'static>> {
+        shed::ask(self.r, self.lcf.shed.as_ref()?)
+    }
+
+    fn took_shed(&mut self, place: Place) {
+        let Some(group) = self
+            .lcf
+            .shed
+            .as_ref()
+            .and_then(|s| s.group().group.as_ref())
+        else {
+            return;
+        };
+        let places = &group.places;
+        in_flight::keep(
+            &self.pending,
+            Taken {
+                places,
+                place,
+                shed: true,
+            },
+        );
+    }
+
+    fn give_back_shed(&mut self) {
+        in_flight::give_back_shed(&self.pending);
+    }
+
+    fn would_shed(&mut self, in_flight: u32) {
+        if let Some(s) = self.lcf.shed.as_ref() {
+            shed::log_would_shed(self.r, self.lcf, s, in_flight);
+        }
+    }
+
+    fn unhold(&mut self, how: Woken) {
+        hold::ended(self.r, self.limits, process::now_ms(), how);
+    }
+
     fn hold(&mut self, h: &Hold, now: u64) -> bool {
         let (lcf, limits) = (self.lcf, self.limits);
         let holding = hold::Holding {
@@ -296,5 +311,42 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
             now,
         };
         hold::hold(self.r, &holding)
+    }
+}
+
+/// `rate_limit_window_headers ietf`: the `t` of each limit that admitted
+/// the request (`pending`'s, for `r` at `now`, epoch ms) is when its
+/// `remaining` next grows: the first moment a cost of `remaining + 1`
+/// fits, by the engine's one rule. Each key is read again (cached by
+/// nginx): out of line, off the common path.
+#[cold]
+#[inline(never)]
+pub(super) fn ietf_t(
+    r: &mut Request,
+    limits: &[conf::Limit],
+    pending: &mut record::Pending,
+    now: u64,
+) {
+    for l in limits {
+        let zone = l.zone();
+        let Some(table) = zone.table.as_ref() else {
+            continue;
+        };
+        let Some(a) = pending
+            .applied()
+            .iter()
+            .position(|a| core::ptr::eq(a.zone, zone))
+        else {
+            continue;
+        };
+        let applied = pending.applied()[a];
+        if applied.admission.is_none() {
+            continue;
+        }
+        let Ok(Key::Client { hash, .. }) = eval(r, zone, table, l.value) else {
+            continue;
+        };
+        let t = engine::grows_in_s(table, hash, now, applied.limit, applied.remaining);
+        pending.set_reset(a, t);
     }
 }

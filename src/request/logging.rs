@@ -4,7 +4,7 @@
 //! the debug lines of a limit that did not apply and of the slot path.
 
 use core::sync::atomic::Ordering;
-use nginx_sys::{ngx_http_get_flushed_variable, ngx_http_request_t, NGX_LOG_ERR, NGX_LOG_WARN};
+use nginx_sys::{NGX_LOG_ERR, NGX_LOG_WARN};
 use ngx::http::Request;
 use ngx::{ngx_log_debug_http, ngx_log_error};
 
@@ -14,7 +14,7 @@ use rate_limit_window_core::{Answer, Counter, Events, FailPolicy, Outcome};
 
 use crate::conf::{self, LocConf};
 use crate::ffi::{process, vars};
-use crate::request::judging::eval_key;
+use crate::request::key::eval_key;
 use crate::request::record;
 use crate::zone::ZoneConf;
 
@@ -45,10 +45,23 @@ pub(super) fn log_invalid(r: &mut Request, l: &conf::Limit, what: Invalid) {
             ngx_log_error!(
                 NGX_LOG_ERR,
                 r.log(),
-                "rate_limit_window: invalid limit \"{}\" for zone \"{}\", applying fail={}",
+                "rate_limit_window: invalid limit \"{}\" for zone \"{}\", applying fail={}; \
+                 further invalid values are counted in rate_limit_window_invalid_limit_total",
                 escape(&bad),
                 zone.name,
                 fail
+            );
+        }
+        Invalid::Cost(limit) if zone.fail != FailPolicy::Closed => {
+            ngx_log_error!(
+                NGX_LOG_ERR,
+                r.log(),
+                "rate_limit_window: invalid cost \"{}\" for zone \"{}\" (an integer from 1), \
+                 charging the whole limit ({}) under fail=open; further invalid values are \
+                 counted in rate_limit_window_invalid_limit_total",
+                escape(&bad),
+                zone.name,
+                limit
             );
         }
         Invalid::Cost(_) => {
@@ -56,7 +69,8 @@ pub(super) fn log_invalid(r: &mut Request, l: &conf::Limit, what: Invalid) {
                 NGX_LOG_ERR,
                 r.log(),
                 "rate_limit_window: invalid cost \"{}\" for zone \"{}\" (an integer from 1), \
-                 applying fail={}",
+                 applying fail={}; further invalid values are counted in \
+                 rate_limit_window_invalid_limit_total",
                 escape(&bad),
                 zone.name,
                 fail
@@ -67,7 +81,8 @@ pub(super) fn log_invalid(r: &mut Request, l: &conf::Limit, what: Invalid) {
                 NGX_LOG_ERR,
                 r.log(),
                 "rate_limit_window: invalid in_flight \"{}\" for zone \"{}\" (an integer from 0 \
-                 to 65535), applying fail={}",
+                 to 65535), applying fail={}; further invalid values are counted in \
+                 rate_limit_window_invalid_limit_total",
                 escape(&bad),
                 zone.name,
                 fail
@@ -109,7 +124,6 @@ pub(super) fn skipped(r: &Request, zone: &ZoneConf, why: Skip) {
         Skip::EmptyKey => "does not apply: the key is empty",
         Skip::EmptyLimit => "does not apply: the limit variable is empty",
         Skip::InvalidLimit => "does not apply: the limit value is invalid (fail=open)",
-        Skip::InvalidCost => "does not apply: the cost is invalid (fail=open)",
         Skip::OverrideExempt => "exempt by an override",
         Skip::OverrideReject => "rejected by an override",
         Skip::EmptyInFlight => "takes no in-flight place: the in_flight variable is empty",
@@ -351,19 +365,7 @@ fn key_set_now(r: &mut Request, zone: &ZoneConf) -> bool {
     let Some(index) = zone.key_index else {
         return false;
     };
-    let r: *mut ngx_http_request_t = r.into();
-    // SAFETY: the index was obtained at configuration time, so it is within
-    // the request's variables array; the entry is restored before return.
-    unsafe {
-        let slot = (*r).variables.add(index);
-        let saved = *slot;
-        (*slot).set_valid(0);
-        (*slot).set_not_found(0);
-        let v = ngx_http_get_flushed_variable(r, index);
-        let set = v
-            .as_ref()
-            .is_some_and(|v| !vars::variable_bytes(v).is_empty());
-        *slot = saved;
-        set
-    }
+    // SAFETY: the index was obtained at configuration time; the request
+    // is valid.
+    unsafe { vars::set_afresh(r.into(), index) }
 }

@@ -1,8 +1,8 @@
 //! The request path: where the handler sits in the phases ([`phases`]),
 //! the phase handler that asks the engine and acts on its verdict
 //! ([`handler`], over the engine's host in [`judging`], with its log lines
-//! in [`logging`], `cost=` read in [`cost`] and bans shared and logged in
-//! [`ban`]), the record kept across redirects ([`record`]), `delay=`'s
+//! in [`logging`], a zone's key read in [`key`], `cost=` read in [`cost`]
+//! and bans shared and logged in [`ban`]), the record kept across redirects ([`record`]), `delay=`'s
 //! timers ([`hold`]), the answer to a gRPC call ([`grpc_reject`]), what is
 //! settled when the request ends (`count_status=` in [`count_status`],
 //! `charge=` read in [`charge_read`]), the header filter ([`filter`]), the
@@ -19,6 +19,7 @@ pub mod handler;
 pub mod hold;
 pub mod in_flight;
 pub mod judging;
+pub mod key;
 pub mod logging;
 pub mod near_limit;
 pub mod phases;

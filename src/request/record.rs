@@ -77,7 +77,9 @@ pub struct Applied {
     pub limit: u32,
     /// Requests still admitted right now, after this one.
     pub remaining: u32,
-    /// Seconds to the next window boundary.
+    /// Seconds to the next window boundary; under
+    /// `rate_limit_window_headers ietf`, of an admission, until
+    /// `remaining` next grows (the draft's `t`).
     pub reset_s: u32,
     /// The admission to take back if a later limit rejects the request
     /// (None when this limit did not admit it).
@@ -122,6 +124,19 @@ impl Report {
     /// The applied limit with the fewest requests remaining.
     pub fn tightest(&self) -> Option<&Applied> {
         self.applied().iter().min_by_key(|a| a.remaining)
+    }
+
+    /// The seconds its limit `a` tells as its reset (`RateLimit-Reset`,
+    /// `t`, `$rate_limit_window_reset`): on a refusal, a limit with nothing
+    /// left says the Retry-After (the same moment, never later);
+    /// otherwise what was recorded.
+    #[inline(always)]
+    pub fn reset_of(&self, a: &Applied) -> u32 {
+        if self.status.refused() && a.remaining == 0 {
+            self.retry_after_s
+        } else {
+            a.reset_s
+        }
     }
 }
 
@@ -283,7 +298,10 @@ impl Drop for Record {
         if self.reservations.on_free.get().is_some() | self.hold.on_free.get().is_some() {
             self.settle_parts();
         }
-        crate::request::in_flight::release(self.take_places());
+        // Every place the request still keeps is given back, once.
+        for t in self.take_places() {
+            t.places.give(t.place);
+        }
         if self.report.get().is_some_and(|d| d.empty_keys != 0) {
             count_late_keys(usize::MAX);
         }
@@ -396,6 +414,30 @@ impl Pending {
     /// The record being filled.
     pub fn record(&self) -> &'static Record {
         self.rec
+    }
+
+    /// The admissions recorded so far were given back (a later limit
+    /// refused the request): each limit's `remaining` is what it is after
+    /// the undo (its cost back, up to the limit), with no admission left.
+    pub fn undone(&mut self) {
+        for slot in self.room.iter().take(self.len) {
+            // SAFETY: the first `len` entries were written by `push`.
+            let mut a = unsafe { slot.get().assume_init() };
+            if let Some(adm) = a.admission.take() {
+                a.remaining = a.remaining.saturating_add(adm.cost()).min(a.limit);
+                slot.set(MaybeUninit::new(a));
+            }
+        }
+    }
+
+    /// Sets the reset (seconds) of the `i`th limit recorded.
+    pub fn set_reset(&mut self, i: usize, reset_s: u32) {
+        if let Some(slot) = self.room.get(i).filter(|_| i < self.len) {
+            // SAFETY: the first `len` entries were written by `push`.
+            let mut a = unsafe { slot.get().assume_init() };
+            a.reset_s = reset_s;
+            slot.set(MaybeUninit::new(a));
+        }
     }
 
     /// The limits recorded so far.

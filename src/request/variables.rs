@@ -133,7 +133,7 @@ fn limit(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
 /// `$rate_limit_window_reset`: seconds to the tightest limit's next window
 /// boundary (the `RateLimit-Reset` value).
 fn reset(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t {
-    let n = record::find(r).and_then(|d| d.tightest().map(|a| a.reset_s));
+    let n = record::find(r).and_then(|d| d.tightest().map(|a| d.reset_of(a)));
     set_number(r, v, n)
 }
 

@@ -85,6 +85,9 @@ pub struct ZoneConf {
     /// Where a `rate_limit_window` first gave the zone a `delay=` (file,
     /// line), for the refusal of a calendar zone (conf/calendar.rs).
     pub delay_at: Option<(ngx_str_t, ngx_uint_t)>,
+    /// The largest fixed `limit=` above what a strict zone can count, and
+    /// where it was given (conf/strict_limit.rs).
+    pub big_limit_at: Option<(u32, (ngx_str_t, ngx_uint_t))>,
     /// `overrides=`: most per-client overrides (see the core's `overrides`).
     pub overrides_cap: usize,
     /// The override table inside the zone; None until it is initialised.
@@ -172,6 +175,7 @@ impl ZoneConf {
             table: None,
             charge_at: None,
             delay_at: None,
+            big_limit_at: None,
             overrides_cap: DEFAULT_OVERRIDES,
             overrides: None,
             turns: None,

@@ -83,7 +83,7 @@ fn sliding_window_exact() {
         .map(|r| r.header_num("RateLimit-Remaining"))
         .collect();
     assert_eq!(rem, [8, 7, 6, 5, 4, 3, 2, 1, 0]);
-    for r in ok.iter().chain([&rej]) {
+    for r in &ok {
         assert_eq!(
             r.header_num("RateLimit-Reset"),
             3,
@@ -91,6 +91,8 @@ fn sliding_window_exact() {
         );
         assert_eq!(r.header_num("RateLimit-Limit"), 10);
     }
+    // A refusal's reset is its Retry-After: the same moment.
+    assert_eq!(rej.header_num("RateLimit-Reset"), 4, "{}", rej.describe());
     // A retry at T0+4 (3 s later) sees 0 + 10*4/4 = 10, not < 10: rejected;
     // at T0+5 (4 s later) 7.5: admitted. So Retry-After is 4.
     assert_eq!(rej.header_num("Retry-After"), 4, "{}", rej.describe());
@@ -99,7 +101,7 @@ fn sliding_window_exact() {
     let r = k(&ng);
     assert_eq!(r.status, 429, "estimate exactly at the limit is rejected");
     assert_eq!(r.header_num("Retry-After"), 1);
-    assert_eq!(r.header_num("RateLimit-Reset"), 4);
+    assert_eq!(r.header_num("RateLimit-Reset"), 1, "its Retry-After");
     let v = json(&ng, "z", "k");
     assert_eq!(f(&v, "window_index") as i64, (T0 + 4) / 4);
     assert_eq!(
@@ -126,7 +128,7 @@ fn sliding_window_exact() {
     assert_eq!(rem, [2, 1, 0], "remaining = requests still admissible now");
     // 3 + 10*(4-e)/4 < 10  <=>  e > 1.2: 0.2 s away.
     assert_eq!(rej.header_num("Retry-After"), 1);
-    assert_eq!(rej.header_num("RateLimit-Reset"), 3);
+    assert_eq!(rej.header_num("RateLimit-Reset"), 1, "its Retry-After");
     let v = json(&ng, "z", "k");
     assert_eq!((f(&v, "current"), f(&v, "previous")), (3.0, 10.0));
     // Checked at the end, so that the later steps run either way.
@@ -222,7 +224,9 @@ fn windows_are_utc_aligned_in_any_time_zone() {
             .unwrap();
         let rl = r.header("RateLimit").expect("RateLimit header");
         for (zone, w) in [("m", 60i64), ("h", 3600), ("d", 86400)] {
-            let expect = w - now.rem_euclid(w);
+            // `t` is when `r` next grows: this window's count weighs one
+            // less 1 ms after the UTC boundary, so a second after it.
+            let expect = w - now.rem_euclid(w) + 1;
             let member = rl
                 .split(',')
                 .map(str::trim)

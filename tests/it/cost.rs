@@ -84,18 +84,28 @@ fn costs_from_variables_and_bad_costs() {
     let st: Vec<u16> = (0..3).map(|_| req("/open/x", "v", "4").status).collect();
     assert_eq!(st, [200, 200, 429]);
     assert_eq!(current(ng.port, "z", "v"), 8);
-    // Bad costs: not a number, empty, zero, negative, too long. fail=open
-    // skips the limit (served, nothing counted); fail=closed rejects. Each
-    // is logged and counted.
+    // Bad costs: not a number, empty, zero, negative, too long. Never a
+    // way past the limit: fail=open charges the whole limit (10), so the
+    // first one, in an empty window, is served and counts 10, every later
+    // one is refused; fail=closed rejects. Each is counted; the first of
+    // an episode is logged, once per zone.
     let bad = ["abc", "-", "", "0", "-1", "1e3", "0x5", "99999999999"];
-    for b in bad {
+    for (i, b) in bad.iter().enumerate() {
         let r = req("/open/x", "bad", b);
-        assert_eq!(r.status, 200, "cost {b:?}: {}", r.describe());
-        assert_eq!(r.header("X-RLW"), Some("EXEMPT"), "cost {b:?}");
+        let want = if i == 0 {
+            (200, "PASSED")
+        } else {
+            (429, "REJECTED")
+        };
+        assert_eq!(
+            (r.status, r.header("X-RLW")),
+            (want.0, Some(want.1)),
+            "cost {b:?}"
+        );
         let r = req("/closed/x", "bad", b);
         assert_eq!(r.status, 429, "cost {b:?}: {}", r.describe());
     }
-    assert_eq!(current(ng.port, "z", "bad"), 0);
+    assert_eq!(current(ng.port, "z", "bad"), 10);
     assert_eq!(current(ng.port, "c", "bad"), 0);
     let m = metrics_text(ng.port);
     let n = bad.len() as f64;
@@ -116,13 +126,18 @@ fn costs_from_variables_and_bad_costs() {
         "{m}"
     );
     let log = ng.error_log();
+    assert_eq!(count_lines(&log, "invalid cost"), 2, "{log}");
     assert_eq!(
-        count_lines(&log, "invalid cost \"abc\" for zone \"z\""),
+        count_lines(
+            &log,
+            "invalid cost \"abc\" for zone \"z\" (an integer from 1), charging the whole limit \
+             (10) under fail=open"
+        ),
         1,
         "{log}"
     );
     assert_eq!(
-        count_lines(&log, "invalid cost \"0x5\" for zone \"c\""),
+        count_lines(&log, "invalid cost \"abc\" for zone \"c\""),
         1,
         "{log}"
     );

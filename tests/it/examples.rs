@@ -494,32 +494,71 @@ fn llm_tokens_charges_what_each_call_used_per_minute_and_per_day() {
 }
 
 /// docs/in-flight.md's configuration, as printed: 3 of a key's calls at
-/// once on /v1/, 2 of its reports.
+/// once on /v1/, 2 of its reports, each line its own count (3 calls and 2
+/// reports at once); its override `curl` lines, as printed, set one
+/// client's places and give them back.
 #[test]
 fn in_flight_doc_runs_as_printed() {
     let up = Upstream::start();
     let conf = nginx_block("docs/in-flight.md", "# Requests in flight per client");
     let ng = Nginx::builder().upstream_of(&up).start(&runnable(conf));
-    let burst = |path: &str, n: usize| {
-        let hs: Vec<_> = (0..n)
-            .map(|_| {
-                let (port, path) = (ng.port, path.to_string());
-                std::thread::spawn(move || request(port, "GET", &path, &[("X-Api-Key", b"k-1")]))
-            })
-            .collect();
+    let port = ng.port;
+    let spawn = |path: &str, key: &'static str| {
+        let path = path.to_string();
+        std::thread::spawn(move || request(port, "GET", &path, &[("X-Api-Key", key.as_bytes())]))
+    };
+    let statuses = |hs: Vec<std::thread::JoinHandle<Response>>| {
         let mut rs: Vec<Response> = hs.into_iter().map(|h| h.join().unwrap()).collect();
         rs.sort_by_key(|r| r.status);
         rs
     };
-    let rs = burst("/v1/chat?sleep=800", 4);
-    let got: Vec<u16> = rs.iter().map(|r| r.status).collect();
-    assert_eq!(got, [200, 200, 200, 429]);
-    assert_eq!(rs[3].header("retry-after"), Some("1"));
-    let got: Vec<u16> = burst("/reports/q?sleep=800", 3)
-        .iter()
-        .map(|r| r.status)
+    let codes = |rs: &[Response]| rs.iter().map(|r| r.status).collect::<Vec<u16>>();
+    let calls: Vec<_> = (0..4)
+        .map(|_| spawn("/v1/chat?sleep=1500", "k-1"))
         .collect();
-    assert_eq!(got, [200, 200, 429]);
+    let reports: Vec<_> = (0..3)
+        .map(|_| spawn("/reports/q?sleep=1500", "k-1"))
+        .collect();
+    let rs = statuses(calls);
+    assert_eq!(codes(&rs), [200, 200, 200, 429]);
+    assert_eq!(rs[3].header("retry-after"), Some("1"));
+    assert_eq!(codes(&statuses(reports)), [200, 200, 429]);
+    // The override lines, as printed (on the test's port).
+    let text = std::fs::read_to_string(example_conf_dir().join("../docs/in-flight.md")).unwrap();
+    let from = text.find("## Overrides: a client's places").unwrap();
+    let block = &text[from..];
+    let start = block.find("```sh\n").unwrap() + "```sh\n".len();
+    let lines: Vec<&str> = block[start..start + block[start..].find("```").unwrap()]
+        .lines()
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let curl = |line: &str| {
+        let line = line.replace("127.0.0.1:8080", &format!("127.0.0.1:{port}"));
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{line} -s -o /dev/null -w '%{{http_code}}'"))
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(curl(lines[0]), "200", "{}", lines[0]);
+    let calls: Vec<_> = (0..2)
+        .map(|_| spawn("/v1/chat?sleep=1000", "batch-7"))
+        .collect();
+    assert_eq!(
+        codes(&statuses(calls)),
+        [200, 429],
+        "in_flight 1 by override"
+    );
+    assert_eq!(curl(lines[1]), "200", "{}", lines[1]);
+    let calls: Vec<_> = (0..3)
+        .map(|_| spawn("/v1/chat?sleep=1000", "batch-7"))
+        .collect();
+    assert_eq!(
+        codes(&statuses(calls)),
+        [200, 200, 200],
+        "the line's 3 again"
+    );
 }
 
 /// docs/shedding.md's ordered priorities, as printed (max=8,

@@ -60,6 +60,15 @@ pub enum LimitConfError {
         escape(.0)
     )]
     DelayOnCalendar(Vec<u8>),
+    /// A fixed `limit=` above what a `mode=strict` zone can count.
+    #[error(
+        "limit={limit} is above what the mode=strict zone \"{zone}\" can count ({max}): use a \
+         limit of at most {max}, or mode=estimate",
+        zone = escape(.0),
+        limit = .1,
+        max = .2
+    )]
+    StrictLimit(Vec<u8>, u32, u32),
     /// `delay=` that is no nginx time.
     #[error("invalid delay \"{}\"", escape(.0))]
     Delay(Vec<u8>),

@@ -5,6 +5,7 @@
 use super::{LimitConf, LimitRead, Request};
 use crate::overrides::range::Family;
 use crate::overrides::{Action, Entry, Overrides};
+use crate::rule::strict::MAX_STRICT_LIMIT;
 use crate::table::{Answer, Events, KeyHash, Outcome};
 
 /// The limit in force for one client: the override's, else the value's.
@@ -108,6 +109,9 @@ fn override_slow<'t, R: Request<'t>>(
         return Applies::of_value(value);
     };
     match e.action {
+        // A strict zone counts at most MAX_STRICT_LIMIT: the limit in force
+        // (and the headers') is what it counts.
+        Action::Limit(n) if c.table.is_strict() => Applies::Limit(n.min(MAX_STRICT_LIMIT)),
         Action::Limit(n) => Applies::Limit(n),
         Action::InFlight(k) => Applies::Places(k),
         Action::Exempt => Applies::Exempt,

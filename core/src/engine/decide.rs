@@ -4,13 +4,22 @@
 //! the first that refuses ends it ([`rejected`]), and every admission
 //! made before is given back ([`undo_all`]).
 
-use core::sync::atomic::Ordering;
-
 use super::{
     blocked_wait, in_flight, override_of, rejected, Applies, Ask, Blocked, Cost, HostError,
     Invalid, Key, LimitConf, LimitRead, Line, Rejecting, Request, Skip, Verdict,
 };
 use crate::table::{Answer, Counter, FailPolicy, KeyHash, Outcome, Question};
+
+/// Whether a limit's value or cost was invalid, and what it made of it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Bad {
+    /// Every value valid.
+    No,
+    /// An invalid value under `fail=closed`: judged against a limit of 0.
+    Closed,
+    /// An invalid cost under `fail=open`: charged the whole limit in force.
+    Charged,
+}
 
 /// One limit judged, before the table.
 enum Judged {
@@ -21,7 +30,7 @@ enum Judged {
         hash: KeyHash,
         limit: u32,
         cost: u32,
-        invalid: bool,
+        bad: Bad,
     },
     /// An override rejects the request (its Retry-After and reset in
     /// seconds: the decision is built on the rejecting path, so that this
@@ -33,7 +42,7 @@ enum Judged {
 /// `ask.now_ms`. Err: the host failed to evaluate a key, limit or cost;
 /// every admission made is given back.
 #[inline(always)]
-pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostError> {
+pub(super) fn limits<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostError> {
     let mut now = ask.now_ms;
     let mut any = false;
     for n in 0..r.limits() {
@@ -58,13 +67,13 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
             undo_all(r, ask.shard);
             return Err(HostError);
         };
-        let (hash, limit, cost, invalid) = match j {
+        let (hash, limit, cost, bad) = match j {
             Judged::Limit {
                 hash,
                 limit,
                 cost,
-                invalid,
-            } => (hash, limit, cost, invalid),
+                bad,
+            } => (hash, limit, cost, bad),
             Judged::Skip => continue,
             Judged::Blocked { hash, blocked } => {
                 return Ok(rejected(r, *ask, Rejecting::blocked(n, hash, blocked), now));
@@ -94,7 +103,7 @@ pub fn decide<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostE
         any = true;
         if let Some(d) = refused {
             core::hint::cold_path();
-            let rej = Rejecting::counted(n, (limit, cost), d, hash, invalid);
+            let rej = Rejecting::counted(n, (limit, cost), d, hash, bad);
             return Ok(rejected(r, *ask, rej, now));
         }
     }
@@ -126,13 +135,13 @@ fn rate_line<'t, R: Request<'t>>(
         undo_all(r, ask.shard);
         return Step::Done(Err(HostError));
     };
-    let (hash, limit, cost, invalid) = match j {
+    let (hash, limit, cost, bad) = match j {
         Judged::Limit {
             hash,
             limit,
             cost,
-            invalid,
-        } => (hash, limit, cost, invalid),
+            bad,
+        } => (hash, limit, cost, bad),
         Judged::Skip => return Step::Skip,
         Judged::Blocked { hash, blocked } => {
             let rej = Rejecting::blocked(n, hash, blocked);
@@ -154,7 +163,7 @@ fn rate_line<'t, R: Request<'t>>(
     });
     if let Some(d) = refused {
         core::hint::cold_path();
-        let rej = Rejecting::counted(n, (limit, cost), d, hash, invalid);
+        let rej = Rejecting::counted(n, (limit, cost), d, hash, bad);
         return Step::Done(Ok(rejected(r, *ask, rej, *now)));
     }
     Step::Counted(hash)
@@ -183,7 +192,7 @@ fn line_with_places<'t, R: Request<'t>>(
             other => return other,
         };
         let set = in_flight::overridden(r, n, c, hash, *now);
-        in_flight::take(r, n, c, (hash, set), ask.shard).map(|_| Step::Counted(hash))
+        in_flight::take(r, n, c, (hash, set), (*now, ask.shard)).map(|_| Step::Counted(hash))
     };
     match placed {
         Ok(step) => step,
@@ -229,7 +238,7 @@ fn judge<'t, R: Request<'t>>(
         Cost::Count(k) => k,
         Cost::Invalid => {
             core::hint::cold_path();
-            return Ok(invalid(r, n, c, hash, Invalid::Cost(limit), shard));
+            return Ok(invalid(r, n, c, hash, Invalid::Cost(limit), (now, shard)));
         }
     };
     // A cost above the limit in force (configured, a `map` tier, an
@@ -239,7 +248,7 @@ fn judge<'t, R: Request<'t>>(
         hash,
         limit,
         cost,
-        invalid: false,
+        bad: Bad::No,
     })
 }
 
@@ -261,6 +270,13 @@ fn unlimited<'t, R: Request<'t>>(
         Applies::Reject(mut blocked) => {
             r.skipped(n, Skip::OverrideReject);
             blocked.retry_after_s = blocked_wait(r, n, c, (hash, value), blocked, now);
+            // Recorded as the refusing limit, for the headers: its value
+            // (0 when it has none), nothing remaining.
+            let limit = match value {
+                LimitRead::Set(l) => l,
+                LimitRead::Empty | LimitRead::Invalid => 0,
+            };
+            r.record(n, limit, &blocked.decision(), now);
             Judged::Blocked { hash, blocked }
         }
         Applies::Exempt => {
@@ -272,13 +288,16 @@ fn unlimited<'t, R: Request<'t>>(
             not_applied(r, n, c, Skip::EmptyLimit, shard);
             Judged::Skip
         }
-        Applies::InvalidLimit => invalid(r, n, c, hash, Invalid::Limit, shard),
+        Applies::InvalidLimit => invalid(r, n, c, hash, Invalid::Limit, (now, shard)),
     }
 }
 
-/// A limit or cost value that is invalid: logged (by the host) and
-/// counted; `fail=open` skips the limit, `fail=closed` judges the request
-/// against a limit of 0 (rejected, never held).
+/// A limit or cost value that is invalid: counted, the first of an
+/// episode logged (by the host); never a way past the limit. `fail=closed`
+/// judges the request against a limit of 0 (rejected, never held);
+/// `fail=open` skips an invalid limit value (the operator's: the request
+/// is exempt from the limit, counted so) and charges an invalid cost (the
+/// client's) the whole limit in force.
 #[cold]
 #[inline(never)]
 fn invalid<'t, R: Request<'t>>(
@@ -287,28 +306,45 @@ fn invalid<'t, R: Request<'t>>(
     c: &LimitConf<'t>,
     hash: KeyHash,
     what: Invalid,
-    shard: usize,
+    (now, shard): (u64, usize),
 ) -> Judged {
-    r.invalid(n, what);
-    if let Some(count) = r.shared(n).invalid_count {
-        count.fetch_add(1, Ordering::Relaxed);
-    }
-    match c.fail {
-        FailPolicy::Open => {
-            let why = match what {
-                Invalid::Limit => Skip::InvalidLimit,
-                Invalid::Cost(_) => Skip::InvalidCost,
-                Invalid::InFlight => Skip::InvalidInFlight,
-            };
-            not_applied(r, n, c, why, shard);
-            Judged::Skip
-        }
-        FailPolicy::Closed => Judged::Limit {
+    noted_invalid(r, n, what, now);
+    match (c.fail, what) {
+        (FailPolicy::Closed, _) => Judged::Limit {
             hash,
             limit: 0,
             cost: 1,
-            invalid: true,
+            bad: Bad::Closed,
         },
+        (FailPolicy::Open, Invalid::Cost(limit)) => Judged::Limit {
+            hash,
+            limit,
+            cost: charged(limit),
+            bad: Bad::Charged,
+        },
+        (FailPolicy::Open, Invalid::Limit) => {
+            not_applied(r, n, c, Skip::InvalidLimit, shard);
+            Judged::Skip
+        }
+        (FailPolicy::Open, Invalid::InFlight) => {
+            not_applied(r, n, c, Skip::InvalidInFlight, shard);
+            Judged::Skip
+        }
+    }
+}
+
+/// What an invalid cost under `fail=open` costs against `limit`, the
+/// limit in force: all of it (at least 1).
+pub(super) fn charged(limit: u32) -> u32 {
+    limit.max(1)
+}
+
+/// Counts limit `n`'s invalid value `what` at `now` in its zone; the
+/// first of an episode is the host's to log.
+pub(super) fn noted_invalid<'t, R: Request<'t>>(r: &mut R, n: usize, what: Invalid, now: u64) {
+    let first = r.shared(n).invalid.is_none_or(|e| e.note(now));
+    if first {
+        r.invalid(n, what);
     }
 }
 
@@ -323,10 +359,9 @@ pub(super) fn not_applied<'t, R: Request<'t>>(
     why: Skip,
     shard: usize,
 ) {
-    if !matches!(
-        why,
-        Skip::InvalidLimit | Skip::InvalidCost | Skip::InvalidInFlight | Skip::InFlightNoRoom
-    ) {
+    // An invalid limit value under `fail=open` is exempt from the limit,
+    // and counted so (as `$rate_limit_window_status` names it).
+    if !matches!(why, Skip::InvalidInFlight | Skip::InFlightNoRoom) {
         c.table.add(shard, Counter::Exempt, 1);
     }
     r.skipped(n, why);
@@ -401,10 +436,11 @@ fn acquire_strict<'t, R: Request<'t>>(
 /// Gives back every admission recorded so far, and its `passed` count
 /// (shard counters add with wrapping: + (2^64 - 1) is - 1), and every
 /// in-flight place taken so far.
-pub(super) fn undo_all<'t, R: Request<'t>>(r: &R, shard: usize) {
+pub(super) fn undo_all<'t, R: Request<'t>>(r: &mut R, shard: usize) {
     r.admissions(|t, a| {
         t.undo(a);
         t.add(shard, Counter::Passed, u64::MAX);
     });
+    r.undone();
     r.places(|p, place| p.give(place));
 }

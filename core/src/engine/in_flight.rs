@@ -25,8 +25,8 @@
 //!   counts and logs; closed: rejected).
 
 use super::{
-    not_applied, override_of, Applies, HostError, Key, LimitConf, LimitRead, Line, Rejecting,
-    Request, Skip,
+    not_applied, noted_invalid, override_of, Applies, HostError, Key, LimitConf, LimitRead, Line,
+    Rejecting, Request, Skip,
 };
 use crate::shm::places::Take;
 use crate::table::{Answer, Counter, Events, FailPolicy, KeyHash, Outcome};
@@ -70,8 +70,8 @@ pub(super) fn line<'t, R: Request<'t>>(
             r.skipped(n, Skip::OverrideExempt);
             Ok(false)
         }
-        Applies::Places(k) => take(r, n, c, (hash, Some(k)), shard),
-        _ => take(r, n, c, (hash, None), shard),
+        Applies::Places(k) => take(r, n, c, (hash, Some(k)), (now, shard)),
+        _ => take(r, n, c, (hash, None), (now, shard)),
     }
 }
 
@@ -103,12 +103,12 @@ pub(super) fn take<'t, R: Request<'t>>(
     n: usize,
     c: &LimitConf<'t>,
     (hash, set): (KeyHash, Option<u32>),
-    shard: usize,
+    (now, shard): (u64, usize),
 ) -> Result<bool, Refused> {
     let Some(places) = r.in_flight_places(n) else {
         return Ok(false);
     };
-    let Some(limit) = in_force(r, n, c, (hash, set), shard)? else {
+    let Some(limit) = in_force(r, n, c, (hash, set), (now, shard))? else {
         return Ok(false);
     };
     let took = match r.owner(n) {
@@ -141,7 +141,7 @@ fn in_force<'t, R: Request<'t>>(
     n: usize,
     c: &LimitConf<'t>,
     (hash, set): (KeyHash, Option<u32>),
-    shard: usize,
+    (now, shard): (u64, usize),
 ) -> Result<Option<u32>, Refused> {
     if set.is_some() {
         return Ok(set);
@@ -156,23 +156,20 @@ fn in_force<'t, R: Request<'t>>(
             }
             Ok(None)
         }
-        LimitRead::Invalid => invalid(r, n, c, hash, shard).map(|_| None),
+        LimitRead::Invalid => invalid(r, n, c, hash, (now, shard)).map(|_| None),
     }
 }
 
-/// An invalid `in_flight=` value: logged by the host, counted, and the
-/// zone's `fail=` decides.
+/// An invalid `in_flight=` value: counted, the first of an episode logged
+/// by the host, and the zone's `fail=` decides.
 fn invalid<'t, R: Request<'t>>(
     r: &mut R,
     n: usize,
     c: &LimitConf<'t>,
     hash: KeyHash,
-    shard: usize,
+    (now, shard): (u64, usize),
 ) -> Result<bool, Refused> {
-    r.invalid(n, super::Invalid::InFlight);
-    if let Some(count) = r.shared(n).invalid_count {
-        count.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-    }
+    noted_invalid(r, n, super::Invalid::InFlight, now);
     match c.fail {
         FailPolicy::Open => {
             not_applied(r, n, c, Skip::InvalidInFlight, shard);
@@ -202,6 +199,7 @@ fn refusal(n: usize, limit: u32, held: u32, hash: KeyHash, invalid: bool) -> Rej
         },
         hash,
         invalid,
+        charged: false,
         overridden: false,
         in_flight: true,
     }

@@ -22,6 +22,9 @@
 //! [`plan`]'s holds, and by the headers (the table's `remaining`).
 
 mod applies;
+mod around;
+#[cfg(test)]
+mod around_tests;
 mod decide;
 pub mod in_flight;
 #[cfg(test)]
@@ -37,11 +40,12 @@ pub mod shed;
 mod tests;
 
 use applies::{override_of, Applies, Blocked};
-pub use decide::decide;
-use decide::{not_applied, undo_all};
+pub use around::decide;
+use decide::{charged, not_applied, noted_invalid, undo_all, Bad};
+pub use plan::grows_in_s;
 use quiet::{quiet_limit, Quiet};
 use reject::{blocked_wait, rejected, Rejecting};
 pub use request::{
     Ask, Cost, Hold, HostError, Invalid, Key, LimitConf, LimitRead, Line, Rejection, Request,
-    Shared, Skip, Verdict,
+    Shared, ShedAsk, ShedRefusal, Skip, Verdict, Woken,
 };

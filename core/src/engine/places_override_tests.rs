@@ -134,6 +134,7 @@ fn send(z: Zone, client: &'static [u8], in_flight: LimitRead) -> (Verdict, Host)
         shard: 0,
         dry_run: false,
         holdable: false,
+        woken: false,
     };
     (decide(&mut h, &ask).unwrap(), h)
 }

@@ -7,7 +7,7 @@ use super::{quiet_limit, Ask, Hold, Quiet, Rejecting, Request};
 use crate::rule::delay::{plan, LimitWait, Plan};
 use crate::rule::fit;
 use crate::rule::window::Counts;
-use crate::table::Outcome;
+use crate::table::{KeyHash, Outcome, Table};
 
 /// The longest Retry-After (whole seconds) among the limits from `from`
 /// on, read without counting anything: the retry must fit under them too.
@@ -35,8 +35,9 @@ pub(super) enum OnReject {
     /// Dry run: it would have been held.
     WouldHold(Hold),
     /// Rejected: `share_full` when its client's share of the queue is full
-    /// (requests held before it).
-    Reject { share_full: Option<u32> },
+    /// (requests held before it, and the whole seconds until its turn
+    /// behind them under every limit).
+    Reject { share_full: Option<(u32, u32)> },
 }
 
 /// Plans a rejected request whose admissions were given back: each
@@ -94,8 +95,10 @@ pub(super) fn on_reject<'t, R: Request<'t>>(
         }
         Plan::Reject if since.is_none() && ahead > 0 && !ask.dry_run => {
             give_back();
+            let turn_ms = waits.iter().filter_map(|w| w.wait_ms).max().unwrap_or(0);
+            let turn_s = u32::try_from(turn_ms.div_ceil(1000)).unwrap_or(u32::MAX);
             OnReject::Reject {
-                share_full: Some(ahead),
+                share_full: Some((ahead, turn_s)),
             }
         }
         Plan::Admit | Plan::Reject => {
@@ -149,4 +152,25 @@ fn waits<'t, R: Request<'t>>(r: &mut R, rej: &Rejecting, now: u64, ahead: u32) -
         out.push(LimitWait::from_wait(wait, c.delay_ms, n == rej.index));
     }
     out
+}
+
+/// Whole seconds from `now_ms` until the client `hash` of `table` has one
+/// more request left than `remaining` under `limit` (the draft's `t` of an
+/// admission): the first moment a cost of `remaining + 1` fits, by the one
+/// rule ([`Table::wait_ms`]); 0 when `remaining` is the whole limit.
+pub fn grows_in_s(
+    table: &Table<'_>,
+    hash: KeyHash,
+    now_ms: u64,
+    limit: u32,
+    remaining: u32,
+) -> u32 {
+    if remaining >= limit {
+        return 0;
+    }
+    let w = table.window().ms();
+    let ms = table
+        .wait_ms(hash, now_ms, limit, remaining + 1)
+        .unwrap_or(w);
+    u32::try_from(ms.div_ceil(1000)).unwrap_or(u32::MAX)
 }

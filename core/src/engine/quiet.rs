@@ -2,7 +2,7 @@
 //! of the other limits ([`plan`](super::plan)): logging and counting
 //! nothing.
 
-use super::{blocked_wait, override_of, Applies, Cost, Key, LimitConf, Line, Request};
+use super::{blocked_wait, charged, override_of, Applies, Cost, Key, LimitConf, Line, Request};
 use crate::table::{FailPolicy, KeyHash};
 
 /// Limit `n` as judged off the admission path (the waits and Retry-After
@@ -46,6 +46,7 @@ pub(super) fn quiet_limit<'t, R: Request<'t>>(
     match r.cost(n) {
         Ok(Cost::Count(k)) => Some(Quiet::Limit(hash, limit, k)),
         _ if closed => Some(Quiet::Limit(hash, 0, 1)),
-        _ => None,
+        Ok(Cost::Invalid) => Some(Quiet::Limit(hash, limit, charged(limit))),
+        Err(_) => None,
     }
 }

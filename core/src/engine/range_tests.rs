@@ -85,6 +85,7 @@ fn decide_for(h: &mut Host) -> Verdict {
         shard: 0,
         dry_run: false,
         holdable: false,
+        woken: false,
     };
     decide(h, &ask).unwrap()
 }

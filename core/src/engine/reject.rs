@@ -3,7 +3,8 @@
 //! or the rejection ([`rejected`]), and the ban `ban=` sets.
 
 use super::{
-    plan, undo_all, Ask, Blocked, Cost, LimitConf, LimitRead, Rejection, Request, Verdict,
+    charged, plan, undo_all, Ask, Bad, Blocked, Cost, LimitConf, LimitRead, Rejection, Request,
+    Verdict,
 };
 use crate::table::{Answer, Counter, KeyHash, Outcome};
 
@@ -24,7 +25,8 @@ pub(super) fn blocked_wait<'t, R: Request<'t>>(
     };
     let cost = match r.cost(n) {
         Ok(Cost::Count(k)) => k,
-        _ => 1,
+        Ok(Cost::Invalid) => charged(limit),
+        Err(_) => 1,
     };
     let count = c.table.retry_after_secs(hash, now, limit, cost);
     blocked.retry_after_s.max(count)
@@ -37,7 +39,10 @@ pub(crate) struct Rejecting {
     pub(super) cost: u32,
     pub(super) d: Answer,
     pub(super) hash: KeyHash,
+    /// An invalid value under `fail=closed` (never held, never a ban).
     pub(super) invalid: bool,
+    /// Its cost was invalid, charged the whole limit (never a ban).
+    pub(super) charged: bool,
     pub(super) overridden: bool,
     /// `in_flight=` refused it (never held, never a ban).
     pub(super) in_flight: bool,
@@ -50,7 +55,7 @@ impl Rejecting {
         (limit, cost): (u32, u32),
         d: Answer,
         hash: KeyHash,
-        invalid: bool,
+        bad: Bad,
     ) -> Self {
         Rejecting {
             index: n,
@@ -58,7 +63,8 @@ impl Rejecting {
             cost,
             d,
             hash,
-            invalid,
+            invalid: bad == Bad::Closed,
+            charged: bad == Bad::Charged,
             overridden: false,
             in_flight: false,
         }
@@ -73,6 +79,7 @@ impl Rejecting {
             d: blocked.decision(),
             hash,
             invalid: false,
+            charged: false,
             overridden: true,
             in_flight: false,
         }
@@ -121,7 +128,13 @@ pub(super) fn rejected<'t, R: Request<'t>>(
         match plan::on_reject(r, &ask, &rej, now) {
             plan::OnReject::Hold(h) => return Verdict::Hold(h),
             plan::OnReject::WouldHold(h) => return Verdict::WouldHold(h),
-            plan::OnReject::Reject { share_full } => out.share_full = share_full,
+            plan::OnReject::Reject { share_full } => {
+                if let Some((ahead, turn_s)) = share_full {
+                    // Its turn comes after its own held requests'.
+                    out.share_full = Some(ahead);
+                    out.retry_after_s = out.retry_after_s.max(turn_s);
+                }
+            }
         }
     }
     ban_rejected(r, &ask, &rej, &mut out, now);
@@ -129,9 +142,11 @@ pub(super) fn rejected<'t, R: Request<'t>>(
     Verdict::Reject(out)
 }
 
-/// `ban=` of a rejection by the count (not a dry run's, an override's, an
-/// invalid value's or one for places): the ban is recorded in `out`, and
-/// lengthens its Retry-After if need be.
+/// `ban=` of a refusal by the count: a cost that fits the limit in force
+/// and was refused because the client's count leaves no room for it. Not
+/// a dry run's, an override's, an invalid value's, one for places, nor a
+/// cost above the limit (it never fits, whatever the count). The ban is
+/// recorded in `out`, and lengthens its Retry-After if need be.
 fn ban_rejected<'t, R: Request<'t>>(
     r: &R,
     ask: &Ask,
@@ -140,7 +155,8 @@ fn ban_rejected<'t, R: Request<'t>>(
     now: u64,
 ) {
     let bans = rej.d.outcome == Outcome::Rejected
-        && !(rej.invalid || rej.overridden || rej.in_flight || ask.dry_run);
+        && rej.cost <= rej.limit
+        && !(rej.invalid || rej.charged || rej.overridden || rej.in_flight || ask.dry_run);
     if let (true, Some(c)) = (bans, r.conf(rej.index)) {
         if let Some(secs) = ban(&c, rej.hash, now) {
             // A ban never shortens Retry-After: the count may keep the

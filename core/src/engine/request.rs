@@ -2,11 +2,11 @@
 //! ([`LimitConf`]), the values the host reads, the [`Request`] trait the
 //! glue implements, the [`Ask`] and the [`Verdict`].
 
-use core::sync::atomic::AtomicU64;
-
 use crate::overrides::range::Addr;
 use crate::overrides::Overrides;
-use crate::shm::{Owner, Place, Places, Turns};
+use crate::rule::shed::{Priority, ShedLimits};
+use crate::shm::shed::ShedGroup;
+use crate::shm::{Episodes, Owner, Place, Places, Turns};
 use crate::table::{Answer, FailPolicy, KeyHash, Table};
 use crate::Admission;
 
@@ -45,8 +45,10 @@ pub enum Line {
 /// admission path ([`Request::shared`]).
 #[derive(Clone, Copy, Default)]
 pub struct Shared<'t> {
-    /// Requests whose limit or cost value was invalid (any `fail=`).
-    pub invalid_count: Option<&'t AtomicU64>,
+    /// Requests whose limit, cost or in-flight value was invalid (any
+    /// `fail=`), and the latest's time: the host logs the first of an
+    /// episode ([`Request::invalid`]).
+    pub invalid: Option<&'t Episodes>,
     /// `delay=`'s queue turns, shared by the zone's workers.
     pub turns: Option<&'t Turns<'t>>,
 }
@@ -84,7 +86,10 @@ pub enum Cost {
     /// This many requests (1 or more; above the limit in force, it can
     /// never fit, and the request is rejected).
     Count(u32),
-    /// Empty, not an integer, or 0: the zone's `fail=` policy applies.
+    /// Empty, not an integer, or 0: never a way past the limit. Under
+    /// `fail=closed` the request is rejected; under `fail=open` it costs
+    /// the whole limit in force (it fits only where no valid cost could be
+    /// refused: a client never gains by sending one).
     Invalid,
 }
 
@@ -112,8 +117,6 @@ pub enum Skip {
     EmptyLimit,
     /// An invalid limit value, `fail=open` (not counted).
     InvalidLimit,
-    /// An invalid cost, `fail=open` (not counted).
-    InvalidCost,
     /// The client's override exempts it (counted as exempt).
     OverrideExempt,
     /// The client's override (block, ban) rejects it.
@@ -145,8 +148,9 @@ pub trait Request<'t> {
     /// Evaluates the request's cost under limit `n`, as read. Called again
     /// for the waits and Retry-After of other limits: it logs nothing.
     fn cost(&mut self, n: usize) -> Result<Cost, HostError>;
-    /// Limit `n`'s value `what` was invalid, and `fail=` applies: the
-    /// host's log line (the engine counts it).
+    /// Limit `n`'s value `what` was invalid, the first of an episode in
+    /// its zone (the engine counts every one, [`Shared::invalid`]): the
+    /// host's log line.
     fn invalid(&mut self, n: usize, what: Invalid);
     /// Records limit `n`, judged against `limit` at `now_ms` with the
     /// table's answer `d`, in the request's record (headers, variables,
@@ -156,6 +160,10 @@ pub trait Request<'t> {
     fn skipped(&mut self, n: usize, why: Skip);
     /// Calls `f` with each admission recorded so far and its table.
     fn admissions(&self, f: impl FnMut(&'t Table<'t>, &Admission));
+    /// Every admission recorded so far was given back (a later limit
+    /// refused the request, or the host failed): what the host recorded
+    /// for the headers reads as after the undo.
+    fn undone(&mut self) {}
     /// A fresh reading of the clock (epoch ms): a strict zone decides again
     /// when its key's state is later than the request's time.
     fn fresh_now(&mut self) -> u64;
@@ -198,6 +206,26 @@ pub trait Request<'t> {
     fn key_addr(&mut self, _n: usize) -> Option<Addr> {
         None
     }
+    /// The location's shed group (`rate_limit_window_shed`), asked before
+    /// any limit (None: it has none, or no room in memory for it).
+    fn shed(&mut self) -> Option<ShedAsk<'t>> {
+        None
+    }
+    /// The shed group admitted the request with the place `p`: the host
+    /// keeps it until the request ends, unless the engine gives it back
+    /// first ([`Request::give_back_shed`]).
+    fn took_shed(&mut self, _p: Place) {}
+    /// The request does not go on (rejected, held, an error): the host
+    /// gives back the shed place it keeps, if any.
+    fn give_back_shed(&mut self) {}
+    /// A dry run's shed group would have shed the request (its group has
+    /// `in_flight` requests in flight): the host logs it; it goes on.
+    fn would_shed(&mut self, _in_flight: u32) {}
+    /// A request that was held (`delay=`) is decided for good, as `how`
+    /// says: the host gives back what its hold keeps (its place under
+    /// `delay_max_held`, its turn, the `delay_held` gauge), counts and
+    /// logs it.
+    fn unhold(&mut self, _how: Woken) {}
     /// Holds the request as `h` says (a timer), at the request's time
     /// `now_ms` (epoch ms, the [`Ask`]'s); false: it could not be held (the
     /// location's cap, or the host failed), so it is rejected.
@@ -218,6 +246,36 @@ pub struct Ask {
     pub dry_run: bool,
     /// The request may be held by `delay=` (a main request).
     pub holdable: bool,
+    /// The request was held before (`delay=`) and is decided again: once
+    /// decided for good, the engine has the host end its hold
+    /// ([`Request::unhold`]).
+    pub woken: bool,
+}
+
+/// A location's shed group, as the engine asks it.
+#[derive(Clone, Copy)]
+pub struct ShedAsk<'t> {
+    /// The group's memory (its places, shared by the workers).
+    pub group: &'t ShedGroup<'t>,
+    /// This process's owner of the group's places (None: no room).
+    pub owner: Option<Owner>,
+    /// The group's `max=` and reserves.
+    pub limits: ShedLimits,
+    /// The request's priority, as read.
+    pub priority: Priority,
+}
+
+/// How a held request was decided for good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Woken {
+    /// Admitted (and counted).
+    Admitted,
+    /// No limit applied when it woke (an override exempted it meanwhile).
+    Exempt,
+    /// Rejected (the room was taken, or the wait no longer fits).
+    Rejected,
+    /// Shed by its location's group when it woke.
+    Shed,
 }
 
 /// A request held by `delay=`.
@@ -259,7 +317,8 @@ pub struct Rejection {
     /// This rejection banned the client (`ban=`) for this many seconds.
     pub banned: Option<u32>,
     /// Refused at once: its client already holds this many requests, and
-    /// its turn would come after `delay` (see [`super::plan`]).
+    /// its turn would come after `delay` (see [`super::plan`]); its
+    /// Retry-After is that turn (behind its held requests).
     pub share_full: Option<u32>,
     /// It was held, and is now rejected (its hold is to be released).
     pub unheld: bool,
@@ -285,4 +344,16 @@ pub enum Verdict {
     Hold(Hold),
     /// Dry run: it would have been held; let through, counted by none.
     WouldHold(Hold),
+    /// Shed by the location's group (`rate_limit_window_shed`) before any
+    /// limit: counted by none.
+    Shed(ShedRefusal),
+}
+
+/// A request its location's shed group refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShedRefusal {
+    /// The group's requests in flight (at or above the request's limit).
+    pub in_flight: u32,
+    /// Whole seconds for Retry-After.
+    pub retry_after_s: u32,
 }

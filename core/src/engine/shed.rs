@@ -31,15 +31,23 @@ pub enum Shed {
         /// Whole seconds for Retry-After.
         retry_after_s: u32,
     },
+    /// A dry run: it would have been shed (the group has `in_flight`
+    /// requests in flight); it goes on without a place, counted admitted.
+    WouldShed {
+        /// The group's requests in flight.
+        in_flight: u32,
+    },
 }
 
 /// Decides a request of priority `p` in `group` under `limits`, as
-/// `owner` (this process's), and counts it.
+/// `owner` (this process's), and counts it; in a dry run (`dry_run`) it
+/// is never shed.
 pub fn decide(
     group: &ShedGroup<'_>,
     owner: Option<Owner>,
     limits: ShedLimits,
     p: Priority,
+    dry_run: bool,
 ) -> Shed {
     let took = match owner {
         Some(o) => group.places.take(o, GROUP_KEY, limits.limit(p)),
@@ -51,6 +59,7 @@ pub fn decide(
             group.count_untracked();
             Shed::Untracked
         }
+        Take::Full { held } if dry_run => Shed::WouldShed { in_flight: held },
         // A place frees when a request ends: a second is the shortest
         // wait Retry-After can say.
         Take::Full { held } => Shed::Shed {
@@ -109,7 +118,7 @@ mod tests {
         let g = group(4);
         let me = g.places.start(1, |_| true).unwrap();
         let limits = ShedLimits::new(4, 50);
-        let d = |p| decide(&g, Some(me), limits, p);
+        let d = |p| decide(&g, Some(me), limits, p, false);
         let a = d(Priority::Default);
         let b = d(Priority::Default);
         assert!(matches!((a, b), (Shed::Admit(_), Shed::Admit(_))));
@@ -135,8 +144,28 @@ mod tests {
         assert_eq!(g.shed_total(Priority::Default.index()), 1);
         assert_eq!(g.shed_total(Priority::Critical.index()), 1);
         assert_eq!(g.admitted_total(Priority::Critical.index()), 3);
-        assert_eq!(decide(&g, None, limits, Priority::Default), Shed::Untracked);
+        assert_eq!(
+            decide(&g, None, limits, Priority::Default, false),
+            Shed::Untracked
+        );
         assert_eq!(g.untracked_total(), 1);
+    }
+
+    #[test]
+    fn a_dry_run_is_never_shed() {
+        let g = group(2);
+        let me = g.places.start(1, |_| true).unwrap();
+        let limits = ShedLimits::new(2, 0);
+        let d = |dry| decide(&g, Some(me), limits, Priority::Default, dry);
+        assert!(matches!(d(true), Shed::Admit(_)));
+        assert!(matches!(d(false), Shed::Admit(_)));
+        // Full: a dry run goes on without a place, counted admitted.
+        assert_eq!(d(true), Shed::WouldShed { in_flight: 2 });
+        assert_eq!(g.in_flight(), 2);
+        assert_eq!(g.shed_total(Priority::Default.index()), 0);
+        assert_eq!(g.admitted_total(Priority::Default.index()), 3);
+        assert!(matches!(d(false), Shed::Shed { in_flight: 2, .. }));
+        assert_eq!(g.shed_total(Priority::Default.index()), 1);
     }
 
     #[test]

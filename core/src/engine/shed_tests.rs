@@ -136,7 +136,7 @@ impl Run {
         let p = priority(pi);
         let owner = self.workers.get(w).map(|&(_, o)| o);
         let before = self.flying.len() as u32;
-        let got = decide(&self.g, owner, self.limits, p);
+        let got = decide(&self.g, owner, self.limits, p, false);
         let limit = model_limit(&self.limits, pi);
         match got {
             Shed::Untracked => {
@@ -171,6 +171,7 @@ impl Run {
                 prop_assert_eq!(retry_after_s, 1);
                 self.counts.shed[pi] += 1;
             }
+            Shed::WouldShed { .. } => prop_assert!(false, "a dry run's answer, not asked"),
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use super::stats::{ChargeStats, DelayStats, SyncStats};
+use super::stats::{ChargeStats, DelayStats, Episodes, SyncStats};
 use super::{Parts, LAYOUT_VERSION, MAGIC};
 use crate::cluster::Ledger;
 use crate::overrides::Overrides;
@@ -89,8 +89,9 @@ pub struct ZoneHeader {
     pub sync_generation: AtomicU64,
     /// Owner generation last logged, so that each change is logged once.
     pub logged_owner: AtomicU64,
-    /// Requests whose `limit=$variable` held something other than a number.
-    pub invalid_limits: AtomicU64,
+    /// Requests whose `limit=`, `cost=` or `in_flight=` value was invalid
+    /// (each kind's first of an episode logged).
+    pub invalid_limits: Episodes,
     /// Failed sync rounds (connect, I/O or protocol errors).
     pub sync_errors: AtomicU64,
     /// Failed sync calls whose deadline passed.
@@ -184,7 +185,7 @@ impl ZoneHeader {
             sync_handover: zero(),
             sync_generation: zero(),
             logged_owner: zero(),
-            invalid_limits: zero(),
+            invalid_limits: Episodes::default(),
             sync_errors: zero(),
             sync_err_timeout: zero(),
             sync_err_connection: zero(),

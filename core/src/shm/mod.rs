@@ -38,7 +38,7 @@ use core::ptr;
 
 pub use header::{ZoneHeader, OVR_PENDING, RESETS};
 pub use places::{Owner, Place, Places, Take};
-pub use stats::{ChargeStats, DelayStats, SyncStats};
+pub use stats::{ChargeStats, DelayStats, Episodes, SyncStats};
 use turns::TooSmall;
 pub use turns::Turns;
 

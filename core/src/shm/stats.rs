@@ -28,27 +28,44 @@ pub struct DelayStats {
     pub share_full: AtomicU64,
 }
 
-/// How long invalid charges of a zone must stop before the next one is
+/// How long a zone's invalid values must stop before the next one is
 /// logged again, as a new episode (ms).
 const EPISODE_QUIET_MS: u64 = 60_000;
+
+/// A count of one kind of invalid value in a zone, in its shared header
+/// (all workers), and the time of the latest, so that only the first of
+/// an episode is logged.
+#[derive(Default)]
+pub struct Episodes {
+    /// Values counted (requests or responses).
+    pub count: AtomicU64,
+    /// Epoch ms + 1 of the latest (0: never).
+    last: AtomicU64,
+}
+
+impl Episodes {
+    /// Counts one at `now_ms` (epoch ms); true when it starts a new episode
+    /// (none in the `EPISODE_QUIET_MS` before it): the one to log.
+    pub fn note(&self, now_ms: u64) -> bool {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let stamp = now_ms.saturating_add(1);
+        let prev = self.last.fetch_max(stamp, Ordering::Relaxed);
+        prev == 0 || now_ms.saturating_sub(prev - 1) > EPISODE_QUIET_MS
+    }
+}
 
 /// Invalid charges of one zone, in its shared header (all workers).
 #[derive(Default)]
 pub struct ChargeStats {
     /// Charges that were empty or not an integer (`cost=` counted instead).
-    pub invalid: AtomicU64,
-    /// Epoch ms + 1 of the latest invalid charge (0: never), for episodes.
-    last_invalid: AtomicU64,
+    pub invalid: Episodes,
 }
 
 impl ChargeStats {
     /// Counts an invalid charge at `now_ms`; true when it starts a new
-    /// episode (none in the `EPISODE_QUIET_MS` before it), to be logged.
+    /// episode, to be logged.
     pub fn note_invalid(&self, now_ms: u64) -> bool {
-        self.invalid.fetch_add(1, Ordering::Relaxed);
-        let stamp = now_ms.saturating_add(1);
-        let prev = self.last_invalid.fetch_max(stamp, Ordering::Relaxed);
-        prev == 0 || now_ms.saturating_sub(prev - 1) > EPISODE_QUIET_MS
+        self.invalid.note(now_ms)
     }
 }
 

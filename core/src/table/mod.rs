@@ -128,6 +128,8 @@ mod layout;
 mod maintenance;
 mod persist;
 mod place;
+#[cfg(any(test, feature = "testing"))]
+mod region;
 pub(crate) mod scan;
 pub mod seed;
 mod settle;

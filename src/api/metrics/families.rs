@@ -160,13 +160,13 @@ const FAMILIES: &[Family] = &[
         "rate_limit_window_invalid_limit_total",
         "counter",
         "Requests whose limit variable held something other than an integer in range (the zone's fail policy applied).",
-        Samples::One(|l| atomic(&l.header.invalid_limits)),
+        Samples::One(|l| atomic(&l.header.invalid_limits.count)),
     ),
     family(
         "rate_limit_window_invalid_charge_total",
         "counter",
         "Responses whose charge= value was empty or not an integer (the request counted its cost= instead).",
-        Samples::One(|l| atomic(&l.header.charge.invalid)),
+        Samples::One(|l| atomic(&l.header.charge.invalid.count)),
     ),
     family(
         "rate_limit_window_near_limit_total",

@@ -45,7 +45,7 @@ fn start_on(clock: &ShiftedClock, up: &Upstream, c: &str) -> Nginx {
 }
 
 /// A `rate_limit_window_delayed_total` sample of zone `z`.
-fn delayed(port: u16, result: &str) -> f64 {
+pub(crate) fn delayed(port: u16, result: &str) -> f64 {
     let text = metrics_text(port);
     prom_value(
         &text,
@@ -56,7 +56,7 @@ fn delayed(port: u16, result: &str) -> f64 {
 }
 
 /// Requests of zone `z` held now, by every worker.
-fn held(port: u16) -> f64 {
+pub(crate) fn held(port: u16) -> f64 {
     let text = metrics_text(port);
     prom_value(&text, "rate_limit_window_delay_held", &[("zone", "z")])
         .unwrap_or_else(|| panic!("no held gauge:\n{text}"))

@@ -359,7 +359,8 @@ fn counts_older_than_a_window_are_dropped() {
     assert_eq!(admitted(&ng, "b").0, 1);
 }
 
-/// A day window across a restart: RateLimit-Reset and Retry-After exact
+/// A day window across a restart: Retry-After (and a refusal's
+/// RateLimit-Reset, the same moment) exact
 /// to the second, before and after, and the client gets in at that second.
 #[test]
 fn day_window_across_restart() {
@@ -367,8 +368,9 @@ fn day_window_across_restart() {
     let ng = site.start("window=1d", 3);
     let (n, r) = admitted(&ng, "a");
     assert_eq!(n, 3);
-    assert_eq!(r.header_num("RateLimit-Reset"), 14 * 3600);
-    // The current count leaves its full weight 1 ms into the next window.
+    // The current count leaves its full weight 1 ms into the next window;
+    // a refusal's reset is its Retry-After.
+    assert_eq!(r.header_num("RateLimit-Reset"), 14 * 3600 + 1);
     assert_eq!(r.header_num("Retry-After"), 14 * 3600 + 1);
     shut(&ng, libc::SIGQUIT);
     drop(ng);
@@ -377,7 +379,7 @@ fn day_window_across_restart() {
     let ng = site.start("window=1d", 3);
     let (n, r) = admitted(&ng, "a");
     assert_eq!(n, 0, "the day's quota survived the restart");
-    assert_eq!(r.header_num("RateLimit-Reset"), 12 * 3600);
+    assert_eq!(r.header_num("RateLimit-Reset"), 12 * 3600 + 1);
     assert_eq!(r.header_num("Retry-After"), 12 * 3600 + 1);
     site.set_clock(T0 + DAY);
     assert_eq!(get_key(ng.port, "/", "a").status, 429, "3 * 1 = 3, not < 3");
@@ -395,7 +397,8 @@ fn month_window_headers_exact_across_restart() {
     let ng = site.start("window=31d", 2);
     let (n, r) = admitted(&ng, "a");
     assert_eq!(n, 2);
-    assert_eq!(r.header_num("RateLimit-Reset"), 30 * DAY);
+    // A refusal's reset is its Retry-After (the same moment).
+    assert_eq!(r.header_num("RateLimit-Reset"), 30 * DAY + 1);
     assert_eq!(r.header_num("Retry-After"), 30 * DAY + 1);
     shut(&ng, libc::SIGQUIT);
     drop(ng);
@@ -403,7 +406,7 @@ fn month_window_headers_exact_across_restart() {
     let ng = site.start("window=31d", 2);
     let (n, r) = admitted(&ng, "a");
     assert_eq!(n, 0);
-    assert_eq!(r.header_num("RateLimit-Reset"), 11 * DAY);
+    assert_eq!(r.header_num("RateLimit-Reset"), 11 * DAY + 1);
     assert_eq!(r.header_num("Retry-After"), 11 * DAY + 1);
     site.set_clock(start + month + 1);
     assert_eq!(get_key(ng.port, "/", "a").status, 200);

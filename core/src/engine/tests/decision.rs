@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use proptest::prelude::*;
 
 use super::{Asked, Flying, Held, Pol, Req, Run, Zm};
-use crate::engine::{decide, Ask, Hold, Invalid, LimitRead, Rejection, Verdict};
+use crate::engine::{decide, Ask, Cost, Hold, Invalid, LimitRead, Rejection, Verdict, Woken};
 use crate::overrides::{Action, Entry};
 use crate::shm::Place;
 use crate::table::Answer;
@@ -24,6 +24,7 @@ struct Case {
     took: Vec<(usize, Place)>,
     holds: u32,
     invalid: Vec<(usize, Invalid)>,
+    unheld: Vec<Woken>,
     /// Each zone's count of invalid values before the decision.
     invalid_before: Vec<u64>,
 }
@@ -66,6 +67,15 @@ impl Run {
                 None
             }
         };
+        // A woken request decided for good has the host end its hold, once,
+        // as its verdict says; one held again, or never held, none.
+        let ends = match (c.since, &held_again, c.v) {
+            (Some(_), None, Verdict::Admit) => vec![Woken::Admitted],
+            (Some(_), None, Verdict::Exempt) => vec![Woken::Exempt],
+            (Some(_), None, _) => vec![Woken::Rejected],
+            _ => vec![],
+        };
+        prop_assert_eq!(&c.unheld, &ends, "the hold ended");
         // A woken request decided for good gives its turn back (the host).
         if let (Some((zone, shard)), None) = (c.q.turn, &held_again) {
             self.zones[zone]
@@ -95,16 +105,23 @@ impl Run {
             since,
             holds: 0,
             invalid: vec![],
+            unheld: vec![],
         };
         let ask = Ask {
             now_ms: now,
             shard: q.shard,
             dry_run,
             holdable: true,
+            woken: since.is_some(),
         };
-        let invalid_before: Vec<u64> = self.zones.iter().map(|z| z.invalid.load(Relaxed)).collect();
+        let invalid_before: Vec<u64> = self
+            .zones
+            .iter()
+            .map(|z| z.invalid.count.load(Relaxed))
+            .collect();
         let v = decide(&mut r, &ask).unwrap();
         let (records, holds, invalid) = (r.records.clone(), r.holds, r.invalid.clone());
+        let unheld = r.unheld.clone();
         let took = r.took.clone();
         if std::env::var("ENGINE_TRACE").is_ok() {
             eprintln!("t={} {q:?} since={since:?} -> {v:?}", now % 100_000);
@@ -127,6 +144,7 @@ impl Run {
             took,
             holds,
             invalid,
+            unheld,
             invalid_before,
         }
     }
@@ -170,7 +188,7 @@ impl Run {
 
     /// Every invalid value judged before the decision stopped is reported
     /// once; the quiet reads (waits, Retry-After) report none.
-    fn check_invalid(&self, c: &Case, e: &Expect) -> Result<(), TestCaseError> {
+    fn check_invalid(&mut self, c: &Case, e: &Expect) -> Result<(), TestCaseError> {
         let (q, now) = (&c.q, c.now);
         let judged = e.first_over.map_or(self.lims.len(), |n| n + 1);
         let reaches_in_flight = |n: usize| {
@@ -183,13 +201,32 @@ impl Run {
             let read = self.places_read(n, q, now);
             rate_fits && self.zones[n].in_flight.is_some() && read == LimitRead::Invalid
         };
+        // A line may report two: its cost (charged under fail=open) and
+        // its in-flight value.
         let expect: Vec<usize> = (0..judged)
-            .filter(|&n| self.reports_invalid(n, q, now) || reaches_in_flight(n))
+            .flat_map(|n| {
+                let rate = self.reports_invalid(n, q, now);
+                let flight = reaches_in_flight(n);
+                [rate.then_some(n), flight.then_some(n)]
+            })
+            .flatten()
             .collect();
+        // Every one counted; only the first of a zone's episode logged.
+        let mut last = self.last_invalid.clone();
+        let logged: Vec<usize> = expect
+            .iter()
+            .copied()
+            .filter(|&n| {
+                let first = last[n].is_none_or(|t| now.saturating_sub(t) > 60_000);
+                last[n] = Some(last[n].map_or(now, |t| t.max(now)));
+                first
+            })
+            .collect();
+        self.last_invalid = last;
         let got: Vec<usize> = c.invalid.iter().map(|&(n, _)| n).collect();
-        prop_assert_eq!(&got, &expect, "invalid values reported");
+        prop_assert_eq!(&got, &logged, "invalid values logged");
         for (n, z) in self.zones.iter().enumerate() {
-            let counted = z.invalid.load(Relaxed) - c.invalid_before[n];
+            let counted = z.invalid.count.load(Relaxed) - c.invalid_before[n];
             let want = expect.iter().filter(|&&m| m == n).count() as u64;
             prop_assert_eq!(counted, want, "invalid values counted in zone {}", n);
         }
@@ -292,9 +329,26 @@ impl Run {
             // A place frees when a request ends: a second at least.
             least = least.max(1);
         }
+        if rej.share_full.is_some() {
+            // Refused for its share: its turn, behind its held requests.
+            let ahead = self.ahead(client, n, c.since);
+            let turn = (0..self.lims.len())
+                .filter_map(|m| {
+                    let t = self.turn(m, client, now, e.pols[m], ahead)?;
+                    Some(if m == n { t.max(1) } else { t })
+                })
+                .max()
+                .unwrap_or(0);
+            least = least.max(turn.div_ceil(1000));
+        }
         let exact = parts.iter().all(Option::is_some);
         let live = self.ovr[n].get(&client).filter(|e| !e.expired(now));
+        // Only a refusal by the count bans: a valid cost that fits the limit
+        // in force (one above it never fits, whatever the count).
+        let fits_limit = matches!(e.pols[n], Pol::Count { limit, cost } if cost <= limit);
         let bans = counts
+            && fits_limit
+            && q.costs[n] != Cost::Invalid
             && !q.dry_run
             && self.zones[n].ban_ms > 0
             && live.is_none_or(|e| e.action == Action::Ban);

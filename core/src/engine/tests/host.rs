@@ -4,7 +4,7 @@
 
 use super::Zm;
 use crate::engine::{
-    Cost, Hold, HostError, Invalid, Key, LimitConf, LimitRead, Line, Request, Shared, Skip,
+    Cost, Hold, HostError, Invalid, Key, LimitConf, LimitRead, Line, Request, Shared, Skip, Woken,
 };
 use crate::overrides::Overrides;
 use crate::rule::mode::Mode;
@@ -60,7 +60,7 @@ pub(super) struct Zone {
     pub(super) keys: Vec<KeyHash>,
     pub(super) ovr: Overrides<'static>,
     pub(super) turns: Turns<'static>,
-    pub(super) invalid: std::sync::atomic::AtomicU64,
+    pub(super) invalid: crate::shm::Episodes,
     pub(super) fail: FailPolicy,
     pub(super) ban_ms: u64,
     /// `in_flight=` (None: the line has none).
@@ -92,6 +92,8 @@ pub(super) struct Req<'a> {
     pub(super) since: Option<u64>,
     pub(super) holds: u32,
     pub(super) invalid: Vec<(usize, Invalid)>,
+    /// How the engine had the host end the request's hold, each time.
+    pub(super) unheld: Vec<Woken>,
 }
 
 impl<'a> Request<'a> for Req<'a> {
@@ -167,7 +169,7 @@ impl<'a> Request<'a> for Req<'a> {
     fn shared(&self, n: usize) -> Shared<'a> {
         let z = &self.zones[n];
         Shared {
-            invalid_count: Some(&z.invalid),
+            invalid: Some(&z.invalid),
             turns: Some(&z.turns),
         }
     }
@@ -177,5 +179,8 @@ impl<'a> Request<'a> for Req<'a> {
     fn hold(&mut self, _h: &Hold, _now_ms: u64) -> bool {
         self.holds += 1;
         true
+    }
+    fn unhold(&mut self, how: Woken) {
+        self.unheld.push(how);
     }
 }

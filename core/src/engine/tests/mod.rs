@@ -72,6 +72,8 @@ struct Run {
     owners: Vec<[Owner; 2]>,
     /// Each worker's process generation (a crash starts the next one).
     gens: [u32; 2],
+    /// Each zone's latest invalid value (epoch ms), for its episodes.
+    last_invalid: Vec<Option<u64>>,
     now: u64,
 }
 
@@ -202,6 +204,7 @@ fn start_at(zs: &[ZoneCase], t0: u64) -> Run {
         flying: vec![],
         owners,
         gens: [0, 0],
+        last_invalid: vec![None; zs.len()],
         now: t0,
     }
 }

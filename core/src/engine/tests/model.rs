@@ -121,7 +121,11 @@ impl Run {
         match cost {
             Cost::Count(cost) => Pol::Count { limit, cost },
             Cost::Invalid if closed => Pol::Closed,
-            Cost::Invalid => Pol::Off,
+            // Never a way past the limit: it costs the whole limit.
+            Cost::Invalid => Pol::Count {
+                limit,
+                cost: limit.max(1),
+            },
         }
     }
 
@@ -182,9 +186,10 @@ impl Run {
                     0 => (w / 1000).max(1),
                     u => (u - now).div_ceil(1000).max(1),
                 };
-                let k = match q.costs[n] {
-                    Cost::Count(k) => k,
-                    Cost::Invalid => 1,
+                let k = match (q.costs[n], q.values[n]) {
+                    (Cost::Count(k), _) => k,
+                    (Cost::Invalid, LimitRead::Set(l)) => l.max(1),
+                    (Cost::Invalid, _) => 1,
                 };
                 match q.values[n] {
                     LimitRead::Set(l) => count(l, k).map(|c| end.max(c)),
