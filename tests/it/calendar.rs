@@ -468,3 +468,32 @@ fn costs_overrides_bans_dry_run_and_variables_compose() {
         "{m}"
     );
 }
+
+/// The draft's headers (`rate_limit_window_headers ietf`) on the 25-hour
+/// day: an admission's `t` is when `r` grows (the next local midnight), a
+/// refusal's `t` its Retry-After; the policy's `w` is the nominal day.
+#[test]
+fn ietf_headers_tell_the_next_local_midnight() {
+    let up = Upstream::start();
+    let clock = FakeClock::new(FALL_FIRST_0110);
+    let ng = start_faked(
+        &clock,
+        &up,
+        "UTC",
+        &proxy_conf(
+            "rate_limit_window_zone $http_x_key zone=q:1m calendar=day tz=America/New_York;",
+            "",
+            "",
+            "rate_limit_window zone=q limit=2; rate_limit_window_headers ietf;",
+        ),
+    );
+    let left = FALL_NEXT_MIDNIGHT - FALL_FIRST_0110;
+    let member = crate::headers_truth::member;
+    let r = get_key(ng.port, "/", "k");
+    assert_eq!(member(&r, "q"), (1, left), "{}", r.describe());
+    assert_eq!(r.header("RateLimit-Policy"), Some("\"q\";q=2;w=86400"));
+    assert_eq!(member(&get_key(ng.port, "/", "k"), "q"), (0, left));
+    let rej = get_key(ng.port, "/", "k");
+    assert_eq!(rej.header_num("Retry-After"), left, "{}", rej.describe());
+    assert_eq!(member(&rej, "q"), (0, left), "{}", rej.describe());
+}
