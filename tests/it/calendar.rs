@@ -497,3 +497,43 @@ fn ietf_headers_tell_the_next_local_midnight() {
     assert_eq!(rej.header_num("Retry-After"), left, "{}", rej.describe());
     assert_eq!(member(&rej, "q"), (0, left), "{}", rej.describe());
 }
+
+/// `charge=`: a call is admitted by its cost and then counts what it used,
+/// in its period; over the day's budget, refused until local midnight.
+#[test]
+fn charge_counts_what_calls_used_until_local_midnight() {
+    let up = common::status_upstream::StatusUpstream::start();
+    let clock = FakeClock::new(FALL_FIRST_0110);
+    let conf = http_conf(
+        "rate_limit_window_zone $http_x_key zone=q:1m calendar=day tz=America/New_York;
+        server {
+            listen 127.0.0.1:{{PORT}};
+            location / {
+                rate_limit_window zone=q limit=1000 charge=$upstream_http_x_tokens;
+                proxy_pass http://{{UPSTREAM}};
+            }
+            location = /api { rate_limit_window_metrics; }
+        }",
+    );
+    let ng = clock.builder().upstream(&up.addr()).start(&conf);
+    let counted = |want: f64| {
+        let read = || {
+            let r = get(ng.port, "/api?zone=q&key=a");
+            serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["current"].as_f64()
+        };
+        wait_for(std::time::Duration::from_secs(5), || read() == Some(want));
+        read()
+    };
+    assert_eq!(get_key(ng.port, "/?tokens=900", "a").status, 200);
+    assert_eq!(counted(900.0), Some(900.0));
+    // 900 + its cost of 1 fits; it then counts the 200 it used.
+    assert_eq!(get_key(ng.port, "/?tokens=200", "a").status, 200);
+    assert_eq!(counted(1100.0), Some(1100.0));
+    assert_back_at(
+        &get_key(ng.port, "/?tokens=1", "a"),
+        FALL_FIRST_0110,
+        FALL_NEXT_MIDNIGHT,
+    );
+    clock.set(FALL_NEXT_MIDNIGHT);
+    assert_eq!(get_key(ng.port, "/?tokens=1", "a").status, 200);
+}
