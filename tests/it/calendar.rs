@@ -537,3 +537,46 @@ fn charge_counts_what_calls_used_until_local_midnight() {
     clock.set(FALL_NEXT_MIDNIGHT);
     assert_eq!(get_key(ng.port, "/?tokens=1", "a").status, 200);
 }
+
+/// Gateways that share a calendar zone in Redis must count the same days:
+/// one in another time zone is told apart (the fleet's mismatch gauge and
+/// a `[warn]` on both sides), and the two in the same zone see each other.
+#[test]
+fn a_gateway_in_another_time_zone_is_seen_by_the_fleet() {
+    let redis = crate::overrides::Redis::start();
+    let up = Upstream::start();
+    let clock = ShiftedClock::new();
+    let gateway = |tz: &str| {
+        let zone = format!(
+            "calendar=day tz={tz} redis=127.0.0.1:{} sync=100ms secret=calendar-fleet-secret-02",
+            redis.1
+        );
+        let conf = conf(&zone, "10").replace(
+            "location = /api",
+            "location = /metrics { rate_limit_window_metrics; } location = /api",
+        );
+        clock.builder().upstream_of(&up).start(&conf)
+    };
+    let (a, b, c) = (
+        gateway("Europe/Paris"),
+        gateway("Europe/Paris"),
+        gateway("Asia/Tokyo"),
+    );
+    let fleet = |g: &Nginx| {
+        let m = get(g.port, "/metrics").text();
+        let v = |name| prom_value(&m, name, &[("zone", "q")]).unwrap_or(-1.0);
+        (
+            v("rate_limit_window_sync_peers"),
+            v("rate_limit_window_sync_peers_mismatched"),
+        )
+    };
+    let seen = wait_for(std::time::Duration::from_secs(15), || {
+        fleet(&a) == (2.0, 1.0) && fleet(&b) == (2.0, 1.0) && fleet(&c) == (1.0, 2.0)
+    });
+    assert!(seen, "{:?} {:?} {:?}", fleet(&a), fleet(&b), fleet(&c));
+    let warned = wait_for(std::time::Duration::from_secs(10), || {
+        c.error_log()
+            .contains("2 other gateway(s) use this zone name in redis with another mode")
+    });
+    assert!(warned, "{}", c.error_log());
+}
