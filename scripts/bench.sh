@@ -34,6 +34,9 @@
 #               req/s at 10,000 and 100,000 active clients; then Redis
 #               commands/s with 1,000,000 cold clients before, during and
 #               after one {"limit":1} override
+#   fleet_overrides  three gateways: Redis commands/s per gateway with an
+#               empty overrides' hash, while 1,000,000 fields are read (in
+#               pages) and after, and the time to read them
 #
 # Settings (environment):
 #   BENCH_SECS=3       seconds per measured wrk run
@@ -70,7 +73,7 @@
 #   BENCH_SCALE_GATEWAYS="1 3", BENCH_SCALE_KEYS="10000 100000 1000000",
 #   BENCH_SCALE_SECS=30 (at most 55)  the cluster_scale section: gateways, cold clients
 #                      sent to gateway 1 (wrk, bench/keys.lua), seconds per run
-#   BENCH_SECTIONS="throughput modes capacity accuracy micro overrides override_history callgrind redis hugepages scaling cluster cluster_scale"
+#   BENCH_SECTIONS="throughput modes capacity accuracy micro overrides override_history callgrind redis hugepages scaling cluster fleet_overrides cluster_scale"
 #   BENCH_OUT=BENCHMARKS.md
 #   RLW_BENCH_ONLY="cluster"  run only these sections and replace only their
 #                      sections in an existing BENCH_OUT (the others, the
@@ -100,7 +103,7 @@ BENCH_FLOOD_KEYS=${BENCH_FLOOD_KEYS:-1000000}
 BENCH_DELAY_BURST=${BENCH_DELAY_BURST:-30}
 BENCH_CAP_MODE=${BENCH_CAP_MODE:-estimate}
 BENCH_MODES_REPS=${BENCH_MODES_REPS:-10}
-BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput modes capacity accuracy micro overrides override_history callgrind redis hugepages scaling cluster cluster_scale"}
+BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput modes capacity accuracy micro overrides override_history callgrind redis hugepages scaling cluster fleet_overrides cluster_scale"}
 RLW_BENCH_ONLY=${RLW_BENCH_ONLY:-}
 [ -z "$RLW_BENCH_ONLY" ] || BENCH_SECTIONS=$RLW_BENCH_ONLY
 BENCH_CLUSTER_LIMIT=${BENCH_CLUSTER_LIMIT:-100}
@@ -256,7 +259,7 @@ preflight() {
     command -v python3 >/dev/null || die "python3 is required (bench/httpclient.py, bench/report.py)"
     command -v curl >/dev/null || die "curl is required"
     python3 "$BENCH_DIR/report.py" selftest >/dev/null || die "bench/report.py selftest failed"
-    if section_on throughput || section_on modes || section_on scaling || section_on hugepages || section_on redis || section_on cluster || section_on cluster_scale; then
+    if section_on throughput || section_on modes || section_on scaling || section_on hugepages || section_on redis || section_on cluster || section_on fleet_overrides || section_on cluster_scale; then
         command -v wrk >/dev/null || die "wrk is required (scripts/deps.sh wrk)"
     fi
     rm -rf "$RESULTS" "$BIN"
@@ -1231,6 +1234,104 @@ $(awk -F'\t' '!/^#/ {printf "| %s. %s | %s | %s / %s |\n", $1, $2, $4, $6, $5}' 
 wrk: $(awk '/requests in/ {print $1 " requests in " $4}' "$RESULTS/cluster-override-wrk.txt" | tr -d ',') to gateway 1, cycling through $BENCH_OVR_KEYS keys."
 }
 
+# ---------------------------------------------------------------- fleet_overrides
+
+FLEET_OVR_FIELDS=${FLEET_OVR_FIELDS:-1000000}
+FLEET_OVR_SECS=10
+
+# redis_calls: the commands the bench's redis-server ran so far (INFO
+# commandstats; a script's own commands included).
+redis_calls() {
+    redis-cli -p "$REDIS_PORT" info commandstats | awk -F'[=,:]' '/^cmdstat_/ {n += $3} END {print n + 0}'
+}
+
+# fleet_ignored PORT: values of zone o the gateway on PORT read and ignored.
+fleet_ignored() {
+    curl -s "http://127.0.0.1:$1/api" |
+        awk '/^rate_limit_window_fleet_values_ignored_total\{zone="o"\}/ {print $2}'
+}
+
+# per_gateway_rate CALLS0 CALLS1 SECS: commands per second and gateway (3).
+per_gateway_rate() {
+    python3 -c "print(f'{($2 - $1) / $3 / 3:.1f}')"
+}
+
+# bench_fleet_overrides: three gateways (zone o, sync=100ms, no traffic):
+# Redis commands per second and gateway over FLEET_OVR_SECS s with an empty
+# overrides' hash; then, the gateways started again after FLEET_OVR_FIELDS
+# fields were put in the hash (none with this fleet's MAC: each is read,
+# checked and counted), the commands per second while every gateway reads
+# them in pages, the time from their start until the last one has, and the
+# commands per second after; then 1,000 changes in about a second spread
+# over the gateways, and the time until every gateway holds them.
+bench_fleet_overrides() {
+    command -v redis-server >/dev/null || { FLEET_OVR_MD="_Skipped: redis-server is not installed._"; log "fleet_overrides: no redis-server; skipped"; return; }
+    log "== fleet_overrides: 3 gateways, an empty overrides' hash vs $FLEET_OVR_FIELDS fields"
+    start_redis
+    launch_gateways 3 override_gateway_body
+    sleep 2
+    local c0 c1 t0 t1 none reading after read_s p done=0
+    c0=$(redis_calls); sleep "$FLEET_OVR_SECS"; c1=$(redis_calls)
+    none=$(per_gateway_rate "$c0" "$c1" "$FLEET_OVR_SECS")
+    # The fields are not changes of the log: gateways started after read
+    # them from the snapshot, as a new gateway does.
+    stop_gateways
+    redis-cli -p "$REDIS_PORT" EVAL "for i = 1, tonumber(ARGV[1]) do redis.call('HSET', KEYS[1], \
+string.format('%014x', i), 'v3 ' .. i .. ' e 0000000000000001.1 ban 0 0 ' .. string.rep('0', 32)) end \
+return 1" 1 'rlw:{o}:ovr3' "$FLEET_OVR_FIELDS" >/dev/null
+    c0=$(redis_calls); t0=$(date +%s.%N)
+    launch_gateways 3 override_gateway_body
+    for _ in $(seq 1 600); do
+        done=1
+        for p in "${GATEWAY_PORTS[@]}"; do
+            [ "$(fleet_ignored "$p" | cut -d. -f1)" -ge "$FLEET_OVR_FIELDS" ] 2>/dev/null || done=0
+        done
+        [ "$done" = 1 ] && break
+        sleep 0.5
+    done
+    c1=$(redis_calls); t1=$(date +%s.%N)
+    [ "$done" = 1 ] || log "fleet_overrides: not every gateway read the $FLEET_OVR_FIELDS fields in 300 s"
+    read_s=$(python3 -c "print(f'{$t1 - $t0:.1f}')")
+    reading=$(per_gateway_rate "$c0" "$c1" "$read_s")
+    c0=$(redis_calls); sleep "$FLEET_OVR_SECS"; c1=$(redis_calls)
+    after=$(per_gateway_rate "$c0" "$c1" "$FLEET_OVR_SECS")
+    # A thousand changes in about a second, spread over the gateways, and
+    # the time until every gateway holds them all.
+    python3 - "$(IFS=,; echo "${GATEWAY_PORTS[*]}")" >"$RESULTS/fleet-changes.txt" <<'PY'
+import http.client, json, sys, time
+ports = [int(p) for p in sys.argv[1].split(",")]
+conns = [http.client.HTTPConnection("127.0.0.1", p, timeout=10) for p in ports]
+n, t0 = 1000, time.time()
+for i in range(n):
+    c = conns[i % len(conns)]
+    c.request("PUT", f"/api?zone=o&key=change{i}", body=f'{{"limit":{i + 1}}}')
+    r = c.getresponse(); r.read()
+    assert r.status == 200, r.status
+    time.sleep(max(0.0, t0 + (i + 1) / n - time.time()))
+t1 = time.time()
+def live(p):
+    c = http.client.HTTPConnection("127.0.0.1", p, timeout=10)
+    c.request("GET", "/api?zone=o&overrides&count=1")
+    return json.loads(c.getresponse().read())["live"]
+while any(live(p) < n for p in ports) and time.time() < t1 + 60:
+    time.sleep(0.05)
+t2 = time.time()
+print(f"{n}\t{t1 - t0:.2f}\t{t2 - t1:.2f}\t{int(all(live(p) >= n for p in ports))}")
+PY
+    read -r FLEET_CHANGES FLEET_CHANGES_S FLEET_CHANGES_WAIT FLEET_CHANGES_OK <"$RESULTS/fleet-changes.txt"
+    stop_gateways
+    stop_redis
+    log "fleet_overrides: $none commands/s per gateway with none, $reading while reading $FLEET_OVR_FIELDS ($read_s s), $after after; $FLEET_CHANGES changes in $FLEET_CHANGES_S s, all gateways had them $FLEET_CHANGES_WAIT s later"
+    FLEET_OVR_MD="| overrides' hash | Redis commands/s per gateway |
+|---|---:|
+| empty | $none |
+| $FLEET_OVR_FIELDS fields, while the 3 gateways read them ($read_s s until the last had$([ "$done" = 1 ] || echo " not")) | $reading |
+| $FLEET_OVR_FIELDS fields, after | $after |
+
+$FLEET_CHANGES changes (\`{\"limit\":N}\` on as many clients) sent in $FLEET_CHANGES_S s round-robin to the
+3 gateways: every gateway held all of them $FLEET_CHANGES_WAIT s after the last$([ "$FLEET_CHANGES_OK" = 1 ] || echo " (not within 60 s)")."
+}
+
 # ---------------------------------------------------------------- cluster_scale
 
 SCALE_LIMIT=100
@@ -1776,6 +1877,23 @@ ${CLUSTER_OVR_MD:-_Not run (BENCH_OVR_KEYS=0)._}
 
 EOF
         fi
+        if section_on fleet_overrides; then
+            cat <<EOF
+## Fleet overrides: Redis's load with 1,000,000 fields
+
+${ALONE_NOTE}Three gateways (zone \`o\`, \`sync=100ms\`, no requests) on one
+local redis-server: the Redis commands per second and gateway (\`INFO
+commandstats\`, a script's own commands included) with an empty overrides'
+hash; then, started again after $FLEET_OVR_FIELDS fields were put in it, while
+every gateway reads them (the snapshot in pages of 2,000, across rounds;
+none with this fleet's MAC, so each is read, checked and counted) and
+after: each gateway then reads only the changes after the last one it saw
+([docs/gateways.md](docs/gateways.md#overrides-across-the-fleet)).
+
+${FLEET_OVR_MD:-_Not run._}
+
+EOF
+        fi
         if section_on cluster_scale; then
             cat <<EOF
 ## Cluster at scale: cold clients and one hot client
@@ -1822,7 +1940,7 @@ alone_note() {
 
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
 THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" OVERRIDES_MD="" HISTORY_MD="" CALLGRIND_MD="" CALLGRIND_SPLIT_MD="" CALLGRIND_FP_MD="" REDIS_MD="" HUGEPAGES_MD=""
-SCALING_MD="" SCALING_WRK="" CLUSTER_MD="" MODES_MD="" ABUSERS_MD="" DELAYQ_MD="" CLUSTER_SCALE_MD=""
+SCALING_MD="" SCALING_WRK="" CLUSTER_MD="" MODES_MD="" ABUSERS_MD="" DELAYQ_MD="" CLUSTER_SCALE_MD="" FLEET_OVR_MD=""
 preflight
 [ "$BENCH_REPS" -ge 3 ] || log "warning: BENCH_REPS=$BENCH_REPS < 3: fine for trying the script, not for numbers to quote"
 section_on throughput && bench_throughput
@@ -1835,6 +1953,7 @@ section_on redis && bench_redis
 section_on hugepages && bench_hugepages
 section_on scaling && bench_scaling
 section_on cluster && bench_cluster
+section_on fleet_overrides && bench_fleet_overrides
 section_on cluster_scale && bench_cluster_scale
 section_on accuracy && bench_accuracy
 section_on micro && bench_micro

@@ -161,10 +161,12 @@ extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     // nginx passes the running cycle.
     let (process, worker, cycle) = unsafe { (ngx_process, ngx_worker, &*cycle) };
     if let Some(mcf) = Module::main_conf(cycle) {
-        // What a dead worker of this number held is gone with it.
-        request::hold::clear_turns(&mcf.zones, worker);
-        // And the in-flight places of every process gone (a respawn
-        // follows its predecessor's death).
+        // The in-flight places, turns and held requests of every process
+        // gone (a respawn follows its predecessor's death), and any under
+        // this pid (a process gone whose pid this one took again): owned
+        // by pid, never by a worker's number, so that the cache manager
+        // and loader, and old workers of a reload, keep theirs.
+        zone::stop_places(mcf.zones(), mcf.sheds());
         zone::reclaim_places(mcf.zones(), mcf.sheds());
     }
     let ours = (process == NGX_PROCESS_WORKER as ngx_uint_t && worker == 0)

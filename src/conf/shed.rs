@@ -89,7 +89,6 @@ fn new_group(
         name: cf.pool_str(name)?,
         limits,
         group: None,
-        owner: Default::default(),
     };
     let g = cf.pool().allocate(conf);
     if g.is_null() {

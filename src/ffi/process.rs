@@ -7,7 +7,7 @@ use core::ptr;
 
 use nginx_sys::{
     ngx_add_timer, ngx_cached_time, ngx_cycle, ngx_cycle_t, ngx_event_handler_pt, ngx_event_t,
-    ngx_exiting, ngx_log_t, ngx_msec_t, ngx_quit, ngx_terminate, ngx_uint_t, ngx_worker,
+    ngx_exiting, ngx_log_t, ngx_msec_t, ngx_pid, ngx_quit, ngx_terminate, ngx_uint_t, ngx_worker,
     NGX_LOG_NOTICE, NGX_LOG_WARN,
 };
 
@@ -28,15 +28,32 @@ pub fn shard() -> usize {
     unsafe { ngx_worker }
 }
 
-/// This process's pid.
-pub fn pid() -> u32 {
-    // SAFETY: getpid has no preconditions.
-    unsafe { libc::getpid() as u32 }
+/// Whether this process is exiting or quitting (an old worker of a
+/// reload, finishing its requests).
+pub fn exiting() -> bool {
+    // SAFETY: process-wide flags, written by the signal handler or the
+    // event loop of this same process.
+    unsafe { ngx_exiting != 0 || ngx_quit != 0 }
 }
 
-/// Whether process `pid` is alive (or a zombie not reaped yet): a signal 0
-/// reaches it, or it exists under another user. False only when no such
-/// process exists: the in-flight places of a dead process are reclaimed.
+/// This process's pid: nginx's `ngx_pid` (set in each process it starts,
+/// no system call), else getpid(2).
+pub fn pid() -> u32 {
+    // SAFETY: ngx_pid is written once when the process starts, before any
+    // request or timer of it; getpid has no preconditions.
+    unsafe {
+        match ngx_pid {
+            p if p > 0 => p as u32,
+            _ => libc::getpid() as u32,
+        }
+    }
+}
+
+/// Whether process `pid` is alive (or a zombie not reaped yet) and one of
+/// this nginx's: a signal 0 reaches it (or it exists under another user),
+/// and its parent is this process's master (the pid was not taken again
+/// by a process of someone else). False when no such process of ours
+/// exists: the in-flight places and turns of a dead process are reclaimed.
 pub fn alive(pid: u32) -> bool {
     let Ok(p) = libc::pid_t::try_from(pid) else {
         return false;
@@ -46,7 +63,33 @@ pub fn alive(pid: u32) -> bool {
     }
     // SAFETY: kill with signal 0 sends nothing; it only checks the pid.
     let rc = unsafe { libc::kill(p, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    if rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return false;
+    }
+    ours(p)
+}
+
+/// Whether process `p` (alive) is this nginx's: the master's child (a
+/// worker of any generation, the cache manager), the master, or this
+/// process. True when /proc cannot tell.
+fn ours(p: libc::pid_t) -> bool {
+    // SAFETY: getpid and getppid have no preconditions.
+    let (me, master) = unsafe { (libc::getpid(), libc::getppid()) };
+    if p == me || p == master {
+        return true;
+    }
+    let Ok(stat) = std::fs::read(format!("/proc/{p}/stat")) else {
+        return true;
+    };
+    parent_in_stat(&stat).is_none_or(|parent| parent == master)
+}
+
+/// The parent pid in a `/proc/PID/stat` line: the 2nd field after the
+/// command name, whose parentheses may hold anything.
+fn parent_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = core::str::from_utf8(&stat[close + 1..]).ok()?;
+    rest.split_ascii_whitespace().nth(1)?.parse().ok()
 }
 
 /// nginx's running cycle (`ngx_cycle`), if one is set: while a

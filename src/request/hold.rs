@@ -44,7 +44,7 @@ use crate::ffi::req::{event_handler, variable_get};
 use crate::request::record::{self, Held, Part, RequestStatus};
 use crate::zone::ZoneConf;
 use crate::Module;
-use rate_limit_window_core::shm::DelayStats;
+use rate_limit_window_core::shm::{DelayStats, Owner};
 
 /// Whether any limit of the location has a `delay`.
 fn delays(limits: &[Limit]) -> bool {
@@ -145,7 +145,7 @@ fn new_hold(r: &Request, part: &Part<Cell<Option<Held>>>, rej: &Holding) -> Resu
         true => rej.limits[rej.hold.index].zone().turns.as_ref(),
         false => None,
     };
-    let worker = crate::ffi::process::shard() as u32;
+    let worker = crate::zone::this_owner().map_or(0, |o| o.pid());
     part.data.set(Some(Held {
         lcf,
         since_ms: rej.now,
@@ -157,7 +157,7 @@ fn new_hold(r: &Request, part: &Part<Cell<Option<Held>>>, rej: &Holding) -> Resu
     }));
     part.on_free(release);
     lcf.delay.held.set(lcf.delay.held.get() + 1);
-    count(rej.limits, |s| &s.held, 1);
+    gauge(rej.limits, worker, true);
     Ok(())
 }
 
@@ -286,11 +286,12 @@ fn unhold(h: &mut Held) {
         h.held = false;
         let cap = &h.lcf.delay;
         cap.held.set(cap.held.get().saturating_sub(1));
-        if let Some(turns) = h.turns {
-            turns.give(h.worker as usize, h.client);
+        let owner = Owner::of(h.worker);
+        if let (Some(turns), Some(o)) = (h.turns, owner) {
+            turns.give(o, h.client);
         }
         if let Some(limits) = h.lcf.limits.as_deref() {
-            count(limits, |s| &s.held, u64::MAX);
+            gauge(limits, h.worker, false);
         }
     }
 }
@@ -334,6 +335,20 @@ fn count(limits: &[Limit], field: impl Fn(&DelayStats) -> &AtomicU64, n: u64) {
     }
 }
 
+/// Counts a request held (`up`) or no longer held, by process `pid`, in
+/// the gauge of every zone with a `delay` (its turns: reclaimed with the
+/// process, carried by a resize).
+fn gauge(limits: &[Limit], pid: u32, up: bool) {
+    let Some(o) = Owner::of(pid) else {
+        return;
+    };
+    for l in limits.iter().filter(|l| l.delay_ms > 0) {
+        if let Some(t) = l.zone().turns.as_ref() {
+            t.hold_gauge(o, up);
+        }
+    }
+}
+
 /// The hold's log line, one level below the rejections' (as `limit_req`).
 fn log_hold(log: *mut ngx_log_t, rej: &Holding, what: &str) {
     let level = (rej.lcf.log_level + 1).min(NGX_LOG_DEBUG as ngx_uint_t);
@@ -361,15 +376,4 @@ fn delay_value(r: &mut Request, v: &mut ngx_http_variable_value_t) -> ngx_int_t 
         (Some(_), Some(ms)) => ms.to_string(),
     };
     crate::ffi::vars::set(r, v, text.as_bytes())
-}
-
-/// A worker starting: clears its turns in every zone (what a dead worker
-/// of the same number held is gone with it; see the core's `shm::Turns`).
-pub fn clear_turns(zones: &[*mut ZoneConf], worker: usize) {
-    for &z in zones {
-        // SAFETY: the main configuration's zones live as long as the cycle.
-        if let Some(t) = unsafe { &*z }.turns.as_ref() {
-            t.clear_worker(worker);
-        }
-    }
 }

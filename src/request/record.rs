@@ -172,10 +172,11 @@ pub struct Held {
     /// The client (the rejecting limit's key hash) whose share it takes.
     pub client: u64,
     /// The zone's `delay=` turns it holds one of (the rejecting limit's
-    /// zone, shared by its workers), and the worker that took it.
+    /// zone, shared by its workers), and the process that took it.
     pub turns: Option<&'static Turns<'static>>,
-    /// That worker (`ngx_worker`; a u32 beside `held`, so that the record
-    /// stays small enough to be written without a call to memcpy).
+    /// That process's pid, its owner of the turn and of the zones' gauge
+    /// of held requests (a u32 beside `held`, so that the record stays
+    /// small enough to be written without a call to memcpy).
     pub worker: u32,
 }
 

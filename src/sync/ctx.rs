@@ -28,6 +28,9 @@ pub(crate) struct Job {
     pub window: Window,
     /// What this gateway publishes to the fleet hash (never the secret).
     pub profile: Profile,
+    /// `secret=`: the key of the MAC of the fleet's override values
+    /// (never written anywhere).
+    pub secret: Vec<u8>,
     pub table: &'static Table<'static>,
     pub header: &'static ZoneHeader,
 }
@@ -177,4 +180,14 @@ pub(crate) fn fields(v: &Value) -> Option<Vec<(&[u8], &[u8])>> {
             .collect(),
         _ => None,
     }
+}
+
+/// A `TIME` reply in ms (UTC epoch, Redis's clock).
+pub(crate) fn time_ms(v: &Value) -> Option<u64> {
+    let Value::Array(a) = v else {
+        return None;
+    };
+    let num = |v: &Value| -> Option<u64> { core::str::from_utf8(bytes(v)?).ok()?.parse().ok() };
+    let (secs, micros) = (num(a.first()?)?, num(a.get(1)?)?);
+    Some(secs * 1000 + micros / 1000)
 }

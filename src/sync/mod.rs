@@ -54,6 +54,7 @@
 
 pub mod ctx;
 pub mod fleet_overrides;
+pub mod ovr_calls;
 pub mod redis_link;
 pub mod round;
 pub mod round_stats;
@@ -104,6 +105,7 @@ pub fn start_all(zones: &[*mut ZoneConf]) {
                 zone.window.ms(),
                 &fleet_mode(zone),
             ),
+            secret: r.secret.clone(),
             table,
             header,
         };
@@ -162,6 +164,7 @@ pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
         log_outage(log, zone, header, now_ms.saturating_sub(since));
     }
     log_fleet(log, zone, header);
+    log_ignored(log, zone, header);
     let owner = header.sync_owner.load(Ordering::Acquire);
     if owner != 0 && header.logged_owner.swap(owner, Ordering::Relaxed) != owner {
         ngx_log_error!(
@@ -172,6 +175,23 @@ pub fn log_changes(log: *mut ngx_log_t, zone: &ZoneConf, now_ms: u64) {
             owner
         );
     }
+}
+
+/// Logs, once, that override values read from Redis were ignored (never
+/// a value: they may be anyone's).
+fn log_ignored(log: *mut ngx_log_t, zone: &ZoneConf, header: &ZoneHeader) {
+    let Some(n) = header.overrides().and_then(|o| o.ignored_to_log()) else {
+        return;
+    };
+    ngx_log_error!(
+        NGX_LOG_WARN,
+        log,
+        "rate_limit_window_zone \"{}\": {} override value(s) in redis are not this fleet's \
+         (another \"secret=\", malformed, or changed without the secret) and are ignored; \
+         they are counted in rate_limit_window_fleet_values_ignored_total",
+        zone.name_str(),
+        n
+    );
 }
 
 /// Logs, once per episode, that gateways use this zone's name in Redis
@@ -224,6 +244,30 @@ fn run(job: Job, stop: &AtomicBool) {
         return;
     };
     let owner = Owner::new(header, job.sync_ms);
+    // The overrides' sync: a thread of its own (its own connection and
+    // budget: it never delays nor fails a count round), joined here.
+    let done = AtomicBool::new(false);
+    let ctx = RoundCtx {
+        table,
+        ledger: &ledger,
+        job: &job,
+        owner: &owner,
+        stop,
+    };
+    std::thread::scope(|sc| {
+        let overrides = std::thread::Builder::new()
+            .name(format!("rlw-ovr-{}", job.name))
+            .spawn_scoped(sc, || fleet_overrides::run(&ctx, &done));
+        count_rounds(&ctx);
+        done.store(true, Ordering::Relaxed);
+        drop(overrides);
+    });
+    owner.release();
+}
+
+/// The count rounds, while this thread owns the sync.
+fn count_rounds(ctx: &RoundCtx<'_>) {
+    let (job, header, owner, stop) = (ctx.job, ctx.job.header, ctx.owner, ctx.stop);
     let mut conn: Option<Link> = None;
     let mut backoff = BACKOFF_MIN_MS;
     let mut state = RoundState::default();
@@ -238,16 +282,9 @@ fn run(job: Job, stop: &AtomicBool) {
             }
         }
         let started = epoch_ms();
-        let ctx = RoundCtx {
-            table,
-            ledger: &ledger,
-            job: &job,
-            owner: &owner,
-            stop,
-        };
         let result = connect(&mut conn, &job.target)
             .map_err(RoundError::from)
-            .and_then(|c| round(c, &ctx, &mut state, started));
+            .and_then(|c| round(c, ctx, &mut state, started));
         let nap_ms = match result {
             Ok(done) => {
                 backoff = BACKOFF_MIN_MS;
@@ -265,7 +302,6 @@ fn run(job: Job, stop: &AtomicBool) {
             break;
         }
     }
-    owner.release();
 }
 
 /// The nap after a round that worked (ms): the rest of the sync interval
@@ -311,8 +347,8 @@ fn round_failed(header: &ZoneHeader, e: &LinkError, started: u64) {
     );
 }
 
-/// Counts a failed round, by kind.
-fn count_error(header: &ZoneHeader, e: &LinkError) {
+/// Counts a failed round (or override step), by kind.
+pub(crate) fn count_error(header: &ZoneHeader, e: &LinkError) {
     header.sync_errors.fetch_add(1, Ordering::Relaxed);
     let by_kind = match e.kind {
         LinkErrorKind::Timeout => &header.sync_err_timeout,

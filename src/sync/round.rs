@@ -26,7 +26,7 @@ use rate_limit_window_core::cluster::hot::{
 use rate_limit_window_core::cluster::{gateway_field, redis_key, shares, Push};
 use redis::Value;
 
-use crate::sync::ctx::{bytes, fields, RoundCtx, RoundError};
+use crate::sync::ctx::{bytes, fields, time_ms, RoundCtx, RoundError};
 use crate::sync::redis_link::Link;
 
 /// Largest number of keys per pipelined batch.
@@ -50,8 +50,9 @@ pub struct RoundState {
     pushes: Vec<Push>,
     work: Vec<Item>,
     fleet_at: Option<Instant>,
-    /// When the fleet's overrides were last read (fleet_overrides.rs).
-    ovr_at: Option<Instant>,
+    /// This gateway's clock minus Redis's `TIME` (ms), measured by the
+    /// fleet step: the fleet's ages are Redis's.
+    redis_offset: Option<i64>,
 }
 
 /// One client's commands in a round (always read back).
@@ -82,7 +83,6 @@ pub fn round(
     let round_ms = (ctx.job.sync_ms * 2).max(ROUND_MIN_MS);
     let round_deadline = Instant::now() + Duration::from_millis(round_ms);
     reset_keys(conn, ctx, now)?;
-    crate::sync::fleet_overrides::round(conn, ctx, &mut st.ovr_at, now)?;
     fleet(conn, ctx, st, now)?;
     let index = ctx.job.window.index(now);
     read_hot(conn, ctx, st, index)?;
@@ -243,7 +243,7 @@ fn read_hot(
 
 /// At most once per `FLEET_MS`: writes this gateway's profile to the
 /// fleet hash, reads the hash, and records the fleet it shows; removes
-/// fields of gateways gone for 10 minutes.
+/// fields of gateways gone for 10 minutes. Times are Redis's `TIME`.
 fn fleet(
     conn: &mut Link,
     ctx: &RoundCtx<'_>,
@@ -258,19 +258,29 @@ fn fleet(
     }
     let key = fleet_key(&ctx.job.name);
     let me = gateway_field(ctx.owner.header.gateway_id);
+    // Ages are Redis's (`TIME`): a gateway whose clock is off neither ages
+    // the others' profiles nor its own.
+    let offset = match st.redis_offset {
+        Some(o) => o,
+        None => redis_offset(conn, now)?,
+    };
     let mut pipe = redis::pipe();
+    pipe.cmd("TIME");
     pipe.cmd("HSET")
         .arg(&key)
         .arg(&me)
-        .arg(ctx.job.profile.encode(now));
+        .arg(ctx.job.profile.encode(shifted(now, offset)));
     pipe.cmd("PEXPIRE").arg(&key).arg(FLEET_TTL_MS);
     pipe.cmd("HGETALL").arg(&key);
     let deadline = Instant::now() + Duration::from_millis(BATCH_MS);
     let replies = conn.exec(&pipe, deadline)?;
-    if !matches!(replies.first(), Some(Value::Int(_))) {
+    let redis_now = replies.first().and_then(time_ms);
+    st.redis_offset = redis_now.map(|t| now as i64 - t as i64).or(Some(offset));
+    let now = redis_now.unwrap_or(shifted(now, offset));
+    if !matches!(replies.get(1), Some(Value::Int(_))) {
         key_error(ctx);
     }
-    let Some(f) = replies.get(2).and_then(fields) else {
+    let Some(f) = replies.get(3).and_then(fields) else {
         return Ok(());
     };
     let v = view(f.iter().copied(), &me, &ctx.job.profile, now);
@@ -286,6 +296,22 @@ fn fleet(
         conn.exec(&del, Instant::now() + Duration::from_millis(BATCH_MS))?;
     }
     Ok(())
+}
+
+/// This gateway's clock (`now`, ms) minus Redis's `TIME`, read alone.
+fn redis_offset(conn: &mut Link, now: u64) -> Result<i64, RoundError> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("TIME");
+    let replies = conn.exec(&pipe, Instant::now() + Duration::from_millis(BATCH_MS))?;
+    Ok(replies
+        .first()
+        .and_then(time_ms)
+        .map_or(0, |t| now as i64 - t as i64))
+}
+
+/// `now` (ms) on Redis's clock, `offset` ms behind this gateway's.
+fn shifted(now: u64, offset: i64) -> u64 {
+    (now as i64).saturating_sub(offset).max(0) as u64
 }
 
 /// Deletes the store hashes (current and previous window) of each key

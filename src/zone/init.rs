@@ -206,6 +206,7 @@ fn create(init: Init<'_>) -> Result<(), ()> {
     if let Some(old) = previous {
         crate::zone::resize::carry(zone, old, log);
         carry_overrides(zone, old, log);
+        crate::zone::resize::carry_runtime(zone, old, log);
     }
     if let Some(f) = saved {
         crate::zone::state_file::restore(zone, &f, log);
@@ -361,8 +362,10 @@ fn format(zone: &mut ZoneConf, space: Space, ids: Ids) -> Result<(), TableError>
     Ok(())
 }
 
-/// Points the zone at its header, table and override table.
+/// Points the zone at its header, table and override table; its places
+/// are live (a reload adopts them, even after a resize that failed).
 fn set(zone: &mut ZoneConf, z: Zone<'static>) {
+    z.places.retire(None);
     zone.header = ptr::from_ref(z.header).cast_mut();
     zone.table = Some(z.table);
     zone.overrides = Some(z.overrides);

@@ -18,7 +18,6 @@ pub mod state_file;
 pub mod tally;
 
 use core::ptr;
-use core::sync::atomic::{AtomicU32, Ordering};
 
 use nginx_sys::{ngx_cycle_t, ngx_http_complex_value_t, ngx_shm_zone_t, ngx_str_t, ngx_uint_t};
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
@@ -96,14 +95,7 @@ pub struct ZoneConf {
     pub turns: Option<Turns<'static>>,
     /// `in_flight=`'s places, shared by the workers (set at init).
     pub places: Option<Places<'static>>,
-    /// This process's owner of the places (`Owner::to_bits`; 0: not
-    /// taken yet; [`NO_OWNER`]: every owner was taken). Each process has
-    /// its own copy of the configuration, so its own value.
-    pub places_owner: AtomicU32,
 }
-
-/// [`ZoneConf::places_owner`] when every owner of the zone was taken.
-pub const NO_OWNER: u32 = u32::MAX;
 
 /// The zones of a configuration's list (`MainConf::zones`, raw pointers
 /// into the configuration pool), as references for the cycle.
@@ -180,16 +172,13 @@ impl ZoneConf {
             overrides: None,
             turns: None,
             places: None,
-            places_owner: AtomicU32::new(0),
         }
     }
 
-    /// This process's owner of the zone's places, taken at its first use
-    /// (reclaiming first the places of every process gone: see the core's
-    /// `shm::Places`). None: the zone has no places, or every owner is
-    /// taken (logged once).
+    /// This process's owner of the zone's places and turns (None: the
+    /// zone has no places).
     pub fn places_owner(&self) -> Option<Owner> {
-        owner_of(&self.places_owner, self.places.as_ref(), || self.name_str())
+        owner_for(self.places.as_ref()?)
     }
 
     /// The key and window, as compared on reload.
@@ -219,65 +208,68 @@ impl ZoneConf {
     }
 }
 
-/// The owner in `cell` of this process for `places`, taken at its first
-/// use (see [`ZoneConf::places_owner`]); `what` names them in the log.
-pub fn owner_of<S: core::fmt::Display>(
-    cell: &AtomicU32,
-    places: Option<&Places<'static>>,
-    what: impl FnOnce() -> S,
-) -> Option<Owner> {
-    match cell.load(Ordering::Relaxed) {
-        NO_OWNER => None,
-        0 => {
-            let o = places?.start(crate::ffi::process::pid(), crate::ffi::process::alive);
-            cell.store(o.map_or(NO_OWNER, Owner::to_bits), Ordering::Relaxed);
-            if o.is_none() {
-                ngx::ngx_log_error!(
-                    nginx_sys::NGX_LOG_WARN,
-                    crate::ffi::process::cycle_log(),
-                    "\"{}\": in-flight places are held by {} processes already: this process's \
-                     requests are not counted (fail= applies)",
-                    what(),
-                    rate_limit_window_core::shm::places::OWNERS
-                );
-            }
-            o
-        }
-        bits => Owner::from_bits(bits),
+/// This process's owner of places and turns: its pid (nothing to take or
+/// run out of; see the core's `shm::Places`). None only on a system whose
+/// pids do not fit (above Linux's limit of 2^22).
+pub fn this_owner() -> Option<Owner> {
+    Owner::of(crate::ffi::process::pid())
+}
+
+/// This process's owner of `places`: its pid and, when a resize retired
+/// them, whether it is exiting and its clock (`Places::retire`).
+pub fn owner_for(places: &Places<'_>) -> Option<Owner> {
+    let o = this_owner()?;
+    if !places.retired() {
+        return Some(o);
     }
+    let o = o.at(crate::ffi::process::now_ms());
+    Some(if crate::ffi::process::exiting() {
+        o.leaving()
+    } else {
+        o
+    })
 }
 
 /// A process starting, and worker 0's sweep each second: takes back the
-/// in-flight places of every process that is gone, in every zone and
-/// shed group (see the core's `shm::Places`).
+/// in-flight places, `delay=` turns and held requests of every process
+/// that is gone, in every zone and shed group (see the core's
+/// `shm::Places` and `shm::Turns`).
 pub fn reclaim_places<'a>(
     zones: impl Iterator<Item = &'a ZoneConf>,
     sheds: impl Iterator<Item = &'a shed::ShedConf>,
 ) {
     let alive = crate::ffi::process::alive;
-    for p in zones.filter_map(|z| z.places.as_ref()) {
-        p.reclaim_dead(alive);
+    for z in zones {
+        if let Some(p) = z.places.as_ref() {
+            p.reclaim_dead(alive);
+        }
+        if let Some(t) = z.turns.as_ref() {
+            t.reclaim_dead(alive);
+        }
     }
     for g in sheds.filter_map(|g| g.group.as_ref()) {
         g.places.reclaim_dead(alive);
     }
 }
 
-/// A process exiting: gives back what it still holds and frees its owner
-/// of every zone's and shed group's places.
+/// A process exiting: gives back what it still holds of every zone's and
+/// shed group's places and turns.
 pub fn stop_places<'a>(
     zones: impl Iterator<Item = &'a ZoneConf>,
     sheds: impl Iterator<Item = &'a shed::ShedConf>,
 ) {
-    let owner = |a: &AtomicU32| Owner::from_bits(a.load(Ordering::Relaxed));
+    let Some(me) = this_owner() else {
+        return;
+    };
     for z in zones {
-        if let (Some(p), Some(o)) = (z.places.as_ref(), owner(&z.places_owner)) {
-            p.stop(o);
+        if let Some(p) = z.places.as_ref() {
+            p.stop(me);
+        }
+        if let Some(t) = z.turns.as_ref() {
+            t.stop(me);
         }
     }
-    for g in sheds {
-        if let (Some(s), Some(o)) = (g.group.as_ref(), owner(&g.owner)) {
-            s.places.stop(o);
-        }
+    for g in sheds.filter_map(|g| g.group.as_ref()) {
+        g.places.stop(me);
     }
 }

@@ -2,7 +2,9 @@
 //! calls `init_zone` with no old data), while the running cycle's zone is
 //! still mapped. The live clients are copied into the new table (the
 //! core's `Table::carry_from`), with one `notice` of the numbers; a change
-//! that makes counts start over instead is logged at `warn`.
+//! that makes counts start over instead is logged at `warn`. The requests
+//! in flight (`in_flight=` places, `delay=` turns and held requests) are
+//! carried too, each under the process that holds it ([`carry_runtime`]).
 
 use nginx_sys::{ngx_log_t, NGX_LOG_NOTICE, NGX_LOG_WARN};
 use ngx::http::HttpModuleMainConf;
@@ -115,6 +117,46 @@ pub fn carry(zone: &ZoneConf, old: &ZoneConf, log: *mut ngx_log_t) {
         }
     }
     warn_prefix_change(zone, old, log);
+}
+
+/// After the new zone was formatted: counts in it the requests the old
+/// zone's processes have in flight (places) and hold (`delay=` turns and
+/// the gauge), each under its process, so that a limit holds through the
+/// resize; they are taken back once that process exits (the old workers,
+/// when their last request ends). Only when the keys hash alike (the same
+/// seed); logged when anything was in flight.
+pub fn carry_runtime(zone: &ZoneConf, old: &ZoneConf, log: *mut ngx_log_t) {
+    let (Some(nt), Some(ot)) = (zone.table.as_ref(), old.table.as_ref()) else {
+        return;
+    };
+    if nt.seed() != ot.seed() {
+        return;
+    }
+    let places = match (zone.places.as_ref(), old.places.as_ref()) {
+        (Some(n), Some(o)) => {
+            o.retire(Some(now_ms()));
+            n.carry_from(o)
+        }
+        _ => Default::default(),
+    };
+    let (turns, turns_dropped) = match (zone.turns.as_ref(), old.turns.as_ref()) {
+        (Some(n), Some(o)) => n.carry_from(o),
+        _ => (0, 0),
+    };
+    if places.carried + places.dropped + turns + turns_dropped == 0 {
+        return;
+    }
+    ngx_log_error!(
+        NGX_LOG_NOTICE,
+        log,
+        "rate_limit_window_zone \"{}\" resized: {} requests in flight carried over ({} \
+         dropped), {} entries of held requests ({} dropped), each counted until its worker exits",
+        zone.name,
+        places.carried,
+        places.dropped,
+        turns,
+        turns_dropped
+    );
 }
 
 /// A reload that changes `ipv6_prefix=` (any size): IPv6 clients get new

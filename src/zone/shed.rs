@@ -3,15 +3,14 @@
 //! `:` no zone name of `rate_limit_window_zone` can hold), sized for the
 //! group's `max=` (the core's `shm::shed::ShedGroup::bytes_for`), which
 //! every location naming the group shares. Its init formats the group, or
-//! adopts the previous cycle's on reload when `max=` is unchanged (a
-//! changed `max=` is another size, so a new zone to nginx: its requests in
-//! flight then start from 0).
+//! adopts the previous cycle's on reload (the same size: a new `max=` takes
+//! effect in it); a `max=` that changes the size is a new zone to nginx,
+//! which counts the old group's requests in flight, each under its process.
 
 use core::alloc::Layout;
 use core::ffi::c_void;
-use core::sync::atomic::AtomicU32;
 
-use nginx_sys::{ngx_int_t, ngx_shm_zone_t, ngx_str_t, NGX_LOG_EMERG};
+use nginx_sys::{ngx_int_t, ngx_pagesize_shift, ngx_shm_zone_t, ngx_str_t, NGX_LOG_EMERG};
 use ngx::allocator::Allocator;
 use ngx::core::{SlabPool, Status};
 use ngx::ngx_log_error;
@@ -27,9 +26,6 @@ pub struct ShedConf {
     pub limits: ShedLimits,
     /// The group in its zone (set by the zone's init).
     pub group: Option<ShedGroup<'static>>,
-    /// This process's owner of the group's places (see
-    /// `ZoneConf::places_owner`).
-    pub owner: AtomicU32,
 }
 
 impl ShedConf {
@@ -38,10 +34,9 @@ impl ShedConf {
         String::from_utf8_lossy(self.name.as_bytes())
     }
 
-    /// This process's owner of the group's places, taken at first use.
+    /// This process's owner of the group's places (its pid).
     pub fn owner(&self) -> Option<Owner> {
-        let what = || format!("rate_limit_window_shed zone={}", self.name_str());
-        super::owner_of(&self.owner, self.group.as_ref().map(|g| &g.places), what)
+        super::owner_for(&self.group.as_ref()?.places)
     }
 }
 
@@ -53,13 +48,16 @@ pub fn zone_name(name: &[u8]) -> Vec<u8> {
 }
 
 /// `ngx_shm_zone_t.init` of a group's zone: adopts the previous cycle's
-/// group when nginx hands over its memory (a reload, same size), else
-/// formats the zone. The slab pool's `data` keeps where the group is.
+/// group when nginx hands over its memory (a reload, same size; a new
+/// `max=` takes effect there), else formats the zone with all its free
+/// pages and counts in it the places of the running cycle's group of the
+/// same name, if any (a `max=` that changed the zone's size). The slab
+/// pool's `data` keeps where the group is.
 pub extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) -> ngx_int_t {
     // SAFETY: nginx passes the zone it created, whose `data` the directive
     // set to our live, pool-allocated ShedConf; `data` is null or the old
     // cycle's ShedConf; the slab pool is ours alone until init returns.
-    let (conf, reused, mut pool, log) = unsafe {
+    let (conf, reused, mut pool, log, end) = unsafe {
         let z = &mut *shm_zone;
         let Some(pool) = SlabPool::from_shm_zone(z) else {
             return Status::NGX_ERROR.into();
@@ -69,29 +67,23 @@ pub extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) ->
             !data.is_null(),
             pool,
             z.shm.log,
+            z.shm.addr as usize + z.shm.size,
         )
     };
     let max = conf.limits.max;
-    let len = ShedGroup::bytes_for(max);
     let group = if reused {
         let region = pool.as_ref().data.cast::<u8>();
-        // SAFETY: the region an earlier init formatted in this same zone
-        // (`len` bytes for an unchanged max=, which `attach` checks),
-        // mapped for as long as the zone.
-        unsafe { ShedGroup::attach(region, len, max) }.map_err(|e| {
-            format!("cannot reuse the zone: {e}; restart nginx or use a new zone name")
-        })
+        let len = end.saturating_sub(region as usize);
+        // SAFETY: the region an earlier init formatted in this same zone,
+        // `len` bytes to the zone's end at most, mapped for as long as the
+        // zone; `attach` checks the group's own bytes within them.
+        unsafe { ShedGroup::attach(region, len, max) }
+            .inspect(|g| g.places.retire(None))
+            .map_err(|e| {
+                format!("cannot reuse the zone: {e}; restart nginx or use a new zone name")
+            })
     } else {
-        let region = Layout::from_size_align(len, 64)
-            .ok()
-            .and_then(|l| pool.allocate(l).ok())
-            .map_or(core::ptr::null_mut(), |p| p.cast::<u8>().as_ptr());
-        pool.as_mut().data = region.cast();
-        // SAFETY: a fresh, 64-byte aligned allocation of `len` bytes of the
-        // zone (page-aligned: larger than half a page), ours alone during
-        // init and mapped for as long as the zone.
-        unsafe { ShedGroup::init(region, len, max) }
-            .map_err(|_| String::from("no memory for the group"))
+        format_group(conf, &mut pool, max)
     };
     match group {
         Ok(g) => {
@@ -109,4 +101,55 @@ pub extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, data: *mut c_void) ->
             Status::NGX_ERROR.into()
         }
     }
+}
+
+/// A new group's zone: every free page of the pool for the group (so that
+/// a later `max=` of the same zone size fits it), then the places of the
+/// running cycle's group of the same name carried over.
+fn format_group(
+    conf: &ShedConf,
+    pool: &mut SlabPool,
+    max: u32,
+) -> Result<ShedGroup<'static>, String> {
+    // SAFETY: ngx_pagesize_shift is set once at startup.
+    let shift = unsafe { ngx_pagesize_shift };
+    let need = ShedGroup::bytes_for(max);
+    let mut pages = pool.as_ref().pfree;
+    let mut region = (core::ptr::null_mut(), 0);
+    while pages > 0 && (pages << shift) >= need {
+        let len = pages << shift;
+        if let Some(p) = Layout::from_size_align(len, 64)
+            .ok()
+            .and_then(|l| pool.allocate(l).ok())
+        {
+            region = (p.cast::<u8>().as_ptr(), len);
+            break;
+        }
+        pages -= 1;
+    }
+    pool.as_mut().data = region.0.cast();
+    // SAFETY: null (refused by init), or a fresh, page-aligned allocation
+    // of `region.1` bytes of the zone, ours alone during init and mapped
+    // for as long as the zone.
+    let g = unsafe { ShedGroup::init(region.0, region.1, max) }
+        .map_err(|_| String::from("no memory for the group"))?;
+    if let Some(old) = previous(conf) {
+        old.places.retire(Some(crate::ffi::process::now_ms()));
+        g.places.carry_from(&old.places);
+    }
+    Ok(g)
+}
+
+/// The running cycle's group of the same name (a reload that changed its
+/// zone's size), if any.
+fn previous(conf: &ShedConf) -> Option<ShedGroup<'static>> {
+    let cycle = crate::ffi::process::cycle()?;
+    if cycle.conf_ctx.is_null() {
+        return None;
+    }
+    let mcf = <crate::Module as ngx::http::HttpModuleMainConf>::main_conf(cycle)?;
+    mcf.sheds()
+        .filter(|g| !core::ptr::eq(*g, conf))
+        .find(|g| g.name.as_bytes() == conf.name.as_bytes())
+        .and_then(|g| g.group)
 }

@@ -13,6 +13,10 @@ use std::time::Duration;
 use common::fault_proxy::FaultProxy;
 use common::*;
 
+/// The bound of docs/gateways.md for this test's fleet: one `sync=`
+/// (100 ms), the override step's budget and a few round trips of 300 ms.
+const BOUND_MS: u64 = 2_000;
+
 /// A gateway whose zone `f` syncs through Redis at `redis_port`.
 fn gateway(redis_port: u16, up: &Upstream) -> Nginx {
     Nginx::builder().upstream_of(up).start(&proxy_conf(
@@ -79,7 +83,11 @@ fn put_then_delete_pairs_through_a_slow_redis_end_in_the_last_state_everywhere()
     let gws: Vec<Nginx> = (0..3).map(|_| gateway(proxy.port, &up)).collect();
     // 50 clients at once: a block on one gateway, then after 0 to 600 ms
     // (while its write may be in flight) its removal on the same gateway
-    // (even i) or on the next one (odd i); every fifth set again after.
+    // (even i) or on the next one once that one holds the block (odd i:
+    // a change made after another was seen is ordered after it); every
+    // fifth set again on a third gateway, later than the bound
+    // (docs/gateways.md: changes of one client on two gateways closer than
+    // that are ordered by their arrival at Redis).
     std::thread::scope(|s| {
         for i in 0..50usize {
             let gws = &gws;
@@ -87,10 +95,14 @@ fn put_then_delete_pairs_through_a_slow_redis_end_in_the_last_state_everywhere()
                 let key = format!("c{i}");
                 let (a, b) = (&gws[i % 3], &gws[(i + i % 2) % 3]);
                 put(a, &key, r#"{"block":true}"#);
+                if i % 2 == 1 {
+                    let seen = || state(b, &key).is_some_and(|(a, _)| a == "block");
+                    assert!(wait_for(Duration::from_secs(10), seen), "{key}");
+                }
                 std::thread::sleep(Duration::from_millis((i as u64 * 37) % 600));
                 delete(b, &key);
                 if let Some((_, n)) = last_state(i) {
-                    std::thread::sleep(Duration::from_millis(50));
+                    std::thread::sleep(Duration::from_millis(BOUND_MS));
                     put(&gws[(i + 2) % 3], &key, &format!("{{\"limit\":{n}}}"));
                 }
             });
@@ -281,11 +293,11 @@ fn an_override_of_places_is_shared_by_the_fleet() {
     assert!(wait_for(Duration::from_secs(10), || places_of(&b, "pat") == Some(1)));
     assert_eq!(at_once(&b, "pat", 3), [200, 429, 429]);
     let out = std::process::Command::new("redis-cli")
-        .args(["-p", &redis.1.to_string(), "HGETALL", "rlw:{f}:ovr"])
+        .args(["-p", &redis.1.to_string(), "HGETALL", "rlw:{f}:ovr3"])
         .output()
         .expect("redis-cli");
     let hash = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(hash.contains(" in_flight 1 0"), "{hash}");
+    assert!(hash.contains(" in_flight 1 0 "), "{hash}");
     put(&b, "pat", r#"{"in_flight":2}"#);
     assert!(wait_for(Duration::from_secs(10), || places_of(&a, "pat") == Some(2)));
     assert_eq!(at_once(&a, "pat", 3), [200, 200, 429]);

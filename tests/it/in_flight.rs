@@ -10,7 +10,6 @@ use crate::overrides::{json, send_body};
 use common::*;
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::Write;
 use std::net::TcpStream;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -40,11 +39,6 @@ fn conf(zone: &str, line: &str) -> String {
     ))
 }
 
-/// GET `path` as `client`, on a fresh connection.
-fn as_client(port: u16, path: &str, client: &str) -> Response {
-    request(port, "GET", path, &[("X-Client", client.as_bytes())])
-}
-
 /// `n` requests of `client` at once, each in its own thread; their answers.
 fn at_once(port: u16, path: &str, client: &str, n: usize) -> Vec<Response> {
     let hs: Vec<_> = (0..n)
@@ -54,14 +48,6 @@ fn at_once(port: u16, path: &str, client: &str, n: usize) -> Vec<Response> {
         })
         .collect();
     hs.into_iter().map(|h| h.join().unwrap()).collect()
-}
-
-/// A request of `client` sent on a connection left open, its answer not read.
-fn send_open(port: u16, path: &str, client: &str) -> TcpStream {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nX-Client: {client}\r\n\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    s
 }
 
 /// The worker whose socket is the server end of the client connection

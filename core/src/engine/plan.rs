@@ -61,18 +61,19 @@ pub(super) fn on_reject<'t, R: Request<'t>>(
     // A request held for the first time takes its turn in the zone's queue
     // now, shared by every worker: the ticket is how many of its client's
     // requests are held before it. One held again has waited longest: none.
-    let turns = r.shared(rej.index).turns;
+    // Turns are held under this process's owner (its pid), as places are.
+    let turns = r.shared(rej.index).turns.zip(r.owner(rej.index));
     let (ahead, taken) = match (since, turns) {
-        (None, Some(t)) if !ask.dry_run => match t.take(ask.shard, client) {
-            Some(ahead) => (ahead, Some(t)),
+        (None, Some((t, o))) if !ask.dry_run => match t.take(o, client) {
+            Some(ahead) => (ahead, Some((t, o))),
             None => return reject,
         },
-        (None, Some(t)) => (t.held(client), None),
+        (None, Some((t, _))) => (t.held(client), None),
         _ => (0, None),
     };
     let give_back = || {
-        if let Some(t) = taken {
-            t.give(ask.shard, client);
+        if let Some((t, o)) = taken {
+            t.give(o, client);
         }
     };
     let waits = waits(r, rej, now, ahead);

@@ -175,16 +175,27 @@ mod tests {
         unsafe {
             assert!(ShedGroup::init(r.ptr(), r.len(), 8).is_ok());
             assert!(ShedGroup::attach(r.ptr(), r.len(), 8).is_ok());
-            let e = ShedGroup::attach(r.ptr(), r.len(), 9).err();
-            assert_eq!(e, Some(AttachError::Max(8)));
-            assert_eq!(e.unwrap().to_string(), "its max= changed (it was 8)");
+            // Another max= (a reload): adopted while its ledger has room.
+            let g = ShedGroup::attach(r.ptr(), r.len(), 9).unwrap();
+            assert_eq!(g.max(), 9);
+            let room = g.places.capacity().0 as u64;
+            let e = ShedGroup::attach(r.ptr(), r.len(), room as u32 + 1).err();
+            assert_eq!(e, Some(AttachError::Max(room)));
+            assert_eq!(
+                e.unwrap().to_string(),
+                format!("it counts {room} requests in flight at most, fewer than the new max=")
+            );
+            assert!(
+                ShedGroup::attach(r.ptr(), 64, 8).is_err(),
+                "beyond its bytes"
+            );
             assert!(ShedGroup::init(r.ptr(), 64, 8).is_err());
             // A group of the first layout (two priorities' counters).
             r.ptr().copy_from(b"RLWSHED1".as_ptr(), 8);
             let e = ShedGroup::attach(r.ptr(), r.len(), 8).err().unwrap();
             assert_eq!(
                 e.to_string(),
-                "it holds a group of another layout version (1, this module uses 2)"
+                "it holds a group of another layout version (1, this module uses 3)"
             );
             r.ptr().write_bytes(0, 8);
             let e = ShedGroup::attach(r.ptr(), r.len(), 8).err().unwrap();

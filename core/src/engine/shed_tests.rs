@@ -94,7 +94,7 @@ impl Run {
         let mut run = Run {
             g,
             limits,
-            workers: [(0, Owner::from_bits(1).unwrap()); 2],
+            workers: [(0, Owner::of(1).unwrap()); 2],
             dead: vec![],
             flying: vec![],
             ended: vec![],

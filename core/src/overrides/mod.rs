@@ -40,19 +40,19 @@
 //! # Versions
 //!
 //! Every state of an entry, a removal included, carries a version (60
-//! bits): the UTC epoch ms of the change shifted left 12, plus a sequence,
-//! drawn from the table's clock, which a pull of the fleet's states moves
-//! past every version it reads (a Lamport clock): so a change made here is
-//! newer than every state this gateway has seen. The fleet's sync writes
-//! a state to Redis only over an older one, and applies a state read there
-//! only over an older one here ([`Overrides::apply_remote`]): a gateway
-//! never goes back to an older state. A removal leaves its id and version
-//! in the slot ([`slot::Slot::Gone`]) until an insert takes the slot.
+//! bits): the fleet's sequence of the change that gave it, or a change
+//! made here not yet acknowledged by Redis (see [`order`]: the fleet's
+//! order is Redis's, never a gateway's clock). A state read from the
+//! fleet applies only over an older sequence ([`Overrides::apply_remote`]),
+//! never over a change of this gateway still on its way. A removal leaves
+//! its id and version in the slot ([`slot::Slot::Gone`]) until an insert
+//! takes the slot.
 //!
 //! `live` counts live entries (expired ones until they are reaped): a zone
 //! without overrides costs the request path one relaxed load of it.
 
 pub mod body;
+pub mod order;
 pub mod range;
 pub mod remote;
 pub(crate) mod slot;
@@ -158,11 +158,18 @@ struct Header {
     bans: AtomicU64,
     /// Changes by operators, by [`ChangeKind`].
     changes: [AtomicU64; 5],
-    /// The last version drawn or seen (see the module doc).
+    /// The last local change number drawn (see [`order`]).
     clock: AtomicU64,
     /// When a full table last reaped every expired entry (UTC epoch ms).
     reaped_at: AtomicU64,
-    _pad: [u64; 4],
+    /// Values read from the fleet and ignored (not ours: another
+    /// `secret=`, malformed or hostile).
+    ignored: AtomicU64,
+    /// `ignored` when it was last logged.
+    ignored_logged: AtomicU64,
+    /// Times this gateway wrote its state back to a Redis that lost it.
+    heals: AtomicU64,
+    _pad: u64,
 }
 
 const HEADER_BYTES: usize = core::mem::size_of::<Header>();
@@ -325,7 +332,10 @@ impl<'a> Overrides<'a> {
             changes: Default::default(),
             clock: AtomicU64::new(0),
             reaped_at: AtomicU64::new(0),
-            _pad: [0; 4],
+            ignored: AtomicU64::new(0),
+            ignored_logged: AtomicU64::new(0),
+            heals: AtomicU64::new(0),
+            _pad: 0,
         };
         // SAFETY: region is 64-byte aligned and large enough for a Header.
         unsafe { region.cast::<Header>().write(header) };
@@ -397,25 +407,46 @@ impl<'a> Overrides<'a> {
         self.header.changes[kind as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A new version for a change made here at `now_ms` (UTC epoch ms):
-    /// newer than every version drawn or seen before.
+    /// A new version for a change made here at `now_ms` (UTC epoch ms): a
+    /// local change ([`order::LOCAL`]) numbered after every one drawn here
+    /// before.
     pub fn next_version(&self, now_ms: u64) -> u64 {
         let base = now_ms.min(MAX_EXPIRY_MS) << SEQ_BITS;
         let prev = self
             .header
             .clock
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-                Some(base.max(c + 1).min(MAX_VERSION))
+                Some(base.max(c + 1).min(order::LOCAL - 1))
             })
             .unwrap_or(0);
-        base.max(prev + 1).min(MAX_VERSION)
+        base.max(prev + 1).min(order::LOCAL - 1) | order::LOCAL
     }
 
-    /// Notes a version seen elsewhere: the next one drawn here is newer.
-    pub fn saw_version(&self, v: u64) {
-        self.header
-            .clock
-            .fetch_max(v.min(MAX_VERSION), Ordering::AcqRel);
+    /// Counts `n` values read from the fleet and ignored.
+    pub fn count_ignored(&self, n: u64) {
+        self.header.ignored.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Values read from the fleet and ignored since the zone was created.
+    pub fn ignored(&self) -> u64 {
+        self.header.ignored.load(Ordering::Relaxed)
+    }
+
+    /// Some(the count) the first time values were ignored (the caller
+    /// logs it: once per zone), else None.
+    pub fn ignored_to_log(&self) -> Option<u64> {
+        let n = self.ignored();
+        (n != 0 && self.header.ignored_logged.swap(n, Ordering::Relaxed) == 0).then_some(n)
+    }
+
+    /// Counts one write-back of this gateway's state (a Redis that lost it).
+    pub fn count_heal(&self) {
+        self.header.heals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Write-backs of this gateway's state since the zone was created.
+    pub fn heals(&self) -> u64 {
+        self.header.heals.load(Ordering::Relaxed)
     }
 
     /// The id's two candidate groups (their first slots), in order.
@@ -530,7 +561,8 @@ impl<'a> Overrides<'a> {
     }
 
     /// Restores an entry saved earlier (a state file), at version 0 (the
-    /// fleet's state, if any, is newer): an expired entry is skipped
+    /// fleet's state, if any, is newer; written back where Redis has none
+    /// when it lost its data): an expired entry is skipped
     /// (Ok(false)).
     pub fn restore(&self, e: Entry, now_ms: u64) -> Result<bool, Full> {
         if e.fp & ID_MASK == 0 || e.expired(now_ms) {

@@ -1,46 +1,150 @@
-//! Overrides of a `redis=` zone shared by the fleet: the Redis hash that
-//! holds them and the text of its values (pure; the sync thread's glue is
-//! `src/sync/fleet_overrides.rs`).
+//! Overrides of a `redis=` zone shared by the fleet: the Redis keys that
+//! hold them, the text of their values, their MAC and the scripts that
+//! write and read them (pure; the sync thread's glue is
+//! `src/sync/fleet_overrides.rs`, the order and its decisions
+//! [`super::order`]).
 //!
-//! One hash per zone, `rlw:{ZONE}:ovr`; field: the client's fingerprint
-//! (14 hex digits), or `r` and a range's id (its 56 bits, 14 hex digits);
-//! value: `v2 VERSION ACTION VALUE EXPIRES_MS` (VERSION 16 hex digits, see
-//! [`super`]; ACTION `limit`, `in_flight`, `block`, `exempt` or `ban`;
-//! VALUE a `limit`'s requests per window or an `in_flight`'s places, else
-//! 0; EXPIRES_MS UTC epoch ms, 0: none), or `v2 VERSION del` for a removal
-//! (kept [`TOMBSTONE_MS`] so that every gateway sees it, then deleted).
-//! A gateway of a version before `in_flight` reads such a value as not
-//! its own (ignored: it keeps the client's state as it had it).
+//! Per zone, all in one Redis Cluster slot (the `{ZONE}` hash tag):
 //!
-//! A value orders the states of a field: its version first (fixed width,
-//! so the text's order is the number's), then the state's text. A write is
-//! [`PUSH_SCRIPT`]: the value is set only over a smaller one, so a gateway
-//! whose write arrives late never overwrites a newer change, and replaying
-//! a write never changes the result. Values of the first format (`v1 …`,
-//! older gateways) read as version 0 (a removal: its time) and are
-//! overwritten by any `v2` value.
+//! - `rlw:{ZONE}:ovr3:seq`: the fleet's sequence. Every change gets the
+//!   next number from the script that writes it (one more, and at least
+//!   Redis's `TIME` in ms × 1024): the **one order** of the fleet, never a
+//!   gateway's clock.
+//! - `rlw:{ZONE}:ovr3:log`: a sorted set, score the sequence, member
+//!   `SEQ FIELD BODY`: the changes in order, trimmed to [`LOG_MAX`] (the
+//!   last sequence trimmed in `rlw:{ZONE}:ovr3:log:cut`); each gateway
+//!   reads what follows the last change it saw.
+//! - `rlw:{ZONE}:ovr3`: the snapshot hash, field → `v3 SEQ EPOCH BODY`,
+//!   each client's and range's last state (a removal stays
+//!   [`TOMBSTONE_MS`]), for a gateway that starts or fell behind the log
+//!   (read in pages, `HSCAN`).
+//! - `rlw:{ZONE}:ovr3:epoch`: a random word set once by the first script
+//!   that finds it missing: a new one says Redis lost the keys.
+//! - `rlw:{ZONE}:ovr3:w:GATEWAY.CHANGE`: the sequence a change got, kept
+//!   [`DEDUPE_MS`]: a write sent again (its reply timed out) gets the same
+//!   answer and is not applied twice.
+//!
+//! A field is a client's fingerprint (14 hex digits) or `r` and a range's
+//! id; a BODY is `ORIGIN STATE MAC`: ORIGIN the gateway id and its change
+//! number (`GGGGGGGGGGGGGGGG.C`, hex; change 0: a state written back), STATE
+//! `ACTION VALUE EXPIRES_MS` (expiry in Redis's time, UTC epoch ms, 0:
+//! none) or `del`, MAC the first 16 bytes (hex) of HMAC-SHA256 keyed by the
+//! zone's `secret=` over the zone, the field, the origin and the state: a
+//! value without the right MAC (another fleet's, malformed, hostile) is
+//! never applied ([`Ignored`]).
+
+use hmac::{Hmac, Mac};
+use sha1::{Digest, Sha1};
+use sha2::Sha256;
 
 use super::range::RANGE_BIT;
-use super::{Action, Entry, MAX_VERSION};
+use super::{Action, Entry};
 
-/// How long a removal stays in the hash (ms): every gateway reads the
-/// hash about once a second.
+/// Most changes the log keeps.
+pub const LOG_MAX: u64 = 100_000;
+/// How long a removal stays in the snapshot (ms, by Redis's `TIME`): a
+/// gateway writing its state back within that never brings back what
+/// was removed.
 pub const TOMBSTONE_MS: u64 = 600_000;
+/// How long a change's sequence is kept for a write sent again (ms).
+pub const DEDUPE_MS: u64 = 600_000;
+/// Lifetime of the keys after the last write (ms): 30 days (a gateway that
+/// finds them gone writes its state back).
+pub const KEY_TTL_MS: u64 = 30 * 86_400_000;
 
-/// Sets field `ARGV[1]` of hash `KEYS[1]` to `ARGV[2]` unless it holds a
-/// value as large or larger: 1 when it did, 0 when a newer state stays.
-pub const PUSH_SCRIPT: &str = "local cur = redis.call('HGET', KEYS[1], ARGV[1]) \
-if cur and cur >= ARGV[2] then return 0 end \
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1";
+/// The Redis keys of a zone's overrides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Keys {
+    /// The snapshot hash.
+    pub hash: String,
+    /// The sequence.
+    pub seq: String,
+    /// The log (a sorted set by sequence).
+    pub log: String,
+    /// The epoch word.
+    pub epoch: String,
+    zone: String,
+}
 
-/// Deletes field `ARGV[1]` of hash `KEYS[1]` if it still holds `ARGV[2]`
-/// (an expired entry, an old removal): never a state written meanwhile.
-pub const DROP_SCRIPT: &str = "if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then \
-return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0";
+impl Keys {
+    /// The keys of zone `zone`.
+    pub fn new(zone: &str) -> Keys {
+        let base = format!("rlw:{{{zone}}}:ovr3");
+        Keys {
+            seq: format!("{base}:seq"),
+            log: format!("{base}:log"),
+            epoch: format!("{base}:epoch"),
+            hash: base,
+            zone: zone.to_owned(),
+        }
+    }
 
-/// The zone's override hash.
-pub fn ovr_key(zone: &str) -> String {
-    format!("rlw:{{{zone}}}:ovr")
+    /// The key that keeps the sequence of change `o`.
+    pub fn dedupe(&self, o: Origin) -> String {
+        format!("rlw:{{{}}}:ovr3:w:{}", self.zone, o.text())
+    }
+}
+
+/// Who made a change: a gateway and its change number (its local
+/// version; 0 for a state written back when healing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// The gateway's id (the zone's, see the fleet's counts).
+    pub gateway: u64,
+    /// Its local version ([`super::order::LOCAL`] set), or 0.
+    pub change: u64,
+}
+
+impl Origin {
+    fn text(self) -> String {
+        format!("{:016x}.{:x}", self.gateway, self.change)
+    }
+
+    fn parse(t: &str) -> Option<Origin> {
+        let (g, c) = t.split_once('.')?;
+        if g.len() != 16 || c.is_empty() || c.len() > 16 {
+            return None;
+        }
+        Some(Origin {
+            gateway: u64::from_str_radix(g, 16).ok()?,
+            change: u64::from_str_radix(c, 16).ok()?,
+        })
+    }
+}
+
+/// The MAC key of a zone: its name and `secret=`.
+#[derive(Clone)]
+pub struct MacKey {
+    mac: Hmac<Sha256>,
+    zone: Vec<u8>,
+}
+
+impl core::fmt::Debug for MacKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("MacKey(***)")
+    }
+}
+
+impl MacKey {
+    /// The key of zone `zone` with `secret=` `secret`.
+    pub fn new(zone: &[u8], secret: &[u8]) -> MacKey {
+        MacKey {
+            mac: Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length"),
+            zone: zone.to_vec(),
+        }
+    }
+
+    /// The MAC (32 hex digits) of `field` and `signed` (origin and state).
+    fn tag(&self, field: &str, signed: &str) -> String {
+        let mut m = self.mac.clone();
+        for part in [b"rlw-ovr3".as_slice(), &self.zone, field.as_bytes()] {
+            m.update(part);
+            m.update(b"\0");
+        }
+        m.update(signed.as_bytes());
+        let out = m.finalize().into_bytes();
+        out[..16].iter().map(|b| format!("{b:02x}")).collect()
+    }
 }
 
 /// The field of an id (a fingerprint, or a range's id).
@@ -53,21 +157,21 @@ pub fn field(id: u64) -> String {
     }
 }
 
-/// The id a field names (None: not one of ours).
+/// The id a field names (None: not one of ours). A range's id may be 0
+/// below the range bit (`0.0.0.0/0`).
 pub fn parse_field(f: &[u8]) -> Option<u64> {
     let (range, hex) = match f.strip_prefix(b"r") {
         Some(h) => (RANGE_BIT, h),
         None => (0, f),
     };
-    if hex.len() != 14 {
+    if hex.len() != 14 || !hex.iter().all(u8::is_ascii_hexdigit) {
         return None;
     }
     let fp = u64::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
-    (fp != 0).then_some(fp | range)
+    (fp != 0 || range != 0).then_some(fp | range)
 }
 
-/// The text of a state, without its version: `ACTION VALUE EXPIRES_MS`,
-/// or `del`.
+/// The text of a state: `ACTION VALUE EXPIRES_MS`, or `del`.
 pub fn state_text(e: Option<&Entry>) -> String {
     match e {
         None => "del".into(),
@@ -81,174 +185,249 @@ pub fn state_text(e: Option<&Entry>) -> String {
     }
 }
 
-/// The value that states a client's override at `version` (None: it has
-/// none).
-pub fn value(e: Option<&Entry>, version: u64) -> String {
-    format!("v2 {version:016x} {}", state_text(e))
+/// The body of a change of `id` to `e` (None: removed; its expiry in
+/// Redis's time) by `origin`: `ORIGIN STATE MAC`.
+pub fn body(key: &MacKey, id: u64, e: Option<&Entry>, origin: Origin) -> String {
+    let signed = format!("{} {}", origin.text(), state_text(e));
+    let mac = key.tag(&field(id), &signed);
+    format!("{signed} {mac}")
 }
 
-/// The UTC epoch ms of a version.
-pub fn version_ms(version: u64) -> u64 {
-    version >> 12
-}
-
-/// One field of the hash, read.
+/// One change or state read from Redis, its MAC checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Read {
     /// The id (a fingerprint, or a range's id).
     pub id: u64,
-    /// Its override (None: removed).
+    /// Its override (None: removed); the expiry in Redis's time.
     pub entry: Option<Entry>,
-    /// The state's version.
-    pub version: u64,
+    /// Its place in the fleet's order.
+    pub seq: u64,
+    /// Who made it.
+    pub origin: Origin,
 }
 
-/// Reads one field and value of the hash; None when either is not ours.
-pub fn parse(field: &[u8], value: &[u8]) -> Option<Read> {
-    let id = parse_field(field)?;
-    let v = std::str::from_utf8(value).ok()?;
-    let w: Vec<&str> = v.split(' ').collect();
-    let num = |s: &str| s.parse::<u64>().ok();
-    let (version, state) = match w.as_slice() {
-        ["v2", ver, state @ ..] if ver.len() == 16 => {
-            let ver = u64::from_str_radix(ver, 16).ok()?;
-            (ver, state)
-        }
-        ["v1", "del", at] => (num(at)?.min(MAX_VERSION >> 12) << 12, &w[1..2]),
-        ["v1", state @ ..] => (0, state),
-        _ => return None,
-    };
-    if version > MAX_VERSION {
-        return None;
-    }
-    let entry = match state {
-        ["del"] => None,
-        [action, limit, exp] => Some(Entry {
-            fp: id,
-            action: match *action {
-                "limit" => Action::Limit(u32::try_from(num(limit)?).ok()?.min(crate::MAX_LIMIT)),
-                "in_flight" => Action::InFlight(
-                    u32::try_from(num(limit)?)
-                        .ok()?
-                        .min(crate::shm::places::MAX_IN_FLIGHT),
-                ),
-                "block" => Action::Block,
-                "exempt" => Action::Exempt,
-                "ban" => Action::Ban,
-                _ => return None,
-            },
-            expires_ms: num(exp)?.min(super::MAX_EXPIRY_MS),
-        }),
-        _ => return None,
-    };
-    Some(Read { id, entry, version })
+/// Why a value read is not applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ignored {
+    /// Not a value of this format.
+    Malformed,
+    /// Another `secret=`'s (another fleet), or changed by someone without it.
+    Mac,
 }
+
+/// Reads a field and value of the snapshot hash: `v3 SEQ EPOCH BODY`.
+pub fn parse_value(key: &MacKey, field: &[u8], value: &[u8]) -> Result<Read, Ignored> {
+    let v = std::str::from_utf8(value).map_err(|_| Ignored::Malformed)?;
+    let mut w = v.splitn(4, ' ');
+    let (Some("v3"), Some(seq), Some(_epoch), Some(rest)) =
+        (w.next(), w.next(), w.next(), w.next())
+    else {
+        return Err(Ignored::Malformed);
+    };
+    read_body(key, field, seq, rest)
+}
+
+/// Reads a member of the log: `SEQ FIELD BODY`.
+pub fn parse_log(key: &MacKey, member: &[u8]) -> Result<Read, Ignored> {
+    let m = std::str::from_utf8(member).map_err(|_| Ignored::Malformed)?;
+    let mut w = m.splitn(3, ' ');
+    let (Some(seq), Some(field), Some(rest)) = (w.next(), w.next(), w.next()) else {
+        return Err(Ignored::Malformed);
+    };
+    read_body(key, field.as_bytes(), seq, rest)
+}
+
+/// The sequence written as text by the scripts (decimal, at least 1).
+fn seq_of(t: &str) -> Option<u64> {
+    (!t.is_empty() && t.len() <= 19 && t.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| t.parse().ok())
+        .flatten()
+        .filter(|&s| s > 0)
+}
+
+fn read_body(key: &MacKey, field: &[u8], seq: &str, body: &str) -> Result<Read, Ignored> {
+    let bad = Ignored::Malformed;
+    let id = parse_field(field).ok_or(bad)?;
+    let seq = seq_of(seq).ok_or(bad)?;
+    let (signed, mac) = body.rsplit_once(' ').ok_or(bad)?;
+    let (origin, state) = signed.split_once(' ').ok_or(bad)?;
+    let origin = Origin::parse(origin).ok_or(bad)?;
+    let entry = parse_state(id, state).ok_or(bad)?;
+    if mac.len() != 32 || key.tag(&self::field(id), signed) != mac {
+        return Err(Ignored::Mac);
+    }
+    Ok(Read {
+        id,
+        entry,
+        seq,
+        origin,
+    })
+}
+
+/// A state's text back (`Some(None)`: `del`); None when it is not ours.
+fn parse_state(id: u64, state: &str) -> Option<Option<Entry>> {
+    let w: Vec<&str> = state.split(' ').collect();
+    let num = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u64>().ok())
+            .flatten()
+    };
+    let [action, value, exp] = w.as_slice() else {
+        return (w.as_slice() == ["del"]).then_some(None);
+    };
+    let small = |s: &str, max: u32| u32::try_from(num(s)?).ok().map(|n| n.min(max));
+    let action = match *action {
+        "limit" => Action::Limit(small(value, crate::MAX_LIMIT)?),
+        "in_flight" => Action::InFlight(small(value, crate::shm::places::MAX_IN_FLIGHT)?),
+        "block" => Action::Block,
+        "exempt" => Action::Exempt,
+        "ban" => Action::Ban,
+        _ => return None,
+    };
+    Some(Some(Entry {
+        fp: id,
+        action,
+        expires_ms: num(exp)?.min(super::MAX_EXPIRY_MS),
+    }))
+}
+
+/// A Redis script and its SHA1 name (for `EVALSHA`).
+#[derive(Clone, Copy, Debug)]
+pub struct Script {
+    /// The Lua text.
+    pub text: &'static str,
+}
+
+impl Script {
+    /// The SHA1 of the text, hex (Redis's name for the script).
+    pub fn sha(&self) -> String {
+        Sha1::digest(self.text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+/// The next sequence (a local function of the two writes): one more than
+/// the last, and at least Redis's `TIME` in ms × 1024, so that after a
+/// restart from an older copy or a failover to a replica that lagged,
+/// new changes still come after every one made before (like a stream's
+/// ids; below 2^53, exact in Lua and in a sorted set's score).
+macro_rules! next_seq {
+    () => {
+        "local function next_seq() \
+local t = redis.call('TIME') \
+local cur = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 \
+local s = math.max(cur + 1, (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) * 1024) \
+redis.call('SET', KEYS[2], string.format('%d', s)) \
+return s end "
+    };
+}
+
+/// The common tail of the two writes: the hash, the log (trimmed) and the
+/// keys' lifetime. Locals: `s` the new sequence, `e` the value's epoch
+/// word.
+macro_rules! write_tail {
+    () => {
+        "local t = string.format('%d', s) \
+redis.call('HSET', KEYS[1], ARGV[1], 'v3 ' .. t .. ' ' .. e .. ' ' .. ARGV[2]) \
+redis.call('ZADD', KEYS[3], s, t .. ' ' .. ARGV[1] .. ' ' .. ARGV[2]) \
+local n = redis.call('ZCARD', KEYS[3]) \
+local max = tonumber(ARGV[4]) \
+if n > max then \
+local last = redis.call('ZRANGE', KEYS[3], n - max - 1, n - max - 1, 'WITHSCORES') \
+redis.call('SET', KEYS[3] .. ':cut', last[2]) \
+redis.call('ZREMRANGEBYRANK', KEYS[3], 0, n - max - 1) end \
+for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ARGV[5]) end \
+redis.call('PEXPIRE', KEYS[3] .. ':cut', ARGV[5]) \
+return s"
+    };
+}
+
+/// A change made on a gateway. KEYS: hash, seq, log, epoch, the
+/// change's dedupe key; ARGV: field, body, `1` for a removal, [`LOG_MAX`],
+/// [`KEY_TTL_MS`], a new epoch word, [`DEDUPE_MS`]. Returns the change's
+/// sequence (the same one when it ran before).
+pub const WRITE: Script = Script {
+    text: concat!(
+        next_seq!(),
+        "local prev = redis.call('GET', KEYS[5]) \
+if prev then return tonumber(prev) end \
+redis.call('SET', KEYS[4], ARGV[6], 'NX') \
+local s = next_seq() \
+redis.call('SET', KEYS[5], string.format('%d', s), 'PX', ARGV[7]) \
+local e = redis.call('GET', KEYS[4]) or '-' ",
+        write_tail!()
+    ),
+};
+
+/// A state written back by a gateway that found Redis lost it. KEYS:
+/// hash, seq, log, epoch; ARGV: field, body, `1` for a removal,
+/// [`LOG_MAX`], [`KEY_TTL_MS`], the epoch it was known in, its sequence
+/// there. The state is written only where the field is absent, holds an
+/// older state of the same epoch (a state written back counts as its
+/// state in the epoch it came from: its value's epoch word is
+/// `EPOCH/SEQ`), or a value not of this format: never over a change made
+/// since (whose sequence, drawn from Redis's `TIME`, is larger). Returns
+/// its sequence, or 0 when nothing was written.
+pub const HEAL: Script = Script {
+    text: concat!(
+        next_seq!(),
+        "local v = redis.call('HGET', KEYS[1], ARGV[1]) \
+if v then \
+local fs, fe = string.match(v, '^v3 (%d+) (%S+) ') \
+if fs then \
+local he, hk = string.match(fe, '^(.-)/(%d+)$') \
+if he then fe = he fs = hk end \
+if fe ~= ARGV[6] or tonumber(fs) >= tonumber(ARGV[7]) then return 0 end end \
+elseif ARGV[3] == '1' then return 0 end \
+local s = next_seq() \
+local e = ARGV[6] .. '/' .. ARGV[7] ",
+        write_tail!()
+    ),
+};
+
+/// One read of the order. KEYS: epoch, seq, log; ARGV: a new epoch word
+/// (set if none, where Redis takes writes: a read-only replica still
+/// answers), the last sequence seen, how many changes at most (0:
+/// none). Returns `{epoch, seq, the last sequence trimmed from the log
+/// (0: none), TIME
+/// seconds, TIME microseconds, {members after the one seen and up to the
+/// sequence (one numbered above it is not the fleet's), in order}, 1 if
+/// the change numbered as the last one seen is still in the log}`.
+pub const READ: Script = Script {
+    text: "pcall(redis.call, 'SET', KEYS[1], ARGV[1], 'NX') \
+local e = redis.call('GET', KEYS[1]) or '' \
+local s = redis.call('GET', KEYS[2]) or '0' \
+local cut = redis.call('GET', KEYS[3] .. ':cut') or '0' \
+local at = #redis.call('ZRANGEBYSCORE', KEYS[3], ARGV[2], ARGV[2], 'LIMIT', 0, 1) \
+local items = {} \
+if tonumber(ARGV[3]) > 0 then \
+items = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[2], s, 'LIMIT', 0, ARGV[3]) end \
+local t = redis.call('TIME') \
+return {e, s, cut, t[1], t[2], items, at}",
+};
+
+/// One page of the snapshot hash. KEYS: hash; ARGV: `HSCAN`'s cursor and
+/// count, [`TOMBSTONE_MS`]. Deletes the entries ended by Redis's `TIME`,
+/// and the removals older than [`TOMBSTONE_MS`] (by the time in their
+/// sequence), it meets. Returns
+/// `{next cursor, {field, value, ...}}`.
+pub const PAGE: Script = Script {
+    text: "local t = redis.call('TIME') \
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) \
+local r = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2]) \
+local out = {} \
+local kv = r[2] \
+for i = 1, #kv, 2 do \
+local exp = tonumber(string.match(kv[i + 1], ' (%d+) %x+$') or '') \
+local gone = string.match(kv[i + 1], ' del %x+$') and \
+(tonumber(string.match(kv[i + 1], '^v3 (%d+) ') or '') or 0) < (now - tonumber(ARGV[3])) * 1024 \
+if gone or (exp and exp > 0 and exp <= now) then redis.call('HDEL', KEYS[1], kv[i]) \
+else out[#out + 1] = kv[i] out[#out + 1] = kv[i + 1] end end \
+return {r[1], out}",
+};
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn values_round_trip() {
-        let all = [
-            Action::Limit(7),
-            Action::InFlight(2),
-            Action::InFlight(0),
-            Action::Block,
-            Action::Exempt,
-            Action::Ban,
-        ];
-        for action in all {
-            for id in [0x00ab_cdef_0123_4567, RANGE_BIT | 0x0018_0000_7f00_0000] {
-                let e = Entry {
-                    fp: id,
-                    action,
-                    expires_ms: 1_700_000_000_123,
-                };
-                let f = field(e.fp);
-                let v = value(Some(&e), 0xabc_1234);
-                let want = Read {
-                    id,
-                    entry: Some(e),
-                    version: 0xabc_1234,
-                };
-                assert_eq!(parse(f.as_bytes(), v.as_bytes()), Some(want));
-            }
-        }
-        assert_eq!(field(0x00ab_cdef_0123_4567), "abcdef01234567");
-        assert_eq!(field(RANGE_BIT | 0x18_0000_7f00_0000), "r1800007f000000");
-        let v = value(None, 42);
-        assert_eq!(v, "v2 000000000000002a del");
-        assert_eq!(
-            parse(b"00000000000001", v.as_bytes()),
-            Some(Read {
-                id: 1,
-                entry: None,
-                version: 42
-            })
-        );
-    }
-
-    #[test]
-    fn the_text_orders_states_by_version_first() {
-        let e = Entry {
-            fp: 1,
-            action: Action::Block,
-            expires_ms: 0,
-        };
-        assert!(value(None, 0x1_0000) > value(Some(&e), 0xffff));
-        assert!(value(Some(&e), 0x1_0000) > value(None, 0xffff));
-        assert!(value(Some(&e), 7) > value(Some(&e), 6));
-    }
-
-    /// An `in_flight` state's text, as every gateway of this version
-    /// writes and reads it; its places above 65535 read as 65535.
-    #[test]
-    fn in_flight_values_are_read() {
-        let e = Entry {
-            fp: 1,
-            action: Action::InFlight(3),
-            expires_ms: 5,
-        };
-        assert_eq!(value(Some(&e), 0x2a), "v2 000000000000002a in_flight 3 5");
-        let r = parse(b"00000000000001", b"v2 000000000000002a in_flight 70000 0").unwrap();
-        assert_eq!(r.entry.unwrap().action, Action::InFlight(65_535));
-        let bad = parse(b"00000000000001", b"v2 000000000000002a in_flight x 0");
-        assert_eq!(bad, None);
-    }
-
-    #[test]
-    fn first_format_values_read_as_old() {
-        let r = parse(b"00000000000001", b"v1 block 0 0").unwrap();
-        assert_eq!(r.version, 0);
-        assert_eq!(r.entry.unwrap().action, Action::Block);
-        let r = parse(b"00000000000001", b"v1 del 5").unwrap();
-        assert_eq!((r.version, r.entry), (5 << 12, None));
-        // Any v2 value is greater, so it overwrites them.
-        assert!(value(None, 0).as_str() > "v1 block 0 0");
-    }
-
-    #[test]
-    fn foreign_fields_are_ignored() {
-        for (f, v) in [
-            (&b"1"[..], &b"v2 0000000000000001 del"[..]),
-            (b"00000000000000", b"v2 0000000000000001 del"),
-            (b"0000000000000g", b"v2 0000000000000001 del"),
-            (b"x0000000000001", b"v2 0000000000000001 del"),
-            (b"00000000000001", b"v3 0000000000000001 del"),
-            (b"00000000000001", b"v2 1 del"),
-            (b"00000000000001", b"v2 ffffffffffffffff del"),
-            (b"00000000000001", b"v2 0000000000000001 shout 0 0"),
-            (b"00000000000001", b"v2 0000000000000001 limit x 0"),
-            (
-                b"00000000000001",
-                b"v2 0000000000000001 limit 99999999999 0",
-            ),
-            (b"00000000000001", b"v2 0000000000000001 block 0"),
-            (b"00000000000001", b"\xff"),
-        ] {
-            assert_eq!(parse(f, v), None, "{f:?} {v:?}");
-        }
-        assert_eq!(ovr_key("api"), "rlw:{api}:ovr");
-    }
-}
+#[path = "remote_tests.rs"]
+mod tests;

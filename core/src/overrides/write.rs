@@ -17,6 +17,10 @@ enum Source {
     /// Read from the fleet: applies only over an older state, never over
     /// one whose version is unknown (a change here in flight).
     Remote,
+    /// The fleet's snapshot after Redis lost data (see
+    /// [`Overrides::adopt`]): applies over any sequence, never over a
+    /// local change or an unknown version.
+    Adopt,
 }
 
 /// When a full table reaps its expired entries before it refuses.
@@ -83,12 +87,25 @@ impl Overrides<'_> {
 
     /// Applies the state of `id` read from the fleet (None: removed) at
     /// version `v`, unless the state here is as new or newer (equal
-    /// versions: the greater state text wins, as in Redis). Returns
-    /// whether it applied. The clock moves past `v`.
+    /// versions: the greater state text wins). Returns whether it
+    /// applied. A local change not yet acknowledged is above every
+    /// sequence ([`super::order`]): nothing read replaces it.
     pub fn apply_remote(&self, id: u64, state: Option<Entry>, v: u64, now_ms: u64) -> bool {
-        self.saw_version(v);
+        self.apply_fleet(id, state, v, Source::Remote, now_ms)
+    }
+
+    /// Applies the state of `id` from the fleet's snapshot at sequence `v`
+    /// over any state of the fleet here, older or not: after Redis lost
+    /// data the sequences here are of an order that is gone. Never over a
+    /// local change not yet acknowledged.
+    pub fn adopt(&self, id: u64, state: Option<Entry>, v: u64, now_ms: u64) -> bool {
+        self.apply_fleet(id, state, v, Source::Adopt, now_ms)
+    }
+
+    fn apply_fleet(&self, id: u64, state: Option<Entry>, v: u64, src: Source, now_ms: u64) -> bool {
+        let v = v.min(super::order::LOCAL - 1);
         loop {
-            match self.step(id & ID_MASK, state, v, Source::Remote, now_ms) {
+            match self.step(id & ID_MASK, state, v, src, now_ms) {
                 Step::Done(_) => return true,
                 Step::Stale | Step::Full => return false,
                 Step::Retry => core::hint::spin_loop(),
@@ -115,7 +132,8 @@ impl Overrides<'_> {
             (Source::Remote, Some(c)) => {
                 v > c || (v == c && state_text(state.as_ref()) > state_text(here.as_ref()))
             }
-            (Source::Remote, None) => false,
+            (Source::Remote | Source::Adopt, None) => false,
+            (Source::Adopt, Some(c)) => !super::order::is_local(c),
         };
         if !newer {
             return Step::Stale;
@@ -178,7 +196,7 @@ impl Overrides<'_> {
             self.replace(idx, new, Next::Empty);
             return match src {
                 Source::Local => Step::Retry,
-                Source::Remote => Step::Stale,
+                Source::Remote | Source::Adopt => Step::Stale,
             };
         }
         self.kill_later(id, idx);

@@ -9,27 +9,35 @@
 //!   count against the limit and adds one: two workers can never both take
 //!   the last place. An entry whose count is 0 is free.
 //! * **Overflow.** When a client's group has no free entry, its place is
-//!   counted in the next group, and the group's overflow count says so:
-//!   while it is above 0, a client absent from the group goes to the next
-//!   group too, so that a client's places are always counted in one entry
-//!   (exact), never split over two.
+//!   counted in the next group (up to [`MAX_DEPTH`] groups on), and each
+//!   group passed has its overflow count raised in the same
+//!   compare-and-swap that found the client absent: while it is above 0, a
+//!   client absent from the group is looked for in the next group too, so
+//!   that a client's places are always counted in one entry (exact), never
+//!   split over two.
 //! * **Ledger.** Every place taken is also written in the ledger, one
-//!   64-bit word per request in flight: its owner (the process that took
-//!   it, and that process's generation), where it is counted (group,
-//!   fingerprint, overflow) and a tag (the count of places taken then,
-//!   modulo 256: a place given back twice finds a later place of the same
-//!   owner and client in its word told apart, unless 256 places were
-//!   taken between and it landed in the same word). The ledger word is
-//!   written before the count
-//!   and cleared after it, so a process killed at any point leaves nothing
-//!   in the counts that its ledger words do not name.
-//! * **Owners.** A process takes an owner (one of [`OWNERS`] words: its pid
-//!   and a generation) before it takes a place ([`Places::start`]). When it
-//!   dies, any process that finds its pid gone (a starting worker, the
-//!   sweep of worker 0 once a second: [`Places::reclaim_dead`]) takes its
-//!   places back out of the counts and frees the owner: a crash never
-//!   leaks a place for longer than that. The generation keeps a reclaimer
-//!   that is late from touching the places of the owner's next process.
+//!   64-bit word per request in flight: the pid of the process that took
+//!   it, where it is counted (the key's 13-bit group hash, its
+//!   fingerprint, how many groups on) and a 3-bit tag, one more than the
+//!   word's last (a freed word keeps its tag): a place given back twice
+//!   finds a later place of the same process and client in its word told
+//!   apart, unless the word was taken 8 times between. The
+//!   ledger word is written before the count and cleared after it, so a
+//!   process killed at any point leaves nothing in the counts that its
+//!   ledger words do not name.
+//! * **No owners to run out of.** A place names its process by pid, and
+//!   nothing else is held per process: any number of processes (workers of
+//!   every generation still running after reloads, at any
+//!   `worker_processes`) take places at once. When a process is gone, any
+//!   process that finds its pid gone (a starting process, the sweep of
+//!   worker 0 once a second: [`Places::reclaim_dead`]) takes its places
+//!   back out of the counts: a crash never leaks a place for longer than
+//!   that. An exiting process gives back what it still holds
+//!   ([`Places::stop`]).
+//! * **Carried over.** The group hash, not the group, is in the ledger, so
+//!   a zone of another size can count the same places
+//!   ([`Places::carry_from`]: a resize on reload), each still under its
+//!   process, reclaimed when that process is gone.
 //!
 //! Lock-free: compare-and-swap and atomic stores only. The rare windows a
 //! kill leaves (between a ledger word and its count) err towards a count
@@ -38,17 +46,16 @@
 //!
 //! The region is a part of the zone ([`crate::shm::Parts`]), sized with it
 //! ([`Places::bytes_for`]: a 64th of the zone, from 8 KB to 1 MB); a
-//! `1m` zone counts 892 requests in flight at once, of up to 1,338
-//! clients ([`Places::capacity`]), a `10m` one 10,112 of 15,168.
+//! `1m` zone counts 1,020 requests in flight at once, of up to 1,530
+//! clients ([`Places::capacity`]), a `10m` one 10,236 of 15,354.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 use portable_atomic::AtomicU128;
 
-/// Owners: processes that hold places in one zone at once (workers of
-/// every generation still running, after reloads).
-pub const OWNERS: usize = 256;
 /// The largest `in_flight=` (a 16-bit count).
 pub const MAX_IN_FLIGHT: u32 = (1 << COUNT_BITS) - 1;
+/// Groups a client's place may be counted past its own (overflow).
+pub const MAX_DEPTH: u32 = 15;
 
 const FP_BITS: u32 = 22;
 const FP_MASK: u64 = (1 << FP_BITS) - 1;
@@ -60,29 +67,36 @@ const ENTRIES: u32 = 3;
 const OVER_SHIFT: u32 = ENTRY_BITS * ENTRIES;
 const OVER_MAX: u32 = (1 << (128 - OVER_SHIFT)) - 1;
 
-/// A live word (owner or ledger).
-const LIVE: u64 = 1 << 63;
-const OWNER_SHIFT: u32 = 55;
-const GEN_SHIFT: u32 = 47;
-const OVER_BIT: u64 = 1 << 46;
-const GROUP_SHIFT: u32 = FP_BITS;
-/// Groups a region has at most (a 16-bit index in the ledger words).
-const GROUP_MASK: u64 = (1 << 16) - 1;
-/// A ledger word's tag: the count of places taken when it was, modulo
-/// 256, so that a place given twice is not mistaken for a later place of
-/// the same owner and client written in the same word.
-const TAG_SHIFT: u32 = GROUP_SHIFT + 16;
-const TAG_MASK: u64 = 0xff;
+/// A ledger word: pid (22 bits) | tag (3) | depth (4) | hash (13) | fp (22);
+/// free when its pid is 0 (no process has pid 0), its tag then the last
+/// one used there.
+const HASH_BITS: u32 = 13;
+const HASH_SHIFT: u32 = FP_BITS;
+const HASH_MASK: u64 = (1 << HASH_BITS) - 1;
+const DEPTH_SHIFT: u32 = HASH_SHIFT + HASH_BITS;
+const DEPTH_MASK: u64 = 0b1111;
+const TAG_SHIFT: u32 = DEPTH_SHIFT + 4;
+const TAG_MASK: u64 = 0b111;
+const PID_SHIFT: u32 = TAG_SHIFT + 3;
+/// Pids a ledger word names: below 2^22 (Linux's `pid_max` limit).
+const PID_LIMIT: u32 = 1 << (64 - PID_SHIFT);
+/// How long after a resize the old workers that are not exiting take no
+/// place in the old zone (ms): see [`Places::retire`].
+pub const RETIRED_GRACE_MS: u64 = 5_000;
+/// Groups a region has at most (one per group hash): a region larger than
+/// their 128 KB and as much ledger counts more places than clients.
+const MAX_GROUPS: usize = 1 << HASH_BITS;
 
-/// Ledger words tried for a free one, from the request's own start.
-const PROBES: usize = 64;
+/// Ledger words a request tries for a free one at most (a full ledger
+/// costs that many loads, not the whole ledger's).
+const CLAIM_PROBES: usize = 16_384;
 /// Bytes of the header.
 const HEADER_BYTES: usize = 64;
 /// The smallest region.
 const MIN_BYTES: usize = 8 << 10;
 /// The largest region.
 const MAX_BYTES: usize = 1 << 20;
-const MAGIC: u64 = u64::from_le_bytes(*b"RLWPLC01");
+const MAGIC: u64 = u64::from_le_bytes(*b"RLWPLC02");
 
 /// The region's header: its geometry and the counters of the metrics.
 #[repr(C, align(64))]
@@ -100,7 +114,10 @@ struct Header {
     no_room: AtomicU64,
     /// Places taken back from processes that died.
     reclaimed: AtomicU64,
-    _pad: u64,
+    /// Non-zero: a resize moved these places into another zone (whose
+    /// count the old workers cannot see) at this epoch ms + 1
+    /// ([`Places::retire`]).
+    retired: AtomicU64,
 }
 
 /// The in-flight places of a zone, over a region of it. Cheap to copy;
@@ -108,7 +125,6 @@ struct Header {
 #[derive(Clone, Copy)]
 pub struct Places<'a> {
     header: &'a Header,
-    owners: &'a [AtomicU64],
     groups: &'a [AtomicU128],
     ledger: &'a [AtomicU64],
 }
@@ -117,27 +133,45 @@ pub struct Places<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BadRegion;
 
-/// A process that holds places: its owner word and generation. Kept by
-/// the process (one per zone), from [`Places::start`].
+/// A process that holds places (and `delay=` turns): its pid. Nothing is
+/// reserved for it: any number of processes hold places at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Owner {
-    index: u8,
-    gen: u8,
+    pid: u32,
+    /// The process is exiting (an old worker of a reload).
+    leaving: bool,
+    /// Its clock (epoch ms), for [`Places::retire`]'s grace.
+    now_ms: u64,
 }
 
 impl Owner {
-    /// As bits, never 0 (for an atomic of the process).
-    pub fn to_bits(self) -> u32 {
-        (u32::from(self.index) << 8 | u32::from(self.gen)) + 1
+    /// The owner of process `pid` (None: 0, or a pid of 2^22 or more, which
+    /// Linux never gives).
+    pub fn of(pid: u32) -> Option<Owner> {
+        (pid > 0 && pid < PID_LIMIT).then_some(Owner {
+            pid,
+            leaving: false,
+            now_ms: 0,
+        })
     }
 
-    /// Back from [`Owner::to_bits`] (None: 0, no owner).
-    pub fn from_bits(b: u32) -> Option<Owner> {
-        let v = b.checked_sub(1).filter(|&v| v <= 0xffff)?;
-        Some(Owner {
-            index: (v >> 8) as u8,
-            gen: v as u8,
-        })
+    /// The same process, at `now_ms` (epoch ms).
+    pub fn at(self, now_ms: u64) -> Owner {
+        Owner { now_ms, ..self }
+    }
+
+    /// The same process, exiting: in places a resize retired, it takes
+    /// none ([`Places::retire`]).
+    pub fn leaving(self) -> Owner {
+        Owner {
+            leaving: true,
+            ..self
+        }
+    }
+
+    /// Its pid.
+    pub fn pid(self) -> u32 {
+        self.pid
     }
 }
 
@@ -174,6 +208,16 @@ pub struct PlaceStats {
     pub no_room: u64,
     /// Places taken back from processes that died.
     pub reclaimed: u64,
+}
+
+/// What [`Places::carry_from`] did: places counted again, places that
+/// found no room.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Carried {
+    /// Places counted in the new region.
+    pub carried: u64,
+    /// Places that found no room there.
+    pub dropped: u64,
 }
 
 /// Entry `i` of a group word: (fingerprint, count).
@@ -214,16 +258,63 @@ fn free(w: u128) -> Option<u32> {
     (0..ENTRIES).find(|&i| (w >> (i * ENTRY_BITS + FP_BITS)) as u32 & MAX_IN_FLIGHT == 0)
 }
 
+/// A live ledger word's pid.
+fn pid_of(w: u64) -> u32 {
+    (w >> PID_SHIFT) as u32
+}
+
+/// Ledger word `w` freed: its tag alone, for the next one there.
+fn freed(w: u64) -> u64 {
+    w & TAG_MASK << TAG_SHIFT
+}
+
+/// A ledger word's depth: the groups past its own it is counted.
+fn depth_of(w: u64) -> u32 {
+    ((w >> DEPTH_SHIFT) & DEPTH_MASK) as u32
+}
+
+fn with_depth(w: u64, d: u32) -> u64 {
+    (w & !(DEPTH_MASK << DEPTH_SHIFT)) | (u64::from(d) & DEPTH_MASK) << DEPTH_SHIFT
+}
+
 /// What one group says to a request of `fp` under `limit`.
 enum Step {
     /// Counted here.
     Taken,
     /// Its places are all taken: this many in flight.
     Full(u32),
-    /// Counted in the next group (this one's overflow was raised).
+    /// Counted further on (this group's overflow was raised).
     Over,
     /// No room.
     NoRoom,
+}
+
+/// A cache of [`Places::reclaim_dead`]'s answers for one scan: a pid is
+/// asked once however many words name it.
+pub(super) struct Seen<F> {
+    alive: F,
+    known: Vec<(u32, bool)>,
+}
+
+impl<F: FnMut(u32) -> bool> Seen<F> {
+    pub(super) fn new(alive: F) -> Self {
+        Seen {
+            alive,
+            known: Vec::new(),
+        }
+    }
+
+    /// Whether process `pid` is gone.
+    pub(super) fn gone(&mut self, pid: u32) -> bool {
+        if let Some(&(_, a)) = self.known.iter().find(|(p, _)| *p == pid) {
+            return !a;
+        }
+        let a = (self.alive)(pid);
+        if self.known.len() < 4096 {
+            self.known.push((pid, a));
+        }
+        !a
+    }
 }
 
 impl<'a> Places<'a> {
@@ -236,10 +327,11 @@ impl<'a> Places<'a> {
     /// Bytes of places with two groups and `ledger` ledger words
     /// ([`Places::init_with`]), a multiple of 64.
     pub fn bytes_with(ledger: usize) -> usize {
-        (HEADER_BYTES + OWNERS * 8 + 2 * 16 + ledger * 8).next_multiple_of(64)
+        (HEADER_BYTES + 2 * 16 + ledger * 8).next_multiple_of(64)
     }
 
-    /// Zeroes `len` bytes at `region` (no place taken) and attaches them.
+    /// Zeroes `len` bytes at `region` (no place taken) and attaches them:
+    /// half for the groups, half for the ledger.
     ///
     /// # Safety
     ///
@@ -248,8 +340,7 @@ impl<'a> Places<'a> {
         if len < MIN_BYTES {
             return Err(BadRegion);
         }
-        let groups =
-            (len.saturating_sub(HEADER_BYTES + OWNERS * 8) / 2 / 16).min(GROUP_MASK as usize + 1);
+        let groups = (len.saturating_sub(HEADER_BYTES) / 2 / 16).min(MAX_GROUPS);
         // SAFETY: the caller's.
         unsafe { Places::init_with(region, len, groups) }
     }
@@ -266,9 +357,9 @@ impl<'a> Places<'a> {
         len: usize,
         groups: usize,
     ) -> Result<Places<'a>, BadRegion> {
-        let fixed = HEADER_BYTES + OWNERS * 8 + groups.max(2) * 16;
+        let fixed = HEADER_BYTES + groups.max(2) * 16;
         let aligned = (region as usize).is_multiple_of(64);
-        if region.is_null() || len < fixed + 8 || !aligned || groups > GROUP_MASK as usize + 1 {
+        if region.is_null() || len < fixed + 8 || !aligned || groups > MAX_GROUPS {
             return Err(BadRegion);
         }
         let groups = groups.max(2);
@@ -283,7 +374,7 @@ impl<'a> Places<'a> {
             full: AtomicU64::new(0),
             no_room: AtomicU64::new(0),
             reclaimed: AtomicU64::new(0),
-            _pad: 0,
+            retired: AtomicU64::new(0),
         };
         // SAFETY: aligned (checked) and within `len`.
         unsafe { region.cast::<Header>().write(h) };
@@ -309,20 +400,18 @@ impl<'a> Places<'a> {
         // after init.
         let header = unsafe { &*region.cast::<Header>() };
         let (g, l) = (header.groups as usize, header.ledger as usize);
-        let need = HEADER_BYTES + OWNERS * 8 + g * 16 + l * 8;
-        if header.magic != MAGIC || g < 2 || g > GROUP_MASK as usize + 1 || l == 0 || need > len {
+        let need = HEADER_BYTES + g * 16 + l * 8;
+        if header.magic != MAGIC || !(2..=MAX_GROUPS).contains(&g) || l == 0 || need > len {
             return Err(BadRegion);
         }
-        // SAFETY: the owners, groups and ledger follow the header within
-        // `len` (checked), each aligned (64, then multiples of 16 and 8),
-        // only ever accessed atomically; every bit pattern is valid.
+        // SAFETY: the groups and ledger follow the header within `len`
+        // (checked), each aligned (64, then a multiple of 16), only ever
+        // accessed atomically; every bit pattern is valid.
         unsafe {
-            let owners = region.add(HEADER_BYTES).cast::<AtomicU64>();
-            let groups = owners.add(OWNERS).cast::<AtomicU128>();
+            let groups = region.add(HEADER_BYTES).cast::<AtomicU128>();
             let ledger = groups.add(g).cast::<AtomicU64>();
             Ok(Places {
                 header,
-                owners: core::slice::from_raw_parts(owners, OWNERS),
                 groups: core::slice::from_raw_parts(groups, g),
                 ledger: core::slice::from_raw_parts(ledger, l),
             })
@@ -335,94 +424,63 @@ impl<'a> Places<'a> {
         (self.ledger.len(), self.groups.len() * ENTRIES as usize)
     }
 
+    /// The group hash and fingerprint of `key` (a key hash).
+    fn hash_fp(key: u64) -> (u64, u64) {
+        ((key >> 17) & HASH_MASK, key >> (64 - FP_BITS))
+    }
+
+    /// The group of group hash `h` in this region.
+    fn group_of(&self, h: u64) -> usize {
+        ((h * self.groups.len() as u64) >> HASH_BITS) as usize
+    }
+
     /// The group and fingerprint of `key` (a key hash).
     fn locate(&self, key: u64) -> (usize, u64) {
-        let g = ((key & 0xffff_ffff) * self.groups.len() as u64) >> 32;
-        (g as usize, key >> (64 - FP_BITS))
+        let (h, fp) = Self::hash_fp(key);
+        (self.group_of(h), fp)
     }
 
-    /// The group after `g`, where `g`'s overflow is counted.
-    fn next(&self, g: usize) -> usize {
-        (g + 1) % self.groups.len()
+    /// The group `d` groups after `g`.
+    #[inline]
+    fn after(&self, g: usize, d: u32) -> usize {
+        let at = g + d as usize;
+        if at < self.groups.len() {
+            at
+        } else {
+            at % self.groups.len()
+        }
     }
 
-    /// The owner `process` (its pid) holds places under, first reclaiming
-    /// the places of every owner whose process is gone (`alive(pid)`
-    /// false). None: every owner is taken.
-    pub fn start(&self, pid: u32, alive: impl Fn(u32) -> bool) -> Option<Owner> {
+    /// The owner of process `pid`, after taking back the places of every
+    /// process that is gone (`alive(pid)` false). None: a pid no ledger
+    /// word can name.
+    pub fn start(&self, pid: u32, alive: impl FnMut(u32) -> bool) -> Option<Owner> {
         self.reclaim_dead(alive);
-        for (i, o) in self.owners.iter().enumerate() {
-            let w = o.load(Ordering::Acquire);
-            if w & LIVE != 0 {
-                continue;
-            }
-            let gen = ((w >> 32) as u8).wrapping_add(1);
-            let new = LIVE | u64::from(gen) << 32 | u64::from(pid);
-            if o.compare_exchange(w, new, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-            {
-                return Some(Owner {
-                    index: i as u8,
-                    gen,
-                });
-            }
-        }
-        None
+        Owner::of(pid)
     }
 
-    /// A process exiting: gives back what `owner` still holds, and frees it.
-    pub fn stop(&self, owner: Owner) {
-        let o = &self.owners[usize::from(owner.index)];
-        let w = o.load(Ordering::Acquire);
-        if w & LIVE == 0 || (w >> 32) as u8 != owner.gen {
-            return;
-        }
-        self.reclaim(owner);
-        let _ = o.compare_exchange(
-            w,
-            w & !LIVE & !0xffff_ffff,
-            Ordering::AcqRel,
-            Ordering::Relaxed,
-        );
+    /// A process exiting: gives back every place `owner` still holds.
+    pub fn stop(&self, owner: Owner) -> u64 {
+        self.reclaim_if(|pid| pid == owner.pid)
     }
 
-    /// Takes back the places of every owner whose process is gone
-    /// (`alive(pid)` false) and frees the owner; returns the places taken
-    /// back.
-    pub fn reclaim_dead(&self, alive: impl Fn(u32) -> bool) -> u64 {
-        let mut n = 0;
-        for (i, o) in self.owners.iter().enumerate() {
-            let w = o.load(Ordering::Acquire);
-            if w & LIVE == 0 || alive(w as u32) {
-                continue;
-            }
-            let owner = Owner {
-                index: i as u8,
-                gen: (w >> 32) as u8,
-            };
-            n += self.reclaim(owner);
-            // Keep the generation: the next process of this owner gets the
-            // one after it, whose ledger words a late reclaimer leaves alone.
-            let _ = o.compare_exchange(
-                w,
-                w & !LIVE & !0xffff_ffff,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
-        }
-        n
+    /// Takes back the places of every process that is gone (`alive(pid)`
+    /// false, asked once per pid); returns the places taken back.
+    pub fn reclaim_dead(&self, alive: impl FnMut(u32) -> bool) -> u64 {
+        let mut seen = Seen::new(alive);
+        self.reclaim_if(|pid| seen.gone(pid))
     }
 
-    /// Takes back every place of `owner` (its generation's).
-    fn reclaim(&self, owner: Owner) -> u64 {
+    /// Takes back every place whose process `gone` says so.
+    fn reclaim_if(&self, mut gone: impl FnMut(u32) -> bool) -> u64 {
         let mut n = 0;
         for e in self.ledger {
             let w = e.load(Ordering::Acquire);
-            if w & LIVE == 0 || owner_of(w) != owner {
+            if pid_of(w) == 0 || !gone(pid_of(w)) {
                 continue;
             }
             // The word first: of two reclaimers, one takes it back.
-            if e.compare_exchange(w, 0, Ordering::AcqRel, Ordering::Relaxed)
+            if e.compare_exchange(w, freed(w), Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
                 self.uncount(w);
@@ -442,70 +500,107 @@ impl<'a> Places<'a> {
     /// takes one from the client's count (at worst a place too many for a
     /// while), never a count that nobody takes back.
     pub fn take(&self, owner: Owner, key: u64, limit: u32) -> Take {
-        let (g, fp) = self.locate(key);
         if limit == 0 {
             self.header.full.fetch_add(1, Ordering::Relaxed);
             return Take::Full {
                 held: self.held(key),
             };
         }
-        let limit = limit.min(MAX_IN_FLIGHT);
-        let word = LIVE
-            | u64::from(owner.index) << OWNER_SHIFT
-            | u64::from(owner.gen) << GEN_SHIFT
-            | (g as u64 & GROUP_MASK) << GROUP_SHIFT
-            | (self.header.taken.load(Ordering::Relaxed) & TAG_MASK) << TAG_SHIFT
-            | fp;
-        let Some(at) = self.claim(word) else {
-            self.header.no_room.fetch_add(1, Ordering::Relaxed);
-            return Take::NoRoom;
-        };
-        let slot = &self.ledger[at];
-        let step = match self.take_in(g, fp, limit, slot, word) {
-            Step::Over => self.take_over(g, fp, limit),
-            s => s,
-        };
-        let taken = match step {
-            Step::Taken => {
-                self.header.taken.fetch_add(1, Ordering::Relaxed);
-                return Take::Taken(Place {
-                    at: at as u32,
-                    word: slot.load(Ordering::Relaxed),
-                });
+        let taken = if self.retired_for(owner) {
+            // The zone that replaced this one counts the client's places:
+            // an old worker cannot see them, so it takes none.
+            Take::Full {
+                held: self.held(key),
             }
-            Step::Full(held) => {
-                self.header.full.fetch_add(1, Ordering::Relaxed);
-                Take::Full { held }
-            }
-            Step::NoRoom | Step::Over => {
-                self.header.no_room.fetch_add(1, Ordering::Relaxed);
-                Take::NoRoom
-            }
+        } else {
+            self.take_as(owner.pid, key, limit.min(MAX_IN_FLIGHT))
         };
-        slot.store(0, Ordering::Release);
+        let counter = match taken {
+            Take::Taken(_) => &self.header.taken,
+            Take::Full { .. } => &self.header.full,
+            Take::NoRoom => &self.header.no_room,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         taken
     }
 
-    /// A free ledger word for `word`, claimed; its index. The search starts
-    /// at a place drawn from the word and the count of places taken, so
-    /// that one client's requests spread over the ledger.
-    fn claim(&self, word: u64) -> Option<usize> {
+    /// [`Places::take`] under `pid`, counting no statistic.
+    fn take_as(&self, pid: u32, key: u64, limit: u32) -> Take {
+        let (h, fp) = Self::hash_fp(key);
+        let plain = u64::from(pid) << PID_SHIFT | h << HASH_SHIFT | fp;
+        let Some((at, word)) = self.claim(plain) else {
+            return Take::NoRoom;
+        };
+        let slot = &self.ledger[at];
+        match self.count_in(self.group_of(h), fp, limit, slot, word) {
+            Step::Taken => Take::Taken(Place {
+                at: at as u32,
+                word: slot.load(Ordering::Relaxed),
+            }),
+            step => {
+                slot.store(freed(word), Ordering::Release);
+                match step {
+                    Step::Full(held) => Take::Full { held },
+                    _ => Take::NoRoom,
+                }
+            }
+        }
+    }
+
+    /// A free ledger word for `plain` (a word without its tag), claimed
+    /// with the tag after the word's last: its index and the word. The
+    /// search starts at a place drawn from the word and the count of places
+    /// taken, so that one client's requests spread over the ledger, and
+    /// goes on over [`CLAIM_PROBES`] words (the whole ledger of a zone up
+    /// to 16m: a word is free unless that many are in flight).
+    fn claim(&self, plain: u64) -> Option<(usize, u64)> {
         let len = self.ledger.len();
         let salt = self.header.taken.load(Ordering::Relaxed);
         let mixed =
-            (word ^ salt.wrapping_mul(0xbf58_476d_1ce4_e5b9)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let start = (mixed >> 32) as usize % len;
-        (0..PROBES.min(len)).map(|i| (start + i) % len).find(|&i| {
-            self.ledger[i]
-                .compare_exchange(0, word, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        })
+            (plain ^ salt.wrapping_mul(0xbf58_476d_1ce4_e5b9)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut i = (mixed >> 32) as usize % len;
+        for _ in 0..len.min(CLAIM_PROBES) {
+            let e = &self.ledger[i];
+            let w = e.load(Ordering::Relaxed);
+            if pid_of(w) == 0 {
+                let word = plain | (((w >> TAG_SHIFT) + 1) & TAG_MASK) << TAG_SHIFT;
+                if e.compare_exchange(w, word, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return Some((i, word));
+                }
+            }
+            i += 1;
+            if i == len {
+                i = 0;
+            }
+        }
+        None
     }
 
-    /// The request's place in its own group `g`, or its overflow raised
-    /// (with the ledger word `slot` marked first: `word` is its plain form).
-    fn take_in(&self, g: usize, fp: u64, limit: u32, slot: &AtomicU64, word: u64) -> Step {
-        let a = &self.groups[g];
+    /// Counts the request's place in group `g` or, its overflow raised, in
+    /// a group after it (up to [`MAX_DEPTH`] on), with the ledger word
+    /// `slot` marked first (`word` is its plain form). Not taken: every
+    /// overflow it raised is lowered again.
+    fn count_in(&self, g: usize, fp: u64, limit: u32, slot: &AtomicU64, word: u64) -> Step {
+        let mut d = 0;
+        loop {
+            match self.step(self.after(g, d), fp, limit, d, slot, word) {
+                Step::Over => d += 1,
+                Step::Taken => return Step::Taken,
+                other => {
+                    self.unwind(g, d, slot, word);
+                    return other;
+                }
+            }
+        }
+    }
+
+    /// One group (`d` past the client's own) for the request: counted
+    /// here, full, or its overflow raised for the next (the ledger word,
+    /// marked before the compare-and-swap, says how far).
+    fn step(&self, at: usize, fp: u64, limit: u32, d: u32, slot: &AtomicU64, word: u64) -> Step {
+        let a = &self.groups[at];
         let mut w = a.load(Ordering::Acquire);
         loop {
             let (next, step) = match find(w, fp) {
@@ -513,17 +608,13 @@ impl<'a> Places<'a> {
                 Some((i, c)) => (with_entry(w, i, fp, c + 1), Step::Taken),
                 None => match free(w) {
                     Some(i) if overflow(w) == 0 => (with_entry(w, i, fp, 1), Step::Taken),
-                    _ if overflow(w) >= OVER_MAX => return Step::NoRoom,
+                    _ if d >= MAX_DEPTH || overflow(w) >= OVER_MAX => return Step::NoRoom,
                     _ => (with_overflow(w, overflow(w) + 1), Step::Over),
                 },
             };
             // The ledger says where the place is counted before it is.
-            let mark = if matches!(step, Step::Over) {
-                word | OVER_BIT
-            } else {
-                word
-            };
-            slot.store(mark, Ordering::Release);
+            let depth = if matches!(step, Step::Over) { d + 1 } else { d };
+            slot.store(with_depth(word, depth), Ordering::Release);
             match a.compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return step,
                 Err(now) => w = now,
@@ -531,27 +622,14 @@ impl<'a> Places<'a> {
         }
     }
 
-    /// The request's place in the group after `g`, whose overflow was
-    /// raised for it (and is lowered again if it is not taken).
-    fn take_over(&self, g: usize, fp: u64, limit: u32) -> Step {
-        let a = &self.groups[self.next(g)];
-        let mut w = a.load(Ordering::Acquire);
-        let step = loop {
-            let next = match find(w, fp) {
-                Some((_, c)) if c >= limit => break Step::Full(c),
-                Some((i, c)) => with_entry(w, i, fp, c + 1),
-                None => match free(w) {
-                    Some(i) => with_entry(w, i, fp, 1),
-                    None => break Step::NoRoom,
-                },
-            };
-            match a.compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Step::Taken,
-                Err(now) => w = now,
-            }
-        };
-        self.lower_overflow(g);
-        step
+    /// A request not counted after `d` groups: lowers the overflows it
+    /// raised, last first, the ledger word following (a process killed
+    /// meanwhile has its reclaim lower only those still raised).
+    fn unwind(&self, g: usize, d: u32, slot: &AtomicU64, word: u64) {
+        for k in (0..d).rev() {
+            self.lower_overflow(self.after(g, k));
+            slot.store(with_depth(word, k), Ordering::Release);
+        }
     }
 
     fn lower_overflow(&self, g: usize) {
@@ -579,15 +657,18 @@ impl<'a> Places<'a> {
         }
     }
 
-    /// Takes the place that ledger word `w` names out of the counts.
+    /// Takes the place that ledger word `w` names out of the counts: its
+    /// count, then the overflows it raised.
     fn uncount(&self, w: u64) {
-        let g = ((w >> GROUP_SHIFT) & GROUP_MASK) as usize % self.groups.len();
-        let fp = w & FP_MASK;
-        if w & OVER_BIT != 0 {
-            self.lower(self.next(g), fp);
-            self.lower_overflow(g);
-        } else {
-            self.lower(g, fp);
+        let g = self.group_of((w >> HASH_SHIFT) & HASH_MASK);
+        let d = depth_of(w);
+        if d == 0 {
+            self.lower(g, w & FP_MASK);
+            return;
+        }
+        self.lower(self.after(g, d), w & FP_MASK);
+        for k in (0..d).rev() {
+            self.lower_overflow(self.after(g, k));
         }
     }
 
@@ -604,21 +685,79 @@ impl<'a> Places<'a> {
             return;
         }
         self.uncount(p.word);
-        let _ = slot.compare_exchange(p.word, 0, Ordering::AcqRel, Ordering::Relaxed);
+        let _ = slot.compare_exchange(p.word, freed(p.word), Ordering::AcqRel, Ordering::Relaxed);
     }
 
     /// Requests of `key` in flight now, by every process.
     pub fn held(&self, key: u64) -> u32 {
         let (g, fp) = self.locate(key);
-        let w = self.groups[g].load(Ordering::Acquire);
-        if let Some((_, c)) = find(w, fp) {
-            return c;
+        for d in 0..=MAX_DEPTH {
+            let w = self.groups[self.after(g, d)].load(Ordering::Acquire);
+            if let Some((_, c)) = find(w, fp) {
+                return c;
+            }
+            if overflow(w) == 0 {
+                return 0;
+            }
         }
-        if overflow(w) == 0 {
-            return 0;
+        0
+    }
+
+    /// Counts again, in this region, every place `old` (another region: a
+    /// zone resized on reload) counts, each under the process that holds
+    /// it, so that it is reclaimed when that process is gone, and goes on
+    /// with its counters. Called before any process takes a place here.
+    pub fn carry_from(&self, old: &Places<'_>) -> Carried {
+        let (h, o) = (self.header, old.header);
+        for (to, from) in [
+            (&h.taken, &o.taken),
+            (&h.full, &o.full),
+            (&h.no_room, &o.no_room),
+            (&h.reclaimed, &o.reclaimed),
+        ] {
+            to.fetch_add(from.load(Ordering::Relaxed), Ordering::Relaxed);
         }
-        let s = self.groups[self.next(g)].load(Ordering::Acquire);
-        find(s, fp).map_or(0, |(_, c)| c)
+        let mut c = Carried::default();
+        for e in old.ledger {
+            let w = e.load(Ordering::Acquire);
+            if pid_of(w) == 0 {
+                continue;
+            }
+            let key = ((w >> HASH_SHIFT) & HASH_MASK) << 17 | (w & FP_MASK) << (64 - FP_BITS);
+            match self.take_as(pid_of(w), key, MAX_IN_FLIGHT) {
+                Take::Taken(_) => c.carried += 1,
+                _ => c.dropped += 1,
+            }
+        }
+        c
+    }
+
+    /// Whether a resize retired these places ([`Places::retire`]): the
+    /// host then says whether its process is exiting and what time it is
+    /// ([`Owner::leaving`], [`Owner::at`]).
+    #[inline]
+    pub fn retired(&self) -> bool {
+        self.header.retired.load(Ordering::Relaxed) != 0
+    }
+
+    /// Marks these places as moved into another zone by a resize at
+    /// `at_ms` (epoch ms), or live again (None: a reload adopted their
+    /// zone). The old workers then take no new place here, since the new
+    /// zone would not count it: those exiting never (a `delay=` request
+    /// they held, woken after the resize, is refused), the others for
+    /// [`RETIRED_GRACE_MS`] (the moment before the master tells them to
+    /// quit; after it, the reload must have failed, and they go on).
+    pub fn retire(&self, at_ms: Option<u64>) {
+        let v = at_ms.map_or(0, |t| t.saturating_add(1));
+        self.header.retired.store(v, Ordering::Relaxed);
+    }
+
+    /// Whether `owner` takes no place here ([`Places::retire`]).
+    fn retired_for(&self, owner: Owner) -> bool {
+        match self.header.retired.load(Ordering::Relaxed) {
+            0 => false,
+            r => owner.leaving || owner.now_ms < (r - 1).saturating_add(RETIRED_GRACE_MS),
+        }
     }
 
     /// Requests in flight now, every client's (a scan of the ledger: for the
@@ -626,7 +765,7 @@ impl<'a> Places<'a> {
     pub fn in_flight(&self) -> u64 {
         self.ledger
             .iter()
-            .filter(|e| e.load(Ordering::Relaxed) & LIVE != 0)
+            .filter(|e| pid_of(e.load(Ordering::Relaxed)) != 0)
             .count() as u64
     }
 
@@ -639,14 +778,6 @@ impl<'a> Places<'a> {
             no_room: h.no_room.load(Ordering::Relaxed),
             reclaimed: h.reclaimed.load(Ordering::Relaxed),
         }
-    }
-}
-
-/// The owner of a live ledger word.
-fn owner_of(w: u64) -> Owner {
-    Owner {
-        index: (w >> OWNER_SHIFT) as u8,
-        gen: (w >> GEN_SHIFT) as u8,
     }
 }
 

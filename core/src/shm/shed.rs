@@ -1,8 +1,11 @@
 //! A shed group's shared memory (`rate_limit_window_shed zone=NAME`): a
 //! small zone of its own, which every location naming the group shares. A
-//! header (magic, the group's `max=`, the counters of the metrics per
-//! priority), then [`Places`] with two groups and a ledger of twice `max`
-//! words, where the group's requests in flight are one client's places.
+//! header (magic, the group's `max=` and bytes, the counters of the metrics
+//! per priority), then [`Places`] with two groups and a ledger of the rest
+//! (at least twice `max` words), where the group's requests in flight are
+//! one client's places. A reload with another `max=` adopts the group
+//! when its ledger has room for it ([`ShedGroup::attach`]), else a new
+//! zone counts the old one's places ([`Places::carry_from`]).
 //!
 //! The decision (which priority may take a place at which count) is the
 //! engine's ([`crate::engine::shed`]); here only the memory.
@@ -12,8 +15,9 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::places::{BadRegion, Places};
 
-/// Version 2: counters for four priorities (version 1 had two).
-const MAGIC: u64 = u64::from_le_bytes(*b"RLWSHED2");
+/// Version 2: counters for four priorities (version 1 had two); 3: its
+/// bytes in the header, places owned by pid.
+const MAGIC: u64 = u64::from_le_bytes(*b"RLWSHED3");
 const HEADER_BYTES: usize = 128;
 /// The key under which a group's requests are counted in its places.
 pub const GROUP_KEY: u64 = 0x5348_4544_0000_0001;
@@ -24,8 +28,10 @@ pub const PRIORITIES: usize = 4;
 #[repr(C, align(64))]
 struct Header {
     magic: u64,
-    /// `max=`, as formatted (a reload with another one makes a new zone).
-    max: u64,
+    /// `max=`, as last formatted or adopted.
+    max: AtomicU64,
+    /// Bytes of the group, header included, as formatted.
+    bytes: u64,
     /// Requests shed, per priority.
     shed: [AtomicU64; PRIORITIES],
     /// Requests admitted, per priority.
@@ -43,7 +49,8 @@ pub enum AttachError {
     Region,
     /// Another header: the 8 bytes of its magic.
     Layout([u8; 8]),
-    /// A group formatted for another `max=` (that one, requests).
+    /// Its ledger counts fewer requests in flight than the new `max=`
+    /// (that many).
     Max(u64),
 }
 
@@ -59,7 +66,10 @@ impl fmt::Display for AttachError {
             AttachError::Region | AttachError::Layout(_) => {
                 f.write_str("its memory does not hold a group")
             }
-            AttachError::Max(was) => write!(f, "its max= changed (it was {was})"),
+            AttachError::Max(room) => write!(
+                f,
+                "it counts {room} requests in flight at most, fewer than the new max="
+            ),
         }
     }
 }
@@ -92,7 +102,8 @@ impl<'a> ShedGroup<'a> {
         }
         let h = Header {
             magic: MAGIC,
-            max: u64::from(max),
+            max: AtomicU64::new(u64::from(max)),
+            bytes: len as u64,
             shed: Default::default(),
             admitted: Default::default(),
             untracked: AtomicU64::new(0),
@@ -106,7 +117,8 @@ impl<'a> ShedGroup<'a> {
     }
 
     /// The group [`ShedGroup::init`] formatted at `region` (a reload, or
-    /// another process), if it was formatted for `max`.
+    /// another process), within `len` bytes, now for `max` (a reload may
+    /// change it): its ledger must count that many requests in flight.
     ///
     /// # Safety
     ///
@@ -124,12 +136,19 @@ impl<'a> ShedGroup<'a> {
         if header.magic != MAGIC {
             return Err(AttachError::Layout(header.magic.to_le_bytes()));
         }
-        if header.max != u64::from(max) {
-            return Err(AttachError::Max(header.max));
+        let bytes = usize::try_from(header.bytes).unwrap_or(usize::MAX);
+        if bytes > len || bytes < HEADER_BYTES {
+            return Err(AttachError::Region);
         }
-        // SAFETY: the caller's; `attach` checks what it holds.
-        let places = unsafe { Places::attach(region.add(HEADER_BYTES), len - HEADER_BYTES) }
+        // SAFETY: the caller's, within the group's bytes; `attach` checks
+        // what it holds.
+        let places = unsafe { Places::attach(region.add(HEADER_BYTES), bytes - HEADER_BYTES) }
             .map_err(|_| AttachError::Region)?;
+        let room = places.capacity().0 as u64;
+        if room < u64::from(max) {
+            return Err(AttachError::Max(room));
+        }
+        header.max.store(u64::from(max), Ordering::Relaxed);
         Ok(ShedGroup { header, places })
     }
 
@@ -162,6 +181,11 @@ impl<'a> ShedGroup<'a> {
     /// Requests admitted without a place.
     pub fn untracked_total(&self) -> u64 {
         self.header.untracked.load(Ordering::Relaxed)
+    }
+
+    /// `max=`, as last formatted or adopted.
+    pub fn max(&self) -> u64 {
+        self.header.max.load(Ordering::Relaxed)
     }
 
     /// The group's requests in flight now.

@@ -21,8 +21,6 @@ pub struct DelayStats {
     pub dry_run: AtomicU64,
     /// Total wait of the admitted ones (ms).
     pub wait_ms: AtomicU64,
-    /// Held now, by every worker.
-    pub held: AtomicU64,
     /// Refused at once because their client's share of the queue was full
     /// (its turn, behind its held requests, would come after `delay`).
     pub share_full: AtomicU64,

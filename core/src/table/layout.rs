@@ -29,8 +29,12 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RLWINDOW");
 /// the zone headers before it, magic `RLWZONE1`..`RLWZONEA`, never match;
 /// 4: the override table's candidate groups and versions, a longer queue
 /// of overrides for the sync; 5: an override's `in_flight` (a slot kind of
-/// the override table, and its count of changes).)
-pub const LAYOUT_VERSION: u32 = 5;
+/// the override table, and its count of changes); 6: an override's
+/// version is the fleet's sequence or a local change not yet acknowledged,
+/// and the override table counts ignored values and write-backs; 7:
+/// in-flight places and `delay=` turns owned by pid, with no owner table
+/// nor per-worker rows, the gauge of held requests in the turns.)
+pub const LAYOUT_VERSION: u32 = 7;
 /// The oldest layout version whose slot words are this version's: a state
 /// file's table saved by a module of that layout or later is restored
 /// (layout 5 changed the override region only). Raise it to

@@ -8,7 +8,7 @@ use rate_limit_window_core::engine::shed::Priority;
 use rate_limit_window_core::overrides::{ChangeKind, Overrides};
 use rate_limit_window_core::shm::places::PlaceStats;
 use rate_limit_window_core::shm::tally::Decided;
-use rate_limit_window_core::{Counter, Table};
+use rate_limit_window_core::{Counter, FailPolicy, Table};
 
 use crate::api::format::Label;
 use crate::worker::sweep;
@@ -330,7 +330,13 @@ const FAMILIES: &[Family] = &[
         "rate_limit_window_delay_held",
         "gauge",
         "Requests held by delay= now, by every worker.",
-        Samples::One(|l| atomic(&l.header.delay.held)),
+        Samples::One(|l| Value::Int(l.zone.turns.as_ref().map_or(0, |t| t.gauge()))),
+    ),
+    family(
+        "rate_limit_window_delay_turns",
+        "gauge",
+        "Turns of delay='s queue taken now (held requests waiting behind their client's), by every worker.",
+        Samples::One(|l| Value::Int(l.zone.turns.as_ref().map_or(0, |t| t.turns()))),
     ),
     family(
         "rate_limit_window_in_flight",
@@ -341,13 +347,14 @@ const FAMILIES: &[Family] = &[
     family(
         "rate_limit_window_in_flight_total",
         "counter",
-        "in_flight= places, by result: taken (a request admitted), rejected (its client's places were all taken), untracked (no room to count it: the zone's fail= applied), reclaimed (held by a process that died, taken back).",
+        "in_flight= places, by result: taken (a request admitted), rejected (its client's places were all taken), untracked (no room to count it, fail=open admitted it), no_room (no room to count it, fail=closed refused it), reclaimed (held by a process that died, taken back).",
         Samples::By(
             "result",
             &[
                 ("taken", |l| places(l, |s| s.taken)),
                 ("rejected", |l| places(l, |s| s.full)),
-                ("untracked", |l| places(l, |s| s.no_room)),
+                ("untracked", |l| no_room(l, FailPolicy::Open)),
+                ("no_room", |l| no_room(l, FailPolicy::Closed)),
                 ("reclaimed", |l| places(l, |s| s.reclaimed)),
             ],
         ),
@@ -387,11 +394,38 @@ const FAMILIES: &[Family] = &[
         "Clients banned now (ban=).",
         Samples::One(|l| ovr(l, |o, now| o.banned_now(now))),
     ),
+    sync_family(
+        "rate_limit_window_fleet_values_ignored_total",
+        "counter",
+        "Override values read from Redis and ignored: another secret= (another fleet), malformed or changed by someone without the secret.",
+        |l| ovr(l, |o, _| o.ignored()),
+    ),
+    sync_family(
+        "rate_limit_window_fleet_heals_total",
+        "counter",
+        "Times this gateway wrote its overrides back to a Redis that lost them (emptied, restarted without data, failed over to a replica that lagged).",
+        |l| ovr(l, |o, _| o.heals()),
+    ),
+    sync_family(
+        "rate_limit_window_fleet_unsent",
+        "gauge",
+        "Overrides, bans and removals changed on this gateway that Redis has not yet given a place in the fleet's order (written again until it does).",
+        |l| ovr(l, |o, _| o.unsent()),
+    ),
 ];
 
 /// A counter of the zone's in-flight places (0 before they exist).
 fn places(l: &Live, read: fn(PlaceStats) -> u64) -> Value {
     Value::Int(l.zone.places.as_ref().map_or(0, |p| read(p.stats())))
+}
+
+/// Requests of the zone's places that found no room, when the zone's
+/// `fail=` is `fail` (admitted untracked, or refused), else 0.
+fn no_room(l: &Live, fail: FailPolicy) -> Value {
+    if l.zone.fail != fail {
+        return Value::Int(0);
+    }
+    places(l, |s| s.no_room)
 }
 
 /// A value read from the zone's override table (0 before it exists).

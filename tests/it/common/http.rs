@@ -229,6 +229,21 @@ pub fn get_key(port: u16, path: &str, key: &str) -> Response {
     request(port, "GET", path, &[("X-Key", key.as_bytes())])
 }
 
+/// GET `path` as `client` (its `X-Client` header), on a fresh connection.
+pub fn as_client(port: u16, path: &str, client: &str) -> Response {
+    request(port, "GET", path, &[("X-Client", client.as_bytes())])
+}
+
+/// A GET of `client` (`X-Client`) sent on a connection left open, its
+/// answer not read: the request stays in flight until the connection
+/// closes or the upstream answers.
+pub fn send_open(port: u16, path: &str, client: &str) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nX-Client: {client}\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    s
+}
+
 /// Percent-encodes every byte outside unreserved characters.
 pub fn url_encode(bytes: &[u8]) -> String {
     let mut s = String::new();

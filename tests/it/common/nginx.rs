@@ -284,9 +284,14 @@ impl Nginx {
     }
 
     pub fn try_reload_with(&mut self, conf: &str) -> Result<(), String> {
+        self.set_conf(conf);
+        self.try_reload()
+    }
+
+    /// Writes a new config (same placeholders) without reloading.
+    pub fn set_conf(&mut self, conf: &str) {
         self.template = conf.to_string();
         fs::write(self.conf_path(), Self::render(conf, &self.ph, &self.env)).unwrap();
-        self.try_reload()
     }
 
     /// SIGHUP to the master, then wait until every old worker is gone and new

@@ -130,7 +130,9 @@ impl AuthRedis {
         let conf = format!(
             "{}user default on >{ADMIN_PASSWORD} ~* &* +@all\n\
              user {ACL_USER} on >{ACL_PASSWORD} resetkeys ~rlw:* resetchannels -@all \
-             +@connection +hset +hgetall +pexpire +del +rpush +lrange +hdel\n",
+             +@connection +hset +hgetall +pexpire +del +rpush +lrange +hdel \
+             +time +evalsha +eval +hget +get +set +incr +hscan +zadd +zcard \
+             +zremrangebyrank +zrange +zrangebyscore\n",
             base_conf(port)
         );
         let server = RedisProc::spawn("redis-server", dir.path(), "auth", &conf, port);
@@ -686,7 +688,9 @@ pub fn sync_worker_usage(g: &super::Nginx) -> Option<(i32, usize, usize)> {
 
 /// Samples `sync_worker_usage` every 500 ms for `secs` seconds and
 /// asserts that the sync worker's threads and descriptors never grow past
-/// their first sample (a leak per retry would add one every round).
+/// their first sample (a leak per retry would add one every round), but
+/// for the sockets the two sync threads (counts, overrides) may each have
+/// in flight at a sample and not at the first.
 pub fn assert_usage_constant(g: &super::Nginx, secs: u64, mut during: impl FnMut()) {
     let (pid, threads, fds) = sync_worker_usage(g).expect("no worker runs the sync thread");
     let mut seen = vec![];
@@ -699,7 +703,7 @@ pub fn assert_usage_constant(g: &super::Nginx, secs: u64, mut during: impl FnMut
     }
     eprintln!("sync worker {pid}: {threads} threads, {fds} descriptors at first; then {seen:?}");
     assert!(
-        seen.iter().all(|&(t, f)| t <= threads && f <= fds + 1),
+        seen.iter().all(|&(t, f)| t <= threads && f <= fds + 2),
         "threads or descriptors grew: {threads}/{fds} then {seen:?}"
     );
 }

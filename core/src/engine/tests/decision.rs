@@ -78,9 +78,10 @@ impl Run {
         prop_assert_eq!(&c.unheld, &ends, "the hold ended");
         // A woken request decided for good gives its turn back (the host).
         if let (Some((zone, shard)), None) = (c.q.turn, &held_again) {
-            self.zones[zone]
-                .turns
-                .give(shard, self.zones[zone].keys[c.q.client].0);
+            self.zones[zone].turns.give(
+                self.owners[zone][shard],
+                self.zones[zone].keys[c.q.client].0,
+            );
         }
         self.held.extend(held_again);
         self.check_turns()?;

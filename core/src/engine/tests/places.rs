@@ -84,14 +84,14 @@ impl Run {
 
     /// Worker `shard` dies: what it held is gone without a word; its
     /// successor starts, and its start reclaims the dead process's places
-    /// and clears its turns.
+    /// and its turns.
     pub(super) fn crash(&mut self, shard: usize) -> Result<(), TestCaseError> {
         self.gens[shard] += 1;
         let live = [pid(0, self.gens[0]), pid(1, self.gens[1])];
         for (n, z) in self.zones.iter().enumerate() {
             let o = z.places.start(live[shard], |p| live.contains(&p));
             self.owners[n][shard] = o.expect("an owner");
-            z.turns.clear_worker(shard);
+            z.turns.reclaim_dead(|p| live.contains(&p));
         }
         self.flying.retain(|f| f.shard != shard);
         self.held.retain(|h| h.q.shard != shard);
