@@ -138,8 +138,8 @@ fn waits<'t, R: Request<'t>>(r: &mut R, rej: &Rejecting, now: u64, ahead: u32) -
         let wait = match snap.strict {
             Some(s) => fit::strict_turn_ms(&s, now, w.ms(), limit, cost, ahead),
             None if w.calendar_of().is_some() => {
-                let end = w.start_ms(snap.window_index + 1);
-                fit::calendar_turn(snap.current, end, now, limit, cost, ahead)
+                let at = (w, snap.window_index);
+                fit::calendar_turn(at, snap.current, now, limit, cost, ahead)
             }
             None => {
                 let counts = Counts {

@@ -477,8 +477,8 @@ impl Table<'_> {
         match snap.strict {
             Some(s) => fit::strict_wait_ms(&s, now_ms, w, limit, cost),
             None if self.window.calendar_of().is_some() => {
-                let end = self.window.start_ms(snap.window_index + 1);
-                fit::calendar_turn(snap.current, end, now_ms, limit, cost, 0)
+                let at = (self.window, snap.window_index);
+                fit::calendar_turn(at, snap.current, now_ms, limit, cost, 0)
             }
             None => {
                 let counts = Counts {
