@@ -4,12 +4,14 @@
 #               (gateway on 127.0.0.1:8080, demo app on 127.0.0.1:8081;
 #               make run PORT=9090 [APP_PORT=9091] for others)
 #   make test   build, then run every unit and integration test
+#               (make test NGINX=1.30: against Debian's nginx 1.30;
+#               make test ENGINE=valkey: the fleet tests against Valkey)
 #
 # Other targets: build, bench, soak, fuzz, memcheck, deb, test-deb, clean.
 
 SHELL    := /bin/bash
 CARGO    ?= cargo
-DIST     := target/dist
+DIST_DIR := target/dist
 MODULE   := ngx_http_rate_limit_window_module
 RUN_DIR  := target/run
 
@@ -30,8 +32,12 @@ deps:
 # the vendored nginx (scripts/nginx.sh, in target/nginx), compiled while
 # cargo compiles the module. With NGINX_BUILD_DIR set, builds against that
 # configured tree instead (scripts/build.sh).
+#
+# NGINX=1.30: against Debian's nginx 1.30 instead (scripts/nginx-debian.sh),
+# in target/nginx-1.30/dist; the tests then run that nginx and module.
+NGINX ?=
 build: deps
-	@CARGO="$(CARGO)" scripts/build.sh
+	@CARGO="$(CARGO)" NGINX="$(NGINX)" scripts/build.sh
 
 run: build
 	@PORT="$(PORT)" APP_PORT="$(APP_PORT)" scripts/run-gateway.sh
@@ -39,7 +45,7 @@ run: build
 # Every test, in one cargo invocation of profile tests (no LTO, see
 # Cargo.toml): the core's, then the integration tests (package
 # rate_limit_window_it, tests/Cargo.toml), which run the nginx and module
-# that make build leaves in $(DIST). The tests compile beside make build
+# that make build leaves in $(DIST_DIR). The tests compile beside make build
 # (they share no unit with it, and cargo locks each profile's directory on
 # its own) at nice 15: the module's build is the longer chain (its fat-LTO
 # link last), and the tests' compile fills the core it leaves free. From a
@@ -48,13 +54,40 @@ run: build
 # Redis, timers): on 2 cores one run used 140 s of CPU in 212 s with 2
 # threads, and 6 threads took 93 s. Each test has its own ports (see
 # free_port in tests/it/common/conf.rs), prefix and servers.
+#
+# ENGINE=valkey: the fleet tests (every test whose name has redis, fleet or
+# cluster, and those of tests/it/{overrides,ranges,charge}) against Valkey
+# from bookworm-backports (scripts/valkey.sh) instead of Redis; the
+# servers' programs are chosen in tests/it/common/redis_servers.rs.
 TEST_THREADS ?= 6
+ENGINE ?= redis
+FLEET_TESTS := redis fleet cluster overrides:: ranges:: charge::
+ifeq ($(ENGINE),valkey)
+TEST_RUN := $(CARGO) test --profile tests -p rate_limit_window_it -- $(FLEET_TESTS)
+ENGINE_ENV := export RLW_REDIS_ENGINE=valkey RLW_VALKEY_BIN=$$(scripts/valkey.sh);
+SERVER := $$RLW_VALKEY_BIN/valkey-server
+else ifeq ($(ENGINE),redis)
+TEST_RUN := $(CARGO) test $(TEST_ARGS) --
+SERVER := redis-server
+else
+$(error ENGINE=$(ENGINE): the engines are redis and valkey)
+endif
+ifneq ($(NGINX),)
+NGINX_ENV := export RLW_NGINX=$(CURDIR)/target/nginx-$(NGINX)/dist/nginx \
+	RLW_MODULE=$(CURDIR)/target/nginx-$(NGINX)/dist/$(MODULE).so;
+endif
 test: deps
 	@scripts/deps.sh $(TEST_DEPS)
 	@set -u; nice -n 15 $(CARGO) test $(TEST_ARGS) --no-run & tests=$$!; \
 	$(MAKE) --no-print-directory build; built=$$?; wait $$tests; compiled=$$?; \
 	[ $$built -eq 0 ] && [ $$compiled -eq 0 ]
-	$(CARGO) test $(TEST_ARGS) -- --test-threads=$(TEST_THREADS)
+	@# make exports NGINX=1.30 to its commands, and nginx reads NGINX (the
+	@# sockets a binary upgrade inherits): the tests' nginx must not see it.
+	@set -e; unset NGINX; $(ENGINE_ENV) $(NGINX_ENV) \
+	echo "engine $(ENGINE): $$($(SERVER) --version)"; \
+	"$${RLW_NGINX:-target/dist/nginx}" -V 2>&1 | sed 's/^/nginx -V: /'; \
+	echo '$(TEST_RUN) --test-threads=$(TEST_THREADS)'; \
+	$(TEST_RUN) --test-threads=$(TEST_THREADS)
 
 soak: build
 	@scripts/deps.sh $(TEST_DEPS)
@@ -72,11 +105,15 @@ memcheck:
 	@scripts/deps.sh valgrind
 	@scripts/memcheck.sh
 
+# DIST=bookworm (default) or trixie: the release whose nginx the package
+# is built for (scripts/deb.sh) and tested with (scripts/test-deb.sh: on
+# this machine for bookworm, in a debootstrap root for trixie).
+DIST ?= bookworm
 deb:
-	@scripts/deb.sh
+	@DIST=$(DIST) scripts/deb.sh
 
 test-deb: deb
-	@scripts/test-deb.sh
+	@DIST=$(DIST) scripts/test-deb.sh
 
 clean:
 	$(CARGO) clean

@@ -21,6 +21,11 @@ cargo_build() {
     "$CARGO" build --release -p rate_limit_window --no-default-features --features export-modules
 }
 
+# make build NGINX=1.30: Debian's nginx of that version (its own dist/).
+if [ -n "${NGINX:-}" ]; then
+    exec scripts/nginx-debian.sh "$NGINX"
+fi
+
 if [ -n "${NGINX_BUILD_DIR:-}" ]; then
     cargo_build
     nginx_bin=$NGINX_BUILD_DIR/nginx

@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
-# Builds target/debian/libnginx-mod-http-rate-limit-window_<version>_<arch>.deb:
-# the module compiled against the distribution's nginx (Debian bookworm: 1.22.1)
-# rather than the vendored nginx that `make build` uses.
+# Builds libnginx-mod-http-rate-limit-window_<version>_<arch>.deb: the module
+# compiled against a Debian release's nginx rather than the vendored nginx
+# that `make build` uses.
 #
-#   1. copy nginx-dev's source tree (/usr/share/nginx/src) to
-#      target/nginx-<version>-build and run ./configure there with Debian's own
-#      flags (conf_flags, which include --with-compat); ngx-rust needs only the
-#      configured objs/ directory for its bindings, not a compiled nginx;
+#   DIST=bookworm (default: the release this machine runs, nginx 1.22.1):
+#     nginx-dev installed here; the package in target/debian/.
+#   DIST=trixie (nginx 1.26.3): trixie's nginx-dev fetched with the private
+#     apt configuration of scripts/apt.sh and unpacked (dpkg -x) into
+#     target/debian/trixie/nginx-dev; the package in target/debian/trixie/.
+#
+#   1. configure a copy of nginx-dev's source tree (/usr/share/nginx/src) in
+#      target/nginx-<version>-build with Debian's own flags
+#      (scripts/nginx-dev.sh);
 #   2. cargo build the module with NGINX_BUILD_DIR=<that>/objs, without the
-#      `vendored` feature, into target/deb-build (never target/release, so the
-#      main vendored build stays cached);
+#      `vendored` feature, into target/deb-build (never target/release, so
+#      the main vendored build stays cached; shared by every DIST and by
+#      scripts/nginx-debian.sh: the dependencies are compiled once, nginx-sys
+#      and what uses it again for another nginx tree);
 #   3. lay out the package tree and pack it with dpkg-deb.
 #
 # Environment:
+#   DIST              bookworm (default) or trixie
 #   DEB_REVISION      Debian revision appended to the Cargo version (default 1)
 #   DEB_MAINTAINER    Maintainer field (default below)
-#   NGINX_DEV_SRC     nginx-dev source tree (default /usr/share/nginx/src)
+#   NGINX_DEV_SRC     nginx-dev source tree (default /usr/share/nginx/src, or
+#                     trixie's unpacked one)
 #   NGINX_ABI         ABI name for Depends (default: read from nginx-dev)
 set -euo pipefail
 
@@ -28,7 +37,8 @@ CONF_NAME=mod-http-rate-limit-window.conf
 CARGO=${CARGO:-cargo}
 DEB_REVISION=${DEB_REVISION:-1}
 DEB_MAINTAINER=${DEB_MAINTAINER:-rate_limit_window maintainers <maintainers@users.noreply.a-seed-d807d436.example>}
-NGINX_DEV_SRC=${NGINX_DEV_SRC:-/usr/share/nginx/src}
+DIST=${DIST:-bookworm}
+HOST_DIST=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 
 step() { echo "==> $*"; }
 die() { echo "deb.sh: error: $*" >&2; exit 1; }
@@ -36,14 +46,32 @@ die() { echo "deb.sh: error: $*" >&2; exit 1; }
 # --- dependencies -----------------------------------------------------------
 # nginx-dev: headers + configure; the rest: what configure and bindgen need.
 # dpkg-dev provides dpkg-shlibdeps (the libc6/libgcc-s1 part of Depends).
-scripts/deps.sh nginx-dev dpkg-dev libclang-dev libpcre2-dev libssl-dev zlib1g-dev make gcc pkg-config
+scripts/deps.sh dpkg-dev libclang-dev libpcre2-dev libssl-dev zlib1g-dev make gcc pkg-config
+
+OUT="$ROOT/target/debian"
+CARGO_TARGET_DIR="$ROOT/target/deb-build"
+if [ "$DIST" = "$HOST_DIST" ]; then
+  scripts/deps.sh nginx-dev
+  NGINX_DEV_SRC=${NGINX_DEV_SRC:-/usr/share/nginx/src}
+  NGINX_DEV_VERSION=$(dpkg-query -W -f='${Version}' nginx-dev 2>/dev/null || echo unknown)
+else
+  case $DIST in
+    trixie) ;;
+    *) die "DIST=$DIST: the package is built for bookworm or trixie" ;;
+  esac
+  OUT="$ROOT/target/debian/$DIST"
+  dev="$OUT/nginx-dev"
+  rm -rf "$OUT/debs" "$dev"
+  scripts/apt.sh download "$OUT/debs" "nginx-dev/$DIST"
+  dpkg-deb -x "$OUT"/debs/nginx-dev_*.deb "$dev"
+  NGINX_DEV_SRC=${NGINX_DEV_SRC:-$dev/usr/share/nginx/src}
+  NGINX_DEV_VERSION=$(dpkg-deb -f "$OUT"/debs/nginx-dev_*.deb Version)
+fi
 
 [ -f "$NGINX_DEV_SRC/src/core/nginx.h" ] || die "$NGINX_DEV_SRC/src/core/nginx.h not found (is nginx-dev installed?)"
-[ -f "$NGINX_DEV_SRC/conf_flags" ] || die "$NGINX_DEV_SRC/conf_flags not found"
 
 NGINX_VERSION=$(sed -n 's/^#define NGINX_VERSION[[:space:]]*"\(.*\)"/\1/p' "$NGINX_DEV_SRC/src/core/nginx.h")
 [ -n "$NGINX_VERSION" ] || die "cannot read NGINX_VERSION from nginx.h"
-NGINX_DEV_VERSION=$(dpkg-query -W -f='${Version}' nginx-dev 2>/dev/null || echo unknown)
 
 # The ABI name nginx-dev was built for; Debian's nginx package Provides it.
 if [ -z "${NGINX_ABI:-}" ]; then
@@ -56,41 +84,16 @@ CRATE_VERSION=$(awk '/^\[package\]/{p=1;next} /^\[/{p=0} p && /^version[[:space:
 VERSION="$CRATE_VERSION-$DEB_REVISION"
 ARCH=$(dpkg --print-architecture)
 
-step "nginx $NGINX_VERSION (nginx-dev $NGINX_DEV_VERSION, $NGINX_ABI), package $PKG $VERSION $ARCH"
+step "$DIST: nginx $NGINX_VERSION (nginx-dev $NGINX_DEV_VERSION, $NGINX_ABI), package $PKG $VERSION $ARCH"
 
 # --- 1. configure nginx with Debian's flags ---------------------------------
 NGX_DIR="$ROOT/target/nginx-$NGINX_VERSION-build"
-# conf_flags is a bash array assignment: NGX_CONF_FLAGS=( --prefix=... ... )
-NGX_CONF_FLAGS=()
-# shellcheck disable=SC1091
-source "$NGINX_DEV_SRC/conf_flags"
-[ ${#NGX_CONF_FLAGS[@]} -gt 0 ] || die "no flags in $NGINX_DEV_SRC/conf_flags"
-printf '%s\n' "${NGX_CONF_FLAGS[@]}" | grep -qx -- --with-compat \
-  || NGX_CONF_FLAGS+=(--with-compat)   # Debian's flags have it; make sure
-
-# Reconfigure only when nginx-dev or the flags changed: a fresh
-# ngx_auto_config.h would make nginx-sys regenerate bindings and cargo
-# rebuild everything downstream.
-stamp="nginx-dev $NGINX_DEV_VERSION: ${NGX_CONF_FLAGS[*]}"
-if [ -f "$NGX_DIR/objs/ngx_auto_config.h" ] && [ -f "$NGX_DIR/.deb-stamp" ] \
-   && [ "$(cat "$NGX_DIR/.deb-stamp")" = "$stamp" ]; then
-  step "nginx tree already configured: $NGX_DIR"
-else
-  step "configuring $NGX_DIR"
-  rm -rf "$NGX_DIR"
-  mkdir -p "$NGX_DIR"
-  cp -a "$NGINX_DEV_SRC/." "$NGX_DIR/"
-  if ! (cd "$NGX_DIR" && ./configure "${NGX_CONF_FLAGS[@]}" >configure.log 2>&1); then
-    tail -n 30 "$NGX_DIR/configure.log" >&2
-    die "nginx configure failed (full log: $NGX_DIR/configure.log)"
-  fi
-  printf '%s' "$stamp" >"$NGX_DIR/.deb-stamp"
-fi
+scripts/nginx-dev.sh "$NGINX_DEV_SRC" "$NGX_DIR"
 
 # --- 2. build the module against it ---------------------------------------
 # Own target dir: a build with NGINX_BUILD_DIR in target/release would
 # overwrite the vendored build's nginx-sys bindings.
-export CARGO_TARGET_DIR="$ROOT/target/deb-build"
+export CARGO_TARGET_DIR
 unset NGINX_SOURCE_DIR
 export NGINX_BUILD_DIR="$NGX_DIR/objs"
 step "cargo build (NGINX_BUILD_DIR=$NGINX_BUILD_DIR, CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
@@ -106,7 +109,6 @@ built_for=$(sed -n 's/^cargo::metadata=version=//p' "${sys_output:-/dev/null}")
   || die "nginx-sys bindings are for '${built_for:-?}', expected nginx/$NGINX_VERSION"
 
 # --- 3. package -------------------------------------------------------------
-OUT="$ROOT/target/debian"
 STAGE="$OUT/$PKG"
 DEB="$OUT/${PKG}_${VERSION}_${ARCH}.deb"
 step "staging $STAGE"
@@ -125,7 +127,7 @@ install -m 0644 debian/copyright "$STAGE/usr/share/doc/$PKG/copyright"
 # Debian policy wants a changelog.Debian.gz; a minimal generated one.
 date_r=$(date -R -d "@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}")
 {
-  echo "$PKG ($VERSION) unstable; urgency=medium"
+  echo "$PKG ($VERSION) $DIST; urgency=medium"
   echo
   echo "  * Built from rate_limit_window $CRATE_VERSION against nginx $NGINX_VERSION"
   echo "    (nginx-dev $NGINX_DEV_VERSION, $NGINX_ABI)."

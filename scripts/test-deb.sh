@@ -2,7 +2,14 @@
 # Installs the .deb from `make deb` next to the distribution's nginx and checks
 # that Debian's own /usr/sbin/nginx loads the module and limits requests.
 #
-#   scripts/test-deb.sh [PATH.deb]
+#   [DIST=bookworm|trixie] scripts/test-deb.sh [PATH.deb]
+#
+# DIST (default bookworm) is the release the package was built for. The
+# release this machine runs is tested here; another (trixie) in a root of
+# that release made with debootstrap (scripts/debroot.sh, cached in
+# target/roots/DIST) with its own nginx-core: this script, the package and
+# what it reads are copied into the root's /root/rlw and run there with
+# chroot, /proc, /sys and /dev mounted for the run.
 #
 # Installs nginx and curl if missing (scripts/deps.sh), dpkg -i's the package,
 # runs /usr/sbin/nginx -t and then a private nginx instance (-p <tmp prefix>,
@@ -47,13 +54,42 @@ finish() {
 abort() { fail "$*"; finish; }
 
 # --- the package -------------------------------------------------------------
+DIST=${DIST:-bookworm}
+HOST_DIST=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 DEB=${1:-}
 if [ -z "$DEB" ]; then
   version=$(awk '/^\[package\]/{p=1;next} /^\[/{p=0} p && /^version[[:space:]]*=/{gsub(/.*=[[:space:]]*"|".*/,"");print;exit}' Cargo.toml)
-  DEB="$ROOT/target/debian/${PKG}_${version}-${DEB_REVISION:-1}_$(dpkg --print-architecture).deb"
+  dir=$ROOT/target/debian
+  [ "$DIST" = "$HOST_DIST" ] || dir=$dir/$DIST
+  DEB="$dir/${PKG}_${version}-${DEB_REVISION:-1}_$(dpkg --print-architecture).deb"
 fi
-[ -f "$DEB" ] || abort "package $DEB exists (run make deb)"
+[ -f "$DEB" ] || abort "package $DEB exists (run make deb DIST=$DIST)"
 pass "package $DEB exists"
+
+# Another release: the same checks inside a root of it.
+if [ "$DIST" != "$HOST_DIST" ]; then
+  R=$(scripts/debroot.sh "$DIST") || abort "a $DIST root (scripts/debroot.sh $DIST)"
+  echo "info: testing in $R ($(. "$R/etc/os-release" && echo "$PRETTY_NAME"))"
+  rm -rf "$R/root/rlw"
+  mkdir -p "$R/root/rlw/scripts" "$R/root/rlw/docs"
+  cp scripts/test-deb.sh scripts/deps.sh "$R/root/rlw/scripts/"
+  cp Cargo.toml "$R/root/rlw/"
+  cp docs/operations.md "$R/root/rlw/docs/"
+  cp README.md "$R/root/rlw/"
+  cp "$DEB" "$R/root/rlw/"
+  mounted=()
+  unmount() {
+    local i
+    for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[i]}" || true; done
+  }
+  trap unmount EXIT
+  for m in proc sys dev; do
+    mountpoint -q "$R/$m" || { mount --bind "/$m" "$R/$m" && mounted+=("$R/$m"); }
+  done
+  chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+    DIST="$DIST" /bin/bash /root/rlw/scripts/test-deb.sh "/root/rlw/$(basename "$DEB")"
+  exit $?
+fi
 
 # --- nginx from the distribution -------------------------------------------
 system_nginx_running() {
@@ -83,6 +119,9 @@ if scripts/deps.sh nginx curl; then pass "nginx and curl installed"; else abort 
 stop_system_nginx_if_we_started_it
 [ -x "$NGINX" ] || abort "$NGINX exists"
 echo "info: $("$NGINX" -v 2>&1), package nginx $(dpkg-query -W -f='${Version}' nginx 2>/dev/null)"
+# nginx's version as a number (1.26.3: 1026003).
+nginx_version=$("$NGINX" -v 2>&1 | sed -n 's#.*nginx/\([0-9]*\)\.\([0-9]*\)\.\([0-9]*\).*#\1 \2 \3#p' \
+  | awk '{ printf "%d%03d%03d", $1, $2, $3 }')
 
 # The ABI our package Depends on must be one the installed nginx Provides.
 abi=$(dpkg-deb -f "$DEB" Depends | tr ',' '\n' | sed 's/^ *//' | grep '^nginx-abi-' | head -n1)
@@ -122,7 +161,7 @@ port_free() {
 free_port() { # free_port EXCEPT
   local p
   for _ in $(seq 200); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((23000 + RANDOM % 9000))   # below the ephemeral ports (32768-), above the tests' (12000-22000)
     [ "$p" != "${1:-}" ] && port_free "$p" && { echo "$p"; return 0; }
   done
   return 1
@@ -240,13 +279,33 @@ if [ -n "$test_pid" ]; then
     fi
   done
 
-  # nginx 1.22 reads $http_x_client as the first X-Client header (1.23
-  # joins them): "a" then "a" + "b" is one client, "b" alone another.
+  # nginx 1.22 reads $http_x_client as the first X-Client header; 1.23
+  # and later join them ("a, b"): then a + b is a client of its own.
   by_header() { curl -s -o /dev/null -w '%{http_code}' "$@" "http://127.0.0.1:$GW/by-header"; }
   check "header key: client a's first request 200" test "$(by_header -H 'X-Client: a')" = 200
-  check "header key: X-Client a then b is client a (nginx 1.22: the first header), 429" \
-    test "$(by_header -H 'X-Client: a' -H 'X-Client: b')" = 429
+  if [ "${nginx_version:-0}" -lt 1023000 ]; then
+    check "header key: X-Client a then b is client a (nginx 1.22: the first header), 429" \
+      test "$(by_header -H 'X-Client: a' -H 'X-Client: b')" = 429
+  else
+    check "header key: X-Client a then b is client \"a, b\" (nginx 1.23+ joins them), 200 then 429" \
+      test "$(by_header -H 'X-Client: a' -H 'X-Client: b')$(by_header -H 'X-Client: a' -H 'X-Client: b')" = 200429
+  fi
   check "header key: client b's first request 200" test "$(by_header -H 'X-Client: b')" = 200
+
+  # A reload keeps the zone and its counts: the client stays limited, and
+  # the new workers answer.
+  old_workers=$(pgrep -P "$test_pid" | sort | tr '\n' ' ')
+  still_old() { local p; for p in $old_workers; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+  if "$NGINX" -p "$T/" -c "$T/nginx.conf" -s reload; then pass "nginx -s reload"; else fail "nginx -s reload"; fi
+  for _ in $(seq 100); do still_old || break; sleep 0.1; done
+  new_workers=$(pgrep -P "$test_pid" | sort | tr '\n' ' ')
+  check "reload: old workers ($old_workers) exited, new ones ($new_workers) run" \
+    eval '! still_old && [ -n "$new_workers" ]'
+  code=$(curl -s -D "$T/hr" -o /dev/null -w '%{http_code}' "http://127.0.0.1:$GW/")
+  check "reload: the client is still limited (429, Retry-After $(header Retry-After "$T/hr"))" \
+    test "$code" = 429 -a -n "$(header Retry-After "$T/hr")"
+  check "reload: another client is admitted (200)" \
+    test "$(by_header -H 'X-Client: after-reload')" = 200
 
   "$NGINX" -p "$T/" -c "$T/nginx.conf" -s quit
   for _ in $(seq 100); do kill -0 "$test_pid" 2>/dev/null || break; sleep 0.1; done
@@ -262,6 +321,69 @@ if [ -n "$test_pid" ]; then
   else
     pass "no alert/crit/emerg in error.log"
   fi
+fi
+
+# --- the conf.d snippet of docs/operations.md, as printed --------------------
+# Debian's nginx.conf includes /etc/nginx/conf.d/*.conf inside http{}: the
+# documented file there passes nginx -t on the stock configuration, and a
+# copy of the stock nginx.conf (without sites-enabled, on free ports)
+# serves it: 100 requests a minute, then 429.
+SNIPPET=/etc/nginx/conf.d/rate-limit.conf
+snippet=$(awk '/conf\.d\/rate-limit\.conf/{f=1} f&&/^```nginx/{b=1;next} b&&/^```/{exit} b' docs/operations.md)
+check "docs/operations.md prints the conf.d snippet" grep -q 'rate_limit_window_zone' <<<"$snippet"
+if [ -e "$SNIPPET" ]; then
+  fail "$SNIPPET is free (it exists: not overwritten)"
+else
+  snippet_cleanup() { rm -f "$SNIPPET"; cleanup; }
+  trap snippet_cleanup EXIT
+  printf '%s\n' "$snippet" >"$SNIPPET"
+  out=$($SUDO "$NGINX" -t 2>&1)
+  rc=$?
+  echo "$out" | sed 's/^/  nginx -t (stock config + snippet): /'
+  check "nginx -t: the stock nginx.conf with $SNIPPET" test "$rc" -eq 0
+  # The README's quick start as a whole there fails as operations.md says.
+  quick=$(awk '/^## Quick start/{q=1} q&&/^```nginx/{b=1;next} b&&/^```/{exit} b' README.md)
+  quoted=$(tr '\n' ' ' <docs/operations.md | sed -n 's/.*quick start as a whole fails there, at its first line, with `\([^`]*\)`.*/\1/p')
+  printf '%s\n' "$quick" >"$SNIPPET"
+  out=$($SUDO "$NGINX" -t 2>&1)
+  echo "$out" | sed 's/^/  nginx -t (stock config + quick start): /'
+  check "the quick start in conf.d fails with the error operations.md quotes (${quoted:-none quoted})" \
+    eval '[ -n "$quoted" ] && grep -F -- "[emerg]" <<<"$out" | grep -qF -- "$quoted in $SNIPPET:1"'
+  rm -f "$SNIPPET"
+  GW2=$(free_port "$GW") || abort "found a third free port"
+  mkdir -p "$T/conf.d"
+  sed -e "s/listen 8080;/listen 127.0.0.1:$GW2;/" -e "s/127\.0\.0\.1:8081/127.0.0.1:$UP/" \
+    <<<"$snippet" >"$T/conf.d/rate-limit.conf"
+  sed -e "s#include /etc/nginx/conf.d/\*.conf;#include $T/conf.d/*.conf;#" \
+      -e "/include \/etc\/nginx\/sites-enabled/d" \
+      -e "s#^pid .*#pid $T/stock.pid;#" \
+      -e "s#^error_log .*#error_log $T/logs/stock-error.log;#" \
+      /etc/nginx/nginx.conf >"$T/stock.conf"
+  # The upstream of the first instance serves the snippet's app.
+  "$NGINX" -p "$T/" -c "$T/nginx.conf" && sleep 0.5
+  test_pid=$(cat "$T/nginx.pid" 2>/dev/null)
+  sec=$((10#$(date -u +%S)))
+  [ "$sec" -lt 45 ] || sleep $((61 - sec))
+  if "$NGINX" -p "$T/" -c "$T/stock.conf"; then
+    for _ in $(seq 50); do [ -s "$T/stock.pid" ] && break; sleep 0.1; done
+    codes=""
+    for i in $(seq 101); do
+      codes+=" $(curl -s -D "$T/hs" -o /dev/null -w '%{http_code}' "http://127.0.0.1:$GW2/api/x")"
+    done
+    check "snippet: 100 requests 200 in a minute, the 101st 429 (Retry-After $(header Retry-After "$T/hs"))" \
+      test "$(tr ' ' '\n' <<<"$codes" | grep -c '^200$'):${codes##* }" = "100:429" \
+      -a -n "$(header Retry-After "$T/hs")"
+    metrics=$(curl -s "http://127.0.0.1:$GW2/metrics")
+    check "snippet: /metrics from 127.0.0.1" grep -q "^rate_limit_window_" <<<"$metrics"
+    grep -q "^rate_limit_window_" <<<"$metrics" || echo "$metrics" | head -5 | sed 's/^/  metrics: /'
+    "$NGINX" -p "$T/" -c "$T/stock.conf" -s quit
+  else
+    fail "nginx started with the stock nginx.conf and the snippet"
+  fi
+  "$NGINX" -p "$T/" -c "$T/nginx.conf" -s quit
+  for _ in $(seq 100); do [ -e "$T/stock.pid" ] || [ -e "$T/nginx.pid" ] || break; sleep 0.1; done
+  test_pid=""
+  trap cleanup EXIT
 fi
 
 # --- maintainer scripts ------------------------------------------------------

@@ -277,7 +277,7 @@ fn charges_reach_the_other_gateway_through_redis() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let _redis = common::redis_servers::RedisProc::spawn(
-        "redis-server",
+        &common::redis_servers::server_bin(),
         dir.path(),
         "redis",
         &format!("bind 127.0.0.1\nport {port}\nsave \"\"\nappendonly no\n"),

@@ -12,7 +12,7 @@ use std::process::Command;
 /// format strings).
 const DEBUG_LINES: [&str; 4] = [
     "rate_limit_window: deciding in the ",
-    " does not apply: ",
+    "does not apply: the key is empty",
     ", slot: ",
     "rate_limit_window: verdict ",
 ];

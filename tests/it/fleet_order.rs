@@ -11,7 +11,7 @@ use crate::overrides::{json, send_body};
 use std::path::Path;
 use std::time::Duration;
 
-use common::redis_servers::{cli, redis_gateway, zone_metric, RedisProc};
+use common::redis_servers::{cli, redis_gateway, server_bin, zone_metric, RedisProc};
 use common::*;
 
 const SECRET: &str = "fleet-order-secret-0001";
@@ -19,7 +19,7 @@ const SECRET: &str = "fleet-order-secret-0001";
 /// A redis-server on `port` in `dir` (its RDB file, if any, loaded).
 pub(crate) fn redis_at(dir: &Path, port: u16) -> RedisProc {
     let conf = format!("bind 127.0.0.1\nport {port}\nsave \"\"\nappendonly no\n");
-    RedisProc::spawn("redis-server", dir, &format!("r{port}"), &conf, port)
+    RedisProc::spawn(&server_bin(), dir, &format!("r{port}"), &conf, port)
 }
 
 /// `redis-cli` against the server on `port`.

@@ -292,7 +292,7 @@ fn an_override_of_places_is_shared_by_the_fleet() {
     put(&a, "pat", r#"{"in_flight":1}"#);
     assert!(wait_for(Duration::from_secs(10), || places_of(&b, "pat") == Some(1)));
     assert_eq!(at_once(&b, "pat", 3), [200, 429, 429]);
-    let out = std::process::Command::new("redis-cli")
+    let out = std::process::Command::new(common::redis_servers::cli_bin())
         .args(["-p", &redis.1.to_string(), "HGETALL", "rlw:{f}:ovr3"])
         .output()
         .expect("redis-cli");

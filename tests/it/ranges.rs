@@ -246,7 +246,7 @@ fn a_fleet_shares_ranges() {
     let j = put_ok(&a, "cidr=10.20.0.0/16", r#"{"block":true}"#);
     assert_eq!(j["cluster"], "scheduled", "{j}");
     let hash = || {
-        let out = std::process::Command::new("redis-cli")
+        let out = std::process::Command::new(common::redis_servers::cli_bin())
             .args(["-p", &redis.1.to_string(), "HGETALL", "rlw:{ip}:ovr"])
             .output()
             .unwrap();

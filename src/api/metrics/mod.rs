@@ -16,7 +16,6 @@ mod families;
 
 use nginx_sys::{
     ngx_int_t, NGX_HTTP_GET, NGX_HTTP_HEAD, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_ALLOWED,
-    NGX_HTTP_NOT_FOUND,
 };
 use ngx::core::Status;
 use ngx::http::{HttpModuleMainConf, Request};
@@ -56,7 +55,9 @@ pub(crate) fn handle(r: &mut Request) -> ngx_int_t {
     };
     let zone_name = percent_decode(&zone_name);
     let Some(zone) = mcf.zones().find(|z| z.name.as_bytes() == zone_name) else {
-        return NGX_HTTP_NOT_FOUND as ngx_int_t;
+        // JSON, as the writes answer it (src/api/overrides.rs).
+        let n = String::from_utf8_lossy(&zone_name);
+        return crate::api::overrides::error(r, 404, &format!("no zone \"{n}\""));
     };
     if has_flag(r, "overrides") {
         return crate::api::overrides::list(r, zone);

@@ -19,7 +19,7 @@ struct RedisServer {
 
 impl RedisServer {
     fn start_on(port: u16) -> RedisServer {
-        let child = Command::new("redis-server")
+        let child = Command::new(redis_servers::server_bin())
             .args([
                 "--port",
                 &port.to_string(),
@@ -135,7 +135,7 @@ fn threads_named(pid: i32, prefix: &str) -> Vec<String> {
 
 /// redis-cli against `port`, stdout.
 fn cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
+    let out = Command::new(redis_servers::cli_bin())
         .arg("-p")
         .arg(port.to_string())
         .args(args)

@@ -3,6 +3,13 @@
 //! openssl at test time, one master + one replica + three sentinels, and a
 //! three-master Redis Cluster. Every process runs in a temporary directory
 //! on free ports and is killed on drop.
+//!
+//! The engine: redis-server, redis-sentinel and redis-cli from `PATH`, or,
+//! with `RLW_REDIS_ENGINE=valkey` (`make test ENGINE=valkey`), Valkey's
+//! valkey-server, valkey-sentinel and valkey-cli from `RLW_VALKEY_BIN`
+//! (scripts/valkey.sh), else from `PATH`. Every test that starts a server
+//! or runs the client takes its program from [`server_bin`],
+//! [`sentinel_bin`] and [`cli_bin`].
 #![allow(dead_code)]
 
 use std::fs;
@@ -15,6 +22,41 @@ use std::time::{Duration, Instant};
 use super::free_port;
 
 const START_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The engine the tests run against: `"redis"` or `"valkey"`
+/// (`RLW_REDIS_ENGINE`; any other value fails the test that asks).
+pub fn engine() -> &'static str {
+    match std::env::var("RLW_REDIS_ENGINE").as_deref() {
+        Err(_) | Ok("") | Ok("redis") => "redis",
+        Ok("valkey") => "valkey",
+        Ok(other) => panic!("RLW_REDIS_ENGINE={other}: the engines are redis and valkey"),
+    }
+}
+
+/// The engine's program `tool` (`server`, `sentinel` or `cli`): its path
+/// in `RLW_VALKEY_BIN` for Valkey when that is set, else its name.
+fn program(tool: &str) -> String {
+    let name = format!("{}-{tool}", engine());
+    match std::env::var("RLW_VALKEY_BIN") {
+        Ok(dir) if engine() == "valkey" && !dir.is_empty() => format!("{dir}/{name}"),
+        _ => name,
+    }
+}
+
+/// redis-server, or valkey-server.
+pub fn server_bin() -> String {
+    program("server")
+}
+
+/// redis-sentinel, or valkey-sentinel.
+pub fn sentinel_bin() -> String {
+    program("sentinel")
+}
+
+/// redis-cli, or valkey-cli.
+pub fn cli_bin() -> String {
+    program("cli")
+}
 
 /// One redis-server or redis-sentinel process, killed on drop.
 pub struct RedisProc {
@@ -37,7 +79,8 @@ impl RedisProc {
             .spawn()
             .unwrap_or_else(|e| {
                 panic!(
-                    "{bin} not found ({e}): `make test` installs redis-server and redis-sentinel"
+                    "{bin} not found ({e}): `make test` installs redis-server and redis-sentinel, \
+                     `make test ENGINE=valkey` Valkey's"
                 )
             });
         let mut child = child;
@@ -88,11 +131,12 @@ fn base_conf(port: u16) -> String {
 /// Runs `redis-cli` with `args` (connection options first) and returns
 /// its stdout; panics if it cannot run.
 pub fn cli(args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
+    let bin = cli_bin();
+    let out = Command::new(&bin)
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .expect("redis-cli not found: `make test` installs redis-tools");
+        .unwrap_or_else(|e| panic!("{bin} not found ({e}): `make test` installs redis-tools"));
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
@@ -135,7 +179,7 @@ impl AuthRedis {
              +zremrangebyrank +zrange +zrangebyscore\n",
             base_conf(port)
         );
-        let server = RedisProc::spawn("redis-server", dir.path(), "auth", &conf, port);
+        let server = RedisProc::spawn(&server_bin(), dir.path(), "auth", &conf, port);
         AuthRedis { server, dir }
     }
 
@@ -264,7 +308,7 @@ impl TlsRedis {
             pki.file("server.key"),
             pki.file("ca.crt"),
         );
-        let server = RedisProc::spawn("redis-server", pki.dir.path(), "tls", &conf, port);
+        let server = RedisProc::spawn(&server_bin(), pki.dir.path(), "tls", &conf, port);
         TlsRedis { server, pki }
     }
 
@@ -330,9 +374,9 @@ impl SentinelSet {
         // The replica's first sync starts at once (Redis 7's diskless sync
         // otherwise waits 5 s for more replicas to join).
         let master_conf = format!("{}{auth}repl-diskless-sync-delay 0\n", base_conf(mp));
-        let master = RedisProc::spawn("redis-server", dir.path(), "master", &master_conf, mp);
+        let master = RedisProc::spawn(&server_bin(), dir.path(), "master", &master_conf, mp);
         let replica_conf = format!("{}{auth}replicaof 127.0.0.1 {mp}\n", base_conf(rp));
-        let replica = RedisProc::spawn("redis-server", dir.path(), "replica", &replica_conf, rp);
+        let replica = RedisProc::spawn(&server_bin(), dir.path(), "replica", &replica_conf, rp);
         // Sentinels find the replica through the master's INFO: start them
         // once the replica is in sync.
         assert!(
@@ -357,7 +401,7 @@ impl SentinelSet {
                      sentinel failover-timeout {SENTINEL_MASTER} 10000\n\
                      sentinel parallel-syncs {SENTINEL_MASTER} 1\n{sentinel_auth}"
                 );
-                RedisProc::spawn("redis-sentinel", dir.path(), &format!("s{i}"), &conf, sp)
+                RedisProc::spawn(&sentinel_bin(), dir.path(), &format!("s{i}"), &conf, sp)
             })
             .collect::<Vec<_>>();
         let set = SentinelSet {
@@ -435,7 +479,7 @@ impl RedisCluster {
                      cluster-port {bus}\ncluster-node-timeout 2000\n",
                     base_conf(port)
                 );
-                RedisProc::spawn("redis-server", dir.path(), &format!("n{i}"), &conf, port)
+                RedisProc::spawn(&server_bin(), dir.path(), &format!("n{i}"), &conf, port)
             })
             .collect();
         let mut args = vec!["--cluster".to_owned(), "create".to_owned()];

@@ -426,7 +426,7 @@ pub(crate) struct Redis(std::process::Child, pub(crate) u16);
 impl Redis {
     pub(crate) fn start() -> Redis {
         let port = free_port();
-        let child = std::process::Command::new("redis-server")
+        let child = std::process::Command::new(common::redis_servers::server_bin())
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(std::process::Stdio::null())

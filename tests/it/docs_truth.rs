@@ -1,0 +1,196 @@
+//! What the docs say about the code, checked against the code: every
+//! metric family the module can expose is in the README's metrics table.
+use crate::common;
+
+use common::*;
+use std::fs;
+
+/// The metric family names (`rate_limit_window_…` string literals) in the
+/// metrics code, src/api/metrics/.
+fn metric_families() -> Vec<String> {
+    let dir = manifest_dir().join("src/api/metrics");
+    let mut names = Vec::new();
+    for entry in fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let text = fs::read_to_string(entry.unwrap().path()).unwrap();
+        for part in text.split("\"rate_limit_window_").skip(1) {
+            let rest: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            if part[rest.len()..].starts_with('"') {
+                names.push(format!("rate_limit_window_{rest}"));
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The README names each family in full or as `…_suffix` (after the
+/// `rate_limit_window` of a name earlier in its row).
+#[test]
+fn every_metric_family_is_in_the_readme() {
+    let families = metric_families();
+    assert!(families.len() > 20, "only {families:?} found");
+    let readme = fs::read_to_string(manifest_dir().join("README.md")).unwrap();
+    let missing: Vec<&String> = families
+        .iter()
+        .filter(|f| {
+            let short = format!("…{}", &f["rate_limit_window".len()..]);
+            let suffix = &f["rate_limit_window".len()..];
+            // In backquotes, whole: followed by the quote, its labels or
+            // (a summary) `_sum`.
+            let named = |n: &str| {
+                ["`", "{", "_sum"]
+                    .iter()
+                    .any(|end| readme.contains(&format!("`{n}{end}")))
+            };
+            // Or, after a family of its row, as `_suffix` (`_delay_turns`).
+            !named(f) && !named(&short) && !named(suffix)
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the README's metrics table lacks {missing:?}"
+    );
+}
+
+/// The JSON object printed on the line after `command` in `doc`.
+fn printed_json(doc: &str, command: &str) -> serde_json::Value {
+    let text = fs::read_to_string(manifest_dir().join(doc)).unwrap();
+    let mut lines = text.lines();
+    lines
+        .find(|l| l.trim() == command)
+        .unwrap_or_else(|| panic!("{doc} no longer shows {command:?}"));
+    let line = lines.next().unwrap();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{doc}: {line}: {e}"))
+}
+
+/// The fields of an object, in order.
+fn fields(v: &serde_json::Value) -> Vec<String> {
+    v.as_object().unwrap().keys().cloned().collect()
+}
+
+/// operations.md's lookup sample has the fields a lookup answers.
+#[test]
+fn the_lookup_sample_has_the_lookups_fields() {
+    let printed = printed_json(
+        "docs/operations.md",
+        "$ curl -s 'http://127.0.0.1:8080/metrics?zone=per_ip&addr=127.0.0.1'",
+    );
+    let ng = Nginx::start(&http_conf(
+        "rate_limit_window_zone $binary_remote_addr zone=per_ip:10m window=1m;
+         server {
+             listen 127.0.0.1:{{PORT}};
+             location / { rate_limit_window zone=per_ip limit=100; empty_gif; }
+             location = /metrics { rate_limit_window_metrics; }
+         }",
+    ));
+    assert_eq!(get(ng.port, "/").status, 200);
+    let r = get(ng.port, "/metrics?zone=per_ip&addr=127.0.0.1");
+    let answered: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+    assert_eq!(answered["current"], 1, "{answered}");
+    let mut want = fields(&answered);
+    let mut have = fields(&printed);
+    want.sort();
+    have.sort();
+    assert_eq!(have, want, "operations.md's sample vs a lookup: {answered}");
+}
+
+/// The README: a server-level limit applies to every location without a
+/// line of its own, the metrics location's included; a location with its
+/// own line is limited by that line only.
+#[test]
+fn a_server_level_limit_also_limits_the_metrics_location() {
+    let ng = Nginx::start(&http_conf(
+        "rate_limit_window_zone $binary_remote_addr zone=s:1m window=1m;
+         rate_limit_window_zone $binary_remote_addr zone=own:1m window=1m;
+         server {
+             listen 127.0.0.1:{{PORT}};
+             rate_limit_window zone=s limit=2;
+             location /own/ { rate_limit_window zone=own limit=100; empty_gif; }
+             location = /metrics { rate_limit_window_metrics; }
+         }",
+    ));
+    let status = |path: &str| get(ng.port, path).status;
+    let own: Vec<u16> = (0..3).map(|_| status("/own/")).collect();
+    assert_eq!(own, [200, 200, 200], "the location's own line only");
+    let metrics: Vec<u16> = (0..3).map(|_| status("/metrics")).collect();
+    assert_eq!(metrics, [200, 200, 429], "the server's limit=2 on /metrics");
+}
+
+/// operations.md's table of slots per zone, as `(zone label, slots)`.
+fn slot_table() -> Vec<(String, u64)> {
+    let text = fs::read_to_string(manifest_dir().join("docs/operations.md")).unwrap();
+    let start = text
+        .find("| zone | slots |")
+        .expect("operations.md: no slot table");
+    text[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (
+                cells[1].to_owned(),
+                cells[2].replace(',', "").parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The slot counts the docs give are what `rate_limit_window_slots` says.
+#[test]
+fn the_slot_table_is_what_nginx_reports() {
+    let ng = Nginx::start(&http_conf(
+        "rate_limit_window_zone $binary_remote_addr zone=a:32k;
+         rate_limit_window_zone $binary_remote_addr zone=b:1m;
+         rate_limit_window_zone $binary_remote_addr zone=c:10m;
+         rate_limit_window_zone $binary_remote_addr zone=d:1m redis=127.0.0.1:9
+             secret=0123456789abcdef0123;
+         server {
+             listen 127.0.0.1:{{PORT}};
+             location = /metrics { rate_limit_window_metrics; }
+         }",
+    ));
+    let text = get(ng.port, "/metrics").text();
+    let slots = |zone: &str| -> u64 {
+        let name = format!("rate_limit_window_slots{{zone=\"{zone}\"}} ");
+        let line = text.lines().find_map(|l| l.strip_prefix(name.as_str()));
+        line.unwrap_or_else(|| panic!("{text}")).parse().unwrap()
+    };
+    let reported = [
+        ("`32k` (the smallest)", slots("a")),
+        ("`1m`", slots("b")),
+        ("`10m`", slots("c")),
+        ("`1m` with `redis=`", slots("d")),
+    ];
+    let want: Vec<(String, u64)> = reported.iter().map(|(z, n)| (z.to_string(), *n)).collect();
+    assert_eq!(
+        slot_table(),
+        want,
+        "docs/operations.md's slot table vs nginx"
+    );
+}
+
+/// A lookup (GET) of a zone that does not exist answers as a write (PUT)
+/// does: 404 with a JSON `error` naming the zone.
+#[test]
+fn an_unknown_zone_is_a_json_404_to_get_and_put() {
+    let ng = Nginx::start(&http_conf(
+        "rate_limit_window_zone $binary_remote_addr zone=z:1m;
+         server {
+             listen 127.0.0.1:{{PORT}};
+             location = /api { rate_limit_window_metrics write=on; }
+         }",
+    ));
+    let get_r = get(ng.port, "/api?zone=nope&key=k");
+    let put_r = request(ng.port, "PUT", "/api?zone=nope&key=k", &[]);
+    for r in [&get_r, &put_r] {
+        assert_eq!(r.status, 404, "{}", r.describe());
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        let v: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+        assert_eq!(v["error"], "no zone \"nope\"", "{v}");
+    }
+}
