@@ -210,6 +210,7 @@ def cmd_capacity(path):
 
 CG_LABELS = {"none": "no limiter", "rlw_hot": "rate_limit_window, 1 hot key",
              "rlw_hot_noheaders": "rate_limit_window, 1 hot key, headers off",
+             "cal_hot_noheaders": "rate_limit_window calendar=day tz=America/New_York, 1 hot key, headers off",
              "lr_hot": "limit_req, 1 hot key", "rlw_many": "rate_limit_window, a new key per request",
              "lr_many": "limit_req, a new key per request",
              "strict_hot": "rate_limit_window mode=strict, 1 hot key",
@@ -220,7 +221,7 @@ CG_LABELS = {"none": "no limiter", "rlw_hot": "rate_limit_window, 1 hot key",
              "inflight_many": "rate_limit_window limit= in_flight=, a new key per request",
              "lc_many": "limit_conn, a new key per request",
              "shed_hot": "rate_limit_window_shed"}
-CG_ORDER = ("none", "rlw_hot", "rlw_hot_noheaders", "lr_hot", "rlw_many", "lr_many",
+CG_ORDER = ("none", "rlw_hot", "rlw_hot_noheaders", "cal_hot_noheaders", "lr_hot", "rlw_many", "lr_many",
             "strict_hot", "strict_many", "inflight_hot", "inflight_alone_hot", "lc_hot",
             "inflight_many", "lc_many", "shed_hot")
 

@@ -753,6 +753,9 @@ cg_variant() {
         rlw_hot_noheaders)
             limiter="rate_limit_window zone=rlw_hot limit=1000000; rate_limit_window_headers off;"
             mode=hot ;;
+        cal_hot_noheaders)
+            limiter="rate_limit_window zone=cal_hot limit=1000000; rate_limit_window_headers off;"
+            mode=hot ;;
         lr_hot) limiter="limit_req zone=lr_hot burst=1000000 nodelay;" mode=hot ;;
         rlw_many) limiter="rate_limit_window zone=rlw_many limit=1000000;" mode=distinct ;;
         lr_many) limiter="limit_req zone=lr_many burst=1000000 nodelay;" mode=distinct ;;
@@ -813,7 +816,7 @@ bench_callgrind() {
     echo "$head" >"$tsv"
     # Every variant requests /t from its own nginx: only the directives in
     # that location differ, not the URI or the location lookup.
-    for v in ${BENCH_CG_VARIANTS:-none rlw_hot rlw_hot_noheaders lr_hot rlw_many lr_many strict_hot strict_many inflight_hot inflight_alone_hot lc_hot inflight_many lc_many shed_hot}; do
+    for v in ${BENCH_CG_VARIANTS:-none rlw_hot rlw_hot_noheaders cal_hot_noheaders lr_hot rlw_many lr_many strict_hot strict_many inflight_hot inflight_alone_hot lc_hot inflight_many lc_many shed_hot}; do
         cg_run "$v" "$tsv" "$RESULTS/callgrind" "$CG_CACHES"
     done
     CALLGRIND_MD=$(python3 "$BENCH_DIR/report.py" callgrind "$tsv")

@@ -13,6 +13,7 @@
 //! Messages follow nginx's own wording ("invalid zone size", "is too small",
 //! "is already bound to key") so that `nginx -t` reads like any stock module.
 
+pub mod calendar;
 pub mod charge_var;
 pub mod early_answer;
 pub mod loc_delay;
@@ -412,6 +413,7 @@ pub fn set_limit(cf: &ngx_conf_t, lcf: &mut LocConf) -> ConfResult {
     }
     let (file, line) = cf.position();
     let charge = charge_var::compile(cf, zone_ref, d.charge.as_deref(), (file, line))?;
+    calendar::note_delay(cf, zone_ref, d.delay.delay_ms, (file, line))?;
     strict_limit::note(cf, zone_ref, value, (file, line))?;
     limits.push(limit(
         &d,
@@ -477,6 +479,7 @@ pub fn init_main_conf(cf: &mut ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
             return Err(ConfFailed::Logged);
         }
         charge_var::check_zone(cf, z)?;
+        calendar::check_zone(cf, z)?;
         strict_limit::check_zone(cf, z)?;
     }
     if !mcf.zones.is_empty() {

@@ -7,7 +7,9 @@ use core::ptr;
 use nginx_sys::{ngx_conf_t, ngx_pagesize, ngx_shared_memory_add, ngx_str_t};
 use rate_limit_window_core::conf::error::{ConfError, ZoneConfError};
 use rate_limit_window_core::conf::parse::single_variable;
-use rate_limit_window_core::conf::zone_opts::{parse_zone_directive, ZoneDirective};
+use rate_limit_window_core::conf::zone_opts::{
+    calendar_window, parse_zone_directive, zoneinfo_dir, ZoneDirective,
+};
 use rate_limit_window_core::overrides::Overrides;
 
 use crate::conf::{zone_by_name, MainConf, BINARY_REMOTE_ADDR};
@@ -20,12 +22,15 @@ fn page_size() -> usize {
     unsafe { ngx_pagesize }
 }
 
-/// `rate_limit_window_zone KEY zone=NAME:SIZE [window=TIME] [fail=open|closed]
+/// `rate_limit_window_zone KEY zone=NAME:SIZE [window=TIME | calendar=PERIOD [tz=NAME]]
+/// [fail=open|closed]
 /// [redis=HOST:PORT|unix:/path|redis[s]://... [sync=TIME] [secret=STRING]
 /// [redis_mode=single|sentinel|cluster] [redis_master=NAME] [redis_ca=PATH]
 /// [redis_cert=PATH] [redis_key=PATH] [redis_password_file=PATH]]];`
 ///
-/// The parameters are parsed by the core's pure (and fuzzed) parser.
+/// The parameters are parsed by the core's pure (and fuzzed) parser; a
+/// `calendar=` zone's time zone is read from the system's database here,
+/// at each configuration (`nginx -t`, a start, a reload).
 pub fn set_zone(cf: &ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
     let Some(&key) = cf.args().get(1) else {
         return Err(ConfFailed::Logged);
@@ -45,6 +50,11 @@ pub fn set_zone(cf: &ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
     }
     zone.window = d.params.window;
     zone.window_src = d.params.window_src;
+    if let Some(spec) = &d.calendar {
+        let dir = zoneinfo_dir();
+        zone.window = calendar_window(spec, &dir).map_err(|e| cf.emerg(ConfError::from(e)))?;
+        zone.window_src = format!("calendar={}", spec.period).into_bytes();
+    }
     zone.mode = d.mode;
     zone.overrides_cap = d.overrides;
     zone.fail = d.params.fail;

@@ -109,7 +109,7 @@ fn add_ietf(r: &mut Request, d: &Report) {
             policy,
             "{sep}\"{name}\";q={};w={}",
             a.limit,
-            zone.window.ms() / 1000
+            zone.window.secs()
         );
         if zone.charge_at.is_some() {
             // Its quota counts what `charge=` says (tokens, bytes), not

@@ -166,7 +166,7 @@ pub(super) fn log_rejection(
         zone.name,
         d.estimate,
         rej.limit,
-        zone.window.ms() / 1000
+        zone.window.secs()
     );
 }
 

@@ -107,7 +107,7 @@ pub fn start_all(zones: &[*mut ZoneConf]) {
                 zone.name.as_bytes(),
                 &r.secret,
                 zone.window.ms(),
-                zone.mode.name(),
+                &fleet_mode(zone),
             ),
             secret: r.secret.clone(),
             table,
@@ -456,4 +456,15 @@ pub fn enqueue(slots: &[core::sync::atomic::AtomicU64], fp: u64) -> bool {
             || e.compare_exchange(0, fp, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
     })
+}
+
+/// The rule a zone's fleet must share, as its profile's mode: `estimate`
+/// or `strict`, or a calendar zone's time zone (`calendar:NAME`; its
+/// period is in the window's length), so that gateways counting days in
+/// two time zones are told apart.
+fn fleet_mode(zone: &ZoneConf) -> String {
+    match zone.window.calendar_of() {
+        Some(c) => format!("calendar:{}", c.tz()),
+        None => zone.mode.name().to_owned(),
+    }
 }

@@ -136,7 +136,7 @@ fn run_batches(
     done: &mut Done,
 ) -> Result<(), RoundError> {
     let me = gateway_field(ctx.owner.header.gateway_id);
-    let ttl_ms = ctx.job.window.ms() * 2;
+    let ttl_ms = ctx.job.window.keep_ms();
     let hot = hot_key(&ctx.job.name, ctx.job.window.index(now));
     for batch in work.chunks(BATCH) {
         if !ctx.owner.keep_on(ctx.stop) {

@@ -81,6 +81,9 @@ pub struct ZoneConf {
     /// Where a `rate_limit_window` first gave the zone a `charge=` (file,
     /// line), for the refusal of a strict zone (conf/charge_var.rs).
     pub charge_at: Option<(ngx_str_t, ngx_uint_t)>,
+    /// Where a `rate_limit_window` first gave the zone a `delay=` (file,
+    /// line), for the refusal of a calendar zone (conf/calendar.rs).
+    pub delay_at: Option<(ngx_str_t, ngx_uint_t)>,
     /// The largest fixed `limit=` above what a strict zone can count, and
     /// where it was given (conf/strict_limit.rs).
     pub big_limit_at: Option<(u32, (ngx_str_t, ngx_uint_t))>,
@@ -163,6 +166,7 @@ impl ZoneConf {
             header: ptr::null_mut(),
             table: None,
             charge_at: None,
+            delay_at: None,
             big_limit_at: None,
             overrides_cap: DEFAULT_OVERRIDES,
             overrides: None,

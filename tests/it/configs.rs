@@ -46,6 +46,7 @@ fn example_configs_follow_conventions() {
         "dry-run.conf",
         "problem-json.conf",
         "llm-tokens.conf",
+        "quotas.conf",
     ] {
         let path = example_conf_dir().join(name);
         let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -6,7 +6,7 @@ use crate::common;
 use common::*;
 
 /// Reads nginx-conf/NAME and makes it runnable in a test prefix.
-fn example(name: &str) -> String {
+pub(crate) fn example(name: &str) -> String {
     runnable(std::fs::read_to_string(example_conf_dir().join(name)).unwrap())
 }
 

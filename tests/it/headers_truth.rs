@@ -14,7 +14,7 @@ use std::time::Duration;
 const T0: i64 = 1_704_067_200;
 
 /// The `r` and `t` of the `RateLimit` member named `name`.
-fn member(r: &Response, name: &str) -> (i64, i64) {
+pub(crate) fn member(r: &Response, name: &str) -> (i64, i64) {
     let rl = r
         .header("RateLimit")
         .unwrap_or_else(|| panic!("no RateLimit: {}", r.describe()));

@@ -6,6 +6,7 @@ mod common;
 
 mod alerts;
 mod auth;
+mod calendar;
 mod charge;
 mod clock;
 mod cluster;

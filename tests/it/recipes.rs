@@ -602,6 +602,7 @@ const DOCS: &[&str] = &[
     "docs/operations.md",
     "docs/performance.md",
     "docs/phases.md",
+    "docs/quotas.md",
     "docs/runtime-control.md",
     "docs/shedding.md",
     "docs/state-file.md",

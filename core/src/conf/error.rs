@@ -23,6 +23,8 @@ pub use crate::units::Units;
 pub const ZONE_PARAMS: &[&str] = &[
     "zone=",
     "window=",
+    "calendar=",
+    "tz=",
     "mode=",
     "fail=",
     "ipv6_prefix=",
@@ -324,12 +326,16 @@ impl fmt::Display for ZoneChange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "rate_limit_window_zone \"{}\": ", escape(&self.zone))?;
         if let Some((old, new)) = &self.window {
+            // A calendar's text is its own parameter (`calendar=day`).
+            let named = |w: &[u8]| match w.starts_with(b"calendar=") {
+                true => escape(w).to_string(),
+                false => format!("window={}", escape(w)),
+            };
             write!(
                 f,
-                "window={} cannot replace the running window={} on reload (the counts are per \
-                 window)",
-                escape(new),
-                escape(old)
+                "{} cannot replace the running {} on reload (the counts are per window)",
+                named(new),
+                named(old)
             )?;
         }
         if let Some((old, new)) = &self.key {

@@ -52,6 +52,14 @@ pub enum LimitConfError {
         escape(.0)
     )]
     ChargeOnStrict(Vec<u8>),
+    /// `delay=` on a zone of `calendar=`.
+    #[error(
+        "\"delay=\" cannot be used with zone \"{}\" of calendar=: a request over a \
+         calendar quota fits only at the next period's start; refuse it (Retry-After \
+         tells when)",
+        escape(.0)
+    )]
+    DelayOnCalendar(Vec<u8>),
     /// A fixed `limit=` above what a `mode=strict` zone can count.
     #[error(
         "limit={limit} is above what the mode=strict zone \"{zone}\" can count ({max}): use a \
@@ -213,6 +221,32 @@ pub enum ZoneConfError {
         String::from_utf8_lossy(.0)
     )]
     StateWithRedis(Vec<u8>),
+    /// `calendar=` that is no period.
+    #[error(
+        "invalid calendar \"{}\": use \"day\", \"week\", \"month\" or \"year\"",
+        escape(.0)
+    )]
+    Calendar(Vec<u8>),
+    /// `tz=` without `calendar=`.
+    #[error(
+        "\"tz=\" needs \"calendar=\": a window= is the same in every time zone, \
+         a calendar=day|week|month|year starts at the time zone's midnight"
+    )]
+    TzWithoutCalendar,
+    /// `calendar=` with `window=`, or with `mode=` (its count is exact).
+    #[error(
+        "\"calendar=\" cannot be combined with \"{0}\": a calendar period is its own \
+         window, counted exactly"
+    )]
+    CalendarWith(&'static str),
+    /// `tz=` names no time zone of the system's database.
+    #[error("unknown time zone \"{}\" in \"tz=\": {}", escape(.name), .why)]
+    UnknownTz {
+        /// The name as written.
+        name: Vec<u8>,
+        /// What went wrong (the file looked for, or its content).
+        why: String,
+    },
     /// `redis=` with a `secret=` shorter than `min` characters (or none).
     #[error(
         "\"redis=\" needs \"secret=\" of at least {min} characters, the same on \

@@ -7,7 +7,10 @@ use crate::cluster::MIN_SECRET_LEN;
 use crate::conf::error::{check_params, ConfError, ZoneConfError, ZONE_PARAMS};
 use crate::conf::override_opts::take_overrides;
 use crate::conf::parse::{parse_zone_params, ZoneParams};
+use crate::rule::calendar::{Calendar, Period};
 use crate::rule::mode::Mode;
+use crate::rule::window::Window;
+use jiff::tz::TimeZone;
 
 /// One `rate_limit_window_zone` directive, parsed (the Redis files named
 /// are read by the glue, which loads them).
@@ -19,6 +22,9 @@ pub struct ZoneDirective {
     pub overrides: usize,
     /// `state=FILE`: the state file's path as written (None without it).
     pub state: Option<Vec<u8>>,
+    /// `calendar=` and `tz=` (None without `calendar=`): the glue builds
+    /// the zone's window from the system's time zone data.
+    pub calendar: Option<CalendarSpec>,
     /// The other parameters.
     pub params: ZoneParams,
 }
@@ -32,7 +38,8 @@ pub struct ZoneDirective {
 /// with `redis=`, and a Redis zone's too short `secret=`.
 pub fn parse_zone_directive(args: &[&[u8]], min_size: usize) -> Result<ZoneDirective, ConfError> {
     check_params("rate_limit_window_zone", args, ZONE_PARAMS)?;
-    let (mode, rest) = take_mode(args)?;
+    let (calendar, rest) = take_calendar(args)?;
+    let (mode, rest) = take_mode(&rest)?;
     let (state, rest) = take_state(&rest)?;
     let (overrides, rest) = take_overrides(&rest)?;
     let params = parse_zone_params(&rest, min_size)?;
@@ -47,8 +54,105 @@ pub fn parse_zone_directive(args: &[&[u8]], min_size: usize) -> Result<ZoneDirec
         mode,
         overrides,
         state: state.map(<[u8]>::to_vec),
+        calendar,
         params,
     })
+}
+
+/// `calendar=PERIOD [tz=NAME]` of a zone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CalendarSpec {
+    /// The period.
+    pub period: Period,
+    /// The time zone's name (`tz=`, default `UTC`).
+    pub tz: Vec<u8>,
+}
+
+/// The system's time zone database: `TZDIR` when set (as the C library
+/// reads it; the master's environment, at configuration time), else
+/// `/usr/share/zoneinfo` (Debian's `tzdata`).
+pub fn zoneinfo_dir() -> std::path::PathBuf {
+    std::env::var_os("TZDIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| "/usr/share/zoneinfo".into(), Into::into)
+}
+
+/// The window of `calendar=` `spec`: its periods in the time zone read
+/// now from the TZif file `dir/NAME` (a reload reads it again, so that it
+/// picks up a tzdata update). `UTC` needs no file. Err:
+/// [`ZoneConfError::UnknownTz`] naming the zone and the file looked for.
+pub fn calendar_window(
+    spec: &CalendarSpec,
+    dir: &std::path::Path,
+) -> Result<Window, ZoneConfError> {
+    let unknown = |why: String| ZoneConfError::UnknownTz {
+        name: spec.tz.clone(),
+        why,
+    };
+    let name = core::str::from_utf8(&spec.tz)
+        .ok()
+        .filter(|n| is_tz_name(n))
+        .ok_or_else(|| {
+            unknown("use a name of the time zone database, e.g. America/New_York".into())
+        })?;
+    let path = dir.join(name);
+    let tz = match std::fs::read(&path) {
+        Ok(data) => TimeZone::tzif(name, &data)
+            .map_err(|e| unknown(format!("{} is no time zone file: {e}", path.display())))?,
+        Err(_) if name == "UTC" => TimeZone::UTC,
+        Err(e) => {
+            return Err(unknown(format!(
+                "no time zone file {} ({e})",
+                path.display()
+            )))
+        }
+    };
+    let cal = Calendar::build(spec.period, name, &tz).map_err(|e| unknown(e.0))?;
+    Ok(Window::calendar(cal.intern()))
+}
+
+/// Whether `name` can name a file of the time zone database: letters,
+/// digits, `_+-` and `/` between non-empty parts that are not `.` or `..`.
+fn is_tz_name(name: &str) -> bool {
+    let ok = |b: u8| b.is_ascii_alphanumeric() || b"_+-".contains(&b);
+    !name.is_empty()
+        && name
+            .split('/')
+            .all(|p| !p.is_empty() && p != "." && p != ".." && p.bytes().all(ok))
+}
+
+/// Takes `calendar=` and `tz=` out of a zone's parameters (the other words
+/// in order), refusing them where they cannot keep their promise: `tz=`
+/// without `calendar=`, `calendar=` with `window=` or `mode=` (a period is
+/// its own window, counted exactly). Each given twice was refused before
+/// ([`check_params`]).
+pub fn take_calendar<'a>(
+    args: &[&'a [u8]],
+) -> Result<(Option<CalendarSpec>, Vec<&'a [u8]>), ZoneConfError> {
+    let (mut period, mut tz) = (None, None);
+    let mut rest = Vec::with_capacity(args.len());
+    for &a in args {
+        if let Some(v) = a.strip_prefix(b"calendar=") {
+            period = Some(Period::parse(v).ok_or_else(|| ZoneConfError::Calendar(v.to_vec()))?);
+        } else if let Some(v) = a.strip_prefix(b"tz=") {
+            tz = Some(v);
+        } else {
+            rest.push(a);
+        }
+    }
+    let Some(period) = period else {
+        return match tz {
+            Some(_) => Err(ZoneConfError::TzWithoutCalendar),
+            None => Ok((None, rest)),
+        };
+    };
+    for other in ["window=", "mode="] {
+        if rest.iter().any(|a| a.starts_with(other.as_bytes())) {
+            return Err(ZoneConfError::CalendarWith(other));
+        }
+    }
+    let tz = tz.unwrap_or(b"UTC").to_vec();
+    Ok((Some(CalendarSpec { period, tz }), rest))
 }
 
 /// Takes `mode=` out of a zone's parameters: the mode ([`Mode::Estimate`]
@@ -234,6 +338,88 @@ mod tests {
             parse("window=1m").unwrap_err(),
             "\"rate_limit_window_zone\" must have \"zone\" parameter"
         );
+    }
+
+    #[test]
+    fn calendar_and_tz_are_taken_out_and_checked() {
+        let d = parse("zone=a:1m calendar=day tz=America/New_York").unwrap();
+        let spec = d.calendar.unwrap();
+        assert_eq!(spec.period, Period::Day);
+        assert_eq!(spec.tz, b"America/New_York");
+        let d = parse("zone=a:1m calendar=month").unwrap();
+        assert_eq!(d.calendar.unwrap().tz, b"UTC");
+        assert_eq!(parse("zone=a:1m").unwrap().calendar, None);
+        assert_eq!(
+            parse("zone=a:1m calendar=fortnight").unwrap_err(),
+            "invalid calendar \"fortnight\": use \"day\", \"week\", \"month\" or \"year\""
+        );
+        assert_eq!(
+            parse("zone=a:1m tz=UTC").unwrap_err(),
+            ConfError::Zone(ZoneConfError::TzWithoutCalendar)
+        );
+        for other in ["window=1d", "mode=strict", "mode=estimate"] {
+            let e = parse(&format!("zone=a:1m calendar=day {other}")).unwrap_err();
+            let name = &other[..=other.find('=').unwrap()];
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "\"calendar=\" cannot be combined with \"{name}\": a calendar period is \
+                     its own window, counted exactly"
+                )
+            );
+        }
+        for twice in ["calendar=day", "tz=UTC"] {
+            let e = parse(&format!("zone=a:1m calendar=week {twice} {twice}")).unwrap_err();
+            assert!(matches!(e, ConfError::Duplicate { .. }), "{e}");
+        }
+    }
+
+    #[test]
+    fn time_zones_come_from_the_database_or_are_refused() {
+        let dir = std::path::Path::new("/usr/share/zoneinfo");
+        let spec = |tz: &str| CalendarSpec {
+            period: Period::Day,
+            tz: tz.as_bytes().to_vec(),
+        };
+        let w = calendar_window(&spec("America/New_York"), dir).unwrap();
+        assert_eq!(w.calendar_of().unwrap().tz(), "America/New_York");
+        // UTC needs no file.
+        let none = std::path::Path::new("/nonexistent");
+        assert!(calendar_window(&spec("UTC"), none).is_ok());
+        let e = calendar_window(&spec("Mars/Olympus"), dir).unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "unknown time zone \"Mars/Olympus\" in \"tz=\": no time zone file \
+                              /usr/share/zoneinfo/Mars/Olympus"
+            ),
+            "{e}"
+        );
+        for bad in [
+            "../etc/passwd",
+            "/etc/passwd",
+            "America//New_York",
+            "",
+            "a b",
+        ] {
+            let e = calendar_window(&spec(bad), dir).unwrap_err().to_string();
+            assert!(
+                e.contains("use a name of the time zone database"),
+                "{bad}: {e}"
+            );
+        }
+        // A file that is no TZif, and a directory.
+        let tmp = std::env::temp_dir().join(format!("rlw-tz-{}", std::process::id()));
+        std::fs::create_dir_all(tmp.join("Bogus")).unwrap();
+        std::fs::write(tmp.join("Bogus/Zone"), "not TZif").unwrap();
+        let e = calendar_window(&spec("Bogus/Zone"), &tmp)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is no time zone file"), "{e}");
+        let e = calendar_window(&spec("Bogus"), &tmp)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no time zone file"), "{e}");
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
 
     #[test]

@@ -116,15 +116,15 @@ fn override_slow<'t, R: Request<'t>>(
         Action::InFlight(k) => Applies::Places(k),
         Action::Exempt => Applies::Exempt,
         Action::Block | Action::Ban => {
-            let w = c.table.window().ms();
+            let w = c.table.window();
             // The time left (rounded up), or a window without an expiry.
             let retry = match e.secs_left(now) {
                 Some(s) => u32::try_from(s).unwrap_or(u32::MAX).max(1),
-                None => (w / 1000).max(1) as u32,
+                None => w.secs().max(1) as u32,
             };
             Applies::Reject(Blocked {
                 retry_after_s: retry,
-                reset_s: (w - now % w).div_ceil(1000) as u32,
+                reset_s: u32::try_from(w.left_ms(now).div_ceil(1000)).unwrap_or(u32::MAX),
             })
         }
     }

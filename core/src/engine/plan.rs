@@ -137,6 +137,10 @@ fn waits<'t, R: Request<'t>>(r: &mut R, rej: &Rejecting, now: u64, ahead: u32) -
         let snap = t.peek(hash, now);
         let wait = match snap.strict {
             Some(s) => fit::strict_turn_ms(&s, now, w.ms(), limit, cost, ahead),
+            None if w.calendar_of().is_some() => {
+                let at = (w, snap.window_index);
+                fit::calendar_turn(at, snap.current, now, limit, cost, ahead)
+            }
             None => {
                 let counts = Counts {
                     current: snap.current,

@@ -9,7 +9,7 @@
 //! `delay=`'s hold all ask this module, so they cannot drift apart.
 
 use crate::rule::strict;
-use crate::rule::window::{self, Counts};
+use crate::rule::window::{self, Counts, Window};
 
 /// The limit under which one request is admitted exactly when a request
 /// of `cost` (0 counts as 1) is admitted under `limit`: `limit + 1 - cost`
@@ -119,6 +119,36 @@ pub fn turn_at(
         c.current = c.current.saturating_add(cost.max(1));
     }
     Some(0)
+}
+
+/// [`turn_at`] for a calendar window (`calendar=`): `current` requests
+/// counted in the period of the table's window `window_index` of `window`,
+/// read at `now_ms`, with `ahead` requests of the client's held before
+/// this one (each of the same `cost`, each admitted at the first moment it
+/// fits). A period takes `limit / cost` of them (the first one what its
+/// count leaves room for), so the request fits now, or at the start of the
+/// period that has room for it; never when `cost` is above `limit`.
+pub fn calendar_turn(
+    (window, window_index): (Window, u64),
+    current: u32,
+    now_ms: u64,
+    limit: u32,
+    cost: u32,
+    ahead: u32,
+) -> Option<u64> {
+    let (cost, limit) = (u64::from(cost.max(1)), u64::from(limit));
+    if cost > limit {
+        return None;
+    }
+    let here = limit.saturating_sub(u64::from(current)) / cost;
+    let i = u64::from(ahead);
+    if i < here {
+        return Some(0);
+    }
+    // The j-th period after this one (1: the next).
+    let j = (i - here) / (limit / cost) + 1;
+    let start = window.start_ms(window_index.saturating_add(2 * j));
+    Some(start.saturating_sub(now_ms).max(1))
 }
 
 /// [`turn_ms`] for a strict key in `state` at `now_ms`.

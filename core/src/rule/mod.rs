@@ -5,6 +5,7 @@
 //! `charge=` finally counts ([`charge`]) and when a shed group sheds a
 //! request ([`shed`]).
 
+pub mod calendar;
 pub mod charge;
 pub mod delay;
 pub mod fit;

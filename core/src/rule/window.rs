@@ -15,6 +15,8 @@
 
 use core::fmt;
 
+use crate::rule::calendar::Calendar;
+
 /// Shortest accepted window, in ms (1 s).
 pub const MIN_WINDOW_MS: u64 = 1_000;
 /// Longest accepted window, in ms (31 days: a monthly quota). Windows of
@@ -26,15 +28,36 @@ pub const DEFAULT_WINDOW_MS: u64 = 60_000;
 /// 20 bits (up to 1_048_575), so any count up to this limit is exact.
 pub const MAX_LIMIT: u32 = 1_000_000;
 
-/// A validated window length in ms (between [`MIN_WINDOW_MS`] and
-/// [`MAX_WINDOW_MS`] inclusive).
+/// A validated window: a length in ms (between [`MIN_WINDOW_MS`] and
+/// [`MAX_WINDOW_MS`] inclusive), or a calendar's periods
+/// ([`Window::calendar`]).
 ///
-/// Windows are aligned on the UTC unix epoch: window `i` covers
+/// Windows of a length are aligned on the UTC unix epoch: window `i` covers
 /// `[i * ms, (i + 1) * ms)` in epoch milliseconds. Local time, time zones and
-/// DST never enter the computation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// DST never enter the computation. A calendar's period `p` is window `2p`
+/// (see [`crate::rule::calendar`]).
+#[derive(Clone, Copy, Debug)]
 pub struct Window {
     ms: u64,
+    cal: Option<&'static Calendar>,
+}
+
+impl PartialEq for Window {
+    /// The same length in ms: a calendar's encodes its period (see
+    /// [`crate::rule::calendar::Period::table_ms`]), and its time zone may
+    /// change on reload (the periods' indices are local dates: today's
+    /// count stays today's).
+    fn eq(&self, other: &Window) -> bool {
+        self.ms == other.ms
+    }
+}
+
+impl Eq for Window {}
+
+impl core::hash::Hash for Window {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.ms.hash(state);
+    }
 }
 
 /// The error returned by [`Window::from_ms`] for a length outside 1 s..=31 d.
@@ -56,32 +79,88 @@ impl Window {
     /// Validates a window length in ms: `1_000..=2_678_400_000` (1 s to 31 days).
     pub fn from_ms(ms: u64) -> Result<Window, WindowError> {
         if (MIN_WINDOW_MS..=MAX_WINDOW_MS).contains(&ms) {
-            Ok(Window { ms })
+            Ok(Window { ms, cal: None })
         } else {
             Err(WindowError { ms })
         }
     }
 
-    /// The window length, in ms.
+    /// A calendar's periods as windows: period `p` is window `2p`, and the
+    /// odd windows between periods are never counted, so that a period's
+    /// estimate is its exact count (its previous window is always empty).
+    /// The length ([`Window::ms`]) is the period's
+    /// [`table_ms`](crate::rule::calendar::Period::table_ms).
+    pub fn calendar(cal: &'static Calendar) -> Window {
+        Window {
+            ms: cal.period().table_ms(),
+            cal: Some(cal),
+        }
+    }
+
+    /// The calendar of a calendar window.
+    #[inline(always)]
+    pub fn calendar_of(self) -> Option<&'static Calendar> {
+        self.cal
+    }
+
+    /// The window length, in ms (a calendar's: see [`Window::calendar`]).
     pub fn ms(self) -> u64 {
         self.ms
     }
 
     /// The UTC epoch window index of the instant `now_ms` (epoch ms):
-    /// `floor(now_ms / ms)`.
+    /// `floor(now_ms / ms)`; a calendar's, twice its period's index.
     pub fn index(self, now_ms: u64) -> u64 {
-        now_ms / self.ms
+        match self.cal {
+            None => now_ms / self.ms,
+            Some(c) => Calendar::window_index(c.span(now_ms).index),
+        }
     }
 
     /// Time since the start of the window containing `now_ms`, in ms
-    /// (`now_ms % ms`, always `< ms`).
+    /// (`now_ms % ms`, always `< ms`; a calendar's, counted back from its
+    /// period's end: see [`Calendar::locate`]).
     pub fn elapsed_ms(self, now_ms: u64) -> u64 {
-        now_ms % self.ms
+        match self.cal {
+            None => now_ms % self.ms,
+            Some(c) => c.locate(now_ms, self.ms).1,
+        }
     }
 
     /// The epoch ms at which window `index` begins (saturating).
     pub fn start_ms(self, index: u64) -> u64 {
-        index.saturating_mul(self.ms)
+        match self.cal {
+            None => index.saturating_mul(self.ms),
+            Some(c) => c.window_start_ms(index),
+        }
+    }
+
+    /// Time from `now_ms` to the start of the next window (ms, at least
+    /// 1): a calendar's, to the next period's start.
+    pub fn left_ms(self, now_ms: u64) -> u64 {
+        match self.cal {
+            None => self.ms - now_ms % self.ms,
+            Some(c) => c.span(now_ms).end_ms.saturating_sub(now_ms).max(1),
+        }
+    }
+
+    /// The window's length in seconds as the headers and metrics tell it
+    /// (a calendar's nominal period: 1, 7, 30 or 365 days).
+    pub fn secs(self) -> u64 {
+        match self.cal {
+            None => self.ms / 1000,
+            Some(c) => c.period().nominal_secs(),
+        }
+    }
+
+    /// How long a window's counts are worth keeping elsewhere (the Redis
+    /// fleet's keys), in ms: two windows, or two of a calendar's longest
+    /// periods.
+    pub fn keep_ms(self) -> u64 {
+        match self.cal {
+            None => self.ms * 2,
+            Some(c) => c.period().longest_ms() * 2,
+        }
     }
 }
 
@@ -320,7 +399,7 @@ pub fn reset_secs(elapsed_ms: u64, window_ms: u64) -> u32 {
     secs_ceil(window_ms.saturating_sub(elapsed_ms))
 }
 
-/// [`reset_secs`] for `elapsed_ms < window_ms <= MAX_WINDOW_MS` (the
+/// [`reset_secs`] for `elapsed_ms < window_ms <= 400 days` (the
 /// remainder of a division by the window): nothing to saturate or clamp,
 /// for the table's admitting path.
 #[inline(always)]
@@ -328,7 +407,8 @@ pub fn reset_secs(elapsed_ms: u64, window_ms: u64) -> u32 {
 // `secs_ceil`); equal to it here, where nothing overflows.
 #[allow(clippy::manual_div_ceil)]
 pub(crate) fn reset_secs_in(elapsed_ms: u64, window_ms: u64) -> u32 {
-    debug_assert!(elapsed_ms < window_ms && window_ms <= MAX_WINDOW_MS);
+    // A calendar's table windows are longer (a year's: 367 days).
+    debug_assert!(elapsed_ms < window_ms && window_ms <= 400 * 86_400_000);
     ((window_ms - elapsed_ms + 999) / 1000) as u32
 }
 

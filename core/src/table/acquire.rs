@@ -257,7 +257,13 @@ impl Table<'_> {
         if self.strict {
             return then(&self.acquire_strict(key, now_ms, limit, cost, policy, shard));
         }
-        let (now_idx, elapsed) = self.wdiv.divrem(now_ms);
+        // A calendar zone's period is a window of the table, and the time
+        // into it is counted back from the period's end (see
+        // `Calendar::locate`): the rest is the same rule.
+        let (now_idx, elapsed) = match self.window.calendar_of() {
+            None => self.wdiv.divrem(now_ms),
+            Some(cal) => cal.locate(now_ms, self.window.ms()),
+        };
         let q = Probe {
             key,
             fp: key.fingerprint(),
@@ -458,9 +464,13 @@ impl Table<'_> {
     #[inline(never)]
     fn rejected(&self, counts: Counts, elapsed: u64, limit: u32, estimate: u32) -> Answer {
         let w = self.window.ms();
-        let retry_after_s =
-            fit::retry_after_secs(fit::wait_ms_effective(counts, elapsed, w, limit), w);
         let reset_s = window::reset_secs(elapsed, w);
+        // A calendar period's request fits at the next period's start, or
+        // never (a cost above the limit): come back then.
+        let retry_after_s = match self.window.calendar_of() {
+            Some(_) => reset_s,
+            None => fit::retry_after_secs(fit::wait_ms_effective(counts, elapsed, w, limit), w),
+        };
         Answer::rejected(retry_after_s, reset_s, estimate, Events::default())
     }
 
@@ -516,7 +526,12 @@ impl Table<'_> {
                 }
                 false => wait,
             };
-            let retry_after_s = fit::retry_after_secs(wait, w);
+            let retry_after_s = match self.window.calendar_of() {
+                // As in `rejected` (a clock behind the key's period: this
+                // one's start, within the clocks' skew).
+                Some(_) => reset_s,
+                None => fit::retry_after_secs(wait, w),
+            };
             return Some(Answer::rejected(retry_after_s, reset_s, est, *events));
         }
         // Admitted: current < limit <= MAX_LIMIT < COUNT_MAX.
@@ -557,7 +572,10 @@ impl Table<'_> {
         let w = self.window.ms();
         let reset_s = window::reset_secs_in(q.elapsed, w);
         if q.limit == 0 {
-            let retry_after_s = fit::retry_after_secs(None, w);
+            let retry_after_s = match self.window.calendar_of() {
+                Some(_) => reset_s,
+                None => fit::retry_after_secs(None, w),
+            };
             return Some(Answer::rejected(retry_after_s, reset_s, 0, *events));
         }
         let (target, idle, live) = match (free, victim, q.policy) {

@@ -220,7 +220,9 @@ impl fmt::Display for TableError {
                 f.write_str("shared zone capacity does not match its size")
             }
             TableError::ModeMismatch => {
-                f.write_str("shared zone was created with the other mode= (estimate or strict)")
+                f.write_str(
+                    "shared zone was created with another mode= (estimate or strict) or calendar=",
+                )
             }
         }
     }
@@ -288,6 +290,17 @@ impl fmt::Debug for Table<'_> {
             .field("window_ms", &self.window.ms())
             .field("capacity", &self.slots.len())
             .finish()
+    }
+}
+
+/// The rule a table's header records: 0 the sliding estimate, 1 strict,
+/// 2 a calendar's periods (`calendar=`), so that a zone is never adopted
+/// by another rule of the same window length.
+fn stored_mode(mode: Mode, window: Window) -> u64 {
+    match (window.calendar_of(), mode) {
+        (Some(_), _) => 2,
+        (None, Mode::Strict) => 1,
+        (None, Mode::Estimate) => 0,
     }
 }
 
@@ -380,7 +393,7 @@ impl<'a> Table<'a> {
             core::ptr::addr_of_mut!((*h).window_ms).write(window.ms());
             core::ptr::addr_of_mut!((*h).seed).write(seed);
             core::ptr::addr_of_mut!((*h).capacity).write(cap as u64);
-            core::ptr::addr_of_mut!((*h).mode).write(u64::from(mode == Mode::Strict));
+            core::ptr::addr_of_mut!((*h).mode).write(stored_mode(mode, window));
         }
         // SAFETY: header and slots are initialized, aligned and in bounds.
         let table = unsafe { Self::from_parts(base, cap, window, seed, mode) };
@@ -451,7 +464,7 @@ impl<'a> Table<'a> {
                 wanted_ms: window.ms(),
             });
         }
-        if stored_mode != u64::from(mode == Mode::Strict) {
+        if stored_mode != self::stored_mode(mode, window) {
             return Err(TableError::ModeMismatch);
         }
         let stored_cap = usize::try_from(stored_cap).map_err(|_| TableError::CapacityMismatch)?;

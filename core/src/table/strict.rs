@@ -42,7 +42,7 @@ use super::{FailPolicy, KeyHash, Table, CHOICES, PROBE};
 use crate::rule::fit;
 use crate::rule::mode::Mode;
 use crate::rule::strict::{self, State, SPAN, SUB_BITS, SUB_MASK};
-use crate::rule::window::Counts;
+use crate::rule::window::{self, Counts};
 
 /// Sub-windows a slot may be ahead of the caller's clock, at most.
 const SUB_HALF: u64 = 1 << (SUB_BITS - 1);
@@ -460,6 +460,10 @@ impl Table<'_> {
                 let s = self.peek(key, now_ms).strict.unwrap_or_default();
                 strict::secs_ceil(strict::retry_after_ms(&s, now_ms, w, 0))
             }
+            // A calendar's stand-in for "never": the next period's start.
+            (None, false) if self.window.calendar_of().is_some() => {
+                window::reset_secs(0, self.window.left_ms(now_ms))
+            }
             (wait, _) => fit::retry_after_secs(wait, w),
         }
     }
@@ -472,6 +476,10 @@ impl Table<'_> {
         let w = self.window.ms();
         match snap.strict {
             Some(s) => fit::strict_wait_ms(&s, now_ms, w, limit, cost),
+            None if self.window.calendar_of().is_some() => {
+                let at = (self.window, snap.window_index);
+                fit::calendar_turn(at, snap.current, now_ms, limit, cost, 0)
+            }
             None => {
                 let counts = Counts {
                     current: snap.current,

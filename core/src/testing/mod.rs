@@ -3,6 +3,7 @@
 //! ([`reference`]) and [`Region`], the one aligned heap region that tables
 //! and zones are built over in place of nginx's shared memory.
 
+pub mod calendar;
 pub mod reference;
 
 /// One cache line of a [`Region`] (tables need 64-byte alignment).

@@ -298,7 +298,7 @@ fn zone_params_rejected() {
     let table: &[(&str, &str)] = &[
         (
             "",
-            "invalid parameter \"\" in \"rate_limit_window_zone\": use \"zone=\", \"window=\", \"mode=\", \"fail=\", \"ipv6_prefix=\", \"state=\", \"redis=\", \"sync=\", \"secret=\", \"redis_mode=\", \"redis_master=\", \"redis_ca=\", \"redis_cert=\", \"redis_key=\", \"redis_password_file=\", \"redis_outage=\" or \"overrides=\"",
+            "invalid parameter \"\" in \"rate_limit_window_zone\": use \"zone=\", \"window=\", \"calendar=\", \"tz=\", \"mode=\", \"fail=\", \"ipv6_prefix=\", \"state=\", \"redis=\", \"sync=\", \"secret=\", \"redis_mode=\", \"redis_master=\", \"redis_ca=\", \"redis_cert=\", \"redis_key=\", \"redis_password_file=\", \"redis_outage=\" or \"overrides=\"",
         ),
         (
             "window=1m",
@@ -431,13 +431,13 @@ fn zone_params_rejected() {
         format!(
             "invalid parameter \"x{}...\" in \"rate_limit_window_zone\": {}",
             "y".repeat(63),
-            "use \"zone=\", \"window=\", \"mode=\", \"fail=\", \"ipv6_prefix=\", \"state=\", \"redis=\", \"sync=\", \"secret=\", \"redis_mode=\", \"redis_master=\", \"redis_ca=\", \"redis_cert=\", \"redis_key=\", \"redis_password_file=\", \"redis_outage=\" or \"overrides=\""
+            "use \"zone=\", \"window=\", \"calendar=\", \"tz=\", \"mode=\", \"fail=\", \"ipv6_prefix=\", \"state=\", \"redis=\", \"sync=\", \"secret=\", \"redis_mode=\", \"redis_master=\", \"redis_ca=\", \"redis_cert=\", \"redis_key=\", \"redis_password_file=\", \"redis_outage=\" or \"overrides=\""
         )
     );
     let words: [&[u8]; 2] = [b"zone=a:1m", b"bad\n"];
     assert_eq!(
         parse_zone_params(&words, MIN).unwrap_err(),
-        format!("invalid parameter \"bad\\x0a\" in \"rate_limit_window_zone\": {}", "use \"zone=\", \"window=\", \"mode=\", \"fail=\", \"ipv6_prefix=\", \"state=\", \"redis=\", \"sync=\", \"secret=\", \"redis_mode=\", \"redis_master=\", \"redis_ca=\", \"redis_cert=\", \"redis_key=\", \"redis_password_file=\", \"redis_outage=\" or \"overrides=\"")
+        format!("invalid parameter \"bad\\x0a\" in \"rate_limit_window_zone\": {}", "use \"zone=\", \"window=\", \"calendar=\", \"tz=\", \"mode=\", \"fail=\", \"ipv6_prefix=\", \"state=\", \"redis=\", \"sync=\", \"secret=\", \"redis_mode=\", \"redis_master=\", \"redis_ca=\", \"redis_cert=\", \"redis_key=\", \"redis_password_file=\", \"redis_outage=\" or \"overrides=\"")
     );
     // A zone name of other than token characters, escaped in the message.
     for (name, shown) in [

@@ -296,7 +296,7 @@ const FAMILIES: &[Family] = &[
         "rate_limit_window_window_seconds",
         "gauge",
         "Window length of the zone in seconds.",
-        Samples::One(|l| Value::Float(l.zone.window.ms() as f64 / 1000.0)),
+        Samples::One(|l| Value::Float(l.zone.window.secs() as f64)),
     ),
     family(
         "rate_limit_window_delayed_total",

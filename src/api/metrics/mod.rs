@@ -117,7 +117,7 @@ fn key_json(zone: &ZoneConf, key: &[u8], now: u64) -> String {
         "{{\"zone\":{},\"window_seconds\":{},\"window_index\":{},\"window_start_utc\":{},\
          \"window_start_local\":{},\"current\":{},\"previous\":{},\"estimate\":{:.3}}}\n",
         json_str(&String::from_utf8_lossy(zone.name.as_bytes())),
-        zone.window.ms() as f64 / 1000.0,
+        zone.window.secs() as f64,
         snap.window_index,
         json_str(&rfc3339(start_ms, 0)),
         json_str(&rfc3339(start_ms, local_offset_s(start_ms))),

@@ -78,7 +78,7 @@ impl Site {
 
 /// Requests of `key` admitted until the first rejection (at most 100),
 /// and that rejection.
-fn admitted(ng: &Nginx, key: &str) -> (usize, Response) {
+pub(crate) fn admitted(ng: &Nginx, key: &str) -> (usize, Response) {
     for n in 0..100 {
         let r = get_key(ng.port, "/", key);
         if r.status != 200 {

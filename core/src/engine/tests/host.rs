@@ -20,7 +20,8 @@ pub(super) fn table(window_ms: u64, strict: bool) -> Table<'static> {
     let bytes = Table::HEADER_BYTES + 1024 * crate::SLOT_BYTES;
     let buf = Box::leak(Box::new(Region::new(bytes)));
     let mode = if strict { Mode::Strict } else { Mode::Estimate };
-    let w = Window::from_ms(window_ms).unwrap();
+    let w =
+        super::calendar::window(window_ms).unwrap_or_else(|| Window::from_ms(window_ms).unwrap());
     // SAFETY: an exclusive, 64-byte aligned buffer that lives forever.
     unsafe { Table::init_mode(buf.ptr(), buf.len(), w, [7, 9], mode) }.unwrap()
 }

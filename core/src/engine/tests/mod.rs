@@ -14,6 +14,7 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 
+mod calendar;
 mod decision;
 mod holds;
 mod host;
@@ -96,15 +97,23 @@ fn clients(t: &Table<'_>) -> Vec<KeyHash> {
     keys
 }
 
-/// A zone: window (ms), strict, limit, delay (ms), fail=closed, ban (ms),
-/// and its line's `in_flight=` and whether it has a rate; and the
-/// `redis_outage=` in force.
+/// A zone: window (ms; a calendar's, see [`calendar`]), strict, limit,
+/// delay (ms), fail=closed, ban (ms), and its line's `in_flight=` and
+/// whether it has a rate; and the `redis_outage=` in force.
 type ZoneCase = (
     (u64, bool, u32, u64, bool, u64),
     ((Option<u32>, bool), Outage),
 );
 
 fn zone(runtime: bool) -> impl Strategy<Value = ZoneCase> {
+    zone_of(
+        runtime,
+        prop_oneof![Just(1_000u64), Just(2_000u64), 1_000u64..6_000].boxed(),
+    )
+}
+
+/// [`zone`] with windows of `windows`.
+fn zone_of(runtime: bool, windows: BoxedStrategy<u64>) -> impl Strategy<Value = ZoneCase> {
     let fail = if runtime {
         prop::bool::weighted(0.5).boxed()
     } else {
@@ -116,7 +125,7 @@ fn zone(runtime: bool) -> impl Strategy<Value = ZoneCase> {
         Just(0u64).boxed()
     };
     let rate = (
-        prop_oneof![Just(1_000u64), Just(2_000u64), 1_000u64..6_000],
+        windows,
         any::<bool>(),
         1u32..12,
         prop_oneof![2 => Just(0u64), 3 => 0u64..6_000],
@@ -143,12 +152,14 @@ fn zone(runtime: bool) -> impl Strategy<Value = ZoneCase> {
 
 /// The zone of a case, fresh: its table, model, clients and runtime state.
 fn new_zone(&((w, strict, _, _, closed, ban_ms), ((in_flight, rate), outage)): &ZoneCase) -> Zone {
+    // A calendar zone is never strict (`mode=` is refused with it).
+    let strict = strict && calendar::window(w).is_none();
     let table = table(w, strict);
     let keys = clients(&table);
-    let model = if strict {
-        Zm::Strict(StrictLog::new(w))
-    } else {
-        Zm::Estimate(Model::new(Window::from_ms(w).unwrap()))
+    let model = match calendar::model(w) {
+        Some(m) => Zm::Calendar(m),
+        None if strict => Zm::Strict(StrictLog::new(w)),
+        None => Zm::Estimate(Model::new(Window::from_ms(w).unwrap())),
     };
     let fail = if closed {
         FailPolicy::Closed
@@ -174,15 +185,20 @@ fn new_zone(&((w, strict, _, _, closed, ban_ms), ((in_flight, rate), outage)): &
 }
 
 /// A run's start over the zones `zs`: each worker an owner of each zone's
-/// places, no override, the clock at [`T0`].
-fn start(zs: &[ZoneCase]) -> Run {
+/// places, no override, the clock at `t0` (epoch ms).
+fn start_at(zs: &[ZoneCase], t0: u64) -> Run {
     let zones: Vec<Zone> = zs.iter().map(new_zone).collect();
     let lims = zs
         .iter()
-        .map(|&((_, _, limit, delay_ms, _, _), ((_, rate), _))| Lim {
+        .map(|&((w, _, limit, delay_ms, _, _), ((_, rate), _))| Lim {
             limit,
-            // A line without a rate holds nothing.
-            delay_ms: if rate { delay_ms } else { 0 },
+            // A line without a rate holds nothing; `delay=` is refused
+            // with `calendar=`.
+            delay_ms: if rate && calendar::window(w).is_none() {
+                delay_ms
+            } else {
+                0
+            },
         })
         .collect();
     let owners = zones
@@ -204,7 +220,7 @@ fn start(zs: &[ZoneCase]) -> Run {
         owners,
         gens: [0, 0],
         last_invalid: vec![None; zs.len()],
-        now: T0,
+        now: t0,
     }
 }
 
@@ -246,7 +262,12 @@ fn step(run: &mut Run, op: Op) -> Result<(), TestCaseError> {
 
 /// Runs `ops` over the zones `zs`, checking every decision.
 fn run(zs: &[ZoneCase], ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let mut run = start(zs);
+    run_from(zs, ops, T0)
+}
+
+/// [`run`] from `t0` (epoch ms).
+fn run_from(zs: &[ZoneCase], ops: Vec<Op>, t0: u64) -> Result<(), TestCaseError> {
+    let mut run = start_at(zs, t0);
     for op in ops {
         step(&mut run, op)?;
     }
@@ -273,5 +294,26 @@ proptest! {
         ops in proptest::collection::vec(op(true), 1..120),
     ) {
         run(&zs, ops)?;
+    }
+
+    /// Calendar zones beside sliding and strict ones, with the runtime
+    /// state composed in, from a random instant of 1970 to 2100 moved to
+    /// 3 s before the first calendar zone's period ends (so that the run
+    /// crosses a local midnight: a 23- or 25-hour day, a month's or a
+    /// year's end, a skipped midnight).
+    #[test]
+    fn engine_with_calendar_zones_matches_the_models(
+        zs in proptest::collection::vec(
+            zone_of(true, prop_oneof![1 => 1_000u64..6_000, 2 => calendar::lengths()].boxed()),
+            1..4,
+        ),
+        at in 0u64..4_102_444_800_000,
+        ops in proptest::collection::vec(op(true), 1..120),
+    ) {
+        let t0 = zs
+            .iter()
+            .find_map(|z| calendar::model(z.0 .0))
+            .map_or(at, |m| m.period_at(at).end_ms.saturating_sub(3_000));
+        run_from(&zs, ops, t0)?;
     }
 }

@@ -9,6 +9,7 @@ use super::{Asked, Run};
 use crate::engine::{Cost, LimitRead};
 use crate::overrides::Action;
 use crate::table::FailPolicy;
+use crate::testing::calendar::CalendarModel;
 use crate::testing::reference::{Model, StrictLog};
 
 /// A zone's model.
@@ -16,6 +17,8 @@ use crate::testing::reference::{Model, StrictLog};
 pub(super) enum Zm {
     Estimate(Model),
     Strict(StrictLog),
+    /// A calendar zone (`calendar=`, `tz=`).
+    Calendar(CalendarModel),
 }
 
 impl Zm {
@@ -23,18 +26,21 @@ impl Zm {
         match self {
             Zm::Estimate(m) => m.fits(key, now, limit, cost),
             Zm::Strict(m) => m.fits(key, now, limit, cost),
+            Zm::Calendar(m) => limit > 0 && m.fits(key, now, limit, cost),
         }
     }
     pub(super) fn add(&mut self, key: u64, now: u64, cost: u32) -> u64 {
         match self {
             Zm::Estimate(m) => m.add(key, now, cost),
             Zm::Strict(m) => m.add(key, now, cost),
+            Zm::Calendar(m) => m.add(key, now, cost),
         }
     }
     pub(super) fn give_back(&mut self, key: u64, at: u64, cost: u32, count: u32) {
         match self {
             Zm::Estimate(m) => m.settle(key, at, cost, count),
             Zm::Strict(m) => m.undo(key, at, cost),
+            Zm::Calendar(m) => m.settle(key, at, cost, count),
         }
     }
     /// First ms from `now` at which `cost` fits with no other traffic
@@ -43,6 +49,9 @@ impl Zm {
     fn wait(&self, key: u64, now: u64, w: u64, limit: u32, cost: u32) -> Option<u64> {
         if limit == 0 || cost > limit {
             return None;
+        }
+        if let Zm::Calendar(m) = self {
+            return m.wait(key, now, limit, cost);
         }
         let (mut lo, mut hi) = (0, 4 * w);
         assert!(self.fits(key, now + hi, limit, cost));
@@ -165,7 +174,9 @@ impl Run {
         q: &Asked,
         p: Pol,
     ) -> Option<u64> {
-        let w = self.zones[n].w;
+        // A block without an end is told a window (a calendar's nominal
+        // period).
+        let w = self.zones[n].table.window().secs() * 1000;
         let count = |limit, cost| {
             self.turn(n, client, now, Pol::Count { limit, cost }, 0)
                 .map(|t| t.div_ceil(1000))
@@ -218,6 +229,7 @@ impl Run {
                 Zm::Strict(_) => {
                     crate::rule::strict::sub_start(crate::rule::strict::sub_index(t, z.w), z.w)
                 }
+                Zm::Calendar(ref m) => m.period_at(t).start_ms,
             })
             .chain(ended)
             .max()
@@ -249,6 +261,13 @@ impl Run {
                     (Zm::Strict(m), Some(s)) => {
                         let j = crate::rule::strict::sub_index(now, z.w).max(s.index);
                         prop_assert_eq!(s.at(j).total(), m.total(c as u64, now));
+                    }
+                    (Zm::Calendar(m), None) => {
+                        // The odd windows between periods are never counted.
+                        prop_assert_eq!(snap.previous, 0);
+                        if snap.window_index == z.table.window().index(now) {
+                            prop_assert_eq!(snap.current, m.count(c as u64, now));
+                        }
                     }
                     _ => prop_assert!(false, "mode"),
                 }

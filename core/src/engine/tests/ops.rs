@@ -87,7 +87,7 @@ impl Run {
             let count = match z.model {
                 Zm::Strict(_) if keep < 10 => 0,
                 Zm::Strict(_) => cost,
-                Zm::Estimate(_) => cost * keep / 10,
+                Zm::Estimate(_) | Zm::Calendar(_) => cost * keep / 10,
             };
             z.table.settle(&a, count);
             if count != cost {
