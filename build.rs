@@ -45,6 +45,8 @@ fn main() {
         }
     }
 
+    request_bits();
+
     // The integration tests start the nginx binary this module was built
     // against; they find it through this variable (see tests/common).
     println!("cargo::rerun-if-env-changed=DEP_NGINX_BUILD_DIR");
@@ -54,4 +56,26 @@ fn main() {
     if let Ok(version) = env::var("DEP_NGINX_VERSION") {
         println!("cargo::rustc-env=NGINX_VERSION_FOR_TESTS={version}");
     }
+}
+
+/// Compiles `src/ffi/request_bits.c`, the request's bit-field accessors,
+/// against the nginx tree nginx-sys generated its bindings from (its
+/// include directories and C flags), with the C compiler: the struct laid
+/// out as nginx itself was compiled (see src/ffi/request_bits.rs).
+fn request_bits() {
+    const SOURCE: &str = "src/ffi/request_bits.c";
+    println!("cargo::rerun-if-changed={SOURCE}");
+    println!("cargo::rerun-if-env-changed=DEP_NGINX_INCLUDE");
+    println!("cargo::rerun-if-env-changed=DEP_NGINX_CFLAGS");
+    let mut build = cc::Build::new();
+    build.file(SOURCE).warnings(false);
+    let includes = env::var("DEP_NGINX_INCLUDE").unwrap_or_default();
+    for dir in env::split_paths(&includes) {
+        build.include(dir);
+    }
+    let cflags = env::var("DEP_NGINX_CFLAGS").unwrap_or_default();
+    for flag in cflags.split_whitespace() {
+        build.flag(flag);
+    }
+    build.compile("rlw_request_bits");
 }

@@ -18,6 +18,7 @@ use ngx::core::{Buffer, Status};
 use ngx::http::{HTTPStatus, Request};
 use rate_limit_window_core::conf::addr::{addr_key, mask_ipv6};
 
+use crate::ffi::request_bits;
 use crate::zone::ZoneConf;
 use format::{json_str, percent_decode};
 
@@ -96,7 +97,7 @@ pub(crate) fn send_status(
     out.content_type_len = content_type.len();
     out.content_type_lowcase = ptr::null_mut();
     let rc = r.send_header();
-    if rc == Status::NGX_ERROR || rc.0 > Status::NGX_OK.0 || r.header_only() {
+    if rc == Status::NGX_ERROR || rc.0 > Status::NGX_OK.0 || request_bits::header_only(r) {
         return rc.0;
     }
     let Some(mut buf) = r.pool().create_buffer_from_str(body) else {

@@ -21,6 +21,7 @@ use ngx::ngx_log_error;
 
 use crate::conf::LocConf;
 use crate::ffi::conf_ext::ConfExt;
+use crate::ffi::request_bits;
 use crate::Module;
 
 /// The start of `ngx_http_rewrite_loc_conf_t` (private to
@@ -139,7 +140,7 @@ pub fn check_request(r: &Request) {
 fn warn_once(r: &Request, lcf: &LocConf) {
     let raw = r.as_ref();
     let status = raw.headers_out.status;
-    if status == 0 || status >= 400 || raw.error_page() != 0 {
+    if status == 0 || status >= 400 || request_bits::error_page(r) {
         return;
     }
     if lcf.early_answer_warned.swap(true, Ordering::Relaxed) {

@@ -5,7 +5,8 @@
 //! ([`vars`]), the hidden variables that
 //! survive internal redirects ([`hidden`]) and the two things kept in them
 //! (the [`access`] mark, the record's place in [`pool`] memory), and the
-//! process: clock, cycle, timers ([`process`]).
+//! process: clock, cycle, timers ([`process`]); the request's bit-fields,
+//! read and written by C compiled against the nginx tree ([`request_bits`]).
 
 pub mod access;
 pub mod conf_ext;
@@ -15,4 +16,5 @@ pub mod hidden;
 pub mod pool;
 pub mod process;
 pub mod req;
+pub mod request_bits;
 pub mod vars;

@@ -28,6 +28,7 @@ use rate_limit_window_core::grpc::{
 
 use crate::conf::LocConf;
 use crate::ffi::headers::add_header;
+use crate::ffi::request_bits;
 
 /// Answers a request the location's limits have just rejected (Retry-After
 /// `retry_after_s` seconds, already committed in its decision): a gRPC
@@ -89,9 +90,9 @@ const _: () = assert!(STATUS_RESOURCE_EXHAUSTED == 8);
 /// stream as gRPC's trailers-only form; over HTTP/1.x with
 /// `Content-Length: 0`, so that a keep-alive client sees the end.
 fn set_status_line(r: &mut Request) {
+    request_bits::set_header_only(r);
     let raw = r.as_mut();
     let http2 = raw.http_version >= NGX_HTTP_VERSION_20 as ngx_uint_t;
-    raw.set_header_only(1);
     let out = &mut raw.headers_out;
     out.status = 200;
     out.status_line = ngx_str_t::empty();

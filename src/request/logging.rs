@@ -13,7 +13,7 @@ use rate_limit_window_core::engine::{self, Invalid, Skip};
 use rate_limit_window_core::{Answer, Counter, Events, FailPolicy, Outcome};
 
 use crate::conf::{self, LocConf};
-use crate::ffi::{process, vars};
+use crate::ffi::{process, request_bits, vars};
 use crate::request::key::eval_key;
 use crate::request::record;
 use crate::zone::ZoneConf;
@@ -312,7 +312,7 @@ pub(super) fn warn_on_late_keys(r: &mut Request, lcf: &LocConf) {
 fn warn_on_late_keys_check(r: &mut Request, limits: &[conf::Limit]) {
     // Only the request decided in this very location: after an internal
     // redirect the recorded keys belong to another location's limits.
-    if !r.is_main() || r.as_ref().internal() != 0 {
+    if !r.is_main() || request_bits::internal(r) {
         return;
     }
     let Some(d) = record::find(r) else {

@@ -1,0 +1,43 @@
+/*
+ * The request's bit-fields the module reads or writes, compiled by the C
+ * compiler against the very nginx tree the module is built for (build.rs).
+ *
+ * bindgen's accessors place a bit-field run that starts after a member of
+ * smaller alignment as if the run were aligned: nginx 1.29 added
+ * `in_port_t port` just before ngx_http_request_t's bit-fields, and from
+ * `uri_changes` on its accessors are off by two bits (header_only read and
+ * written as pipeline). The C compiler lays out the struct as nginx itself
+ * was compiled, so these accessors are right for every version.
+ */
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+/* 1 when the response has no body (HEAD, 204, 304, or set by a handler). */
+ngx_uint_t
+rlw_request_header_only(ngx_http_request_t *r)
+{
+    return r->header_only;
+}
+
+/* Marks the response as header only: no body follows the header. */
+void
+rlw_request_set_header_only(ngx_http_request_t *r)
+{
+    r->header_only = 1;
+}
+
+/* 1 after an internal redirect (or for a request that began internal). */
+ngx_uint_t
+rlw_request_internal(ngx_http_request_t *r)
+{
+    return r->internal;
+}
+
+/* 1 while the request is being answered by an error_page. */
+ngx_uint_t
+rlw_request_error_page(ngx_http_request_t *r)
+{
+    return r->error_page;
+}

@@ -1,0 +1,50 @@
+//! The request's bit-fields, through the C accessors of `request_bits.c`.
+//!
+//! bindgen misplaces `ngx_http_request_t`'s bit-fields when the run starts
+//! after a member of smaller alignment, as it does from nginx 1.29 on
+//! (`in_port_t port`): its `header_only()` reads `pipeline` there, and a
+//! gRPC rejection's header-only answer was sent as a stream without an end.
+//! The C accessors are compiled against the nginx tree the module is built
+//! for (build.rs), so they read and write the bits where nginx has them.
+//! Every bit-field of the request the module touches goes through here.
+
+use nginx_sys::{ngx_http_request_t, ngx_uint_t};
+use ngx::http::Request;
+
+extern "C" {
+    fn rlw_request_header_only(r: *mut ngx_http_request_t) -> ngx_uint_t;
+    fn rlw_request_set_header_only(r: *mut ngx_http_request_t);
+    fn rlw_request_internal(r: *mut ngx_http_request_t) -> ngx_uint_t;
+    fn rlw_request_error_page(r: *mut ngx_http_request_t) -> ngx_uint_t;
+}
+
+/// The request's raw pointer, for the C accessors (which only read or
+/// write one bit of it).
+fn raw(r: &Request) -> *mut ngx_http_request_t {
+    core::ptr::from_ref(r.as_ref()).cast_mut()
+}
+
+/// Whether the response has no body (`r->header_only`).
+pub fn header_only(r: &Request) -> bool {
+    // SAFETY: `r` is a live request; the accessor reads one bit of it.
+    unsafe { rlw_request_header_only(raw(r)) != 0 }
+}
+
+/// Marks the response as header only (`r->header_only = 1`).
+pub fn set_header_only(r: &mut Request) {
+    // SAFETY: `r` is a live request, borrowed mutably; the accessor writes
+    // one bit of it and nothing else.
+    unsafe { rlw_request_set_header_only(raw(r)) }
+}
+
+/// Whether the request went through an internal redirect (`r->internal`).
+pub fn internal(r: &Request) -> bool {
+    // SAFETY: `r` is a live request; the accessor reads one bit of it.
+    unsafe { rlw_request_internal(raw(r)) != 0 }
+}
+
+/// Whether an `error_page` is answering the request (`r->error_page`).
+pub fn error_page(r: &Request) -> bool {
+    // SAFETY: `r` is a live request; the accessor reads one bit of it.
+    unsafe { rlw_request_error_page(raw(r)) != 0 }
+}
