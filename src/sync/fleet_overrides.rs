@@ -445,6 +445,9 @@ impl OvrSync {
                         recheck.push(h.id);
                     }
                 }
+                // A ban refused by an operator's state in Redis: that
+                // state is read and applied over it here.
+                None if refused(r) => recheck.push(h.id),
                 // READONLY, LOADING, OOM...: it stays a local change,
                 // written again by a later round.
                 None => bad += 1,
@@ -671,4 +674,10 @@ fn key_error(ctx: &RoundCtx<'_>, n: u64) {
         .header
         .sync_err_key
         .fetch_add(n, Ordering::Relaxed);
+}
+
+/// Whether the write script refused a ban (it answers minus the sequence
+/// of the operator's state that stands; see [`WRITE`]).
+fn refused(v: &redis::Value) -> bool {
+    matches!(v, redis::Value::Int(n) if *n < 0)
 }

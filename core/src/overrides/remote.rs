@@ -347,12 +347,22 @@ return s"
 /// A change made on a gateway. KEYS: hash, seq, log, epoch, the
 /// change's dedupe key; ARGV: field, body, `1` for a removal, [`LOG_MAX`],
 /// [`KEY_TTL_MS`], a new epoch word, [`DEDUPE_MS`]. Returns the change's
-/// sequence (the same one when it ran before).
+/// sequence (the same one when it ran before), or minus the sequence of
+/// the operator's state that refused it: a ban is never written over a
+/// live operator's state (block, exempt, limit, in_flight; its expiry by
+/// Redis's `TIME`), whichever gateway's change reached Redis first.
 pub const WRITE: Script = Script {
     text: concat!(
         next_seq!(),
         "local prev = redis.call('GET', KEYS[5]) \
 if prev then return tonumber(prev) end \
+if string.match(ARGV[2], '^%S+ ban ') then \
+local v = redis.call('HGET', KEYS[1], ARGV[1]) \
+local fs, act, exp = string.match(v or '', '^v3 (%d+) %S+ %S+ (%a[%a_]*) %d+ (%d+) ') \
+if fs and act ~= 'ban' then \
+local t = redis.call('TIME') \
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) \
+if tonumber(exp) == 0 or tonumber(exp) > now then return -tonumber(fs) end end end \
 redis.call('SET', KEYS[4], ARGV[6], 'NX') \
 local s = next_seq() \
 redis.call('SET', KEYS[5], string.format('%d', s), 'PX', ARGV[7]) \
