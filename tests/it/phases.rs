@@ -455,10 +455,12 @@ fn ipv6_prefix_groups_a_slash_64_through_realip() {
     assert_eq!(from(&ng, "/v6/", "2001:db8:0:1::1"), 200);
     // IPv4 and IPv4-mapped IPv6 are whole addresses: each its own count
     // (masked to 64 bits, the two mapped ones would share ::/64).
-    for ip in ["10.0.0.1", "10.0.0.2", "::ffff:10.0.0.1", "::ffff:10.0.0.2"] {
+    for ip in ["10.0.0.1", "10.0.0.2", "::ffff:10.0.0.3", "::ffff:10.0.0.4"] {
         let got: Vec<u16> = (0..4).map(|_| from(&ng, "/v6/", ip)).collect();
         assert_eq!(got, [200, 200, 200, 429], "{ip}");
     }
+    // A mapped client is its IPv4 address: one count with it.
+    assert_eq!(from(&ng, "/v6/", "::ffff:10.0.0.1"), 429);
     // Without ipv6_prefix (128), each IPv6 address is a client.
     for ip in ["2001:db8::1", "2001:db8::2"] {
         let got: Vec<u16> = (0..4).map(|_| from(&ng, "/whole/", ip)).collect();
