@@ -240,12 +240,12 @@ fn dry_run_counts_but_passes() {
         assert_eq!(r.body, b"upstream ok\n");
     }
     assert_eq!(up.received(), 5);
-    // The access log shows the verdicts.
-    assert!(wait_for(Duration::from_secs(2), || ng
-        .access_log()
-        .matches("rlw=REJECTED_DRY_RUN")
-        .count()
-        == 3));
+    // The access log shows the verdicts (each worker writes its line
+    // after its response: wait for all five).
+    assert!(wait_for(Duration::from_secs(5), || {
+        let log = ng.access_log();
+        log.matches("rlw=REJECTED_DRY_RUN").count() == 3 && log.matches("rlw=PASSED").count() >= 2
+    }));
     assert_eq!(
         ng.access_log().matches("rlw=PASSED").count(),
         2,
