@@ -27,6 +27,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rate_limit_window_core::overrides::order::{is_local, judge, Held, Next, RedisClock, Seen};
@@ -44,13 +45,18 @@ use crate::sync::redis_link::{Link, LinkError};
 use crate::zone::ZoneConf;
 
 /// The step's budget per round (ms), `sync=` within these bounds: no
-/// call starts after it, so a step takes at most this and one call
-/// ([`CALL_MS`]), whatever Redis does.
+/// call starts after it (but the first of each part), so a step takes at
+/// most this and a few calls ([`CALL_MS`]), whatever Redis does.
 const BUDGET_MS: (u64, u64) = (100, 500);
-/// Longest one call may wait (ms).
-const CALL_MS: u64 = 500;
-/// Longest a connect may take (ms).
-const CONNECT_MS: u64 = 500;
+/// Longest one call may wait (ms): the overrides' own, longer than the
+/// count rounds' 500 ms batches (this thread never delays a count), so a
+/// Redis 700 ms or more away still carries overrides; a call that times
+/// out is made again by a later step (reads and writes are idempotent).
+/// The stop flag is checked on every read of a plain or TLS link
+/// (`raw_conn.rs`): a quit never waits for it.
+const CALL_MS: u64 = 3_000;
+/// Longest a connect may take (ms), handshake and login included.
+const CONNECT_MS: u64 = 3_000;
 /// Changes read from the log per call.
 const READ_MAX: usize = 1_000;
 /// Writes per pipeline.
@@ -69,8 +75,8 @@ const RETRY_MS: u64 = 500;
 /// The overrides' thread (beside the count rounds, see `mod.rs`): a step
 /// every `sync=` while this process owns the sync, until `stop` or `done`
 /// (the count rounds ended: stop, or the sync went to a newer process).
-pub(crate) fn run(ctx: &RoundCtx<'_>, done: &AtomicBool) {
-    let mut sync = OvrSync::new(ctx.job);
+pub(crate) fn run(ctx: &RoundCtx<'_>, done: &AtomicBool, stop: &Arc<AtomicBool>) {
+    let mut sync = OvrSync::new(ctx.job, stop.clone());
     let ended = || ctx.stop.load(Ordering::Relaxed) || done.load(Ordering::Relaxed);
     while !ended() {
         let started = Instant::now();
@@ -124,6 +130,8 @@ enum Phase {
 /// The override step's state, kept by the sync thread across rounds.
 pub(crate) struct OvrSync {
     link: Option<Link>,
+    /// The thread's stop flag, checked on every read of the link.
+    stop: Arc<AtomicBool>,
     keys: Keys,
     mac: MacKey,
     me: u64,
@@ -159,9 +167,10 @@ impl Step<'_, '_> {
 }
 
 impl OvrSync {
-    pub fn new(job: &Job) -> OvrSync {
+    pub fn new(job: &Job, stop: Arc<AtomicBool>) -> OvrSync {
         OvrSync {
             link: None,
+            stop,
             keys: Keys::new(&job.name),
             mac: MacKey::new(job.name.as_bytes(), &job.secret),
             me: job.header.gateway_id,
@@ -206,7 +215,7 @@ impl OvrSync {
     fn work(&mut self, s: &Step<'_, '_>) -> Result<(), LinkError> {
         if self.link.as_ref().is_none_or(Link::is_broken) {
             let d = Instant::now() + Duration::from_millis(CONNECT_MS);
-            self.link = Some(Link::open(&s.ctx.job.target, d)?);
+            self.link = Some(Link::open_watched(&s.ctx.job.target, d, &self.stop)?);
         }
         let mut link = self.link.take().expect("just opened");
         let r = self.read(&mut link, s).and_then(|()| {
