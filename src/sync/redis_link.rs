@@ -200,7 +200,7 @@ pub struct LinkError {
 }
 
 impl LinkError {
-    pub(crate) fn new(kind: LinkErrorKind, detail: impl Into<String>) -> Self {
+    fn new(kind: LinkErrorKind, detail: impl Into<String>) -> Self {
         Self {
             kind,
             detail: detail.into(),

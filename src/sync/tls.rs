@@ -6,20 +6,19 @@
 
 use std::sync::Arc;
 
-use redis::{ClientTlsConfig, TlsCertificates};
+use redis::{ClientTlsConfig, RedisError, TlsCertificates};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 
-use crate::sync::redis_link::{LinkError, LinkErrorKind};
-
-/// A configuration error (an unreadable PEM): counted as `tls`.
-fn bad(what: &str) -> LinkError {
-    LinkError::new(LinkErrorKind::Tls, what)
+/// A configuration error (an unreadable PEM): an I/O error whose text says
+/// `certificate`, counted as `kind="tls"` by the link.
+fn bad(what: &str) -> RedisError {
+    std::io::Error::other(format!("TLS certificate configuration: {what}")).into()
 }
 
 /// The client configuration for `certs`.
-pub fn client_config(certs: &TlsCertificates) -> Result<Arc<ClientConfig>, LinkError> {
+pub fn client_config(certs: &TlsCertificates) -> Result<Arc<ClientConfig>, RedisError> {
     let roots = match &certs.root_cert {
         Some(pem) => {
             let mut roots = RootCertStore::empty();
