@@ -6,7 +6,9 @@ use common::*;
 use std::fs;
 
 /// Every nginx-conf/*.conf passes `nginx -t` as shipped (in a prefix with
-/// modules/ and logs/; `nginx -t` does not bind the fixed ports).
+/// modules/ and logs/, `/var/lib/nginx/` in a test directory with its
+/// `state/`, as the recipes map it; `nginx -t` does not bind the fixed
+/// ports).
 #[test]
 fn example_configs_pass_nginx_t() {
     let mut files: Vec<_> = fs::read_dir(example_conf_dir())
@@ -22,7 +24,8 @@ fn example_configs_pass_nginx_t() {
     );
     let mut failures = vec![];
     for f in &files {
-        let text = fs::read_to_string(f).unwrap();
+        let var_lib = crate::examples::var_lib_nginx();
+        let text = crate::examples::under(&fs::read_to_string(f).unwrap(), &var_lib);
         let (ok, out) = test_config(&text);
         if !ok || !out.contains("test is successful") {
             failures.push(format!("{}:\n{out}", f.display()));

@@ -194,3 +194,42 @@ fn an_unknown_zone_is_a_json_404_to_get_and_put() {
         assert_eq!(v["error"], "no zone \"nope\"", "{v}");
     }
 }
+
+/// The most requests admitted from `from_ms` to `to_ms` (ms into a window
+/// of `window_ms`, the end excluded) after `previous` in the window before,
+/// sending whenever one more fits: the most any spacing gets there.
+fn most_admitted(previous: u32, limit: u32, window_ms: u64, from_ms: u64, to_ms: u64) -> u32 {
+    use rate_limit_window_core::rule::window::{admits, Counts};
+    let mut c = Counts {
+        current: 0,
+        previous,
+    };
+    for elapsed in from_ms..to_ms {
+        while admits(c, elapsed, window_ms, limit) {
+            c.current += 1;
+        }
+    }
+    c.current
+}
+
+/// algorithm.md's examples are true of the core's rule for the whole
+/// interval they describe (not only at one millisecond).
+#[test]
+fn the_algorithm_examples_hold_for_their_intervals() {
+    let doc = fs::read_to_string(manifest_dir().join("docs/algorithm.md")).unwrap();
+    let doc = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    const MINUTE: u64 = 60_000;
+    // 100 in the last 10 s of a minute, then the first 10 s of the next.
+    let early = most_admitted(100, 100, MINUTE, 0, 10_000);
+    assert_eq!(early, most_admitted(100, 100, MINUTE, 10_000, 10_001));
+    let says = format!("gets at most {early} more in the first 10 s of the next one");
+    assert!(doc.contains(&says), "algorithm.md should say {says:?}");
+    assert!(doc.contains(&format!("so `current` stops at {early} by then")));
+    // The incident: 550 (limit 600), then 550 in the second from :05.
+    let spread = most_admitted(550, 600, MINUTE, 5_000, 6_000);
+    let at_once = most_admitted(550, 600, MINUTE, 5_000, 5_001);
+    let says = format!("the second burst admits at most {spread}");
+    assert!(doc.contains(&says), "algorithm.md should say {says:?}");
+    let says = format!("a burst all at :05.000 admits {at_once}");
+    assert!(doc.contains(&says), "algorithm.md should say {says:?}");
+}
