@@ -233,3 +233,90 @@ fn the_algorithm_examples_hold_for_their_intervals() {
     let says = format!("a burst all at :05.000 admits {at_once}");
     assert!(doc.contains(&says), "algorithm.md should say {says:?}");
 }
+
+/// `nginx -t` in a fresh prefix holding `files` (relative to the prefix;
+/// a name ending in `/` is a directory the workers can write), with the
+/// a zone with `state=st/kept.state` and one with `redis=` and
+/// `redis_password_file=pw.txt` (`ca`: `redis_ca=ca.pem`); (success,
+/// output, the prefix's path; the prefix itself is removed).
+fn nginx_t_in_prefix(files: &[&str], ca: bool) -> (bool, String, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let prefix = make_prefix();
+    let root = prefix.path().to_path_buf();
+    for f in files {
+        let path = root.join(f);
+        if f.ends_with('/') {
+            fs::create_dir_all(&path).unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o777)).unwrap();
+        } else {
+            fs::write(&path, "a-password\n").unwrap();
+        }
+    }
+    let redis = match ca {
+        true => "redis=rediss://127.0.0.1:9 redis_ca=ca.pem",
+        false => "redis=redis://127.0.0.1:9 redis_password_file=pw.txt",
+    };
+    let conf = format!(
+        "load_module modules/{MODULE_FILE};
+         worker_processes 2; error_log logs/error.log; pid logs/nginx.pid;
+         events {{}}
+         http {{
+           rate_limit_window_zone $http_x_key zone=kept:1m window=1d state=st/kept.state;
+           rate_limit_window_zone $http_x_key zone=shared:1m {redis} secret=0123456789abcdef0123;
+           server {{ listen 127.0.0.1:1;
+             location / {{ rate_limit_window zone=kept limit=5; rate_limit_window zone=shared limit=5;
+                          proxy_pass http://127.0.0.1:9; }} }}
+         }}"
+    );
+    fs::write(root.join("conf/nginx.conf"), conf).unwrap();
+    let out = std::process::Command::new(nginx_bin())
+        .args(["-t", "-p"])
+        .arg(&root)
+        .args(["-c", "conf/nginx.conf"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run nginx -t");
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    // The prefix is removed when `prefix` drops: keep only its path.
+    (out.status.success(), text, root)
+}
+
+/// The README's relative paths: `state=` from nginx's prefix (as its pid
+/// and logs, files nginx writes), `redis_password_file=` and `redis_ca=`
+/// from the configuration directory (as nginx's `ssl_certificate`, files
+/// it reads), each named in full when it is not there.
+#[test]
+fn relative_state_is_from_the_prefix_and_redis_files_from_the_conf_dir() {
+    let readme = fs::read_to_string(manifest_dir().join("README.md")).unwrap();
+    assert!(readme.contains("| file (relative: from the prefix, as nginx's `pid` and logs;"));
+    assert!(
+        readme.contains("PEM files (relative: from the configuration directory, unlike `state=`)")
+    );
+    assert!(readme.contains("| file (relative: from the configuration directory, unlike `state=`)"));
+    // Both where the README says: accepted.
+    let (ok, out, root) = nginx_t_in_prefix(&["st/", "conf/pw.txt"], false);
+    assert!(ok, "{out}");
+    let state = format!("\"{}/st/kept.state\"", root.display());
+    assert!(out.contains(&state), "state= is {state}: {out}");
+    // The password beside the prefix's root, not in conf/: refused,
+    // naming conf/pw.txt.
+    let (ok, out, root) = nginx_t_in_prefix(&["st/", "pw.txt"], false);
+    let pw = format!(
+        "\"redis_password_file\" file \"{}/conf/pw.txt\"",
+        root.display()
+    );
+    assert!(!ok && out.contains(&pw), "expected {pw}: {out}");
+    // The state directory under conf/, not the prefix: refused, naming
+    // the prefix's st/.
+    let (ok, out, root) = nginx_t_in_prefix(&["conf/st/", "conf/pw.txt"], false);
+    assert!(!ok, "{out}");
+    let state = format!("\"{}/st/kept.state\"", root.display());
+    assert!(
+        out.contains(&state) && out.contains("[emerg]"),
+        "expected {state}: {out}"
+    );
+    // redis_ca= the same way as the password file.
+    let (ok, out, root) = nginx_t_in_prefix(&["st/"], true);
+    let ca = format!("\"redis_ca\" file \"{}/conf/ca.pem\"", root.display());
+    assert!(!ok && out.contains(&ca), "expected {ca}: {out}");
+}
