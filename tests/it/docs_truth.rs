@@ -320,3 +320,152 @@ fn relative_state_is_from_the_prefix_and_redis_files_from_the_conf_dir() {
     let ca = format!("\"redis_ca\" file \"{}/conf/ca.pem\"", root.display());
     assert!(!ok && out.contains(&ca), "expected {ca}: {out}");
 }
+
+/// The paragraphs of a Markdown text, each joined on one line; a table's
+/// rows are a paragraph each.
+fn paragraphs(text: &str) -> Vec<String> {
+    let mut out = vec![];
+    let mut cur: Vec<&str> = vec![];
+    for l in text.lines() {
+        if l.starts_with('|') || l.trim().is_empty() {
+            if !cur.is_empty() {
+                out.push(cur.join(" "));
+                cur.clear();
+            }
+            if l.starts_with('|') {
+                out.push(l.to_string());
+            }
+        } else {
+            cur.push(l.trim());
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur.join(" "));
+    }
+    out
+}
+
+/// The numbers of 100 or more in `s` (`1,334`, `2452`), not parts of a
+/// word, a version, a path or a hash.
+fn counts_in(s: &str) -> Vec<String> {
+    let b = s.as_bytes();
+    let mut out = vec![];
+    let mut i = 0;
+    while i < b.len() {
+        let glued = |c: u8| c.is_ascii_alphanumeric() || b"._#/-".contains(&c);
+        if !b[i].is_ascii_digit() || (i > 0 && glued(b[i - 1])) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len()
+            && (b[i].is_ascii_digit()
+                || (b[i] == b',' && b.get(i + 1).is_some_and(u8::is_ascii_digit)))
+        {
+            i += 1;
+        }
+        let word = &s[start..i];
+        let next_glued = b.get(i).is_some_and(|&c| c.is_ascii_alphanumeric());
+        let value: u64 = word.replace(',', "").parse().unwrap_or(0);
+        if !next_glued && value >= 100 {
+            out.push(word.to_string());
+        }
+    }
+    out
+}
+
+/// The counts given within 100 bytes of the word "instruction" in `para`.
+fn instruction_counts(para: &str) -> Vec<String> {
+    let mut out = vec![];
+    for (at, _) in para.match_indices("instruction") {
+        let (mut from, mut to) = (at.saturating_sub(100), (at + 111).min(para.len()));
+        while !para.is_char_boundary(from) {
+            from -= 1;
+        }
+        while !para.is_char_boundary(to) {
+            to += 1;
+        }
+        out.extend(counts_in(&para[from..to]));
+    }
+    out
+}
+
+/// Instructions per request are given in one place, BENCHMARKS.md (written
+/// by `make bench`); the other pages link to it and restate none.
+/// docs/performance.md is their history: every section of it that gives a
+/// count names the commit it was measured at.
+#[test]
+fn instruction_counts_are_in_benchmarks_md_only() {
+    let root = manifest_dir();
+    let mut pages: Vec<String> = fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| format!("docs/{}", e.unwrap().file_name().to_string_lossy()))
+        .filter(|n| n.ends_with(".md") && n != "docs/performance.md")
+        .collect();
+    pages.extend(["README.md", "CONTRIBUTING.md", "bench/README.md"].map(String::from));
+    let mut found = vec![];
+    for page in &pages {
+        let text = fs::read_to_string(root.join(page)).unwrap();
+        for p in paragraphs(&text) {
+            let counts = instruction_counts(&p);
+            if !counts.is_empty() {
+                found.push(format!("{page}: {counts:?} in {p:?}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "instruction counts outside BENCHMARKS.md:\n{}",
+        found.join("\n")
+    );
+    let readme = fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(readme.contains("(BENCHMARKS.md#instructions-per-request-callgrind)"));
+    // performance.md: each section with a count names its commit.
+    let perf = fs::read_to_string(root.join("docs/performance.md")).unwrap();
+    let mut undated = vec![];
+    for section in perf.split("\n#") {
+        let has_count = paragraphs(section)
+            .iter()
+            .any(|p| !instruction_counts(p).is_empty());
+        let names_commit = section
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|w| {
+                w.len() == 7
+                    && w.bytes()
+                        .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+                    && w.bytes().any(|c| c.is_ascii_digit())
+                    && w.bytes().any(|c| c.is_ascii_lowercase())
+            });
+        if has_count && !names_commit {
+            undated.push(section.lines().next().unwrap_or("").to_string());
+        }
+    }
+    assert!(
+        undated.is_empty(),
+        "performance.md sections with counts and no commit: {undated:?}"
+    );
+}
+
+/// performance.md says over which dates its findings were measured, and
+/// every date it gives lies in that span.
+#[test]
+fn performance_md_dates_lie_in_the_span_it_states() {
+    let perf = fs::read_to_string(manifest_dir().join("docs/performance.md")).unwrap();
+    let flat = perf.split_whitespace().collect::<Vec<_>>().join(" ");
+    let (first, last) = flat
+        .split_once("measured at, from ")
+        .and_then(|(_, r)| r.split_once(" to "))
+        .map(|(a, r)| (a.to_string(), r[..10].to_string()))
+        .expect("performance.md states its span: from DATE to DATE");
+    let dates: Vec<&str> = flat
+        .match_indices("2026-")
+        .map(|(i, _)| &flat[i..(i + 10).min(flat.len())])
+        .collect();
+    assert!(dates.len() >= 5, "{dates:?}");
+    for d in dates {
+        assert!(
+            first.as_str() <= d && d <= last.as_str(),
+            "performance.md gives {d}, outside the span it states ({first} to {last})"
+        );
+    }
+}
