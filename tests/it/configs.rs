@@ -91,7 +91,7 @@ fn example_configs_follow_conventions() {
 }
 
 /// A config whose http block is `body`, with a server on {{PORT}}.
-fn conf_with(http_level: &str, location: &str) -> String {
+pub(crate) fn conf_with(http_level: &str, location: &str) -> String {
     http_conf(&format!(
         "{http_level}
          server {{ listen 127.0.0.1:{{{{PORT}}}};
@@ -99,7 +99,7 @@ fn conf_with(http_level: &str, location: &str) -> String {
     ))
 }
 
-const ZONE: &str = "rate_limit_window_zone $http_x_key zone=z:1m window=1m;";
+pub(crate) const ZONE: &str = "rate_limit_window_zone $http_x_key zone=z:1m window=1m;";
 
 /// A valid config using every directive and edge values passes nginx -t.
 #[test]
@@ -654,11 +654,15 @@ fn every_emerg_says_what_to_do() {
             ));
         }
     }
+    assert_none_failed(&failures, cases.len());
+}
+
+/// Fails with the list of `failures`, if any, of `total` cases.
+pub(crate) fn assert_none_failed(failures: &[String], total: usize) {
     assert!(
         failures.is_empty(),
-        "{} of {} cases:\n{}",
+        "{} of {total} cases:\n{}",
         failures.len(),
-        cases.len(),
         failures.join("\n")
     );
 }

@@ -5,19 +5,8 @@
 //! between 400 and 599", which names no directive.
 use crate::common;
 
+use crate::configs::{assert_none_failed, conf_with, ZONE};
 use common::*;
-
-/// A config whose http block is `http_level`, with a server on {{PORT}}
-/// whose location / holds `location`.
-fn conf_with(http_level: &str, location: &str) -> String {
-    http_conf(&format!(
-        "{http_level}
-         server {{ listen 127.0.0.1:{{{{PORT}}}};
-           location / {{ {location} proxy_pass http://{{{{UPSTREAM}}}}; }} }}"
-    ))
-}
-
-const ZONE: &str = "rate_limit_window_zone $http_x_key zone=z:1m window=1m;";
 
 /// One wrong configuration: what its `[emerg]` must name (the directive or
 /// parameter) and what it must offer (accepted values or an example).
@@ -352,11 +341,5 @@ fn every_emerg_names_its_option_and_what_to_write() {
             ));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    assert_none_failed(&failures, cases.len());
 }

@@ -461,19 +461,9 @@ fn llm_tokens_charges_what_each_call_used_per_minute_and_per_day() {
     let (hobby, team) = (&b"k-hobby-2c9e71d04a5b"[..], &b"k-team-7f3a0be6d918"[..]);
     let up = StatusUpstream::start();
     let clock = FakeClock::new(DAY0 + 1);
-    let lib = libfaketime().expect("libfaketime not installed (make test installs it)");
     let var_lib = var_lib_nginx();
     let conf = under(&example("llm-tokens.conf"), &var_lib);
-    let start = || {
-        Nginx::builder()
-            .upstream(&up.addr())
-            .env("LD_PRELOAD", lib.to_str().unwrap())
-            .env("FAKETIME_TIMESTAMP_FILE", clock.path().to_str().unwrap())
-            .env("FAKETIME_FMT", "%s")
-            .env("FAKETIME_NO_CACHE", "1")
-            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-            .start(&conf)
-    };
+    let start = || clock.builder().upstream(&up.addr()).start(&conf);
     let ng = start();
     let call = |key: &[u8], tokens: u32| {
         let path = format!("/v1/chat?tokens={tokens}");
