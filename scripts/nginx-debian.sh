@@ -17,8 +17,9 @@
 # When the archive does not serve that tarball, the script prints its URL
 # and the answer (here, sid's nginx_1.30.6.orig.tar.gz answers "404 Not
 # Found" while sid's binary packages are served) and uses Debian's binary
-# nginx of the suite instead: its packages nginx (/usr/sbin/nginx) and
-# nginx-dev (headers, configure and conf_flags), unpacked with dpkg -x into
+# nginx of the suite instead: its packages nginx (/usr/sbin/nginx),
+# nginx-dev (headers, configure and conf_flags) and libnginx-mod-stream
+# (Debian's stream module, copied beside the module in dist/), unpacked with dpkg -x into
 # target/nginx-VERSION/root with the libraries that nginx needs newer than
 # this machine's (libc6, libssl3t64, libpcre2-8-0, libzstd1, libcrypt1,
 # zlib1g) beside it; a copy of /usr/sbin/nginx is pointed at them
@@ -103,7 +104,8 @@ from_source() {
     wait $nginx_make
     trap - EXIT
     mkdir -p "$DIR/dist"
-    rm -f "$DIR/dist/nginx.bin"
+    # Built --with-stream (the vendored flags): no stream module of its own.
+    rm -f "$DIR/dist/nginx.bin" "$DIR/dist/ngx_stream_module.so"
     cp "$objs/nginx" "$DIR/dist/.nginx.new"
     mv -f "$DIR/dist/.nginx.new" "$DIR/dist/nginx"
     echo "$have"
@@ -116,9 +118,14 @@ from_binary() {
     scripts/deps.sh patchelf dpkg-dev nginx-common >&2
     # The packages, once (again when their versions change: RLW_APT_REFRESH=1).
     stamp=$DIR/debs/.unpacked
+    # An unpacked root from before libnginx-mod-stream was fetched: again.
+    [ -f "$R/usr/lib/nginx/modules/ngx_stream_module.so" ] || rm -f "$stamp"
     if [ ! -f "$stamp" ]; then
         rm -rf "$DIR/debs" "$R"
-        local pkgs=(nginx nginx-dev "${libs[@]}")
+        # libnginx-mod-stream: Debian builds stream as a module of its own;
+        # the tests load it before this module when a configuration has
+        # stream {} (tests/it/common/conf.rs, with_stream_module).
+        local pkgs=(nginx nginx-dev libnginx-mod-stream "${libs[@]}")
         scripts/apt.sh download "$DIR/debs" "${pkgs[@]/%//$SUITE}"
         for deb in "$DIR"/debs/*.deb; do
             dpkg-deb -x "$deb" "$R" || die "cannot unpack $deb"
@@ -145,6 +152,8 @@ from_binary() {
     mv -f "$DIR/dist/.nginx.new" "$DIR/dist/nginx"
     scripts/nginx-dev.sh "$src" "$DIR/build" >&2
     cargo_build "$DIR/build/objs" "$DIR/build"
+    cp "$R/usr/lib/nginx/modules/ngx_stream_module.so" "$DIR/dist/.ngx_stream_module.so.new"
+    mv -f "$DIR/dist/.ngx_stream_module.so.new" "$DIR/dist/ngx_stream_module.so"
     echo "$have"
 }
 

@@ -13,7 +13,8 @@
 # archive readers) are not built at all.
 #
 # RLW_NGINX_SRC: another nginx source tree to configure with those same
-# flags (scripts/nginx-debian.sh: Debian's upstream tarball of nginx 1.30).
+# flags (scripts/nginx-debian.sh: the upstream tarball of Debian's nginx 1.30
+# or 1.26 source package).
 #
 #   configure  configures DIR unless its flags and source are unchanged;
 #              prints the source directory (for NGINX_SOURCE_DIR)
