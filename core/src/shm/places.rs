@@ -220,16 +220,42 @@ pub struct Carried {
     pub dropped: u64,
 }
 
+/// Each entry's bits in a group word.
+const ENTRY_AT: [u128; ENTRIES as usize] = [
+    ENTRY_MASK,
+    ENTRY_MASK << ENTRY_BITS,
+    ENTRY_MASK << (2 * ENTRY_BITS),
+];
+/// Each entry's lowest bit: an entry's value times it is the entry in
+/// place (a multiplication, where a shift by an entry's index would be a
+/// 128-bit shift by a variable).
+const ENTRY_LOW: [u128; ENTRIES as usize] = [1, 1 << ENTRY_BITS, 1 << (2 * ENTRY_BITS)];
+
 /// Entry `i` of a group word: (fingerprint, count).
+#[inline(always)]
 fn entry(w: u128, i: u32) -> (u64, u32) {
     let e = (w >> (i * ENTRY_BITS)) & ENTRY_MASK;
     ((e as u64) & FP_MASK, (e >> FP_BITS) as u32)
 }
 
 /// `w` with entry `i` set to (`fp`, `count`).
+#[inline(always)]
 fn with_entry(w: u128, i: u32, fp: u64, count: u32) -> u128 {
-    let e = u128::from(fp & FP_MASK) | (u128::from(count) << FP_BITS);
-    (w & !(ENTRY_MASK << (i * ENTRY_BITS))) | (e << (i * ENTRY_BITS))
+    let e = (fp & FP_MASK) | (u64::from(count) << FP_BITS);
+    let i = i as usize % ENTRIES as usize;
+    (w & !ENTRY_AT[i]) | (u128::from(e) * ENTRY_LOW[i])
+}
+
+/// `w` with one more (`up`) or one less in entry `i`'s count (above 0:
+/// one less; below [`MAX_IN_FLIGHT`]: one more), its fingerprint kept.
+#[inline(always)]
+fn with_count_step(w: u128, i: u32, up: bool) -> u128 {
+    let one = ENTRY_LOW[i as usize % ENTRIES as usize] << FP_BITS;
+    if up {
+        w + one
+    } else {
+        w - one
+    }
 }
 
 fn overflow(w: u128) -> u32 {
@@ -525,6 +551,7 @@ impl<'a> Places<'a> {
     }
 
     /// [`Places::take`] under `pid`, counting no statistic.
+    #[inline(always)]
     fn take_as(&self, pid: u32, key: u64, limit: u32) -> Take {
         let (h, fp) = Self::hash_fp(key);
         let plain = u64::from(pid) << PID_SHIFT | h << HASH_SHIFT | fp;
@@ -582,6 +609,7 @@ impl<'a> Places<'a> {
     /// a group after it (up to [`MAX_DEPTH`] on), with the ledger word
     /// `slot` marked first (`word` is its plain form). Not taken: every
     /// overflow it raised is lowered again.
+    #[inline(always)]
     fn count_in(&self, g: usize, fp: u64, limit: u32, slot: &AtomicU64, word: u64) -> Step {
         let mut d = 0;
         loop {
@@ -599,13 +627,14 @@ impl<'a> Places<'a> {
     /// One group (`d` past the client's own) for the request: counted
     /// here, full, or its overflow raised for the next (the ledger word,
     /// marked before the compare-and-swap, says how far).
+    #[inline(always)]
     fn step(&self, at: usize, fp: u64, limit: u32, d: u32, slot: &AtomicU64, word: u64) -> Step {
         let a = &self.groups[at];
         let mut w = a.load(Ordering::Acquire);
         loop {
             let (next, step) = match find(w, fp) {
                 Some((_, c)) if c >= limit => return Step::Full(c),
-                Some((i, c)) => (with_entry(w, i, fp, c + 1), Step::Taken),
+                Some((i, _)) => (with_count_step(w, i, true), Step::Taken),
                 None => match free(w) {
                     Some(i) if overflow(w) == 0 => (with_entry(w, i, fp, 1), Step::Taken),
                     _ if d >= MAX_DEPTH || overflow(w) >= OVER_MAX => return Step::NoRoom,
@@ -648,8 +677,8 @@ impl<'a> Places<'a> {
     fn lower(&self, g: usize, fp: u64) {
         let a = &self.groups[g];
         let mut w = a.load(Ordering::Acquire);
-        while let Some((i, c)) = find(w, fp) {
-            let next = with_entry(w, i, fp, c - 1);
+        while let Some((i, _)) = find(w, fp) {
+            let next = with_count_step(w, i, false);
             match a.compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return,
                 Err(now) => w = now,
@@ -659,6 +688,7 @@ impl<'a> Places<'a> {
 
     /// Takes the place that ledger word `w` names out of the counts: its
     /// count, then the overflows it raised.
+    #[inline(always)]
     fn uncount(&self, w: u64) {
         let g = self.group_of((w >> HASH_SHIFT) & HASH_MASK);
         let d = depth_of(w);
