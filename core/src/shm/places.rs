@@ -182,6 +182,20 @@ pub struct Place {
     word: u64,
 }
 
+impl Place {
+    /// The place in parts (its ledger word's index, the word), for a host
+    /// that keeps it packed.
+    pub fn parts(self) -> (u32, u64) {
+        (self.at, self.word)
+    }
+
+    /// The place of [`Place::parts`]: given back with [`Places::give`],
+    /// which does nothing unless its ledger word is still that word.
+    pub fn from_parts(at: u32, word: u64) -> Place {
+        Place { at, word }
+    }
+}
+
 /// What [`Places::take`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Take {
@@ -305,8 +319,8 @@ fn with_depth(w: u64, d: u32) -> u64 {
 
 /// What one group says to a request of `fp` under `limit`.
 enum Step {
-    /// Counted here.
-    Taken,
+    /// Counted here, behind this many of the client's (its count before).
+    Taken(u32),
     /// Its places are all taken: this many in flight.
     Full(u32),
     /// Counted further on (this group's overflow was raised).
@@ -553,25 +567,52 @@ impl<'a> Places<'a> {
     /// [`Places::take`] under `pid`, counting no statistic.
     #[inline(always)]
     fn take_as(&self, pid: u32, key: u64, limit: u32) -> Take {
+        match self.take_counted(pid, key, limit) {
+            Ok((p, _)) => Take::Taken(p),
+            Err(t) => t,
+        }
+    }
+
+    /// [`Places::take_as`], with the client's count before the place
+    /// taken (its requests ahead of this one).
+    #[inline(always)]
+    fn take_counted(&self, pid: u32, key: u64, limit: u32) -> Result<(Place, u32), Take> {
         let (h, fp) = Self::hash_fp(key);
         let plain = u64::from(pid) << PID_SHIFT | h << HASH_SHIFT | fp;
         let Some((at, word)) = self.claim(plain) else {
-            return Take::NoRoom;
+            return Err(Take::NoRoom);
         };
         let slot = &self.ledger[at];
         match self.count_in(self.group_of(h), fp, limit, slot, word) {
-            Step::Taken => Take::Taken(Place {
-                at: at as u32,
-                word: slot.load(Ordering::Relaxed),
-            }),
+            Step::Taken(before) => Ok((
+                Place {
+                    at: at as u32,
+                    word: slot.load(Ordering::Relaxed),
+                },
+                before,
+            )),
             step => {
                 slot.store(freed(word), Ordering::Release);
                 match step {
-                    Step::Full(held) => Take::Full { held },
-                    _ => Take::NoRoom,
+                    Step::Full(held) => Err(Take::Full { held }),
+                    _ => Err(Take::NoRoom),
                 }
             }
         }
+    }
+
+    /// `owner` takes a place of `key` with no limit (`delay=`'s turns,
+    /// [`crate::shm::Turns`]): the place and the client's places before it
+    /// (its requests ahead). None: no room. Counted in the statistics as
+    /// [`Places::take`] counts.
+    pub fn take_behind(&self, owner: Owner, key: u64) -> Option<(Place, u32)> {
+        let r = self.take_counted(owner.pid, key, MAX_IN_FLIGHT);
+        let counter = match r {
+            Ok(_) => &self.header.taken,
+            Err(_) => &self.header.no_room,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        r.ok()
     }
 
     /// A free ledger word for `plain` (a word without its tag), claimed
@@ -615,7 +656,7 @@ impl<'a> Places<'a> {
         loop {
             match self.step(self.after(g, d), fp, limit, d, slot, word) {
                 Step::Over => d += 1,
-                Step::Taken => return Step::Taken,
+                Step::Taken(c) => return Step::Taken(c),
                 other => {
                     self.unwind(g, d, slot, word);
                     return other;
@@ -634,9 +675,9 @@ impl<'a> Places<'a> {
         loop {
             let (next, step) = match find(w, fp) {
                 Some((_, c)) if c >= limit => return Step::Full(c),
-                Some((i, _)) => (with_count_step(w, i, true), Step::Taken),
+                Some((i, c)) => (with_count_step(w, i, true), Step::Taken(c)),
                 None => match free(w) {
-                    Some(i) if overflow(w) == 0 => (with_entry(w, i, fp, 1), Step::Taken),
+                    Some(i) if overflow(w) == 0 => (with_entry(w, i, fp, 1), Step::Taken(0)),
                     _ if d >= MAX_DEPTH || overflow(w) >= OVER_MAX => return Step::NoRoom,
                     _ => (with_overflow(w, overflow(w) + 1), Step::Over),
                 },
@@ -732,84 +773,10 @@ impl<'a> Places<'a> {
         }
         0
     }
-
-    /// Counts again, in this region, every place `old` (another region: a
-    /// zone resized on reload) counts, each under the process that holds
-    /// it, so that it is reclaimed when that process is gone, and goes on
-    /// with its counters. Called before any process takes a place here.
-    pub fn carry_from(&self, old: &Places<'_>) -> Carried {
-        let (h, o) = (self.header, old.header);
-        for (to, from) in [
-            (&h.taken, &o.taken),
-            (&h.full, &o.full),
-            (&h.no_room, &o.no_room),
-            (&h.reclaimed, &o.reclaimed),
-        ] {
-            to.fetch_add(from.load(Ordering::Relaxed), Ordering::Relaxed);
-        }
-        let mut c = Carried::default();
-        for e in old.ledger {
-            let w = e.load(Ordering::Acquire);
-            if pid_of(w) == 0 {
-                continue;
-            }
-            let key = ((w >> HASH_SHIFT) & HASH_MASK) << 17 | (w & FP_MASK) << (64 - FP_BITS);
-            match self.take_as(pid_of(w), key, MAX_IN_FLIGHT) {
-                Take::Taken(_) => c.carried += 1,
-                _ => c.dropped += 1,
-            }
-        }
-        c
-    }
-
-    /// Whether a resize retired these places ([`Places::retire`]): the
-    /// host then says whether its process is exiting and what time it is
-    /// ([`Owner::leaving`], [`Owner::at`]).
-    #[inline]
-    pub fn retired(&self) -> bool {
-        self.header.retired.load(Ordering::Relaxed) != 0
-    }
-
-    /// Marks these places as moved into another zone by a resize at
-    /// `at_ms` (epoch ms), or live again (None: a reload adopted their
-    /// zone). The old workers then take no new place here, since the new
-    /// zone would not count it: those exiting never (a `delay=` request
-    /// they held, woken after the resize, is refused), the others for
-    /// [`RETIRED_GRACE_MS`] (the moment before the master tells them to
-    /// quit; after it, the reload must have failed, and they go on).
-    pub fn retire(&self, at_ms: Option<u64>) {
-        let v = at_ms.map_or(0, |t| t.saturating_add(1));
-        self.header.retired.store(v, Ordering::Relaxed);
-    }
-
-    /// Whether `owner` takes no place here ([`Places::retire`]).
-    fn retired_for(&self, owner: Owner) -> bool {
-        match self.header.retired.load(Ordering::Relaxed) {
-            0 => false,
-            r => owner.leaving || owner.now_ms < (r - 1).saturating_add(RETIRED_GRACE_MS),
-        }
-    }
-
-    /// Requests in flight now, every client's (a scan of the ledger: for the
-    /// metrics).
-    pub fn in_flight(&self) -> u64 {
-        self.ledger
-            .iter()
-            .filter(|e| pid_of(e.load(Ordering::Relaxed)) != 0)
-            .count() as u64
-    }
-
-    /// The counters of the metrics.
-    pub fn stats(&self) -> PlaceStats {
-        let h = self.header;
-        PlaceStats {
-            taken: h.taken.load(Ordering::Relaxed),
-            full: h.full.load(Ordering::Relaxed),
-            no_room: h.no_room.load(Ordering::Relaxed),
-            reclaimed: h.reclaimed.load(Ordering::Relaxed),
-        }
-    }
 }
+
+#[path = "places_carry.rs"]
+mod carry;
 
 #[cfg(test)]
 #[path = "places_tests.rs"]
