@@ -211,6 +211,15 @@ pub enum Take {
     NoRoom,
 }
 
+/// What [`Places::take_behind`] took: the place and the count before it.
+struct Behind(Option<(Place, u32)>);
+
+impl From<Take> for Behind {
+    fn from(_: Take) -> Behind {
+        Behind(None)
+    }
+}
+
 /// Counters of the metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PlaceStats {
@@ -539,6 +548,7 @@ impl<'a> Places<'a> {
     /// leaves its ledger naming a place that is not counted, whose reclaim
     /// takes one from the client's count (at worst a place too many for a
     /// while), never a count that nobody takes back.
+    #[inline(always)]
     pub fn take(&self, owner: Owner, key: u64, limit: u32) -> Take {
         if limit == 0 {
             self.header.full.fetch_add(1, Ordering::Relaxed);
@@ -567,36 +577,41 @@ impl<'a> Places<'a> {
     /// [`Places::take`] under `pid`, counting no statistic.
     #[inline(always)]
     fn take_as(&self, pid: u32, key: u64, limit: u32) -> Take {
-        match self.take_counted(pid, key, limit) {
-            Ok((p, _)) => Take::Taken(p),
-            Err(t) => t,
-        }
+        self.take_then(pid, key, limit, |p, _| Take::Taken(p))
     }
 
-    /// [`Places::take_as`], with the client's count before the place
-    /// taken (its requests ahead of this one).
+    /// [`Places::take_as`], the place taken and the client's count before
+    /// it (its requests ahead of this one) made into a `T` by `taken`; a
+    /// [`Take`] that took nothing made into one by `Into`.
     #[inline(always)]
-    fn take_counted(&self, pid: u32, key: u64, limit: u32) -> Result<(Place, u32), Take> {
+    fn take_then<T: From<Take>>(
+        &self,
+        pid: u32,
+        key: u64,
+        limit: u32,
+        taken: impl FnOnce(Place, u32) -> T,
+    ) -> T {
         let (h, fp) = Self::hash_fp(key);
         let plain = u64::from(pid) << PID_SHIFT | h << HASH_SHIFT | fp;
         let Some((at, word)) = self.claim(plain) else {
-            return Err(Take::NoRoom);
+            return Take::NoRoom.into();
         };
         let slot = &self.ledger[at];
         match self.count_in(self.group_of(h), fp, limit, slot, word) {
-            Step::Taken(before) => Ok((
+            Step::Taken(before) => taken(
                 Place {
                     at: at as u32,
                     word: slot.load(Ordering::Relaxed),
                 },
                 before,
-            )),
+            ),
             step => {
                 slot.store(freed(word), Ordering::Release);
                 match step {
-                    Step::Full(held) => Err(Take::Full { held }),
-                    _ => Err(Take::NoRoom),
+                    Step::Full(held) => Take::Full { held },
+                    _ => Take::NoRoom,
                 }
+                .into()
             }
         }
     }
@@ -606,13 +621,13 @@ impl<'a> Places<'a> {
     /// (its requests ahead). None: no room. Counted in the statistics as
     /// [`Places::take`] counts.
     pub fn take_behind(&self, owner: Owner, key: u64) -> Option<(Place, u32)> {
-        let r = self.take_counted(owner.pid, key, MAX_IN_FLIGHT);
-        let counter = match r {
-            Ok(_) => &self.header.taken,
-            Err(_) => &self.header.no_room,
+        let r = self.take_then(owner.pid, key, MAX_IN_FLIGHT, |p, n| Behind(Some((p, n))));
+        let counter = match r.0 {
+            Some(_) => &self.header.taken,
+            None => &self.header.no_room,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        r.ok()
+        r.0
     }
 
     /// A free ledger word for `plain` (a word without its tag), claimed
