@@ -106,6 +106,10 @@ pub struct MainConf {
     /// `rate_limit_window_shed` groups, in the order locations named them
     /// (configuration pool, for the cycle).
     pub sheds: Vec<*mut crate::zone::shed::ShedConf>,
+    /// The `priority=` values of `rate_limit_window_shed` that are one
+    /// variable (configuration pool), their headers resolved at
+    /// `init_module` (zone::resolve_header_keys).
+    pub shed_priorities: Vec<*mut shed::PriorityVar>,
     /// `rate_limit_window_state_interval`: how often worker 0 writes the
     /// zones' state files (ms); None: not given, [`STATE_INTERVAL_MS`].
     pub state_interval_ms: Option<u64>,

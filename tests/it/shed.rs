@@ -110,6 +110,54 @@ fn default_requests_are_shed_first_and_critical_ones_get_the_reserve() {
     );
 }
 
+/// `priority=$http_x_prio` is read from the header list by the module
+/// itself (as a zone's `$http_NAME` key is): a name in any spelling and a
+/// value in any case, as nginx's variable reads them. Two default requests
+/// hold the group's default share: a critical one in other spellings is
+/// admitted, a default one is shed.
+#[test]
+fn the_priority_header_is_read_in_any_spelling() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&conf(""));
+    let port = ng.port;
+    let slow = [
+        spawn(port, "/b/1?sleep=2000", "default"),
+        spawn(port, "/b/2?sleep=2000", "default"),
+    ];
+    assert!(wait_for(Duration::from_secs(5), || up.concurrent("c1") == 2));
+    for name in ["x-PRIO", "X-pRiO", "x-prio"] {
+        let r = request(
+            port,
+            "GET",
+            "/b/3",
+            &[(name, b"CRITICAL"), ("X-Client", b"c1")],
+        );
+        assert_eq!(
+            (r.status, r.header("x-status")),
+            (200, Some("PASSED")),
+            "{name}"
+        );
+    }
+    let shed = request(
+        port,
+        "GET",
+        "/b/4",
+        &[("X-PRIO", b"default"), ("X-Client", b"c1")],
+    );
+    assert_eq!(shed.status, 503, "{}", shed.describe());
+    for h in slow {
+        assert_eq!(h.join().unwrap().status, 200);
+    }
+    let m = |prio| {
+        shed_metric(
+            port,
+            "rate_limit_window_shed_admitted_total",
+            &[("zone", "cap"), ("priority", prio)],
+        )
+    };
+    assert_eq!((m("critical"), m("default")), (3.0, 2.0));
+}
+
 /// A request the location's rate limit rejects gives its group place back
 /// at once; one on a keep-alive connection after another sees its place.
 #[test]
