@@ -23,6 +23,7 @@ mod commands;
 mod conf;
 mod ffi;
 mod request;
+mod stream;
 mod sync;
 mod worker;
 mod zone;
@@ -105,8 +106,36 @@ static NGX_HTTP_RATE_LIMIT_WINDOW_MODULE_CTX: ngx_http_module_t = ngx_http_modul
 
 // Generate the `ngx_modules` table: required for a loadable cdylib built
 // outside nginx's own build system.
+// The `ngx_modules` table of a loadable module built outside nginx's own
+// build system: both modules of the .so, http's and the stream's. A stream
+// module must load after `ngx_stream_module` (Debian's nginx loads it from
+// a module of its own: docs/stream.md).
 #[cfg(feature = "export-modules")]
-ngx::ngx_modules!(ngx_http_rate_limit_window_module);
+mod exports {
+    use core::ffi::c_char;
+    use core::ptr;
+    use nginx_sys::ngx_module_t;
+
+    #[no_mangle]
+    #[allow(non_upper_case_globals)]
+    pub static mut ngx_modules: [*const ngx_module_t; 3] = [
+        ptr::addr_of!(crate::ngx_http_rate_limit_window_module),
+        ptr::addr_of!(crate::stream::ngx_stream_rate_limit_window_module),
+        ptr::null(),
+    ];
+
+    #[no_mangle]
+    #[allow(non_upper_case_globals)]
+    pub static mut ngx_module_names: [*const c_char; 3] = [
+        c"ngx_http_rate_limit_window_module".as_ptr(),
+        c"ngx_stream_rate_limit_window_module".as_ptr(),
+        ptr::null(),
+    ];
+
+    #[no_mangle]
+    #[allow(non_upper_case_globals)]
+    pub static mut ngx_module_order: [*const c_char; 1] = [ptr::null()];
+}
 
 /// The module descriptor nginx loads.
 #[used]

@@ -17,4 +17,6 @@ pub mod pool;
 pub mod process;
 pub mod req;
 pub mod request_bits;
+pub mod session;
+pub mod stream_conf;
 pub mod vars;

@@ -10,6 +10,7 @@
 //! workers can write it ([`state_dir`]); beside the zones, the module's
 //! tally of requests decided ([`tally`]).
 
+pub mod client;
 pub mod init;
 pub mod resize;
 pub mod shed;
@@ -19,7 +20,10 @@ pub mod tally;
 
 use core::ptr;
 
-use nginx_sys::{ngx_cycle_t, ngx_http_complex_value_t, ngx_shm_zone_t, ngx_str_t, ngx_uint_t};
+use nginx_sys::{
+    ngx_cycle_t, ngx_http_complex_value_t, ngx_shm_zone_t, ngx_str_t, ngx_stream_complex_value_t,
+    ngx_uint_t,
+};
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
 use rate_limit_window_core::conf::error::ZoneIdentity;
 use rate_limit_window_core::conf::parse::RedisParams;
@@ -31,10 +35,20 @@ use crate::ffi::header_in;
 use rate_limit_window_core::shm::{Owner, Places, Turns};
 use rate_limit_window_core::{FailPolicy, Table, Window, DEFAULT_WINDOW_MS};
 
+/// The block a zone is declared in: `http {}` or `stream {}` (its key's
+/// variables are that block's; its name is unique across both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Context {
+    Http,
+    Stream,
+}
+
 /// One `rate_limit_window_zone`, allocated from the configuration pool.
 pub struct ZoneConf {
     /// Zone name (configuration pool memory).
     pub name: ngx_str_t,
+    /// The block it is declared (or referenced) in.
+    pub context: Context,
     /// False while the zone is only a forward reference from `rate_limit_window`.
     pub defined: bool,
     /// Where the zone was first referenced, for the "is not defined" error.
@@ -42,9 +56,12 @@ pub struct ZoneConf {
     pub ref_line: ngx_uint_t,
     /// The compiled key, and its source text (compared on reload).
     pub key: ngx_http_complex_value_t,
+    /// A stream zone's compiled key (`key` is unused there).
+    pub stream_key: ngx_stream_complex_value_t,
     pub key_src: ngx_str_t,
     /// The variable's index when the key is exactly one variable (the usual
-    /// `$binary_remote_addr`): read directly, without the script engine.
+    /// `$binary_remote_addr`): read directly, without the script engine
+    /// (an index of the zone's block's variables).
     pub key_index: Option<ngx_uint_t>,
     /// The header's name (after `http_`, as nginx compares it) when that
     /// variable is nginx's generic request-header one, `$http_NAME`: read
@@ -135,10 +152,16 @@ pub fn resolve_header_keys(cycle: &ngx_cycle_t, zones: &[*mut ZoneConf]) {
 pub const BINARY_REMOTE_ADDR: &[u8] = b"$binary_remote_addr";
 
 impl ZoneConf {
-    /// A zone known only by name so far.
-    pub fn new(name: ngx_str_t, ref_file: ngx_str_t, ref_line: ngx_uint_t) -> Self {
+    /// A zone of `context` known only by name so far.
+    pub fn new(
+        name: ngx_str_t,
+        context: Context,
+        ref_file: ngx_str_t,
+        ref_line: ngx_uint_t,
+    ) -> Self {
         Self {
             name,
+            context,
             defined: false,
             ref_file,
             ref_line,
@@ -149,6 +172,13 @@ impl ZoneConf {
                 lengths: ptr::null_mut(),
                 values: ptr::null_mut(),
                 u: nginx_sys::ngx_http_complex_value_t__bindgen_ty_1 { size: 0 },
+            },
+            stream_key: ngx_stream_complex_value_t {
+                value: ngx_str_t::empty(),
+                flushes: ptr::null_mut(),
+                lengths: ptr::null_mut(),
+                values: ptr::null_mut(),
+                u: nginx_sys::ngx_stream_complex_value_t__bindgen_ty_1 { size: 0 },
             },
             key_src: ngx_str_t::empty(),
             key_index: None,

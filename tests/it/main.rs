@@ -48,4 +48,5 @@ mod rule;
 mod shed;
 mod soak;
 mod state;
+mod stream;
 mod strict;

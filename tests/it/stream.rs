@@ -1,0 +1,300 @@
+//! The stream module (`stream {}`): a TCP connection, or a UDP client's
+//! session, is one request. A real nginx (2 workers) proxies to a real
+//! echo server that counts what reaches it; the clock is libfaketime's
+//! shifted clock, moved instead of waited for.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::FromRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use crate::common;
+use common::*;
+
+/// A TCP echo server on 127.0.0.1 that counts the connections it accepted
+/// and those open now.
+struct Echo {
+    port: u16,
+    accepted: Arc<AtomicU64>,
+    open: Arc<AtomicU64>,
+}
+
+impl Echo {
+    fn start() -> Echo {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let open = Arc::new(AtomicU64::new(0));
+        let (a, o) = (accepted.clone(), open.clone());
+        thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(mut c) = c else { continue };
+                a.fetch_add(1, Ordering::SeqCst);
+                o.fetch_add(1, Ordering::SeqCst);
+                let o = o.clone();
+                thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = c.read(&mut buf) {
+                        if n == 0 || c.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    o.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        Echo {
+            port,
+            accepted,
+            open,
+        }
+    }
+
+    fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    fn open(&self) -> u64 {
+        self.open.load(Ordering::SeqCst)
+    }
+}
+
+/// A UDP echo server on 127.0.0.1 that counts the datagrams it received.
+struct UdpEcho {
+    port: u16,
+    received: Arc<AtomicU64>,
+}
+
+impl UdpEcho {
+    fn start() -> UdpEcho {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = s.local_addr().unwrap().port();
+        let received = Arc::new(AtomicU64::new(0));
+        let r = received.clone();
+        thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while let Ok((n, from)) = s.recv_from(&mut buf) {
+                r.fetch_add(1, Ordering::SeqCst);
+                let _ = s.send_to(&buf[..n], from);
+            }
+        });
+        UdpEcho { port, received }
+    }
+}
+
+/// A TCP connection from `src` (a loopback address) to 127.0.0.1:`port`.
+fn connect_from(src: Ipv4Addr, port: u16) -> TcpStream {
+    // SAFETY: plain socket calls on a descriptor this function owns; the
+    // sockaddr structs are fully initialised and outlive the calls.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0);
+        let sa = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(ip).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let local = sa(src, 0);
+        assert_eq!(libc::bind(fd, (&raw const local).cast(), len), 0);
+        let remote = sa(Ipv4Addr::LOCALHOST, port);
+        let rc = libc::connect(fd, (&raw const remote).cast(), len);
+        assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
+        TcpStream::from_raw_fd(fd)
+    }
+}
+
+/// Whether a connection of `src` to the stream server on `port` is
+/// proxied: a line sent comes back from the echo server (true), or nginx
+/// closes the connection at once (false). An open connection is returned
+/// for the caller to hold.
+fn session(src: Ipv4Addr, port: u16) -> Option<TcpStream> {
+    let mut c = connect_from(src, port);
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    if c.write_all(b"ping\n").is_err() {
+        return None;
+    }
+    let mut buf = [0u8; 5];
+    let mut got = 0;
+    while got < buf.len() {
+        match c.read(&mut buf[got..]) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {
+                panic!("no answer and no close in 10 s")
+            }
+            Err(_) => return None,
+        }
+    }
+    assert_eq!(&buf, b"ping\n");
+    Some(c)
+}
+
+const ONE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
+const TWO: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+
+/// nginx.conf with an http server on {{PORT}} (the harness's readiness
+/// probe, and the API where a test has one) and `stream` as the stream block.
+fn stream_conf(http_server: &str, stream: &str) -> String {
+    let http = http_conf(&format!(
+        "server {{ listen 127.0.0.1:{{{{PORT}}}}; location / {{ return 204; }} {http_server} }}"
+    ));
+    format!("{http}stream {{\n{stream}\n}}\n")
+}
+
+/// `limit=10 window=1m`: 10 connections of one client are proxied and
+/// echoed, the 11th is closed before it reaches the upstream; another
+/// client (127.0.0.2) is not affected. One refusal line for the episode.
+#[test]
+fn ten_connections_a_minute_then_the_eleventh_is_closed() {
+    let echo = Echo::start();
+    let clock = ShiftedClock::new();
+    clock.clear_of_boundary(60_000, 30_000);
+    let conf = stream_conf(
+        "",
+        &format!(
+            "rate_limit_window_zone $binary_remote_addr zone=tcp:1m window=1m;\n\
+             server {{ listen 127.0.0.1:{{{{PORT2}}}} reuseport;\n\
+               rate_limit_window zone=tcp limit=10;\n\
+               proxy_pass 127.0.0.1:{};\n}}",
+            echo.port
+        ),
+    );
+    let ng = clock.builder().start(&conf);
+    for i in 0..10 {
+        assert!(session(ONE, ng.port2).is_some(), "connection {i} refused");
+    }
+    assert_eq!(echo.accepted(), 10);
+    for _ in 0..3 {
+        assert!(session(ONE, ng.port2).is_none(), "11th connection proxied");
+    }
+    assert_eq!(
+        echo.accepted(),
+        10,
+        "a refused connection reached the upstream"
+    );
+    for i in 0..10 {
+        assert!(session(TWO, ng.port2).is_some(), "127.0.0.2's {i} refused");
+    }
+    assert!(session(TWO, ng.port2).is_none());
+    assert_eq!(echo.accepted(), 20);
+    let log = ng.error_log();
+    assert_eq!(
+        count_lines(&log, "limiting requests by zone \"tcp\""),
+        1,
+        "one line per episode:\n{log}"
+    );
+    // A window later the sliding estimate has room again (the previous
+    // window's 10 weigh less than 10 once into the next one).
+    clock.advance(60_000 + 30_000);
+    assert!(session(ONE, ng.port2).is_some());
+}
+
+/// `in_flight=3`: at most 3 connections of a client open at once across
+/// the workers, a 4th closed, a place freed when one closes; the places
+/// of workers SIGKILLed while holding them are taken back.
+#[test]
+fn three_in_flight_across_workers_and_a_killed_workers_places_come_back() {
+    let echo = Echo::start();
+    let conf = stream_conf(
+        "",
+        &format!(
+            "rate_limit_window_zone $binary_remote_addr zone=conns:1m;\n\
+             server {{ listen 127.0.0.1:{{{{PORT2}}}} reuseport;\n\
+               rate_limit_window zone=conns in_flight=3;\n\
+               proxy_pass 127.0.0.1:{};\n}}",
+            echo.port
+        ),
+    );
+    let ng = Nginx::builder().workers(2).start(&conf);
+    let mut held: Vec<TcpStream> = (0..3)
+        .map(|i| session(ONE, ng.port2).unwrap_or_else(|| panic!("{i} refused")))
+        .collect();
+    for _ in 0..3 {
+        assert!(session(ONE, ng.port2).is_none(), "a 4th open at once");
+    }
+    assert_eq!(echo.open(), 3);
+    // Another client has places of its own.
+    let other = session(TWO, ng.port2).expect("127.0.0.2 refused");
+    drop(other);
+    // One closed: its place is given back when nginx ends the session.
+    drop(held.pop());
+    assert!(
+        wait_for(Duration::from_secs(10), || match session(ONE, ng.port2) {
+            Some(c) => {
+                held.push(c);
+                true
+            }
+            None => false,
+        }),
+        "the place of a closed connection was not given back"
+    );
+    assert!(session(ONE, ng.port2).is_none());
+    // Every worker SIGKILLed while its sessions hold the 3 places.
+    let killed = ng.worker_pids();
+    for &p in &killed {
+        sigkill(p);
+    }
+    assert!(wait_for(Duration::from_secs(10), || {
+        let now = ng.worker_pids();
+        now.len() == 2 && !now.iter().any(|p| killed.contains(p))
+    }));
+    drop(held);
+    let mut again = Vec::new();
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            if let Some(c) = session(ONE, ng.port2) {
+                again.push(c);
+            }
+            again.len() == 3
+        }),
+        "the killed workers' places were not taken back"
+    );
+    assert!(session(ONE, ng.port2).is_none(), "a 4th after the reclaim");
+    let unexplained = forget_killed_workers(&ng, &killed);
+    assert!(unexplained.is_empty(), "{unexplained:?}");
+}
+
+/// UDP: sessions of one client behind `listen … udp` are limited the same
+/// way (`limit=5`): the 6th client's datagram never reaches the echo server.
+#[test]
+fn udp_sessions_of_one_client_are_limited() {
+    let echo = UdpEcho::start();
+    let clock = ShiftedClock::new();
+    clock.clear_of_boundary(60_000, 30_000);
+    let conf = stream_conf(
+        "",
+        &format!(
+            "rate_limit_window_zone $binary_remote_addr zone=dns:1m window=1m;\n\
+             server {{ listen 127.0.0.1:{{{{PORT2}}}} udp;\n\
+               rate_limit_window zone=dns limit=5;\n\
+               proxy_responses 1; proxy_timeout 2s;\n\
+               proxy_pass 127.0.0.1:{};\n}}",
+            echo.port
+        ),
+    );
+    let ng = clock.builder().start(&conf);
+    let ask = |src: Ipv4Addr| -> bool {
+        let s = UdpSocket::bind(SocketAddrV4::new(src, 0)).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(1500)))
+            .unwrap();
+        s.send_to(b"q", ("127.0.0.1", ng.port2)).unwrap();
+        let mut buf = [0u8; 16];
+        matches!(s.recv_from(&mut buf), Ok((1, _)))
+    };
+    for i in 0..5 {
+        assert!(ask(ONE), "session {i} of 127.0.0.1 refused");
+    }
+    assert_eq!(echo.received.load(Ordering::SeqCst), 5);
+    assert!(!ask(ONE), "a 6th session answered");
+    assert_eq!(echo.received.load(Ordering::SeqCst), 5);
+    assert!(ask(TWO), "127.0.0.2 refused");
+    assert_eq!(echo.received.load(Ordering::SeqCst), 6);
+}
