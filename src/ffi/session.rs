@@ -9,10 +9,11 @@ use core::mem::{align_of, size_of};
 use core::ptr;
 
 use nginx_sys::{
-    ngx_log_t, ngx_module_t, ngx_pool_cleanup_add, ngx_str_t, ngx_stream_complex_value,
+    ngx_log_t, ngx_module_t, ngx_palloc, ngx_pool_cleanup_add, ngx_str_t, ngx_stream_complex_value,
     ngx_stream_complex_value_t, ngx_stream_get_flushed_variable, ngx_stream_session_t, ngx_uint_t,
+    ngx_variable_value_t,
 };
-use ngx::core::Status;
+use ngx::core::{Pool, Status};
 
 use super::vars;
 
@@ -80,6 +81,42 @@ impl Session {
         }
         // SAFETY: the value lives in the connection's pool.
         Ok(unsafe { core::slice::from_raw_parts(out.data, out.len) })
+    }
+
+    /// The session's context of `module` (what its handler kept), if set.
+    pub fn ctx<T>(&self, module: &ngx_module_t) -> Option<&'static T> {
+        // SAFETY: ctx holds one entry per stream module, by ctx_index,
+        // null or what that module set (a T in the connection's pool, as
+        // long as the session).
+        unsafe { (*self.0.ctx.add(module.ctx_index)).cast::<T>().as_ref() }
+    }
+
+    /// Keeps `value` as the session's context of `module`, in the
+    /// connection's pool (as long as the session; never dropped: plain
+    /// data). None: out of memory.
+    pub fn set_ctx<T: Copy>(&mut self, module: &ngx_module_t, value: T) -> Option<()> {
+        const { assert!(align_of::<T>() <= align_of::<usize>()) };
+        // SAFETY: the connection's pool is live; a non-null result has
+        // room for a T (pool alignment), which ctx then points at.
+        unsafe {
+            let p = ngx_palloc((*self.0.connection).pool, size_of::<T>()).cast::<T>();
+            if p.is_null() {
+                return None;
+            }
+            p.write(value);
+            *self.0.ctx.add(module.ctx_index) = p.cast();
+        }
+        Some(())
+    }
+
+    /// Sets the variable value `v` to a copy of `bytes` in the connection's
+    /// pool. Err(()): out of memory.
+    pub fn set_value(&self, v: &mut ngx_variable_value_t, bytes: &[u8]) -> Result<(), ()> {
+        // SAFETY: the connection's pool is live for the session.
+        let mut pool = unsafe { Pool::from_ngx_pool((*self.0.connection).pool) };
+        let copy = super::pool::pool_copy(&mut pool, bytes).ok_or(())?;
+        vars::set_found(v, copy.as_mut_ptr(), copy.len());
+        Ok(())
     }
 
     /// Has `value` dropped when the session's connection pool is destroyed

@@ -24,10 +24,12 @@ use rate_limit_window_core::shm::{Owner, Place, Places};
 use rate_limit_window_core::{Admission, Answer, Counter, Table};
 
 use super::conf::{SrvConf, StreamLimit, MAX_LIMITS};
+use super::variables::Report;
 use crate::conf::value::ConfValue;
 use crate::ffi::process;
 use crate::ffi::session::Session;
 use crate::request::logging::{log_episodes, log_invalid_value, log_rejection};
+use crate::request::record::RequestStatus;
 use crate::zone::{client, ZoneConf};
 
 /// How long a zone's refusals must stay quiet before the next one is
@@ -93,14 +95,25 @@ fn decide(s: &mut Session, scf: &SrvConf, limits: &[StreamLimit]) -> ngx_int_t {
         limits,
         applied: [None; MAX_LIMITS],
         kept,
+        tightest: None,
     };
-    match engine::decide(&mut j, &ask) {
+    let (status, rc) = match engine::decide(&mut j, &ask) {
         Ok(Verdict::Reject(rej)) => {
             core::hint::cold_path();
-            refused(&mut j, scf, &rej, ask.now_ms)
+            return refused(&mut j, scf, &rej, ask.now_ms);
         }
-        Ok(_) => Status::NGX_DECLINED.into(),
-        Err(HostError) => NGX_STREAM_INTERNAL_SERVER_ERROR as ngx_int_t,
+        Ok(Verdict::Admit) => (RequestStatus::Passed, Status::NGX_DECLINED.into()),
+        Ok(_) => (RequestStatus::Exempt, Status::NGX_DECLINED.into()),
+        Err(HostError) => return NGX_STREAM_INTERNAL_SERVER_ERROR as ngx_int_t,
+    };
+    let report = Report {
+        status,
+        tightest: j.tightest,
+        retry_after_s: 0,
+    };
+    match j.s.set_ctx(super::module(), report) {
+        Some(()) => rc,
+        None => NGX_STREAM_INTERNAL_SERVER_ERROR as ngx_int_t,
     }
 }
 
@@ -122,6 +135,20 @@ fn refused(j: &mut Judging<'_>, scf: &SrvConf, rej: &engine::Rejection, now: u64
     if episode {
         log_rejection(j.s.log(), scf.log_level, zone, rej);
     }
+    let status = if rej.dry_run {
+        RequestStatus::RejectedDryRun
+    } else if rej.in_flight {
+        RequestStatus::RejectedInFlight
+    } else {
+        RequestStatus::Rejected
+    };
+    let report = Report {
+        status,
+        tightest: Some((rej.limit, 0)),
+        retry_after_s: rej.retry_after_s,
+    };
+    // Out of memory: the variables stay empty, the decision stands.
+    let _ = j.s.set_ctx(super::module(), report);
     if rej.dry_run {
         return Status::NGX_DECLINED.into();
     }
@@ -142,6 +169,8 @@ struct Judging<'a> {
     limits: &'a [StreamLimit],
     applied: [Option<Applied>; MAX_LIMITS],
     kept: Option<&'static Kept>,
+    /// The tightest rate that admitted the session (limit, remaining).
+    tightest: Option<(u32, u32)>,
 }
 
 impl Judging<'_> {
@@ -262,8 +291,13 @@ impl engine::Request<'static> for Judging<'_> {
         log_invalid_value(self.s.log(), l.zone(), what, &bad);
     }
 
-    fn record(&mut self, n: usize, _limit: u32, d: &Answer, now: u64) {
+    fn record(&mut self, n: usize, limit: u32, d: &Answer, now: u64) {
         let zone = self.limits[n].zone();
+        if self.limits[n].counts != engine::Line::InFlight
+            && self.tightest.is_none_or(|(_, left)| d.remaining < left)
+        {
+            self.tightest = Some((limit, d.remaining));
+        }
         self.applied[n] = Some(Applied {
             zone,
             admission: d.admission,

@@ -16,6 +16,7 @@
 pub mod commands;
 pub mod conf;
 pub mod handler;
+pub mod variables;
 
 use core::ptr;
 
@@ -32,7 +33,7 @@ use crate::ffi::stream_conf;
 use conf::StreamMainConf;
 
 static NGX_STREAM_RATE_LIMIT_WINDOW_MODULE_CTX: ngx_stream_module_t = ngx_stream_module_t {
-    preconfiguration: None,
+    preconfiguration: Some(variables::register),
     postconfiguration: Some(postconfiguration),
     create_main_conf: Some(conf::create_main_conf),
     init_main_conf: Some(conf::init_main_conf),

@@ -298,3 +298,171 @@ fn udp_sessions_of_one_client_are_limited() {
     assert!(ask(TWO), "127.0.0.2 refused");
     assert_eq!(echo.received.load(Ordering::SeqCst), 6);
 }
+
+/// A stream server proxying to `echo` on {{PORT2}}, with `lines` before
+/// its `proxy_pass`, after `zones` (and anything else of `stream {}`).
+fn proxied(zones: &str, listen: &str, lines: &str, echo: &Echo) -> String {
+    stream_conf(
+        "",
+        &format!(
+            "{zones}\nserver {{ listen 127.0.0.1:{{{{PORT2}}}} {listen};\n{lines}\n\
+             proxy_pass 127.0.0.1:{};\n}}",
+            echo.port
+        ),
+    )
+}
+
+/// `$rate_limit_window_status`, `_limit`, `_remaining` and `_retry_after`
+/// in a stream `log_format`: what each session's decision was.
+#[test]
+fn variables_in_the_stream_access_log() {
+    let echo = Echo::start();
+    let clock = ShiftedClock::new();
+    clock.clear_of_boundary(60_000, 30_000);
+    let zones = "log_format rlw '$remote_addr $status $rate_limit_window_status \
+                 $rate_limit_window_limit $rate_limit_window_remaining \
+                 r=$rate_limit_window_retry_after';\n\
+                 access_log logs/stream.log rlw;\n\
+                 rate_limit_window_zone $binary_remote_addr zone=v:1m window=1m;";
+    let ng = clock.builder().start(&proxied(
+        zones,
+        "",
+        "rate_limit_window zone=v limit=3;",
+        &echo,
+    ));
+    for _ in 0..3 {
+        drop(session(ONE, ng.port2).expect("refused"));
+    }
+    assert!(session(ONE, ng.port2).is_none());
+    let path = ng.prefix().join("logs/stream.log");
+    let mut log = String::new();
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            log = std::fs::read_to_string(&path).unwrap_or_default();
+            log.lines().count() == 4
+        }),
+        "{log}"
+    );
+    let mut lines: Vec<&str> = log.lines().collect();
+    lines.sort();
+    let passed: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.contains(" PASSED "))
+        .collect();
+    assert_eq!(passed.len(), 3, "{log}");
+    for left in ["0", "1", "2"] {
+        let want = format!("127.0.0.1 200 PASSED 3 {left} r=");
+        assert!(passed.iter().any(|l| *l == want), "{want:?} in\n{log}");
+    }
+    let refused: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.contains("REJECTED"))
+        .collect();
+    assert_eq!(refused.len(), 1, "{log}");
+    let r = refused[0];
+    assert!(r.starts_with("127.0.0.1 503 REJECTED 3 0 r="), "{r}");
+    let secs: u32 = r.rsplit("r=").next().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&secs), "{r}");
+}
+
+/// `proxy_protocol` with `set_real_ip_from`: the address in the PROXY
+/// header is the key, not the proxy's (the handler runs after realip).
+#[test]
+fn the_real_client_behind_proxy_protocol_is_the_key() {
+    let echo = Echo::start();
+    let clock = ShiftedClock::new();
+    clock.clear_of_boundary(60_000, 30_000);
+    let ng = clock.builder().start(&proxied(
+        "rate_limit_window_zone $binary_remote_addr zone=pp:1m window=1m;",
+        "proxy_protocol",
+        "set_real_ip_from 127.0.0.0/8; rate_limit_window zone=pp limit=2;",
+        &echo,
+    ));
+    let via_proxy = |client: &str| -> bool {
+        let mut c = connect_from(ONE, ng.port2);
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let header = format!("PROXY TCP4 {client} 127.0.0.1 40000 80\r\nping\n");
+        if c.write_all(header.as_bytes()).is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 5];
+        c.read_exact(&mut buf).is_ok() && &buf == b"ping\n"
+    };
+    assert!(via_proxy("192.0.2.7"));
+    assert!(via_proxy("192.0.2.7"));
+    assert!(!via_proxy("192.0.2.7"), "a 3rd of one real client");
+    // The same proxy, other real clients: counted apart.
+    assert!(via_proxy("192.0.2.8"));
+    assert!(via_proxy("198.51.100.1"));
+    assert_eq!(echo.accepted(), 4);
+}
+
+/// What `nginx -t` says of a stream configuration.
+fn stream_t(stream: &str, http: &str) -> (bool, String) {
+    let conf = http_conf(&format!(
+        "{http}\nserver {{ listen 127.0.0.1:{{{{PORT}}}}; location / {{ return 204; }} }}"
+    ));
+    test_config(&format!("{conf}stream {{\n{stream}\n}}\n"))
+}
+
+/// The parameters only an HTTP request has are refused in stream, named;
+/// an undeclared zone is refused at its line; a zone name is unique
+/// across http and stream.
+#[test]
+fn stream_configuration_errors_name_what_is_wrong() {
+    let zone = "rate_limit_window_zone $binary_remote_addr zone=s:1m;";
+    let server = |line: &str| {
+        format!(
+            "{zone}\nserver {{ listen 127.0.0.1:{{{{PORT2}}}}; {line} proxy_pass 127.0.0.1:9; }}"
+        )
+    };
+    for (param, line) in [
+        (
+            "count_status=",
+            "rate_limit_window zone=s limit=5 count_status=200;",
+        ),
+        (
+            "charge=",
+            "rate_limit_window zone=s limit=5 charge=$bytes_sent;",
+        ),
+        ("delay=", "rate_limit_window zone=s limit=5 delay=1s;"),
+        ("name=", "rate_limit_window zone=s limit=5 name=ssh;"),
+    ] {
+        let (ok, out) = stream_t(&server(line), "");
+        assert!(!ok, "{line}");
+        assert!(
+            out.contains(&format!(
+                "[emerg] \"{param}\" of \"rate_limit_window\" is for http only"
+            )),
+            "{out}"
+        );
+    }
+    let (ok, out) = stream_t(&server("rate_limit_window zone=nope limit=5;"), "");
+    assert!(
+        !ok && out.contains("[emerg]") && out.contains("\"nope\""),
+        "{out}"
+    );
+    // The same name in http {}: nginx's own refusal of a shared zone
+    // declared for another use.
+    let (ok, out) = stream_t(
+        &server("rate_limit_window zone=s limit=5;"),
+        "rate_limit_window_zone $binary_remote_addr zone=s:1m;",
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("the shared memory zone \"s\" is already declared for a different use"),
+        "{out}"
+    );
+    // A valid stream configuration passes, with the stream's variables
+    // in the key and in limit=.
+    let (ok, out) = stream_t(
+        "map $remote_addr $lim { default 7; }\n\
+         rate_limit_window_zone $remote_addr$server_port zone=k:1m window=10s;\n\
+         server { listen 127.0.0.1:{{PORT2}}; rate_limit_window zone=k limit=$lim in_flight=2; \
+         rate_limit_window_log_level warn; rate_limit_window_dry_run on; proxy_pass 127.0.0.1:9; }",
+        "",
+    );
+    assert!(ok, "{out}");
+}
