@@ -136,7 +136,7 @@ fn add_shared_zone(cf: &ngx_conf_t, zone: &mut ZoneConf) -> ConfResult {
     // different use").
     let module = match zone.context {
         Context::Http => ptr::addr_of_mut!(crate::ngx_http_rate_limit_window_module),
-        Context::Stream => ptr::addr_of_mut!(crate::stream::ngx_stream_rate_limit_window_module),
+        Context::Stream => ptr::addr_of_mut!(crate::ngx_stream_rate_limit_window_module),
     };
     // SAFETY: registers (or finds) the named zone in the cycle being
     // configured; nginx keeps the pointer, and reads nothing else of cf.

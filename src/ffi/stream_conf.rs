@@ -6,9 +6,9 @@ use core::ffi::c_void;
 use core::ptr;
 
 use nginx_sys::{
-    ngx_conf_t, ngx_module_t, ngx_str_t, ngx_stream_compile_complex_value,
+    ngx_conf_t, ngx_cycle_t, ngx_module_t, ngx_str_t, ngx_stream_compile_complex_value,
     ngx_stream_compile_complex_value_t, ngx_stream_complex_value_t, ngx_stream_conf_ctx_t,
-    ngx_stream_get_variable_index, ngx_uint_t,
+    ngx_stream_get_variable_index, ngx_stream_module, ngx_uint_t,
 };
 use ngx::core::Status;
 
@@ -72,5 +72,26 @@ pub fn main_conf(cf: &ngx_conf_t, module: &ngx_module_t) -> *mut c_void {
             return ptr::null_mut();
         }
         *ctx.main_conf.add(module.ctx_index)
+    }
+}
+
+/// `module`'s main configuration of `cycle`'s stream block (null: no
+/// stream block).
+pub fn cycle_main_conf(cycle: &ngx_cycle_t, module: &ngx_module_t) -> *mut c_void {
+    // SAFETY: conf_ctx holds one entry per core-type module, by index;
+    // the stream module's is null without a stream block, else an
+    // ngx_stream_conf_ctx_t whose main_conf holds one entry per stream
+    // module by ctx_index. They live as long as the cycle's configuration.
+    unsafe {
+        let stream = &*ptr::addr_of!(ngx_stream_module);
+        let conf_ctx = cycle.conf_ctx;
+        if conf_ctx.is_null() {
+            return ptr::null_mut();
+        }
+        let ctx = (*conf_ctx.add(stream.index)).cast::<ngx_stream_conf_ctx_t>();
+        match ctx.as_ref() {
+            Some(ctx) if !ctx.main_conf.is_null() => *ctx.main_conf.add(module.ctx_index),
+            _ => ptr::null_mut(),
+        }
     }
 }

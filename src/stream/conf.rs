@@ -9,7 +9,6 @@ use ngx::core::NGX_CONF_OK;
 
 use crate::conf::{Limit, UNSET, UNSET_UINT};
 use crate::ffi::conf_ext::{conf_status, ConfExt};
-use crate::zone::ZoneConf;
 
 /// Most `rate_limit_window` lines of one stream server: a session's
 /// decision keeps them on the stack.
@@ -19,19 +18,7 @@ pub const MAX_LIMITS: usize = 8;
 pub type StreamLimit = Limit<ngx_stream_complex_value_t>;
 
 /// `stream {}`'s configuration: every zone declared or referenced there.
-#[derive(Default)]
-pub struct StreamMainConf {
-    /// Zones in declaration/reference order (configuration pool, for the
-    /// cycle).
-    pub zones: Vec<*mut ZoneConf>,
-}
-
-impl StreamMainConf {
-    /// Every zone, as references for the cycle.
-    pub fn zones(&self) -> impl Iterator<Item = &'static ZoneConf> + '_ {
-        crate::zone::each(&self.zones)
-    }
-}
+pub type StreamMainConf = crate::zone::ZoneList;
 
 /// A stream server's (or the stream block's) configuration.
 pub struct SrvConf {

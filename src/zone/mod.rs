@@ -43,6 +43,16 @@ pub enum Context {
     Stream,
 }
 
+impl Context {
+    /// The block's name, as in the configuration and the metrics' label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Context::Http => "http",
+            Context::Stream => "stream",
+        }
+    }
+}
+
 /// One `rate_limit_window_zone`, allocated from the configuration pool.
 pub struct ZoneConf {
     /// Zone name (configuration pool memory).
@@ -112,6 +122,39 @@ pub struct ZoneConf {
     pub turns: Option<Turns<'static>>,
     /// `in_flight=`'s places, shared by the workers (set at init).
     pub places: Option<Places<'static>>,
+}
+
+/// The zones of `stream {}` (the stream module's main configuration).
+#[derive(Default)]
+pub struct ZoneList {
+    /// Zones in declaration/reference order (configuration pool, for the
+    /// cycle).
+    pub zones: Vec<*mut ZoneConf>,
+}
+
+/// Every zone of `cycle`: http's, then the stream's (one name space:
+/// nginx refuses a shared zone's name declared for another use).
+pub fn all_of(cycle: &ngx_cycle_t) -> Vec<*mut ZoneConf> {
+    let mut zones = crate::Module::main_conf(cycle).map_or_else(Vec::new, |m| m.zones.clone());
+    let stream = crate::ffi::stream_conf::cycle_main_conf(cycle, crate::stream_module());
+    // SAFETY: a non-null main configuration of the stream module is the
+    // ZoneList its create_main_conf allocated, for the cycle.
+    if let Some(list) = unsafe { stream.cast::<ZoneList>().as_ref() } {
+        zones.extend_from_slice(&list.zones);
+    }
+    zones
+}
+
+/// The zone called `name` of the running cycle, in either block.
+pub fn by_name(name: &[u8]) -> Option<&'static ZoneConf> {
+    let zones = running();
+    let found = each(&zones).find(|z| z.name.as_bytes() == name);
+    found
+}
+
+/// Every zone of the running cycle ([`all_of`]; none before one runs).
+pub fn running() -> Vec<*mut ZoneConf> {
+    crate::ffi::process::cycle().map_or_else(Vec::new, all_of)
 }
 
 /// The zones of a configuration's list (`MainConf::zones`, raw pointers

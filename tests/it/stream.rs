@@ -466,3 +466,175 @@ fn stream_configuration_errors_name_what_is_wrong() {
     );
     assert!(ok, "{out}");
 }
+
+/// The http API's location, in the http server beside the stream block.
+const API: &str = "location = /api { rate_limit_window_metrics write=on; }";
+
+/// The http API lists and changes stream zones: an override
+/// `{"block":true}` of an address closes its next connection at once; the
+/// lookup shows its count; the metrics name the zone's context.
+#[test]
+fn an_override_set_through_the_http_api_closes_the_next_connection() {
+    let echo = Echo::start();
+    let clock = ShiftedClock::new();
+    clock.clear_of_boundary(60_000, 30_000);
+    let conf = stream_conf(
+        API,
+        &format!(
+            "rate_limit_window_zone $binary_remote_addr zone=ssh:1m window=1m;\n\
+             server {{ listen 127.0.0.1:{{{{PORT2}}}};\n\
+               rate_limit_window zone=ssh limit=100;\n\
+               proxy_pass 127.0.0.1:{};\n}}",
+            echo.port
+        ),
+    );
+    let ng = clock.builder().start(&conf);
+    assert!(session(ONE, ng.port2).is_some());
+    let r = get(ng.port, "/api?zone=ssh&addr=127.0.0.1");
+    assert_eq!(r.status, 200, "{}", r.describe());
+    let j = crate::overrides::json(&r);
+    assert_eq!(j["current"], 1, "{j}");
+    let r = crate::overrides::send_body(
+        ng.port,
+        "PUT",
+        "/api?zone=ssh&addr=127.0.0.1",
+        br#"{"block":true}"#,
+        false,
+    );
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert!(
+        session(ONE, ng.port2).is_none(),
+        "a blocked address proxied"
+    );
+    assert!(session(TWO, ng.port2).is_some(), "another address blocked");
+    assert_eq!(echo.accepted(), 2);
+    let r = get(ng.port, "/api?zone=ssh&overrides");
+    assert!(
+        r.text().contains("127.0.0.1") || r.text().contains("block"),
+        "{}",
+        r.text()
+    );
+    let r = request(
+        ng.port,
+        "DELETE",
+        "/api?zone=ssh&addr=127.0.0.1&override",
+        &[],
+    );
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert!(session(ONE, ng.port2).is_some(), "the block was lifted");
+    let m = get(ng.port, "/api").text();
+    assert!(
+        m.contains("rate_limit_window_zone_info{zone=\"ssh\",context=\"stream\"} 1"),
+        "{m}"
+    );
+    assert!(m.contains("{zone=\"ssh\"}"), "{m}");
+}
+
+/// Sends SIGQUIT to nginx's master and waits until it and its workers are
+/// gone (the workers write the state files at exit).
+fn quit(ng: &Nginx) {
+    let master = ng.master_pid();
+    let workers = ng.worker_pids();
+    // SAFETY: kill(2) only sends a signal to a pid.
+    unsafe { libc::kill(master, libc::SIGQUIT) };
+    // SAFETY: as above; signal 0 only checks that the pid exists.
+    let alive = |p: i32| unsafe { libc::kill(p, 0) } == 0 && !zombie(p);
+    assert!(wait_for(Duration::from_secs(10), || {
+        !alive(master) && workers.iter().all(|&w| !alive(w))
+    }));
+}
+
+/// Whether `pid` is a zombie (exited, not yet reaped).
+fn zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(true)
+}
+
+/// `state=`: a stream zone's counts survive a stop and a start.
+#[test]
+fn a_stream_zones_counts_survive_a_restart_with_state() {
+    let echo = Echo::start();
+    let clock = ShiftedClock::new();
+    clock.clear_of_boundary(3_600_000, 600_000);
+    let dir = tempfile::tempdir().unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o777);
+    std::fs::set_permissions(dir.path(), mode).unwrap();
+    let conf = stream_conf(
+        "",
+        &format!(
+            "rate_limit_window_zone $binary_remote_addr zone=st:1m window=1h state={};\n\
+             server {{ listen 127.0.0.1:{{{{PORT2}}}};\n\
+               rate_limit_window zone=st limit=3;\n\
+               proxy_pass 127.0.0.1:{};\n}}",
+            dir.path().join("st.state").display(),
+            echo.port
+        ),
+    );
+    let ng = clock.builder().start(&conf);
+    for _ in 0..3 {
+        assert!(session(ONE, ng.port2).is_some());
+    }
+    assert!(session(ONE, ng.port2).is_none());
+    quit(&ng);
+    drop(ng);
+    let ng = clock.builder().start(&conf);
+    assert!(
+        ng.error_log().contains("restored"),
+        "the state file was not read:\n{}",
+        ng.error_log()
+    );
+    assert!(session(ONE, ng.port2).is_none(), "the count was lost");
+    assert!(session(TWO, ng.port2).is_some());
+    assert_eq!(echo.accepted(), 4);
+}
+
+/// Two gateways with `redis=` share a stream client's count: what one
+/// admitted, the other counts (a real redis-server).
+#[test]
+fn two_gateways_share_a_stream_clients_count_through_redis() {
+    let redis = crate::overrides::Redis::start();
+    let echo = Echo::start();
+    let clock = ShiftedClock::new();
+    clock.clear_of_boundary(3_600_000, 600_000);
+    let gateway = || {
+        clock.builder().start(&stream_conf(
+            API,
+            &format!(
+                "rate_limit_window_zone $binary_remote_addr zone=fleet:1m window=1h \
+                 redis=127.0.0.1:{} sync=100ms secret=stream-fleet-secret-01;\n\
+                 server {{ listen 127.0.0.1:{{{{PORT2}}}};\n\
+                   rate_limit_window zone=fleet limit=10;\n\
+                   proxy_pass 127.0.0.1:{};\n}}",
+                redis.1, echo.port
+            ),
+        ))
+    };
+    let (a, b) = (gateway(), gateway());
+    // One client alternating between the gateways, about 20 connections
+    // a second (as the http fleet test paces its client).
+    let mut admitted = [0u64; 2];
+    for i in 0..40 {
+        let ng = if i % 2 == 0 { &a } else { &b };
+        if session(ONE, ng.port2).is_some() {
+            admitted[i % 2] += 1;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let total = admitted[0] + admitted[1];
+    // Without the sync each would admit 10 (20 in all); the bound is about
+    // one sync interval of traffic (100 ms x 20/s = 2).
+    assert!(
+        (10..=12).contains(&total),
+        "the fleet admitted {total} for limit 10 ({admitted:?})"
+    );
+    assert!(admitted[0] > 0 && admitted[1] > 0, "{admitted:?}");
+    assert_eq!(echo.accepted(), total);
+    assert!(session(TWO, b.port2).is_some(), "B refused another client");
+}
