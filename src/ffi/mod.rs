@@ -19,4 +19,5 @@ pub mod req;
 pub mod request_bits;
 pub mod session;
 pub mod stream_conf;
+pub mod stream_weak;
 pub mod vars;

@@ -9,12 +9,12 @@ use core::mem::{align_of, size_of};
 use core::ptr;
 
 use nginx_sys::{
-    ngx_log_t, ngx_module_t, ngx_palloc, ngx_pool_cleanup_add, ngx_str_t, ngx_stream_complex_value,
-    ngx_stream_complex_value_t, ngx_stream_get_flushed_variable, ngx_stream_session_t, ngx_uint_t,
-    ngx_variable_value_t,
+    ngx_log_t, ngx_module_t, ngx_palloc, ngx_pool_cleanup_add, ngx_str_t,
+    ngx_stream_complex_value_t, ngx_stream_session_t, ngx_uint_t, ngx_variable_value_t,
 };
 use ngx::core::{Pool, Status};
 
+use super::stream_weak::{rlw_stream_complex_value, rlw_stream_get_flushed_variable};
 use super::vars;
 
 /// A stream session, as the phase handler is given it.
@@ -55,7 +55,7 @@ impl Session {
     pub fn variable<'s>(&mut self, index: ngx_uint_t) -> Result<&'s [u8], ()> {
         // SAFETY: the index was obtained at configuration time for the
         // stream block; the session is live.
-        let v = unsafe { ngx_stream_get_flushed_variable(&mut self.0, index) };
+        let v = unsafe { rlw_stream_get_flushed_variable(&mut self.0, index) };
         // SAFETY: a non-null result is the session's value, whose data
         // lives as long as the session.
         match unsafe { v.as_ref() } {
@@ -72,7 +72,7 @@ impl Session {
         let cv = ptr::from_ref(cv).cast_mut();
         // SAFETY: cv was compiled for the stream block, in the
         // configuration pool; nginx writes the value into `out`.
-        let rc = unsafe { ngx_stream_complex_value(&mut self.0, cv, &mut out) };
+        let rc = unsafe { rlw_stream_complex_value(&mut self.0, cv, &mut out) };
         if rc != Status::NGX_OK.into() {
             return Err(());
         }

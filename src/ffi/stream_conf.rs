@@ -6,13 +6,13 @@ use core::ffi::c_void;
 use core::ptr;
 
 use nginx_sys::{
-    ngx_conf_t, ngx_cycle_t, ngx_module_t, ngx_str_t, ngx_stream_compile_complex_value,
-    ngx_stream_compile_complex_value_t, ngx_stream_complex_value_t, ngx_stream_conf_ctx_t,
-    ngx_stream_get_variable_index, ngx_stream_module, ngx_uint_t,
+    ngx_conf_t, ngx_cycle_t, ngx_module_t, ngx_str_t, ngx_stream_compile_complex_value_t,
+    ngx_stream_complex_value_t, ngx_stream_conf_ctx_t, ngx_uint_t,
 };
 use ngx::core::Status;
 
 use super::conf_ext::{ConfExt, ConfFailed, ConfResult};
+use super::stream_weak::{rlw_stream_compile_complex_value, rlw_stream_get_variable_index};
 
 /// Compiles `value` into `cv` (configuration pool memory, zeroed or a field
 /// of a pool-allocated struct) as a stream complex value.
@@ -30,7 +30,7 @@ pub fn compile_into(
     ccv.complex_value = cv;
     // SAFETY: ccv is set up as nginx's stream modules do; nginx copies what
     // it needs into the configuration pool.
-    let rc = unsafe { ngx_stream_compile_complex_value(&mut ccv) };
+    let rc = unsafe { rlw_stream_compile_complex_value(&mut ccv) };
     if rc != Status::NGX_OK.into() {
         return Err(ConfFailed::Logged);
     }
@@ -54,7 +54,7 @@ pub fn variable_index(cf: &ngx_conf_t, name: &[u8]) -> ConfResult<ngx_uint_t> {
     let cf = ptr::from_ref(cf).cast_mut();
     // SAFETY: cf is a stream block's configuration; nginx copies the
     // (lowercased) name and registers it in the stream main configuration.
-    let index = unsafe { ngx_stream_get_variable_index(cf, &mut name) };
+    let index = unsafe { rlw_stream_get_variable_index(cf, &mut name) };
     ngx_uint_t::try_from(index).map_err(|_| ConfFailed::Logged)
 }
 
@@ -82,8 +82,11 @@ pub fn cycle_main_conf(cycle: &ngx_cycle_t, module: &ngx_module_t) -> *mut c_voi
     // the stream module's is null without a stream block, else an
     // ngx_stream_conf_ctx_t whose main_conf holds one entry per stream
     // module by ctx_index. They live as long as the cycle's configuration.
+    let Some(stream) = super::stream_weak::stream_module() else {
+        return ptr::null_mut();
+    };
+    // SAFETY: as above.
     unsafe {
-        let stream = &*ptr::addr_of!(ngx_stream_module);
         let conf_ctx = cycle.conf_ctx;
         if conf_ctx.is_null() {
             return ptr::null_mut();

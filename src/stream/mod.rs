@@ -18,11 +18,9 @@ pub mod conf;
 pub mod handler;
 pub mod variables;
 
-use core::ptr;
-
 use nginx_sys::{
     ngx_array_push, ngx_conf_t, ngx_int_t, ngx_module_t, ngx_stream_core_main_conf_t,
-    ngx_stream_core_module, ngx_stream_handler_pt, ngx_stream_phases_NGX_STREAM_PREACCESS_PHASE,
+    ngx_stream_handler_pt, ngx_stream_phases_NGX_STREAM_PREACCESS_PHASE,
 };
 use ngx::core::Status;
 
@@ -37,8 +35,10 @@ pub fn module() -> &'static ngx_module_t {
 pub extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     // SAFETY: nginx passes the stream block's configuration.
     let cf = unsafe { &*cf };
-    // SAFETY: ngx_stream_core_module is nginx's static, its ctx_index set.
-    let core = unsafe { &*ptr::addr_of!(ngx_stream_core_module) };
+    // Checked in preconfiguration (variables.rs).
+    let Some(core) = crate::ffi::stream_weak::stream_core_module() else {
+        return Status::NGX_ERROR.into();
+    };
     let cmcf = stream_conf::main_conf(cf, core).cast::<ngx_stream_core_main_conf_t>();
     // SAFETY: the stream core module's main configuration of this block;
     // its phases' handler arrays are initialised before postconfiguration.

@@ -7,13 +7,15 @@
 //! from what the handler kept in the session's context ([`Report`]).
 
 use nginx_sys::{
-    ngx_conf_t, ngx_int_t, ngx_str_t, ngx_stream_add_variable, ngx_stream_session_t,
-    ngx_stream_variable_value_t, ngx_uint_t, NGX_STREAM_VAR_NOCACHEABLE,
+    ngx_conf_t, ngx_int_t, ngx_str_t, ngx_stream_session_t, ngx_stream_variable_value_t,
+    ngx_uint_t, NGX_STREAM_VAR_NOCACHEABLE,
 };
 use ngx::core::Status;
 use ngx::ngx_string;
 
+use crate::ffi::conf_ext::ConfExt;
 use crate::ffi::session::Session;
+use crate::ffi::stream_weak::{self, rlw_stream_add_variable};
 use crate::request::record::RequestStatus;
 
 /// What a session's decision leaves for its variables.
@@ -27,6 +29,12 @@ pub struct Report {
     pub retry_after_s: u32,
 }
 
+/// The `[emerg]` of a `stream {}` block when nginx's stream module was
+/// loaded after this one (its functions were not there to link to).
+const NOT_LINKED: &str = "ngx_stream_rate_limit_window_module needs nginx's stream module loaded \
+     before it: put \"load_module modules/ngx_stream_module.so;\" before this module's \
+     load_module line";
+
 /// A variable's getter, as nginx's stream wants it.
 type Getter = unsafe extern "C" fn(
     *mut ngx_stream_session_t,
@@ -36,6 +44,13 @@ type Getter = unsafe extern "C" fn(
 
 /// Adds the variables (preconfiguration).
 pub extern "C" fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
+    if !stream_weak::linked() {
+        // A stream block, but the stream module was loaded after this one.
+        // SAFETY: nginx passes the configuration being parsed.
+        let cf = unsafe { &*cf };
+        cf.emerg(NOT_LINKED);
+        return Status::NGX_ERROR.into();
+    }
     let vars: [(ngx_str_t, Getter); 4] = [
         (ngx_string!("rate_limit_window_status"), get_status),
         (ngx_string!("rate_limit_window_limit"), get_limit),
@@ -50,7 +65,7 @@ pub extern "C" fn register(cf: *mut ngx_conf_t) -> ngx_int_t {
         // name; a non-null v is the variable it just created, ours to set.
         let added = unsafe {
             let v =
-                ngx_stream_add_variable(cf, &mut name, NGX_STREAM_VAR_NOCACHEABLE as ngx_uint_t);
+                rlw_stream_add_variable(cf, &mut name, NGX_STREAM_VAR_NOCACHEABLE as ngx_uint_t);
             if let Some(v) = v.as_mut() {
                 v.get_handler = Some(get);
                 v.data = 0;

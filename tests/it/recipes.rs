@@ -606,6 +606,7 @@ const DOCS: &[&str] = &[
     "docs/runtime-control.md",
     "docs/shedding.md",
     "docs/state-file.md",
+    "docs/stream.md",
 ];
 
 /// Runs every recipe of `doc`; (recipes, steps).

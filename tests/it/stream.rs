@@ -638,3 +638,40 @@ fn two_gateways_share_a_stream_clients_count_through_redis() {
     assert_eq!(echo.accepted(), total);
     assert!(session(TWO, b.port2).is_some(), "B refused another client");
 }
+
+/// nginx-conf/stream.conf, run as printed (ports swapped): 3 connections
+/// at once, a 4th closed; 10 a minute, the 11th closed; the stream log and
+/// the metrics say so.
+#[test]
+fn the_stream_example_limits_as_its_comments_say() {
+    let echo = Echo::start();
+    let clock = ShiftedClock::new();
+    clock.clear_of_boundary(60_000, 30_000);
+    let ng = clock
+        .builder()
+        .upstream(&format!("127.0.0.1:{}", echo.port))
+        .start(&crate::examples::example("stream.conf"));
+    let held: Vec<TcpStream> = (0..3).filter_map(|_| session(ONE, ng.port2)).collect();
+    assert_eq!(held.len(), 3);
+    assert!(session(ONE, ng.port2).is_none(), "a 4th at once");
+    drop(held);
+    let mut admitted = 3;
+    assert!(wait_for(Duration::from_secs(10), || {
+        if session(ONE, ng.port2).is_some() {
+            admitted += 1;
+        }
+        admitted == 10
+    }));
+    assert!(session(ONE, ng.port2).is_none(), "an 11th in the minute");
+    assert_eq!(echo.accepted(), 10);
+    let m = get(ng.port, "/metrics").text();
+    assert!(
+        m.contains("rate_limit_window_requests_total{zone=\"ssh\",result=\"passed\"} 10"),
+        "{m}"
+    );
+    let path = ng.prefix().join("logs/stream.log");
+    assert!(wait_for(Duration::from_secs(10), || {
+        let log = std::fs::read_to_string(&path).unwrap_or_default();
+        log.contains(" 503 REJECTED_IN_FLIGHT ") && log.contains(" 503 REJECTED ")
+    }));
+}
