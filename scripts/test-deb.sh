@@ -29,7 +29,7 @@ PKG=libnginx-mod-http-rate-limit-window
 MODULE=ngx_http_rate_limit_window_module
 NGINX=/usr/sbin/nginx
 AVAILABLE=/usr/share/nginx/modules-available/mod-http-rate-limit-window.conf
-LINK=/etc/nginx/modules-enabled/50-mod-http-rate-limit-window.conf
+LINK=/etc/nginx/modules-enabled/70-mod-http-rate-limit-window.conf
 SO=/usr/lib/nginx/modules/$MODULE.so
 SYSTEM_PID=/run/nginx.pid
 LIMIT=3
@@ -115,7 +115,7 @@ stop_system_nginx_if_we_started_it() {
   return 0
 }
 
-if scripts/deps.sh nginx curl; then pass "nginx and curl installed"; else abort "nginx and curl installed"; fi
+if scripts/deps.sh nginx curl libnginx-mod-stream; then pass "nginx, curl and libnginx-mod-stream installed"; else abort "nginx, curl and libnginx-mod-stream installed"; fi
 stop_system_nginx_if_we_started_it
 [ -x "$NGINX" ] || abort "$NGINX exists"
 echo "info: $("$NGINX" -v 2>&1), package nginx $(dpkg-query -W -f='${Version}' nginx 2>/dev/null)"
@@ -168,6 +168,7 @@ free_port() { # free_port EXCEPT
 }
 GW=$(free_port) || abort "found a free port"
 UP=$(free_port "$GW") || abort "found a second free port"
+ST=$(free_port "$UP") || abort "found a third free port"
 
 # load_module paths are relative to the prefix: Debian's prefix
 # /usr/share/nginx has modules -> /usr/lib/nginx/modules; so does ours.
@@ -216,6 +217,16 @@ http {
             rate_limit_window zone=h limit=1;
             proxy_pass http://127.0.0.1:$UP;
         }
+    }
+}
+
+# The stream half: Debian's stream module is loaded first (50-mod-stream.conf).
+stream {
+    rate_limit_window_zone \$binary_remote_addr zone=s:1m window=1m;
+    server {
+        listen 127.0.0.1:$ST;
+        rate_limit_window zone=s limit=1;
+        proxy_pass 127.0.0.1:$UP;
     }
 }
 EOF
@@ -291,6 +302,13 @@ if [ -n "$test_pid" ]; then
       test "$(by_header -H 'X-Client: a' -H 'X-Client: b')$(by_header -H 'X-Client: a' -H 'X-Client: b')" = 200429
   fi
   check "header key: client b's first request 200" test "$(by_header -H 'X-Client: b')" = 200
+
+  # stream: one TCP connection a minute; the second is closed unanswered.
+  by_stream() {
+    timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$ST; printf 'GET / HTTP/1.0\r\n\r\n' >&3; cat <&3" 2>/dev/null
+  }
+  check "stream: the first connection is proxied" eval 'by_stream | grep -q upstream-ok'
+  check "stream: the second is closed before the upstream" eval '! by_stream | grep -q upstream-ok'
 
   # A reload keeps the zone and its counts: the client stays limited, and
   # the new workers answer.
