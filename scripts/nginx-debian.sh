@@ -45,9 +45,14 @@ scripts/deps.sh patchelf dpkg-dev nginx-common libclang-dev make gcc pkg-config
 
 # 1. sid's packages, once (again when their versions change: RLW_APT_REFRESH=1).
 stamp=$DIR/debs/.unpacked
+# An unpacked root from before libnginx-mod-stream was fetched: again.
+[ -f "$R/usr/lib/nginx/modules/ngx_stream_module.so" ] || rm -f "$stamp"
 if [ ! -f "$stamp" ]; then
     rm -rf "$DIR/debs" "$R"
-    pkgs=(nginx nginx-dev "${LIBS[@]}")
+    # libnginx-mod-stream: Debian builds stream as a module of its own; the
+    # tests load it before this module when a configuration has stream {}
+    # (tests/it/common/conf.rs, with_stream_module).
+    pkgs=(nginx nginx-dev libnginx-mod-stream "${LIBS[@]}")
     scripts/apt.sh download "$DIR/debs" "${pkgs[@]/%//$SUITE}"
     for deb in "$DIR"/debs/*.deb; do
         dpkg-deb -x "$deb" "$R" || die "cannot unpack $deb"
@@ -90,5 +95,7 @@ built_for=$(sed -n 's/^cargo::metadata=version=//p' "$(ls -t "$CARGO_DIR"/releas
 [ "$built_for" = "nginx/$have" ] || die "nginx-sys bindings are for '${built_for:-?}', expected nginx/$have"
 cp "$CARGO_DIR/release/lib$MODULE.so" "$DIR/dist/.$MODULE.so.new"
 mv -f "$DIR/dist/.$MODULE.so.new" "$DIR/dist/$MODULE.so"
+cp "$R/usr/lib/nginx/modules/ngx_stream_module.so" "$DIR/dist/.ngx_stream_module.so.new"
+mv -f "$DIR/dist/.ngx_stream_module.so.new" "$DIR/dist/ngx_stream_module.so"
 "$DIR/dist/nginx" -V 2>&1 | sed 's/^/  /'
 ls -l "$DIR/dist"

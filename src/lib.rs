@@ -1,4 +1,5 @@
-//! `ngx_http_rate_limit_window_module`: sliding-window rate limiting for nginx.
+//! `ngx_http_rate_limit_window_module` and `ngx_stream_rate_limit_window_module`:
+//! sliding-window rate limiting for nginx's http and stream proxies.
 //!
 //! This file holds only the module statics and the `HttpModule` glue. The
 //! algorithm and the shared-memory table live in the pure crate
@@ -9,6 +10,7 @@
 //! |---------------|--------------------------------------------------------|
 //! | `commands.rs` | the directive table and the configuration entries      |
 //! | `api/`        | the metrics page, `write=on`'s reset and overrides API |
+//! | `stream/`     | the stream module: directives, PREACCESS handler, variables |
 //! | `request/`    | the request path: phases, handler, record, `delay=`, settle, filter, variables |
 //! | `conf/`       | configuration structs, merge, the zone directive       |
 //! | `worker/`     | worker 0's timers: the sweep, the state writer         |

@@ -273,7 +273,7 @@ impl Run {
                 t
             }
         };
-        let text = self.listen(&text);
+        let text = self.listen(&with_stream_module(&text));
         let text = self.upstreams(&text);
         self.map(&text)
     }
