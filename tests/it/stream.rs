@@ -697,3 +697,70 @@ fn every_stream_symbol_of_the_module_is_weak() {
         .collect();
     assert!(strong.is_empty(), "strong stream references: {strong:?}");
 }
+
+/// `rate_limit_window_dry_run on`: every session is proxied, those over
+/// the limit logged as `REJECTED_DRY_RUN`.
+#[test]
+fn dry_run_proxies_every_session_and_logs_the_refusals() {
+    let echo = Echo::start();
+    let clock = ShiftedClock::new();
+    clock.clear_of_boundary(60_000, 30_000);
+    let zones = "log_format rlw '$remote_addr $rate_limit_window_status';\n\
+                 access_log logs/stream.log rlw;\n\
+                 rate_limit_window_zone $binary_remote_addr zone=dry:1m window=1m;";
+    let lines = "rate_limit_window_dry_run on; rate_limit_window zone=dry limit=1;";
+    let ng = clock.builder().start(&proxied(zones, "", lines, &echo));
+    for i in 0..3 {
+        assert!(session(ONE, ng.port2).is_some(), "{i} closed in a dry run");
+    }
+    assert_eq!(echo.accepted(), 3);
+    let path = ng.prefix().join("logs/stream.log");
+    let mut log = String::new();
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            log = std::fs::read_to_string(&path).unwrap_or_default();
+            log.lines().count() == 3
+        }),
+        "{log}"
+    );
+    assert_eq!(count_lines(&log, "127.0.0.1 PASSED"), 1, "{log}");
+    assert_eq!(count_lines(&log, "127.0.0.1 REJECTED_DRY_RUN"), 2, "{log}");
+    assert!(ng
+        .error_log()
+        .contains("dry run, limiting requests by zone \"dry\""));
+}
+
+/// `ban=1h`: a client its count refused stays refused once its window
+/// has passed, and the API shows the ban; another client is not banned.
+#[test]
+fn a_ban_outlasts_the_window_in_stream() {
+    let echo = Echo::start();
+    let clock = ShiftedClock::new();
+    clock.clear_of_boundary(60_000, 30_000);
+    let ng = clock.builder().start(&stream_conf(
+        API,
+        &format!(
+            "rate_limit_window_zone $binary_remote_addr zone=b:1m window=1m;\n\
+             server {{ listen 127.0.0.1:{{{{PORT2}}}};\n\
+               rate_limit_window zone=b limit=2 ban=1h;\n\
+               proxy_pass 127.0.0.1:{};\n}}",
+            echo.port
+        ),
+    ));
+    assert!(session(ONE, ng.port2).is_some());
+    assert!(session(ONE, ng.port2).is_some());
+    assert!(session(ONE, ng.port2).is_none(), "the 3rd of limit=2");
+    // Two windows later the count alone would admit it: the ban does not.
+    clock.advance(120_000);
+    assert!(session(ONE, ng.port2).is_none(), "banned, yet admitted");
+    assert!(session(TWO, ng.port2).is_some(), "another client banned");
+    let r = get(ng.port, "/api?zone=b&addr=127.0.0.1");
+    let j = crate::overrides::json(&r);
+    assert!(!j["override"].is_null(), "{j}");
+    assert!(
+        ng.error_log().contains("banned for 3600s"),
+        "{}",
+        ng.error_log()
+    );
+    assert_eq!(echo.accepted(), 3);
+}
