@@ -764,3 +764,34 @@ fn a_ban_outlasts_the_window_in_stream() {
     );
     assert_eq!(echo.accepted(), 3);
 }
+
+/// A reload that resizes a stream zone carries its clients: a client at
+/// its limit stays refused, another is admitted.
+#[test]
+fn a_resized_stream_zone_keeps_its_counts_on_reload() {
+    let echo = Echo::start();
+    let clock = ShiftedClock::new();
+    clock.clear_of_boundary(60_000, 30_000);
+    let conf = |size: &str| {
+        proxied(
+            &format!("rate_limit_window_zone $binary_remote_addr zone=rs:{size} window=1m;"),
+            "",
+            "rate_limit_window zone=rs limit=3;",
+            &echo,
+        )
+    };
+    let mut ng = clock.builder().start(&conf("1m"));
+    for _ in 0..3 {
+        assert!(session(ONE, ng.port2).is_some());
+    }
+    assert!(session(ONE, ng.port2).is_none());
+    ng.reload_with(&conf("2m"));
+    assert!(
+        ng.error_log().contains("rate_limit_window_zone \"rs\" resized from"),
+        "no resize line:\n{}",
+        ng.error_log()
+    );
+    assert!(session(ONE, ng.port2).is_none(), "the count was lost");
+    assert!(session(TWO, ng.port2).is_some());
+    assert_eq!(echo.accepted(), 4);
+}
