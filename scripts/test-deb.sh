@@ -130,7 +130,14 @@ check "package depends on $abi, which the installed nginx provides" \
   grep -qx -- "${abi:-none}" <<<"$provides"
 
 # --- install -----------------------------------------------------------------
+# The link as the packages before 0.1.0-2 named it (loaded before Debian's
+# 50-mod-stream.conf): postinst moves it to 70-.
+OLD_LINK=/etc/nginx/modules-enabled/50-mod-http-rate-limit-window.conf
+$SUDO mkdir -p /etc/nginx/modules-enabled
+$SUDO ln -sf "$AVAILABLE" "$OLD_LINK"
 if $SUDO dpkg -i "$DEB"; then pass "dpkg -i $(basename "$DEB")"; else abort "dpkg -i $(basename "$DEB")"; fi
+check "postinst moved the old 50- link to 70- (after 50-mod-stream.conf)" \
+  eval '[ ! -L "$OLD_LINK" ] && [ -L "$LINK" ]' 
 stop_system_nginx_if_we_started_it
 check "$SO installed" test -f "$SO"
 check "$AVAILABLE loads the module" \
