@@ -204,6 +204,7 @@ extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     };
     if let Some(mcf) = Module::main_conf(cycle) {
         zone::resolve_header_keys(cycle, &mcf.zones);
+        conf::shed::resolve_priority_headers(cycle, &mcf.shed_priorities);
     }
     if reload && process == NGX_PROCESS_SINGLE as ngx_uint_t {
         sync::stop_all();

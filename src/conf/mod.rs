@@ -106,6 +106,10 @@ pub struct MainConf {
     /// `rate_limit_window_shed` groups, in the order locations named them
     /// (configuration pool, for the cycle).
     pub sheds: Vec<*mut crate::zone::shed::ShedConf>,
+    /// The `priority=` values of `rate_limit_window_shed` that are one
+    /// variable (configuration pool), their headers resolved at
+    /// `init_module` (zone::resolve_header_keys).
+    pub shed_priorities: Vec<*mut shed::PriorityVar>,
     /// `rate_limit_window_state_interval`: how often worker 0 writes the
     /// zones' state files (ms); None: not given, [`STATE_INTERVAL_MS`].
     pub state_interval_ms: Option<u64>,
@@ -374,6 +378,34 @@ pub fn set_enum(
         return Err(ConfFailed::Says(c"is duplicate"));
     }
     *field = v;
+    Ok(())
+}
+
+/// `rate_limit_window_status code;`: the status of a rejection, from 400
+/// to 599. nginx's own bounds check (`ngx_conf_check_num_bounds`) would
+/// say "value must be between 400 and 599" without naming the directive.
+pub fn set_status(cf: &ngx_conf_t, lcf: &mut LocConf) -> ConfResult {
+    let [_, value, ..] = cf.args() else {
+        return Err(ConfFailed::Logged);
+    };
+    if lcf.status != UNSET {
+        return Err(ConfFailed::Says(c"is duplicate"));
+    }
+    let value = value.as_bytes();
+    let code = match value {
+        [a, b, c] if value.iter().all(u8::is_ascii_digit) => [a, b, c]
+            .iter()
+            .fold(0, |n: ngx_int_t, &&d| n * 10 + ngx_int_t::from(d - b'0')),
+        _ => 0,
+    };
+    if !(400..=599).contains(&code) {
+        return Err(cf.emerg(format_args!(
+            "invalid value \"{}\" in \"rate_limit_window_status\": it must be between 400 \
+             and 599, the HTTP status of a rejection, e.g. 429 or 503",
+            escape(value)
+        )));
+    }
+    lcf.status = code;
     Ok(())
 }
 

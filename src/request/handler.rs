@@ -302,7 +302,12 @@ fn not_admitted<const P: bool>(
             hold::would_hold(r, &holding);
             (RequestStatus::DelayedDryRun, 0)
         }
-        Verdict::Reject(rej) => (reject(r, lcf, limits, rej), rej.retry_after_s),
+        Verdict::Reject(rej) => {
+            if lcf.headers == HEADERS_IETF {
+                crate::request::judging::ietf_t_after_undo(r, limits, &mut j.pending, now);
+            }
+            (reject(r, lcf, limits, rej), rej.retry_after_s)
+        }
     })
 }
 

@@ -124,7 +124,7 @@ fn hold_for(r: &mut Request, rej: &Holding) -> Result<(), ()> {
         // Rejected after all: give the place back (the engine gives its
         // turn back itself when the hold fails).
         if let Some(mut h) = part.get() {
-            if rej.hold.turn {
+            if rej.hold.turn.is_some() {
                 h.turns = None;
             }
             unhold(&mut h);
@@ -138,21 +138,21 @@ fn hold_for(r: &mut Request, rej: &Holding) -> Result<(), ()> {
 fn new_hold(r: &Request, part: &Part<Cell<Option<Held>>>, rej: &Holding) -> Result<(), ()> {
     // The location's configuration, for the cycle: the one `rej.lcf` is.
     let lcf = Module::location_conf(r.as_ref()).ok_or(())?;
-    let client = rej.hold.client;
     // The turn the engine took in the rejecting zone's queue (seen by
     // every worker), given back when the request is decided or gone.
-    let turns = match rej.hold.turn {
-        true => rej.limits[rej.hold.index].zone().turns.as_ref(),
-        false => None,
-    };
+    let turn = rej.hold.turn.and_then(|t| {
+        let turns = rej.limits[rej.hold.index].zone().turns.as_ref()?;
+        Some((turns, t.parts()))
+    });
     let worker = crate::zone::this_owner().map_or(0, |o| o.pid());
     part.data.set(Some(Held {
         lcf,
         since_ms: rej.now,
         waited_ms: 0,
         held: true,
-        client,
-        turns,
+        turns: turn.map(|(t, _)| t),
+        turn_at: turn.map_or(0, |(_, (at, _))| at),
+        turn_word: turn.map_or(0, |(_, (_, word))| word),
         worker,
     }));
     part.on_free(release);
@@ -246,7 +246,7 @@ pub fn ended(r: &Request, limits: &[Limit], now: u64, how: engine::Woken) {
     let Some(mut h) = part.get().filter(|h| h.held) else {
         return;
     };
-    h.waited_ms = now.saturating_sub(h.since_ms);
+    h.waited_ms = u32::try_from(now.saturating_sub(h.since_ms)).unwrap_or(u32::MAX);
     unhold(&mut h);
     part.set(Some(h));
     let (what, gone_on) = match how {
@@ -257,7 +257,7 @@ pub fn ended(r: &Request, limits: &[Limit], now: u64, how: engine::Woken) {
     };
     if gone_on {
         count(limits, |s| &s.admitted, 1);
-        count(limits, |s| &s.wait_ms, h.waited_ms);
+        count(limits, |s| &s.wait_ms, u64::from(h.waited_ms));
     } else {
         count(limits, |s| &s.rejected, 1);
     }
@@ -286,9 +286,9 @@ fn unhold(h: &mut Held) {
         h.held = false;
         let cap = &h.lcf.delay;
         cap.held.set(cap.held.get().saturating_sub(1));
-        let owner = Owner::of(h.worker);
-        if let (Some(turns), Some(o)) = (h.turns, owner) {
-            turns.give(o, h.client);
+        if let Some((turns, t)) = h.turn() {
+            turns.give(t);
+            h.turns = None;
         }
         if let Some(limits) = h.lcf.limits.as_deref() {
             gauge(limits, h.worker, false);

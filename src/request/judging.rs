@@ -289,6 +289,31 @@ pub(super) fn ietf_t(
     pending: &mut record::Pending,
     now: u64,
 ) {
+    ietf_t_of(r, limits, pending, now, true);
+}
+
+/// [`ietf_t`] of a refused request, after the engine undid every
+/// admission it had made: each limit with room left says when `r` next
+/// grows from what is counted now (a limit with none says the refusal's
+/// Retry-After: `Report::reset_of`).
+pub(super) fn ietf_t_after_undo(
+    r: &mut Request,
+    limits: &[conf::Limit],
+    pending: &mut record::Pending,
+    now: u64,
+) {
+    ietf_t_of(r, limits, pending, now, false);
+}
+
+/// `t` for each applied limit of `limits` that admitted the request
+/// (`admitted`), or, of a refused one, that has room left.
+fn ietf_t_of(
+    r: &mut Request,
+    limits: &[conf::Limit],
+    pending: &mut record::Pending,
+    now: u64,
+    admitted: bool,
+) {
     for l in limits {
         let zone = l.zone();
         let Some(table) = zone.table.as_ref() else {
@@ -302,7 +327,11 @@ pub(super) fn ietf_t(
             continue;
         };
         let applied = pending.applied()[a];
-        if applied.admission.is_none() {
+        let asks = match admitted {
+            true => applied.admission.is_some(),
+            false => applied.remaining > 0,
+        };
+        if !asks {
             continue;
         }
         let Ok(Key::Client { hash, .. }) = eval(r, zone, table, l.value) else {

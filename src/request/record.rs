@@ -15,6 +15,7 @@ use core::cell::{Cell, OnceCell};
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
+use rate_limit_window_core::shm::turns::Turn;
 use rate_limit_window_core::shm::{self, Places, Turns};
 
 use nginx_sys::{ngx_http_complex_value_t, ngx_uint_t};
@@ -165,15 +166,17 @@ pub struct Held {
     pub lcf: &'static LocConf,
     /// Epoch ms when the request was first held.
     pub since_ms: u64,
-    /// Time waited (ms), set when the request is finally decided.
-    pub waited_ms: u64,
+    /// Time waited (ms, at most u32::MAX: 49 days), set when the request
+    /// is finally decided.
+    pub waited_ms: u32,
     /// True while it has a place under `delay_max_held`.
     pub held: bool,
-    /// The client (the rejecting limit's key hash) whose share it takes.
-    pub client: u64,
     /// The zone's `delay=` turns it holds one of (the rejecting limit's
-    /// zone, shared by its workers), and the process that took it.
+    /// zone, shared by its workers): [`Held::turn`].
     pub turns: Option<&'static Turns<'static>>,
+    /// That turn, in parts (beside `worker`: the record stays small).
+    pub turn_at: u32,
+    pub turn_word: u64,
     /// That process's pid, its owner of the turn and of the zones' gauge
     /// of held requests (a u32 beside `held`, so that the record stays
     /// small enough to be written without a call to memcpy).
@@ -468,6 +471,13 @@ pub fn reserve(r: &Request, at: Place, limits: usize) -> Option<Pending> {
         empty_keys: 0,
         near: false,
     })
+}
+
+impl Held {
+    /// The `delay=` turn it holds, if any, and its zone's turns.
+    pub fn turn(&self) -> Option<(&'static Turns<'static>, Turn)> {
+        Some((self.turns?, Turn::from_parts(self.turn_at, self.turn_word)))
+    }
 }
 
 const _: () = assert!(

@@ -16,6 +16,7 @@ use rate_limit_window_core::engine::ShedAsk;
 
 use crate::conf::shed::LocShed;
 use crate::conf::LocConf;
+use crate::ffi::header_in;
 use crate::request::in_flight::text;
 
 /// The group of `s` as the engine asks it for `r` (None: the group has no
@@ -40,8 +41,17 @@ pub fn ask(r: &Request, s: &LocShed) -> Option<ShedAsk<'static>> {
     })
 }
 
-/// The request's priority; an error evaluating it: not critical.
+/// The request's priority; an error evaluating it: not critical. A
+/// `$http_NAME` priority is read from the header list by the module
+/// itself (ffi/header_in.rs), as a zone's key is.
 fn priority(r: &Request, s: &LocShed) -> Priority {
+    if let Some((index, name)) = s.priority_header() {
+        // SAFETY: the index and the header's name were resolved for this
+        // configuration; the request is valid (read here, its variable's
+        // value cached in it as nginx's handler would).
+        let v = unsafe { header_in::header_key(<*const _>::from(r).cast_mut(), index, name) };
+        return v.map_or(Priority::Default, Priority::of);
+    }
     text(r, s.priority).map_or(Priority::Default, Priority::of)
 }
 

@@ -238,3 +238,46 @@ fn a_charge_zones_policy_names_its_unit() {
         "{policy}"
     );
 }
+
+/// `limit=100 in_flight=1` under `ietf`: a second request while one is in
+/// flight is refused, and its `t` is when `r` next grows from what is
+/// counted after its admission was undone, not the admission's own (which
+/// was the window's end): ten requests in the window before, the clock 5 s
+/// into this one: r = 100 - floor(10 x 55/60 + 1) = 90, and r grows once
+/// 10 x (1 - e/60) < 9, 6.001 s into the window: t = ceil(1.001) = 2.
+#[test]
+fn an_in_flight_refusals_t_is_after_undo() {
+    let up = Upstream::start();
+    let clock = FakeClock::new(T0 + 30);
+    let ng = start_faked(
+        &clock,
+        &up,
+        "UTC",
+        &proxy_conf(
+            "rate_limit_window_zone $http_x_key zone=f:1m window=60s;",
+            "",
+            "",
+            "rate_limit_window zone=f limit=100 in_flight=1; rate_limit_window_headers ietf;",
+        ),
+    );
+    for _ in 0..10 {
+        assert_eq!(get_key(ng.port, "/", "k").status, 200);
+    }
+    clock.set(T0 + 65);
+    let port = ng.port;
+    let slow = thread::spawn(move || {
+        request(
+            port,
+            "GET",
+            "/?sleep=1500",
+            &[("X-Key", b"k"), ("X-Client", b"c")],
+        )
+    });
+    assert!(wait_for(Duration::from_secs(5), || up.concurrent("c") == 1));
+    let r = get_key(port, "/", "k");
+    assert_eq!(r.status, 429, "{}", r.describe());
+    assert_eq!(member(&r, "f"), (90, 2), "{}", r.describe());
+    let s = slow.join().unwrap();
+    assert_eq!(s.status, 200, "{}", s.describe());
+    assert_eq!(member(&s, "f"), (90, 2), "{}", s.describe());
+}

@@ -18,6 +18,7 @@ mod delay;
 mod deployment;
 mod directives;
 mod docs_truth;
+mod emerg_texts;
 mod examples;
 mod fleet_chaos;
 mod fleet_deadline;

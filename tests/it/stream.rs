@@ -787,7 +787,8 @@ fn a_resized_stream_zone_keeps_its_counts_on_reload() {
     assert!(session(ONE, ng.port2).is_none());
     ng.reload_with(&conf("2m"));
     assert!(
-        ng.error_log().contains("rate_limit_window_zone \"rs\" resized from"),
+        ng.error_log()
+            .contains("rate_limit_window_zone \"rs\" resized from"),
         "no resize line:\n{}",
         ng.error_log()
     );

@@ -42,9 +42,9 @@ pub(super) enum Refused {
 /// A line without a rate (`in_flight=` alone) at `now`: its key (empty:
 /// it does not apply); the client's override exempts, blocks or bans it
 /// as it would a rate; otherwise only its place is taken. Ok(true): a
-/// place was taken.
-#[cold]
-#[inline(never)]
+/// place was taken. Inlined into the decision's line with places (out of
+/// line itself): no frame of its own.
+#[inline(always)]
 pub(super) fn line<'t, R: Request<'t>>(
     r: &mut R,
     n: usize,
@@ -95,9 +95,9 @@ pub(super) fn overridden<'t, R: Request<'t>>(
 /// Takes limit `n`'s place for `hash` (its rate, if any, admitted the
 /// request), under the client's override of its places (`set`), else the
 /// line's value. Ok(true): a place was taken; Ok(false): none applies (an
-/// empty value; an invalid one or no room, `fail=open`).
-#[cold]
-#[inline(never)]
+/// empty value; an invalid one or no room, `fail=open`). Inlined like
+/// [`line`].
+#[inline(always)]
 pub(super) fn take<'t, R: Request<'t>>(
     r: &mut R,
     n: usize,
@@ -136,6 +136,7 @@ pub(super) fn take<'t, R: Request<'t>>(
 /// The in-flight limit in force: the override's places (`set`; the value
 /// is not read), else the line's value as read. Ok(None): no place
 /// applies (an empty value; an invalid one under `fail=open`).
+#[inline(always)]
 fn in_force<'t, R: Request<'t>>(
     r: &mut R,
     n: usize,

@@ -65,15 +65,15 @@ pub(super) fn on_reject<'t, R: Request<'t>>(
     let turns = r.shared(rej.index).turns.zip(r.owner(rej.index));
     let (ahead, taken) = match (since, turns) {
         (None, Some((t, o))) if !ask.dry_run => match t.take(o, client) {
-            Some(ahead) => (ahead, Some((t, o))),
+            Some((turn, ahead)) => (ahead, Some((t, turn))),
             None => return reject,
         },
         (None, Some((t, _))) => (t.held(client), None),
         _ => (0, None),
     };
     let give_back = || {
-        if let Some((t, o)) = taken {
-            t.give(o, client);
+        if let Some((t, turn)) = taken {
+            t.give(turn);
         }
     };
     let waits = waits(r, rej, now, ahead);
@@ -81,7 +81,7 @@ pub(super) fn on_reject<'t, R: Request<'t>>(
         index: rej.index,
         wait_ms,
         client,
-        turn: taken.is_some(),
+        turn: taken.map(|(_, turn)| turn),
     };
     match plan(&waits, waited) {
         Plan::Hold { wait_ms } if ask.dry_run => OnReject::WouldHold(hold(wait_ms)),

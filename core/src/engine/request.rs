@@ -290,10 +290,10 @@ pub struct Hold {
     pub wait_ms: u64,
     /// Its client (the rejecting limit's key hash): its share of the queue.
     pub client: u64,
-    /// It took a turn of the rejecting zone's queue
-    /// ([`Turns`](crate::shm::Turns), by the [`Ask`]'s shard): the host
-    /// gives it back when the request is decided or gone.
-    pub turn: bool,
+    /// The turn it took in the rejecting zone's queue
+    /// ([`Turns`](crate::shm::Turns)), if it took one: the host gives it
+    /// back when the request is decided or gone.
+    pub turn: Option<crate::shm::turns::Turn>,
 }
 
 /// A rejected request.

@@ -182,6 +182,20 @@ pub struct Place {
     word: u64,
 }
 
+impl Place {
+    /// The place in parts (its ledger word's index, the word), for a host
+    /// that keeps it packed.
+    pub fn parts(self) -> (u32, u64) {
+        (self.at, self.word)
+    }
+
+    /// The place of [`Place::parts`]: given back with [`Places::give`],
+    /// which does nothing unless its ledger word is still that word.
+    pub fn from_parts(at: u32, word: u64) -> Place {
+        Place { at, word }
+    }
+}
+
 /// What [`Places::take`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Take {
@@ -195,6 +209,15 @@ pub enum Take {
     /// No room to count it (the ledger or the client's groups are full):
     /// the zone's `fail=` decides.
     NoRoom,
+}
+
+/// What [`Places::take_behind`] took: the place and the count before it.
+struct Behind(Option<(Place, u32)>);
+
+impl From<Take> for Behind {
+    fn from(_: Take) -> Behind {
+        Behind(None)
+    }
 }
 
 /// Counters of the metrics.
@@ -220,16 +243,42 @@ pub struct Carried {
     pub dropped: u64,
 }
 
+/// Each entry's bits in a group word.
+const ENTRY_AT: [u128; ENTRIES as usize] = [
+    ENTRY_MASK,
+    ENTRY_MASK << ENTRY_BITS,
+    ENTRY_MASK << (2 * ENTRY_BITS),
+];
+/// Each entry's lowest bit: an entry's value times it is the entry in
+/// place (a multiplication, where a shift by an entry's index would be a
+/// 128-bit shift by a variable).
+const ENTRY_LOW: [u128; ENTRIES as usize] = [1, 1 << ENTRY_BITS, 1 << (2 * ENTRY_BITS)];
+
 /// Entry `i` of a group word: (fingerprint, count).
+#[inline(always)]
 fn entry(w: u128, i: u32) -> (u64, u32) {
     let e = (w >> (i * ENTRY_BITS)) & ENTRY_MASK;
     ((e as u64) & FP_MASK, (e >> FP_BITS) as u32)
 }
 
 /// `w` with entry `i` set to (`fp`, `count`).
+#[inline(always)]
 fn with_entry(w: u128, i: u32, fp: u64, count: u32) -> u128 {
-    let e = u128::from(fp & FP_MASK) | (u128::from(count) << FP_BITS);
-    (w & !(ENTRY_MASK << (i * ENTRY_BITS))) | (e << (i * ENTRY_BITS))
+    let e = (fp & FP_MASK) | (u64::from(count) << FP_BITS);
+    let i = i as usize % ENTRIES as usize;
+    (w & !ENTRY_AT[i]) | (u128::from(e) * ENTRY_LOW[i])
+}
+
+/// `w` with one more (`up`) or one less in entry `i`'s count (above 0:
+/// one less; below [`MAX_IN_FLIGHT`]: one more), its fingerprint kept.
+#[inline(always)]
+fn with_count_step(w: u128, i: u32, up: bool) -> u128 {
+    let one = ENTRY_LOW[i as usize % ENTRIES as usize] << FP_BITS;
+    if up {
+        w + one
+    } else {
+        w - one
+    }
 }
 
 fn overflow(w: u128) -> u32 {
@@ -279,8 +328,8 @@ fn with_depth(w: u64, d: u32) -> u64 {
 
 /// What one group says to a request of `fp` under `limit`.
 enum Step {
-    /// Counted here.
-    Taken,
+    /// Counted here, behind this many of the client's (its count before).
+    Taken(u32),
     /// Its places are all taken: this many in flight.
     Full(u32),
     /// Counted further on (this group's overflow was raised).
@@ -499,6 +548,7 @@ impl<'a> Places<'a> {
     /// leaves its ledger naming a place that is not counted, whose reclaim
     /// takes one from the client's count (at worst a place too many for a
     /// while), never a count that nobody takes back.
+    #[inline(always)]
     pub fn take(&self, owner: Owner, key: u64, limit: u32) -> Take {
         if limit == 0 {
             self.header.full.fetch_add(1, Ordering::Relaxed);
@@ -525,26 +575,59 @@ impl<'a> Places<'a> {
     }
 
     /// [`Places::take`] under `pid`, counting no statistic.
+    #[inline(always)]
     fn take_as(&self, pid: u32, key: u64, limit: u32) -> Take {
+        self.take_then(pid, key, limit, |p, _| Take::Taken(p))
+    }
+
+    /// [`Places::take_as`], the place taken and the client's count before
+    /// it (its requests ahead of this one) made into a `T` by `taken`; a
+    /// [`Take`] that took nothing made into one by `Into`.
+    #[inline(always)]
+    fn take_then<T: From<Take>>(
+        &self,
+        pid: u32,
+        key: u64,
+        limit: u32,
+        taken: impl FnOnce(Place, u32) -> T,
+    ) -> T {
         let (h, fp) = Self::hash_fp(key);
         let plain = u64::from(pid) << PID_SHIFT | h << HASH_SHIFT | fp;
         let Some((at, word)) = self.claim(plain) else {
-            return Take::NoRoom;
+            return Take::NoRoom.into();
         };
         let slot = &self.ledger[at];
         match self.count_in(self.group_of(h), fp, limit, slot, word) {
-            Step::Taken => Take::Taken(Place {
-                at: at as u32,
-                word: slot.load(Ordering::Relaxed),
-            }),
+            Step::Taken(before) => taken(
+                Place {
+                    at: at as u32,
+                    word: slot.load(Ordering::Relaxed),
+                },
+                before,
+            ),
             step => {
                 slot.store(freed(word), Ordering::Release);
                 match step {
                     Step::Full(held) => Take::Full { held },
                     _ => Take::NoRoom,
                 }
+                .into()
             }
         }
+    }
+
+    /// `owner` takes a place of `key` with no limit (`delay=`'s turns,
+    /// [`crate::shm::Turns`]): the place and the client's places before it
+    /// (its requests ahead). None: no room. Counted in the statistics as
+    /// [`Places::take`] counts.
+    pub fn take_behind(&self, owner: Owner, key: u64) -> Option<(Place, u32)> {
+        let r = self.take_then(owner.pid, key, MAX_IN_FLIGHT, |p, n| Behind(Some((p, n))));
+        let counter = match r.0 {
+            Some(_) => &self.header.taken,
+            None => &self.header.no_room,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        r.0
     }
 
     /// A free ledger word for `plain` (a word without its tag), claimed
@@ -582,12 +665,13 @@ impl<'a> Places<'a> {
     /// a group after it (up to [`MAX_DEPTH`] on), with the ledger word
     /// `slot` marked first (`word` is its plain form). Not taken: every
     /// overflow it raised is lowered again.
+    #[inline(always)]
     fn count_in(&self, g: usize, fp: u64, limit: u32, slot: &AtomicU64, word: u64) -> Step {
         let mut d = 0;
         loop {
             match self.step(self.after(g, d), fp, limit, d, slot, word) {
                 Step::Over => d += 1,
-                Step::Taken => return Step::Taken,
+                Step::Taken(c) => return Step::Taken(c),
                 other => {
                     self.unwind(g, d, slot, word);
                     return other;
@@ -599,15 +683,16 @@ impl<'a> Places<'a> {
     /// One group (`d` past the client's own) for the request: counted
     /// here, full, or its overflow raised for the next (the ledger word,
     /// marked before the compare-and-swap, says how far).
+    #[inline(always)]
     fn step(&self, at: usize, fp: u64, limit: u32, d: u32, slot: &AtomicU64, word: u64) -> Step {
         let a = &self.groups[at];
         let mut w = a.load(Ordering::Acquire);
         loop {
             let (next, step) = match find(w, fp) {
                 Some((_, c)) if c >= limit => return Step::Full(c),
-                Some((i, c)) => (with_entry(w, i, fp, c + 1), Step::Taken),
+                Some((i, c)) => (with_count_step(w, i, true), Step::Taken(c)),
                 None => match free(w) {
-                    Some(i) if overflow(w) == 0 => (with_entry(w, i, fp, 1), Step::Taken),
+                    Some(i) if overflow(w) == 0 => (with_entry(w, i, fp, 1), Step::Taken(0)),
                     _ if d >= MAX_DEPTH || overflow(w) >= OVER_MAX => return Step::NoRoom,
                     _ => (with_overflow(w, overflow(w) + 1), Step::Over),
                 },
@@ -648,8 +733,8 @@ impl<'a> Places<'a> {
     fn lower(&self, g: usize, fp: u64) {
         let a = &self.groups[g];
         let mut w = a.load(Ordering::Acquire);
-        while let Some((i, c)) = find(w, fp) {
-            let next = with_entry(w, i, fp, c - 1);
+        while let Some((i, _)) = find(w, fp) {
+            let next = with_count_step(w, i, false);
             match a.compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return,
                 Err(now) => w = now,
@@ -659,6 +744,7 @@ impl<'a> Places<'a> {
 
     /// Takes the place that ledger word `w` names out of the counts: its
     /// count, then the overflows it raised.
+    #[inline(always)]
     fn uncount(&self, w: u64) {
         let g = self.group_of((w >> HASH_SHIFT) & HASH_MASK);
         let d = depth_of(w);
@@ -702,84 +788,10 @@ impl<'a> Places<'a> {
         }
         0
     }
-
-    /// Counts again, in this region, every place `old` (another region: a
-    /// zone resized on reload) counts, each under the process that holds
-    /// it, so that it is reclaimed when that process is gone, and goes on
-    /// with its counters. Called before any process takes a place here.
-    pub fn carry_from(&self, old: &Places<'_>) -> Carried {
-        let (h, o) = (self.header, old.header);
-        for (to, from) in [
-            (&h.taken, &o.taken),
-            (&h.full, &o.full),
-            (&h.no_room, &o.no_room),
-            (&h.reclaimed, &o.reclaimed),
-        ] {
-            to.fetch_add(from.load(Ordering::Relaxed), Ordering::Relaxed);
-        }
-        let mut c = Carried::default();
-        for e in old.ledger {
-            let w = e.load(Ordering::Acquire);
-            if pid_of(w) == 0 {
-                continue;
-            }
-            let key = ((w >> HASH_SHIFT) & HASH_MASK) << 17 | (w & FP_MASK) << (64 - FP_BITS);
-            match self.take_as(pid_of(w), key, MAX_IN_FLIGHT) {
-                Take::Taken(_) => c.carried += 1,
-                _ => c.dropped += 1,
-            }
-        }
-        c
-    }
-
-    /// Whether a resize retired these places ([`Places::retire`]): the
-    /// host then says whether its process is exiting and what time it is
-    /// ([`Owner::leaving`], [`Owner::at`]).
-    #[inline]
-    pub fn retired(&self) -> bool {
-        self.header.retired.load(Ordering::Relaxed) != 0
-    }
-
-    /// Marks these places as moved into another zone by a resize at
-    /// `at_ms` (epoch ms), or live again (None: a reload adopted their
-    /// zone). The old workers then take no new place here, since the new
-    /// zone would not count it: those exiting never (a `delay=` request
-    /// they held, woken after the resize, is refused), the others for
-    /// [`RETIRED_GRACE_MS`] (the moment before the master tells them to
-    /// quit; after it, the reload must have failed, and they go on).
-    pub fn retire(&self, at_ms: Option<u64>) {
-        let v = at_ms.map_or(0, |t| t.saturating_add(1));
-        self.header.retired.store(v, Ordering::Relaxed);
-    }
-
-    /// Whether `owner` takes no place here ([`Places::retire`]).
-    fn retired_for(&self, owner: Owner) -> bool {
-        match self.header.retired.load(Ordering::Relaxed) {
-            0 => false,
-            r => owner.leaving || owner.now_ms < (r - 1).saturating_add(RETIRED_GRACE_MS),
-        }
-    }
-
-    /// Requests in flight now, every client's (a scan of the ledger: for the
-    /// metrics).
-    pub fn in_flight(&self) -> u64 {
-        self.ledger
-            .iter()
-            .filter(|e| pid_of(e.load(Ordering::Relaxed)) != 0)
-            .count() as u64
-    }
-
-    /// The counters of the metrics.
-    pub fn stats(&self) -> PlaceStats {
-        let h = self.header;
-        PlaceStats {
-            taken: h.taken.load(Ordering::Relaxed),
-            full: h.full.load(Ordering::Relaxed),
-            no_room: h.no_room.load(Ordering::Relaxed),
-            reclaimed: h.reclaimed.load(Ordering::Relaxed),
-        }
-    }
 }
+
+#[path = "places_carry.rs"]
+mod carry;
 
 #[cfg(test)]
 #[path = "places_tests.rs"]

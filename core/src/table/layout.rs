@@ -33,8 +33,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RLWINDOW");
 /// version is the fleet's sequence or a local change not yet acknowledged,
 /// and the override table counts ignored values and write-backs; 7:
 /// in-flight places and `delay=` turns owned by pid, with no owner table
-/// nor per-worker rows, the gauge of held requests in the turns.)
-pub const LAYOUT_VERSION: u32 = 7;
+/// nor per-worker rows, the gauge of held requests in the turns; 8:
+/// `delay=` turns counted exactly per client, as places are, no shared
+/// buckets, the gauges in entries of their own.)
+pub const LAYOUT_VERSION: u32 = 8;
 /// The oldest layout version whose slot words are this version's: a state
 /// file's table saved by a module of that layout or later is restored
 /// (layout 5 changed the override region only). Raise it to

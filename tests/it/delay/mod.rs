@@ -415,10 +415,10 @@ fn others_are_served_while_200_are_held() {
         &up,
         &conf(
             "60s",
-            // delay=10m: a client's share is 10 held requests, so that
-            // clients sharing one of the 1,024 turn buckets (4 of 200 in
-            // one: about 6% of runs) are still all held.
-            "rate_limit_window zone=z limit=1 delay=10m delay_max_held=1000;",
+            // delay=3m, back from 10m: turns are counted per client, no
+            // longer in 1,024 shared buckets (where 4 of 200 clients in one,
+            // in about 6% of runs, refused the 4th as share_full).
+            "rate_limit_window zone=z limit=1 delay=3m delay_max_held=1000;",
         ),
     );
     // A minute's window with 40 s clear of its end: on a loaded 2-core

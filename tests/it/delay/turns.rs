@@ -119,3 +119,44 @@ fn held_requests_take_turns_across_workers() {
     assert_eq!(delayed(ng.port, "rejected"), 0.0, "held then rejected");
     assert_eq!(held(ng.port), 0.0);
 }
+
+/// Every client has a queue of its own: 1,000 clients at their limit, one
+/// more request each, are all held (none refused as `share_full` because
+/// of other clients' keys: the turns are counted per client, not in shared
+/// buckets), while a second request of one of them is refused at once
+/// (its share, what can be admitted within `delay=75s` of a 60 s window
+/// at `limit=1` with 50 s of it left, is one held request: the first waits
+/// for the next window, a second for the one after it; a queue shared with
+/// any other client would have refused one of them).
+#[test]
+fn a_thousand_clients_are_all_held() {
+    let clock = ShiftedClock::new();
+    let up = Upstream::start();
+    // A 2m zone: its turns count 2,146 held requests at once (1m: 1,072).
+    let c = conf_with(
+        "rate_limit_window_zone $http_x_key zone=z:2m window=60s;",
+        "rate_limit_window zone=z limit=1 delay=75s delay_max_held=2000;",
+    )
+    .replace("worker_connections 1024;", "worker_connections 4096;");
+    assert!(c.contains("worker_connections 4096;"));
+    let ng = start_on(&clock, &up, &c);
+    // 50 s clear of the window's end: the 2,000 requests below all fall in
+    // one window on a loaded machine, and a second held request of a
+    // client would wait over 75 s unless they took over 35 s.
+    clock.clear_of_boundary(60_000, 50_000);
+    let streams = one_held_each(ng.port, "many", 1000);
+    assert!(
+        wait_for(Duration::from_secs(30), || held(ng.port) == 1000.0),
+        "held: {}, share_full: {}",
+        held(ng.port),
+        share_full(ng.port)
+    );
+    assert_eq!(share_full(ng.port), 0.0);
+    let again = send_raw(ng.port, "many-0");
+    assert_eq!(status_within(&again, Duration::from_secs(5)), Some(429));
+    assert_eq!(share_full(ng.port), 1.0);
+    assert_eq!(held(ng.port), 1000.0);
+    drop(streams);
+    assert!(wait_for(Duration::from_secs(10), || held(ng.port) == 0.0));
+    assert_eq!(delayed(ng.port, "abandoned"), 1000.0);
+}

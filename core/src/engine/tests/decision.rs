@@ -77,11 +77,8 @@ impl Run {
         };
         prop_assert_eq!(&c.unheld, &ends, "the hold ended");
         // A woken request decided for good gives its turn back (the host).
-        if let (Some((zone, shard)), None) = (c.q.turn, &held_again) {
-            self.zones[zone].turns.give(
-                self.owners[zone][shard],
-                self.zones[zone].keys[c.q.client].0,
-            );
+        if let (Some((zone, _, turn)), None) = (c.q.turn, &held_again) {
+            self.zones[zone].turns.give(turn);
         }
         self.held.extend(held_again);
         self.check_turns()?;
@@ -433,7 +430,11 @@ impl Run {
         let turns: Vec<u64> = turns.into_iter().flatten().collect();
         let first = turns.iter().copied().max().unwrap().max(1);
         prop_assert_eq!(h.wait_ms, first, "{:?}", turns);
-        prop_assert_eq!(h.turn, c.since.is_none() && !dry_run, "a turn taken once");
+        prop_assert_eq!(
+            h.turn.is_some(),
+            c.since.is_none() && !dry_run,
+            "a turn taken once"
+        );
         for (m, (&t, l)) in turns.iter().zip(&self.lims).enumerate() {
             let w = if m == n { t.max(1) } else { t };
             prop_assert!(w == 0 || waited + w <= l.delay_ms);
@@ -442,7 +443,11 @@ impl Run {
             return Ok(None);
         }
         prop_assert_eq!(c.holds, 1);
-        let turn = q.turn.unwrap_or((n, q.shard));
+        let turn = match (q.turn, h.turn) {
+            (Some(t), _) => t,
+            (None, Some(t)) => (n, q.shard, t),
+            (None, None) => return Err(TestCaseError::fail("held without a turn")),
+        };
         Ok(Some(Held {
             at: now + h.wait_ms,
             since: c.since.unwrap_or(now),

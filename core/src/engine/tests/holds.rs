@@ -20,11 +20,12 @@ impl Run {
         match since {
             Some(_) => 0,
             None => {
-                // Clients whose keys share a bucket share a queue.
-                let b = |c: usize| crate::shm::turns::bucket(self.zones[n].keys[c].0);
+                // Every client has a queue of its own (the same key hash:
+                // the same client).
+                let k = |c: usize| self.zones[n].keys[c].0;
                 self.held
                     .iter()
-                    .filter(|h| b(h.q.client) == b(client) && h.q.turn.is_some_and(|t| t.0 == n))
+                    .filter(|h| k(h.q.client) == k(client) && h.q.turn.is_some_and(|t| t.0 == n))
                     .count() as u32
             }
         }

@@ -20,6 +20,7 @@ mod holds;
 mod host;
 mod model;
 mod ops;
+mod outage;
 mod overrides;
 mod places;
 
@@ -50,7 +51,7 @@ struct Asked {
     in_flights: Vec<LimitRead>,
     dry_run: bool,
     shard: usize,
-    turn: Option<(usize, usize)>,
+    turn: Option<(usize, usize, crate::shm::turns::Turn)>,
 }
 
 /// An admission kept to settle: limit, client, where counted, cost, proof.
