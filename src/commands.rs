@@ -124,7 +124,9 @@ pub static mut COMMANDS: [ngx_command_t; 12] = [
     ngx_command_t::empty(),
 ];
 
-conf_handler!(set_zone, MainConf, zone_directive::set_zone);
+conf_handler!(set_zone, MainConf, |cf, mcf: &mut MainConf| {
+    zone_directive::set_zone(cf, &mut mcf.zones, crate::zone::Context::Http)
+});
 conf_handler!(set_state_interval, MainConf, conf::set_state_interval);
 conf_handler!(set_limit, LocConf, conf::set_limit);
 conf_handler!(set_status, LocConf, conf::set_status);

@@ -50,6 +50,7 @@ fn example_configs_follow_conventions() {
         "problem-json.conf",
         "llm-tokens.conf",
         "quotas.conf",
+        "stream.conf",
     ] {
         let path = example_conf_dir().join(name);
         let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -49,4 +49,5 @@ mod rule;
 mod shed;
 mod soak;
 mod state;
+mod stream;
 mod strict;
