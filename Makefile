@@ -4,7 +4,8 @@
 #               (gateway on 127.0.0.1:8080, demo app on 127.0.0.1:8081;
 #               make run PORT=9090 [APP_PORT=9091] for others)
 #   make test   build, then run every unit and integration test
-#               (make test NGINX=1.30: against Debian's nginx 1.30;
+#               (make test NGINX=1.30 or 1.26: against nginx 1.30 or 1.26
+#               built from Debian's source, scripts/nginx-debian.sh;
 #               make test ENGINE=valkey: the fleet tests against Valkey)
 #
 # Other targets: build, bench, soak, fuzz, memcheck, deb, test-deb, clean.
@@ -33,8 +34,11 @@ deps:
 # cargo compiles the module. With NGINX_BUILD_DIR set, builds against that
 # configured tree instead (scripts/build.sh).
 #
-# NGINX=1.30: against Debian's nginx 1.30 instead (scripts/nginx-debian.sh),
-# in target/nginx-1.30/dist; the tests then run that nginx and module.
+# NGINX=1.30 (sid) or 1.26 (trixie): against that nginx instead, built from
+# the upstream tarball of Debian's source package with the vendored flags,
+# or Debian's binary where the archive does not serve the tarball
+# (scripts/nginx-debian.sh), in target/nginx-$(NGINX)/dist; the tests then
+# run that nginx and module.
 NGINX ?=
 build: deps
 	@CARGO="$(CARGO)" NGINX="$(NGINX)" scripts/build.sh

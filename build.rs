@@ -64,11 +64,14 @@ fn main() {
 /// out as nginx itself was compiled (see src/ffi/request_bits.rs).
 fn request_bits() {
     const SOURCE: &str = "src/ffi/request_bits.c";
+    // nginx's stream functions, referred to weakly (src/ffi/stream_weak.rs).
+    const STREAM: &str = "src/ffi/stream_weak.c";
     println!("cargo::rerun-if-changed={SOURCE}");
+    println!("cargo::rerun-if-changed={STREAM}");
     println!("cargo::rerun-if-env-changed=DEP_NGINX_INCLUDE");
     println!("cargo::rerun-if-env-changed=DEP_NGINX_CFLAGS");
     let mut build = cc::Build::new();
-    build.file(SOURCE).warnings(false);
+    build.file(SOURCE).file(STREAM).warnings(false);
     let includes = env::var("DEP_NGINX_INCLUDE").unwrap_or_default();
     for dir in env::split_paths(&includes) {
         build.include(dir);

@@ -220,10 +220,16 @@ CG_LABELS = {"none": "no limiter", "rlw_hot": "rate_limit_window, 1 hot key",
              "lc_hot": "limit_conn, 1 hot key",
              "inflight_many": "rate_limit_window limit= in_flight=, a new key per request",
              "lc_many": "limit_conn, a new key per request",
-             "shed_hot": "rate_limit_window_shed"}
+             "shed_hot": "rate_limit_window_shed",
+             "stream_none": "stream, no limiter",
+             "stream_rlw": "stream, rate_limit_window limit=",
+             "stream_rlw_in_flight": "stream, rate_limit_window limit= in_flight=",
+             "stream_in_flight": "stream, rate_limit_window in_flight= alone",
+             "stream_lc": "stream, limit_conn"}
 CG_ORDER = ("none", "rlw_hot", "rlw_hot_noheaders", "cal_hot_noheaders", "lr_hot", "rlw_many", "lr_many",
             "strict_hot", "strict_many", "inflight_hot", "inflight_alone_hot", "lc_hot",
-            "inflight_many", "lc_many", "shed_hot")
+            "inflight_many", "lc_many", "shed_hot",
+            "stream_none", "stream_rlw", "stream_rlw_in_flight", "stream_in_flight", "stream_lc")
 
 
 def cmd_callgrind(path):
@@ -239,9 +245,12 @@ def cmd_callgrind(path):
         per[v] = [(b - a) / n for a, b in zip(small[1:], big[1:])]
     cols = max((len(x) for x in per.values()), default=2)
     names = ["instructions", "L1i misses", "D1 misses", "LL misses"][:cols]
-    base = per.get("none")
-    head = "| variant | instructions / request | over no limiter | ratio to no limiter |"
-    head += "".join(" %s / request (simulated) | over no limiter |" % m for m in names[1:])
+    # The base: no limiter (the stream table's own when it has no http rows).
+    base_name = "none" if "none" in per else "stream_none"
+    base = per.get(base_name)
+    unit = "request" if base_name == "none" else "connection"
+    head = "| variant | instructions / %s | over no limiter | ratio to no limiter |" % unit
+    head += "".join(" %s / %s (simulated) | over no limiter |" % (m, unit) for m in names[1:])
     out = [head, "|---|" + "---:|" * (3 + 2 * (cols - 1))]
     for v in CG_ORDER:
         if v not in per:
@@ -251,12 +260,12 @@ def cmd_callgrind(path):
         for k in range(cols):
             miss = k > 0
             cells.append(("%.2f" % x[k]) if miss else fmt_int(x[k]))
-            if base is None or v == "none":
+            if base is None or v == base_name:
                 cells.append("—")
             else:
                 cells.append(("%+.2f" % (x[k] - base[k])) if miss else fmt_int(x[k] - base[k]))
             if k == 0:
-                cells.append("—" if base is None or v == "none" else "%.3f" % (x[0] / base[0]))
+                cells.append("—" if base is None or v == base_name else "%.3f" % (x[0] / base[0]))
         out.append("| " + " | ".join(cells) + " |")
     print("\n".join(out))
 

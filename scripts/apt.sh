@@ -8,6 +8,10 @@
 #   scripts/apt.sh download DIR PKG/SUITE...  the .debs into DIR (apt-get download)
 #   scripts/apt.sh source DIR PKG/SUITE       a source package into DIR
 #                                             (apt-get source --download-only)
+#   scripts/apt.sh orig DIR PKG/SUITE         only the upstream tarball of that
+#                                             source package (its .orig.tar.*),
+#                                             checked against the SHA256 of the
+#                                             signed Sources index; prints its path
 #
 # The lists are fetched on first use and again when older than a day
 # (RLW_APT_REFRESH=1: now). A package that cannot be fetched fails with a
@@ -46,6 +50,7 @@ setup() {
 deb [signed-by=$KEYRING] $MIRROR trixie main
 deb [signed-by=$KEYRING] $MIRROR bookworm-backports main
 deb [signed-by=$KEYRING] $MIRROR sid main
+deb-src [signed-by=$KEYRING] $MIRROR trixie main
 deb-src [signed-by=$KEYRING] $MIRROR sid main"
     if [ "$(cat "$APT/sources.list" 2>/dev/null)" != "$list" ]; then
         printf '%s\n' "$list" >"$APT/sources.list"
@@ -77,13 +82,40 @@ source_pkg() {
         || die "cannot fetch source package $p from $MIRROR"
 }
 
-cmd=${1:?usage: scripts/apt.sh download|source DIR PKG/SUITE...}
-dir=${2:?usage: scripts/apt.sh download|source DIR PKG/SUITE...}
+# The upstream tarball named in the suite's Sources index (apt-get source
+# --print-uris: URI, file name, size, SHA256), fetched by apt's own
+# downloader, which checks the hash. Kept in DIR while its hash matches.
+orig() {
+    local dir=$1 p=$2 line uri file hash log
+    mkdir -p "$dir"
+    # (in an empty directory: apt-get names no file already in its own)
+    rm -rf "$APT/uris" && mkdir -p "$APT/uris"
+    line=$(cd "$APT/uris" && apt-get "${opts[@]}" source --download-only --print-uris "$p" 2>/dev/null \
+        | grep -E "^'[^']+' [^ ]+\.orig\.tar\.(gz|xz|bz2) [0-9]+ SHA256:" | head -n1) \
+        || die "source package $p has no upstream tarball in the Sources index ($MIRROR)"
+    read -r uri file _ hash <<<"$line"
+    uri=${uri//\'/}
+    if ! echo "${hash#SHA256:}  $dir/$file" | sha256sum --quiet -c - >/dev/null 2>&1; then
+        echo "scripts/apt.sh: fetching $uri" >&2
+        log=$dir/$file.log
+        if ! /usr/lib/apt/apt-helper "${opts[@]}" download-file "$uri" "$dir/$file.part" "$hash" >"$log" 2>&1; then
+            rm -f "$dir/$file.part"
+            die "cannot fetch $uri ($p's upstream tarball): $(grep -m1 -oE '[0-9]{3} +[A-Za-z]+( [A-Za-z]+)*' "$log" || tail -n1 "$log")"
+        fi
+        mv -f "$dir/$file.part" "$dir/$file"
+        rm -f "$log"
+    fi
+    echo "$dir/$file"
+}
+
+cmd=${1:?usage: scripts/apt.sh download|source|orig DIR PKG/SUITE...}
+dir=${2:?usage: scripts/apt.sh download|source|orig DIR PKG/SUITE...}
 shift 2
 [ $# -gt 0 ] || die "no package named"
 setup
 case $cmd in
     download) download "$dir" "$@" ;;
     source) source_pkg "$dir" "$1" ;;
+    orig) orig "$dir" "$1" ;;
     *) die "unknown command $cmd" ;;
 esac

@@ -73,7 +73,7 @@
 #   BENCH_SCALE_GATEWAYS="1 3", BENCH_SCALE_KEYS="10000 100000 1000000",
 #   BENCH_SCALE_SECS=30 (at most 55)  the cluster_scale section: gateways, cold clients
 #                      sent to gateway 1 (wrk, bench/keys.lua), seconds per run
-#   BENCH_SECTIONS="throughput modes capacity accuracy micro overrides override_history callgrind redis hugepages scaling cluster fleet_overrides cluster_scale"
+#   BENCH_SECTIONS="throughput modes capacity accuracy micro overrides override_history callgrind stream_callgrind redis hugepages scaling cluster fleet_overrides cluster_scale"
 #   BENCH_OUT=BENCHMARKS.md
 #   RLW_BENCH_ONLY="cluster"  run only these sections and replace only their
 #                      sections in an existing BENCH_OUT (the others, the
@@ -103,7 +103,7 @@ BENCH_FLOOD_KEYS=${BENCH_FLOOD_KEYS:-1000000}
 BENCH_DELAY_BURST=${BENCH_DELAY_BURST:-30}
 BENCH_CAP_MODE=${BENCH_CAP_MODE:-estimate}
 BENCH_MODES_REPS=${BENCH_MODES_REPS:-10}
-BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput modes capacity accuracy micro overrides override_history callgrind redis hugepages scaling cluster fleet_overrides cluster_scale"}
+BENCH_SECTIONS=${BENCH_SECTIONS:-"throughput modes capacity accuracy micro overrides override_history callgrind stream_callgrind redis hugepages scaling cluster fleet_overrides cluster_scale"}
 RLW_BENCH_ONLY=${RLW_BENCH_ONLY:-}
 [ -z "$RLW_BENCH_ONLY" ] || BENCH_SECTIONS=$RLW_BENCH_ONLY
 BENCH_CLUSTER_LIMIT=${BENCH_CLUSTER_LIMIT:-100}
@@ -122,6 +122,8 @@ BENCH_SCALE_SECS=${BENCH_SCALE_SECS:-30}
 BENCH_SCALE_REPS=${BENCH_SCALE_REPS:-5}
 BENCH_SCALE_CONNS=${BENCH_SCALE_CONNS:-32}
 BENCH_OUT=${BENCH_OUT:-BENCHMARKS.md}
+# TCP connections per stream callgrind measurement (stream_callgrind).
+BENCH_SCG_CONNS=${BENCH_SCG_CONNS:-1000}
 BENCH_KEYS=1000000
 CARGO=${CARGO:-cargo}
 
@@ -801,6 +803,77 @@ cg_run() {
     done
     echo "$line" >>"$tsv"
     log "callgrind $v: $line"
+}
+
+# ------------------------------------------------------- stream_callgrind
+
+# scg_variant VARIANT: sets `limiter` (the stream server's directives).
+scg_variant() {
+    case $1 in
+        stream_none) limiter="" ;;
+        stream_rlw) limiter="rate_limit_window zone=rlw limit=1000000;" ;;
+        stream_rlw_in_flight) limiter="rate_limit_window zone=rlw limit=1000000 in_flight=1000;" ;;
+        stream_in_flight) limiter="rate_limit_window zone=rlw in_flight=1000;" ;;
+        stream_lc) limiter="limit_conn lc 1000;" ;;
+        *) die "unknown stream callgrind variant $1" ;;
+    esac
+}
+
+# scg_run VARIANT TSV: the variant at both connection counts under
+# callgrind, one line of totals in TSV.
+scg_run() {
+    local v=$1 tsv=$2 limiter n f line got
+    scg_variant "$v"
+    line="$v"
+    for n in $small $big; do
+        fresh_prefix
+        PORT=$(free_port)
+        SPORT=$(free_port)
+        render "$BENCH_DIR/stream-callgrind.conf.in" "$PREFIX/conf/nginx.conf"
+        sed -i -e "s|@LIMITER@|$limiter|" -e "s|@SPORT@|$SPORT|" "$PREFIX/conf/nginx.conf"
+        f=$RESULTS/stream-callgrind-$v-$n.out
+        # shellcheck disable=SC2086 # caches: several options
+        START_TIMEOUT=120 start_nginx "$PREFIX/conf/nginx.conf" \
+            valgrind --tool=callgrind --cache-sim=yes $CG_CACHES \
+            --toggle-collect='*sweep::tick' --collect-atstart=yes \
+            --callgrind-out-file="$f" -q ${BENCH_CG_ARGS:-}
+        # n connections one after another, each read to its end ("x").
+        got=$(python3 -c '
+import socket, sys
+port, n, ok = int(sys.argv[1]), int(sys.argv[2]), 0
+for _ in range(n):
+    s = socket.create_connection(("127.0.0.1", port))
+    data = b""
+    while True:
+        b = s.recv(16)
+        if not b:
+            break
+        data += b
+    s.close()
+    ok += data == b"x"
+print(ok)' "$SPORT" "$n") || die "stream callgrind client failed ($v)"
+        [ "$got" = "$n" ] || die "stream callgrind $v: $got of $n connections answered"
+        stop_nginx QUIT
+        [ -s "$f" ] || die "callgrind wrote no $f"
+        line+=" $n $(callgrind_total "$f")"
+    done
+    echo "$line" >>"$tsv"
+    log "stream callgrind $v: $line"
+}
+
+bench_stream_callgrind() {
+    if ! command -v valgrind >/dev/null; then
+        STREAM_CG_MD="_Skipped: valgrind is not installed (apt-get install valgrind)._"
+        return
+    fi
+    local small=100 big=$((100 + BENCH_SCG_CONNS)) v
+    log "== stream callgrind: instructions per TCP connection, ($big - $small) difference"
+    local tsv=$RESULTS/stream-callgrind.tsv
+    echo "# variant n_small ir_small i1mr_small d1m_small llm_small n_big ir_big i1mr_big d1m_big llm_big" >"$tsv"
+    for v in stream_none stream_rlw stream_rlw_in_flight stream_in_flight stream_lc; do
+        scg_run "$v" "$tsv"
+    done
+    STREAM_CG_MD=$(python3 "$BENCH_DIR/report.py" callgrind "$tsv")
 }
 
 bench_callgrind() {
@@ -1763,6 +1836,26 @@ $CALLGRIND_FP_MD
 
 EOF
         fi
+        if section_on stream_callgrind; then
+            cat <<EOF
+## Instructions per TCP connection (stream, callgrind)
+
+${ALONE_NOTE}nginx as one process under \`valgrind --tool=callgrind\` (the caches of
+the section above), a \`stream\` server that answers each TCP connection
+with one byte (\`return "x";\`) and closes it; one client opens the
+connections one after another, from one address (\`127.0.0.1\`, the key
+\`\$binary_remote_addr\`: one hot client). Each variant runs with 100 and
+$((100 + BENCH_SCG_CONNS)) connections; per connection is the difference divided by
+$BENCH_SCG_CONNS. \`stream_none\`: no limiter (accept, \`return\`, close);
+\`stream_rlw\`: \`rate_limit_window zone=rlw limit=1000000;\`;
+\`stream_rlw_in_flight\`: the same with \`in_flight=1000\`;
+\`stream_in_flight\`: \`in_flight=1000\` alone; \`stream_lc\`: nginx's
+\`limit_conn lc 1000;\`. A limiter's cost is its row minus \`stream_none\`'s.
+
+$STREAM_CG_MD
+
+EOF
+        fi
         if section_on hugepages; then
             cat <<EOF
 ## 1M clients with the table on huge pages
@@ -1939,7 +2032,7 @@ alone_note() {
 # ---------------------------------------------------------------- main
 
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
-THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" OVERRIDES_MD="" HISTORY_MD="" CALLGRIND_MD="" CALLGRIND_SPLIT_MD="" CALLGRIND_FP_MD="" REDIS_MD="" HUGEPAGES_MD=""
+THROUGHPUT_MD="" CAPACITY_MD="" ACCURACY_MD="" MICRO_MD="" OVERRIDES_MD="" HISTORY_MD="" CALLGRIND_MD="" STREAM_CG_MD="" CALLGRIND_SPLIT_MD="" CALLGRIND_FP_MD="" REDIS_MD="" HUGEPAGES_MD=""
 SCALING_MD="" SCALING_WRK="" CLUSTER_MD="" MODES_MD="" ABUSERS_MD="" DELAYQ_MD="" CLUSTER_SCALE_MD="" FLEET_OVR_MD=""
 preflight
 [ "$BENCH_REPS" -ge 3 ] || log "warning: BENCH_REPS=$BENCH_REPS < 3: fine for trying the script, not for numbers to quote"
@@ -1949,6 +2042,7 @@ section_on capacity && bench_capacity
 section_on abusers && bench_abusers
 section_on delayq && bench_delayq
 section_on callgrind && bench_callgrind
+section_on stream_callgrind && bench_stream_callgrind
 section_on redis && bench_redis
 section_on hugepages && bench_hugepages
 section_on scaling && bench_scaling

@@ -147,7 +147,9 @@ if command -v dpkg-shlibdeps >/dev/null; then
   rm -rf "$tmp"
 fi
 [ -n "$shlibs" ] || shlibs="libc6, libgcc-s1"
-DEPENDS="$NGINX_ABI, $shlibs"
+# libnginx-mod-stream: the module's stream half links to Debian's stream
+# module (loaded first: the package's link is 70-, after its 50-).
+DEPENDS="$NGINX_ABI, libnginx-mod-stream, $shlibs"
 
 install -m 0755 debian/postinst debian/prerm debian/postrm "$STAGE/DEBIAN/"
 

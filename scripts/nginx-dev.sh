@@ -26,6 +26,12 @@ source "$SRC/conf_flags"
 [ ${#NGX_CONF_FLAGS[@]} -gt 0 ] || die "no flags in $SRC/conf_flags"
 printf '%s\n' "${NGX_CONF_FLAGS[@]}" | grep -qx -- --with-compat \
   || NGX_CONF_FLAGS+=(--with-compat)   # Debian's flags have it; make sure
+# Debian builds stream as a module of its own (libnginx-mod-stream), so the
+# core's flags have no stream: add it, so that the bindings and the C shims
+# see its headers (the module's stream half; its symbols are referred to
+# weakly, src/ffi/stream_weak.c, and --with-compat keeps the layouts).
+printf '%s\n' "${NGX_CONF_FLAGS[@]}" | grep -q -- '^--with-stream' \
+  || NGX_CONF_FLAGS+=(--with-stream=dynamic)
 
 stamp="$(md5sum "$SRC/src/core/nginx.h" "$SRC/conf_flags" | cut -d' ' -f1 | tr '\n' ' '): ${NGX_CONF_FLAGS[*]}"
 if [ -f "$DIR/objs/ngx_auto_config.h" ] && [ "$(cat "$DIR/.deb-stamp" 2>/dev/null)" = "$stamp" ]; then

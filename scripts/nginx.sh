@@ -12,6 +12,10 @@
 # compiles, and nginx-src's own build dependencies (an HTTP client, TLS,
 # archive readers) are not built at all.
 #
+# RLW_NGINX_SRC: another nginx source tree to configure with those same
+# flags (scripts/nginx-debian.sh: the upstream tarball of Debian's nginx 1.30
+# or 1.26 source package).
+#
 #   configure  configures DIR unless its flags and source are unchanged;
 #              prints the source directory (for NGINX_SOURCE_DIR)
 #   make       compiles DIR/nginx (log: DIR/make.log)
@@ -47,10 +51,14 @@ flags() {
 }
 
 configure() {
-    local crate src info
+    local crate src info script
     crate=$(crate_dir)
-    src=$crate/nginx
-    [ -f "$src/auto/configure" ] || die "no nginx source in $src"
+    src=${RLW_NGINX_SRC:-$crate/nginx}
+    # auto/configure in nginx's repository (nginx-src's copy), ./configure
+    # in a release tarball (Debian's .orig.tar.gz): the same script.
+    script=auto/configure
+    [ -f "$src/$script" ] || script=configure
+    [ -f "$src/$script" ] || die "no nginx source in $src"
     mapfile -t args < <(flags "$crate")
     [ "${#args[@]}" -gt 0 ] || die "no configure flags found in $crate/src/lib.rs"
     args+=("--builddir=$DIR")
@@ -63,7 +71,7 @@ configure() {
     mkdir -p "$DIR"
     rm -f "$DIR/.build-info"
     echo "nginx: configure ${args[*]}" >&2
-    (cd "$src" && auto/configure "${args[@]}") >"$DIR/configure.log" 2>&1 \
+    (cd "$src" && "./$script" "${args[@]}") >"$DIR/configure.log" 2>&1 \
         || { tail -n 30 "$DIR/configure.log" >&2; die "configure failed (log: $DIR/configure.log)"; }
     printf '%s' "$info" >"$DIR/.build-info"
     echo "$src"

@@ -11,8 +11,9 @@
 # what it reads are copied into the root's /root/rlw and run there with
 # chroot, /proc, /sys and /dev mounted for the run.
 #
-# Installs nginx and curl if missing (scripts/deps.sh), dpkg -i's the package,
-# runs /usr/sbin/nginx -t and then a private nginx instance (-p <tmp prefix>,
+# Installs nginx and curl if missing (scripts/deps.sh), installs the package
+# with docs/operations.md's printed lines for DIST (dpkg -i, nginx -t), runs
+# /usr/sbin/nginx -t and then a private nginx instance (-p <tmp prefix>,
 # free ports on 127.0.0.1; the system service and port 80 are not used) that
 # loads the module through /etc/nginx/modules-enabled, sends 5 requests and
 # expects 3 x 200 then 429. Then checks the maintainer scripts: remove
@@ -29,7 +30,7 @@ PKG=libnginx-mod-http-rate-limit-window
 MODULE=ngx_http_rate_limit_window_module
 NGINX=/usr/sbin/nginx
 AVAILABLE=/usr/share/nginx/modules-available/mod-http-rate-limit-window.conf
-LINK=/etc/nginx/modules-enabled/50-mod-http-rate-limit-window.conf
+LINK=/etc/nginx/modules-enabled/70-mod-http-rate-limit-window.conf
 SO=/usr/lib/nginx/modules/$MODULE.so
 SYSTEM_PID=/run/nginx.pid
 LIMIT=3
@@ -77,6 +78,14 @@ if [ "$DIST" != "$HOST_DIST" ]; then
   cp docs/operations.md "$R/root/rlw/docs/"
   cp README.md "$R/root/rlw/"
   cp "$DEB" "$R/root/rlw/"
+  # The printed scp copies the package make deb DIST=$DIST left.
+  scp_src=$(awk -v m="<!-- install: $DIST -->" '$0==m{f=1;next} f&&/^```sh/{b=1;next} b&&/^```/{exit} b' \
+    docs/operations.md | sed -n 's/^scp \([^ ]*\) .*/\1/p')
+  if test "$ROOT/${scp_src:-none}" -ef "$DEB"; then
+    pass "the printed scp copies $scp_src, the package make deb DIST=$DIST made"
+  else
+    abort "the printed scp copies ${scp_src:-nothing}, not $DEB"
+  fi
   mounted=()
   unmount() {
     local i
@@ -115,7 +124,7 @@ stop_system_nginx_if_we_started_it() {
   return 0
 }
 
-if scripts/deps.sh nginx curl; then pass "nginx and curl installed"; else abort "nginx and curl installed"; fi
+if scripts/deps.sh nginx curl libnginx-mod-stream; then pass "nginx, curl and libnginx-mod-stream installed"; else abort "nginx, curl and libnginx-mod-stream installed"; fi
 stop_system_nginx_if_we_started_it
 [ -x "$NGINX" ] || abort "$NGINX exists"
 echo "info: $("$NGINX" -v 2>&1), package nginx $(dpkg-query -W -f='${Version}' nginx 2>/dev/null)"
@@ -129,9 +138,46 @@ provides=$(dpkg-query -W -f='${Provides}\n' nginx nginx-core nginx-light nginx-f
 check "package depends on $abi, which the installed nginx provides" \
   grep -qx -- "${abi:-none}" <<<"$provides"
 
-# --- install -----------------------------------------------------------------
-if $SUDO dpkg -i "$DEB"; then pass "dpkg -i $(basename "$DEB")"; else abort "dpkg -i $(basename "$DEB")"; fi
-stop_system_nginx_if_we_started_it
+# --- install, as docs/operations.md prints it for DIST ------------------------
+# The ```sh block after `<!-- install: DIST -->`: its `make deb` line is what
+# `make test-deb` ran before this script (checked), an `scp` line copies that
+# package (checked outside the root), and its `sudo` lines run here as
+# printed, in the package's directory (the checkout, or the root's copy);
+# `sudo` is the command itself for root without sudo. Only `systemctl` is
+# not run: there is no service manager here (the private instance below
+# checks a reload with nginx -s reload).
+# The link as the packages before 0.1.0-2 named it (loaded before Debian's
+# 50-mod-stream.conf): postinst moves it to 70-.
+OLD_LINK=/etc/nginx/modules-enabled/50-mod-http-rate-limit-window.conf
+$SUDO mkdir -p /etc/nginx/modules-enabled
+$SUDO ln -sf "$AVAILABLE" "$OLD_LINK"
+install_block=$(awk -v m="<!-- install: $DIST -->" '$0==m{f=1;next} f&&/^```sh/{b=1;next} b&&/^```/{exit} b' docs/operations.md)
+check "docs/operations.md prints the $DIST install" grep -q '^sudo dpkg -i ' <<<"$install_block"
+run_printed() { # run_printed LINE: a `sudo ...` line of the install block
+  local cmd=$1
+  if [ "$(id -u)" -eq 0 ] && ! command -v sudo >/dev/null; then cmd=${cmd#sudo }; fi
+  echo "\$ $1"
+  bash -c "$cmd"
+}
+want_make="make deb"
+[ "$DIST" = bookworm ] || want_make="make deb DIST=$DIST"
+while IFS= read -r line; do
+  case $line in
+    make\ deb*) check "printed build line is $want_make" test "$line" = "$want_make" ;;
+    scp\ *) ;;
+    sudo\ systemctl\ *) echo "note: not run here (no service manager): $line" ;;
+    sudo\ *)
+      if run_printed "$line"; then pass "as printed: $line"; else abort "as printed: $line"; fi
+      stop_system_nginx_if_we_started_it ;;
+    '' | \#*) ;;
+    *) fail "unexpected line in the $DIST install block: $line" ;;
+  esac
+done <<<"$install_block"
+check "the printed dpkg -i installed $(basename "$DEB")" \
+  eval 'dpkg-query -W -f="\${Status}" "$PKG" 2>/dev/null | grep -q "install ok installed"'
+check "postinst moved the old 50- link to 70- (after 50-mod-stream.conf)" \
+  eval '[ ! -L "$OLD_LINK" ] && [ -L "$LINK" ]'
+
 check "$SO installed" test -f "$SO"
 check "$AVAILABLE loads the module" \
   grep -qx "load_module modules/$MODULE.so;" "$AVAILABLE"
@@ -168,6 +214,7 @@ free_port() { # free_port EXCEPT
 }
 GW=$(free_port) || abort "found a free port"
 UP=$(free_port "$GW") || abort "found a second free port"
+ST=$(free_port "$UP") || abort "found a third free port"
 
 # load_module paths are relative to the prefix: Debian's prefix
 # /usr/share/nginx has modules -> /usr/lib/nginx/modules; so does ours.
@@ -216,6 +263,16 @@ http {
             rate_limit_window zone=h limit=1;
             proxy_pass http://127.0.0.1:$UP;
         }
+    }
+}
+
+# The stream half: Debian's stream module is loaded first (50-mod-stream.conf).
+stream {
+    rate_limit_window_zone \$binary_remote_addr zone=s:1m window=1m;
+    server {
+        listen 127.0.0.1:$ST;
+        rate_limit_window zone=s limit=1;
+        proxy_pass 127.0.0.1:$UP;
     }
 }
 EOF
@@ -291,6 +348,13 @@ if [ -n "$test_pid" ]; then
       test "$(by_header -H 'X-Client: a' -H 'X-Client: b')$(by_header -H 'X-Client: a' -H 'X-Client: b')" = 200429
   fi
   check "header key: client b's first request 200" test "$(by_header -H 'X-Client: b')" = 200
+
+  # stream: one TCP connection a minute; the second is closed unanswered.
+  by_stream() {
+    timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$ST; printf 'GET / HTTP/1.0\r\n\r\n' >&3; cat <&3" 2>/dev/null
+  }
+  check "stream: the first connection is proxied" eval 'by_stream | grep -q upstream-ok'
+  check "stream: the second is closed before the upstream" eval '! by_stream | grep -q upstream-ok'
 
   # A reload keeps the zone and its counts: the client stays limited, and
   # the new workers answer.

@@ -10,10 +10,9 @@ use core::mem::offset_of;
 use core::ptr;
 
 use nginx_sys::{
-    ngx_command_t, ngx_conf_check_num_bounds, ngx_conf_num_bounds_t, ngx_conf_set_flag_slot,
-    ngx_conf_set_num_slot, ngx_conf_t, ngx_uint_t, NGX_CONF_1MORE, NGX_CONF_FLAG, NGX_CONF_NOARGS,
-    NGX_CONF_TAKE1, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF,
-    NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_SRV_CONF,
+    ngx_command_t, ngx_conf_set_flag_slot, ngx_conf_t, ngx_uint_t, NGX_CONF_1MORE, NGX_CONF_FLAG,
+    NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET,
+    NGX_HTTP_MAIN_CONF, NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_SRV_CONF,
 };
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, Merge, NgxHttpCoreModule};
@@ -24,12 +23,6 @@ use crate::conf::zone_directive;
 use crate::conf::{self, LocConf, MainConf, HEADERS_VALUES, LOG_LEVELS, PHASE_VALUES};
 use crate::ffi::conf_ext::{conf_handler, conf_status, ConfExt, ConfFailed, ConfResult};
 use crate::Module;
-
-static mut STATUS_BOUNDS: ngx_conf_num_bounds_t = ngx_conf_num_bounds_t {
-    post_handler: Some(ngx_conf_check_num_bounds),
-    low: 400,
-    high: 599,
-};
 
 const ANY_LEVEL: u32 = NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF;
 
@@ -54,10 +47,10 @@ pub static mut COMMANDS: [ngx_command_t; 12] = [
     ngx_command_t {
         name: ngx_string!("rate_limit_window_status"),
         type_: (ANY_LEVEL | NGX_CONF_TAKE1) as ngx_uint_t,
-        set: Some(ngx_conf_set_num_slot),
+        set: Some(set_status),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
-        offset: offset_of!(LocConf, status),
-        post: ptr::addr_of_mut!(STATUS_BOUNDS).cast(),
+        offset: 0,
+        post: ptr::null_mut(),
     },
     ngx_command_t {
         name: ngx_string!("rate_limit_window_headers"),
@@ -131,9 +124,12 @@ pub static mut COMMANDS: [ngx_command_t; 12] = [
     ngx_command_t::empty(),
 ];
 
-conf_handler!(set_zone, MainConf, zone_directive::set_zone);
+conf_handler!(set_zone, MainConf, |cf, mcf: &mut MainConf| {
+    zone_directive::set_zone(cf, &mut mcf.zones, crate::zone::Context::Http)
+});
 conf_handler!(set_state_interval, MainConf, conf::set_state_interval);
 conf_handler!(set_limit, LocConf, conf::set_limit);
+conf_handler!(set_status, LocConf, conf::set_status);
 conf_handler!(set_shed, LocConf, conf::shed::set_shed);
 conf_handler!(set_headers, LocConf, |cf, lcf: &mut LocConf| {
     conf::set_enum(cf, HEADERS_VALUES, &mut lcf.headers)

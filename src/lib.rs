@@ -1,4 +1,5 @@
-//! `ngx_http_rate_limit_window_module`: sliding-window rate limiting for nginx.
+//! `ngx_http_rate_limit_window_module` and `ngx_stream_rate_limit_window_module`:
+//! sliding-window rate limiting for nginx's http and stream proxies.
 //!
 //! This file holds only the module statics and the `HttpModule` glue. The
 //! algorithm and the shared-memory table live in the pure crate
@@ -9,6 +10,7 @@
 //! |---------------|--------------------------------------------------------|
 //! | `commands.rs` | the directive table and the configuration entries      |
 //! | `api/`        | the metrics page, `write=on`'s reset and overrides API |
+//! | `stream/`     | the stream module: directives, PREACCESS handler, variables |
 //! | `request/`    | the request path: phases, handler, record, `delay=`, settle, filter, variables |
 //! | `conf/`       | configuration structs, merge, the zone directive       |
 //! | `worker/`     | worker 0's timers: the sweep, the state writer         |
@@ -23,6 +25,7 @@ mod commands;
 mod conf;
 mod ffi;
 mod request;
+mod stream;
 mod sync;
 mod worker;
 mod zone;
@@ -30,8 +33,9 @@ mod zone;
 use core::ptr;
 
 use nginx_sys::{
-    ngx_conf_t, ngx_cycle_t, ngx_http_module_t, ngx_int_t, ngx_module_t, ngx_process, ngx_uint_t,
-    ngx_worker, NGX_HTTP_MODULE, NGX_PROCESS_SINGLE, NGX_PROCESS_WORKER,
+    ngx_conf_t, ngx_cycle_t, ngx_http_module_t, ngx_int_t, ngx_module_t, ngx_process,
+    ngx_stream_module_t, ngx_uint_t, ngx_worker, NGX_HTTP_MODULE, NGX_PROCESS_SINGLE,
+    NGX_PROCESS_WORKER, NGX_STREAM_MODULE,
 };
 use ngx::core::Status;
 use ngx::http::{HttpModule, HttpModuleLocationConf, HttpModuleMainConf};
@@ -105,8 +109,36 @@ static NGX_HTTP_RATE_LIMIT_WINDOW_MODULE_CTX: ngx_http_module_t = ngx_http_modul
 
 // Generate the `ngx_modules` table: required for a loadable cdylib built
 // outside nginx's own build system.
+// The `ngx_modules` table of a loadable module built outside nginx's own
+// build system: both modules of the .so, http's and the stream's. A stream
+// module must load after `ngx_stream_module` (Debian's nginx loads it from
+// a module of its own: docs/stream.md).
 #[cfg(feature = "export-modules")]
-ngx::ngx_modules!(ngx_http_rate_limit_window_module);
+mod exports {
+    use core::ffi::c_char;
+    use core::ptr;
+    use nginx_sys::ngx_module_t;
+
+    #[no_mangle]
+    #[allow(non_upper_case_globals)]
+    pub static mut ngx_modules: [*const ngx_module_t; 3] = [
+        ptr::addr_of!(crate::ngx_http_rate_limit_window_module),
+        ptr::addr_of!(crate::ngx_stream_rate_limit_window_module),
+        ptr::null(),
+    ];
+
+    #[no_mangle]
+    #[allow(non_upper_case_globals)]
+    pub static mut ngx_module_names: [*const c_char; 3] = [
+        c"ngx_http_rate_limit_window_module".as_ptr(),
+        c"ngx_stream_rate_limit_window_module".as_ptr(),
+        ptr::null(),
+    ];
+
+    #[no_mangle]
+    #[allow(non_upper_case_globals)]
+    pub static mut ngx_module_order: [*const c_char; 1] = [ptr::null()];
+}
 
 /// The module descriptor nginx loads.
 #[used]
@@ -121,6 +153,36 @@ pub static mut ngx_http_rate_limit_window_module: ngx_module_t = ngx_module_t {
     exit_process: Some(exit_process),
     ..ngx_module_t::default()
 };
+
+static NGX_STREAM_RATE_LIMIT_WINDOW_MODULE_CTX: ngx_stream_module_t = ngx_stream_module_t {
+    preconfiguration: Some(stream::variables::register),
+    postconfiguration: Some(stream::postconfiguration),
+    create_main_conf: Some(stream::conf::create_main_conf),
+    init_main_conf: Some(stream::conf::init_main_conf),
+    create_srv_conf: Some(stream::conf::create_srv_conf),
+    merge_srv_conf: Some(stream::conf::merge_srv_conf),
+};
+
+/// The stream module's descriptor (`stream {}`: stream/), beside the
+/// http one in the same .so. Its zones' places, sync threads, sweep and
+/// state files are run by the http module's process callbacks, over every
+/// zone of the cycle (`zone::all_of`).
+#[used]
+#[allow(non_upper_case_globals)]
+#[cfg_attr(not(feature = "export-modules"), no_mangle)]
+pub static mut ngx_stream_rate_limit_window_module: ngx_module_t = ngx_module_t {
+    ctx: ptr::addr_of!(NGX_STREAM_RATE_LIMIT_WINDOW_MODULE_CTX) as _,
+    commands: ptr::addr_of_mut!(stream::commands::COMMANDS).cast(),
+    type_: NGX_STREAM_MODULE as ngx_uint_t,
+    ..ngx_module_t::default()
+};
+
+/// The stream module's descriptor, for its indexes.
+pub(crate) fn stream_module() -> &'static ngx_module_t {
+    // SAFETY: the static is only changed by nginx (its indexes), before
+    // the configuration that reads them is parsed.
+    unsafe { &*ptr::addr_of!(ngx_stream_rate_limit_window_module) }
+}
 
 /// Configuration load. In single-process mode (`master_process off`) a
 /// reload loads the new configuration in the same process and
@@ -147,9 +209,7 @@ extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     if reload && process == NGX_PROCESS_SINGLE as ngx_uint_t {
         sync::stop_all();
         worker::state_write::join(cycle.log);
-        if let Some(mcf) = Module::main_conf(cycle) {
-            sync::start_all(&mcf.zones);
-        }
+        sync::start_all(&zone::all_of(cycle));
     }
     Status::NGX_OK.into()
 }
@@ -161,26 +221,28 @@ extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     // SAFETY: ngx_process and ngx_worker are set before init_process runs;
     // nginx passes the running cycle.
     let (process, worker, cycle) = unsafe { (ngx_process, ngx_worker, &*cycle) };
-    if let Some(mcf) = Module::main_conf(cycle) {
-        // The in-flight places, turns and held requests of every process
-        // gone (a respawn follows its predecessor's death), and any under
-        // this pid (a process gone whose pid this one took again): owned
-        // by pid, never by a worker's number, so that the cache manager
-        // and loader, and old workers of a reload, keep theirs.
-        zone::stop_places(mcf.zones(), mcf.sheds());
-        zone::reclaim_places(mcf.zones(), mcf.sheds());
-    }
+    // Every zone of the cycle, http's and the stream's.
+    let zones = zone::all_of(cycle);
+    let mcf = Module::main_conf(cycle);
+    // The in-flight places, turns and held requests of every process
+    // gone (a respawn follows its predecessor's death), and any under
+    // this pid (a process gone whose pid this one took again): owned by
+    // pid, never by a worker's number, so that the cache manager and
+    // loader, and old workers of a reload, keep theirs.
+    zone::stop_places(zone::each(&zones), mcf.into_iter().flat_map(|m| m.sheds()));
+    zone::reclaim_places(zone::each(&zones), mcf.into_iter().flat_map(|m| m.sheds()));
     let ours = (process == NGX_PROCESS_WORKER as ngx_uint_t && worker == 0)
         || process == NGX_PROCESS_SINGLE as ngx_uint_t;
     if !ours {
         return Status::NGX_OK.into();
     }
-    if let Some(mcf) = Module::main_conf(cycle) {
-        sync::start_all(&mcf.zones);
-        worker::sweep::start(cycle, !mcf.zones.is_empty() || !mcf.sheds.is_empty());
-        let every_ms = mcf.state_interval_ms.unwrap_or(conf::STATE_INTERVAL_MS);
-        worker::state_write::start(cycle, &mcf.zones, every_ms);
-    }
+    sync::start_all(&zones);
+    let sheds = mcf.is_some_and(|m| !m.sheds.is_empty());
+    worker::sweep::start(cycle, !zones.is_empty() || sheds);
+    let every_ms = mcf
+        .and_then(|m| m.state_interval_ms)
+        .unwrap_or(conf::STATE_INTERVAL_MS);
+    worker::state_write::start(cycle, &zones, every_ms);
     Status::NGX_OK.into()
 }
 
@@ -189,8 +251,10 @@ extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
 extern "C" fn exit_process(cycle: *mut ngx_cycle_t) {
     sync::stop_all();
     // SAFETY: nginx passes the running cycle.
-    if let Some(mcf) = unsafe { cycle.as_ref() }.and_then(Module::main_conf) {
-        zone::stop_places(mcf.zones(), mcf.sheds());
+    if let Some(cycle) = unsafe { cycle.as_ref() } {
+        let zones = zone::all_of(cycle);
+        let mcf = Module::main_conf(cycle);
+        zone::stop_places(zone::each(&zones), mcf.into_iter().flat_map(|m| m.sheds()));
     }
     worker::state_write::save_at_exit(cycle);
 }

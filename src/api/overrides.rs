@@ -20,7 +20,7 @@
 
 use nginx_sys::{ngx_int_t, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_LOG_NOTICE};
 use ngx::core::Status;
-use ngx::http::{HTTPStatus, HttpModuleMainConf, Request};
+use ngx::http::{HTTPStatus, Request};
 use ngx::ngx_log_error;
 use rate_limit_window_core::conf::addr::{parse_cidr, Cidr};
 use rate_limit_window_core::overrides::body::{parse_body, Body, MAX_BODY};
@@ -34,7 +34,6 @@ use crate::api::{arg, lookup_key, send, send_status};
 use crate::ffi::process::{cycle_log, now_ms};
 use crate::ffi::req::body_handler;
 use crate::zone::ZoneConf;
-use crate::Module;
 
 /// Default and largest `count=` of a listing page.
 const PAGE_DEFAULT: usize = 100;
@@ -49,15 +48,13 @@ pub(crate) fn error(r: &mut Request, status: u16, msg: &str) -> ngx_int_t {
 
 /// The zone that `?zone=` names, or the error answer's status and text.
 fn zone_of(r: &mut Request) -> Result<&'static ZoneConf, (u16, String)> {
-    let mcf = Module::main_conf(r.as_ref()).ok_or((500, "no configuration".to_string()))?;
     let name = arg(r, "zone").ok_or((400, "give zone=NAME".to_string()))?;
     let name = percent_decode(&name);
-    mcf.zones()
-        .find(|z| z.name.as_bytes() == name)
-        .ok_or_else(|| {
-            let n = String::from_utf8_lossy(&name);
-            (404, format!("no zone \"{n}\""))
-        })
+    // A zone of either block, http's or the stream's.
+    crate::zone::by_name(&name).ok_or_else(|| {
+        let n = String::from_utf8_lossy(&name);
+        (404, format!("no zone \"{n}\""))
+    })
 }
 
 /// What a query names: a client (its key's fingerprint) or a range of

@@ -21,7 +21,7 @@ use nginx_sys::{
     ngx_int_t, NGX_HTTP_DELETE, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_PUT, NGX_LOG_NOTICE,
 };
 use ngx::core::Status;
-use ngx::http::{HttpModuleMainConf, Request};
+use ngx::http::Request;
 use ngx::ngx_log_error;
 use rate_limit_window_core::Snapshot;
 
@@ -31,7 +31,6 @@ use crate::api::{arg, bad_request, has_flag, lookup_key, send};
 use crate::ffi::process::{cycle_log, now_ms};
 use crate::ffi::req::request_handler;
 use crate::zone::ZoneConf;
-use crate::Module;
 
 // Content handler installed by `rate_limit_window_metrics reset=on;`.
 request_handler!(pub handler, write);
@@ -55,15 +54,13 @@ fn reset(r: &mut Request) -> ngx_int_t {
     if r.discard_request_body() != Status::NGX_OK {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     }
-    let Some(mcf) = Module::main_conf(r.as_ref()) else {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
-    };
     // The errors are JSON, as the overrides' are.
     let Some(zone_name) = arg(r, "zone") else {
         return overrides::error(r, 400, "give zone=NAME");
     };
     let zone_name = percent_decode(&zone_name);
-    let Some(zone) = mcf.zones().find(|z| z.name.as_bytes() == zone_name) else {
+    // A zone of either block, http's or the stream's.
+    let Some(zone) = crate::zone::by_name(&zone_name) else {
         let n = String::from_utf8_lossy(&zone_name).into_owned();
         return overrides::error(r, 404, &format!("no zone \"{n}\""));
     };

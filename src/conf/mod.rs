@@ -32,12 +32,12 @@ use nginx_sys::{
 use ngx::http::{HttpModuleMainConf, Merge, MergeConfigError};
 use rate_limit_window_core::conf::error::{invalid_value, undefined_zone, LimitConfError};
 use rate_limit_window_core::conf::limit_opts::{parse_limit_directive, LimitDirective, StatusSet};
-use rate_limit_window_core::conf::parse::escape;
+use rate_limit_window_core::conf::parse::{escape, ValueSpec};
 use rate_limit_window_core::units::parse_time_ms;
 
 use crate::ffi::conf_ext::{ConfExt, ConfFailed, ConfResult};
 use crate::zone::tally::TallyConf;
-use crate::zone::ZoneConf;
+use crate::zone::{Context, ZoneConf};
 use crate::Module;
 use loc_delay::LocDelay;
 use value::ConfValue;
@@ -138,12 +138,6 @@ impl MainConf {
         // SAFETY: as for the zones: configuration pool, for the cycle.
         self.sheds.iter().map(|&g| unsafe { &*g })
     }
-
-    /// Finds a zone by name.
-    pub fn zone(&self, name: &[u8]) -> Option<*mut ZoneConf> {
-        let i = self.zones().position(|z| z.name.as_bytes() == name)?;
-        Some(self.zones[i])
-    }
 }
 
 /// The limit of one `rate_limit_window` directive: requests per window,
@@ -151,22 +145,24 @@ impl MainConf {
 pub use value::ConfValue as LimitValue;
 
 /// One `rate_limit_window zone=NAME limit=…;` directive.
+/// `C`: the block's complex value (http's, or the stream's, whose
+/// lines have no `count_status=`, `charge=`, `delay=` or `name=`).
 #[derive(Clone, Copy)]
-pub struct Limit {
+pub struct Limit<C: Copy = ngx_http_complex_value_t> {
     pub zone: *mut ZoneConf,
     /// `limit=` (a fixed 0 when the line has `in_flight=` alone).
-    pub value: LimitValue,
+    pub value: ConfValue<C>,
     /// What the line counts: a rate (`limit=`), in-flight places, or both.
     pub counts: rate_limit_window_core::engine::Line,
     /// `in_flight=`: requests of a client in flight at once (see
     /// request/in_flight.rs); None: no limit on them.
-    pub in_flight: Option<ConfValue>,
+    pub in_flight: Option<ConfValue<C>>,
     /// `delay=`: longest hold of a request this limit rejects (ms).
     pub delay_ms: u64,
     /// `ban=`: how long a client this limit rejects stays rejected (ms; 0: no ban).
     pub ban_ms: u64,
     /// `cost=`: requests one request counts (see cost.rs).
-    pub cost: ConfValue,
+    pub cost: ConfValue<C>,
     /// `count_status=`: the final statuses that keep the request counted
     /// (None: every admitted request counts). See count_status.rs.
     pub count_status: Option<StatusSet>,
@@ -181,13 +177,62 @@ pub struct Limit {
     pub line: ngx_uint_t,
 }
 
-impl Limit {
+impl<C: Copy> Limit<C> {
     /// The limit's zone, for the cycle.
     pub fn zone(&self) -> &'static ZoneConf {
         // SAFETY: `zone` comes from the configuration pool (zone_by_name)
         // and stays valid, unchanged after configuration, for the cycle.
         unsafe { &*self.zone }
     }
+
+    /// The line as the engine needs it (None: its zone has no table yet).
+    #[inline(always)]
+    pub fn engine_conf(&self) -> Option<rate_limit_window_core::engine::LimitConf<'static>> {
+        let zone = self.zone();
+        Some(rate_limit_window_core::engine::LimitConf {
+            table: zone.table.as_ref()?,
+            overrides: zone.overrides.as_ref(),
+            fail: zone.fail,
+            delay_ms: self.delay_ms,
+            ban_ms: self.ban_ms,
+            line: self.counts,
+            outage: crate::sync::outage_of(zone),
+        })
+    }
+}
+
+/// A line's `limit=` (a fixed 0 when it has `in_flight=` alone), `cost=`
+/// and `in_flight=`, each compiled by `compile` (the block's complex
+/// values).
+pub type LineValues<C> = (ConfValue<C>, ConfValue<C>, Option<ConfValue<C>>);
+
+/// [`LineValues`] of the parsed line `d`.
+pub fn line_values<C: Copy>(
+    d: &LimitDirective,
+    compile: impl Fn(&ValueSpec) -> ConfResult<ConfValue<C>>,
+) -> ConfResult<LineValues<C>> {
+    let value = match &d.limit {
+        Some(spec) => compile(spec)?,
+        None => ConfValue::Fixed(0),
+    };
+    let cost = compile(&d.cost)?;
+    let in_flight = d.in_flight.as_ref().map(&compile).transpose()?;
+    Ok((value, cost, in_flight))
+}
+
+/// Every zone of `zones` (a block's) declared: the `[emerg]` at the line
+/// of an undeclared one's first use.
+pub fn check_declared(cf: &mut ngx_conf_t, zones: &[*mut ZoneConf]) -> ConfResult {
+    let declared: Vec<&[u8]> = crate::zone::each(zones)
+        .filter(|z| z.defined)
+        .map(|z| z.name.as_bytes())
+        .collect();
+    let Some(z) = crate::zone::each(zones).find(|z| !z.defined) else {
+        return Ok(());
+    };
+    let e = undefined_zone(z.name.as_bytes(), &declared);
+    cf.log_at((z.ref_file, z.ref_line), NGX_LOG_EMERG as ngx_uint_t, &e);
+    Err(ConfFailed::Logged)
 }
 
 /// Location configuration. `repr(C)` because nginx's stock slot setters
@@ -336,6 +381,34 @@ pub fn set_enum(
     Ok(())
 }
 
+/// `rate_limit_window_status code;`: the status of a rejection, from 400
+/// to 599. nginx's own bounds check (`ngx_conf_check_num_bounds`) would
+/// say "value must be between 400 and 599" without naming the directive.
+pub fn set_status(cf: &ngx_conf_t, lcf: &mut LocConf) -> ConfResult {
+    let [_, value, ..] = cf.args() else {
+        return Err(ConfFailed::Logged);
+    };
+    if lcf.status != UNSET {
+        return Err(ConfFailed::Says(c"is duplicate"));
+    }
+    let value = value.as_bytes();
+    let code = match value {
+        [a, b, c] if value.iter().all(u8::is_ascii_digit) => [a, b, c]
+            .iter()
+            .fold(0, |n: ngx_int_t, &&d| n * 10 + ngx_int_t::from(d - b'0')),
+        _ => 0,
+    };
+    if !(400..=599).contains(&code) {
+        return Err(cf.emerg(format_args!(
+            "invalid value \"{}\" in \"rate_limit_window_status\": it must be between 400 \
+             and 599, the HTTP status of a rejection, e.g. 429 or 503",
+            escape(value)
+        )));
+    }
+    lcf.status = code;
+    Ok(())
+}
+
 /// `rate_limit_window_state_interval time;` (http): how often the state
 /// files are written, whole seconds from 1s to 1h.
 pub fn set_state_interval(cf: &ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
@@ -360,19 +433,22 @@ pub fn set_state_interval(cf: &ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
 
 /// Returns the zone called `name`, creating an undefined forward reference
 /// if no `rate_limit_window_zone` has declared it yet.
+/// `zones` is the list of the block being parsed (`context`'s).
 pub fn zone_by_name<'z>(
     cf: &ngx_conf_t,
-    mcf: &mut MainConf,
+    zones: &mut Vec<*mut ZoneConf>,
+    context: Context,
     name: &[u8],
 ) -> ConfResult<&'z mut ZoneConf> {
-    let z = match mcf.zone(name) {
-        Some(z) => z,
+    let found = crate::zone::each(zones).position(|z| z.name.as_bytes() == name);
+    let z = match found {
+        Some(i) => zones[i],
         None => {
             let name = cf.pool_str(name)?;
             let (file, line) = cf.position();
-            let z = cf.pool().allocate(ZoneConf::new(name, file, line));
+            let z = cf.pool().allocate(ZoneConf::new(name, context, file, line));
             if !z.is_null() {
-                mcf.zones.push(z);
+                zones.push(z);
             }
             z
         }
@@ -392,16 +468,7 @@ pub fn set_limit(cf: &ngx_conf_t, lcf: &mut LocConf) -> ConfResult {
     if let Some(n) = d.delay.max_held {
         lcf.delay.set_max_held(n).map_err(|e| cf.emerg(e))?;
     }
-    let value = match &d.limit {
-        Some(spec) => ConfValue::compile(cf, spec)?,
-        None => ConfValue::Fixed(0),
-    };
-    let cost = ConfValue::compile(cf, &d.cost)?;
-    let in_flight = d
-        .in_flight
-        .as_ref()
-        .map(|spec| ConfValue::compile(cf, spec))
-        .transpose()?;
+    let (value, cost, in_flight) = line_values(&d, |spec| ConfValue::compile(cf, spec))?;
     let mcf = Module::main_conf_mut(cf).ok_or(ConfFailed::Logged)?;
     let route = d
         .name
@@ -409,7 +476,7 @@ pub fn set_limit(cf: &ngx_conf_t, lcf: &mut LocConf) -> ConfResult {
         .map(|n| mcf.tally.route(n))
         .transpose()
         .map_err(|e| cf.emerg(e))?;
-    let zone_ref = zone_by_name(cf, mcf, &d.zone)?;
+    let zone_ref = zone_by_name(cf, &mut mcf.zones, Context::Http, &d.zone)?;
     let zone = ptr::from_mut(zone_ref);
     let limits = lcf.limits.get_or_insert_with(Vec::new);
     if limits.iter().any(|l| l.zone == zone) {
@@ -434,18 +501,18 @@ pub fn set_limit(cf: &ngx_conf_t, lcf: &mut LocConf) -> ConfResult {
     Ok(())
 }
 
-/// What [`set_limit`] compiled for one directive.
-struct Compiled {
-    zone: *mut ZoneConf,
-    value: ConfValue,
-    cost: ConfValue,
-    charge: Option<*mut ngx_http_complex_value_t>,
-    route: Option<u8>,
-    in_flight: Option<ConfValue>,
+/// What [`set_limit`] (or the stream's) compiled for one directive.
+pub struct Compiled<C: Copy = ngx_http_complex_value_t> {
+    pub zone: *mut ZoneConf,
+    pub value: ConfValue<C>,
+    pub cost: ConfValue<C>,
+    pub charge: Option<*mut ngx_http_complex_value_t>,
+    pub route: Option<u8>,
+    pub in_flight: Option<ConfValue<C>>,
 }
 
 /// The [`Limit`] of a parsed directive `d` at `at` (file, line).
-fn limit(d: &LimitDirective, c: Compiled, at: (ngx_str_t, ngx_uint_t)) -> Limit {
+pub fn limit<C: Copy>(d: &LimitDirective, c: Compiled<C>, at: (ngx_str_t, ngx_uint_t)) -> Limit<C> {
     Limit {
         charge: c.charge,
         file: at.0,
@@ -471,17 +538,8 @@ fn limit(d: &LimitDirective, c: Compiled, at: (ngx_str_t, ngx_uint_t)) -> Limit 
 /// and a charged zone must not be strict. The `[emerg]` names the line of
 /// the zone's first use. With zones, the module's tally is registered.
 pub fn init_main_conf(cf: &mut ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
-    let declared: Vec<&[u8]> = mcf
-        .zones()
-        .filter(|z| z.defined)
-        .map(|z| z.name.as_bytes())
-        .collect();
+    check_declared(cf, &mcf.zones)?;
     for z in mcf.zones() {
-        if !z.defined {
-            let e = undefined_zone(z.name.as_bytes(), &declared);
-            cf.log_at((z.ref_file, z.ref_line), NGX_LOG_EMERG as ngx_uint_t, &e);
-            return Err(ConfFailed::Logged);
-        }
         charge_var::check_zone(cf, z)?;
         calendar::check_zone(cf, z)?;
         strict_limit::check_zone(cf, z)?;

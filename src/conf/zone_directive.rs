@@ -12,9 +12,10 @@ use rate_limit_window_core::conf::zone_opts::{
 };
 use rate_limit_window_core::overrides::Overrides;
 
-use crate::conf::{zone_by_name, MainConf, BINARY_REMOTE_ADDR};
+use crate::conf::{zone_by_name, BINARY_REMOTE_ADDR};
 use crate::ffi::conf_ext::{ConfExt, ConfFailed, ConfResult};
-use crate::zone::ZoneConf;
+use crate::ffi::stream_conf;
+use crate::zone::{Context, ZoneConf};
 
 /// The size of a memory page (bytes).
 fn page_size() -> usize {
@@ -31,12 +32,16 @@ fn page_size() -> usize {
 /// The parameters are parsed by the core's pure (and fuzzed) parser; a
 /// `calendar=` zone's time zone is read from the system's database here,
 /// at each configuration (`nginx -t`, a start, a reload).
-pub fn set_zone(cf: &ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
+///
+/// `zones` is the list of the block being parsed, `context` (a zone of
+/// `stream {}` keys by the stream's variables and is its own shared zone,
+/// whose name nginx refuses to declare again for http).
+pub fn set_zone(cf: &ngx_conf_t, zones: &mut Vec<*mut ZoneConf>, context: Context) -> ConfResult {
     let Some(&key) = cf.args().get(1) else {
         return Err(ConfFailed::Logged);
     };
     let d = zone_params(cf).map_err(|e| cf.emerg(e))?;
-    let zone = zone_by_name(cf, mcf, &d.params.name)?;
+    let zone = zone_by_name(cf, zones, context, &d.params.name)?;
     if zone.defined {
         return Err(cf.emerg(redeclared(zone, key, &d)));
     }
@@ -65,7 +70,7 @@ pub fn set_zone(cf: &ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
     zone.size = d.params.size;
     zone.redis = d.params.redis;
     crate::zone::state_file::configure(zone, d.state.as_deref(), cf.prefixes().0);
-    if let Some(other) = state_taken(mcf, zone) {
+    if let Some(other) = state_taken(zones, zone) {
         return Err(cf.emerg(format!(
             "rate_limit_window_zone \"{}\": state file \"{}\" is already zone \"{other}\"'s: \
              each zone needs a state file of its own",
@@ -82,9 +87,9 @@ pub fn set_zone(cf: &ngx_conf_t, mcf: &mut MainConf) -> ConfResult {
 
 /// The name of another zone whose `state=` is `zone`'s path (two zones
 /// writing one file would overwrite each other's state).
-fn state_taken(mcf: &MainConf, zone: &ZoneConf) -> Option<String> {
+fn state_taken(zones: &[*mut ZoneConf], zone: &ZoneConf) -> Option<String> {
     let path = zone.state.as_deref()?;
-    mcf.zones()
+    crate::zone::each(zones)
         .filter(|z| z.defined && z.name.as_bytes() != zone.name.as_bytes())
         .find(|z| z.state.as_deref() == Some(path))
         .map(|z| z.name_str().to_string())
@@ -130,7 +135,13 @@ fn add_shared_zone(cf: &ngx_conf_t, zone: &mut ZoneConf) -> ConfResult {
         + page;
     let mut name = zone.name;
     let cf = ptr::from_ref(cf).cast_mut();
-    let module = ptr::addr_of_mut!(crate::ngx_http_rate_limit_window_module);
+    // The tag: the module of the zone's block, so that nginx refuses a
+    // zone of the same name in the other block ("already declared for a
+    // different use").
+    let module = match zone.context {
+        Context::Http => ptr::addr_of_mut!(crate::ngx_http_rate_limit_window_module),
+        Context::Stream => ptr::addr_of_mut!(crate::ngx_stream_rate_limit_window_module),
+    };
     // SAFETY: registers (or finds) the named zone in the cycle being
     // configured; nginx keeps the pointer, and reads nothing else of cf.
     let shm = unsafe { ngx_shared_memory_add(cf, &mut name, zone.size + overrides, module.cast()) };
@@ -145,10 +156,21 @@ fn add_shared_zone(cf: &ngx_conf_t, zone: &mut ZoneConf) -> ConfResult {
 /// Compiles the zone's key, and notes its variable's index when the key
 /// is exactly one variable (read directly on the request path).
 fn compile_key(cf: &ngx_conf_t, zone: &mut ZoneConf, key: ngx_str_t) -> ConfResult {
-    cf.compile_into(key, &mut zone.key)?;
-    zone.key_src = key;
-    if let Some(var) = single_variable(key.as_bytes()) {
-        zone.key_index = Some(cf.variable_index(var)?);
+    let var = single_variable(key.as_bytes());
+    match zone.context {
+        Context::Http => {
+            cf.compile_into(key, &mut zone.key)?;
+            if let Some(var) = var {
+                zone.key_index = Some(cf.variable_index(var)?);
+            }
+        }
+        Context::Stream => {
+            stream_conf::compile_into(cf, key, &mut zone.stream_key)?;
+            if let Some(var) = var {
+                zone.key_index = Some(stream_conf::variable_index(cf, var)?);
+            }
+        }
     }
+    zone.key_src = key;
     Ok(())
 }

@@ -17,4 +17,7 @@ pub mod pool;
 pub mod process;
 pub mod req;
 pub mod request_bits;
+pub mod session;
+pub mod stream_conf;
+pub mod stream_weak;
 pub mod vars;

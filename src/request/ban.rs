@@ -22,7 +22,7 @@ use crate::conf::Limit;
 /// `notice`.
 #[cold]
 #[inline(never)]
-pub(crate) fn banned(limit: &Limit, hash: KeyHash, secs: u32, log: *mut ngx_log_t) {
+pub(crate) fn banned<C: Copy>(limit: &Limit<C>, hash: KeyHash, secs: u32, log: *mut ngx_log_t) {
     let zone = limit.zone();
     crate::sync::fleet_overrides::share(zone, hash.fingerprint());
     ngx_log_error!(

@@ -331,7 +331,7 @@ fn reject(
     if let Some(secs) = rej.banned {
         ban::banned(&limits[rej.index], rej.hash, secs, r.log());
     }
-    log_rejection(r.log(), lcf, limits[rej.index].zone(), rej);
+    log_rejection(r.log(), lcf.log_level, limits[rej.index].zone(), rej);
     if rej.dry_run {
         RequestStatus::RejectedDryRun
     } else if rej.in_flight {

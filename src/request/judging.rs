@@ -6,14 +6,10 @@
 use ngx::http::Request;
 use ngx::ngx_log_debug_http;
 
-use rate_limit_window_core::conf::addr::{mask_ipv6, IPV6_PREFIX_MAX};
-use rate_limit_window_core::conf::parse::parse_limit;
 use rate_limit_window_core::engine::{
     self, Cost, Hold, HostError, Invalid, Key, LimitConf, Shared, ShedAsk, Skip, Woken,
 };
 use rate_limit_window_core::overrides::range::Addr;
-use rate_limit_window_core::rule::mode::Mode;
-use rate_limit_window_core::rule::strict::MAX_STRICT_LIMIT;
 use rate_limit_window_core::shm::{Owner, Place, Places};
 use rate_limit_window_core::{Admission, Answer, Table};
 
@@ -24,7 +20,7 @@ use crate::request::key::eval_key;
 use crate::request::logging::{log_episodes, log_invalid, skipped, slot_path};
 use crate::request::record::{self, Applied, Taken};
 use crate::request::{cost, in_flight, near_limit, shed};
-use crate::zone::ZoneConf;
+use crate::zone::{client, ZoneConf};
 
 /// Evaluates one limit's key and limit value for the request, as read:
 /// the engine decides what an empty or invalid value means, and applies
@@ -41,44 +37,13 @@ fn eval(
     if key.is_empty() {
         return Ok(Key::Empty);
     }
-    let key = ipv4_of_mapped(zone, key);
-    let masked;
-    let key = if zone.ipv6_prefix < IPV6_PREFIX_MAX {
-        core::hint::cold_path();
-        masked = mask_ipv6(key, zone.ipv6_prefix);
-        masked.as_ref().map_or(key, |m| &m[..])
-    } else {
-        key
-    };
     let limit = eval_limit(r, zone, value)?;
-    Ok(Key::Client {
-        hash: table.hash_key(key),
-        limit,
-    })
-}
-
-/// A `$binary_remote_addr` key of an IPv4-mapped client
-/// (`::ffff:10.0.0.5`, 16 bytes) as its IPv4 address's (4 bytes): it is
-/// counted, overridden (`addr=10.0.0.5`, `cidr=10.0.0.5/32`) and banned as
-/// that address.
-#[inline(always)]
-fn ipv4_of_mapped<'k>(zone: &ZoneConf, key: &'k [u8]) -> &'k [u8] {
-    const MAPPED: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
-    if key.len() == 16
-        && key[..12] == MAPPED
-        && zone.key_src.as_bytes() == crate::zone::BINARY_REMOTE_ADDR
-    {
-        core::hint::cold_path();
-        return &key[12..];
-    }
-    key
+    Ok(client::client_key(zone, table, key, limit))
 }
 
 /// Reads the limit value for this request, as it is: a number, empty,
 /// or invalid (the engine's `fail=` decides). Err(()) is an nginx error
 /// while evaluating the variable.
-/// A strict zone's (`zone`'s) value above what it counts is what it
-/// counts, [`MAX_STRICT_LIMIT`] (a fixed one is refused at `nginx -t`).
 fn eval_limit(r: &Request, zone: &ZoneConf, value: LimitValue) -> Result<engine::LimitRead, ()> {
     match value {
         LimitValue::Fixed(n) => Ok(engine::LimitRead::Set(n)),
@@ -86,16 +51,7 @@ fn eval_limit(r: &Request, zone: &ZoneConf, value: LimitValue) -> Result<engine:
             // SAFETY: cv was compiled into the configuration pool, which
             // outlives every request of the cycle.
             let b = r.get_complex_value(unsafe { &*cv }).ok_or(())?.as_bytes();
-            if b.is_empty() {
-                return Ok(engine::LimitRead::Empty);
-            }
-            let cap = if zone.mode == Mode::Strict {
-                MAX_STRICT_LIMIT
-            } else {
-                u32::MAX
-            };
-            let read = |n: u32| engine::LimitRead::Set(n.min(cap));
-            Ok(parse_limit(b).map_or(engine::LimitRead::Invalid, read))
+            Ok(client::limit_read(zone, b))
         }
     }
 }
@@ -122,17 +78,7 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
 
     #[inline(always)]
     fn conf(&self, n: usize) -> Option<LimitConf<'static>> {
-        let l = &self.limits[n];
-        let zone = l.zone();
-        Some(LimitConf {
-            table: zone.table.as_ref()?,
-            overrides: zone.overrides.as_ref(),
-            fail: zone.fail,
-            delay_ms: l.delay_ms,
-            ban_ms: l.ban_ms,
-            line: l.counts,
-            outage: crate::sync::outage_of(zone),
-        })
+        self.limits[n].engine_conf()
     }
 
     #[inline(always)]
@@ -209,10 +155,7 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
             return None;
         }
         let key = eval_key(self.r, zone).ok()?;
-        match mask_ipv6(key, zone.ipv6_prefix) {
-            Some(m) => Addr::of_key(&m),
-            None => Addr::of_key(key),
-        }
+        client::key_addr(zone, key)
     }
 
     fn invalid(&mut self, n: usize, what: Invalid) {

@@ -4,7 +4,7 @@
 //! the debug lines of a limit that did not apply and of the slot path.
 
 use core::sync::atomic::Ordering;
-use nginx_sys::{NGX_LOG_ERR, NGX_LOG_WARN};
+use nginx_sys::{ngx_uint_t, NGX_LOG_ERR, NGX_LOG_WARN};
 use ngx::http::Request;
 use ngx::{ngx_log_debug_http, ngx_log_error};
 
@@ -28,26 +28,39 @@ const EPISODE_QUIET_MS: u64 = 60_000;
 #[cold]
 #[inline(never)]
 pub(super) fn log_invalid(r: &mut Request, l: &conf::Limit, what: Invalid) {
-    let zone = l.zone();
-    let fail = if zone.fail == FailPolicy::Closed {
-        "closed"
-    } else {
-        "open"
-    };
     let bad = match what {
         Invalid::Limit => variable_text(r, l.value.variable()),
         Invalid::Cost(_) => variable_text(r, l.cost.variable()),
         Invalid::InFlight => variable_text(r, l.in_flight.and_then(|v| v.variable())),
     };
+    log_invalid_value(r.log(), l.zone(), what, &bad);
+}
+
+/// The log line of a value the engine found invalid, `bad` (as read: the
+/// first bytes of a variable's value), for `zone`; http's and the stream's.
+#[cold]
+#[inline(never)]
+pub(crate) fn log_invalid_value(
+    log: *mut nginx_sys::ngx_log_t,
+    zone: &ZoneConf,
+    what: Invalid,
+    bad: &[u8],
+) {
+    let fail = if zone.fail == FailPolicy::Closed {
+        "closed"
+    } else {
+        "open"
+    };
+    let bad = &bad[..bad.len().min(64)];
     // One format string each: the texts stay greppable (and in the .so).
     match what {
         Invalid::Limit => {
             ngx_log_error!(
                 NGX_LOG_ERR,
-                r.log(),
+                log,
                 "rate_limit_window: invalid limit \"{}\" for zone \"{}\", applying fail={}; \
                  further invalid values are counted in rate_limit_window_invalid_limit_total",
-                escape(&bad),
+                escape(bad),
                 zone.name,
                 fail
             );
@@ -55,11 +68,11 @@ pub(super) fn log_invalid(r: &mut Request, l: &conf::Limit, what: Invalid) {
         Invalid::Cost(limit) if zone.fail != FailPolicy::Closed => {
             ngx_log_error!(
                 NGX_LOG_ERR,
-                r.log(),
+                log,
                 "rate_limit_window: invalid cost \"{}\" for zone \"{}\" (an integer from 1), \
                  charging the whole limit ({}) under fail=open; further invalid values are \
                  counted in rate_limit_window_invalid_limit_total",
-                escape(&bad),
+                escape(bad),
                 zone.name,
                 limit
             );
@@ -67,11 +80,11 @@ pub(super) fn log_invalid(r: &mut Request, l: &conf::Limit, what: Invalid) {
         Invalid::Cost(_) => {
             ngx_log_error!(
                 NGX_LOG_ERR,
-                r.log(),
+                log,
                 "rate_limit_window: invalid cost \"{}\" for zone \"{}\" (an integer from 1), \
                  applying fail={}; further invalid values are counted in \
                  rate_limit_window_invalid_limit_total",
-                escape(&bad),
+                escape(bad),
                 zone.name,
                 fail
             );
@@ -79,11 +92,11 @@ pub(super) fn log_invalid(r: &mut Request, l: &conf::Limit, what: Invalid) {
         Invalid::InFlight => {
             ngx_log_error!(
                 NGX_LOG_ERR,
-                r.log(),
+                log,
                 "rate_limit_window: invalid in_flight \"{}\" for zone \"{}\" (an integer from 0 \
                  to 65535), applying fail={}; further invalid values are counted in \
                  rate_limit_window_invalid_limit_total",
-                escape(&bad),
+                escape(bad),
                 zone.name,
                 fail
             );
@@ -139,15 +152,16 @@ pub(super) fn skipped(r: &Request, zone: &ZoneConf, why: Skip) {
 }
 
 /// The rejection log line. Never the raw key: it may be an API key.
-pub(super) fn log_rejection(
+/// `level`: `rate_limit_window_log_level`'s.
+pub(crate) fn log_rejection(
     log: *mut nginx_sys::ngx_log_t,
-    lcf: &LocConf,
+    level: ngx_uint_t,
     zone: &ZoneConf,
     rej: &engine::Rejection,
 ) {
     let d = &rej.decision;
     if rej.in_flight {
-        log_in_flight(log, lcf, zone, rej);
+        log_in_flight(log, level, zone, rej);
         return;
     }
     let what = match d.outcome {
@@ -158,7 +172,7 @@ pub(super) fn log_rejection(
         _ => "limiting requests",
     };
     ngx_log_error!(
-        lcf.log_level,
+        level,
         log,
         "{}{} by zone \"{}\", estimate: {}, limit: {}, window: {}s",
         if rej.dry_run { "dry run, " } else { "" },
@@ -175,7 +189,7 @@ pub(super) fn log_rejection(
 #[inline(never)]
 fn log_in_flight(
     log: *mut nginx_sys::ngx_log_t,
-    lcf: &LocConf,
+    level: ngx_uint_t,
     zone: &ZoneConf,
     rej: &engine::Rejection,
 ) {
@@ -185,7 +199,7 @@ fn log_in_flight(
         _ => "limiting requests in flight",
     };
     ngx_log_error!(
-        lcf.log_level,
+        level,
         log,
         "{}{} by zone \"{}\", in flight: {}, in_flight: {}",
         if rej.dry_run { "dry run, " } else { "" },
@@ -222,7 +236,7 @@ fn log_no_room(r: &Request, zone: &ZoneConf) {
 /// case, nothing to report, is one test here; the logging is out of line so
 /// that its code does not sit between the request path's instructions.
 #[inline]
-pub(super) fn log_episodes(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &Answer, now: u64) {
+pub(crate) fn log_episodes(log: *mut nginx_sys::ngx_log_t, zone: &ZoneConf, d: &Answer, now: u64) {
     let e = &d.events;
     // `|`, not `||`: one test of the four, without a branch each.
     let fail_closed = d.outcome == Outcome::FailClosed;

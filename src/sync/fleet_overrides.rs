@@ -27,6 +27,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rate_limit_window_core::overrides::order::{is_local, judge, Held, Next, RedisClock, Seen};
@@ -34,7 +35,7 @@ use rate_limit_window_core::overrides::remote::{
     body, field, parse_log, parse_value, Keys, MacKey, Origin, Read, DEDUPE_MS, HEAL, KEY_TTL_MS,
     LOG_MAX, WRITE,
 };
-use rate_limit_window_core::overrides::Overrides;
+use rate_limit_window_core::overrides::{Applied, Overrides};
 
 use rate_limit_window_core::cluster::Claim;
 
@@ -44,13 +45,18 @@ use crate::sync::redis_link::{Link, LinkError};
 use crate::zone::ZoneConf;
 
 /// The step's budget per round (ms), `sync=` within these bounds: no
-/// call starts after it, so a step takes at most this and one call
-/// ([`CALL_MS`]), whatever Redis does.
+/// call starts after it (but the first of each part), so a step takes at
+/// most this and a few calls ([`CALL_MS`]), whatever Redis does.
 const BUDGET_MS: (u64, u64) = (100, 500);
-/// Longest one call may wait (ms).
-const CALL_MS: u64 = 500;
-/// Longest a connect may take (ms).
-const CONNECT_MS: u64 = 500;
+/// Longest one call may wait (ms): the overrides' own, longer than the
+/// count rounds' 500 ms batches (this thread never delays a count), so a
+/// Redis 700 ms or more away still carries overrides; a call that times
+/// out is made again by a later step (reads and writes are idempotent).
+/// The stop flag is checked on every read of a plain or TLS link
+/// (`raw_conn.rs`): a quit never waits for it.
+const CALL_MS: u64 = 3_000;
+/// Longest a connect may take (ms), handshake and login included.
+const CONNECT_MS: u64 = 3_000;
 /// Changes read from the log per call.
 const READ_MAX: usize = 1_000;
 /// Writes per pipeline.
@@ -65,12 +71,16 @@ const HEAL_SLOTS: usize = 4_096;
 const ACKED_MAX: usize = 65_536;
 /// After a failed step, the next waits this long (ms).
 const RETRY_MS: u64 = 500;
+/// How often the fleet's states that found no room here are read again
+/// (ms), [`MISFITS_MAX`] at most kept.
+const MISFIT_MS: u64 = 1_000;
+const MISFITS_MAX: usize = 65_536;
 
 /// The overrides' thread (beside the count rounds, see `mod.rs`): a step
 /// every `sync=` while this process owns the sync, until `stop` or `done`
 /// (the count rounds ended: stop, or the sync went to a newer process).
-pub(crate) fn run(ctx: &RoundCtx<'_>, done: &AtomicBool) {
-    let mut sync = OvrSync::new(ctx.job);
+pub(crate) fn run(ctx: &RoundCtx<'_>, done: &AtomicBool, stop: &Arc<AtomicBool>) {
+    let mut sync = OvrSync::new(ctx.job, stop.clone());
     let ended = || ctx.stop.load(Ordering::Relaxed) || done.load(Ordering::Relaxed);
     while !ended() {
         let started = Instant::now();
@@ -124,6 +134,8 @@ enum Phase {
 /// The override step's state, kept by the sync thread across rounds.
 pub(crate) struct OvrSync {
     link: Option<Link>,
+    /// The thread's stop flag, checked on every read of the link.
+    stop: Arc<AtomicBool>,
     keys: Keys,
     mac: MacKey,
     me: u64,
@@ -137,6 +149,12 @@ pub(crate) struct OvrSync {
     /// This gateway's changes acknowledged and not yet seen in the log:
     /// (id, sequence).
     acked: Vec<(u64, u64)>,
+    /// The fleet's states read that found no room in the table (a table
+    /// full of operators' states), read again every [`MISFIT_MS`] from the
+    /// snapshot until they fit, are replaced, or are gone: once operators
+    /// make room, the table holds them.
+    misfits: HashSet<u64>,
+    misfits_at: Option<Instant>,
 }
 
 /// One step's context: the table, the round's, the deadline.
@@ -159,9 +177,10 @@ impl Step<'_, '_> {
 }
 
 impl OvrSync {
-    pub fn new(job: &Job) -> OvrSync {
+    pub fn new(job: &Job, stop: Arc<AtomicBool>) -> OvrSync {
         OvrSync {
             link: None,
+            stop,
             keys: Keys::new(&job.name),
             mac: MacKey::new(job.name.as_bytes(), &job.secret),
             me: job.header.gateway_id,
@@ -178,6 +197,8 @@ impl OvrSync {
             scan_from: 0,
             retry_at: None,
             acked: Vec::new(),
+            misfits: HashSet::new(),
+            misfits_at: None,
         }
     }
 
@@ -206,12 +227,13 @@ impl OvrSync {
     fn work(&mut self, s: &Step<'_, '_>) -> Result<(), LinkError> {
         if self.link.as_ref().is_none_or(Link::is_broken) {
             let d = Instant::now() + Duration::from_millis(CONNECT_MS);
-            self.link = Some(Link::open(&s.ctx.job.target, d)?);
+            self.link = Some(Link::open_watched(&s.ctx.job.target, d, &self.stop)?);
         }
         let mut link = self.link.take().expect("just opened");
         let r = self.read(&mut link, s).and_then(|()| {
             self.push(&mut link, s)?;
-            self.phase_work(&mut link, s)
+            self.phase_work(&mut link, s)?;
+            self.retry_misfits(&mut link, s)
         });
         if let Some(d) = link.take_denied() {
             crate::sync::denied::note(s.ctx.owner.header, d);
@@ -355,9 +377,11 @@ impl OvrSync {
 
     /// Applies one state read: this gateway's own change acknowledges its
     /// local change; any other applies over an older sequence here. An
-    /// entry ended by Redis's time applies as a removal.
-    fn apply(&self, o: &Overrides<'_>, r: &Read, now: u64) {
+    /// entry ended by Redis's time applies as a removal. A state that
+    /// finds no room is kept to read again ([`Self::retry_misfits`]).
+    fn apply(&mut self, o: &Overrides<'_>, r: &Read, now: u64) {
         if r.origin.gateway == self.me && o.ack(r.id, r.origin.change, r.seq) {
+            self.misfits.remove(&r.id);
             return;
         }
         let clock = self.clock.unwrap_or_default();
@@ -365,11 +389,48 @@ impl OvrSync {
             .entry
             .map(|e| clock.to_local(e))
             .filter(|e| !e.expired(now));
-        if matches!(self.phase, Phase::Boot { adopt: true, .. }) {
-            o.adopt(r.id, entry, r.seq, now);
+        let done = if matches!(self.phase, Phase::Boot { adopt: true, .. }) {
+            o.adopt_as(r.id, entry, r.seq, now)
         } else {
-            o.apply_remote(r.id, entry, r.seq, now);
+            o.apply_remote_as(r.id, entry, r.seq, now)
+        };
+        if done != Applied::Full {
+            self.misfits.remove(&r.id);
+        } else if self.misfits.len() < MISFITS_MAX {
+            self.misfits.insert(r.id);
         }
+    }
+
+    /// Reads the fleet's states that found no room here again (every
+    /// [`MISFIT_MS`], [`PUSH_MAX`] a call) and applies them: each fits once
+    /// operators removed enough (counted again while it does not); one
+    /// gone from the snapshot is forgotten (its removal was read).
+    fn retry_misfits(&mut self, link: &mut Link, s: &Step<'_, '_>) -> Result<(), LinkError> {
+        let due = self
+            .misfits_at
+            .is_none_or(|t| t.elapsed() >= Duration::from_millis(MISFIT_MS));
+        if self.misfits.is_empty() || !due || !matches!(self.phase, Phase::Follow) {
+            return Ok(());
+        }
+        self.misfits_at = Some(Instant::now());
+        let ids: Vec<u64> = self.misfits.iter().copied().take(PUSH_MAX).collect();
+        let mut pipe = redis::pipe();
+        for &id in &ids {
+            pipe.cmd("HGET").arg(&self.keys.hash).arg(field(id));
+        }
+        let replies = link.exec(&pipe, Instant::now() + s.call_wait())?;
+        let now = epoch_ms();
+        for (&id, v) in ids.iter().zip(&replies) {
+            let read = crate::sync::ctx::bytes(v)
+                .and_then(|b| parse_value(&self.mac, field(id).as_bytes(), b).ok());
+            match read {
+                Some(r) => self.apply(s.o, &r, now),
+                None => {
+                    self.misfits.remove(&id);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Writes the local changes not yet acknowledged (see the module doc).
@@ -500,7 +561,7 @@ impl OvrSync {
     }
 
     /// Reads the snapshot's state of `ids` again and applies it.
-    fn recheck(&self, link: &mut Link, s: &Step<'_, '_>, ids: &[u64]) -> Result<(), LinkError> {
+    fn recheck(&mut self, link: &mut Link, s: &Step<'_, '_>, ids: &[u64]) -> Result<(), LinkError> {
         if ids.is_empty() {
             return Ok(());
         }

@@ -60,6 +60,7 @@ pub mod raw_conn;
 pub mod redis_link;
 pub mod round;
 pub mod round_stats;
+pub mod tls;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -321,7 +322,7 @@ fn run(job: Job, flag: Arc<AtomicBool>) {
     std::thread::scope(|sc| {
         let overrides = std::thread::Builder::new()
             .name(format!("rlw-ovr-{}", job.name))
-            .spawn_scoped(sc, || fleet_overrides::run(&ctx, &done));
+            .spawn_scoped(sc, || fleet_overrides::run(&ctx, &done, &flag));
         count_rounds(&ctx, &flag);
         done.store(true, Ordering::Relaxed);
         drop(overrides);
@@ -439,9 +440,7 @@ fn connect<'c>(
 ) -> Result<&'c mut Link, LinkError> {
     if conn.as_ref().is_none_or(Link::is_broken) {
         let deadline = Instant::now() + Duration::from_millis(CONNECT_MS);
-        let mut link = Link::open(target, deadline)?;
-        link.watch(stop.clone());
-        *conn = Some(link);
+        *conn = Some(Link::open_watched(target, deadline, stop)?);
     }
     Ok(conn.as_mut().expect("connection was just set"))
 }

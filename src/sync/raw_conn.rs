@@ -1,10 +1,12 @@
-//! A plain Redis connection (TCP or Unix socket, no TLS) whose every read
-//! and write is bounded by the *call's* deadline and checks the thread's
-//! stop flag: a link that answers a byte every 0.25 s times out at the
-//! call's deadline, and `nginx -s quit` (or a reload) interrupts any call
-//! within [`POLL_MS`]. The crate's `Connection` bounds each socket read
-//! only, so a trickling reply could keep a call (and a quitting worker)
-//! waiting for minutes.
+//! A Redis connection (TCP, TLS over TCP, or Unix socket) whose every
+//! read and write is bounded by the *call's* deadline and checks the
+//! thread's stop flag: a link that answers a byte every 0.25 s times out at
+//! the call's deadline, and `nginx -s quit` (or a reload) interrupts any
+//! call within [`POLL_MS`]. The crate's `Connection` bounds each socket
+//! read only, so a trickling reply could keep a call (and a quitting
+//! worker) waiting for minutes. TLS is rustls over the same socket: its
+//! handshake and records go through the same bounded reads and writes (a
+//! record cut by a timeout stays buffered in rustls for the next read).
 //!
 //! The replies are parsed by the crate's RESP parser, which keeps a
 //! partial reply across reads; an error reply is a `Value::ServerError` in
@@ -18,6 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::{ErrorKind, Parser, RedisError, RedisResult, Value};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
 /// Longest one socket wait, between two checks of the stop flag (ms).
 const POLL_MS: u64 = 100;
@@ -26,6 +30,7 @@ const POLL_MS: u64 = 100;
 enum Sock {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
 }
 
 impl Sock {
@@ -34,6 +39,10 @@ impl Sock {
             Sock::Tcp(s) => {
                 s.set_read_timeout(Some(d))?;
                 s.set_write_timeout(Some(d))
+            }
+            Sock::Tls(t) => {
+                t.sock.set_read_timeout(Some(d))?;
+                t.sock.set_write_timeout(Some(d))
             }
             Sock::Unix(s) => {
                 s.set_read_timeout(Some(d))?;
@@ -94,6 +103,7 @@ impl Read for Bounded {
         self.retry(|s| match s {
             Sock::Tcp(t) => t.read(buf),
             Sock::Unix(u) => u.read(buf),
+            Sock::Tls(t) => t.read(buf),
         })
     }
 }
@@ -103,12 +113,26 @@ impl Write for Bounded {
         self.retry(|s| match s {
             Sock::Tcp(t) => t.write(buf),
             Sock::Unix(u) => u.write(buf),
+            Sock::Tls(t) => t.write(buf),
         })
     }
 
+    /// Sends what TLS still buffers (a plain socket buffers nothing).
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        self.retry(|s| match s {
+            Sock::Tls(t) => t.flush(),
+            _ => Ok(()),
+        })
     }
+}
+
+/// A failed TLS handshake: an I/O error whose text says `certificate`
+/// (the link's errors are sorted by it into `kind="tls"`).
+fn tls_error(what: &str) -> RedisError {
+    io::Error::other(format!(
+        "TLS handshake failed (certificate or alert): {what}"
+    ))
+    .into()
 }
 
 /// The deadline passed before a call could begin.
@@ -163,6 +187,43 @@ impl RawConn {
         self.io.stop = Some(stop);
     }
 
+    /// Turns this TCP connection into TLS (`config`; the server's
+    /// certificate checked against `host` as given) and completes the
+    /// handshake before `deadline`.
+    pub fn start_tls(
+        &mut self,
+        config: Arc<ClientConfig>,
+        host: &str,
+        deadline: Instant,
+    ) -> RedisResult<()> {
+        let name =
+            ServerName::try_from(host.to_owned()).map_err(|_| tls_error("bad server name"))?;
+        let conn = ClientConnection::new(config, name).map_err(|e| tls_error(&e.to_string()))?;
+        // A placeholder while the socket moves into the stream.
+        let placeholder = Sock::Unix(UnixStream::pair()?.0);
+        let Sock::Tcp(tcp) = std::mem::replace(&mut self.io.sock, placeholder) else {
+            return Err(tls_error("TLS over a socket that is not TCP"));
+        };
+        self.io.sock = Sock::Tls(Box::new(StreamOwned::new(conn, tcp)));
+        self.io.deadline = deadline;
+        while let Sock::Tls(t) = &self.io.sock {
+            if !t.conn.is_handshaking() {
+                break;
+            }
+            self.io
+                .retry(|s| match s {
+                    Sock::Tls(t) => t.conn.complete_io(&mut t.sock),
+                    _ => Ok((0, 0)),
+                })
+                .map_err(|e| match e.kind() {
+                    io::ErrorKind::TimedOut => e.into(),
+                    // The handshake's own failure: counted as `tls`.
+                    _ => tls_error(&e.to_string()),
+                })?;
+        }
+        Ok(())
+    }
+
     /// Logs in (`AUTH`, `SELECT`) before `deadline`: an error reply is an
     /// authentication error (`WRONGPASS`, `NOAUTH`, `NOPERM`) or a response
     /// error.
@@ -200,6 +261,7 @@ impl RawConn {
     pub fn exec(&mut self, pipe: &redis::Pipeline, deadline: Instant) -> RedisResult<Vec<Value>> {
         self.io.deadline = deadline;
         self.io.write_all(&pipe.get_packed_pipeline())?;
+        self.io.flush()?;
         let mut replies = Vec::with_capacity(pipe.len());
         for _ in 0..pipe.len() {
             let v = self.parser.parse_value(&mut self.io)?;

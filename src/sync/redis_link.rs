@@ -81,17 +81,6 @@ impl RedisTarget {
             root_cert: p.pem.ca.clone(),
         })
     }
-
-    /// Database, user and password of a data node (single mode).
-    fn redis_info(&self) -> RedisConnectionInfo {
-        let a = &self.params.addr;
-        RedisConnectionInfo {
-            db: a.db,
-            username: a.username.clone(),
-            password: a.password.as_ref().map(|s| s.as_str().to_owned()),
-            protocol: ProtocolVersion::RESP2,
-        }
-    }
 }
 
 /// Shortest connect and reply timeout of one cluster node while the link
@@ -273,11 +262,9 @@ fn resolve(host: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>, 
 /// The connection of a [`Link`]: one server (single or sentinel mode) or
 /// a Redis Cluster (one connection per node, slots followed).
 enum Conn {
-    /// A plain TCP or Unix connection: every read bounded by the call's
-    /// deadline and the stop flag (`raw_conn.rs`).
+    /// A plain TCP, TLS or Unix connection: every read bounded by the
+    /// call's deadline and the stop flag (`raw_conn.rs`).
     Raw(RawConn),
-    /// A TLS connection (the crate's: each read bounded, not the call).
-    One(redis::Connection),
     Cluster(Box<ClusterConnection>),
 }
 
@@ -293,11 +280,17 @@ pub struct Link {
 impl Link {
     /// Connects to `target` (resolving its name, connecting, and the
     /// handshake; in sentinel mode asking the sentinels for the master; in
-    /// cluster mode reading the slot map) before `deadline`.
-    pub fn open(target: &RedisTarget, deadline: Instant) -> Result<Link, LinkError> {
+    /// cluster mode reading the slot map) before `deadline`. A plain or
+    /// TLS connection checks `stop` on every read and write from its
+    /// handshake on (a cluster's nodes between calls only).
+    pub fn open_watched(
+        target: &RedisTarget,
+        deadline: Instant,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Link, LinkError> {
         let conn = match target.params.mode {
-            RedisMode::Single => Self::open_single(target, deadline)?,
-            RedisMode::Sentinel => Self::open_sentinel(target, deadline)?,
+            RedisMode::Single => Self::open_single(target, deadline, stop)?,
+            RedisMode::Sentinel => Self::open_sentinel(target, deadline, stop)?,
             RedisMode::Cluster => Conn::Cluster(Box::new(Self::open_cluster(target, deadline)?)),
         };
         Ok(Link {
@@ -307,17 +300,12 @@ impl Link {
         })
     }
 
-    /// Checks `stop` on every read and write of the link's calls from now
-    /// on (a plain connection's; a TLS or cluster one's between calls).
-    pub fn watch(&mut self, stop: Arc<AtomicBool>) {
-        if let Conn::Raw(c) = &mut self.conn {
-            c.watch(stop);
-        }
-    }
-
     /// One server: TCP (each resolved address in turn), TLS or Unix socket.
-    fn open_single(target: &RedisTarget, deadline: Instant) -> Result<Conn, LinkError> {
-        let redis = target.redis_info();
+    fn open_single(
+        target: &RedisTarget,
+        deadline: Instant,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Conn, LinkError> {
         let a = &target.params.addr;
         let login = Login {
             username: a.username.as_deref(),
@@ -327,26 +315,12 @@ impl Link {
         match target.params.addr.nodes.first() {
             Some(RedisNode::Unix(path)) => {
                 let mut c = RawConn::unix(path, deadline)?;
+                c.watch(stop.clone());
                 c.login(&login, deadline)?;
                 Ok(Conn::Raw(c))
             }
-            Some(RedisNode::Tcp { host, port }) if target.params.addr.tls => {
-                // The name stays as given: the certificate is checked against it.
-                let info = ConnectionInfo {
-                    addr: target.addr(host, *port),
-                    redis,
-                };
-                let certs = target.certs().unwrap_or(TlsCertificates {
-                    client_tls: None,
-                    root_cert: None,
-                });
-                let client = redis::Client::build_with_tls(info, certs)?;
-                Ok(Conn::One(
-                    client.get_connection_with_timeout(handshake(deadline)?)?,
-                ))
-            }
             Some(RedisNode::Tcp { host, port }) => {
-                Self::open_tcp(&login, host, *port, deadline).map(Conn::Raw)
+                Self::open_tcp(target, &login, (host, *port), deadline, stop).map(Conn::Raw)
             }
             None => Err(LinkError::new(LinkErrorKind::Connection, "no address")),
         }
@@ -358,7 +332,11 @@ impl Link {
     /// connects to it and checks its `ROLE`. Each sentinel gets an equal
     /// share of the time left, so one that fails, hangs or names a stale
     /// master leaves time to ask the next.
-    fn open_sentinel(target: &RedisTarget, deadline: Instant) -> Result<Conn, LinkError> {
+    fn open_sentinel(
+        target: &RedisTarget,
+        deadline: Instant,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Conn, LinkError> {
         let sentinels: Vec<(&str, u16)> = target
             .params
             .addr
@@ -375,7 +353,7 @@ impl Link {
             let share = left(deadline)? / (sentinels.len() - i) as u32;
             let step = Instant::now() + share;
             let found = ask_sentinel(target, host, port, step).and_then(|named| match named {
-                Some((h, p)) => connect_master(target, &h, p, step).map(Some),
+                Some((h, p)) => connect_master(target, (&h, p), step, stop).map(Some),
                 None => Ok(None),
             });
             match found {
@@ -435,16 +413,27 @@ impl Link {
     }
 
     /// Tries each resolved address of `host` in turn until one connects
-    /// and logs in.
+    /// (and, with TLS, completes the handshake: the certificate is checked
+    /// against the name as given) and logs in; `stop` is checked on every
+    /// read and write from the connect on.
     fn open_tcp(
+        target: &RedisTarget,
         login: &Login<'_>,
-        host: &str,
-        port: u16,
+        (host, port): (&str, u16),
         deadline: Instant,
+        stop: &Arc<AtomicBool>,
     ) -> Result<RawConn, LinkError> {
+        let tls = match target.certs() {
+            Some(certs) => Some(crate::sync::tls::client_config(&certs)?),
+            None => None,
+        };
         let mut last = LinkError::new(LinkErrorKind::Connection, "no address");
         for addr in resolve(host, port, deadline)? {
             let conn = RawConn::tcp(addr, deadline).and_then(|mut c| {
+                c.watch(stop.clone());
+                if let Some(config) = &tls {
+                    c.start_tls(config.clone(), host, deadline)?;
+                }
                 c.login(login, deadline)?;
                 Ok(c)
             });
@@ -483,16 +472,6 @@ impl Link {
         deadline: Instant,
     ) -> Result<Vec<Value>, LinkError> {
         match &mut self.conn {
-            Conn::One(conn) => {
-                conn.set_write_timeout(Some(left(deadline)?))?;
-                conn.send_packed_command(&pipe.get_packed_pipeline())?;
-                let mut replies = Vec::with_capacity(pipe.len());
-                for _ in 0..pipe.len() {
-                    conn.set_read_timeout(Some(left(deadline)?))?;
-                    replies.push(conn.recv_response()?);
-                }
-                Ok(replies)
-            }
             Conn::Raw(conn) => Ok(conn.exec(pipe, deadline)?),
             Conn::Cluster(conn) => exec_cluster(conn, pipe, deadline),
         }
@@ -587,38 +566,22 @@ fn bytes_text(v: &Value) -> Option<&str> {
 /// `master` (a sentinel may name a stale one during a failover).
 fn connect_master(
     target: &RedisTarget,
-    host: &str,
-    port: u16,
+    (host, port): (&str, u16),
     deadline: Instant,
+    stop: &Arc<AtomicBool>,
 ) -> Result<Conn, LinkError> {
     let p = &target.params;
     let mut pipe = redis::pipe();
     pipe.cmd("ROLE");
-    let (conn, role) = if p.addr.tls {
-        let info = ConnectionInfo {
-            addr: target.addr(host, port),
-            redis: RedisConnectionInfo {
-                db: p.addr.db,
-                username: None,
-                password: p.master_password.as_ref().map(pw),
-                protocol: ProtocolVersion::RESP2,
-            },
-        };
-        let mut conn = connect_timed(target, info, deadline)?;
-        let role: Value = redis::cmd("ROLE").query(&mut conn)?;
-        (Conn::One(conn), role)
-    } else {
-        let login = Login {
-            username: None,
-            password: p.master_password.as_ref().map(Secret::as_str),
-            db: p.addr.db,
-        };
-        let mut conn = Link::open_tcp(&login, host, port, deadline)?;
-        let role = conn.exec(&pipe, deadline)?.pop().unwrap_or(Value::Nil);
-        (Conn::Raw(conn), role)
+    let login = Login {
+        username: None,
+        password: p.master_password.as_ref().map(Secret::as_str),
+        db: p.addr.db,
     };
+    let mut conn = Link::open_tcp(target, &login, (host, port), deadline, stop)?;
+    let role = conn.exec(&pipe, deadline)?.pop().unwrap_or(Value::Nil);
     match role {
-        Value::Array(a) if a.first().and_then(bytes_text) == Some("master") => Ok(conn),
+        Value::Array(a) if a.first().and_then(bytes_text) == Some("master") => Ok(Conn::Raw(conn)),
         _ => Err(LinkError::new(
             LinkErrorKind::Connection,
             "the server the sentinel named is not a master",

@@ -89,6 +89,13 @@ pub fn round(
     let index = ctx.job.window.index(now);
     read_hot(conn, ctx, st, index)?;
     go_on(ctx)?;
+    // The clients first, then the limits: a request notes its limit
+    // before it is counted, so every client planned here was judged
+    // against a limit the thresholds see (the other order, with a round
+    // between a window's first note and its first counts, took the limit
+    // as unknown and flagged every client counted meanwhile).
+    st.pushes.clear();
+    ctx.ledger.plan(ctx.table, now, &mut st.pushes);
     let stats = &ctx.owner.header.stats;
     let t = Thresholds::new(
         stats.min_limit(index),
@@ -96,8 +103,6 @@ pub fn round(
         ctx.owner.header.overrides().as_ref(),
         now,
     );
-    st.pushes.clear();
-    ctx.ledger.plan(ctx.table, now, &mut st.pushes);
     resume_from(&mut st.pushes, st.cursor);
     st.work.clear();
     for &push in &st.pushes {

@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 use nginx_sys::{
     ngx_cycle_t, ngx_event_t, ngx_log_t, ngx_msec_t, NGX_LOG_ERR, NGX_LOG_INFO, NGX_LOG_NOTICE,
 };
-use ngx::http::HttpModuleMainConf;
 use ngx::ngx_log_error;
 use rate_limit_window_core::overrides::{Action, Entry, Overrides};
 use rate_limit_window_core::state::{self, Identity, StateFile};
@@ -37,7 +36,6 @@ use rate_limit_window_core::{SavedTable, Table};
 
 use crate::ffi::process::{now_ms, Timer};
 use crate::zone::ZoneConf;
-use crate::Module;
 
 /// One zone's write, with everything the writer thread needs.
 struct Job {
@@ -85,11 +83,9 @@ struct Outcome {
 /// The jobs of every zone of `cycle` with a state file (`periodic`: with
 /// the digests of this process's last writes).
 fn jobs(cycle: &ngx_cycle_t, periodic: bool) -> Vec<Job> {
-    let Some(mcf) = Module::main_conf(cycle) else {
-        return Vec::new();
-    };
+    let zones = crate::zone::all_of(cycle);
     let now = now_ms();
-    mcf.zones()
+    crate::zone::each(&zones)
         .filter_map(|z: &'static ZoneConf| {
             Some(Job {
                 name: z.name_str().into_owned(),

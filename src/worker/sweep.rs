@@ -77,14 +77,16 @@ fn chunk(capacity: usize) -> usize {
 extern "C" fn tick(_ev: *mut ngx_event_t) {
     // The running cycle: its http main conf exists since `start` was
     // called with its zones.
-    let cycle = process::cycle();
-    if let Some((mcf, cycle)) = cycle.and_then(|c| Some((Module::main_conf(c)?, c))) {
+    if let Some(cycle) = process::cycle() {
         let now = process::now_ms();
+        // Every zone, http's and the stream's.
+        let zones = crate::zone::all_of(cycle);
+        let mcf = Module::main_conf(cycle);
         // The in-flight places of a process gone, taken back within a tick.
-        crate::zone::reclaim_places(mcf.zones(), mcf.sheds());
-        for (zone, table, header) in mcf
-            .zones()
-            .filter_map(|z| ZoneConf::live(z).map(|(t, h)| (z, t, h)))
+        let sheds = mcf.into_iter().flat_map(|m| m.sheds());
+        crate::zone::reclaim_places(crate::zone::each(&zones), sheds);
+        for (zone, table, header) in
+            crate::zone::each(&zones).filter_map(|z| ZoneConf::live(z).map(|(t, h)| (z, t, h)))
         {
             // The running cycle's log: after a single-process reload the
             // event's (the first cycle's) may be closed.

@@ -10,6 +10,7 @@
 //! workers can write it ([`state_dir`]); beside the zones, the module's
 //! tally of requests decided ([`tally`]).
 
+pub mod client;
 pub mod init;
 pub mod resize;
 pub mod shed;
@@ -19,7 +20,10 @@ pub mod tally;
 
 use core::ptr;
 
-use nginx_sys::{ngx_cycle_t, ngx_http_complex_value_t, ngx_shm_zone_t, ngx_str_t, ngx_uint_t};
+use nginx_sys::{
+    ngx_cycle_t, ngx_http_complex_value_t, ngx_shm_zone_t, ngx_str_t, ngx_stream_complex_value_t,
+    ngx_uint_t,
+};
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
 use rate_limit_window_core::conf::error::ZoneIdentity;
 use rate_limit_window_core::conf::parse::RedisParams;
@@ -31,10 +35,30 @@ use crate::ffi::header_in;
 use rate_limit_window_core::shm::{Owner, Places, Turns};
 use rate_limit_window_core::{FailPolicy, Table, Window, DEFAULT_WINDOW_MS};
 
+/// The block a zone is declared in: `http {}` or `stream {}` (its key's
+/// variables are that block's; its name is unique across both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Context {
+    Http,
+    Stream,
+}
+
+impl Context {
+    /// The block's name, as in the configuration and the metrics' label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Context::Http => "http",
+            Context::Stream => "stream",
+        }
+    }
+}
+
 /// One `rate_limit_window_zone`, allocated from the configuration pool.
 pub struct ZoneConf {
     /// Zone name (configuration pool memory).
     pub name: ngx_str_t,
+    /// The block it is declared (or referenced) in.
+    pub context: Context,
     /// False while the zone is only a forward reference from `rate_limit_window`.
     pub defined: bool,
     /// Where the zone was first referenced, for the "is not defined" error.
@@ -42,9 +66,12 @@ pub struct ZoneConf {
     pub ref_line: ngx_uint_t,
     /// The compiled key, and its source text (compared on reload).
     pub key: ngx_http_complex_value_t,
+    /// A stream zone's compiled key (`key` is unused there).
+    pub stream_key: ngx_stream_complex_value_t,
     pub key_src: ngx_str_t,
     /// The variable's index when the key is exactly one variable (the usual
-    /// `$binary_remote_addr`): read directly, without the script engine.
+    /// `$binary_remote_addr`): read directly, without the script engine
+    /// (an index of the zone's block's variables).
     pub key_index: Option<ngx_uint_t>,
     /// The header's name (after `http_`, as nginx compares it) when that
     /// variable is nginx's generic request-header one, `$http_NAME`: read
@@ -97,6 +124,39 @@ pub struct ZoneConf {
     pub places: Option<Places<'static>>,
 }
 
+/// The zones of `stream {}` (the stream module's main configuration).
+#[derive(Default)]
+pub struct ZoneList {
+    /// Zones in declaration/reference order (configuration pool, for the
+    /// cycle).
+    pub zones: Vec<*mut ZoneConf>,
+}
+
+/// Every zone of `cycle`: http's, then the stream's (one name space:
+/// nginx refuses a shared zone's name declared for another use).
+pub fn all_of(cycle: &ngx_cycle_t) -> Vec<*mut ZoneConf> {
+    let mut zones = crate::Module::main_conf(cycle).map_or_else(Vec::new, |m| m.zones.clone());
+    let stream = crate::ffi::stream_conf::cycle_main_conf(cycle, crate::stream_module());
+    // SAFETY: a non-null main configuration of the stream module is the
+    // ZoneList its create_main_conf allocated, for the cycle.
+    if let Some(list) = unsafe { stream.cast::<ZoneList>().as_ref() } {
+        zones.extend_from_slice(&list.zones);
+    }
+    zones
+}
+
+/// The zone called `name` of the running cycle, in either block.
+pub fn by_name(name: &[u8]) -> Option<&'static ZoneConf> {
+    let zones = running();
+    let found = each(&zones).find(|z| z.name.as_bytes() == name);
+    found
+}
+
+/// Every zone of the running cycle ([`all_of`]; none before one runs).
+pub fn running() -> Vec<*mut ZoneConf> {
+    crate::ffi::process::cycle().map_or_else(Vec::new, all_of)
+}
+
 /// The zones of a configuration's list (`MainConf::zones`, raw pointers
 /// into the configuration pool), as references for the cycle.
 pub fn each(zones: &[*mut ZoneConf]) -> impl Iterator<Item = &'static ZoneConf> + '_ {
@@ -135,10 +195,16 @@ pub fn resolve_header_keys(cycle: &ngx_cycle_t, zones: &[*mut ZoneConf]) {
 pub const BINARY_REMOTE_ADDR: &[u8] = b"$binary_remote_addr";
 
 impl ZoneConf {
-    /// A zone known only by name so far.
-    pub fn new(name: ngx_str_t, ref_file: ngx_str_t, ref_line: ngx_uint_t) -> Self {
+    /// A zone of `context` known only by name so far.
+    pub fn new(
+        name: ngx_str_t,
+        context: Context,
+        ref_file: ngx_str_t,
+        ref_line: ngx_uint_t,
+    ) -> Self {
         Self {
             name,
+            context,
             defined: false,
             ref_file,
             ref_line,
@@ -149,6 +215,13 @@ impl ZoneConf {
                 lengths: ptr::null_mut(),
                 values: ptr::null_mut(),
                 u: nginx_sys::ngx_http_complex_value_t__bindgen_ty_1 { size: 0 },
+            },
+            stream_key: ngx_stream_complex_value_t {
+                value: ngx_str_t::empty(),
+                flushes: ptr::null_mut(),
+                lengths: ptr::null_mut(),
+                values: ptr::null_mut(),
+                u: nginx_sys::ngx_stream_complex_value_t__bindgen_ty_1 { size: 0 },
             },
             key_src: ngx_str_t::empty(),
             key_index: None,

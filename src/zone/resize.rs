@@ -7,12 +7,10 @@
 //! carried too, each under the process that holds it ([`carry_runtime`]).
 
 use nginx_sys::{ngx_log_t, NGX_LOG_NOTICE, NGX_LOG_WARN};
-use ngx::http::HttpModuleMainConf;
 use ngx::ngx_log_error;
 
 use crate::ffi::process::now_ms;
 use crate::zone::ZoneConf;
-use crate::Module;
 
 /// The running cycle's zone of the same name, if it has a table: called
 /// while the master loads a new configuration (`ngx_cycle` is still the
@@ -24,10 +22,12 @@ pub fn previous(zone: &ZoneConf) -> Option<&'static ZoneConf> {
     if cycle.conf_ctx.is_null() {
         return None;
     }
-    let mcf = Module::main_conf(cycle)?;
-    mcf.zones()
+    // Either block's: a stream zone is carried as an http one.
+    let zones = crate::zone::all_of(cycle);
+    let found = crate::zone::each(&zones)
         .find(|z| z.name.as_bytes() == zone.name.as_bytes() && z.table.is_some())
-        .filter(|z| !core::ptr::eq(*z, zone))
+        .filter(|z| !core::ptr::eq(*z, zone));
+    found
 }
 
 /// Why the previous zone's counts cannot be carried into `zone`, if so.

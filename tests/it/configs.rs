@@ -6,7 +6,9 @@ use common::*;
 use std::fs;
 
 /// Every nginx-conf/*.conf passes `nginx -t` as shipped (in a prefix with
-/// modules/ and logs/; `nginx -t` does not bind the fixed ports).
+/// modules/ and logs/, `/var/lib/nginx/` in a test directory with its
+/// `state/`, as the recipes map it; `nginx -t` does not bind the fixed
+/// ports).
 #[test]
 fn example_configs_pass_nginx_t() {
     let mut files: Vec<_> = fs::read_dir(example_conf_dir())
@@ -22,7 +24,8 @@ fn example_configs_pass_nginx_t() {
     );
     let mut failures = vec![];
     for f in &files {
-        let text = fs::read_to_string(f).unwrap();
+        let var_lib = crate::examples::var_lib_nginx();
+        let text = crate::examples::under(&fs::read_to_string(f).unwrap(), &var_lib);
         let (ok, out) = test_config(&text);
         if !ok || !out.contains("test is successful") {
             failures.push(format!("{}:\n{out}", f.display()));
@@ -47,6 +50,7 @@ fn example_configs_follow_conventions() {
         "problem-json.conf",
         "llm-tokens.conf",
         "quotas.conf",
+        "stream.conf",
     ] {
         let path = example_conf_dir().join(name);
         let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -88,7 +92,7 @@ fn example_configs_follow_conventions() {
 }
 
 /// A config whose http block is `body`, with a server on {{PORT}}.
-fn conf_with(http_level: &str, location: &str) -> String {
+pub(crate) fn conf_with(http_level: &str, location: &str) -> String {
     http_conf(&format!(
         "{http_level}
          server {{ listen 127.0.0.1:{{{{PORT}}}};
@@ -96,7 +100,7 @@ fn conf_with(http_level: &str, location: &str) -> String {
     ))
 }
 
-const ZONE: &str = "rate_limit_window_zone $http_x_key zone=z:1m window=1m;";
+pub(crate) const ZONE: &str = "rate_limit_window_zone $http_x_key zone=z:1m window=1m;";
 
 /// A valid config using every directive and edge values passes nginx -t.
 #[test]
@@ -651,11 +655,15 @@ fn every_emerg_says_what_to_do() {
             ));
         }
     }
+    assert_none_failed(&failures, cases.len());
+}
+
+/// Fails with the list of `failures`, if any, of `total` cases.
+pub(crate) fn assert_none_failed(failures: &[String], total: usize) {
     assert!(
         failures.is_empty(),
-        "{} of {} cases:\n{}",
+        "{} of {total} cases:\n{}",
         failures.len(),
-        cases.len(),
         failures.join("\n")
     );
 }

@@ -194,3 +194,278 @@ fn an_unknown_zone_is_a_json_404_to_get_and_put() {
         assert_eq!(v["error"], "no zone \"nope\"", "{v}");
     }
 }
+
+/// The most requests admitted from `from_ms` to `to_ms` (ms into a window
+/// of `window_ms`, the end excluded) after `previous` in the window before,
+/// sending whenever one more fits: the most any spacing gets there.
+fn most_admitted(previous: u32, limit: u32, window_ms: u64, from_ms: u64, to_ms: u64) -> u32 {
+    use rate_limit_window_core::rule::window::{admits, Counts};
+    let mut c = Counts {
+        current: 0,
+        previous,
+    };
+    for elapsed in from_ms..to_ms {
+        while admits(c, elapsed, window_ms, limit) {
+            c.current += 1;
+        }
+    }
+    c.current
+}
+
+/// algorithm.md's examples are true of the core's rule for the whole
+/// interval they describe (not only at one millisecond).
+#[test]
+fn the_algorithm_examples_hold_for_their_intervals() {
+    let doc = fs::read_to_string(manifest_dir().join("docs/algorithm.md")).unwrap();
+    let doc = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    const MINUTE: u64 = 60_000;
+    // 100 in the last 10 s of a minute, then the first 10 s of the next.
+    let early = most_admitted(100, 100, MINUTE, 0, 10_000);
+    assert_eq!(early, most_admitted(100, 100, MINUTE, 10_000, 10_001));
+    let says = format!("gets at most {early} more in the first 10 s of the next one");
+    assert!(doc.contains(&says), "algorithm.md should say {says:?}");
+    assert!(doc.contains(&format!("so `current` stops at {early} by then")));
+    // The incident: 550 (limit 600), then 550 in the second from :05.
+    let spread = most_admitted(550, 600, MINUTE, 5_000, 6_000);
+    let at_once = most_admitted(550, 600, MINUTE, 5_000, 5_001);
+    let says = format!("the second burst admits at most {spread}");
+    assert!(doc.contains(&says), "algorithm.md should say {says:?}");
+    let says = format!("a burst all at :05.000 admits {at_once}");
+    assert!(doc.contains(&says), "algorithm.md should say {says:?}");
+}
+
+/// `nginx -t` in a fresh prefix holding `files` (relative to the prefix;
+/// a name ending in `/` is a directory the workers can write), with the
+/// a zone with `state=st/kept.state` and one with `redis=` and
+/// `redis_password_file=pw.txt` (`ca`: `redis_ca=ca.pem`); (success,
+/// output, the prefix's path; the prefix itself is removed).
+fn nginx_t_in_prefix(files: &[&str], ca: bool) -> (bool, String, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let prefix = make_prefix();
+    let root = prefix.path().to_path_buf();
+    for f in files {
+        let path = root.join(f);
+        if f.ends_with('/') {
+            fs::create_dir_all(&path).unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o777)).unwrap();
+        } else {
+            fs::write(&path, "a-password\n").unwrap();
+        }
+    }
+    let redis = match ca {
+        true => "redis=rediss://127.0.0.1:9 redis_ca=ca.pem",
+        false => "redis=redis://127.0.0.1:9 redis_password_file=pw.txt",
+    };
+    let conf = format!(
+        "load_module modules/{MODULE_FILE};
+         worker_processes 2; error_log logs/error.log; pid logs/nginx.pid;
+         events {{}}
+         http {{
+           rate_limit_window_zone $http_x_key zone=kept:1m window=1d state=st/kept.state;
+           rate_limit_window_zone $http_x_key zone=shared:1m {redis} secret=0123456789abcdef0123;
+           server {{ listen 127.0.0.1:1;
+             location / {{ rate_limit_window zone=kept limit=5; rate_limit_window zone=shared limit=5;
+                          proxy_pass http://127.0.0.1:9; }} }}
+         }}"
+    );
+    fs::write(root.join("conf/nginx.conf"), conf).unwrap();
+    let out = std::process::Command::new(nginx_bin())
+        .args(["-t", "-p"])
+        .arg(&root)
+        .args(["-c", "conf/nginx.conf"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run nginx -t");
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    // The prefix is removed when `prefix` drops: keep only its path.
+    (out.status.success(), text, root)
+}
+
+/// The README's relative paths: `state=` from nginx's prefix (as its pid
+/// and logs, files nginx writes), `redis_password_file=` and `redis_ca=`
+/// from the configuration directory (as nginx's `ssl_certificate`, files
+/// it reads), each named in full when it is not there.
+#[test]
+fn relative_state_is_from_the_prefix_and_redis_files_from_the_conf_dir() {
+    let readme = fs::read_to_string(manifest_dir().join("README.md")).unwrap();
+    assert!(readme.contains("| file (relative: from the prefix, as nginx's `pid` and logs;"));
+    assert!(
+        readme.contains("PEM files (relative: from the configuration directory, unlike `state=`)")
+    );
+    assert!(readme.contains("| file (relative: from the configuration directory, unlike `state=`)"));
+    // Both where the README says: accepted.
+    let (ok, out, root) = nginx_t_in_prefix(&["st/", "conf/pw.txt"], false);
+    assert!(ok, "{out}");
+    let state = format!("\"{}/st/kept.state\"", root.display());
+    assert!(out.contains(&state), "state= is {state}: {out}");
+    // The password beside the prefix's root, not in conf/: refused,
+    // naming conf/pw.txt.
+    let (ok, out, root) = nginx_t_in_prefix(&["st/", "pw.txt"], false);
+    let pw = format!(
+        "\"redis_password_file\" file \"{}/conf/pw.txt\"",
+        root.display()
+    );
+    assert!(!ok && out.contains(&pw), "expected {pw}: {out}");
+    // The state directory under conf/, not the prefix: refused, naming
+    // the prefix's st/.
+    let (ok, out, root) = nginx_t_in_prefix(&["conf/st/", "conf/pw.txt"], false);
+    assert!(!ok, "{out}");
+    let state = format!("\"{}/st/kept.state\"", root.display());
+    assert!(
+        out.contains(&state) && out.contains("[emerg]"),
+        "expected {state}: {out}"
+    );
+    // redis_ca= the same way as the password file.
+    let (ok, out, root) = nginx_t_in_prefix(&["st/"], true);
+    let ca = format!("\"redis_ca\" file \"{}/conf/ca.pem\"", root.display());
+    assert!(!ok && out.contains(&ca), "expected {ca}: {out}");
+}
+
+/// The paragraphs of a Markdown text, each joined on one line; a table's
+/// rows are a paragraph each.
+fn paragraphs(text: &str) -> Vec<String> {
+    let mut out = vec![];
+    let mut cur: Vec<&str> = vec![];
+    for l in text.lines() {
+        if l.starts_with('|') || l.trim().is_empty() {
+            if !cur.is_empty() {
+                out.push(cur.join(" "));
+                cur.clear();
+            }
+            if l.starts_with('|') {
+                out.push(l.to_string());
+            }
+        } else {
+            cur.push(l.trim());
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur.join(" "));
+    }
+    out
+}
+
+/// The numbers of 100 or more in `s` (`1,334`, `2452`), not parts of a
+/// word, a version, a path or a hash.
+fn counts_in(s: &str) -> Vec<String> {
+    let b = s.as_bytes();
+    let mut out = vec![];
+    let mut i = 0;
+    while i < b.len() {
+        let glued = |c: u8| c.is_ascii_alphanumeric() || b"._#/-".contains(&c);
+        if !b[i].is_ascii_digit() || (i > 0 && glued(b[i - 1])) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len()
+            && (b[i].is_ascii_digit()
+                || (b[i] == b',' && b.get(i + 1).is_some_and(u8::is_ascii_digit)))
+        {
+            i += 1;
+        }
+        let word = &s[start..i];
+        let next_glued = b.get(i).is_some_and(|&c| c.is_ascii_alphanumeric());
+        let value: u64 = word.replace(',', "").parse().unwrap_or(0);
+        if !next_glued && value >= 100 {
+            out.push(word.to_string());
+        }
+    }
+    out
+}
+
+/// The counts given within 100 bytes of the word "instruction" in `para`.
+fn instruction_counts(para: &str) -> Vec<String> {
+    let mut out = vec![];
+    for (at, _) in para.match_indices("instruction") {
+        let (mut from, mut to) = (at.saturating_sub(100), (at + 111).min(para.len()));
+        while !para.is_char_boundary(from) {
+            from -= 1;
+        }
+        while !para.is_char_boundary(to) {
+            to += 1;
+        }
+        out.extend(counts_in(&para[from..to]));
+    }
+    out
+}
+
+/// Instructions per request are given in one place, BENCHMARKS.md (written
+/// by `make bench`); the other pages link to it and restate none.
+/// docs/performance.md is their history: every section of it that gives a
+/// count names the commit it was measured at.
+#[test]
+fn instruction_counts_are_in_benchmarks_md_only() {
+    let root = manifest_dir();
+    let mut pages: Vec<String> = fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| format!("docs/{}", e.unwrap().file_name().to_string_lossy()))
+        .filter(|n| n.ends_with(".md") && n != "docs/performance.md")
+        .collect();
+    pages.extend(["README.md", "CONTRIBUTING.md", "bench/README.md"].map(String::from));
+    let mut found = vec![];
+    for page in &pages {
+        let text = fs::read_to_string(root.join(page)).unwrap();
+        for p in paragraphs(&text) {
+            let counts = instruction_counts(&p);
+            if !counts.is_empty() {
+                found.push(format!("{page}: {counts:?} in {p:?}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "instruction counts outside BENCHMARKS.md:\n{}",
+        found.join("\n")
+    );
+    let readme = fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(readme.contains("(BENCHMARKS.md#instructions-per-request-callgrind)"));
+    // performance.md: each section with a count names its commit.
+    let perf = fs::read_to_string(root.join("docs/performance.md")).unwrap();
+    let mut undated = vec![];
+    for section in perf.split("\n#") {
+        let has_count = paragraphs(section)
+            .iter()
+            .any(|p| !instruction_counts(p).is_empty());
+        let names_commit = section
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|w| {
+                w.len() == 7
+                    && w.bytes()
+                        .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+                    && w.bytes().any(|c| c.is_ascii_digit())
+                    && w.bytes().any(|c| c.is_ascii_lowercase())
+            });
+        if has_count && !names_commit {
+            undated.push(section.lines().next().unwrap_or("").to_string());
+        }
+    }
+    assert!(
+        undated.is_empty(),
+        "performance.md sections with counts and no commit: {undated:?}"
+    );
+}
+
+/// performance.md says over which dates its findings were measured, and
+/// every date it gives lies in that span.
+#[test]
+fn performance_md_dates_lie_in_the_span_it_states() {
+    let perf = fs::read_to_string(manifest_dir().join("docs/performance.md")).unwrap();
+    let flat = perf.split_whitespace().collect::<Vec<_>>().join(" ");
+    let (first, last) = flat
+        .split_once("measured at, from ")
+        .and_then(|(_, r)| r.split_once(" to "))
+        .map(|(a, r)| (a.to_string(), r[..10].to_string()))
+        .expect("performance.md states its span: from DATE to DATE");
+    let dates: Vec<&str> = flat
+        .match_indices("2026-")
+        .map(|(i, _)| &flat[i..(i + 10).min(flat.len())])
+        .collect();
+    assert!(dates.len() >= 5, "{dates:?}");
+    for d in dates {
+        assert!(
+            first.as_str() <= d && d <= last.as_str(),
+            "performance.md gives {d}, outside the span it states ({first} to {last})"
+        );
+    }
+}

@@ -10,6 +10,24 @@ pub(crate) fn example(name: &str) -> String {
     runnable(std::fs::read_to_string(example_conf_dir().join(name)).unwrap())
 }
 
+/// A directory that stands for `/var/lib/nginx/` in an example (as the
+/// recipes' harness maps it, tests/it/recipes.rs), with its `state/`
+/// writable by the workers (`nobody` under a root master).
+pub(crate) fn var_lib_nginx() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
+    dir
+}
+
+/// `text` with `/var/lib/nginx/` under `dir` (see [`var_lib_nginx`]).
+pub(crate) fn under(text: &str, dir: &tempfile::TempDir) -> String {
+    text.replace("/var/lib/nginx/", &format!("{}/", dir.path().display()))
+}
+
 /// A configuration's text made runnable in a test prefix (see [`example`]).
 fn runnable(mut text: String) -> String {
     if !text.contains("daemon off;") {
@@ -433,8 +451,9 @@ fn make_run_ports_are_settable() {
 
 /// llm-tokens.conf: calls are let in by one token and charged the tokens
 /// the model reports; the minute and the day budget each refuse in turn,
-/// with a Retry-After to the ms that lets the next call in. A frozen clock
-/// (libfaketime) at a day boundary instead of waits.
+/// with a Retry-After to the ms that lets the next call in; the day's
+/// counts outlive a restart of nginx (its `state=`), the minute's do not.
+/// A frozen clock (libfaketime) at a day boundary instead of waits.
 #[test]
 fn llm_tokens_charges_what_each_call_used_per_minute_and_per_day() {
     use common::status_upstream::StatusUpstream;
@@ -442,15 +461,10 @@ fn llm_tokens_charges_what_each_call_used_per_minute_and_per_day() {
     let (hobby, team) = (&b"k-hobby-2c9e71d04a5b"[..], &b"k-team-7f3a0be6d918"[..]);
     let up = StatusUpstream::start();
     let clock = FakeClock::new(DAY0 + 1);
-    let lib = libfaketime().expect("libfaketime not installed (make test installs it)");
-    let ng = Nginx::builder()
-        .upstream(&up.addr())
-        .env("LD_PRELOAD", lib.to_str().unwrap())
-        .env("FAKETIME_TIMESTAMP_FILE", clock.path().to_str().unwrap())
-        .env("FAKETIME_FMT", "%s")
-        .env("FAKETIME_NO_CACHE", "1")
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .start(&example("llm-tokens.conf"));
+    let var_lib = var_lib_nginx();
+    let conf = under(&example("llm-tokens.conf"), &var_lib);
+    let start = || clock.builder().upstream(&up.addr()).start(&conf);
+    let ng = start();
     let call = |key: &[u8], tokens: u32| {
         let path = format!("/v1/chat?tokens={tokens}");
         request(ng.port, "GET", &path, &[("X-API-Key", key)])
@@ -495,6 +509,22 @@ fn llm_tokens_charges_what_each_call_used_per_minute_and_per_day() {
     // The team key has budgets of its own.
     assert_eq!(call(team, 50_000).status, 200);
     assert_eq!(call(team, 50_000).status, 200);
+    assert_eq!(up.received_total(), 8);
+    assert_eq!(settled("llm_minute", 9_000), 9_000);
+    // A restart (nginx stopped, a new master started): the day's counts
+    // come back from the state file, the minute's are gone.
+    drop(ng);
+    let ng = start();
+    let count = |zone: &str| key_json(ng.port, zone, hobby)["current"].as_u64().unwrap();
+    assert_eq!(count("llm_day"), 21_999);
+    assert_eq!(count("llm_minute"), 0);
+    let call = |key: &[u8], tokens: u32| {
+        let path = format!("/v1/chat?tokens={tokens}");
+        request(ng.port, "GET", &path, &[("X-API-Key", key)])
+    };
+    let r = call(hobby, 1);
+    assert_eq!(r.status, 429, "{}", r.describe());
+    assert_eq!(r.header_num("Retry-After"), 93_651);
     assert_eq!(up.received_total(), 8);
 }
 

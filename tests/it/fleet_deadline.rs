@@ -1,7 +1,10 @@
 //! Deadlines per call (issue 50): a Redis link that answers one byte every
 //! 0.25 s (a real TCP proxy in front of a real Redis) bounds each call by
 //! its deadline, not each read: the rounds fail as `timeout`, and a reload
-//! and `nginx -s quit` finish within 3 s whatever the link does.
+//! and `nginx -s quit` finish within 3 s whatever the link does; over TLS
+//! too (a link that trickles once the handshake is done). The overrides
+//! have a call budget of their own: a Redis 700 ms away (round trip) still
+//! carries a change from one gateway to another.
 use crate::common;
 use crate::overrides::Redis;
 
@@ -12,22 +15,30 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::fault_proxy::pid_gone;
+use common::fault_proxy::{pid_gone, FaultProxy};
+use common::redis_servers::{TlsRedis, TLS_PASSWORD};
 use common::*;
 
 /// A proxy to `127.0.0.1:upstream` that forwards requests at once and
-/// the replies one byte every 250 ms.
+/// the replies one byte every 250 ms (while `slow`; at once before).
 struct Trickle {
     port: u16,
     stop: Arc<AtomicBool>,
+    slow: Arc<AtomicBool>,
 }
 
 impl Trickle {
     fn start(upstream: u16) -> Trickle {
+        Self::start_as(upstream, true)
+    }
+
+    /// Starts replying at once (`slow` false) or a byte at a time.
+    fn start_as(upstream: u16, slow: bool) -> Trickle {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let stop = Arc::new(AtomicBool::new(false));
-        let st = stop.clone();
+        let slow = Arc::new(AtomicBool::new(slow));
+        let (st, sl) = (stop.clone(), slow.clone());
         thread::spawn(move || {
             for c in l.incoming() {
                 if st.load(Ordering::SeqCst) {
@@ -48,23 +59,34 @@ impl Trickle {
                         }
                     }
                 });
-                thread::spawn(move || trickle(server, client, &st));
+                let sl = sl.clone();
+                thread::spawn(move || trickle(server, client, &st, &sl));
             }
         });
-        Trickle { port, stop }
+        Trickle { port, stop, slow }
+    }
+
+    /// From now on, every connection's replies trickle.
+    fn slow_down(&self) {
+        self.slow.store(true, Ordering::SeqCst);
     }
 }
 
-/// Forwards `from`'s bytes to `to` one every 250 ms.
-fn trickle(mut from: TcpStream, mut to: TcpStream, stop: &AtomicBool) {
-    let mut b = [0u8; 1];
+/// Forwards `from`'s bytes to `to`: one every 250 ms while `slow`, else
+/// as they come.
+fn trickle(mut from: TcpStream, mut to: TcpStream, stop: &AtomicBool, slow: &AtomicBool) {
+    let mut buf = [0u8; 4096];
     while !stop.load(Ordering::SeqCst) {
-        match from.read(&mut b) {
-            Ok(1) => {}
-            _ => break,
+        let slowly = slow.load(Ordering::SeqCst);
+        let want = if slowly { 1 } else { buf.len() };
+        let n = match from.read(&mut buf[..want]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if slowly {
+            thread::sleep(Duration::from_millis(250));
         }
-        thread::sleep(Duration::from_millis(250));
-        if to.write_all(&b).is_err() {
+        if to.write_all(&buf[..n]).is_err() {
             break;
         }
     }
@@ -141,4 +163,145 @@ fn a_trickling_link_times_out_per_call_and_quit_and_reload_finish_in_3s() {
     );
     let log = ng.error_log();
     assert!(!log.contains("[alert]") && !log.contains("[crit]"), "{log}");
+}
+
+/// `kind` failures of zone `zone` counted by `ng`.
+fn failures(ng: &Nginx, zone: &str, kind: &str) -> f64 {
+    prom_value(
+        &get(ng.port, "/metrics").text(),
+        "rate_limit_window_sync_failures_total",
+        &[("zone", zone), ("kind", kind)],
+    )
+    .unwrap_or(0.0)
+}
+
+/// Sends SIGQUIT to `ng`'s master; how long until it and its workers are
+/// gone (None: not within 10 s).
+fn quit(ng: &Nginx) -> Option<Duration> {
+    let mut pids = ng.worker_pids();
+    pids.push(ng.master_pid());
+    let t = Instant::now();
+    // SAFETY: kill(2) only sends a signal to a pid; it touches no memory.
+    unsafe {
+        libc::kill(ng.master_pid(), libc::SIGQUIT);
+    }
+    all_gone(&pids, t)
+}
+
+/// A TLS link (client certificate, the server's checked against the CA)
+/// that trickles once its handshake is done: each call (count rounds and
+/// overrides) ends at its deadline as `timeout`, and `nginx -s quit`
+/// finishes within 3 s. With the crate's TLS connection, which bounds each
+/// read, a call lasted as long as the reply took to trickle.
+#[test]
+fn a_tls_link_that_trickles_times_out_per_call_and_quit_finishes_in_3s() {
+    let redis = TlsRedis::start();
+    let link = Trickle::start_as(redis.port(), false);
+    let pki = &redis.pki;
+    let ng = Nginx::builder().start(&http_conf(&format!(
+        r#"rate_limit_window_zone $http_x_key zone=t:1m window=60s redis=rediss://:{TLS_PASSWORD}@127.0.0.1:{} redis_ca={} redis_cert={} redis_key={} sync=100ms secret=fleet-deadline-tls-0001;
+        server {{
+            listen 127.0.0.1:{{{{PORT}}}} reuseport;
+            location / {{ rate_limit_window zone=t limit=100; empty_gif; }}
+            location = /metrics {{ rate_limit_window_metrics; }}
+        }}"#,
+        link.port,
+        pki.file("ca.crt"),
+        pki.file("client.crt"),
+        pki.file("client.key")
+    )));
+    let rounds = || {
+        prom_value(
+            &get(ng.port, "/metrics").text(),
+            "rate_limit_window_sync_rounds_total",
+            &[("zone", "t")],
+        )
+        .unwrap_or(0.0)
+    };
+    assert_eq!(get_key(ng.port, "/", "a").status, 200);
+    assert!(
+        wait_for(Duration::from_secs(15), || rounds() >= 3.0),
+        "no round over TLS: {}",
+        ng.error_log()
+    );
+    let before = failures(&ng, "t", "timeout");
+    link.slow_down();
+    assert!(
+        wait_for(Duration::from_secs(15), || failures(&ng, "t", "timeout")
+            >= before + 2.0),
+        "no timeout counted over a trickling TLS link: {}",
+        failures(&ng, "t", "timeout")
+    );
+    assert_eq!(
+        failures(&ng, "t", "tls"),
+        0.0,
+        "the handshakes went through"
+    );
+    let took = quit(&ng);
+    eprintln!("quit over a trickling TLS link: nginx gone after {took:?}");
+    assert!(
+        took.is_some_and(|d| d <= Duration::from_secs(3)),
+        "nginx -s quit took {took:?}"
+    );
+}
+
+/// A gateway of zone `o` (`sync=100ms`) on Redis at `port`, with the
+/// overrides API.
+fn far_gateway(port: u16) -> Nginx {
+    Nginx::builder().start(&http_conf(&format!(
+        r#"rate_limit_window_zone $http_x_key zone=o:1m window=60s redis=127.0.0.1:{port} sync=100ms secret=fleet-deadline-far-0001;
+        server {{
+            listen 127.0.0.1:{{{{PORT}}}} reuseport;
+            location / {{ rate_limit_window zone=o limit=100; empty_gif; }}
+            location = /api {{ rate_limit_window_metrics write=on; }}
+            location = /metrics {{ rate_limit_window_metrics; }}
+        }}"#
+    )))
+}
+
+/// The action of `key`'s override on `ng` ("" for none).
+fn action_of(ng: &Nginx, key: &str) -> String {
+    let r = get(ng.port, &format!("/api?zone=o&key={key}"));
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+    v["override"]["action"].as_str().unwrap_or("").to_string()
+}
+
+/// Redis 700 ms away (350 ms each way, a proxy): the count rounds' 500 ms
+/// batches time out, but the overrides' calls have a budget of their own
+/// (3 s, docs/gateways.md): a block made on A reaches B, and its removal
+/// too. Before, every overrides call timed out at 500 ms: nothing was
+/// ever shared.
+#[test]
+fn overrides_cross_a_link_700_ms_away() {
+    let redis = crate::overrides::Redis::start();
+    let proxy = FaultProxy::start(redis.1);
+    proxy.set_latency(350);
+    let (a, b) = (far_gateway(proxy.port), far_gateway(proxy.port));
+    let r = crate::overrides::send_body(
+        a.port,
+        "PUT",
+        "/api?zone=o&key=far",
+        br#"{"block":true}"#,
+        false,
+    );
+    assert_eq!(r.status, 200, "{}", r.describe());
+    let t = Instant::now();
+    assert!(
+        wait_for(Duration::from_secs(30), || action_of(&b, "far") == "block"),
+        "the block never reached b: {}",
+        get(b.port, "/metrics").text()
+    );
+    eprintln!(
+        "a block over a 700 ms link reached b after {:?}",
+        t.elapsed()
+    );
+    assert_eq!(get_key(b.port, "/", "far").status, 429);
+    let r = request(a.port, "DELETE", "/api?zone=o&key=far&override", &[]);
+    assert_eq!(r.status, 200, "{}", r.describe());
+    let t = Instant::now();
+    assert!(
+        wait_for(Duration::from_secs(30), || action_of(&b, "far").is_empty()),
+        "the removal never reached b"
+    );
+    eprintln!("its removal reached b after {:?}", t.elapsed());
 }

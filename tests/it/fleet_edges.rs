@@ -1,6 +1,7 @@
 //! The fleet's edges (issue 50): a `cidr=0.0.0.0/0` override is shared
 //! through Redis like any range, and an override of the fleet that finds
-//! no room in a gateway's table is counted and logged there. Two gateways
+//! no room in a gateway's table is counted and logged there, and held once
+//! room is made. Two gateways
 //! (2 workers each) on a real Redis.
 use crate::common;
 use crate::overrides::{json, send_body, Redis};
@@ -78,6 +79,27 @@ fn the_whole_range_is_shared_and_a_misfit_is_counted_and_logged() {
             .contains("override(s) of the fleet found no room in this gateway's table (overrides=2")
     });
     assert!(logged, "{}", b.error_log());
+    // Room made: 0.0.0.0/0 removed, the override that did not fit is read
+    // again (about once a second) and held (the log is read once: it was
+    // never read again before).
+    let r = request(a.port, "DELETE", "/api?zone=e&cidr=0.0.0.0/0&override", &[]);
+    assert_eq!(r.status, 200, "{}", r.describe());
+    // The address's own block (not the range's, while it lasts).
+    let held = |addr: &str| {
+        let o = json(&get(b.port, &format!("/api?zone=e&addr={addr}")))["override"].clone();
+        o["action"] == "block" && o["cidr"].is_null()
+    };
+    let gone = || json(&get(b.port, "/api?zone=e&cidr=0.0.0.0/0"))["override"].is_null();
+    let t = std::time::Instant::now();
+    let room = wait_for(Duration::from_secs(10), || {
+        gone() && held("10.0.0.1") && held("10.0.0.2")
+    });
+    assert!(
+        room,
+        "the override that did not fit never came once room was made: {}",
+        get(b.port, "/api?zone=e&overrides").text()
+    );
+    eprintln!("room made: the misfit held on b after {:?}", t.elapsed());
 }
 
 /// The ACL line of docs/gateways.md, as printed, with `password`.

@@ -2,9 +2,10 @@
 //! each other through a real Redis, which is then killed. Zone `s`
 //! (`redis_outage=share`): one client spread over the three gets at most
 //! 1.2 × the limit; zone `c` (`redis_outage=closed`): refused, but an
-//! exempt client passes. The metric and the log say which is in force.
+//! exempt client passes; an invalid `cost=` is charged the share in force,
+//! not the limit. The metric and the log say which is in force.
 use crate::common;
-use crate::overrides::{send_body, Redis};
+use crate::overrides::{json, send_body, Redis};
 
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ fn gateway(redis: u16, up: &Upstream) -> Nginx {
         ),
         "reuseport",
         "location /c { rate_limit_window zone=c limit=30; proxy_pass http://{{UPSTREAM}}; }
+         location /cost { rate_limit_window zone=s limit=30 cost=$arg_cost; proxy_pass http://{{UPSTREAM}}; }
          location = /api { rate_limit_window_metrics write=on; }
          location = /metrics { rate_limit_window_metrics; }",
         "rate_limit_window zone=s limit=30;",
@@ -82,6 +84,18 @@ fn share_keeps_a_spread_client_near_the_limit_and_closed_refuses() {
         admitted >= 27,
         "{admitted} admitted: the shares are 10 each"
     );
+    // An invalid cost is charged the whole limit in force: the share (10),
+    // not the configured 30 (which left the client nothing once Redis came
+    // back).
+    let r = get_key(gws[1].port, "/cost?cost=lots", "bad-cost");
+    assert_eq!(r.status, 200, "{}", r.describe());
+    let current = json(&get(gws[1].port, "/api?zone=s&key=bad-cost"))["current"].as_f64();
+    assert_eq!(
+        current,
+        Some(10.0),
+        "charged the share of 30 over 3 gateways"
+    );
+    assert!(gws[1].error_log().contains("charging the whole limit (10)"));
     for g in &gws {
         assert_eq!(get_key(g.port, "/c", "anyone").status, 429);
         assert_eq!(get_key(g.port, "/c", "partner").status, 200);

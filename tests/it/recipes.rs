@@ -273,7 +273,7 @@ impl Run {
                 t
             }
         };
-        let text = self.listen(&text);
+        let text = self.listen(&with_stream_module(&text));
         let text = self.upstreams(&text);
         self.map(&text)
     }
@@ -606,6 +606,7 @@ const DOCS: &[&str] = &[
     "docs/runtime-control.md",
     "docs/shedding.md",
     "docs/state-file.md",
+    "docs/stream.md",
 ];
 
 /// Runs every recipe of `doc`; (recipes, steps).

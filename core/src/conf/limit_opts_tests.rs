@@ -56,7 +56,7 @@ fn status_lists() {
     }
     assert_eq!(
         parse_status_list(b"401,6xx").unwrap_err().to_string(),
-        "invalid status \"6xx\" in \"count_status=\""
+        "invalid status \"6xx\" in \"count_status=\": use codes from 100 to 599 and classes 1xx to 5xx, separated by commas, e.g. count_status=401,403,5xx"
     );
 }
 
@@ -140,11 +140,14 @@ fn every_duplicate_is_refused_one_way() {
 
 #[test]
 fn bad_values_are_named() {
-    assert_eq!(err("zone=z limit=1 delay=soon"), "invalid delay \"soon\"");
-    assert_eq!(err("zone=z limit=1 delay="), "invalid delay \"\"");
+    assert_eq!(
+        err("zone=z limit=1 delay=soon"),
+        "invalid delay \"soon\": use delay=TIME, a time from 0 to 1h, e.g. delay=500ms or delay=10s"
+    );
+    assert!(err("zone=z limit=1 delay=").starts_with("invalid delay \"\": use delay=TIME"));
     assert_eq!(
         err("zone=z limit=1 delay=2h"),
-        "delay \"2h\" is longer than 1h"
+        "delay \"2h\" is longer than 1h: use a delay= from 0 to 1h"
     );
     assert!(parse("zone=z limit=1 delay=1h").is_ok());
     for bad in [
@@ -165,23 +168,29 @@ fn bad_values_are_named() {
     );
     assert_eq!(
         err("zone=z limit=5 count_status=2"),
-        "invalid status \"2\" in \"count_status=\""
+        "invalid status \"2\" in \"count_status=\": use codes from 100 to 599 and classes 1xx to 5xx, separated by commas, e.g. count_status=401,403,5xx"
     );
     let e = err("zone=z limit=5 charge=5");
     assert!(e.contains("a fixed count is \"cost=\""), "{e}");
     assert!(parse("zone=z limit=5 charge=").is_err());
-    assert_eq!(err("zone=z limit=3 cost=4"), "cost=4 is above limit=3");
+    assert_eq!(
+        err("zone=z limit=3 cost=4"),
+        "cost=4 is above limit=3 in \"rate_limit_window\": such a request is never admitted; use a cost= from 1 to 3, or raise limit="
+    );
     assert!(parse("zone=z limit=0 cost=1").is_ok());
     assert!(parse("zone=z limit=$l cost=4").is_ok());
     assert_eq!(
         err("limit=5"),
-        "\"rate_limit_window\" must have \"zone\" parameter"
+        "\"rate_limit_window\" must have \"zone\" parameter: write zone=NAME, a rate_limit_window_zone's name"
     );
     assert_eq!(
         err("zone=z"),
-        "\"rate_limit_window\" must have \"limit\" parameter"
+        "\"rate_limit_window\" must have \"limit\" parameter: write limit=N (requests per window) or limit=$variable"
     );
-    assert_eq!(err("zone= limit=5"), "invalid zone name \"zone=\"");
+    assert_eq!(
+        err("zone= limit=5"),
+        "invalid zone name \"zone=\" in \"rate_limit_window\": give the name of a rate_limit_window_zone, e.g. zone=per_ip"
+    );
 }
 
 #[test]
@@ -247,11 +256,11 @@ fn in_flight_with_a_rate_or_alone() {
     );
     assert_eq!(
         err("in_flight=3"),
-        "\"rate_limit_window\" must have \"zone\" parameter"
+        "\"rate_limit_window\" must have \"zone\" parameter: write zone=NAME, a rate_limit_window_zone's name"
     );
     assert_eq!(
         err("zone=z"),
-        "\"rate_limit_window\" must have \"limit\" parameter"
+        "\"rate_limit_window\" must have \"limit\" parameter: write limit=N (requests per window) or limit=$variable"
     );
     for v in [&b""[..], b"-1", b"1.5", b"abc", b"999999"] {
         assert_eq!(parse_in_flight(v), None, "{v:?}");

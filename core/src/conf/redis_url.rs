@@ -26,7 +26,10 @@ pub enum RedisError {
     )]
     Address(Vec<u8>),
     /// An empty path, or one with a NUL byte.
-    #[error("invalid \"{name}\" path \"{}\"", escape(.value))]
+    #[error(
+        "invalid \"{name}\" path \"{}\": give a file's path, e.g. {name}=/etc/nginx/redis/file",
+        escape(.value)
+    )]
     Path {
         /// The parameter (`redis_ca`).
         name: &'static str,
@@ -34,13 +37,21 @@ pub enum RedisError {
         value: Vec<u8>,
     },
     /// `sync=` outside 10 ms to 60 s.
-    #[error("invalid sync interval \"{}\": it must be between 10ms and 60s", escape(.0))]
+    #[error(
+        "invalid sync interval \"{}\" in \"sync=\": it must be between 10ms and 60s, \
+         e.g. sync=100ms",
+        escape(.0)
+    )]
     Sync(Vec<u8>),
     /// `redis_mode=` other than single, sentinel or cluster.
     #[error("invalid redis_mode \"{}\": use single, sentinel or cluster", escape(.0))]
     Mode(Vec<u8>),
     /// `redis_master=` that is no printable name.
-    #[error("invalid redis_master \"{}\"", escape(.0))]
+    #[error(
+        "invalid redis_master \"{}\": the master's name as the sentinels know it \
+         (printable, no spaces), e.g. redis_master=mymaster",
+        escape(.0)
+    )]
     Master(Vec<u8>),
     /// `redis_*=` without `redis=`.
     #[error("\"redis_*=\" parameters need \"redis=\"")]
@@ -67,7 +78,7 @@ pub enum RedisError {
     #[error("\"redis_mode=sentinel\" and \"redis_mode=cluster\" need TCP hosts")]
     NeedsTcp,
     /// A database other than 0 in cluster mode.
-    #[error("a Redis Cluster has only database 0")]
+    #[error("a Redis Cluster has only database 0: leave the /DB out of \"redis=\" or write /0")]
     ClusterDatabase,
     /// `redis_master=` outside sentinel mode.
     #[error("\"redis_master=\" needs \"redis_mode=sentinel\"")]

@@ -128,7 +128,7 @@ fn rejected_combinations() {
     );
     assert_eq!(
         err(&["redis=redis://a:1/2", "redis_mode=cluster"]),
-        "a Redis Cluster has only database 0"
+        "a Redis Cluster has only database 0: leave the /DB out of \"redis=\" or write /0"
     );
     assert_eq!(
         err(&["redis=a:1", "redis_ca=/x"]),
@@ -154,8 +154,13 @@ fn rejected_combinations() {
         err(&["redis=a:1", "redis_mode=ha"]),
         "invalid redis_mode \"ha\": use single, sentinel or cluster"
     );
-    assert_eq!(err(&["redis_ca="]), "invalid \"redis_ca\" path \"\"");
-    assert_eq!(err(&["redis_master=a b"]), "invalid redis_master \"a b\"");
+    assert_eq!(
+        err(&["redis_ca="]),
+        "invalid \"redis_ca\" path \"\": give a file's path, e.g. redis_ca=/etc/nginx/redis/file"
+    );
+    assert!(err(&["redis_master=a b"])
+        .to_string()
+        .starts_with("invalid redis_master \"a b\": the master's name"));
     assert_eq!(args(&[]), Ok(None));
     let mut r = RedisArgs::default();
     assert_eq!(r.accept(b"window=1s"), Ok(false));

@@ -25,6 +25,15 @@ pub const DEFAULT_RESERVE_PCT: u32 = 20;
 /// The default `status=`.
 pub const DEFAULT_SHED_STATUS: u16 = 503;
 
+/// What to write for a required parameter of `rate_limit_window_shed`.
+fn missing_hint(name: &str) -> &'static str {
+    match name {
+        "zone" => "write zone=NAME, the group's name",
+        "max" => "write max=N, the requests in flight the group allows",
+        _ => "write priority=$variable or a word such as priority=critical",
+    }
+}
+
 /// A rejected value of `rate_limit_window_shed`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ShedConfError {
@@ -32,7 +41,7 @@ pub enum ShedConfError {
     #[error(transparent)]
     Param(#[from] ConfError),
     /// A required parameter missing.
-    #[error("\"rate_limit_window_shed\" must have \"{0}\" parameter")]
+    #[error("\"rate_limit_window_shed\" must have \"{0}\" parameter: {hint}", hint = missing_hint(.0))]
     Missing(&'static str),
     /// `zone=` that is no name.
     #[error(
@@ -206,15 +215,15 @@ mod tests {
         let e = |w: &str| parse(w).unwrap_err();
         assert_eq!(
             e("max=4 priority=$p"),
-            "\"rate_limit_window_shed\" must have \"zone\" parameter"
+            "\"rate_limit_window_shed\" must have \"zone\" parameter: write zone=NAME, the group's name"
         );
         assert_eq!(
             e("zone=c priority=$p"),
-            "\"rate_limit_window_shed\" must have \"max\" parameter"
+            "\"rate_limit_window_shed\" must have \"max\" parameter: write max=N, the requests in flight the group allows"
         );
         assert_eq!(
             e("zone=c max=4"),
-            "\"rate_limit_window_shed\" must have \"priority\" parameter"
+            "\"rate_limit_window_shed\" must have \"priority\" parameter: write priority=$variable or a word such as priority=critical"
         );
         assert_eq!(
             e("zone=c max=0 priority=$p"),

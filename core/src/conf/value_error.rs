@@ -7,6 +7,7 @@ use core::fmt;
 
 use crate::conf::addr::Ipv6PrefixError;
 use crate::overrides::MAX_OVERRIDES;
+use crate::rule::delay::MAX_MAX_HELD;
 use crate::rule::window::{WindowError, MAX_LIMIT};
 use crate::shm::tally::{MAX_ROUTES, ROUTE_NAME_MAX};
 use crate::units::{escape, Units, SHOWN_BYTES};
@@ -21,13 +22,20 @@ pub enum LimitConfError {
     #[error(transparent)]
     Limit(#[from] LimitError),
     /// `zone=` with no name.
-    #[error("invalid zone name \"{}\"", escape(.0))]
+    #[error(
+        "invalid zone name \"{}\" in \"rate_limit_window\": give the name of a \
+         rate_limit_window_zone, e.g. zone=per_ip",
+        escape(.0)
+    )]
     EmptyZone(Vec<u8>),
     /// `cost=` that is neither an integer from 1 to the largest limit nor a variable.
     #[error("invalid cost \"{}\": an integer from 1 to {MAX_LIMIT}, or a variable", escape(.0))]
     Cost(Vec<u8>),
     /// A fixed `cost=` above a fixed `limit=` (never admitted).
-    #[error("cost={cost} is above limit={limit}")]
+    #[error(
+        "cost={cost} is above limit={limit} in \"rate_limit_window\": such a request is \
+         never admitted; use a cost= from 1 to {limit}, or raise limit="
+    )]
     CostAboveLimit {
         /// The cost (requests).
         cost: u32,
@@ -35,7 +43,11 @@ pub enum LimitConfError {
         limit: u32,
     },
     /// An item of `count_status=` that is no status or class.
-    #[error("invalid status \"{}\" in \"count_status=\"", escape(.0))]
+    #[error(
+        "invalid status \"{}\" in \"count_status=\": use codes from 100 to 599 and classes \
+         1xx to 5xx, separated by commas, e.g. count_status=401,403,5xx",
+        escape(.0)
+    )]
     Status(Vec<u8>),
     /// `charge=` that is not a variable.
     #[error(
@@ -70,16 +82,25 @@ pub enum LimitConfError {
     )]
     StrictLimit(Vec<u8>, u32, u32),
     /// `delay=` that is no nginx time.
-    #[error("invalid delay \"{}\"", escape(.0))]
+    #[error(
+        "invalid delay \"{}\": use delay=TIME, a time from 0 to 1h, e.g. delay=500ms or delay=10s",
+        escape(.0)
+    )]
     Delay(Vec<u8>),
     /// `delay=` above one hour.
-    #[error("delay \"{}\" is longer than 1h", escape(.0))]
+    #[error("delay \"{}\" is longer than 1h: use a delay= from 0 to 1h", escape(.0))]
     DelayTooLong(Vec<u8>),
     /// `delay_max_held=` that is no count in range.
-    #[error("invalid delay_max_held \"{}\"", escape(.0))]
+    #[error(
+        "invalid delay_max_held \"{}\": an integer from 0 to {MAX_MAX_HELD} (held requests)",
+        escape(.0)
+    )]
     MaxHeld(Vec<u8>),
     /// Two directives of one level with different `delay_max_held=`.
-    #[error("conflicting delay_max_held={n}, already {already} at this level")]
+    #[error(
+        "conflicting delay_max_held={n}, already {already} at this level: give every \
+         \"rate_limit_window\" of one level the same delay_max_held="
+    )]
     ConflictingMaxHeld {
         /// The new value (held requests).
         n: u32,
@@ -105,7 +126,7 @@ pub enum LimitConfError {
     )]
     TooManyRoutes(Vec<u8>),
     /// A directive without one of its required parameters.
-    #[error("\"rate_limit_window\" must have \"{0}\" parameter")]
+    #[error("\"rate_limit_window\" must have \"{0}\" parameter: {hint}", hint = missing_hint(.0))]
     Missing(&'static str),
     /// `in_flight=` that is neither a count in range nor a variable.
     #[error(
@@ -118,11 +139,27 @@ pub enum LimitConfError {
     #[error("\"{0}\" needs \"limit=\": a line with \"in_flight=\" alone counts no rate")]
     NeedsLimit(&'static str),
     /// A second `rate_limit_window` of one level on the same zone.
-    #[error("duplicate limit for zone \"{}\"", escape(.0))]
+    #[error(
+        "duplicate \"rate_limit_window\" for zone \"{}\" at this level: give one line per \
+         zone (its limit= once)",
+        escape(.0)
+    )]
     DuplicateZone(Vec<u8>),
     /// `rate_limit_window_metrics` with another parameter than `write=`.
-    #[error("invalid parameter \"{}\": write=on or write=off (reset=on is write=on)", escape(.0))]
+    #[error(
+        "invalid parameter \"{}\" in \"rate_limit_window_metrics\": write=on or write=off \
+         (reset=on is write=on)",
+        escape(.0)
+    )]
     MetricsParam(Vec<u8>),
+}
+
+/// What to write for a required parameter of `rate_limit_window`.
+fn missing_hint(name: &str) -> &'static str {
+    match name {
+        "zone" => "write zone=NAME, a rate_limit_window_zone's name",
+        _ => "write limit=N (requests per window) or limit=$variable",
+    }
 }
 
 /// A rejected value of `rate_limit_window_zone`.
@@ -139,7 +176,11 @@ pub enum ZoneConfError {
     #[error("invalid zone name \"{}\": use only letters, digits and {ZONE_NAME_PUNCTUATION}", escape(.0))]
     Name(Vec<u8>),
     /// A zone below the smallest size.
-    #[error("zone \"{}\" is too small: it must be at least {min} bytes", escape(.name))]
+    #[error(
+        "zone \"{}\" is too small: it must be at least {min} bytes; write \
+         zone={}:{}k or larger",
+        escape(.name), escape(.name), .min.div_ceil(1024)
+    )]
     TooSmall {
         /// The zone's name.
         name: Vec<u8>,
@@ -157,7 +198,11 @@ pub enum ZoneConfError {
     #[error("invalid window \"{}\": {}", escape(.0), .1)]
     WindowRange(Vec<u8>, WindowError),
     /// `window=` with a fraction of a second.
-    #[error("invalid window \"{}\": it must be a whole number of seconds", escape(.0))]
+    #[error(
+        "invalid window \"{}\": it must be a whole number of seconds from 1s to 31d, \
+         e.g. window=90s",
+        escape(.0)
+    )]
     WindowFraction(Vec<u8>),
     /// `mode=` other than `estimate` or `strict`.
     #[error("invalid mode \"{}\": use \"estimate\" or \"strict\"", escape(.0))]
@@ -173,10 +218,16 @@ pub enum ZoneConfError {
     #[error("invalid overrides \"{}\": an integer from 1 to {MAX_OVERRIDES}", escape(.0))]
     Overrides(Vec<u8>),
     /// A directive without `zone=`.
-    #[error("\"rate_limit_window_zone\" must have \"zone\" parameter")]
+    #[error(
+        "\"rate_limit_window_zone\" must have \"zone\" parameter: write zone=NAME:SIZE, \
+         e.g. zone=per_ip:10m"
+    )]
     MissingZone,
     /// A zone declared twice, the same way.
-    #[error("duplicate zone \"{}\"", escape(.0))]
+    #[error(
+        "duplicate zone \"{}\" in \"rate_limit_window_zone\": declare each zone once",
+        escape(.0)
+    )]
     Duplicate(Vec<u8>),
     /// A zone declared twice with another key or window.
     #[error(

@@ -347,7 +347,7 @@ mod tests {
             .starts_with("invalid overrides \"0\""));
         assert_eq!(
             parse("window=1m").unwrap_err(),
-            "\"rate_limit_window_zone\" must have \"zone\" parameter"
+            "\"rate_limit_window_zone\" must have \"zone\" parameter: write zone=NAME:SIZE, e.g. zone=per_ip:10m"
         );
     }
 

@@ -238,7 +238,7 @@ fn judge<'t, R: Request<'t>>(
         Cost::Count(k) => k,
         Cost::Invalid => {
             core::hint::cold_path();
-            return Ok(invalid(r, n, c, hash, Invalid::Cost(limit), (now, shard)));
+            return Ok(invalid_cost(r, n, c, hash, limit, (now, shard)));
         }
     };
     // `redis_outage=` while the zone's Redis is out (the cost read first,
@@ -246,12 +246,7 @@ fn judge<'t, R: Request<'t>>(
     // `fail=closed`: never held, never a ban).
     let Some(limit) = c.outage.limit(limit) else {
         core::hint::cold_path();
-        return Ok(Judged::Limit {
-            hash,
-            limit: 0,
-            cost: 1,
-            bad: Bad::Closed,
-        });
+        return Ok(closed(hash));
     };
     // A cost above the limit in force (configured, a `map` tier, an
     // override) never fits: the table rejects it (fit::effective_limit is
@@ -262,6 +257,39 @@ fn judge<'t, R: Request<'t>>(
         cost,
         bad: Bad::No,
     })
+}
+
+/// Judged against a limit of 0: refused, never held, never a ban.
+fn closed(hash: KeyHash) -> Judged {
+    Judged::Limit {
+        hash,
+        limit: 0,
+        cost: 1,
+        bad: Bad::Closed,
+    }
+}
+
+/// An invalid cost against `limit` (configured or overridden): charged the
+/// whole limit in force, which `redis_outage=` makes this gateway's share
+/// while the zone's Redis is out; `closed` refuses it as every request
+/// that needs the fleet (the invalid value noted all the same).
+#[cold]
+#[inline(never)]
+fn invalid_cost<'t, R: Request<'t>>(
+    r: &mut R,
+    n: usize,
+    c: &LimitConf<'t>,
+    hash: KeyHash,
+    limit: u32,
+    (now, shard): (u64, usize),
+) -> Judged {
+    match c.outage.limit(limit) {
+        Some(in_force) => invalid(r, n, c, hash, Invalid::Cost(in_force), (now, shard)),
+        None => {
+            noted_invalid(r, n, Invalid::Cost(0), now);
+            closed(hash)
+        }
+    }
 }
 
 /// The limit in force when no number came out of the override and the
@@ -322,12 +350,7 @@ fn invalid<'t, R: Request<'t>>(
 ) -> Judged {
     noted_invalid(r, n, what, now);
     match (c.fail, what) {
-        (FailPolicy::Closed, _) => Judged::Limit {
-            hash,
-            limit: 0,
-            cost: 1,
-            bad: Bad::Closed,
-        },
+        (FailPolicy::Closed, _) => closed(hash),
         (FailPolicy::Open, Invalid::Cost(limit)) => Judged::Limit {
             hash,
             limit,

@@ -50,7 +50,11 @@ pub(super) fn quiet_limit<'t, R: Request<'t>>(
             None => Quiet::Limit(hash, 0, 1),
         }),
         _ if closed => Some(Quiet::Limit(hash, 0, 1)),
-        Ok(Cost::Invalid) => Some(Quiet::Limit(hash, limit, charged(limit))),
+        // The whole limit in force (`decide::invalid_cost`).
+        Ok(Cost::Invalid) => Some(match c.outage.limit(limit) {
+            Some(limit) => Quiet::Limit(hash, limit, charged(limit)),
+            None => Quiet::Limit(hash, 0, 1),
+        }),
         Err(_) => None,
     }
 }

@@ -170,7 +170,12 @@ impl Overrides<'_> {
     /// local change not yet acknowledged; the kinds as in
     /// [`Overrides::apply_remote`].
     pub fn adopt(&self, id: u64, state: Option<Entry>, v: u64, now_ms: u64) -> bool {
-        self.apply_fleet(id, state, v, Source::Adopt, now_ms) == Applied::Yes
+        self.adopt_as(id, state, v, now_ms) == Applied::Yes
+    }
+
+    /// [`Overrides::adopt`], saying why it did not apply.
+    pub fn adopt_as(&self, id: u64, state: Option<Entry>, v: u64, now_ms: u64) -> Applied {
+        self.apply_fleet(id, state, v, Source::Adopt, now_ms)
     }
 
     fn apply_fleet(

@@ -135,7 +135,9 @@ fn windows() {
     for s in ["1500ms", "1s1ms", "86399999ms"] {
         assert_eq!(
             parse_window(s.as_bytes()).unwrap_err(),
-            format!("invalid window \"{s}\": it must be a whole number of seconds")
+            format!(
+                "invalid window \"{s}\": it must be a whole number of seconds from 1s to 31d, e.g. window=90s"
+            )
         );
     }
     assert_eq!(
@@ -302,7 +304,7 @@ fn zone_params_rejected() {
         ),
         (
             "window=1m",
-            "\"rate_limit_window_zone\" must have \"zone\" parameter",
+            "\"rate_limit_window_zone\" must have \"zone\" parameter: write zone=NAME:SIZE, e.g. zone=per_ip:10m",
         ),
         (
             "zone=api",
@@ -326,11 +328,11 @@ fn zone_params_rejected() {
         ),
         (
             "zone=api:32767",
-            "zone \"api\" is too small: it must be at least 32768 bytes",
+            "zone \"api\" is too small: it must be at least 32768 bytes; write zone=api:32k or larger",
         ),
         (
             "zone=api:0",
-            "zone \"api\" is too small: it must be at least 32768 bytes",
+            "zone \"api\" is too small: it must be at least 32768 bytes; write zone=api:32k or larger",
         ),
         (
             "zone=api:1m window=1y",
@@ -380,15 +382,15 @@ fn zone_params_rejected() {
         ),
         (
             "zone=api:1m redis=h:1 sync=9ms",
-            "invalid sync interval \"9ms\": it must be between 10ms and 60s",
+            "invalid sync interval \"9ms\" in \"sync=\": it must be between 10ms and 60s, e.g. sync=100ms",
         ),
         (
             "zone=api:1m redis=h:1 sync=60s1ms",
-            "invalid sync interval \"60s1ms\": it must be between 10ms and 60s",
+            "invalid sync interval \"60s1ms\" in \"sync=\": it must be between 10ms and 60s, e.g. sync=100ms",
         ),
         (
             "zone=api:1m redis=h:1 sync=fast",
-            "invalid sync interval \"fast\": it must be between 10ms and 60s",
+            "invalid sync interval \"fast\" in \"sync=\": it must be between 10ms and 60s, e.g. sync=100ms",
         ),
     ];
     for &(args, msg) in table {
@@ -494,13 +496,16 @@ fn limit_params() {
     let table: &[(&str, &str)] = &[
         (
             "limit=1",
-            "\"rate_limit_window\" must have \"zone\" parameter",
+            "\"rate_limit_window\" must have \"zone\" parameter: write zone=NAME, a rate_limit_window_zone's name",
         ),
         (
             "zone=api",
-            "\"rate_limit_window\" must have \"limit\" parameter",
+            "\"rate_limit_window\" must have \"limit\" parameter: write limit=N (requests per window) or limit=$variable",
         ),
-        ("zone= limit=1", "invalid zone name \"zone=\""),
+        (
+            "zone= limit=1",
+            "invalid zone name \"zone=\" in \"rate_limit_window\": give the name of a rate_limit_window_zone, e.g. zone=per_ip",
+        ),
         (
             "zone=a limit=",
             "invalid limit \"\": it must be an integer from 0 to 1000000, or a variable",

@@ -547,7 +547,24 @@ pub fn exposition(tally: &TallyConf, zones: &[Live]) -> String {
             }
         }
     }
+    zone_info(&mut o, zones);
     o
+}
+
+/// `rate_limit_window_zone_info{zone,context}`: 1 per zone, with the
+/// block it is declared in (`http` or `stream`), to join on `zone`.
+fn zone_info(o: &mut String, zones: &[Live]) {
+    let name = "rate_limit_window_zone_info";
+    let _ = writeln!(
+        o,
+        "# HELP {name} The block each zone is declared in (context: http or stream); always 1."
+    );
+    let _ = writeln!(o, "# TYPE {name} gauge");
+    for l in zones {
+        let zone = Label(l.zone.name.as_bytes());
+        let context = l.zone.context.as_str();
+        let _ = writeln!(o, "{name}{{zone=\"{zone}\",context=\"{context}\"}} 1");
+    }
 }
 
 /// The shed groups' families (`rate_limit_window_shed`), after the zones':

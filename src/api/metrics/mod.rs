@@ -47,14 +47,18 @@ pub(crate) fn handle(r: &mut Request) -> ngx_int_t {
     };
     let now = now_ms();
     let Some(zone_name) = arg(r, "zone") else {
-        let live: Vec<Live> = mcf.zones().filter_map(|zone| live(zone, now)).collect();
+        // Every zone, http's and the stream's.
+        let zones = crate::zone::running();
+        let live: Vec<Live> = crate::zone::each(&zones)
+            .filter_map(|zone| live(zone, now))
+            .collect();
         let mut body = families::exposition(&mcf.tally, &live);
         let sheds: Vec<_> = mcf.sheds().collect();
         families::shed_exposition(&mut body, &sheds);
         return send(r, "text/plain; version=0.0.4; charset=utf-8", &body);
     };
     let zone_name = percent_decode(&zone_name);
-    let Some(zone) = mcf.zones().find(|z| z.name.as_bytes() == zone_name) else {
+    let Some(zone) = crate::zone::by_name(&zone_name) else {
         // JSON, as the writes answer it (src/api/overrides.rs).
         let n = String::from_utf8_lossy(&zone_name);
         return crate::api::overrides::error(r, 404, &format!("no zone \"{n}\""));

@@ -128,11 +128,33 @@ pub(crate) struct Placeholders {
 }
 
 pub(crate) fn substitute(conf: &str, ph: &Placeholders) -> String {
-    conf.replace("{{PORT}}", &ph.port.to_string())
+    with_stream_module(conf)
+        .replace("{{PORT}}", &ph.port.to_string())
         .replace("{{PORT2}}", &ph.port2.to_string())
         .replace("{{UPSTREAM}}", &ph.upstream)
         .replace("{{PREFIX}}", &ph.prefix)
         .replace("{{WORKERS}}", &ph.workers.to_string())
+}
+
+/// nginx's stream module as a module of its own, when the nginx under test
+/// has one beside the module (Debian's, `make test NGINX=1.30`:
+/// scripts/nginx-debian.sh copies sid's `ngx_stream_module.so` there);
+/// None for an nginx built with stream (the vendored one).
+pub fn stream_module_so() -> Option<PathBuf> {
+    let so = module_so().parent()?.join("ngx_stream_module.so");
+    so.exists().then_some(so)
+}
+
+/// `conf` with a `load_module` line of nginx's stream module before
+/// everything, when it has a `stream {}` block and the nginx under test
+/// builds stream as a module of its own ([`stream_module_so`]): loaded
+/// before this module, as Debian's modules-enabled does (docs/stream.md).
+pub fn with_stream_module(conf: &str) -> String {
+    let has_stream = conf.lines().any(|l| l.trim_start().starts_with("stream {"));
+    match stream_module_so() {
+        Some(so) if has_stream => format!("load_module {};\n{conf}", so.display()),
+        _ => conf.to_string(),
+    }
 }
 
 /// Creates a prefix: logs/, html/index.html, modules/<so> symlink, conf/.

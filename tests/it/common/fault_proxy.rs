@@ -27,6 +27,9 @@ pub enum Fault {
     CutAfter(usize),
     /// Accept connections and close them at once.
     Refuse,
+    /// Forward the replies one byte every this many ms (the rest at once
+    /// when the fault changes).
+    Trickle(u64),
 }
 
 /// A TCP proxy on a free port to `127.0.0.1:upstream`.
@@ -186,6 +189,19 @@ fn pipe_conn(
                     let _ = c_out.shutdown(Shutdown::Both);
                     let _ = s_in.shutdown(Shutdown::Both);
                     return;
+                }
+                Fault::Trickle(ms) => {
+                    while let Some((&b, rest)) = chunk.split_first() {
+                        if *fault.lock().unwrap() != f || stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        thread::sleep(Duration::from_millis(ms));
+                        if c_out.write_all(&[b]).is_err() {
+                            return;
+                        }
+                        sent += 1;
+                        chunk = rest;
+                    }
                 }
                 _ => {}
             }

@@ -20,6 +20,7 @@ mod holds;
 mod host;
 mod model;
 mod ops;
+mod outage;
 mod overrides;
 mod places;
 

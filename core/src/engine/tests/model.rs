@@ -125,10 +125,14 @@ impl Run {
                 None => Pol::Closed,
             },
             Cost::Invalid if closed => Pol::Closed,
-            // Never a way past the limit: it costs the whole limit.
-            Cost::Invalid => Pol::Count {
-                limit,
-                cost: limit.max(1),
+            // Never a way past the limit: it costs the whole limit in
+            // force (during an outage, the share; `closed` refuses).
+            Cost::Invalid => match self.zones[n].outage.limit(limit) {
+                Some(limit) => Pol::Count {
+                    limit,
+                    cost: limit.max(1),
+                },
+                None => Pol::Closed,
             },
         }
     }
