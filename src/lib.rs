@@ -74,7 +74,7 @@ extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
 }
 
 /// Postconfiguration: the phase handlers, the LOG-phase handler of
-/// `charge=`, and the header filter.
+/// `charge=`, the header filter and the body filter of in-flight places.
 extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     let rc = run_steps(
         cf,
@@ -82,6 +82,7 @@ extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     );
     if rc == Status::NGX_OK.into() {
         request::filter::register();
+        request::done::register();
     }
     rc
 }

@@ -41,3 +41,33 @@ rlw_request_error_page(ngx_http_request_t *r)
 {
     return r->error_page;
 }
+
+/*
+ * The filters that may start subrequests of a main request after its own
+ * last buffer went by (SSI includes, add_after_body, the next slice),
+ * referred to weakly: addition and slice are not built by default.
+ */
+#pragma weak ngx_http_ssi_filter_module
+#pragma weak ngx_http_addition_filter_module
+#pragma weak ngx_http_slice_filter_module
+extern ngx_module_t ngx_http_ssi_filter_module;
+extern ngx_module_t ngx_http_addition_filter_module;
+extern ngx_module_t ngx_http_slice_filter_module;
+
+static ngx_uint_t
+rlw_has_ctx(ngx_http_request_t *r, ngx_module_t *m)
+{
+    return m != NULL && r->ctx[m->ctx_index] != NULL;
+}
+
+/*
+ * 1 when one of those filters works on r's response (each sets its
+ * context in its header filter, or its variable for slice, only then).
+ */
+ngx_uint_t
+rlw_request_subrequest_filters(ngx_http_request_t *r)
+{
+    return rlw_has_ctx(r, &ngx_http_ssi_filter_module)
+           || rlw_has_ctx(r, &ngx_http_addition_filter_module)
+           || rlw_has_ctx(r, &ngx_http_slice_filter_module);
+}

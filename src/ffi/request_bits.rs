@@ -16,6 +16,7 @@ extern "C" {
     fn rlw_request_set_header_only(r: *mut ngx_http_request_t);
     fn rlw_request_internal(r: *mut ngx_http_request_t) -> ngx_uint_t;
     fn rlw_request_error_page(r: *mut ngx_http_request_t) -> ngx_uint_t;
+    fn rlw_request_subrequest_filters(r: *mut ngx_http_request_t) -> ngx_uint_t;
 }
 
 /// The request's raw pointer, for the C accessors (which only read or
@@ -47,4 +48,13 @@ pub fn internal(r: &Request) -> bool {
 pub fn error_page(r: &Request) -> bool {
     // SAFETY: `r` is a live request; the accessor reads one bit of it.
     unsafe { rlw_request_error_page(raw(r)) != 0 }
+}
+
+/// Whether a filter that may start subrequests after the main request's
+/// own last buffer (SSI, `add_after_body`, `slice`) works on `r`'s
+/// response.
+pub fn subrequest_filters(r: &Request) -> bool {
+    // SAFETY: `r` is a live request; the accessor reads its module
+    // contexts (an array of `ngx_http_max_module` pointers).
+    unsafe { rlw_request_subrequest_filters(raw(r)) != 0 }
 }

@@ -8,6 +8,8 @@
 //!
 //! A place is taken when the request is admitted, and given back exactly
 //! once: by the engine when a later limit rejects or holds it, else when
+//! the main request's response is complete (the body filter, done.rs:
+//! before a lingering close or the client's next connection), else when
 //! the main request's pool is destroyed ([`keep`]: a part of the record,
 //! record.rs). nginx destroys that pool once however the request ends: a
 //! response sent, a client gone (499), an upstream timeout, an

@@ -6,6 +6,8 @@
 //! timers ([`hold`]), the answer to a gRPC call ([`grpc_reject`]), what is
 //! settled when the request ends (`count_status=` in [`count_status`],
 //! `charge=` read in [`charge_read`]), the header filter ([`filter`]), the
+//! body filter that gives in-flight places back when the response is
+//! complete ([`done`]), the
 //! `near_limit_total` counter ([`near_limit`]), the tally of requests
 //! decided ([`tally`]) and the variables ([`variables`]).
 
@@ -13,6 +15,7 @@ pub mod ban;
 pub mod charge_read;
 pub mod cost;
 pub mod count_status;
+pub mod done;
 pub mod filter;
 pub mod grpc_reject;
 pub mod handler;

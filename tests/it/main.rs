@@ -33,6 +33,7 @@ mod harness;
 mod headers;
 mod headers_truth;
 mod in_flight;
+mod in_flight_linger;
 mod limits;
 mod metrics;
 mod overrides;

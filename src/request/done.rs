@@ -1,0 +1,117 @@
+//! The body filter that gives a request's in-flight places back when its
+//! response is complete: the main request's last buffer is being passed
+//! on, and no subrequest's output is waiting to be sent (`r->postponed`
+//! is empty) nor may be started by a filter below (SSI, addition, slice:
+//! then only after the buffer went through them, if they started none). That is before nginx
+//! frees the request, which a lingering close (`lingering_close always`,
+//! a client that keeps sending, an unread body being discarded) delays
+//! by up to `lingering_time`, and before the last bytes reach the client,
+//! which then may open a new connection and meet its previous request's
+//! place still held.
+//!
+//! Every path that never gets here (a header-only response, a client
+//! gone, an error, a subrequest still running, an HTTP/2 reset, a worker
+//! that exits) keeps the fallback: the places are given back when the
+//! main request's pool is destroyed (record.rs). The record's list is
+//! taken out before its places are given back, so each is given back
+//! once.
+
+use nginx_sys::{
+    ngx_chain_t, ngx_http_output_body_filter_pt, ngx_http_request_t, ngx_http_top_body_filter,
+    ngx_int_t,
+};
+use ngx::http::Request;
+
+use crate::ffi::request_bits;
+use crate::request::record;
+
+/// The next body filter in the chain.
+static mut NEXT_BODY_FILTER: ngx_http_output_body_filter_pt = None;
+
+/// Inserts the filter at the top of the body filter chain.
+pub fn register() {
+    // SAFETY: postconfiguration runs single-threaded in the master; this
+    // is the documented way to join the filter chain.
+    unsafe {
+        NEXT_BODY_FILTER = ngx_http_top_body_filter;
+        ngx_http_top_body_filter = Some(body_filter);
+    }
+}
+
+/// Gives the request's places back when `chain` ends the main request's
+/// response and no subrequest's output waits: before passing it on (the
+/// client cannot see the end of the response while its place is held),
+/// unless a filter below may still start subrequests, then after, if it
+/// started none.
+extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -> ngx_int_t {
+    // SAFETY: nginx calls a body filter with a valid request; its `main`
+    // is the main request, alive as long as it is.
+    let last = unsafe { (*r).main == r } && ends(chain);
+    let after = last && give_back_before(r);
+    // SAFETY: NEXT_BODY_FILTER was set in postconfiguration, before any
+    // request; the next filter is called with what this one was given.
+    let rc = unsafe {
+        match NEXT_BODY_FILTER {
+            Some(next) => next(r, chain),
+            None => 0,
+        }
+    };
+    if after {
+        // SAFETY: the filters below only write and start subrequests: the
+        // main request `r` is still alive.
+        let req = unsafe { Request::from_ngx_http_request(r) };
+        if no_output_waits(req) {
+            give_back(req);
+        }
+    }
+    rc
+}
+
+/// The main request `r`'s response ends: gives its places back now,
+/// unless a filter below may still start subrequests (true: see after
+/// them) or a subrequest's output waits (the pool's cleanup will).
+#[inline(never)]
+fn give_back_before(r: *mut ngx_http_request_t) -> bool {
+    // SAFETY: `r` is a valid main request (body_filter).
+    let req = unsafe { Request::from_ngx_http_request(r) };
+    if request_bits::subrequest_filters(req) {
+        return true;
+    }
+    if no_output_waits(req) {
+        give_back(req);
+    }
+    false
+}
+
+/// Whether no subrequest of the main request `r` has output waiting to be
+/// sent (`r->postponed` is empty).
+fn no_output_waits(r: &Request) -> bool {
+    r.as_ref().postponed.is_null()
+}
+
+/// Whether `chain` holds the response's last buffer (read before the
+/// filters below reuse its links).
+#[inline(always)]
+fn ends(mut chain: *mut ngx_chain_t) -> bool {
+    // SAFETY: a filter's chain is a list of valid links, each with a
+    // valid buffer, ending in null.
+    unsafe {
+        while let Some(cl) = chain.as_ref() {
+            if cl.buf.as_ref().is_some_and(|b| b.last_buf() != 0) {
+                return true;
+            }
+            chain = cl.next;
+        }
+    }
+    false
+}
+
+/// Gives back every place the main request `r` still keeps (once: the
+/// list is emptied first).
+fn give_back(r: &Request) {
+    if let Some(rec) = record::record(r) {
+        for t in rec.take_places() {
+            t.places.give(t.place);
+        }
+    }
+}
