@@ -346,11 +346,20 @@ impl Merge for LocConf {
                 .limits
                 .as_ref()
                 .is_some_and(|limits| limits.iter().any(|l| l.in_flight.is_some()));
+        if self.places {
+            PLACES_USED.store(true, core::sync::atomic::Ordering::Relaxed);
+        }
         let decides = self.limits.as_ref().is_some_and(|l| !l.is_empty()) || self.shed.is_some();
         self.decides = if decides { self.phase } else { DECIDES_NEVER };
         Ok(())
     }
 }
+
+/// Set by `merge` when some location may take places (`in_flight=`,
+/// `rate_limit_window_shed`); read and cleared when the body filter that
+/// gives them back is registered (request/done.rs), so that a
+/// configuration without places pays nothing for it.
+pub static PLACES_USED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// An enum-valued directive (`rate_limit_window_headers`, `_log_level`,
 /// `_phase`) into `field`: a value outside `values` is refused with the

@@ -16,6 +16,8 @@
 //! taken out before its places are given back, so each is given back
 //! once.
 
+use core::sync::atomic::Ordering;
+
 use nginx_sys::{
     ngx_chain_t, ngx_http_output_body_filter_pt, ngx_http_request_t, ngx_http_top_body_filter,
     ngx_int_t,
@@ -28,8 +30,12 @@ use crate::request::record;
 /// The next body filter in the chain.
 static mut NEXT_BODY_FILTER: ngx_http_output_body_filter_pt = None;
 
-/// Inserts the filter at the top of the body filter chain.
+/// Inserts the filter at the top of the body filter chain, if some
+/// location of this configuration may take places.
 pub fn register() {
+    if !crate::conf::PLACES_USED.swap(false, Ordering::Relaxed) {
+        return;
+    }
     // SAFETY: postconfiguration runs single-threaded in the master; this
     // is the documented way to join the filter chain.
     unsafe {
@@ -74,6 +80,9 @@ extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -
 fn give_back_before(r: *mut ngx_http_request_t) -> bool {
     // SAFETY: `r` is a valid main request (body_filter).
     let req = unsafe { Request::from_ngx_http_request(r) };
+    if record::record(req).is_none_or(|rec| rec.kept_places().next().is_none()) {
+        return false;
+    }
     if request_bits::subrequest_filters(req) {
         return true;
     }
