@@ -50,4 +50,5 @@ mod shed;
 mod soak;
 mod state;
 mod stream;
+mod stream_loading;
 mod strict;

@@ -676,28 +676,6 @@ fn the_stream_example_limits_as_its_comments_say() {
     }));
 }
 
-/// The `.so` refers to nginx's stream symbols weakly only, so that an
-/// nginx without stream (or with Debian's stream module loaded after it)
-/// still loads it for http (src/ffi/stream_weak.c): `nm -D` lists every
-/// undefined `ngx_stream_*` symbol as `w`, none as `U`.
-#[test]
-fn every_stream_symbol_of_the_module_is_weak() {
-    let out = std::process::Command::new("nm")
-        .args(["-D", "--undefined-only"])
-        .arg(module_so())
-        .output()
-        .expect("nm (binutils) runs");
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
-    let stream: Vec<&str> = text.lines().filter(|l| l.contains("ngx_stream_")).collect();
-    assert!(stream.len() >= 5, "{text}");
-    let strong: Vec<&&str> = stream
-        .iter()
-        .filter(|l| !l.trim_start().starts_with("w "))
-        .collect();
-    assert!(strong.is_empty(), "strong stream references: {strong:?}");
-}
-
 /// `rate_limit_window_dry_run on`: every session is proxied, those over
 /// the limit logged as `REJECTED_DRY_RUN`.
 #[test]

@@ -191,6 +191,11 @@ pub(crate) fn make_prefix() -> tempfile::TempDir {
 /// Runs `nginx -t` on `conf` (placeholders substituted) in a fresh prefix.
 /// Returns (success, stderr).
 pub fn test_config(conf: &str) -> (bool, String) {
+    test_config_with(&nginx_bin(), conf)
+}
+
+/// [`test_config`] with the nginx binary `bin`.
+pub fn test_config_with(bin: &Path, conf: &str) -> (bool, String) {
     let prefix = make_prefix();
     let ph = Placeholders {
         port: free_port(),
@@ -201,7 +206,7 @@ pub fn test_config(conf: &str) -> (bool, String) {
     };
     let text = substitute(conf, &ph);
     fs::write(prefix.path().join("conf/nginx.conf"), &text).unwrap();
-    let out = Command::new(nginx_bin())
+    let out = Command::new(bin)
         .arg("-t")
         .arg("-p")
         .arg(prefix.path())

@@ -24,6 +24,7 @@ pub struct NginxBuilder {
     wrapper: Vec<String>,
     upstream: Option<String>,
     files: Vec<(String, Vec<u8>)>,
+    binary: Option<PathBuf>,
 }
 
 impl NginxBuilder {
@@ -54,6 +55,12 @@ impl NginxBuilder {
     pub fn upstream_of(self, u: &Upstream) -> Self {
         let a = u.addr();
         self.upstream(&a)
+    }
+    /// Runs this nginx binary instead of [`nginx_bin`]'s (built against
+    /// the same version: an nginx without stream).
+    pub fn binary(mut self, path: &Path) -> Self {
+        self.binary = Some(path.to_path_buf());
+        self
     }
     /// Writes an extra file (path relative to the prefix) before start.
     pub fn file(mut self, rel: &str, contents: impl AsRef<[u8]>) -> Self {
@@ -127,11 +134,12 @@ impl Nginx {
         )
         .unwrap();
         let stderr = fs::File::create(prefix.path().join("logs/stderr.log")).unwrap();
+        let bin = b.binary.clone().unwrap_or_else(nginx_bin);
         let mut cmd = if b.wrapper.is_empty() {
-            Command::new(nginx_bin())
+            Command::new(bin)
         } else {
             let mut c = Command::new(&b.wrapper[0]);
-            c.args(&b.wrapper[1..]).arg(nginx_bin());
+            c.args(&b.wrapper[1..]).arg(bin);
             c
         };
         cmd.arg("-p")
