@@ -100,3 +100,43 @@ fn an_nginx_without_stream_loads_the_module_for_http() {
         "{out}"
     );
 }
+
+/// Debian's nginx, whose stream is a module of its own (`make test
+/// NGINX=1.30` from sid's binary: `ngx_stream_module.so` beside the
+/// module; `make test-deb` checks the same with the installed
+/// libnginx-mod-stream): this module loaded **before** it still works for
+/// http, and a `stream {}` block with its directives fails `nginx -t` with
+/// the `[emerg]` that says to load the stream module first; loaded after
+/// it, the same configuration passes. Runs only where that `.so` exists.
+#[test]
+fn loaded_before_debians_stream_module_stream_fails_with_the_order_to_fix() {
+    let Some(stream_so) = stream_module_so() else {
+        eprintln!("no ngx_stream_module.so beside the module: nginx has stream built in");
+        return;
+    };
+    let http = "rate_limit_window_zone $binary_remote_addr zone=z:1m;\n\
+         server { listen 127.0.0.1:{{PORT}}; location / { rate_limit_window zone=z limit=5; \
+         proxy_pass http://127.0.0.1:9; } }";
+    let stream = "stream {\n rate_limit_window_zone $binary_remote_addr zone=s:1m;\n \
+         server { listen 127.0.0.1:{{PORT2}}; rate_limit_window zone=s limit=5; \
+         proxy_pass 127.0.0.1:9; }\n}\n";
+    let load = format!("load_module {};\n", stream_so.display());
+    // http_conf's first line loads this module; the stream module after it.
+    let after = |conf: String| {
+        let (first, rest) = conf.split_once('\n').unwrap();
+        format!("{first}\n{load}{rest}")
+    };
+    let (ok, out) = test_config(&after(http_conf(http)));
+    assert!(ok, "http alone, this module first: {out}");
+    let (ok, out) = test_config(&after(format!("{}{stream}", http_conf(http))));
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(
+            "[emerg] ngx_stream_rate_limit_window_module needs nginx's stream module loaded \
+             before it"
+        ),
+        "{out}"
+    );
+    let (ok, out) = test_config(&format!("{load}{}{stream}", http_conf(http)));
+    assert!(ok, "the stream module first: {out}");
+}

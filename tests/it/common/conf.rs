@@ -148,9 +148,11 @@ pub fn stream_module_so() -> Option<PathBuf> {
 /// `conf` with a `load_module` line of nginx's stream module before
 /// everything, when it has a `stream {}` block and the nginx under test
 /// builds stream as a module of its own ([`stream_module_so`]): loaded
-/// before this module, as Debian's modules-enabled does (docs/stream.md).
+/// before this module, as Debian's modules-enabled does (docs/stream.md),
+/// unless `conf` loads it itself (tests/it/stream_loading.rs: after).
 pub fn with_stream_module(conf: &str) -> String {
-    let has_stream = conf.lines().any(|l| l.trim_start().starts_with("stream {"));
+    let has_stream = conf.lines().any(|l| l.trim_start().starts_with("stream {"))
+        && !conf.contains("ngx_stream_module.so;");
     match stream_module_so() {
         Some(so) if has_stream => format!("load_module {};\n{conf}", so.display()),
         _ => conf.to_string(),
