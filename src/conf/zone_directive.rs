@@ -8,7 +8,7 @@ use nginx_sys::{ngx_conf_t, ngx_pagesize, ngx_shared_memory_add, ngx_str_t};
 use rate_limit_window_core::conf::error::{ConfError, ZoneConfError};
 use rate_limit_window_core::conf::parse::single_variable;
 use rate_limit_window_core::conf::zone_opts::{
-    calendar_window, parse_zone_directive, zoneinfo_dir, ZoneDirective,
+    calendar_window_at, parse_zone_directive, zoneinfo_dir, ZoneDirective,
 };
 use rate_limit_window_core::overrides::Overrides;
 
@@ -57,7 +57,11 @@ pub fn set_zone(cf: &ngx_conf_t, zones: &mut Vec<*mut ZoneConf>, context: Contex
     zone.window_src = d.params.window_src;
     if let Some(spec) = &d.calendar {
         let dir = zoneinfo_dir();
-        zone.window = calendar_window(spec, &dir).map_err(|e| cf.emerg(ConfError::from(e)))?;
+        // Periods tabled up to 30 years past the configuration's own: a
+        // reload moves the horizon on (never computed per request).
+        let now = crate::ffi::process::now_ms();
+        zone.window =
+            calendar_window_at(spec, &dir, now).map_err(|e| cf.emerg(ConfError::from(e)))?;
         zone.window_src = format!("calendar={}", spec.period).into_bytes();
     }
     zone.mode = d.mode;

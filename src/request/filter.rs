@@ -16,6 +16,7 @@ use crate::ffi::pool::pool_copy;
 use crate::ffi::req::request_handler;
 use crate::request::record::{self, Report, RequestStatus};
 use crate::Module;
+use rate_limit_window_core::shm::Place;
 
 /// The next header filter in the chain.
 static mut NEXT_HEADER_FILTER: ngx_http_output_header_filter_pt = None;
@@ -119,9 +120,39 @@ fn add_ietf(r: &mut Request, d: &Report) {
         let t = d.reset_of(a);
         let _ = write!(buf, "{sep}\"{name}\";r={};t={t}", a.remaining);
     }
+    in_flight_members(r, d, &mut policy, &mut buf);
     if !policy.is_empty() {
         add_header(r, "RateLimit-Policy", policy.as_bytes());
         add_header(r, "RateLimit", buf.as_bytes());
+    }
+}
+
+/// The `ietf` members of the request's `in_flight=` lines, named
+/// `"ZONE-in-flight"`: the policy's quota counts requests at once
+/// (`qu="concurrent-requests"`, no window), `r` the places its client has
+/// left now (this request's own taken); a refusal by the line says `r=0`
+/// and `t` its Retry-After (a place frees when a request ends, which no
+/// clock tells, so an admission says no `t`).
+fn in_flight_members(r: &Request, d: &Report, policy: &mut String, buf: &mut String) {
+    let Some(rec) = record::record(r) else {
+        return;
+    };
+    for t in rec.kept_places() {
+        let Some((zone, q)) = t.line else {
+            continue;
+        };
+        let sep = if policy.is_empty() { "" } else { ", " };
+        let name = zone.name;
+        let _ = write!(
+            policy,
+            "{sep}\"{name}-in-flight\";q={q};qu=\"concurrent-requests\""
+        );
+        if t.place == Place::NONE {
+            let _ = write!(buf, "{sep}\"{name}-in-flight\";r=0;t={}", d.retry_after_s);
+        } else {
+            let left = q.saturating_sub(t.places.held_at(t.place));
+            let _ = write!(buf, "{sep}\"{name}-in-flight\";r={left}");
+        }
     }
 }
 

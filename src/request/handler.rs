@@ -98,13 +98,22 @@ fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
         return declined;
     }
     let limits = lcf.limits.as_deref().unwrap_or(&[]);
-    handle_limits(r, phase, lcf, limits, access_failed)
+    // A location with places (`in_flight=`, a shed group) has its own copy
+    // of the decision: the common one has no code for them. Either way a
+    // request's walk enters this file three times: the phase handler that
+    // decides, this copy, and the other phase's handler.
+    if lcf.places {
+        handle_limits::<true>(r, phase, lcf, limits, access_failed)
+    } else {
+        handle_limits::<false>(r, phase, lcf, limits, access_failed)
+    }
 }
 
 /// [`handle`] in the phase where the location decides: decides the request
 /// unless it is decided already, decided later, or failed an access check.
+/// `PLACES`: the location takes places.
 #[inline(never)]
-fn handle_limits(
+fn handle_limits<const PLACES: bool>(
     r: &mut Request,
     phase: Phase,
     lcf: &LocConf,
@@ -138,25 +147,7 @@ fn handle_limits(
         },
         limits.len()
     );
-    // A location with places (`in_flight=`, a shed group) has its own copy
-    // of the decision, out of line: the common one has no code for them.
-    if lcf.places {
-        decide_with_places(r, lcf, limits, at)
-    } else {
-        decide::<false>(r, lcf, limits, at)
-    }
-}
-
-/// [`decide`] for a location with places.
-#[cold]
-#[inline(never)]
-fn decide_with_places(
-    r: &mut Request,
-    lcf: &LocConf,
-    limits: &[conf::Limit],
-    at: record::Place,
-) -> ngx_int_t {
-    decide::<true>(r, lcf, limits, at)
+    decide::<PLACES>(r, lcf, limits, at)
 }
 
 /// A subrequest started before its main request has decided, while the
@@ -305,6 +296,10 @@ fn not_admitted<const P: bool>(
         Verdict::Reject(rej) => {
             if lcf.headers == HEADERS_IETF {
                 crate::request::judging::ietf_t_after_undo(r, limits, &mut j.pending, now);
+                if rej.in_flight {
+                    let zone = limits[rej.index].zone();
+                    crate::request::in_flight::note_refused(&j.pending, zone, rej.limit);
+                }
             }
             (reject(r, lcf, limits, rej), rej.retry_after_s)
         }

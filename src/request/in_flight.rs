@@ -23,6 +23,7 @@ use rate_limit_window_core::engine;
 
 use crate::conf::value::ConfValue;
 use crate::request::record::{Pending, Taken};
+use crate::zone::ZoneConf;
 
 /// Reads an `in_flight=` value for the request, as it is: a number,
 /// empty, or invalid (the engine's `fail=` decides). Err(()): an nginx
@@ -69,6 +70,21 @@ pub fn given_back(pending: &Pending) -> Vec<Taken> {
     let (shed, places): (Vec<Taken>, Vec<Taken>) = rec.take_places().partition(|t| t.shed);
     shed.into_iter().for_each(|t| keep(pending, t));
     places
+}
+
+/// Notes, for the RateLimit fields of `rate_limit_window_headers ietf`,
+/// that the `in_flight=` line of `zone` refused the request under the
+/// limit `limit`: a node of the record's places with no place (nothing
+/// is given back for it).
+pub fn note_refused(pending: &Pending, zone: &'static ZoneConf, limit: u32) {
+    if let Some(places) = zone.places.as_ref() {
+        let _ = pending.record().keep_place(Taken {
+            places,
+            place: rate_limit_window_core::shm::Place::NONE,
+            shed: false,
+            line: Some((zone, limit)),
+        });
+    }
 }
 
 /// Gives back the shed place of a request that does not go on.

@@ -115,8 +115,9 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
         self.limits[n].zone().places_owner()
     }
 
-    fn took(&mut self, n: usize, p: Place) {
-        if let Some(places) = self.limits[n].zone().places.as_ref() {
+    fn took(&mut self, n: usize, p: Place, limit: u32) {
+        let zone = self.limits[n].zone();
+        if let Some(places) = zone.places.as_ref() {
             let shed = false;
             in_flight::keep(
                 &self.pending,
@@ -124,6 +125,7 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
                     places,
                     place: p,
                     shed,
+                    line: Some((zone, limit)),
                 },
             );
         }
@@ -246,6 +248,7 @@ impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
                 places,
                 place,
                 shed: true,
+                line: None,
             },
         );
     }

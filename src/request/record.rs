@@ -219,6 +219,9 @@ pub struct Taken {
     /// A shed group's place (kept by a request that goes on even when the
     /// engine gives the in-flight places back: a dry run's).
     pub shed: bool,
+    /// An `in_flight=` line's: its zone and the in-flight limit in force
+    /// (for `RateLimit-Policy`'s `qu="concurrent-requests"` member).
+    pub line: Option<(&'static ZoneConf, u32)>,
 }
 
 /// A node of a record's list of places, in the main request's pool.
@@ -498,6 +501,11 @@ impl Record {
         room[0].set(MaybeUninit::new(PlaceNode { t, next }));
         self.places.set(room.as_ptr().cast_mut().cast());
         true
+    }
+
+    /// The record's places, left in it.
+    pub fn kept_places(&self) -> PlaceList {
+        PlaceList(self.places.get())
     }
 
     /// Takes the record's places out (the list is empty again).

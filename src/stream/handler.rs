@@ -257,7 +257,7 @@ impl engine::Request<'static> for Judging<'_> {
         self.limits[n].zone().places_owner()
     }
 
-    fn took(&mut self, n: usize, p: Place) {
+    fn took(&mut self, n: usize, p: Place, _limit: u32) {
         let places = self.limits[n].zone().places.as_ref();
         match (places, self.kept) {
             (Some(places), Some(kept)) => kept.taken[n].set(Some((places, p))),

@@ -187,41 +187,50 @@ impl RawConn {
         self.io.stop = Some(stop);
     }
 
-    /// Turns this TCP connection into TLS (`config`; the server's
-    /// certificate checked against `host` as given) and completes the
-    /// handshake before `deadline`.
-    pub fn start_tls(
-        &mut self,
+    /// This TCP connection as TLS (`config`; the server's certificate
+    /// checked against `host` as given), its handshake done before
+    /// `deadline` (every read and write bounded as a call's).
+    pub fn into_tls(
+        self,
         config: Arc<ClientConfig>,
         host: &str,
         deadline: Instant,
-    ) -> RedisResult<()> {
+    ) -> RedisResult<RawConn> {
         let name =
             ServerName::try_from(host.to_owned()).map_err(|_| tls_error("bad server name"))?;
         let conn = ClientConnection::new(config, name).map_err(|e| tls_error(&e.to_string()))?;
-        // A placeholder while the socket moves into the stream.
-        let placeholder = Sock::Unix(UnixStream::pair()?.0);
-        let Sock::Tcp(tcp) = std::mem::replace(&mut self.io.sock, placeholder) else {
+        let RawConn {
+            io:
+                Bounded {
+                    sock: Sock::Tcp(tcp),
+                    stop,
+                    ..
+                },
+            parser,
+        } = self
+        else {
             return Err(tls_error("TLS over a socket that is not TCP"));
         };
-        self.io.sock = Sock::Tls(Box::new(StreamOwned::new(conn, tcp)));
-        self.io.deadline = deadline;
-        while let Sock::Tls(t) = &self.io.sock {
-            if !t.conn.is_handshaking() {
-                break;
-            }
-            self.io
-                .retry(|s| match s {
-                    Sock::Tls(t) => t.conn.complete_io(&mut t.sock),
-                    _ => Ok((0, 0)),
-                })
-                .map_err(|e| match e.kind() {
-                    io::ErrorKind::TimedOut => e.into(),
-                    // The handshake's own failure: counted as `tls`.
-                    _ => tls_error(&e.to_string()),
-                })?;
+        let mut c = RawConn {
+            io: Bounded {
+                sock: Sock::Tls(Box::new(StreamOwned::new(conn, tcp))),
+                deadline,
+                stop,
+            },
+            parser,
+        };
+        while matches!(&c.io.sock, Sock::Tls(t) if t.conn.is_handshaking()) {
+            c.io.retry(|s| match s {
+                Sock::Tls(t) => t.conn.complete_io(&mut t.sock).map(|_| ()),
+                _ => Ok(()),
+            })
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::TimedOut => RedisError::from(e),
+                // The handshake's own failure: counted as `tls`.
+                _ => tls_error(&e.to_string()),
+            })?;
         }
-        Ok(())
+        Ok(c)
     }
 
     /// Logs in (`AUTH`, `SELECT`) before `deadline`: an error reply is an

@@ -432,7 +432,7 @@ impl Link {
             let conn = RawConn::tcp(addr, deadline).and_then(|mut c| {
                 c.watch(stop.clone());
                 if let Some(config) = &tls {
-                    c.start_tls(config.clone(), host, deadline)?;
+                    c = c.into_tls(config.clone(), host, deadline)?;
                 }
                 c.login(login, deadline)?;
                 Ok(c)

@@ -132,6 +132,33 @@ fn month_resets_on_the_first() {
     assert_back_at(&r, FEB_2027, FEB_2027 + 28 * 86_400);
 }
 
+/// 2100-12-31T23:59:59Z.
+const END_2100: i64 = 4_133_980_799;
+
+/// Days past 2100 (the periods' first horizon) still reset at midnight for
+/// an nginx started near its end: a configuration tables 30 years past its
+/// own, at configuration time. `calendar=day tz=UTC limit=1` from
+/// 2100-12-31 23:59:59 to 2101-01-03 (read at 2100, the days from
+/// 2101-01-02 on were one period that never ended).
+#[test]
+fn days_go_on_past_2100() {
+    let up = Upstream::start();
+    let clock = FakeClock::new(END_2100);
+    let ng = start_faked(&clock, &up, "UTC", &conf("calendar=day tz=UTC", "1"));
+    let day = 86_400;
+    for (now, next_midnight) in [
+        (END_2100, END_2100 + 1),
+        (END_2100 + 1, END_2100 + 1 + day),
+        (END_2100 + 1 + day + day / 2, END_2100 + 1 + 2 * day),
+        (END_2100 + 1 + 2 * day, END_2100 + 1 + 3 * day),
+    ] {
+        clock.set(now);
+        let (n, r) = fill(&ng, "k");
+        assert_eq!(n, 1, "at {now}");
+        assert_back_at(&r, now, next_midnight);
+    }
+}
+
 /// `nginx -t` refuses a time zone the system does not know, naming it,
 /// and the combinations a calendar cannot keep its promise with.
 #[test]

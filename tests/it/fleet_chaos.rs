@@ -22,8 +22,8 @@
 //! live states than that, the ones it lacks are counted in
 //! `overrides_misfit_total` (and logged); once operators removed enough
 //! (the last phase), it holds exactly the model's, as every gateway (a
-//! misfit is read again). Operators make their changes on the two other
-//! gateways (this one would answer 409 when full).
+//! misfit is read again). Operators change clients on the two other
+//! gateways (this one would answer 409 when full), ranges on any.
 //!
 //! The same with Sentinel (`three_gateways_agree_through_sentinel_failovers`):
 //! a master, a replica and three real redis-sentinels; faults are a
@@ -351,12 +351,12 @@ fn live_f(model: &BTreeMap<String, String>) -> usize {
         .count()
 }
 
-/// One operator's step on a random gateway of `ops` (gateways that take
-/// operators' changes): a ban (on a client of its own), a change of a
+/// One operator's step on a random gateway (any for a range, one of the
+/// first `clients_on` for a client): a ban (on a client of its own), a change of a
 /// range, or a change of a client (`free`: the clients and ranges not yet
 /// changed this round); recorded in `model`.
 fn operate(
-    ops: &[Nginx],
+    (gws, clients_on): (&[Nginx], usize),
     model: &mut BTreeMap<String, String>,
     rng: &mut Rng,
     at: (usize, usize),
@@ -364,8 +364,10 @@ fn operate(
     seed: u64,
 ) {
     let (round, step) = at;
-    let g = &ops[rng.below(ops.len())];
-    match rng.below(6) {
+    let kind = rng.below(6);
+    let range_op = matches!(kind, 1 | 2) && !free.1.is_empty();
+    let g = &gws[rng.below(if range_op { gws.len() } else { clients_on })];
+    match kind {
         0 => {
             let b = format!("ban{round}-{step}");
             get_key(g.port, "/ban", &b);
@@ -473,8 +475,10 @@ fn run(seed: u64) {
             if step == at {
                 redis.begin(fault, &mut rng);
             }
+            // Clients' changes on the two full-size tables (the small one
+            // answers 409 when full), ranges' on any.
             operate(
-                &gws[..2],
+                (&gws, 2),
                 &mut model,
                 &mut rng,
                 (round, step),
@@ -599,7 +603,14 @@ fn run_sentinel(seed: u64) {
             if step == at {
                 before = fail_over(&mut set, fault);
             }
-            operate(&gws, &mut model, &mut rng, (round, step), &mut free, seed);
+            operate(
+                (&gws, 3),
+                &mut model,
+                &mut rng,
+                (round, step),
+                &mut free,
+                seed,
+            );
             std::thread::sleep(Duration::from_millis(rng.below(300) as u64));
         }
         failed_over(&mut set, fault, before);

@@ -1,7 +1,7 @@
 //! Deadlines per call (issue 50): a Redis link that answers one byte every
 //! 0.25 s (a real TCP proxy in front of a real Redis) bounds each call by
 //! its deadline, not each read: the rounds fail as `timeout`, and a reload
-//! and `nginx -s quit` finish within 3 s whatever the link does; over TLS
+//! and `nginx -s quit` finish within [`QUIT`] whatever the link does; over TLS
 //! too (a link that trickles once the handshake is done). The overrides
 //! have a call budget of their own: a Redis 700 ms away (round trip) still
 //! carries a change from one gateway to another.
@@ -99,6 +99,13 @@ impl Drop for Trickle {
     }
 }
 
+/// How long a reload's old workers and a quitting nginx may take (issue
+/// 50's bound is 3 s; docs/gateways.md says about a second): under the
+/// 3 s of an overrides call, so a call the stop flag did not interrupt
+/// (1.8 to 1.9 s here when its link did not watch the flag) usually fails
+/// it; 0.06 to 0.3 s measured here with the flag watched.
+const QUIT: Duration = Duration::from_millis(1_500);
+
 /// Waits until every pid of `pids` exited; the time it took (None: not
 /// within 10 s).
 fn all_gone(pids: &[i32], since: Instant) -> Option<Duration> {
@@ -109,7 +116,7 @@ fn all_gone(pids: &[i32], since: Instant) -> Option<Duration> {
 }
 
 #[test]
-fn a_trickling_link_times_out_per_call_and_quit_and_reload_finish_in_3s() {
+fn a_trickling_link_times_out_per_call_and_quit_and_reload_finish_within_1_5s() {
     let redis = Redis::start();
     let link = Trickle::start(redis.1);
     let ng = Nginx::builder().start(&http_conf(&format!(
@@ -136,14 +143,14 @@ fn a_trickling_link_times_out_per_call_and_quit_and_reload_finish_in_3s() {
         timeouts()
     );
     // A reload: the old workers (their sync thread mid-call) are gone
-    // within 3 s.
+    // within `QUIT`.
     let old = ng.worker_pids();
     let t = Instant::now();
     sighup(&ng);
     let took = all_gone(&old, t);
     eprintln!("reload: old workers gone after {took:?}");
     assert!(
-        took.is_some_and(|d| d <= Duration::from_secs(3)),
+        took.is_some_and(|d| d <= QUIT),
         "old workers after a reload: {took:?}"
     );
     // Let the new workers' sync get mid-call, then quit.
@@ -158,7 +165,7 @@ fn a_trickling_link_times_out_per_call_and_quit_and_reload_finish_in_3s() {
     let took = all_gone(&pids, t);
     eprintln!("quit: nginx gone after {took:?}");
     assert!(
-        took.is_some_and(|d| d <= Duration::from_secs(3)),
+        took.is_some_and(|d| d <= QUIT),
         "nginx -s quit took {took:?}"
     );
     let log = ng.error_log();
@@ -191,10 +198,10 @@ fn quit(ng: &Nginx) -> Option<Duration> {
 /// A TLS link (client certificate, the server's checked against the CA)
 /// that trickles once its handshake is done: each call (count rounds and
 /// overrides) ends at its deadline as `timeout`, and `nginx -s quit`
-/// finishes within 3 s. With the crate's TLS connection, which bounds each
+/// finishes within [`QUIT`]. With the crate's TLS connection, which bounds each
 /// read, a call lasted as long as the reply took to trickle.
 #[test]
-fn a_tls_link_that_trickles_times_out_per_call_and_quit_finishes_in_3s() {
+fn a_tls_link_that_trickles_times_out_per_call_and_quit_finishes_within_1_5s() {
     let redis = TlsRedis::start();
     let link = Trickle::start_as(redis.port(), false);
     let pki = &redis.pki;
@@ -240,7 +247,7 @@ fn a_tls_link_that_trickles_times_out_per_call_and_quit_finishes_in_3s() {
     let took = quit(&ng);
     eprintln!("quit over a trickling TLS link: nginx gone after {took:?}");
     assert!(
-        took.is_some_and(|d| d <= Duration::from_secs(3)),
+        took.is_some_and(|d| d <= QUIT),
         "nginx -s quit took {took:?}"
     );
 }

@@ -242,9 +242,12 @@ fn a_charge_zones_policy_names_its_unit() {
 /// `limit=100 in_flight=1` under `ietf`: a second request while one is in
 /// flight is refused, and its `t` is when `r` next grows from what is
 /// counted after its admission was undone, not the admission's own (which
-/// was the window's end): ten requests in the window before, the clock 5 s
-/// into this one: r = 100 - floor(10 x 55/60 + 1) = 90, and r grows once
-/// 10 x (1 - e/60) < 9, 6.001 s into the window: t = ceil(1.001) = 2.
+/// was the window's end): ten requests in the window before (in a location
+/// of the same zone without `in_flight=`: a request's place is given back
+/// when nginx frees it, which a loaded machine may do after the client
+/// sent the next one), the clock 5 s into this one: r = 100 - floor(10 x
+/// 55/60 + 1) = 90, and r grows once 10 x (1 - e/60) < 9, 6.001 s into the
+/// window: t = ceil(1.001) = 2.
 #[test]
 fn an_in_flight_refusals_t_is_after_undo() {
     let up = Upstream::start();
@@ -256,12 +259,12 @@ fn an_in_flight_refusals_t_is_after_undo() {
         &proxy_conf(
             "rate_limit_window_zone $http_x_key zone=f:1m window=60s;",
             "",
-            "",
+            "location /prime { rate_limit_window zone=f limit=100; proxy_pass http://{{UPSTREAM}}; }",
             "rate_limit_window zone=f limit=100 in_flight=1; rate_limit_window_headers ietf;",
         ),
     );
     for _ in 0..10 {
-        assert_eq!(get_key(ng.port, "/", "k").status, 200);
+        assert_eq!(get_key(ng.port, "/prime", "k").status, 200);
     }
     clock.set(T0 + 65);
     let port = ng.port;
@@ -280,4 +283,84 @@ fn an_in_flight_refusals_t_is_after_undo() {
     let s = slow.join().unwrap();
     assert_eq!(s.status, 200, "{}", s.describe());
     assert_eq!(member(&s, "f"), (90, 2), "{}", s.describe());
+}
+
+/// The parameters of the `name` member of header `h` (`RateLimit` or
+/// `RateLimit-Policy`), as written.
+fn params(r: &Response, h: &str, name: &str) -> String {
+    let v = r
+        .header(h)
+        .unwrap_or_else(|| panic!("no {h}: {}", r.describe()));
+    v.split(", ")
+        .find_map(|m| m.strip_prefix(&format!("\"{name}\";")))
+        .unwrap_or_else(|| panic!("no member {name} in {h}: {v}"))
+        .to_string()
+}
+
+/// `in_flight=` under `ietf`: its `RateLimit-Policy` member counts
+/// concurrent requests (the draft's quota unit `qu="concurrent-requests"`,
+/// no window), beside the rate's; `RateLimit` says the places the client
+/// has left; a refusal by it says `r=0` and `t` its Retry-After. A line
+/// with `in_flight=` alone has that member alone.
+#[test]
+fn an_in_flight_limits_policy_counts_concurrent_requests() {
+    let up = Upstream::start();
+    let ng = Nginx::builder().upstream_of(&up).start(&proxy_conf(
+        "rate_limit_window_zone $http_x_key zone=f:1m window=1h;
+         rate_limit_window_zone $http_x_key zone=g:1m window=1h;",
+        "",
+        "location /alone {
+            rate_limit_window zone=g in_flight=1;
+            rate_limit_window_headers ietf;
+            proxy_pass http://{{UPSTREAM}};
+        }",
+        "rate_limit_window zone=f limit=100 in_flight=2; rate_limit_window_headers ietf;",
+    ));
+    clear_of_boundary(3_600_000, 20_000);
+    let port = ng.port;
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            thread::spawn(move || {
+                request(
+                    port,
+                    "GET",
+                    "/?sleep=1500",
+                    &[("X-Key", b"k"), ("X-Client", b"c")],
+                )
+            })
+        })
+        .collect();
+    assert!(wait_for(Duration::from_secs(5), || up.concurrent("c") == 2));
+    let rej = get_key(port, "/", "k");
+    assert_eq!(rej.status, 429, "{}", rej.describe());
+    assert_eq!(rej.header_num("Retry-After"), 1, "{}", rej.describe());
+    let pol = "q=2;qu=\"concurrent-requests\"";
+    assert_eq!(params(&rej, "RateLimit-Policy", "f-in-flight"), pol);
+    assert_eq!(params(&rej, "RateLimit-Policy", "f"), "q=100;w=3600");
+    assert_eq!(params(&rej, "RateLimit", "f-in-flight"), "r=0;t=1");
+    for h in slow {
+        assert_eq!(h.join().unwrap().status, 200);
+    }
+    // One in flight now, this one: one place left (once nginx has freed
+    // the two slow requests, which a loaded machine may do after their
+    // answers reached the client).
+    let mut last = None;
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            let ok = get_key(port, "/", "k");
+            let done = ok.status == 200 && params(&ok, "RateLimit", "f-in-flight") == "r=1";
+            last = Some(ok);
+            done
+        }),
+        "{}",
+        last.map(|r| r.describe()).unwrap_or_default()
+    );
+    let ok = last.unwrap();
+    assert_eq!(params(&ok, "RateLimit-Policy", "f-in-flight"), pol);
+    // `in_flight=` alone.
+    let a = get_key(port, "/alone", "k");
+    assert_eq!(a.status, 200, "{}", a.describe());
+    let only = a.header("RateLimit-Policy").unwrap_or_default();
+    assert_eq!(only, "\"g-in-flight\";q=1;qu=\"concurrent-requests\"");
+    assert_eq!(a.header("RateLimit"), Some("\"g-in-flight\";r=0"));
 }

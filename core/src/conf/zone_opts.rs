@@ -7,7 +7,7 @@ use crate::cluster::MIN_SECRET_LEN;
 use crate::conf::error::{check_params, ConfError, ZoneConfError, ZONE_PARAMS};
 use crate::conf::override_opts::take_overrides;
 use crate::conf::parse::{parse_zone_params, ZoneParams};
-use crate::rule::calendar::{Calendar, Period};
+use crate::rule::calendar::{horizon_end_year, Calendar, Period};
 use crate::rule::mode::Mode;
 use crate::rule::window::Window;
 use jiff::tz::TimeZone;
@@ -85,6 +85,16 @@ pub fn calendar_window(
     spec: &CalendarSpec,
     dir: &std::path::Path,
 ) -> Result<Window, ZoneConfError> {
+    calendar_window_at(spec, dir, 0)
+}
+
+/// [`calendar_window`] for a configuration read at `now_ms` (epoch ms):
+/// its periods tabled up to [`horizon_end_year`] of that time.
+pub fn calendar_window_at(
+    spec: &CalendarSpec,
+    dir: &std::path::Path,
+    now_ms: u64,
+) -> Result<Window, ZoneConfError> {
     let unknown = |why: String| ZoneConfError::UnknownTz {
         name: spec.tz.clone(),
         why,
@@ -107,7 +117,8 @@ pub fn calendar_window(
             )))
         }
     };
-    let cal = Calendar::build(spec.period, name, &tz).map_err(|e| unknown(e.0))?;
+    let end = horizon_end_year(now_ms);
+    let cal = Calendar::build_until(spec.period, name, &tz, end).map_err(|e| unknown(e.0))?;
     Ok(Window::calendar(cal.intern()))
 }
 

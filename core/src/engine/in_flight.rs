@@ -117,7 +117,7 @@ pub(super) fn take<'t, R: Request<'t>>(
     };
     match took {
         Take::Taken(p) => {
-            r.took(n, p);
+            r.took(n, p, limit);
             Ok(true)
         }
         Take::Full { held } => Err(Refused::Reject(refusal(n, limit, held, hash, false))),

@@ -108,7 +108,7 @@ impl Request<'static> for Host {
     fn owner(&mut self, _n: usize) -> Option<Owner> {
         Some(self.z.owner)
     }
-    fn took(&mut self, _n: usize, p: Place) {
+    fn took(&mut self, _n: usize, p: Place, _limit: u32) {
         self.took.push(p);
     }
     fn places(&self, mut f: impl FnMut(&'static Places<'static>, Place)) {

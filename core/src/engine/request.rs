@@ -189,10 +189,11 @@ pub trait Request<'t> {
     fn owner(&mut self, _n: usize) -> Option<Owner> {
         None
     }
-    /// Limit `n` took the place `p` in its zone's places: the host gives
-    /// it back when the request ends (once), unless the engine gives it
-    /// back first ([`Request::places`]).
-    fn took(&mut self, _n: usize, _p: Place) {}
+    /// Limit `n` took the place `p` in its zone's places, under the
+    /// in-flight limit in force `limit` (the client's override, else the
+    /// value read): the host gives it back when the request ends (once),
+    /// unless the engine gives it back first ([`Request::places`]).
+    fn took(&mut self, _n: usize, _p: Place, _limit: u32) {}
     /// Calls `f` with each place taken so far and its zone's places: a
     /// request not admitted after all has them given back by the engine.
     fn places(&self, _f: impl FnMut(&'t Places<'t>, Place)) {}

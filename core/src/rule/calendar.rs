@@ -31,9 +31,25 @@ use jiff::civil::Date;
 use jiff::tz::TimeZone;
 use jiff::Span;
 
-/// The last year whose periods are tabled: instants from
-/// `HORIZON_END_YEAR + 1`-01-01 on stay in the last tabled period.
+/// The last year whose periods are tabled at least: a configuration read
+/// later tables [`HORIZON_AHEAD_YEARS`] past its own year
+/// ([`horizon_end_year`]); instants past the last tabled year stay in the
+/// last tabled period (a reload moves the horizon on).
 pub const HORIZON_END_YEAR: i16 = 2100;
+
+/// Years past the configuration's own that its calendars table.
+pub const HORIZON_AHEAD_YEARS: i16 = 30;
+
+/// The last year a configuration read at `now_ms` (epoch ms) tables:
+/// [`HORIZON_END_YEAR`], or [`HORIZON_AHEAD_YEARS`] past `now_ms`'s year
+/// (UTC) if later. Computed at configuration time, never per request.
+pub fn horizon_end_year(now_ms: u64) -> i16 {
+    let year: i16 = i64::try_from(now_ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map_or(1970, |t| t.to_zoned_datetime(TimeZone::UTC).year());
+    HORIZON_END_YEAR.max(year.saturating_add(HORIZON_AHEAD_YEARS))
+}
 
 /// Bits of an instant (epoch ms) in the words of a calendar's last period
 /// (up to 2109-05-15); the window index takes the 22 bits above.
@@ -216,11 +232,22 @@ impl Calendar {
     /// starting at the first instant of its first day (local midnight, or
     /// the first instant after it when a transition skips midnight).
     pub fn build(period: Period, tz_name: &str, tz: &TimeZone) -> Result<Calendar, CalendarError> {
+        Calendar::build_until(period, tz_name, tz, HORIZON_END_YEAR)
+    }
+
+    /// [`Calendar::build`] up to the end of `end_year` ([`horizon_end_year`]
+    /// of the configuration's time).
+    pub fn build_until(
+        period: Period,
+        tz_name: &str,
+        tz: &TimeZone,
+        end_year: i16,
+    ) -> Result<Calendar, CalendarError> {
         let err = |e: jiff::Error| CalendarError(format!("time zone \"{tz_name}\": {e}"));
         let zero = jiff::Timestamp::UNIX_EPOCH.to_zoned_datetime(tz.clone());
         let mut day = period.first_day(zero.date());
         let first = u64::try_from(period.index_of(day)).unwrap_or(0);
-        let last = jiff::civil::date(HORIZON_END_YEAR + 1, 1, 1);
+        let last = jiff::civil::date(end_year.clamp(1970, 9998) + 1, 1, 1);
         let mut starts = Vec::new();
         // Up to the first period that starts after the horizon's last day,
         // so that every instant up to it has its period's end.
@@ -396,6 +423,25 @@ mod tests {
     fn ms(s: &str) -> u64 {
         let t: jiff::Timestamp = s.parse().unwrap();
         t.as_millisecond() as u64
+    }
+
+    /// A configuration read near the end of 2100 tables 30 years on: the
+    /// days after 2100 still end at midnight (read at 2100 itself, they
+    /// would stay in one period from 2101-01-02 on).
+    #[test]
+    fn a_configuration_read_late_tables_thirty_years_on() {
+        assert_eq!(horizon_end_year(0), HORIZON_END_YEAR);
+        assert_eq!(horizon_end_year(ms("2026-12-05T00:00:00Z")), 2100);
+        let late = ms("2100-12-31T23:59:59Z");
+        assert_eq!(horizon_end_year(late), 2130);
+        let c = Calendar::build_until(Period::Day, "UTC", &TimeZone::UTC, 2130).unwrap();
+        for day in ["2101-01-02", "2101-01-03", "2130-12-31"] {
+            let s = c.span(ms(&format!("{day}T12:00:00Z")));
+            assert_eq!(s.start_ms, ms(&format!("{day}T00:00:00Z")), "{day}");
+            assert_eq!(s.end_ms - s.start_ms, 86_400_000, "{day}");
+        }
+        let old = Calendar::build(Period::Day, "UTC", &TimeZone::UTC).unwrap();
+        assert_eq!(old.span(ms("2101-01-03T12:00:00Z")).end_ms, u64::MAX);
     }
 
     #[test]

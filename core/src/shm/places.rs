@@ -183,6 +183,13 @@ pub struct Place {
 }
 
 impl Place {
+    /// No place: [`Places::give`] and [`Places::held_at`] find none there
+    /// (a host's marker of a refusal, nothing to give back).
+    pub const NONE: Place = Place {
+        at: u32::MAX,
+        word: 0,
+    };
+
     /// The place in parts (its ledger word's index, the word), for a host
     /// that keeps it packed.
     pub fn parts(self) -> (u32, u64) {

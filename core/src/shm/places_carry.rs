@@ -4,13 +4,29 @@
 
 use core::sync::atomic::Ordering;
 
-use super::Owner;
 use super::{
     pid_of, Carried, PlaceStats, Places, Take, FP_BITS, FP_MASK, HASH_MASK, HASH_SHIFT,
     MAX_IN_FLIGHT, RETIRED_GRACE_MS,
 };
+use super::{Owner, Place};
+
+/// A key hash that counts where ledger word `w`'s place is counted (the
+/// bits of a key the places read: its group hash and fingerprint).
+fn key_of(w: u64) -> u64 {
+    ((w >> HASH_SHIFT) & HASH_MASK) << 17 | (w & FP_MASK) << (64 - FP_BITS)
+}
 
 impl Places<'_> {
+    /// Requests in flight now of the client whose place `p` is, by every
+    /// process (0: `p` was given back, or is [`Place::NONE`]).
+    pub fn held_at(&self, p: Place) -> u32 {
+        let (at, word) = p.parts();
+        match self.ledger.get(at as usize) {
+            Some(slot) if slot.load(Ordering::Acquire) == word => self.held(key_of(word)),
+            _ => 0,
+        }
+    }
+
     /// Counts again, in this region, every place `old` (another region: a
     /// zone resized on reload) counts, each under the process that holds
     /// it, so that it is reclaimed when that process is gone, and goes on
@@ -31,8 +47,7 @@ impl Places<'_> {
             if pid_of(w) == 0 {
                 continue;
             }
-            let key = ((w >> HASH_SHIFT) & HASH_MASK) << 17 | (w & FP_MASK) << (64 - FP_BITS);
-            match self.take_as(pid_of(w), key, MAX_IN_FLIGHT) {
+            match self.take_as(pid_of(w), key_of(w), MAX_IN_FLIGHT) {
                 Take::Taken(_) => c.carried += 1,
                 _ => c.dropped += 1,
             }

@@ -142,7 +142,7 @@ impl<'a> Request<'a> for Req<'a> {
     fn owner(&mut self, n: usize) -> Option<Owner> {
         Some(self.owners[n][self.shard])
     }
-    fn took(&mut self, n: usize, p: Place) {
+    fn took(&mut self, n: usize, p: Place, _limit: u32) {
         self.took.push((n, p));
     }
     fn places(&self, mut f: impl FnMut(&'a Places<'a>, Place)) {
