@@ -337,15 +337,7 @@ fn variables_in_the_stream_access_log() {
         drop(session(ONE, ng.port2).expect("refused"));
     }
     assert!(session(ONE, ng.port2).is_none());
-    let path = ng.prefix().join("logs/stream.log");
-    let mut log = String::new();
-    assert!(
-        wait_for(Duration::from_secs(10), || {
-            log = std::fs::read_to_string(&path).unwrap_or_default();
-            log.lines().count() == 4
-        }),
-        "{log}"
-    );
+    let log = stream_log(&ng, 4);
     let mut lines: Vec<&str> = log.lines().collect();
     lines.sort();
     let passed: Vec<&str> = lines
@@ -468,6 +460,20 @@ fn stream_configuration_errors_name_what_is_wrong() {
         "",
     );
     assert!(ok, "{out}");
+}
+
+/// logs/stream.log once it has `lines` lines (waited for up to 10 s).
+fn stream_log(ng: &Nginx, lines: usize) -> String {
+    let path = ng.prefix().join("logs/stream.log");
+    let mut log = String::new();
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            log = std::fs::read_to_string(&path).unwrap_or_default();
+            log.lines().count() == lines
+        }),
+        "{log}"
+    );
+    log
 }
 
 /// The http API's location, in the http server beside the stream block.
@@ -691,15 +697,7 @@ fn dry_run_proxies_every_session_and_logs_the_refusals() {
         assert!(session(ONE, ng.port2).is_some(), "{i} closed in a dry run");
     }
     assert_eq!(echo.accepted(), 3);
-    let path = ng.prefix().join("logs/stream.log");
-    let mut log = String::new();
-    assert!(
-        wait_for(Duration::from_secs(10), || {
-            log = std::fs::read_to_string(&path).unwrap_or_default();
-            log.lines().count() == 3
-        }),
-        "{log}"
-    );
+    let log = stream_log(&ng, 3);
     assert_eq!(count_lines(&log, "127.0.0.1 PASSED"), 1, "{log}");
     assert_eq!(count_lines(&log, "127.0.0.1 REJECTED_DRY_RUN"), 2, "{log}");
     assert!(ng
