@@ -152,6 +152,9 @@ impl Nginx {
         for (k, v) in &b.env {
             cmd.env(k, v);
         }
+        if !b.wrapper.is_empty() {
+            sweep_faketime_leftovers();
+        }
         let child = cmd.spawn().map_err(|e| format!("spawn nginx: {e}"))?;
         let mut n = Nginx {
             port: ph.port,
@@ -418,6 +421,28 @@ impl Drop for Nginx {
             );
         }
         self.stop();
+    }
+}
+
+/// Removes the shared memory and semaphore names that libfaketime left
+/// behind for processes that are gone (a master or worker SIGKILLed runs no
+/// destructor). The `faketime` wrapper creates `/faketime_sem_<its pid>`
+/// exclusively and fails ("sem_open: File exists") when a dead process of
+/// the same pid left one: pids wrap at 32,768 here. Unlinking a name never
+/// affects a mapping a live process holds.
+fn sweep_faketime_leftovers() {
+    let Ok(dir) = fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix("faketime_shm_")
+            .or_else(|| name.strip_prefix("sem.faketime_sem_"))
+            .and_then(|p| p.parse::<i32>().ok());
+        if pid.is_some_and(|p| !pid_alive(p)) {
+            let _ = fs::remove_file(entry.path());
+        }
     }
 }
 
