@@ -59,6 +59,10 @@ run: build
 # threads, and 6 threads took 93 s. Each test has its own ports (see
 # free_port in tests/it/common/conf.rs), prefix and servers.
 #
+# Then, for the vendored nginx only, that nginx built without stream
+# (scripts/nginx-nostream.sh, once: 50 s here on 2 loaded cores, 29 s of
+# CPU), where tests/it/stream_loading.rs loads the module for http.
+#
 # ENGINE=valkey: the fleet tests (every test whose name has redis, fleet or
 # cluster, and those of tests/it/{overrides,ranges,charge}) against Valkey
 # from bookworm-backports (scripts/valkey.sh) instead of Redis; the
@@ -85,6 +89,7 @@ test: deps
 	@set -u; nice -n 15 $(CARGO) test $(TEST_ARGS) --no-run & tests=$$!; \
 	$(MAKE) --no-print-directory build; built=$$?; wait $$tests; compiled=$$?; \
 	[ $$built -eq 0 ] && [ $$compiled -eq 0 ]
+	@$(if $(NGINX),true,scripts/nginx-nostream.sh >/dev/null)
 	@# make exports NGINX=1.30 to its commands, and nginx reads NGINX (the
 	@# sockets a binary upgrade inherits): the tests' nginx must not see it.
 	@set -e; unset NGINX; $(ENGINE_ENV) $(NGINX_ENV) \

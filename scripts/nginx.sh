@@ -12,6 +12,10 @@
 # compiles, and nginx-src's own build dependencies (an HTTP client, TLS,
 # archive readers) are not built at all.
 #
+# RLW_NGINX_WITHOUT_STREAM=1: the same flags less every --with-stream*
+# (scripts/nginx-nostream.sh: an nginx without stream, for the test that
+# the module still loads there for http).
+#
 # RLW_NGINX_SRC: another nginx source tree to configure with those same
 # flags (scripts/nginx-debian.sh: the upstream tarball of Debian's nginx 1.30
 # or 1.26 source package).
@@ -40,8 +44,17 @@ crate_dir() {
     echo "$manifest"
 }
 
-# nginx-src's base configure flags, then ours (one per line).
+# nginx-src's base configure flags, then ours (one per line); without
+# --with-stream* where RLW_NGINX_WITHOUT_STREAM is set.
 flags() {
+    if [ -n "${RLW_NGINX_WITHOUT_STREAM:-}" ]; then
+        all_flags "$1" | grep -v '^--with-stream' || true
+    else
+        all_flags "$1"
+    fi
+}
+
+all_flags() {
     local crate=$1 extra
     sed -n '/^static NGINX_CONFIGURE_BASE/,/^];/p' "$crate/src/lib.rs" | grep -o '"--[^"]*"' | tr -d '"'
     extra=${NGX_CONFIGURE_ARGS-$(sed -n 's/^NGX_CONFIGURE_ARGS *= *"\(.*\)"$/\1/p' .cargo/config.toml)}

@@ -284,6 +284,29 @@ check "Debian's nginx -t accepts the config (module loaded via modules-enabled)"
 check "nginx -t reports no binary incompatibility" \
   eval '! grep -qi "not binary compatible" <<<"$out"'
 
+# The load order (docs/stream.md): this module loaded before Debian's
+# ngx_stream_module.so still limits http, and a stream {} block with its
+# directives fails nginx -t with the [emerg] that says to load stream first.
+order_conf() { # order_conf WITH_STREAM: this module first, then stream's
+  printf 'load_module modules/%s.so;\nload_module modules/ngx_stream_module.so;\n' "$MODULE"
+  printf 'pid %s/order.pid;\nerror_log %s/logs/order.log;\nevents { }\n' "$T" "$T"
+  printf 'http { rate_limit_window_zone $binary_remote_addr zone=o:1m;\n'
+  printf '  server { listen 127.0.0.1:%s; location / { rate_limit_window zone=o limit=3; proxy_pass http://127.0.0.1:%s; } } }\n' "$GW" "$UP"
+  [ "$1" = yes ] || return 0
+  printf 'stream { rate_limit_window_zone $binary_remote_addr zone=os:1m;\n'
+  printf '  server { listen 127.0.0.1:%s; rate_limit_window zone=os limit=1; proxy_pass 127.0.0.1:%s; } }\n' "$ST" "$UP"
+}
+order_conf no >"$T/order.conf"
+out=$("$NGINX" -t -p "$T/" -c "$T/order.conf" 2>&1)
+rc=$?
+check "loaded before ngx_stream_module.so, the module's http half passes nginx -t" test "$rc" -eq 0
+order_conf yes >"$T/order.conf"
+out=$("$NGINX" -t -p "$T/" -c "$T/order.conf" 2>&1)
+rc=$?
+echo "$out" | sed 's/^/  nginx -t (stream loaded second): /'
+check "loaded before ngx_stream_module.so, stream {} fails nginx -t with the [emerg] to load stream first" \
+  eval '[ "$rc" -ne 0 ] && grep -q "\[emerg\].*ngx_stream_rate_limit_window_module needs nginx.s stream module loaded before it" <<<"$out"'
+
 out=$($SUDO "$NGINX" -t -q 2>&1)
 rc=$?
 [ -n "$out" ] && echo "$out" | sed 's/^/  nginx -t (system config): /'

@@ -21,7 +21,12 @@ fn refusal(zone: &ZoneConf, limit: u32) -> LimitConfError {
 /// The `limit=` `value` of a `rate_limit_window` on `zone`, given at `at`:
 /// refused now if the zone is strict and the value above what it counts,
 /// noted for [`check_zone`] if the zone is declared later.
-pub fn note(cf: &ngx_conf_t, zone: &mut ZoneConf, value: ConfValue, at: ConfAt) -> ConfResult {
+pub fn note<C: Copy>(
+    cf: &ngx_conf_t,
+    zone: &mut ZoneConf,
+    value: ConfValue<C>,
+    at: ConfAt,
+) -> ConfResult {
     let ConfValue::Fixed(limit) = value else {
         return Ok(());
     };
@@ -37,7 +42,7 @@ pub fn note(cf: &ngx_conf_t, zone: &mut ZoneConf, value: ConfValue, at: ConfAt) 
     Ok(())
 }
 
-/// After http{} is parsed: a strict zone declared after a `limit=` it
+/// After http{} (or stream{}) is parsed: a strict zone declared after a `limit=` it
 /// cannot count; the `[emerg]` names that line.
 pub fn check_zone(cf: &mut ngx_conf_t, zone: &ZoneConf) -> ConfResult {
     match zone.big_limit_at {

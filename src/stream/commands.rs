@@ -18,7 +18,7 @@ use rate_limit_window_core::conf::limit_opts::{parse_limit_directive, LimitDirec
 
 use super::conf::{SrvConf, StreamMainConf, MAX_LIMITS};
 use crate::conf::value::ConfValue;
-use crate::conf::{self, zone_by_name, zone_directive, Compiled, LOG_LEVELS};
+use crate::conf::{self, strict_limit, zone_by_name, zone_directive, Compiled, LOG_LEVELS};
 use crate::ffi::conf_ext::{conf_handler, ConfExt, ConfFailed, ConfResult};
 use crate::ffi::stream_conf;
 use crate::zone::Context;
@@ -109,7 +109,9 @@ fn stream_limit(cf: &ngx_conf_t, scf: &mut SrvConf) -> ConfResult {
     // parsed, which create_main_conf allocated; only this directive uses
     // it now.
     let mcf = unsafe { mcf.as_mut() }.ok_or(ConfFailed::Logged)?;
-    let zone = ptr::from_mut(zone_by_name(cf, &mut mcf.zones, Context::Stream, &d.zone)?);
+    let zone_ref = zone_by_name(cf, &mut mcf.zones, Context::Stream, &d.zone)?;
+    strict_limit::note(cf, zone_ref, value, cf.position())?;
+    let zone = ptr::from_mut(zone_ref);
     let limits = scf.limits.get_or_insert_with(Vec::new);
     if limits.iter().any(|l| l.zone == zone) {
         return Err(cf.emerg(LimitConfError::DuplicateZone(d.zone)));

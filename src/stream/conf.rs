@@ -7,7 +7,7 @@ use core::ffi::{c_char, c_void};
 use nginx_sys::{ngx_conf_t, ngx_flag_t, ngx_stream_complex_value_t, ngx_uint_t, NGX_LOG_ERR};
 use ngx::core::NGX_CONF_OK;
 
-use crate::conf::{Limit, UNSET, UNSET_UINT};
+use crate::conf::{strict_limit, Limit, UNSET, UNSET_UINT};
 use crate::ffi::conf_ext::{conf_status, ConfExt};
 
 /// Most `rate_limit_window` lines of one stream server: a session's
@@ -89,7 +89,8 @@ pub extern "C" fn merge_srv_conf(
 }
 
 /// `init_main_conf`: after stream{} is parsed, every zone a server
-/// references must be declared there.
+/// references must be declared there, and a strict zone declared after a
+/// `limit=` above what it counts is refused at that line (as in http).
 pub extern "C" fn init_main_conf(cf: *mut ngx_conf_t, conf: *mut c_void) -> *mut c_char {
     // SAFETY: nginx passes the stream{} configuration and this module's
     // StreamMainConf, which create_main_conf allocated.
@@ -97,5 +98,7 @@ pub extern "C" fn init_main_conf(cf: *mut ngx_conf_t, conf: *mut c_void) -> *mut
     if mcf.zones.is_empty() {
         return NGX_CONF_OK;
     }
-    conf_status(crate::conf::check_declared(cf, &mcf.zones))
+    conf_status(crate::conf::check_declared(cf, &mcf.zones).and_then(|()| {
+        crate::zone::each(&mcf.zones).try_for_each(|z| strict_limit::check_zone(cf, z))
+    }))
 }

@@ -51,4 +51,6 @@ mod shed;
 mod soak;
 mod state;
 mod stream;
+mod stream_checks;
+mod stream_loading;
 mod strict;

@@ -16,14 +16,14 @@ use common::*;
 
 /// A TCP echo server on 127.0.0.1 that counts the connections it accepted
 /// and those open now.
-struct Echo {
-    port: u16,
+pub(crate) struct Echo {
+    pub(crate) port: u16,
     accepted: Arc<AtomicU64>,
     open: Arc<AtomicU64>,
 }
 
 impl Echo {
-    fn start() -> Echo {
+    pub(crate) fn start() -> Echo {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let accepted = Arc::new(AtomicU64::new(0));
@@ -114,7 +114,7 @@ fn connect_from(src: Ipv4Addr, port: u16) -> TcpStream {
 /// proxied: a line sent comes back from the echo server (true), or nginx
 /// closes the connection at once (false). An open connection is returned
 /// for the caller to hold.
-fn session(src: Ipv4Addr, port: u16) -> Option<TcpStream> {
+pub(crate) fn session(src: Ipv4Addr, port: u16) -> Option<TcpStream> {
     let mut c = connect_from(src, port);
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     if c.write_all(b"ping\n").is_err() {
@@ -137,12 +137,12 @@ fn session(src: Ipv4Addr, port: u16) -> Option<TcpStream> {
     Some(c)
 }
 
-const ONE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
+pub(crate) const ONE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 const TWO: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 
 /// nginx.conf with an http server on {{PORT}} (the harness's readiness
 /// probe, and the API where a test has one) and `stream` as the stream block.
-fn stream_conf(http_server: &str, stream: &str) -> String {
+pub(crate) fn stream_conf(http_server: &str, stream: &str) -> String {
     let http = http_conf(&format!(
         "server {{ listen 127.0.0.1:{{{{PORT}}}}; location / {{ return 204; }} {http_server} }}"
     ));
@@ -157,15 +157,11 @@ fn ten_connections_a_minute_then_the_eleventh_is_closed() {
     let echo = Echo::start();
     let clock = ShiftedClock::new();
     clock.clear_of_boundary(60_000, 30_000);
-    let conf = stream_conf(
-        "",
-        &format!(
-            "rate_limit_window_zone $binary_remote_addr zone=tcp:1m window=1m;\n\
-             server {{ listen 127.0.0.1:{{{{PORT2}}}} reuseport;\n\
-               rate_limit_window zone=tcp limit=10;\n\
-               proxy_pass 127.0.0.1:{};\n}}",
-            echo.port
-        ),
+    let conf = proxied(
+        "rate_limit_window_zone $binary_remote_addr zone=tcp:1m window=1m;",
+        "reuseport",
+        "rate_limit_window zone=tcp limit=10;",
+        &echo,
     );
     let ng = clock.builder().start(&conf);
     for i in 0..10 {
@@ -203,15 +199,11 @@ fn ten_connections_a_minute_then_the_eleventh_is_closed() {
 #[test]
 fn three_in_flight_across_workers_and_a_killed_workers_places_come_back() {
     let echo = Echo::start();
-    let conf = stream_conf(
-        "",
-        &format!(
-            "rate_limit_window_zone $binary_remote_addr zone=conns:1m;\n\
-             server {{ listen 127.0.0.1:{{{{PORT2}}}} reuseport;\n\
-               rate_limit_window zone=conns in_flight=3;\n\
-               proxy_pass 127.0.0.1:{};\n}}",
-            echo.port
-        ),
+    let conf = proxied(
+        "rate_limit_window_zone $binary_remote_addr zone=conns:1m;",
+        "reuseport",
+        "rate_limit_window zone=conns in_flight=3;",
+        &echo,
     );
     let ng = Nginx::builder().workers(2).start(&conf);
     let mut held: Vec<TcpStream> = (0..3)
@@ -302,8 +294,19 @@ fn udp_sessions_of_one_client_are_limited() {
 /// A stream server proxying to `echo` on {{PORT2}}, with `lines` before
 /// its `proxy_pass`, after `zones` (and anything else of `stream {}`).
 fn proxied(zones: &str, listen: &str, lines: &str, echo: &Echo) -> String {
+    proxied_with("", zones, listen, lines, echo)
+}
+
+/// [`proxied`], with `http_server` in the http server ([`stream_conf`]).
+pub(crate) fn proxied_with(
+    http_server: &str,
+    zones: &str,
+    listen: &str,
+    lines: &str,
+    echo: &Echo,
+) -> String {
     stream_conf(
-        "",
+        http_server,
         &format!(
             "{zones}\nserver {{ listen 127.0.0.1:{{{{PORT2}}}} {listen};\n{lines}\n\
              proxy_pass 127.0.0.1:{};\n}}",
@@ -334,15 +337,7 @@ fn variables_in_the_stream_access_log() {
         drop(session(ONE, ng.port2).expect("refused"));
     }
     assert!(session(ONE, ng.port2).is_none());
-    let path = ng.prefix().join("logs/stream.log");
-    let mut log = String::new();
-    assert!(
-        wait_for(Duration::from_secs(10), || {
-            log = std::fs::read_to_string(&path).unwrap_or_default();
-            log.lines().count() == 4
-        }),
-        "{log}"
-    );
+    let log = stream_log(&ng, 4);
     let mut lines: Vec<&str> = log.lines().collect();
     lines.sort();
     let passed: Vec<&str> = lines
@@ -400,7 +395,7 @@ fn the_real_client_behind_proxy_protocol_is_the_key() {
 }
 
 /// What `nginx -t` says of a stream configuration.
-fn stream_t(stream: &str, http: &str) -> (bool, String) {
+pub(crate) fn stream_t(stream: &str, http: &str) -> (bool, String) {
     let conf = http_conf(&format!(
         "{http}\nserver {{ listen 127.0.0.1:{{{{PORT}}}}; location / {{ return 204; }} }}"
     ));
@@ -467,8 +462,22 @@ fn stream_configuration_errors_name_what_is_wrong() {
     assert!(ok, "{out}");
 }
 
+/// logs/stream.log once it has `lines` lines (waited for up to 10 s).
+fn stream_log(ng: &Nginx, lines: usize) -> String {
+    let path = ng.prefix().join("logs/stream.log");
+    let mut log = String::new();
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            log = std::fs::read_to_string(&path).unwrap_or_default();
+            log.lines().count() == lines
+        }),
+        "{log}"
+    );
+    log
+}
+
 /// The http API's location, in the http server beside the stream block.
-const API: &str = "location = /api { rate_limit_window_metrics write=on; }";
+pub(crate) const API: &str = "location = /api { rate_limit_window_metrics write=on; }";
 
 /// The http API lists and changes stream zones: an override
 /// `{"block":true}` of an address closes its next connection at once; the
@@ -478,15 +487,12 @@ fn an_override_set_through_the_http_api_closes_the_next_connection() {
     let echo = Echo::start();
     let clock = ShiftedClock::new();
     clock.clear_of_boundary(60_000, 30_000);
-    let conf = stream_conf(
+    let conf = proxied_with(
         API,
-        &format!(
-            "rate_limit_window_zone $binary_remote_addr zone=ssh:1m window=1m;\n\
-             server {{ listen 127.0.0.1:{{{{PORT2}}}};\n\
-               rate_limit_window zone=ssh limit=100;\n\
-               proxy_pass 127.0.0.1:{};\n}}",
-            echo.port
-        ),
+        "rate_limit_window_zone $binary_remote_addr zone=ssh:1m window=1m;",
+        "",
+        "rate_limit_window zone=ssh limit=100;",
+        &echo,
     );
     let ng = clock.builder().start(&conf);
     assert!(session(ONE, ng.port2).is_some());
@@ -566,16 +572,15 @@ fn a_stream_zones_counts_survive_a_restart_with_state() {
     let dir = tempfile::tempdir().unwrap();
     let mode = std::os::unix::fs::PermissionsExt::from_mode(0o777);
     std::fs::set_permissions(dir.path(), mode).unwrap();
-    let conf = stream_conf(
+    let conf = proxied_with(
         "",
         &format!(
-            "rate_limit_window_zone $binary_remote_addr zone=st:1m window=1h state={};\n\
-             server {{ listen 127.0.0.1:{{{{PORT2}}}};\n\
-               rate_limit_window zone=st limit=3;\n\
-               proxy_pass 127.0.0.1:{};\n}}",
-            dir.path().join("st.state").display(),
-            echo.port
+            "rate_limit_window_zone $binary_remote_addr zone=st:1m window=1h state={};",
+            dir.path().join("st.state").display()
         ),
+        "",
+        "rate_limit_window zone=st limit=3;",
+        &echo,
     );
     let ng = clock.builder().start(&conf);
     for _ in 0..3 {
@@ -676,28 +681,6 @@ fn the_stream_example_limits_as_its_comments_say() {
     }));
 }
 
-/// The `.so` refers to nginx's stream symbols weakly only, so that an
-/// nginx without stream (or with Debian's stream module loaded after it)
-/// still loads it for http (src/ffi/stream_weak.c): `nm -D` lists every
-/// undefined `ngx_stream_*` symbol as `w`, none as `U`.
-#[test]
-fn every_stream_symbol_of_the_module_is_weak() {
-    let out = std::process::Command::new("nm")
-        .args(["-D", "--undefined-only"])
-        .arg(module_so())
-        .output()
-        .expect("nm (binutils) runs");
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
-    let stream: Vec<&str> = text.lines().filter(|l| l.contains("ngx_stream_")).collect();
-    assert!(stream.len() >= 5, "{text}");
-    let strong: Vec<&&str> = stream
-        .iter()
-        .filter(|l| !l.trim_start().starts_with("w "))
-        .collect();
-    assert!(strong.is_empty(), "strong stream references: {strong:?}");
-}
-
 /// `rate_limit_window_dry_run on`: every session is proxied, those over
 /// the limit logged as `REJECTED_DRY_RUN`.
 #[test]
@@ -714,15 +697,7 @@ fn dry_run_proxies_every_session_and_logs_the_refusals() {
         assert!(session(ONE, ng.port2).is_some(), "{i} closed in a dry run");
     }
     assert_eq!(echo.accepted(), 3);
-    let path = ng.prefix().join("logs/stream.log");
-    let mut log = String::new();
-    assert!(
-        wait_for(Duration::from_secs(10), || {
-            log = std::fs::read_to_string(&path).unwrap_or_default();
-            log.lines().count() == 3
-        }),
-        "{log}"
-    );
+    let log = stream_log(&ng, 3);
     assert_eq!(count_lines(&log, "127.0.0.1 PASSED"), 1, "{log}");
     assert_eq!(count_lines(&log, "127.0.0.1 REJECTED_DRY_RUN"), 2, "{log}");
     assert!(ng
@@ -737,15 +712,12 @@ fn a_ban_outlasts_the_window_in_stream() {
     let echo = Echo::start();
     let clock = ShiftedClock::new();
     clock.clear_of_boundary(60_000, 30_000);
-    let ng = clock.builder().start(&stream_conf(
+    let ng = clock.builder().start(&proxied_with(
         API,
-        &format!(
-            "rate_limit_window_zone $binary_remote_addr zone=b:1m window=1m;\n\
-             server {{ listen 127.0.0.1:{{{{PORT2}}}};\n\
-               rate_limit_window zone=b limit=2 ban=1h;\n\
-               proxy_pass 127.0.0.1:{};\n}}",
-            echo.port
-        ),
+        "rate_limit_window_zone $binary_remote_addr zone=b:1m window=1m;",
+        "",
+        "rate_limit_window zone=b limit=2 ban=1h;",
+        &echo,
     ));
     assert!(session(ONE, ng.port2).is_some());
     assert!(session(ONE, ng.port2).is_some());

@@ -148,9 +148,11 @@ pub fn stream_module_so() -> Option<PathBuf> {
 /// `conf` with a `load_module` line of nginx's stream module before
 /// everything, when it has a `stream {}` block and the nginx under test
 /// builds stream as a module of its own ([`stream_module_so`]): loaded
-/// before this module, as Debian's modules-enabled does (docs/stream.md).
+/// before this module, as Debian's modules-enabled does (docs/stream.md),
+/// unless `conf` loads it itself (tests/it/stream_loading.rs: after).
 pub fn with_stream_module(conf: &str) -> String {
-    let has_stream = conf.lines().any(|l| l.trim_start().starts_with("stream {"));
+    let has_stream = conf.lines().any(|l| l.trim_start().starts_with("stream {"))
+        && !conf.contains("ngx_stream_module.so;");
     match stream_module_so() {
         Some(so) if has_stream => format!("load_module {};\n{conf}", so.display()),
         _ => conf.to_string(),
@@ -191,6 +193,11 @@ pub(crate) fn make_prefix() -> tempfile::TempDir {
 /// Runs `nginx -t` on `conf` (placeholders substituted) in a fresh prefix.
 /// Returns (success, stderr).
 pub fn test_config(conf: &str) -> (bool, String) {
+    test_config_with(&nginx_bin(), conf)
+}
+
+/// [`test_config`] with the nginx binary `bin`.
+pub fn test_config_with(bin: &Path, conf: &str) -> (bool, String) {
     let prefix = make_prefix();
     let ph = Placeholders {
         port: free_port(),
@@ -201,7 +208,7 @@ pub fn test_config(conf: &str) -> (bool, String) {
     };
     let text = substitute(conf, &ph);
     fs::write(prefix.path().join("conf/nginx.conf"), &text).unwrap();
-    let out = Command::new(nginx_bin())
+    let out = Command::new(bin)
         .arg("-t")
         .arg("-p")
         .arg(prefix.path())

@@ -24,6 +24,7 @@ pub struct NginxBuilder {
     wrapper: Vec<String>,
     upstream: Option<String>,
     files: Vec<(String, Vec<u8>)>,
+    binary: Option<PathBuf>,
 }
 
 impl NginxBuilder {
@@ -54,6 +55,12 @@ impl NginxBuilder {
     pub fn upstream_of(self, u: &Upstream) -> Self {
         let a = u.addr();
         self.upstream(&a)
+    }
+    /// Runs this nginx binary instead of [`nginx_bin`]'s (built against
+    /// the same version: an nginx without stream).
+    pub fn binary(mut self, path: &Path) -> Self {
+        self.binary = Some(path.to_path_buf());
+        self
     }
     /// Writes an extra file (path relative to the prefix) before start.
     pub fn file(mut self, rel: &str, contents: impl AsRef<[u8]>) -> Self {
@@ -127,11 +134,12 @@ impl Nginx {
         )
         .unwrap();
         let stderr = fs::File::create(prefix.path().join("logs/stderr.log")).unwrap();
+        let bin = b.binary.clone().unwrap_or_else(nginx_bin);
         let mut cmd = if b.wrapper.is_empty() {
-            Command::new(nginx_bin())
+            Command::new(bin)
         } else {
             let mut c = Command::new(&b.wrapper[0]);
-            c.args(&b.wrapper[1..]).arg(nginx_bin());
+            c.args(&b.wrapper[1..]).arg(bin);
             c
         };
         cmd.arg("-p")
@@ -143,6 +151,9 @@ impl Nginx {
             .stderr(stderr);
         for (k, v) in &b.env {
             cmd.env(k, v);
+        }
+        if !b.wrapper.is_empty() {
+            sweep_faketime_leftovers();
         }
         let child = cmd.spawn().map_err(|e| format!("spawn nginx: {e}"))?;
         let mut n = Nginx {
@@ -410,6 +421,28 @@ impl Drop for Nginx {
             );
         }
         self.stop();
+    }
+}
+
+/// Removes the shared memory and semaphore names that libfaketime left
+/// behind for processes that are gone (a master or worker SIGKILLed runs no
+/// destructor). The `faketime` wrapper creates `/faketime_sem_<its pid>`
+/// exclusively and fails ("sem_open: File exists") when a dead process of
+/// the same pid left one: pids wrap at 32,768 here. Unlinking a name never
+/// affects a mapping a live process holds.
+fn sweep_faketime_leftovers() {
+    let Ok(dir) = fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix("faketime_shm_")
+            .or_else(|| name.strip_prefix("sem.faketime_sem_"))
+            .and_then(|p| p.parse::<i32>().ok());
+        if pid.is_some_and(|p| !pid_alive(p)) {
+            let _ = fs::remove_file(entry.path());
+        }
     }
 }
 
