@@ -618,7 +618,14 @@ fn run_sentinel(seed: u64) {
         let what = format!("seed {seed:#x} sentinel round {round} ({fault:?})");
         agree(&gws, &model, None, &what, || {
             let hash = rcli(master, &["HGETALL", "rlw:{f}:ovr3"]);
-            format!("master {master}, snapshot:\n{hash}")
+            let ranges = rcli(master, &["HGETALL", "rlw:{ip}:ovr3"]);
+            let log = rcli(
+                master,
+                &["ZRANGE", "rlw:{ip}:ovr3:log", "0", "-1", "WITHSCORES"],
+            );
+            let seq = rcli(master, &["GET", "rlw:{ip}:ovr3:seq"]);
+            let ep = rcli(master, &["GET", "rlw:{ip}:ovr3:epoch"]);
+            format!("master {master}, snapshot:\n{hash}\nip snapshot:\n{ranges}\nip log:\n{log}\nip seq {seq} epoch {ep}")
         });
     }
 }
