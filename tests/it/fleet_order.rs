@@ -361,3 +361,44 @@ fn a_redis_300_ms_away_still_carries_changes_within_seconds() {
     delete(&b, "wendy");
     assert!(all_agree(&[&a, &b], "wendy", "", 10));
 }
+
+/// The heal script (what a gateway writes back when Redis lost data)
+/// against a real redis-server: never over the very value the gateway
+/// read. A state written back once (`v3 200 E/100 …`: sequence 200,
+/// carrying the state of sequence 100) and read by another gateway at 200
+/// must not be written back again by it: a new sequence would make that
+/// old state replace a later change that Redis lost after a failover
+/// (an operator's DELETE came back in the Sentinel chaos run). A state
+/// the gateway holds at a later sequence is written back.
+#[test]
+fn a_heal_never_rewrites_the_value_it_read() {
+    use rate_limit_window_core::overrides::remote::HEAL;
+    let (_dir, port, _redis, _up) = setup();
+    let keys = [
+        "rlw:{h}:ovr3",
+        "rlw:{h}:ovr3:seq",
+        "rlw:{h}:ovr3:log",
+        "rlw:{h}:ovr3:epoch",
+    ];
+    rcli(port, &["HSET", keys[0], "f", "v3 200 E/100 OLD"]);
+    rcli(port, &["SET", keys[1], "200"]);
+    let heal = |held_at: &str, body: &str| {
+        let mut args = vec!["EVAL", HEAL.text, "4"];
+        args.extend(keys);
+        args.extend(["f", body, "0", "1000", "60000", "E", held_at]);
+        rcli(port, &args).trim().to_string()
+    };
+    assert_eq!(
+        heal("200", "SAME"),
+        "0",
+        "the value read was written back again"
+    );
+    assert!(rcli(port, &["HGET", keys[0], "f"]).contains("OLD"));
+    // Older than the state it carries: refused too.
+    assert_eq!(heal("90", "OLDER"), "0");
+    // A later state than the one carried: written back, over it.
+    let s: u64 = heal("300", "LATER").parse().unwrap();
+    assert!(s > 200, "{s}");
+    let v = rcli(port, &["HGET", keys[0], "f"]);
+    assert!(v.starts_with(&format!("v3 {s} E/300 LATER")), "{v}");
+}

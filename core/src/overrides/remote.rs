@@ -378,8 +378,12 @@ local e = redis.call('GET', KEYS[4]) or '-' ",
 /// older state of the same epoch (a state written back counts as its
 /// state in the epoch it came from: its value's epoch word is
 /// `EPOCH/SEQ`), or a value not of this format: never over a change made
-/// since (whose sequence, drawn from Redis's `TIME`, is larger). Returns
-/// its sequence, or 0 when nothing was written.
+/// since (whose sequence, drawn from Redis's `TIME`, is larger), and never
+/// over the very value the gateway read (its sequence is the value's: a
+/// state written back and read by another gateway, written back again,
+/// would get a new sequence and replace a later change that Redis lost
+/// after another gateway had it acknowledged). Returns its sequence, or
+/// 0 when nothing was written.
 pub const HEAL: Script = Script {
     text: concat!(
         next_seq!(),
@@ -387,9 +391,10 @@ pub const HEAL: Script = Script {
 if v then \
 local fs, fe = string.match(v, '^v3 (%d+) (%S+) ') \
 if fs then \
+local at = tonumber(fs) \
 local he, hk = string.match(fe, '^(.-)/(%d+)$') \
 if he then fe = he fs = hk end \
-if fe ~= ARGV[6] or tonumber(fs) >= tonumber(ARGV[7]) then return 0 end end \
+if fe ~= ARGV[6] or tonumber(fs) >= tonumber(ARGV[7]) or at == tonumber(ARGV[7]) then return 0 end end \
 elseif ARGV[3] == '1' then return 0 end \
 local s = next_seq() \
 local e = ARGV[6] .. '/' .. ARGV[7] ",
