@@ -46,17 +46,7 @@ fn an_in_flight_refusal_reads_the_rate_after_undo() {
     ));
     clear_of_boundary(3_600_000, 20_000);
     let port = ng.port;
-    let slow = thread::spawn(move || {
-        request(
-            port,
-            "GET",
-            "/?sleep=1500",
-            &[("X-Key", b"k"), ("X-Client", b"c")],
-        )
-    });
-    assert!(wait_for(Duration::from_secs(5), || up.concurrent("c") == 1));
-    let r = get_key(port, "/", "k");
-    assert_eq!(r.status, 429, "{}", r.describe());
+    let (slow, r) = refused_while_one_is_held(port, &up);
     assert_eq!(r.header_num("RateLimit-Limit"), 100, "{}", r.describe());
     assert_eq!(r.header_num("RateLimit-Remaining"), 99, "{}", r.describe());
     let s = slow.join().unwrap();
@@ -268,17 +258,7 @@ fn an_in_flight_refusals_t_is_after_undo() {
     }
     clock.set(T0 + 65);
     let port = ng.port;
-    let slow = thread::spawn(move || {
-        request(
-            port,
-            "GET",
-            "/?sleep=1500",
-            &[("X-Key", b"k"), ("X-Client", b"c")],
-        )
-    });
-    assert!(wait_for(Duration::from_secs(5), || up.concurrent("c") == 1));
-    let r = get_key(port, "/", "k");
-    assert_eq!(r.status, 429, "{}", r.describe());
+    let (slow, r) = refused_while_one_is_held(port, &up);
     assert_eq!(member(&r, "f"), (90, 2), "{}", r.describe());
     let s = slow.join().unwrap();
     assert_eq!(s.status, 200, "{}", s.describe());
@@ -363,4 +343,22 @@ fn an_in_flight_limits_policy_counts_concurrent_requests() {
     let only = a.header("RateLimit-Policy").unwrap_or_default();
     assert_eq!(only, "\"g-in-flight\";q=1;qu=\"concurrent-requests\"");
     assert_eq!(a.header("RateLimit"), Some("\"g-in-flight\";r=0"));
+}
+
+/// Client `k`'s request held 1.5 s by the upstream, then another of `k`
+/// refused by `in_flight=1` (asserted 429): the held one's thread and the
+/// refusal.
+fn refused_while_one_is_held(port: u16, up: &Upstream) -> (thread::JoinHandle<Response>, Response) {
+    let slow = thread::spawn(move || {
+        request(
+            port,
+            "GET",
+            "/?sleep=1500",
+            &[("X-Key", b"k"), ("X-Client", b"c")],
+        )
+    });
+    assert!(wait_for(Duration::from_secs(5), || up.concurrent("c") == 1));
+    let r = get_key(port, "/", "k");
+    assert_eq!(r.status, 429, "{}", r.describe());
+    (slow, r)
 }
