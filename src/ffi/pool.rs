@@ -90,14 +90,15 @@ impl Slot {
     }
 
     /// Adds the record of `r`'s main request (whose slot this is), made in
-    /// place by `init`, with room for `n` values of `E` after it, in one
-    /// pool allocation. None: out of memory. It is not dropped unless
+    /// place by `init`, then `GAP` bytes left uninitialised for its owner
+    /// ([`gap`]), then room for `n` values of `E`, in one pool
+    /// allocation. None: out of memory. It is not dropped unless
     /// [`drop_with_pool`] is called. `init` writes each field where it
     /// lies (not a value built aside and copied, with its padding).
     ///
     /// # Safety
     /// `init` initialises every field of the `T` it is given.
-    pub unsafe fn add<T: Slotted, E>(
+    pub unsafe fn add<T: Slotted, E, const GAP: usize>(
         self,
         r: &Request,
         init: impl FnOnce(*mut T),
@@ -106,8 +107,9 @@ impl Slot {
         const {
             assert!(align_of::<T>() <= POOL_ALIGN && align_of::<E>() <= POOL_ALIGN);
             assert!(size_of::<T>().is_multiple_of(align_of::<E>()));
+            assert!(GAP.is_multiple_of(align_of::<E>()));
         }
-        let size = size_of::<T>().checked_add(n.checked_mul(size_of::<E>())?)?;
+        let size = (size_of::<T>() + GAP).checked_add(n.checked_mul(size_of::<E>())?)?;
         // SAFETY: the pool is valid. The allocation has room for a T and n
         // values of E, each aligned (pool alignment, and the asserts
         // above); both live until the pool is destroyed. `init` initialises
@@ -119,10 +121,25 @@ impl Slot {
             }
             init(data);
             self.0.write(data.cast());
-            let room = data.add(1).cast::<Cell<MaybeUninit<E>>>();
+            let room = data
+                .add(1)
+                .cast::<u8>()
+                .add(GAP)
+                .cast::<Cell<MaybeUninit<E>>>();
             Some((&*data, slice::from_raw_parts(room, n)))
         }
     }
+}
+
+/// The `GAP` bytes [`Slot::add`] left after `rec`, the record it made
+/// with them (uninitialised until their owner writes them).
+///
+/// # Safety
+/// `rec` was made by [`Slot::add`] with this `GAP`.
+pub unsafe fn gap<T: Slotted, const GAP: usize>(rec: &'static T) -> *mut [MaybeUninit<u8>; GAP] {
+    // SAFETY: per the contract, the GAP bytes after the record are part of
+    // its allocation.
+    unsafe { ptr::from_ref(rec).add(1).cast_mut().cast() }
 }
 
 /// Has `rec`, the record [`add`] made for `r`'s main request, dropped when

@@ -12,9 +12,8 @@ use ngx::http::{HttpModuleLocationConf, Request};
 
 use crate::conf::{HEADERS_IETF, HEADERS_ON};
 use crate::ffi::headers::{add_header, add_pooled_header, add_pooled_headers};
-use crate::ffi::pool::pool_copy;
 use crate::ffi::req::request_handler;
-use crate::request::record::{self, Report, RequestStatus};
+use crate::request::record::{self, Record, Report, RequestStatus, DIGITS};
 use crate::Module;
 use rate_limit_window_core::shm::Place;
 
@@ -39,9 +38,10 @@ request_handler!(header_filter, filter);
 fn filter(r: &mut Request) -> ngx_int_t {
     // Only the main request answers the client.
     if r.is_main() {
-        let d = record::find(r);
+        let rec = record::record(r);
+        let d = rec.and_then(|rec| Some((rec.report()?, rec)));
         let work = match d {
-            Some(d) => d.gives_headers,
+            Some((d, _)) => d.gives_headers,
             // No decision: only a location with limits has something to
             // check (early_answer.rs).
             None => Module::location_conf(r.as_ref())
@@ -71,21 +71,24 @@ fn next(r: &mut Request) -> ngx_int_t {
 /// limited location that answered before deciding (no decision), then the
 /// next header filter.
 #[inline(never)]
-fn add_headers_then_next(r: &mut Request, d: Option<&Report>) -> ngx_int_t {
+fn add_headers_then_next(r: &mut Request, d: Option<(&Report, &'static Record)>) -> ngx_int_t {
     match d {
         None => crate::conf::early_answer::check_request(r),
-        Some(d) => add_headers(r, d),
+        Some((d, rec)) => add_headers(r, d, rec),
     }
     next(r)
 }
 
-/// Adds the headers of the decision made for the request.
-fn add_headers(r: &mut Request, d: &Report) {
+/// Adds the headers of the decision `d` made for the request (its record
+/// `rec`).
+fn add_headers(r: &mut Request, d: &Report, rec: &'static Record) {
     if d.status == RequestStatus::Exempt {
         return;
     }
     if d.status.refused() || d.headers == HEADERS_ON {
-        add_numbers(r, d);
+        // SAFETY: the record's digits are the header filter's alone, and
+        // this filter runs once per response header of the main request.
+        add_numbers(r, d, unsafe { &mut *rec.digits() });
     }
     if d.headers == HEADERS_IETF {
         add_ietf(r, d);
@@ -158,13 +161,10 @@ fn in_flight_members(r: &Request, d: &Report, policy: &mut String, buf: &mut Str
 
 /// Retry-After on a rejection, and the RateLimit-* numbers of the tightest
 /// limit with `rate_limit_window_headers on`. Every number is formatted
-/// straight into one pool buffer, which the headers then point at.
-fn add_numbers(r: &mut Request, d: &Report) {
-    // Pool memory of the request: the headers point into it.
-    let mut pool = r.pool();
-    let Some(buf) = pool_copy(&mut pool, &[0; NUMBERS * 10]) else {
-        return;
-    };
+/// straight into `buf`, the record's digits (pool memory of the request,
+/// allocated with the record), which the headers then point at.
+fn add_numbers(r: &mut Request, d: &Report, buf: &'static mut [u8; DIGITS]) {
+    const { assert!(DIGITS == NUMBERS * 10) };
     let ([retry, limit, remaining, reset], _) = buf.as_chunks_mut::<10>() else {
         return;
     };

@@ -456,6 +456,11 @@ impl Pending {
     }
 }
 
+/// Bytes kept after every record for the digits of the response's numbers
+/// (Retry-After and the RateLimit-* values, filter.rs): allocated with the
+/// record, so that the header filter takes no pool memory of its own.
+pub const DIGITS: usize = 40;
+
 /// Reserves the record of a decision for `r`'s main request, with room for
 /// `limits` applied limits; `at` is what [`place`] returned for it (the
 /// record of a held request is reused). Call it before any shared-memory
@@ -464,7 +469,10 @@ pub fn reserve(r: &Request, at: Place, limits: usize) -> Option<Pending> {
     const _: () = assert!(size_of::<Record>().is_multiple_of(align_of::<Applied>()));
     let (rec, room) = match at.rec {
         // SAFETY: `init` writes every field of the record.
-        None => unsafe { at.slot.add(r, |p| Record::init(p, r), limits) }?,
+        None => unsafe {
+            at.slot
+                .add::<_, _, DIGITS>(r, |p| Record::init(p, r), limits)
+        }?,
         Some(rec) => (rec, rec.room_for(r, limits)?),
     };
     Some(Pending {
@@ -511,6 +519,26 @@ impl Record {
     /// Takes the record's places out (the list is empty again).
     pub fn take_places(&self) -> PlaceList {
         PlaceList(self.places.replace(core::ptr::null_mut()))
+    }
+
+    /// The [`DIGITS`] bytes kept after the record, zeroed, for the header
+    /// filter of its main request (their only user, once per response
+    /// header): pool memory, alive as long as the request; the headers it
+    /// adds point into them.
+    pub fn digits(&'static self) -> *mut [u8; DIGITS] {
+        // SAFETY: every record is made by `reserve`, with DIGITS bytes after
+        // it (`pool::gap`), which nothing else refers to.
+        unsafe {
+            let p = pool::gap::<Record, DIGITS>(self).cast::<[u8; DIGITS]>();
+            p.cast::<u8>().write_bytes(0, DIGITS);
+            p
+        }
+    }
+
+    /// The decision, once committed.
+    #[inline(always)]
+    pub fn report(&'static self) -> Option<&'static Report> {
+        self.report.get()
     }
 
     /// Whether the decision was committed.
