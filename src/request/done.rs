@@ -9,9 +9,17 @@
 //! which then may open a new connection and meet its previous request's
 //! place still held.
 //!
-//! Every path that never gets here (a header-only response, a client
-//! gone, an error, a subrequest still running, an HTTP/2 reset, a worker
-//! that exits) keeps the fallback: the places are given back when the
+//! A header-only answer (HEAD, 204, 304) has no last buffer: its places
+//! go back as its header is passed on ([`at_header`], from the header
+//! filter), unless its upstream goes on reading the body into a cache.
+//! A location whose request nginx works on after the answer (`mirror`
+//! subrequests, a `post_action`) keeps its places until nginx frees the
+//! request: that work still reaches upstreams for the client's request,
+//! and nginx (like `limit_conn`) counts the request until it ends.
+//!
+//! Every path that never gets here (a client gone, an error, a
+//! subrequest still running, an HTTP/2 reset, a worker that exits, the
+//! work above) keeps the fallback: the places are given back when the
 //! main request's pool is destroyed (record.rs). The record's list is
 //! taken out before its places are given back, so each is given back
 //! once.
@@ -24,8 +32,11 @@ use nginx_sys::{
 };
 use ngx::http::Request;
 
+use crate::conf::{SIDE_WORK_NONE, SIDE_WORK_SOME};
 use crate::ffi::request_bits;
 use crate::request::record;
+use crate::Module;
+use ngx::http::HttpModuleLocationConf;
 
 /// The next body filter in the chain.
 static mut NEXT_BODY_FILTER: ngx_http_output_body_filter_pt = None;
@@ -83,6 +94,9 @@ fn give_back_before(r: *mut ngx_http_request_t) -> bool {
     if record::record(req).is_none_or(|rec| rec.kept_places().next().is_none()) {
         return false;
     }
+    if side_work(req) {
+        return false;
+    }
     if request_bits::subrequest_filters(req) {
         return true;
     }
@@ -90,6 +104,35 @@ fn give_back_before(r: *mut ngx_http_request_t) -> bool {
         give_back(req);
     }
     false
+}
+
+/// The main request `r` keeps places and its header is being passed on:
+/// gives them back now when the answer has no body, no upstream goes on
+/// for it and nothing runs after it (called by the header filter).
+#[inline(never)]
+pub fn at_header(r: &Request) {
+    if request_bits::answer_is_header(r) && !request_bits::upstream_goes_on(r) && !side_work(r) {
+        give_back(r);
+    }
+}
+
+/// Whether nginx works on for `r`'s location after its answer (a
+/// `post_action`, `mirror` subrequests): asked once per location in a
+/// worker, then read from its configuration.
+fn side_work(r: &Request) -> bool {
+    let Some(lc) = Module::location_conf(r.as_ref()) else {
+        return request_bits::side_work(r);
+    };
+    match lc.side_work.load(Ordering::Relaxed) {
+        SIDE_WORK_NONE => false,
+        SIDE_WORK_SOME => true,
+        _ => {
+            let some = request_bits::side_work(r);
+            let v = if some { SIDE_WORK_SOME } else { SIDE_WORK_NONE };
+            lc.side_work.store(v, Ordering::Relaxed);
+            some
+        }
+    }
 }
 
 /// Whether no subrequest of the main request `r` has output waiting to be

@@ -51,7 +51,7 @@ fn conf() -> String {
 }
 
 /// Reads from `s` until `end` has been read (the whole answer), bounded.
-fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
+pub(super) fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
@@ -66,7 +66,7 @@ fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
 
 /// Keeps writing a byte to `s` every 100 ms until `stop` (nginx's
 /// lingering close reads and drops them, and so keeps the connection).
-fn keep_sending(mut s: TcpStream, stop: Arc<AtomicBool>) -> thread::JoinHandle<bool> {
+pub(super) fn keep_sending(mut s: TcpStream, stop: Arc<AtomicBool>) -> thread::JoinHandle<bool> {
     thread::spawn(move || {
         let mut wrote_all = true;
         while !stop.load(Ordering::Relaxed) {
@@ -79,7 +79,7 @@ fn keep_sending(mut s: TcpStream, stop: Arc<AtomicBool>) -> thread::JoinHandle<b
 
 /// Lines of the access log naming `uri` (written when nginx frees the
 /// request, i.e. after its lingering close).
-fn logged(ng: &Nginx, uri: &str) -> usize {
+pub(super) fn logged(ng: &Nginx, uri: &str) -> usize {
     let log = std::fs::read_to_string(ng.prefix().join("logs/lg.log")).unwrap_or_default();
     log.lines().filter(|l| l.starts_with(uri)).count()
 }
@@ -87,7 +87,7 @@ fn logged(ng: &Nginx, uri: &str) -> usize {
 /// A second request of `client` is admitted within 1 s of the first's
 /// answer while the first's connection lingers (its access log line not
 /// written yet: nginx has not freed it).
-fn second_is_admitted_while_the_first_lingers(ng: &Nginx, first: &str, second: &str) {
+pub(super) fn second_is_admitted_while_the_first_lingers(ng: &Nginx, first: &str, second: &str) {
     let t0 = Instant::now();
     let mut refused = 0;
     let admitted = wait_for(Duration::from_secs(1), || {
@@ -210,7 +210,7 @@ fn an_ssi_page_keeps_its_place_while_its_include_runs() {
 }
 
 /// `rate_limit_window_in_flight` summed over the zone's series.
-fn in_flight_gauge(port: u16) -> f64 {
+pub(super) fn in_flight_gauge(port: u16) -> f64 {
     let text = metrics_text(port);
     prom_value(&text, "rate_limit_window_in_flight", &[("zone", "lg")]).unwrap_or(-1.0)
 }
