@@ -106,20 +106,6 @@ rlw_request_side_work(ngx_http_request_t *r)
 }
 
 /*
- * 1 when r's answer has no body: its method is HEAD or its status 204 or
- * 304 (nginx's header filters then set header_only), or header_only is
- * set already.
- */
-ngx_uint_t
-rlw_request_answer_is_header(ngx_http_request_t *r)
-{
-    ngx_uint_t  status = r->headers_out.status;
-
-    return r->header_only || r->method == NGX_HTTP_HEAD
-           || status == NGX_HTTP_NO_CONTENT || status == NGX_HTTP_NOT_MODIFIED;
-}
-
-/*
  * 1 when r's upstream goes on after a header-only answer: it still reads
  * the response's body into a cache or a store.
  */

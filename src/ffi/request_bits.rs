@@ -18,7 +18,6 @@ extern "C" {
     fn rlw_request_error_page(r: *mut ngx_http_request_t) -> ngx_uint_t;
     fn rlw_request_subrequest_filters(r: *mut ngx_http_request_t) -> ngx_uint_t;
     fn rlw_request_side_work(r: *mut ngx_http_request_t) -> ngx_uint_t;
-    fn rlw_request_answer_is_header(r: *mut ngx_http_request_t) -> ngx_uint_t;
     fn rlw_request_upstream_goes_on(r: *mut ngx_http_request_t) -> ngx_uint_t;
 }
 
@@ -68,14 +67,6 @@ pub fn side_work(r: &Request) -> bool {
     // SAFETY: `r` is a live request; the accessor reads its location's
     // core and mirror configurations.
     unsafe { rlw_request_side_work(raw(r)) != 0 }
-}
-
-/// Whether `r`'s answer has no body (HEAD, 204, 304, or `header_only`
-/// set), told before nginx's header filter sets `header_only`.
-pub fn answer_is_header(r: &Request) -> bool {
-    // SAFETY: `r` is a live request; the accessor reads its method, its
-    // status and one bit.
-    unsafe { rlw_request_answer_is_header(raw(r)) != 0 }
 }
 
 /// Whether `r`'s upstream goes on after a header-only answer (it reads the

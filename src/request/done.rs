@@ -28,7 +28,7 @@ use core::sync::atomic::Ordering;
 
 use nginx_sys::{
     ngx_chain_t, ngx_http_output_body_filter_pt, ngx_http_request_t, ngx_http_top_body_filter,
-    ngx_int_t,
+    ngx_int_t, ngx_uint_t, NGX_HTTP_HEAD, NGX_HTTP_NOT_MODIFIED, NGX_HTTP_NO_CONTENT,
 };
 use ngx::http::Request;
 
@@ -106,12 +106,45 @@ fn give_back_before(r: *mut ngx_http_request_t) -> bool {
     false
 }
 
-/// The main request `r` keeps places and its header is being passed on:
-/// gives them back now when the answer has no body, no upstream goes on
-/// for it and nothing runs after it (called by the header filter).
+/// Passes the header of the main request `r`, which keeps places, on
+/// with `next`, and gives the places back if the answer has no body
+/// (HEAD, 204, 304), no upstream goes on for it and nothing runs after
+/// it: before passing it on when the method or the status says so, else
+/// after, for a conditional request that nginx's not_modified filter
+/// (below this one) may answer 304. An unconditional answer with a body,
+/// the common one, costs four tests.
+#[inline(always)]
+pub fn pass_header(r: &mut Request, next: fn(&mut Request) -> ngx_int_t) -> ngx_int_t {
+    let raw = r.as_ref();
+    if raw.method == NGX_HTTP_HEAD as ngx_uint_t
+        || matches!(
+            raw.headers_out.status as u32,
+            NGX_HTTP_NO_CONTENT | NGX_HTTP_NOT_MODIFIED
+        )
+    {
+        header_only_answer(r);
+    } else if !raw.headers_in.if_modified_since.is_null() || !raw.headers_in.if_none_match.is_null()
+    {
+        return conditional(r, next);
+    }
+    next(r)
+}
+
+/// [`pass_header`] of a conditional request: after the filters below
+/// made it a 304 or not.
 #[inline(never)]
-pub fn at_header(r: &Request) {
-    if request_bits::answer_is_header(r) && !request_bits::upstream_goes_on(r) && !side_work(r) {
+fn conditional(r: &mut Request, next: fn(&mut Request) -> ngx_int_t) -> ngx_int_t {
+    let rc = next(r);
+    if request_bits::header_only(r) {
+        header_only_answer(r);
+    }
+    rc
+}
+
+/// [`pass_header`] of an answer without a body.
+#[inline(never)]
+fn header_only_answer(r: &Request) {
+    if !request_bits::upstream_goes_on(r) && !side_work(r) {
         give_back(r);
     }
 }

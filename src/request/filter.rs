@@ -80,7 +80,7 @@ fn add_headers_then_next(r: &mut Request, d: Option<(&Report, bool)>) -> ngx_int
                 add_headers(r, d);
             }
             if keeps {
-                crate::request::done::at_header(r);
+                return crate::request::done::pass_header(r, next);
             }
         }
     }
