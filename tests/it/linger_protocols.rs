@@ -5,16 +5,14 @@
 //! kept until that work ends, as nginx keeps the request (and `limit_conn`
 //! its connection) until then.
 use crate::common;
-use crate::in_flight_linger::{in_flight_gauge, logged, read_until};
+use crate::in_flight_linger::{answered, in_flight_gauge, lingering_keeps_no_place, read_until};
 
 use common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::process::{Child, Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Locations limited to one request in flight per `X-Client`, a plain and
 /// a TLS (HTTP/2 and HTTP/1.1) listener, every connection lingering after
@@ -73,36 +71,6 @@ fn start(up: &Upstream, workers: usize) -> (Nginx, tempfile::TempDir) {
     (ng, certs)
 }
 
-/// `urls` as streams of one HTTP/2 connection, as `client`, one after
-/// the other or all at once: their statuses.
-fn curl_h2(urls: &[String], client: &str, at_once: bool) -> Vec<u16> {
-    let mut cmd = Command::new("curl");
-    cmd.args(["-sSk", "--http2"]);
-    if at_once {
-        cmd.arg("-Z");
-    }
-    cmd.arg("-H")
-        .arg(format!("X-Client: {client}"))
-        .args(["-w", "%{http_version} %{num_connects} %{http_code}\\n"]);
-    for u in urls {
-        cmd.args(["-o", "/dev/null", u]);
-    }
-    let out = cmd.output().expect("run curl (make test installs it)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut connects = 0;
-    let codes = text
-        .lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            assert_eq!(f.first(), Some(&"2"), "not HTTP/2: {text}");
-            connects += f.get(1).and_then(|c| c.parse::<u32>().ok()).unwrap_or(0);
-            f.get(2).and_then(|c| c.parse().ok()).unwrap_or(0)
-        })
-        .collect();
-    assert_eq!(connects, 1, "not one connection: {text}");
-    codes
-}
-
 #[test]
 fn http2_streams_one_after_another_each_get_the_place() {
     let up = Upstream::start();
@@ -114,14 +82,14 @@ fn http2_streams_one_after_another_each_get_the_place() {
             _ => format!("{base}/gif"),
         })
         .collect();
-    let codes = curl_h2(&urls, "hana", false);
+    let codes = curl_h2(&urls, "X-Client: hana", false);
     assert!(codes.iter().all(|&c| c == 200), "{codes:?}");
     assert!(wait_for(Duration::from_secs(3), || in_flight_gauge(
         ng.port
     ) == 0.0));
     // Given back once each: the place still holds one request.
     let slow = format!("{base}/slow/sleep=800");
-    let mut two = curl_h2(&[slow.clone(), slow], "hana", true);
+    let mut two = curl_h2(&[slow.clone(), slow], "X-Client: hana", true);
     two.sort_unstable();
     assert_eq!(two, vec![200, 429]);
 }
@@ -137,18 +105,6 @@ fn tls_client(port: u16) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("run openssl (make test installs it)")
-}
-
-/// Keeps writing a byte to `w` every 100 ms until `stop`.
-fn keep_typing(mut w: ChildStdin, stop: Arc<AtomicBool>) -> thread::JoinHandle<bool> {
-    thread::spawn(move || {
-        let mut wrote_all = true;
-        while !stop.load(Ordering::Relaxed) {
-            wrote_all &= w.write_all(b"x").and_then(|()| w.flush()).is_ok();
-            thread::sleep(Duration::from_millis(100));
-        }
-        wrote_all
-    })
 }
 
 /// Reads `child`'s output until `end` (bounded by 10 s: a reader thread).
@@ -169,20 +125,6 @@ fn read_child_until(child: &mut Child, end: &'static [u8]) -> Vec<u8> {
     rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default()
 }
 
-/// A second request of `client` is admitted within 1 s while the first
-/// request (`first`, not logged yet: nginx has not freed it) lingers.
-fn admitted_while_lingering(ng: &Nginx, client: &str, first: &str) {
-    let t0 = Instant::now();
-    let mut refused = 0;
-    let admitted = wait_for(Duration::from_secs(1), || {
-        let r = as_client(ng.port, "/gif", client);
-        refused += usize::from(r.status == 429);
-        r.status == 200
-    });
-    assert!(admitted, "refused {refused} times in {:?}", t0.elapsed());
-    assert_eq!(logged(ng, first), 0, "the first request still lingers");
-}
-
 /// Over TLS, a body nginx discards as it trickles in (a 405 answered at
 /// once, the client still sending) keeps no place. (A lingering close
 /// after a complete request cannot be held open from `openssl s_client`:
@@ -198,21 +140,10 @@ fn a_tls_discarded_body_keeps_no_place() {
     input.write_all(req.as_bytes()).unwrap();
     input.flush().unwrap();
     let answer = read_child_until(&mut c, b"</html>");
-    assert!(
-        answer.starts_with(b"HTTP/1.1 405"),
-        "{}",
-        String::from_utf8_lossy(&answer)
-    );
-    let stop = Arc::new(AtomicBool::new(false));
-    let typer = keep_typing(input, stop.clone());
-    admitted_while_lingering(&ng, "ines", "/gif?tls");
-    stop.store(true, Ordering::Relaxed);
-    assert!(typer.join().unwrap(), "the TLS connection stayed open");
+    answered(&answer, "HTTP/1.1 405");
+    lingering_keeps_no_place(&ng, input, "ines", ("/gif?tls", "/gif"));
     let _ = c.kill();
     let _ = c.wait();
-    assert!(wait_for(Duration::from_secs(3), || in_flight_gauge(
-        ng.port
-    ) == 0.0));
 }
 
 /// Answers without a body (a HEAD, nginx's own or proxied; a 304 that
@@ -234,20 +165,9 @@ fn a_lingering_header_only_answer_keeps_no_place() {
         );
         a.write_all(req.as_bytes()).unwrap();
         let answer = read_until(&mut a, b"\r\n\r\n");
-        assert!(
-            answer.starts_with(format!("HTTP/1.1 {status}").as_bytes()),
-            "{}",
-            String::from_utf8_lossy(&answer)
-        );
-        let stop = Arc::new(AtomicBool::new(false));
-        let sender = crate::in_flight_linger::keep_sending(a, stop.clone());
-        admitted_while_lingering(&ng, "jon", path);
-        stop.store(true, Ordering::Relaxed);
-        assert!(sender.join().unwrap(), "the connection stayed open");
+        answered(&answer, &format!("HTTP/1.1 {status}"));
+        lingering_keeps_no_place(&ng, a, "jon", (path, "/gif"));
     }
-    assert!(wait_for(Duration::from_secs(3), || in_flight_gauge(
-        ng.port
-    ) == 0.0));
 }
 
 #[test]
