@@ -22,6 +22,7 @@ fn conf(tls: &str) -> String {
     http_conf(&format!(
         r#"
         rate_limit_window_zone $http_x_client zone=lg:1m window=1m;
+        proxy_cache_path cache keys_zone=lgc:1m;
         lingering_close always;
         lingering_time 30s;
         lingering_timeout 10s;
@@ -37,6 +38,12 @@ fn conf(tls: &str) -> String {
             location = /gif {{
                 rate_limit_window zone=lg in_flight=1;
                 empty_gif;
+            }}
+            location /cached/ {{
+                rate_limit_window zone=lg in_flight=1;
+                proxy_cache lgc;
+                proxy_cache_valid 200 1m;
+                proxy_pass http://{{{{UPSTREAM}}}};
             }}
             location /mir/ {{
                 rate_limit_window zone=lg in_flight=1;
@@ -233,4 +240,38 @@ fn a_mirrored_request_keeps_its_place_until_its_mirror_ends() {
 #[test]
 fn a_post_action_keeps_the_place_until_it_ends() {
     side_request_keeps_the_place("/pa/a", "mia");
+}
+
+/// A HEAD answered from a `proxy_cache` location: nginx asks the upstream
+/// for the whole body (to fill the cache) and answers the client's HEAD
+/// with the header alone; the place is kept until the upstream is done.
+#[test]
+fn a_head_whose_upstream_fills_the_cache_keeps_its_place() {
+    let up = Upstream::start();
+    let (ng, _certs) = start(&up, 2);
+    let t0 = std::time::Instant::now();
+    let r = request(
+        ng.port,
+        "HEAD",
+        "/cached/body_after=1500",
+        &[("X-Client", b"nora")],
+    );
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert!(
+        t0.elapsed() < Duration::from_millis(1200),
+        "{:?}",
+        t0.elapsed()
+    );
+    let r = as_client(ng.port, "/gif", "nora");
+    assert_eq!(r.status, 429, "{}", r.describe());
+    assert!(wait_for(Duration::from_secs(5), || as_client(
+        ng.port, "/gif", "nora"
+    )
+    .status
+        == 200));
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1400),
+        "{:?}",
+        t0.elapsed()
+    );
 }
