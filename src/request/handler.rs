@@ -102,18 +102,20 @@ fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
     // of the decision: the common one has no code for them. Either way a
     // request's walk enters this file three times: the phase handler that
     // decides, this copy, and the other phase's handler.
-    if lcf.places {
-        handle_limits::<true>(r, phase, lcf, limits, access_failed)
-    } else {
-        handle_limits::<false>(r, phase, lcf, limits, access_failed)
+    // A location with one limit (the common one) has its own copy too:
+    // straight-line code, without the loop over the limits.
+    match (lcf.places, limits.len() == 1) {
+        (true, _) => handle_limits::<true, false>(r, phase, lcf, limits, access_failed),
+        (false, true) => handle_limits::<false, true>(r, phase, lcf, limits, access_failed),
+        (false, false) => handle_limits::<false, false>(r, phase, lcf, limits, access_failed),
     }
 }
 
 /// [`handle`] in the phase where the location decides: decides the request
 /// unless it is decided already, decided later, or failed an access check.
-/// `PLACES`: the location takes places.
+/// `PLACES`: the location takes places; `ONE`: it has one limit.
 #[inline(never)]
-fn handle_limits<const PLACES: bool>(
+fn handle_limits<const PLACES: bool, const ONE: bool>(
     r: &mut Request,
     phase: Phase,
     lcf: &LocConf,
@@ -147,7 +149,7 @@ fn handle_limits<const PLACES: bool>(
         },
         limits.len()
     );
-    decide::<PLACES>(r, lcf, limits, at)
+    decide::<PLACES, ONE>(r, lcf, limits, at)
 }
 
 /// A subrequest started before its main request has decided, while the
@@ -171,7 +173,7 @@ fn main_decides_later(r: &Request) -> bool {
 /// counted. Only a main request is held: a subrequest's phases are run by
 /// its parent, not by its connection's events.
 #[inline(always)]
-fn decide<const PLACES: bool>(
+fn decide<const PLACES: bool, const ONE: bool>(
     r: &mut Request,
     lcf: &LocConf,
     limits: &[conf::Limit],
@@ -195,7 +197,7 @@ fn decide<const PLACES: bool>(
         holdable: r.is_main(),
         woken,
     };
-    let mut j = Judging::<PLACES> {
+    let mut j = Judging::<PLACES, ONE> {
         r,
         lcf,
         limits,
@@ -239,7 +241,7 @@ fn decide<const PLACES: bool>(
 /// `passed`): each limit's near-limit count (when one is near), then what `count_status=` and
 /// `delay=` keep.
 #[inline(always)]
-fn admitted<const P: bool>(j: &mut Judging<'_, P>) -> RequestStatus {
+fn admitted<const P: bool, const O: bool>(j: &mut Judging<'_, P, O>) -> RequestStatus {
     // The loop only when a limit was noted near (judging.rs's `record`).
     if j.pending.any_near() {
         core::hint::cold_path();
@@ -261,8 +263,8 @@ fn admitted<const P: bool>(j: &mut Judging<'_, P>) -> RequestStatus {
 /// verdict and Retry-After to commit, or the handler's return code (a held
 /// request, an nginx error).
 #[inline(never)]
-fn not_admitted<const P: bool>(
-    j: &mut Judging<'_, P>,
+fn not_admitted<const P: bool, const O: bool>(
+    j: &mut Judging<'_, P, O>,
     out: &Result<Verdict, HostError>,
     ask: &Ask,
 ) -> Result<(RequestStatus, u32), ngx_int_t> {

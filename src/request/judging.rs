@@ -59,7 +59,9 @@ fn eval_limit(r: &Request, zone: &ZoneConf, value: LimitValue) -> Result<engine:
 /// The request being decided, as the engine sees it: each limit's key,
 /// value and cost evaluated when the engine asks, and its record.
 /// `PLACES`: the location takes in-flight places (`LocConf::places`).
-pub(super) struct Judging<'a, const PLACES: bool> {
+/// `ONE`: it has one limit, the common location, whose decision is then
+/// straight-line code (no loop state kept across the limits).
+pub(super) struct Judging<'a, const PLACES: bool, const ONE: bool> {
     pub(super) r: &'a mut Request,
     pub(super) lcf: &'a LocConf,
     pub(super) limits: &'a [conf::Limit],
@@ -68,12 +70,16 @@ pub(super) struct Judging<'a, const PLACES: bool> {
     pub(super) pending: record::Pending,
 }
 
-impl<const PLACES: bool> engine::Request<'static> for Judging<'_, PLACES> {
+impl<const PLACES: bool, const ONE: bool> engine::Request<'static> for Judging<'_, PLACES, ONE> {
     const PLACES: bool = PLACES;
 
     #[inline(always)]
     fn limits(&self) -> usize {
-        self.limits.len()
+        if ONE {
+            1
+        } else {
+            self.limits.len()
+        }
     }
 
     #[inline(always)]
