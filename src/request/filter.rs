@@ -38,16 +38,18 @@ request_handler!(header_filter, filter);
 fn filter(r: &mut Request) -> ngx_int_t {
     // Only the main request answers the client.
     if r.is_main() {
-        let d = record::find_keeping(r);
-        let work = match d {
-            Some((d, _, keeps)) => d.gives_headers | keeps,
+        // Only the record goes on out of line (one register: nothing
+        // written to the stack on the common visit).
+        let rec = record::record(r);
+        let work = match rec.and_then(Record::decided_keeping) {
+            Some((d, keeps)) => d.gives_headers | keeps,
             // No decision: only a location with limits has something to
             // check (early_answer.rs).
             None => Module::location_conf(r.as_ref())
                 .is_some_and(|l| l.limits.as_ref().is_some_and(|l| !l.is_empty())),
         };
         if work {
-            return add_headers_then_next(r, d);
+            return add_headers_then_next(r, rec);
         }
     }
     next(r)
@@ -71,13 +73,10 @@ fn next(r: &mut Request) -> ngx_int_t {
 /// places it keeps back if its answer is all header (done.rs); then the
 /// next header filter.
 #[inline(never)]
-fn add_headers_then_next(
-    r: &mut Request,
-    d: Option<(&Report, &'static Record, bool)>,
-) -> ngx_int_t {
-    match d {
+fn add_headers_then_next(r: &mut Request, rec: Option<&'static Record>) -> ngx_int_t {
+    match rec.and_then(|rec| Some((rec.decided_keeping()?, rec))) {
         None => crate::conf::early_answer::check_request(r),
-        Some((d, rec, keeps)) => {
+        Some(((d, keeps), rec)) => {
             if d.gives_headers {
                 add_headers(r, d, rec);
             }

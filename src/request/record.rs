@@ -370,13 +370,6 @@ pub fn find(r: &Request) -> Option<&'static Report> {
     record(r)?.report.get()
 }
 
-/// [`find`], its record, and whether the record still keeps places.
-#[inline(always)]
-pub fn find_keeping(r: &Request) -> Option<(&'static Report, &'static Record, bool)> {
-    let rec = record(r)?;
-    Some((rec.report.get()?, rec, !rec.places.get().is_null()))
-}
-
 /// A decision being made: its record, with room for one [`Applied`] per
 /// limit of the location. [`find`] cannot see it until [`commit`].
 pub struct Pending {
@@ -540,6 +533,13 @@ impl Record {
             p.cast::<u8>().write_bytes(0, DIGITS);
             p
         }
+    }
+
+    /// The decision, once committed, and whether the record still keeps
+    /// places.
+    #[inline(always)]
+    pub fn decided_keeping(&'static self) -> Option<(&'static Report, bool)> {
+        Some((self.report.get()?, !self.places.get().is_null()))
     }
 
     /// Whether the decision was committed.
