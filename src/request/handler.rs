@@ -102,10 +102,12 @@ fn handle(r: &mut Request, phase: Phase) -> ngx_int_t {
     // of the decision: the common one has no code for them. Either way a
     // request's walk enters this file three times: the phase handler that
     // decides, this copy, and the other phase's handler.
-    // A location with one limit (the common one) has its own copy too:
-    // straight-line code, without the loop over the limits.
+    // A location with one limit (the common one, with places or without)
+    // has its own copy too: straight-line code, without the loop over the
+    // limits.
     match (lcf.places, limits.len() == 1) {
-        (true, _) => handle_limits::<true, false>(r, phase, lcf, limits, access_failed),
+        (true, true) => handle_limits::<true, true>(r, phase, lcf, limits, access_failed),
+        (true, false) => handle_limits::<true, false>(r, phase, lcf, limits, access_failed),
         (false, true) => handle_limits::<false, true>(r, phase, lcf, limits, access_failed),
         (false, false) => handle_limits::<false, false>(r, phase, lcf, limits, access_failed),
     }
