@@ -52,9 +52,13 @@
 //! the Redis connection ([`redis_link`]), and the overrides the fleet
 //! shares ([`fleet_overrides`]).
 
+pub mod cluster_link;
+pub mod cluster_map;
 pub mod ctx;
 pub mod denied;
 pub mod fleet_overrides;
+pub mod link_error;
+pub mod node_conn;
 pub mod ovr_calls;
 pub mod raw_conn;
 pub mod redis_link;

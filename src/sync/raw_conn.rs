@@ -268,13 +268,24 @@ impl RawConn {
     /// Sends `pipe` and reads one reply per command, all before
     /// `deadline` (checked on every read), unless the thread stops.
     pub fn exec(&mut self, pipe: &redis::Pipeline, deadline: Instant) -> RedisResult<Vec<Value>> {
+        self.send(pipe, deadline)?;
+        self.recv(pipe.len(), deadline)
+    }
+
+    /// Sends `pipe` before `deadline`; its replies are [`RawConn::recv`]'s.
+    pub fn send(&mut self, pipe: &redis::Pipeline, deadline: Instant) -> RedisResult<()> {
         self.io.deadline = deadline;
         self.io.write_all(&pipe.get_packed_pipeline())?;
-        self.io.flush()?;
-        let mut replies = Vec::with_capacity(pipe.len());
-        for _ in 0..pipe.len() {
-            let v = self.parser.parse_value(&mut self.io)?;
-            replies.push(v);
+        Ok(self.io.flush()?)
+    }
+
+    /// Reads `n` replies before `deadline` (checked on every read), unless
+    /// the thread stops.
+    pub fn recv(&mut self, n: usize, deadline: Instant) -> RedisResult<Vec<Value>> {
+        self.io.deadline = deadline;
+        let mut replies = Vec::with_capacity(n);
+        for _ in 0..n {
+            replies.push(self.parser.parse_value(&mut self.io)?);
         }
         Ok(replies)
     }
