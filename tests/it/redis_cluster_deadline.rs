@@ -332,3 +332,98 @@ fn slots_migrating_under_the_gateways_keep_counts_through_ask_and_moved() {
     }
     assert_eq!(failures(a.port, "reply"), 0.0);
 }
+
+/// docs/gateways.md's ACL user, created as printed on every node of a
+/// cluster (the fleet's line, then the cluster's): every node connection
+/// logs in as it, the slot map is read, counts are shared by two gateways,
+/// an operator's block made on one reaches the other (the overrides'
+/// scripts, by `EVALSHA`, on the node of the zone's slot), and nothing is
+/// refused or failed.
+#[test]
+fn the_documented_acl_user_works_on_a_cluster() {
+    use crate::fleet_edges::{documented_acl, documented_line};
+    let cluster = RedisCluster::start();
+    let pw = "doc-acl-cluster-pw-01";
+    for n in &cluster.nodes {
+        let port = n.port.to_string();
+        for line in [
+            documented_acl(pw),
+            documented_line("ACL SETUSER gateway +cluster", pw),
+        ] {
+            let mut args = vec!["-p", port.as_str()];
+            args.extend(line.iter().map(String::as_str));
+            assert_eq!(cli(&args).trim(), "OK", "{args:?}");
+        }
+    }
+    let seeds: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let up = Upstream::start();
+    let redis = format!(
+        "redis=redis://gateway:{pw}@{} redis_mode=cluster",
+        seeds.join(",")
+    );
+    let clock = ShiftedClock::new();
+    let a = acl_gateway_on(&clock, &redis, &up);
+    let b = acl_gateway_on(&clock, &redis, &up);
+    clock.clear_of_boundary(60_000, 20_000);
+    let mut admitted = [0u32; CLIENTS];
+    send_rounds([a.port, b.port], 40, &mut admitted);
+    for (c, &total) in admitted.iter().enumerate() {
+        eprintln!("client-{c}: admitted {total} for limit 30 as the ACL user");
+        assert!((30..=34).contains(&total), "client-{c}: {total}");
+    }
+    let r = crate::overrides::send_body(
+        a.port,
+        "PUT",
+        "/api?zone=c&key=op",
+        br#"{"block":true}"#,
+        false,
+    );
+    assert_eq!(r.status, 200, "{}", r.describe());
+    assert!(
+        wait_for(Duration::from_secs(15), || get_key(b.port, "/", "op")
+            .status
+            == 429),
+        "the block never reached b: {}",
+        get(b.port, "/metrics").text()
+    );
+    for g in [&a, &b] {
+        let text = get(g.port, "/metrics").text();
+        for kind in [
+            "timeout",
+            "connection",
+            "reply",
+            "auth",
+            "key",
+            "cluster_down",
+        ] {
+            let n = prom_value(
+                &text,
+                "rate_limit_window_sync_failures_total",
+                &[("zone", "c"), ("kind", kind)],
+            );
+            assert_eq!(n, Some(0.0), "kind {kind}:\n{}", g.error_log());
+        }
+        assert!(!g.error_log().contains("NOPERM"), "{}", g.error_log());
+    }
+}
+
+/// A gateway of zone `c` (limit 30 per `X-Key`, the overrides API) on
+/// `redis`, its clock on `clock`.
+fn acl_gateway_on(clock: &ShiftedClock, redis: &str, up: &Upstream) -> Nginx {
+    clock.builder().workers(2).upstream_of(up).start(&http_conf(&format!(
+        r#"rate_limit_window_zone $http_x_key zone=c:1m window=1m {redis} sync=100ms secret=cluster-acl-secret-0001;
+        server {{
+            listen 127.0.0.1:{{{{PORT}}}} reuseport;
+            location / {{
+                rate_limit_window zone=c limit=30;
+                proxy_pass http://{{{{UPSTREAM}}}};
+            }}
+            location = /api {{ rate_limit_window_metrics write=on; }}
+            location = /metrics {{ rate_limit_window_metrics; }}
+        }}"#
+    )))
+}
