@@ -184,7 +184,7 @@ fn failures(ng: &Nginx, zone: &str, kind: &str) -> f64 {
 
 /// Sends SIGQUIT to `ng`'s master; how long until it and its workers are
 /// gone (None: not within 10 s).
-fn quit(ng: &Nginx) -> Option<Duration> {
+pub(crate) fn quit(ng: &Nginx) -> Option<Duration> {
     let mut pids = ng.worker_pids();
     pids.push(ng.master_pid());
     let t = Instant::now();

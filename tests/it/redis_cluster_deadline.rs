@@ -10,7 +10,9 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::fault_proxy::{pid_gone, Fault, FaultProxy};
+use crate::fleet_deadline::quit;
+use crate::redis_cluster::{assert_shared, send_rounds, CLIENTS};
+use common::fault_proxy::{Fault, FaultProxy};
 use common::redis_servers::*;
 use common::*;
 use rate_limit_window_core::cluster::slot::key_slot;
@@ -18,32 +20,6 @@ use rate_limit_window_core::cluster::slot::key_slot;
 /// How long `nginx -s quit` may take under a trickling node or sentinel
 /// (issue 50: "about a second"; the module's calls last up to 3 s).
 const QUIT: Duration = Duration::from_millis(1_500);
-
-/// Sends SIGQUIT to `ng`'s master; how long until it and its workers are
-/// gone (None: not within 10 s).
-fn quit(ng: &Nginx) -> Option<Duration> {
-    let mut pids = ng.worker_pids();
-    pids.push(ng.master_pid());
-    let t = Instant::now();
-    // SAFETY: kill(2) only sends a signal to a pid; it touches no memory.
-    unsafe {
-        libc::kill(ng.master_pid(), libc::SIGQUIT);
-    }
-    wait_for(Duration::from_secs(10), || {
-        pids.iter().all(|&p| pid_gone(p))
-    })
-    .then(|| t.elapsed())
-}
-
-/// Failures of kind `kind` counted by zone `c` of the gateway on `port`.
-fn failures(port: u16, kind: &str) -> f64 {
-    prom_value(
-        &get(port, "/metrics").text(),
-        "rate_limit_window_sync_failures_total",
-        &[("zone", "c"), ("kind", kind)],
-    )
-    .unwrap_or(0.0)
-}
 
 /// Longest two failed calls may take from a gateway's start: two calls
 /// of 500 ms at most (a connect's or a round's deadline) and the 100 ms nap
@@ -57,7 +33,7 @@ fn two_timeouts(port: u16) -> Option<Duration> {
     let t = Instant::now();
     wait_for(Duration::from_secs(20), || {
         get_key(port, "/", "client-0");
-        failures(port, "timeout") >= 2.0
+        sync_failures(port, "timeout") >= 2.0
     })
     .then(|| t.elapsed())
 }
@@ -179,24 +155,6 @@ fn a_trickling_sentinel_times_out_per_call_and_quit_finishes_within_1_5s() {
     times_out_and_quits(&g, "trickling sentinel");
 }
 
-const CLIENTS: usize = 6;
-
-/// `rounds` rounds of one request per client (`client-0`..), alternating
-/// between the two gateways, 50 ms apart; counts the 200s per client.
-fn send_rounds(ports: [u16; 2], rounds: usize, admitted: &mut [u32; CLIENTS]) {
-    for round in 0..rounds {
-        for (c, adm) in admitted.iter_mut().enumerate() {
-            let r = get_key(ports[(round + c) % 2], "/", &format!("client-{c}"));
-            match r.status {
-                200 => *adm += 1,
-                429 => {}
-                s => panic!("unexpected status {s}: {}", r.describe()),
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// `CLUSTER MYID` of node `i`.
 fn id_of(cluster: &RedisCluster, i: usize) -> String {
     let port = cluster.nodes[i].port.to_string();
@@ -304,7 +262,7 @@ fn slots_migrating_under_the_gateways_keep_counts_through_ask_and_moved() {
     let a = redis_gateway_on(&clock, &redis, &up, 60);
     let b = redis_gateway_on(&clock, &redis, &up, 60);
     clock.clear_of_boundary(60_000, 50_000);
-    let mut admitted = [0u32; CLIENTS];
+    let mut admitted = [[0u32; 2]; CLIENTS];
     send_rounds([a.port, b.port], 30, &mut admitted);
     let slots = client_slots(&cluster);
     assert!(!slots.is_empty(), "no client key in the cluster");
@@ -322,15 +280,12 @@ fn slots_migrating_under_the_gateways_keep_counts_through_ask_and_moved() {
         end_migration(&cluster, s, (from + 1) % 3);
     }
     send_rounds([a.port, b.port], 30, &mut admitted);
-    for (c, &total) in admitted.iter().enumerate() {
-        eprintln!("client-{c}: admitted {total} for limit 60 across ASK and MOVED");
-        assert!((60..=64).contains(&total), "client-{c}: {total}");
-    }
+    assert_shared(&admitted, 60, " across ASK and MOVED");
     let after = client_slots(&cluster);
     for &(s, from) in &slots {
         assert!(!after.contains(&(s, from)), "slot {s} still on node {from}");
     }
-    assert_eq!(failures(a.port, "reply"), 0.0);
+    assert_eq!(sync_failures(a.port, "reply"), 0.0);
 }
 
 /// docs/gateways.md's ACL user, created as printed on every node of a
@@ -369,12 +324,9 @@ fn the_documented_acl_user_works_on_a_cluster() {
     let a = acl_gateway_on(&clock, &redis, &up);
     let b = acl_gateway_on(&clock, &redis, &up);
     clock.clear_of_boundary(60_000, 20_000);
-    let mut admitted = [0u32; CLIENTS];
+    let mut admitted = [[0u32; 2]; CLIENTS];
     send_rounds([a.port, b.port], 40, &mut admitted);
-    for (c, &total) in admitted.iter().enumerate() {
-        eprintln!("client-{c}: admitted {total} for limit 30 as the ACL user");
-        assert!((30..=34).contains(&total), "client-{c}: {total}");
-    }
+    assert_shared(&admitted, 30, " as the ACL user");
     let r = crate::overrides::send_body(
         a.port,
         "PUT",

@@ -66,25 +66,7 @@ impl TlsCluster {
 
     /// redis-cli over TLS with the client certificate and the password.
     fn cli(&self, args: &[&str]) -> String {
-        let (ca, cert, key) = (
-            self.pki.file("ca.crt"),
-            self.pki.file("client.crt"),
-            self.pki.file("client.key"),
-        );
-        let mut all = vec![
-            "--tls",
-            "--cacert",
-            &ca,
-            "--cert",
-            &cert,
-            "--key",
-            &key,
-            "--no-auth-warning",
-            "-a",
-            PASSWORD,
-        ];
-        all.extend_from_slice(args);
-        cli(&all)
+        self.pki.cli(PASSWORD, args)
     }
 
     /// The module's keys (`rlw:*`) on each node.
