@@ -108,7 +108,7 @@ const QUIT: Duration = Duration::from_millis(1_500);
 
 /// Waits until every pid of `pids` exited; the time it took (None: not
 /// within 10 s).
-fn all_gone(pids: &[i32], since: Instant) -> Option<Duration> {
+pub(crate) fn all_gone(pids: &[i32], since: Instant) -> Option<Duration> {
     wait_for(Duration::from_secs(10), || {
         pids.iter().all(|&p| pid_gone(p))
     })

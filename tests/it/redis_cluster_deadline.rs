@@ -2,15 +2,15 @@
 //! module's own cluster client and sentinel queries read over the bounded
 //! socket, so a node or a sentinel that trickles its replies (a byte every
 //! 0.25 s, a real TCP proxy in front of a real server) ends each call at
-//! its deadline (`kind="timeout"`), and `nginx -s quit` finishes within
-//! [`QUIT`]. Slots resharded under the gateways (`ASK` while a slot
+//! its deadline (`kind="timeout"`), and a reload and `nginx -s quit`
+//! finish within [`QUIT`]. Slots resharded under the gateways (`ASK` while a slot
 //! migrates, `MOVED` after) keep the shared counts; key slots agree with
 //! `CLUSTER KEYSLOT`.
 use crate::common;
 
 use std::time::{Duration, Instant};
 
-use crate::fleet_deadline::quit;
+use crate::fleet_deadline::{all_gone, quit};
 use crate::redis_cluster::{assert_shared, send_rounds, CLIENTS};
 use common::fault_proxy::{Fault, FaultProxy};
 use common::redis_servers::*;
@@ -38,9 +38,10 @@ fn two_timeouts(port: u16) -> Option<Duration> {
     .then(|| t.elapsed())
 }
 
-/// Two timeouts counted within [`TWO_CALLS`], then `nginx -s quit` with a
-/// call in flight (once the nap after the last failure, 400 ms at most
-/// then, is over) finishes within [`QUIT`].
+/// Two timeouts counted within [`TWO_CALLS`]; a reload's old workers gone
+/// within [`QUIT`]; then, once the new workers' calls time out too,
+/// `nginx -s quit` with a call in flight (once the nap after the last
+/// failure, 400 ms at most then, is over) finishes within [`QUIT`].
 fn times_out_and_quits(g: &Nginx, what: &str) {
     let took = two_timeouts(g.port);
     eprintln!("{what}: two timeouts counted after {took:?}");
@@ -50,6 +51,20 @@ fn times_out_and_quits(g: &Nginx, what: &str) {
         get(g.port, "/metrics").text()
     );
     assert_eq!(get_key(g.port, "/", "client-0").status, 200);
+    let old = g.worker_pids();
+    let t = Instant::now();
+    sighup(g);
+    let took = all_gone(&old, t);
+    eprintln!("reload under a {what}: old workers gone after {took:?}");
+    assert!(
+        took.is_some_and(|d| d <= QUIT),
+        "old workers after a reload: {took:?}"
+    );
+    let before = sync_failures(g.port, "timeout");
+    let new_calls = wait_for(Duration::from_secs(10), || {
+        sync_failures(g.port, "timeout") > before
+    });
+    assert!(new_calls, "the new workers' calls never timed out");
     std::thread::sleep(Duration::from_millis(600));
     let took = quit(g);
     eprintln!("quit under a {what}: nginx gone after {took:?}");
@@ -110,11 +125,12 @@ fn key_slots_agree_with_cluster_keyslot() {
 /// profiles and the overrides) answers a byte every 250 ms, through a
 /// proxy it announces as its address (`cluster-announce-port`); the seed is
 /// another node, so the slot map is read at once. Every call to that node
-/// ends at its deadline as `timeout`, and `nginx -s quit` finishes within
-/// [`QUIT`]. The crate's cluster client bounded each read only: a call
-/// lasted as long as its replies took to trickle.
+/// ends at its deadline as `timeout`, and a reload and `nginx -s quit`
+/// finish within [`QUIT`]. The crate's cluster client bounded each read
+/// only: a call lasted as long as its replies took to trickle (quit: more
+/// than 10 s on main).
 #[test]
-fn a_trickling_cluster_node_times_out_per_call_and_quit_finishes_within_1_5s() {
+fn a_trickling_cluster_node_times_out_per_call_and_quit_and_reload_finish_within_1_5s() {
     let cluster = RedisCluster::start();
     let n = owner_of(&cluster, keyslot(cluster.nodes[0].port, "rlw:{c}:fleet"));
     let proxy = FaultProxy::start(cluster.nodes[n].port);
@@ -138,11 +154,12 @@ fn a_trickling_cluster_node_times_out_per_call_and_quit_finishes_within_1_5s() {
 }
 
 /// The only sentinel listed answers a byte every 250 ms: every connect
-/// (the sentinel's query) ends at its deadline as `timeout`, and `nginx -s
-/// quit` finishes within [`QUIT`]. The crate's connection bounded each read
-/// only: a query lasted as long as its reply took to trickle.
+/// (the sentinel's query) ends at its deadline as `timeout`, and a reload
+/// and `nginx -s quit` finish within [`QUIT`]. The crate's connection
+/// bounded each read only: a query lasted as long as its reply took to
+/// trickle (two took 7.5 s on main).
 #[test]
-fn a_trickling_sentinel_times_out_per_call_and_quit_finishes_within_1_5s() {
+fn a_trickling_sentinel_times_out_per_call_and_quit_and_reload_finish_within_1_5s() {
     let set = SentinelSet::start();
     let proxy = FaultProxy::start(set.sentinels[0].port);
     proxy.set(Fault::Trickle(250));
