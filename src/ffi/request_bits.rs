@@ -17,6 +17,8 @@ extern "C" {
     fn rlw_request_internal(r: *mut ngx_http_request_t) -> ngx_uint_t;
     fn rlw_request_error_page(r: *mut ngx_http_request_t) -> ngx_uint_t;
     fn rlw_request_subrequest_filters(r: *mut ngx_http_request_t) -> ngx_uint_t;
+    fn rlw_request_side_work(r: *mut ngx_http_request_t) -> ngx_uint_t;
+    fn rlw_request_upstream_goes_on(r: *mut ngx_http_request_t) -> ngx_uint_t;
 }
 
 /// The request's raw pointer, for the C accessors (which only read or
@@ -57,4 +59,20 @@ pub fn subrequest_filters(r: &Request) -> bool {
     // SAFETY: `r` is a live request; the accessor reads its module
     // contexts (an array of `ngx_http_max_module` pointers).
     unsafe { rlw_request_subrequest_filters(raw(r)) != 0 }
+}
+
+/// Whether nginx still works for `r`'s location after its answer: a
+/// `post_action`, or `mirror` subrequests.
+pub fn side_work(r: &Request) -> bool {
+    // SAFETY: `r` is a live request; the accessor reads its location's
+    // core and mirror configurations.
+    unsafe { rlw_request_side_work(raw(r)) != 0 }
+}
+
+/// Whether `r`'s upstream goes on after a header-only answer (it reads the
+/// body into a cache or a store).
+pub fn upstream_goes_on(r: &Request) -> bool {
+    // SAFETY: `r` is a live request; the accessor reads its upstream's
+    // bits when it has one.
+    unsafe { rlw_request_upstream_goes_on(raw(r)) != 0 }
 }
