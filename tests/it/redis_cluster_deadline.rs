@@ -153,6 +153,39 @@ fn a_trickling_cluster_node_times_out_per_call_and_quit_and_reload_finish_within
     times_out_and_quits(&g, "trickling cluster node");
 }
 
+/// The first seed node listed answers a byte every 250 ms (a proxy in
+/// front of a healthy node; the slot map names the nodes' own addresses):
+/// it costs its share of the connect's 500 ms, the next seed gives the
+/// slot map, and the gateways share their clients' limits with no failure
+/// counted.
+#[test]
+fn a_trickling_first_seed_costs_its_share_and_limits_are_shared() {
+    let cluster = RedisCluster::start();
+    let proxy = FaultProxy::start(cluster.nodes[0].port);
+    proxy.set(Fault::Trickle(250));
+    let url = cluster
+        .url()
+        .replacen("redis://", &format!("redis://127.0.0.1:{},", proxy.port), 1);
+    let redis = format!("redis={url} redis_mode=cluster");
+    let up = Upstream::start();
+    let clock = ShiftedClock::new();
+    let a = redis_gateway_on(&clock, &redis, &up, 30);
+    let b = redis_gateway_on(&clock, &redis, &up, 30);
+    clock.clear_of_boundary(60_000, 15_000);
+    let mut admitted = [[0u32; 2]; CLIENTS];
+    send_rounds([a.port, b.port], 40, &mut admitted);
+    assert_shared(&admitted, 30, " past a trickling seed");
+    assert!(proxy.accepted() >= 2, "the trickling seed was never asked");
+    for g in [&a, &b] {
+        assert_eq!(
+            zone_metric(g.port, "rate_limit_window_sync_failures_total"),
+            0.0,
+            "{}",
+            g.error_log()
+        );
+    }
+}
+
 /// The only sentinel listed answers a byte every 250 ms: every connect
 /// (the sentinel's query) ends at its deadline as `timeout`, and a reload
 /// and `nginx -s quit` finish within [`QUIT`]. The crate's connection
