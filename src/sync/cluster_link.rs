@@ -204,8 +204,9 @@ impl ClusterLink {
                 _ => LinkErrorKind::Reply,
             };
             // The code only: the details could quote an argument.
-            let detail = format!("CLUSTER SLOTS refused: {}", e.code());
-            return Err(LinkError::new(kind, detail));
+            let mut err = LinkError::new(kind, format!("CLUSTER SLOTS refused: {}", e.code()));
+            err.denied = crate::sync::denied::refused(std::slice::from_ref(&reply));
+            return Err(err);
         }
         self.map = SlotMap::from_slots(&reply, &at.0)?;
         Ok(())

@@ -109,6 +109,9 @@ fn kind_of(e: &redis::RedisError) -> LinkErrorKind {
 pub struct LinkError {
     pub kind: LinkErrorKind,
     pub detail: String,
+    /// The command the ACL refused when that failed the call (packed,
+    /// `denied.rs`): logged once with its fix.
+    pub denied: Option<u64>,
 }
 
 impl LinkError {
@@ -116,6 +119,7 @@ impl LinkError {
         Self {
             kind,
             detail: detail.into(),
+            denied: None,
         }
     }
 }

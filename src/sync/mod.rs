@@ -439,6 +439,9 @@ pub(crate) fn count_error(header: &ZoneHeader, e: &LinkError) {
     };
     by_kind.fetch_add(1, Ordering::Relaxed);
     header.down_kind.store(e.kind.code(), Ordering::Relaxed);
+    if let Some(d) = e.denied {
+        denied::note(header, d);
+    }
 }
 
 fn connect<'c>(

@@ -343,7 +343,7 @@ fn slots_migrating_under_the_gateways_keep_counts_through_ask_and_moved() {
 /// logs in as it, the slot map is read, counts are shared by two gateways,
 /// an operator's block made on one reaches the other (the overrides'
 /// scripts, by `EVALSHA`, on the node of the zone's slot), and nothing is
-/// refused or failed.
+/// refused or failed. Without `cluster|slots`, the log names it and its fix.
 #[test]
 fn the_documented_acl_user_works_on_a_cluster() {
     use crate::fleet_edges::{documented_acl, documented_line};
@@ -411,6 +411,28 @@ fn the_documented_acl_user_works_on_a_cluster() {
         }
         assert!(!g.error_log().contains("NOPERM"), "{}", g.error_log());
     }
+    // Without the cluster's line: the slot map is refused, counted as
+    // `auth`, and the log names the command and the fix, once.
+    for n in &cluster.nodes {
+        let out = cli(&[
+            "-p",
+            &n.port.to_string(),
+            "ACL",
+            "SETUSER",
+            "gateway",
+            "-cluster|slots",
+        ]);
+        assert_eq!(out.trim(), "OK");
+    }
+    let c = acl_gateway_on(&clock, &redis, &up);
+    let line = "redis refused the command CLUSTER|SLOTS to the sync's user (NOPERM): \
+                add \"+cluster|slots\"";
+    // Worker 0 logs it from its sweep timer (once a second).
+    let logged = wait_for(Duration::from_secs(15), || c.error_log().contains(line));
+    assert!(logged, "no line {line:?}:\n{}", c.error_log());
+    assert!(sync_failures(c.port, "auth") > 0.0);
+    assert_eq!(get_key(c.port, "/", "fresh").status, 200);
+    assert_eq!(count_lines(&c.error_log(), line), 1, "{}", c.error_log());
 }
 
 /// A gateway of zone `c` (limit 30 per `X-Key`, the overrides API) on
