@@ -88,8 +88,7 @@ pub fn connect(
     };
     let mut last = LinkError::new(LinkErrorKind::Connection, "no address");
     for addr in resolve(host, port, deadline)? {
-        let conn = RawConn::tcp(addr, deadline).and_then(|mut c| {
-            c.watch(stop.clone());
+        let conn = RawConn::tcp(addr, deadline, stop).and_then(|mut c| {
             if let Some(config) = &tls {
                 c = c.into_tls(config.clone(), host, deadline)?;
             }

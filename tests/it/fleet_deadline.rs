@@ -312,3 +312,65 @@ fn overrides_cross_a_link_700_ms_away() {
     );
     eprintln!("its removal reached b after {:?}", t.elapsed());
 }
+
+/// A listener whose accept queue is full and never drained: the kernel
+/// drops every further SYN, so a connect to it waits until it gives up (a
+/// Redis behind a black hole, or overloaded).
+struct FullBacklog {
+    port: u16,
+    _listener: TcpListener,
+    _queued: Vec<TcpStream>,
+}
+
+impl FullBacklog {
+    fn start() -> FullBacklog {
+        use std::os::fd::AsRawFd;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        // SAFETY: listen(2) on the listener's own open descriptor (a new
+        // backlog of 0: one queued connection fills it).
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+        let addr = listener.local_addr().unwrap();
+        let mut queued = Vec::new();
+        while let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+            queued.push(s);
+            assert!(queued.len() < 16, "the accept queue never filled");
+        }
+        FullBacklog {
+            port: addr.port(),
+            _listener: listener,
+            _queued: queued,
+        }
+    }
+}
+
+/// Redis's address never completes a connect: the count rounds' connects
+/// fail at their 500 ms as `timeout`, and `nginx -s quit` finishes within
+/// [`QUIT`] although the overrides thread's connect (3 s) is in flight: the
+/// connect checks the stop flag every 100 ms. A connect bounded by its
+/// deadline alone kept a quitting worker for the rest of its 3 s.
+#[test]
+fn a_connect_that_never_completes_lets_quit_finish_within_1_5s() {
+    let hole = FullBacklog::start();
+    let ng = Nginx::builder().start(&http_conf(&format!(
+        r#"rate_limit_window_zone $http_x_key zone=t:1m window=60s redis=127.0.0.1:{} sync=100ms secret=fleet-deadline-hole-001;
+        server {{
+            listen 127.0.0.1:{{{{PORT}}}} reuseport;
+            location / {{ rate_limit_window zone=t limit=100; empty_gif; }}
+            location = /metrics {{ rate_limit_window_metrics; }}
+        }}"#,
+        hole.port
+    )));
+    assert_eq!(get_key(ng.port, "/", "a").status, 200);
+    assert!(
+        wait_for(Duration::from_secs(10), || failures(&ng, "t", "timeout")
+            >= 1.0),
+        "no connect timed out: {}",
+        get(ng.port, "/metrics").text()
+    );
+    let took = quit(&ng);
+    eprintln!("quit while connects never complete: nginx gone after {took:?}");
+    assert!(
+        took.is_some_and(|d| d <= QUIT),
+        "nginx -s quit took {took:?}"
+    );
+}
