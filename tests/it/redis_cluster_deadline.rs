@@ -371,8 +371,8 @@ fn the_documented_acl_user_works_on_a_cluster() {
         seeds.join(",")
     );
     let clock = ShiftedClock::new();
-    let a = acl_gateway_on(&clock, &redis, &up);
-    let b = acl_gateway_on(&clock, &redis, &up);
+    let a = api_gateway_on(&clock, &redis, &up);
+    let b = api_gateway_on(&clock, &redis, &up);
     clock.clear_of_boundary(60_000, 20_000);
     let mut admitted = [[0u32; 2]; CLIENTS];
     send_rounds([a.port, b.port], 40, &mut admitted);
@@ -424,7 +424,7 @@ fn the_documented_acl_user_works_on_a_cluster() {
         ]);
         assert_eq!(out.trim(), "OK");
     }
-    let c = acl_gateway_on(&clock, &redis, &up);
+    let c = api_gateway_on(&clock, &redis, &up);
     let line = "redis refused the command CLUSTER|SLOTS to the sync's user (NOPERM): \
                 add \"+cluster|slots\"";
     // Worker 0 logs it from its sweep timer (once a second).
@@ -437,7 +437,7 @@ fn the_documented_acl_user_works_on_a_cluster() {
 
 /// A gateway of zone `c` (limit 30 per `X-Key`, the overrides API) on
 /// `redis`, its clock on `clock`.
-fn acl_gateway_on(clock: &ShiftedClock, redis: &str, up: &Upstream) -> Nginx {
+fn api_gateway_on(clock: &ShiftedClock, redis: &str, up: &Upstream) -> Nginx {
     clock.builder().workers(2).upstream_of(up).start(&http_conf(&format!(
         r#"rate_limit_window_zone $http_x_key zone=c:1m window=1m {redis} sync=100ms secret=cluster-acl-secret-0001;
         server {{
@@ -450,4 +450,51 @@ fn acl_gateway_on(clock: &ShiftedClock, redis: &str, up: &Upstream) -> Nginx {
             location = /metrics {{ rate_limit_window_metrics; }}
         }}"#
     )))
+}
+
+/// Whether the gateway on `port` refuses `key` (an operator's block).
+fn blocked(port: u16, key: &str) -> bool {
+    get_key(port, "/", key).status == 429
+}
+
+/// The slot of the zone's own keys (`rlw:{c}:…`: the overrides' log,
+/// hash and sequence, the fleet's profiles) migrates under two gateways:
+/// a block made before, one made while the slot migrates (its script's
+/// keys partly moved: `ASK`, or `TRYAGAIN` until the move ends) and one
+/// made after (`MOVED`) all reach the other gateway, and the first stays.
+#[test]
+fn the_zones_own_slot_migrating_keeps_overrides_shared() {
+    let cluster = RedisCluster::start();
+    let up = Upstream::start();
+    let redis = format!("redis={} redis_mode=cluster", cluster.url());
+    let clock = ShiftedClock::new();
+    let a = api_gateway_on(&clock, &redis, &up);
+    let b = api_gateway_on(&clock, &redis, &up);
+    let block = |key: &str| {
+        let path = format!("/api?zone=c&key={key}");
+        let r = crate::overrides::send_body(a.port, "PUT", &path, br#"{"block":true}"#, false);
+        assert_eq!(r.status, 200, "{}", r.describe());
+        let shared = wait_for(Duration::from_secs(20), || blocked(b.port, key));
+        assert!(shared, "{key} never reached b: {}", b.error_log());
+    };
+    block("op-before");
+    let slot = keyslot(cluster.nodes[0].port, "rlw:{c}:fleet");
+    let from = owner_of(&cluster, slot);
+    let to = (from + 1) % 3;
+    let asked = asking_calls(&cluster, to);
+    start_migration(&cluster, slot, from, to);
+    block("op-during");
+    assert!(
+        asking_calls(&cluster, to) > asked,
+        "no ASK followed to node {to}"
+    );
+    end_migration(&cluster, slot, to);
+    block("op-after");
+    assert_eq!(owner_of(&cluster, slot), to);
+    assert!(blocked(b.port, "op-before") && blocked(b.port, "op-during"));
+    let keys = &cluster.keys_per_node()[from];
+    assert!(
+        !keys.iter().any(|k| k.starts_with("rlw:{c}:")),
+        "zone keys left on node {from}: {keys:?}"
+    );
 }
