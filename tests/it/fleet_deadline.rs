@@ -2,7 +2,8 @@
 //! 0.25 s (a real TCP proxy in front of a real Redis) bounds each call by
 //! its deadline, not each read: the rounds fail as `timeout`, and a reload
 //! and `nginx -s quit` finish within [`QUIT`] whatever the link does; over TLS
-//! too (a link that trickles once the handshake is done). The overrides
+//! too (a link that trickles once the handshake is done), and while a
+//! connect never completes (a full accept queue). The overrides
 //! have a call budget of their own: a Redis 700 ms away (round trip) still
 //! carries a change from one gateway to another.
 use crate::common;
