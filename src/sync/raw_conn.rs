@@ -24,10 +24,13 @@ use std::os::fd::AsRawFd;
 use redis::{ErrorKind, Parser, RedisError, RedisResult, Value};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 /// Longest one socket wait, between two checks of the stop flag (ms).
 const POLL_MS: u64 = 100;
+
+/// Pause before a Unix listener whose backlog is full is asked again (ms).
+const NAP_MS: u64 = 10;
 
 /// The socket.
 enum Sock {
@@ -136,19 +139,38 @@ fn connect_watched(
     stop: &AtomicBool,
 ) -> io::Result<TcpStream> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    sock.set_nonblocking(true)?;
-    match sock.connect(&addr.into()) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {
-            while !writable(&sock, wait(deadline, Some(stop))?)? {}
-            if let Some(e) = sock.take_error()? {
-                return Err(e);
-            }
-        }
-        Err(e) => return Err(e),
-    }
-    sock.set_nonblocking(false)?;
+    finish_connect(&sock, &addr.into(), deadline, stop)?;
     Ok(sock.into())
+}
+
+/// Connects `sock` to `addr` without blocking past [`POLL_MS`] at a time:
+/// a TCP connect in progress is polled, a Unix listener whose backlog is
+/// full (`EAGAIN`) is asked again after a nap; the socket is left blocking.
+fn finish_connect(
+    sock: &Socket,
+    addr: &SockAddr,
+    deadline: Instant,
+    stop: &AtomicBool,
+) -> io::Result<()> {
+    sock.set_nonblocking(true)?;
+    loop {
+        match sock.connect(addr) {
+            Ok(()) => break,
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {
+                while !writable(sock, wait(deadline, Some(stop))?)? {}
+                if let Some(e) = sock.take_error()? {
+                    return Err(e);
+                }
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let nap = wait(deadline, Some(stop))?.min(Duration::from_millis(NAP_MS));
+                std::thread::sleep(nap);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    sock.set_nonblocking(false)
 }
 
 /// The wait the next socket call may take ([`POLL_MS`] at most); an error
@@ -217,10 +239,15 @@ impl RawConn {
         Ok(c)
     }
 
-    /// Connects to the Unix socket at `path`.
-    pub fn unix(path: &str, deadline: Instant) -> RedisResult<RawConn> {
-        let s = UnixStream::connect(path)?;
-        Ok(Self::of(Sock::Unix(s), deadline))
+    /// Connects to the Unix socket at `path` before `deadline`, checking
+    /// `stop` while the connect waits (a listener whose backlog is full),
+    /// and on every read and write from then on.
+    pub fn unix(path: &str, deadline: Instant, stop: &Arc<AtomicBool>) -> RedisResult<RawConn> {
+        let sock = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+        finish_connect(&sock, &SockAddr::unix(path)?, deadline, stop)?;
+        let mut c = Self::of(Sock::Unix(UnixStream::from(sock)), deadline);
+        c.watch(stop.clone());
+        Ok(c)
     }
 
     fn of(sock: Sock, deadline: Instant) -> RawConn {

@@ -91,8 +91,7 @@ impl Link {
         };
         match target.params.addr.nodes.first() {
             Some(RedisNode::Unix(path)) => {
-                let mut c = RawConn::unix(path, deadline)?;
-                c.watch(stop.clone());
+                let mut c = RawConn::unix(path, deadline, stop)?;
                 c.login(&login, deadline)?;
                 Ok(Conn::Raw(c))
             }

@@ -375,3 +375,70 @@ fn a_connect_that_never_completes_lets_quit_finish_within_1_5s() {
         "nginx -s quit took {took:?}"
     );
 }
+
+/// A Unix listener whose backlog (0) holds one connection that is never
+/// accepted: a blocking connect to it waits until the listener accepts,
+/// which it never does.
+struct FullUnixBacklog {
+    path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+    _listener: std::os::unix::net::UnixListener,
+    _queued: std::os::unix::net::UnixStream,
+}
+
+impl FullUnixBacklog {
+    fn start() -> FullUnixBacklog {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::net::{UnixListener, UnixStream};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("redis.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        // nginx's workers run as another user: the directory and the
+        // socket open to them.
+        for (p, mode) in [(dir.path(), 0o755), (path.as_path(), 0o777)] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        // SAFETY: listen(2) on the listener's own open descriptor (a new
+        // backlog of 0: the one connection below fills it).
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+        let queued = UnixStream::connect(&path).unwrap();
+        FullUnixBacklog {
+            path,
+            _dir: dir,
+            _listener: listener,
+            _queued: queued,
+        }
+    }
+}
+
+/// Redis's Unix socket never accepts (its backlog is full): each connect
+/// fails at its deadline as `timeout`, and `nginx -s quit` finishes within
+/// [`QUIT`]. A blocking Unix connect waited for the listener forever: no
+/// timeout was ever counted, and quit never finished.
+#[test]
+fn a_unix_socket_that_never_accepts_times_out_and_quit_finishes_within_1_5s() {
+    let hole = FullUnixBacklog::start();
+    let ng = Nginx::builder().start(&http_conf(&format!(
+        r#"rate_limit_window_zone $http_x_key zone=t:1m window=60s redis=unix:{} sync=100ms secret=fleet-deadline-unix-001;
+        server {{
+            listen 127.0.0.1:{{{{PORT}}}} reuseport;
+            location / {{ rate_limit_window zone=t limit=100; empty_gif; }}
+            location = /metrics {{ rate_limit_window_metrics; }}
+        }}"#,
+        hole.path.display()
+    )));
+    assert_eq!(get_key(ng.port, "/", "a").status, 200);
+    assert!(
+        wait_for(Duration::from_secs(10), || failures(&ng, "t", "timeout")
+            >= 2.0),
+        "no connect timed out: {}",
+        get(ng.port, "/metrics").text()
+    );
+    let took = quit(&ng);
+    eprintln!("quit while a Unix socket never accepts: nginx gone after {took:?}");
+    assert!(
+        took.is_some_and(|d| d <= QUIT),
+        "nginx -s quit took {took:?}"
+    );
+}
