@@ -442,3 +442,42 @@ fn a_unix_socket_that_never_accepts_times_out_and_quit_finishes_within_1_5s() {
         "nginx -s quit took {took:?}"
     );
 }
+
+/// A Redis on a Unix socket (`redis=unix:PATH`): the connect that never
+/// blocks (non-blocking, polled) connects, and two gateways share a
+/// client's limit through it, with no failure counted.
+#[test]
+fn gateways_share_limits_through_a_unix_socket() {
+    use common::redis_servers::{alternate, redis_gateway, server_bin, sync_failures, RedisProc};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sock = dir.path().join("redis.sock");
+    let port = free_port();
+    let conf = format!(
+        "bind 127.0.0.1\nport {port}\nsave \"\"\nappendonly no\nunixsocket {}\nunixsocketperm 777\n",
+        sock.display()
+    );
+    let _redis = RedisProc::spawn(&server_bin(), dir.path(), "unix", &conf, port);
+    assert!(wait_for(Duration::from_secs(10), || sock.exists()));
+    let up = Upstream::start();
+    let redis = format!("redis=unix:{}", sock.display());
+    let (a, b) = (
+        redis_gateway(&redis, &up, 20),
+        redis_gateway(&redis, &up, 20),
+    );
+    let admitted = alternate([a.port, b.port], "unix-client", 40);
+    let total = admitted[0] + admitted[1];
+    eprintln!("through a Unix socket: admitted {admitted:?} = {total} for limit 20");
+    assert!((20..=24).contains(&total), "{total} ({admitted:?})");
+    for g in [&a, &b] {
+        for kind in ["timeout", "connection", "reply"] {
+            assert_eq!(
+                sync_failures(g.port, kind),
+                0.0,
+                "{kind}: {}",
+                g.error_log()
+            );
+        }
+    }
+}
