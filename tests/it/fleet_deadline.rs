@@ -448,7 +448,9 @@ fn a_unix_socket_that_never_accepts_times_out_and_quit_finishes_within_1_5s() {
 /// client's limit through it, with no failure counted.
 #[test]
 fn gateways_share_limits_through_a_unix_socket() {
-    use common::redis_servers::{alternate, redis_gateway, server_bin, sync_failures, RedisProc};
+    use common::redis_servers::{
+        alternate, redis_gateway_on, server_bin, sync_failures, RedisProc,
+    };
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -462,10 +464,10 @@ fn gateways_share_limits_through_a_unix_socket() {
     assert!(wait_for(Duration::from_secs(10), || sock.exists()));
     let up = Upstream::start();
     let redis = format!("redis=unix:{}", sock.display());
-    let (a, b) = (
-        redis_gateway(&redis, &up, 20),
-        redis_gateway(&redis, &up, 20),
-    );
+    let clock = ShiftedClock::new();
+    let a = redis_gateway_on(&clock, &redis, &up, 20);
+    let b = redis_gateway_on(&clock, &redis, &up, 20);
+    clock.clear_of_boundary(60_000, 10_000);
     let admitted = alternate([a.port, b.port], "unix-client", 40);
     let total = admitted[0] + admitted[1];
     eprintln!("through a Unix socket: admitted {admitted:?} = {total} for limit 20");
