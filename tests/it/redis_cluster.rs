@@ -28,6 +28,33 @@ pub(crate) fn send_rounds(ports: [u16; 2], rounds: usize, admitted: &mut [[u32; 
     }
 }
 
+/// Two gateways of limit `limit` on `redis` (`redis_gateway_on`), their
+/// clock kept clear of a window boundary for `clear_ms`.
+pub(crate) fn two_gateways(
+    redis: &str,
+    up: &Upstream,
+    limit: u32,
+    clear_ms: u128,
+) -> (ShiftedClock, Nginx, Nginx) {
+    let clock = ShiftedClock::new();
+    let a = redis_gateway_on(&clock, redis, up, limit);
+    let b = redis_gateway_on(&clock, redis, up, limit);
+    clock.clear_of_boundary(60_000, clear_ms);
+    (clock, a, b)
+}
+
+/// No sync failure of any kind counted by `gateways`.
+pub(crate) fn assert_no_failures(gateways: &[&Nginx]) {
+    for g in gateways {
+        assert_eq!(
+            zone_metric(g.port, "rate_limit_window_sync_failures_total"),
+            0.0,
+            "{}",
+            g.error_log()
+        );
+    }
+}
+
 /// Every client of `admitted` was admitted `limit` over the two gateways,
 /// a few more at most (a round in flight).
 pub(crate) fn assert_shared(admitted: &[[u32; 2]; CLIENTS], limit: u32, what: &str) {
@@ -46,10 +73,7 @@ fn clients_on_different_nodes_share_limits() {
     let cluster = RedisCluster::start();
     let up = Upstream::start();
     let redis = format!("redis={} redis_mode=cluster", cluster.url());
-    let clock = ShiftedClock::new();
-    let a = redis_gateway_on(&clock, &redis, &up, 30);
-    let b = redis_gateway_on(&clock, &redis, &up, 30);
-    clock.clear_of_boundary(60_000, 10_000);
+    let (_clock, a, b) = two_gateways(&redis, &up, 30, 10_000);
 
     // Every client sends 60 requests at 20 requests/s, alternating
     // between the gateways (the clients start on different gateways).
@@ -126,10 +150,7 @@ fn limits_survive_a_slot_migration() {
     let cluster = RedisCluster::start();
     let up = Upstream::start();
     let redis = format!("redis={} redis_mode=cluster", cluster.url());
-    let clock = ShiftedClock::new();
-    let a = redis_gateway_on(&clock, &redis, &up, 60);
-    let b = redis_gateway_on(&clock, &redis, &up, 60);
-    clock.clear_of_boundary(60_000, 40_000);
+    let (_clock, a, b) = two_gateways(&redis, &up, 60, 40_000);
     let send = |rounds: usize, admitted: &mut [[u32; 2]; CLIENTS]| {
         send_rounds([a.port, b.port], rounds, admitted);
     };

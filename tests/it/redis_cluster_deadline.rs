@@ -11,7 +11,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use crate::fleet_deadline::{all_gone, quit};
-use crate::redis_cluster::{assert_shared, send_rounds, CLIENTS};
+use crate::redis_cluster::{assert_no_failures, assert_shared, send_rounds, two_gateways, CLIENTS};
 use common::fault_proxy::{Fault, FaultProxy};
 use common::redis_servers::*;
 use common::*;
@@ -168,22 +168,12 @@ fn a_trickling_first_seed_costs_its_share_and_limits_are_shared() {
         .replacen("redis://", &format!("redis://127.0.0.1:{},", proxy.port), 1);
     let redis = format!("redis={url} redis_mode=cluster");
     let up = Upstream::start();
-    let clock = ShiftedClock::new();
-    let a = redis_gateway_on(&clock, &redis, &up, 30);
-    let b = redis_gateway_on(&clock, &redis, &up, 30);
-    clock.clear_of_boundary(60_000, 15_000);
+    let (_clock, a, b) = two_gateways(&redis, &up, 30, 15_000);
     let mut admitted = [[0u32; 2]; CLIENTS];
     send_rounds([a.port, b.port], 40, &mut admitted);
     assert_shared(&admitted, 30, " past a trickling seed");
     assert!(proxy.accepted() >= 2, "the trickling seed was never asked");
-    for g in [&a, &b] {
-        assert_eq!(
-            zone_metric(g.port, "rate_limit_window_sync_failures_total"),
-            0.0,
-            "{}",
-            g.error_log()
-        );
-    }
+    assert_no_failures(&[&a, &b]);
 }
 
 /// The only sentinel listed answers a byte every 250 ms: every connect
@@ -308,10 +298,7 @@ fn slots_migrating_under_the_gateways_keep_counts_through_ask_and_moved() {
     let cluster = RedisCluster::start();
     let up = Upstream::start();
     let redis = format!("redis={} redis_mode=cluster", cluster.url());
-    let clock = ShiftedClock::new();
-    let a = redis_gateway_on(&clock, &redis, &up, 60);
-    let b = redis_gateway_on(&clock, &redis, &up, 60);
-    clock.clear_of_boundary(60_000, 50_000);
+    let (_clock, a, b) = two_gateways(&redis, &up, 60, 50_000);
     let mut admitted = [[0u32; 2]; CLIENTS];
     send_rounds([a.port, b.port], 30, &mut admitted);
     let slots = client_slots(&cluster);

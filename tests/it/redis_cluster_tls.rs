@@ -99,10 +99,7 @@ fn clients_share_limits_over_a_tls_cluster_with_a_password() {
         pki.file("client.key")
     );
     let up = Upstream::start();
-    let clock = ShiftedClock::new();
-    let a = redis_gateway_on(&clock, &redis, &up, 20);
-    let b = redis_gateway_on(&clock, &redis, &up, 20);
-    clock.clear_of_boundary(60_000, 20_000);
+    let (_clock, a, b) = crate::redis_cluster::two_gateways(&redis, &up, 20, 20_000);
     let clients = 6;
     for c in 0..clients {
         let admitted = alternate([a.port, b.port], &format!("client-{c}"), 30);
@@ -119,12 +116,5 @@ fn clients_share_limits_over_a_tls_cluster_with_a_password() {
         per_node.iter().filter(|&&n| n > 0).count() >= 2,
         "every key on one node: {per_node:?}"
     );
-    for g in [&a, &b] {
-        assert_eq!(
-            zone_metric(g.port, "rate_limit_window_sync_failures_total"),
-            0.0,
-            "{}",
-            g.error_log()
-        );
-    }
+    crate::redis_cluster::assert_no_failures(&[&a, &b]);
 }
