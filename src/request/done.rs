@@ -24,11 +24,15 @@ use nginx_sys::{
 };
 use ngx::http::Request;
 
-use crate::ffi::request_bits;
-use crate::request::record;
+use crate::ffi::request_bits::SubrequestFilters;
+use crate::request::record::{self, Record};
 
 /// The next body filter in the chain.
 static mut NEXT_BODY_FILTER: ngx_http_output_body_filter_pt = None;
+
+/// The filters of this nginx that may start subrequests after the main
+/// request's last buffer (read at postconfiguration).
+static mut SUBREQUEST_FILTERS: SubrequestFilters = SubrequestFilters::NONE;
 
 /// Inserts the filter at the top of the body filter chain, if some
 /// location of this configuration may take places.
@@ -39,8 +43,22 @@ pub fn register() {
     // SAFETY: postconfiguration runs single-threaded in the master; this
     // is the documented way to join the filter chain.
     unsafe {
+        SUBREQUEST_FILTERS = SubrequestFilters::read();
         NEXT_BODY_FILTER = ngx_http_top_body_filter;
         ngx_http_top_body_filter = Some(body_filter);
+    }
+}
+
+/// Passes `chain` on to the next body filter.
+#[inline(always)]
+fn next(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -> ngx_int_t {
+    // SAFETY: NEXT_BODY_FILTER was set in postconfiguration, before any
+    // request; the next filter is called with what this one was given.
+    unsafe {
+        match NEXT_BODY_FILTER {
+            Some(next) => next(r, chain),
+            None => 0,
+        }
     }
 }
 
@@ -48,48 +66,48 @@ pub fn register() {
 /// response and no subrequest's output waits: before passing it on (the
 /// client cannot see the end of the response while its place is held),
 /// unless a filter below may still start subrequests, then after, if it
-/// started none.
+/// started none. Any other buffer goes straight on.
 extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -> ngx_int_t {
     // SAFETY: nginx calls a body filter with a valid request; its `main`
     // is the main request, alive as long as it is.
-    let last = unsafe { (*r).main == r } && ends(chain);
-    let after = last && give_back_before(r);
-    // SAFETY: NEXT_BODY_FILTER was set in postconfiguration, before any
-    // request; the next filter is called with what this one was given.
-    let rc = unsafe {
-        match NEXT_BODY_FILTER {
-            Some(next) => next(r, chain),
-            None => 0,
-        }
-    };
-    if after {
-        // SAFETY: the filters below only write and start subrequests: the
-        // main request `r` is still alive.
+    if unsafe { (*r).main == r } && ends(chain) {
+        // SAFETY: `r` is a valid request (above).
         let req = unsafe { Request::from_ngx_http_request(r) };
-        if no_output_waits(req) {
-            give_back(req);
+        if let Some(rec) = record::record(req).filter(|rec| holds_places(rec)) {
+            return last_buffer(r, rec, chain);
         }
     }
-    rc
+    next(r, chain)
 }
 
-/// The main request `r`'s response ends: gives its places back now,
-/// unless a filter below may still start subrequests (true: see after
-/// them) or a subrequest's output waits (the pool's cleanup will).
-#[inline(never)]
-fn give_back_before(r: *mut ngx_http_request_t) -> bool {
-    // SAFETY: `r` is a valid main request (body_filter).
+/// The main request `r`'s last buffer, `chain`, while its record `rec`
+/// keeps places: they are given back now, unless a filter below may still
+/// start subrequests (then after them, if they started none) or a
+/// subrequest's output waits (the pool's cleanup will).
+fn last_buffer(r: *mut ngx_http_request_t, rec: &Record, chain: *mut ngx_chain_t) -> ngx_int_t {
+    // SAFETY: `r` is the valid main request of body_filter.
     let req = unsafe { Request::from_ngx_http_request(r) };
-    if record::record(req).is_none_or(|rec| rec.kept_places().next().is_none()) {
-        return false;
-    }
-    if request_bits::subrequest_filters(req) {
-        return true;
+    // SAFETY: read-only after postconfiguration.
+    let filters = unsafe { SUBREQUEST_FILTERS };
+    if filters.work_on(req) {
+        let rc = next(r, chain);
+        // The filters below only write and start subrequests: the main
+        // request is still alive.
+        if no_output_waits(req) {
+            give_back(rec);
+        }
+        return rc;
     }
     if no_output_waits(req) {
-        give_back(req);
+        give_back(rec);
     }
-    false
+    next(r, chain)
+}
+
+/// Whether `rec` keeps places to give back.
+#[inline(always)]
+fn holds_places(rec: &Record) -> bool {
+    rec.kept_places().next().is_some()
 }
 
 /// Whether no subrequest of the main request `r` has output waiting to be
@@ -115,12 +133,10 @@ fn ends(mut chain: *mut ngx_chain_t) -> bool {
     false
 }
 
-/// Gives back every place the main request `r` still keeps (once: the
-/// list is emptied first).
-fn give_back(r: &Request) {
-    if let Some(rec) = record::record(r) {
-        for t in rec.take_places() {
-            t.places.give(t.place);
-        }
+/// Gives back every place the record `rec` of a main request still keeps
+/// (once: the list is emptied first).
+fn give_back(rec: &Record) {
+    for t in rec.take_places() {
+        t.places.give(t.place);
     }
 }
