@@ -580,7 +580,9 @@ impl<'a> Places<'a> {
         let salt = self.header.taken.load(Ordering::Relaxed);
         let mixed =
             (plain ^ salt.wrapping_mul(0xbf58_476d_1ce4_e5b9)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let mut i = (mixed >> 32) as usize % len;
+        // The high 32 bits of `mixed` scaled to the ledger's length (a
+        // multiplication where a remainder would divide).
+        let mut i = (((mixed >> 32) * len as u64) >> 32) as usize;
         for _ in 0..len.min(CLAIM_PROBES) {
             let e = &self.ledger[i];
             let w = e.load(Ordering::Relaxed);
