@@ -308,6 +308,27 @@ fn find(w: u128, fp: u64) -> Option<(u32, u32)> {
     None
 }
 
+/// The entry a request of `fp` is counted in, if it has one in `w`:
+/// its entry (a count above 0) or, while the group has no overflow, a free
+/// entry that last held `fp` (the client back where it was: its count
+/// goes up from 0 there, its fingerprint already written): (index,
+/// count). One pass over the entries, as [`find`]; the free one is used
+/// only when no entry counts `fp`.
+#[inline]
+fn find_or_back(w: u128, fp: u64) -> Option<(u32, u32)> {
+    let mut back = None;
+    for i in 0..ENTRIES {
+        let (f, c) = entry(w, i);
+        if f == fp {
+            if c > 0 {
+                return Some((i, c));
+            }
+            back = back.or(Some((i, 0)));
+        }
+    }
+    back.filter(|_| overflow(w) == 0)
+}
+
 /// A free entry of `w`, if any.
 #[inline]
 fn free(w: u128) -> Option<u32> {
@@ -629,7 +650,7 @@ impl<'a> Places<'a> {
         let a = &self.groups[at];
         let mut w = a.load(Ordering::Acquire);
         loop {
-            let (next, step) = match find(w, fp) {
+            let (next, step) = match find_or_back(w, fp) {
                 Some((_, c)) if c >= limit => return Step::Full(c),
                 Some((i, c)) => (with_count_step(w, i, true), Step::Taken(c)),
                 None => match free(w) {
