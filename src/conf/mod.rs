@@ -267,6 +267,10 @@ pub struct LocConf {
     /// This worker has warned that the location answers before its limits
     /// run (see early_answer.rs).
     pub early_answer_warned: core::sync::atomic::AtomicBool,
+    /// Whether nginx works on for a request of this location after its
+    /// answer (`post_action`, `mirror`): 0 not known yet in this worker,
+    /// [`SIDE_WORK_NONE`] or [`SIDE_WORK_SOME`] (request/done.rs).
+    pub side_work: core::sync::atomic::AtomicU8,
     /// `rate_limit_window_grpc`: answer rejected gRPC calls the gRPC way.
     pub grpc: ngx_flag_t,
     /// The distinct routes of `limits` (`name=`), each request of the
@@ -277,6 +281,11 @@ pub struct LocConf {
     /// that a visit of either phase tests one field).
     pub decides: ngx_uint_t,
 }
+
+/// [`LocConf::side_work`]: nothing runs after the answer.
+pub const SIDE_WORK_NONE: u8 = 1;
+/// [`LocConf::side_work`]: a `post_action` or a `mirror` runs on.
+pub const SIDE_WORK_SOME: u8 = 2;
 
 /// [`LocConf::decides`] of a location with nothing to decide.
 pub const DECIDES_NEVER: ngx_uint_t = ngx_uint_t::MAX;
@@ -295,6 +304,7 @@ impl Default for LocConf {
             places: false,
             shed: None,
             early_answer_warned: Default::default(),
+            side_work: Default::default(),
             grpc: UNSET,
             routes: Vec::new(),
             decides: DECIDES_NEVER,

@@ -76,3 +76,46 @@ rlw_subrequest_filter_indexes(ngx_uint_t out[3])
     }
     return n;
 }
+
+/*
+ * ngx_http_mirror_module, referred to weakly (it can be built out); its
+ * location configuration starts with the array of the location's mirror
+ * URIs, NULL when the location mirrors nothing (`mirror off` or none), as
+ * in every nginx since 1.13.4.
+ */
+#pragma weak ngx_http_mirror_module
+extern ngx_module_t ngx_http_mirror_module;
+
+/*
+ * 1 when nginx still works for r's location after its answer: its
+ * post_action, or its mirror subrequests (background subrequests, which
+ * r->postponed does not list).
+ */
+ngx_uint_t
+rlw_request_side_work(ngx_http_request_t *r)
+{
+    ngx_array_t               **mirror;
+    ngx_http_core_loc_conf_t   *clcf;
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+    if (clcf->post_action.data != NULL) {
+        return 1;
+    }
+
+    if (&ngx_http_mirror_module == NULL) {
+        return 0;
+    }
+
+    mirror = ngx_http_get_module_loc_conf(r, ngx_http_mirror_module);
+    return *mirror != NULL;
+}
+
+/*
+ * 1 when r's upstream goes on after a header-only answer: it still reads
+ * the response's body into a cache or a store.
+ */
+ngx_uint_t
+rlw_request_upstream_goes_on(ngx_http_request_t *r)
+{
+    return r->upstream != NULL && (r->upstream->cacheable || r->upstream->store);
+}

@@ -17,6 +17,8 @@ extern "C" {
     fn rlw_request_internal(r: *mut ngx_http_request_t) -> ngx_uint_t;
     fn rlw_request_error_page(r: *mut ngx_http_request_t) -> ngx_uint_t;
     fn rlw_subrequest_filter_indexes(out: *mut ngx_uint_t) -> ngx_uint_t;
+    fn rlw_request_side_work(r: *mut ngx_http_request_t) -> ngx_uint_t;
+    fn rlw_request_upstream_goes_on(r: *mut ngx_http_request_t) -> ngx_uint_t;
 }
 
 /// The request's raw pointer, for the C accessors (which only read or
@@ -91,4 +93,20 @@ impl SubrequestFilters {
             !unsafe { *ctx.add(i) }.is_null()
         })
     }
+}
+
+/// Whether nginx still works for `r`'s location after its answer: a
+/// `post_action`, or `mirror` subrequests.
+pub fn side_work(r: &Request) -> bool {
+    // SAFETY: `r` is a live request; the accessor reads its location's
+    // core and mirror configurations.
+    unsafe { rlw_request_side_work(raw(r)) != 0 }
+}
+
+/// Whether `r`'s upstream goes on after a header-only answer (it reads the
+/// body into a cache or a store).
+pub fn upstream_goes_on(r: &Request) -> bool {
+    // SAFETY: `r` is a live request; the accessor reads its upstream's
+    // bits when it has one.
+    unsafe { rlw_request_upstream_goes_on(raw(r)) != 0 }
 }

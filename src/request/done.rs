@@ -9,9 +9,17 @@
 //! which then may open a new connection and meet its previous request's
 //! place still held.
 //!
-//! Every path that never gets here (a header-only response, a client
-//! gone, an error, a subrequest still running, an HTTP/2 reset, a worker
-//! that exits) keeps the fallback: the places are given back when the
+//! A header-only answer (HEAD, 204, 304) has no last buffer: its places
+//! go back as its header is passed on ([`at_header`], from the header
+//! filter), unless its upstream goes on reading the body into a cache.
+//! A location whose request nginx works on after the answer (`mirror`
+//! subrequests, a `post_action`) keeps its places until nginx frees the
+//! request: that work still reaches upstreams for the client's request,
+//! and nginx (like `limit_conn`) counts the request until it ends.
+//!
+//! Every path that never gets here (a client gone, an error, a
+//! subrequest still running, an HTTP/2 reset, a worker that exits, the
+//! work above) keeps the fallback: the places are given back when the
 //! main request's pool is destroyed (record.rs). The record's list is
 //! taken out before its places are given back, so each is given back
 //! once.
@@ -20,12 +28,15 @@ use core::sync::atomic::Ordering;
 
 use nginx_sys::{
     ngx_chain_t, ngx_http_output_body_filter_pt, ngx_http_request_t, ngx_http_top_body_filter,
-    ngx_int_t,
+    ngx_int_t, ngx_uint_t, NGX_HTTP_HEAD, NGX_HTTP_NOT_MODIFIED, NGX_HTTP_NO_CONTENT,
 };
 use ngx::http::Request;
 
-use crate::ffi::request_bits::SubrequestFilters;
+use crate::conf::{SIDE_WORK_NONE, SIDE_WORK_SOME};
+use crate::ffi::request_bits::{self, SubrequestFilters};
 use crate::request::record::{self, Record};
+use crate::Module;
+use ngx::http::HttpModuleLocationConf;
 
 /// The next body filter in the chain.
 static mut NEXT_BODY_FILTER: ngx_http_output_body_filter_pt = None;
@@ -81,12 +92,16 @@ extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -
 }
 
 /// The main request `r`'s last buffer, `chain`, while its record `rec`
-/// keeps places: they are given back now, unless a filter below may still
-/// start subrequests (then after them, if they started none) or a
-/// subrequest's output waits (the pool's cleanup will).
+/// keeps places: they are given back now, unless nginx works on for its
+/// location after the answer (the pool's cleanup will), a filter below
+/// may still start subrequests (then after them, if they started none) or
+/// a subrequest's output waits (the pool's cleanup will).
 fn last_buffer(r: *mut ngx_http_request_t, rec: &Record, chain: *mut ngx_chain_t) -> ngx_int_t {
     // SAFETY: `r` is the valid main request of body_filter.
     let req = unsafe { Request::from_ngx_http_request(r) };
+    if side_work(req) {
+        return next(r, chain);
+    }
     // SAFETY: read-only after postconfiguration.
     let filters = unsafe { SUBREQUEST_FILTERS };
     if filters.work_on(req) {
@@ -108,6 +123,70 @@ fn last_buffer(r: *mut ngx_http_request_t, rec: &Record, chain: *mut ngx_chain_t
 #[inline(always)]
 fn holds_places(rec: &Record) -> bool {
     rec.kept_places().next().is_some()
+}
+
+/// Passes the header of the main request `r`, which keeps places, on
+/// with `next`, and gives the places back if the answer has no body
+/// (HEAD, 204, 304), no upstream goes on for it and nothing runs after
+/// it: before passing it on when the method or the status says so, else
+/// after, for a conditional request that nginx's not_modified filter
+/// (below this one) may answer 304. An unconditional answer with a body,
+/// the common one, costs four tests.
+#[inline(always)]
+pub fn pass_header(r: &mut Request, next: fn(&mut Request) -> ngx_int_t) -> ngx_int_t {
+    let raw = r.as_ref();
+    if raw.method == NGX_HTTP_HEAD as ngx_uint_t
+        || matches!(
+            raw.headers_out.status as u32,
+            NGX_HTTP_NO_CONTENT | NGX_HTTP_NOT_MODIFIED
+        )
+    {
+        header_only_answer(r);
+    } else if !raw.headers_in.if_modified_since.is_null() || !raw.headers_in.if_none_match.is_null()
+    {
+        return conditional(r, next);
+    }
+    next(r)
+}
+
+/// [`pass_header`] of a conditional request: after the filters below
+/// made it a 304 or not.
+#[inline(never)]
+fn conditional(r: &mut Request, next: fn(&mut Request) -> ngx_int_t) -> ngx_int_t {
+    let rc = next(r);
+    if request_bits::header_only(r) {
+        header_only_answer(r);
+    }
+    rc
+}
+
+/// [`pass_header`] of an answer without a body.
+#[inline(never)]
+fn header_only_answer(r: &Request) {
+    if !request_bits::upstream_goes_on(r) && !side_work(r) {
+        if let Some(rec) = record::record(r) {
+            give_back(rec);
+        }
+    }
+}
+
+/// Whether nginx works on for `r`'s location after its answer (a
+/// `post_action`, `mirror` subrequests): asked once per location in a
+/// worker, then read from its configuration.
+fn side_work(r: &Request) -> bool {
+    let Some(lc) = Module::location_conf(r.as_ref()) else {
+        return request_bits::side_work(r);
+    };
+    match lc.side_work.load(Ordering::Relaxed) {
+        SIDE_WORK_NONE => false,
+        SIDE_WORK_SOME => true,
+        _ => {
+            let some = request_bits::side_work(r);
+            let v = if some { SIDE_WORK_SOME } else { SIDE_WORK_NONE };
+            lc.side_work.store(v, Ordering::Relaxed);
+            some
+        }
+    }
 }
 
 /// Whether no subrequest of the main request `r` has output waiting to be

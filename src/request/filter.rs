@@ -39,9 +39,9 @@ request_handler!(header_filter, filter);
 fn filter(r: &mut Request) -> ngx_int_t {
     // Only the main request answers the client.
     if r.is_main() {
-        let d = record::find(r);
+        let d = record::find_keeping(r);
         let work = match d {
-            Some(d) => d.gives_headers,
+            Some((d, keeps)) => d.gives_headers | keeps,
             // No decision: only a location with limits has something to
             // check (early_answer.rs).
             None => Module::location_conf(r.as_ref())
@@ -68,13 +68,21 @@ fn next(r: &mut Request) -> ngx_int_t {
 }
 
 /// The main request's headers of its decision `d`, or the check of a
-/// limited location that answered before deciding (no decision), then the
+/// limited location that answered before deciding (no decision); the
+/// places it keeps back if its answer is all header (done.rs); then the
 /// next header filter.
 #[inline(never)]
-fn add_headers_then_next(r: &mut Request, d: Option<&Report>) -> ngx_int_t {
+fn add_headers_then_next(r: &mut Request, d: Option<(&Report, bool)>) -> ngx_int_t {
     match d {
         None => crate::conf::early_answer::check_request(r),
-        Some(d) => add_headers(r, d),
+        Some((d, keeps)) => {
+            if d.gives_headers {
+                add_headers(r, d);
+            }
+            if keeps {
+                return crate::request::done::pass_header(r, next);
+            }
+        }
     }
     next(r)
 }

@@ -374,6 +374,13 @@ pub fn find(r: &Request) -> Option<&'static Report> {
     record(r)?.report.get()
 }
 
+/// [`find`], and whether the record still keeps places.
+#[inline(always)]
+pub fn find_keeping(r: &Request) -> Option<(&'static Report, bool)> {
+    let rec = record(r)?;
+    Some((rec.report.get()?, !rec.places.get().is_null()))
+}
+
 /// A decision being made: its record, with room for one [`Applied`] per
 /// limit of the location. [`find`] cannot see it until [`commit`].
 pub struct Pending {

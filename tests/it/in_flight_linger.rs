@@ -51,7 +51,7 @@ fn conf() -> String {
 }
 
 /// Reads from `s` until `end` has been read (the whole answer), bounded.
-fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
+pub(super) fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
@@ -64,13 +64,25 @@ fn read_until(s: &mut TcpStream, end: &[u8]) -> Vec<u8> {
     got
 }
 
-/// Keeps writing a byte to `s` every 100 ms until `stop` (nginx's
+/// Asserts that `answer` begins with `status_line`.
+pub(super) fn answered(answer: &[u8], status_line: &str) {
+    assert!(
+        answer.starts_with(status_line.as_bytes()),
+        "{}",
+        String::from_utf8_lossy(answer)
+    );
+}
+
+/// Keeps writing a byte to `w` every 100 ms until `stop` (nginx's
 /// lingering close reads and drops them, and so keeps the connection).
-fn keep_sending(mut s: TcpStream, stop: Arc<AtomicBool>) -> thread::JoinHandle<bool> {
+fn keep_sending<W: Write + Send + 'static>(
+    mut w: W,
+    stop: Arc<AtomicBool>,
+) -> thread::JoinHandle<bool> {
     thread::spawn(move || {
         let mut wrote_all = true;
         while !stop.load(Ordering::Relaxed) {
-            wrote_all &= s.write_all(b"x").is_ok();
+            wrote_all &= w.write_all(b"x").and_then(|()| w.flush()).is_ok();
             thread::sleep(Duration::from_millis(100));
         }
         wrote_all
@@ -84,14 +96,22 @@ fn logged(ng: &Nginx, uri: &str) -> usize {
     log.lines().filter(|l| l.starts_with(uri)).count()
 }
 
-/// A second request of `client` is admitted within 1 s of the first's
-/// answer while the first's connection lingers (its access log line not
-/// written yet: nginx has not freed it).
-fn second_is_admitted_while_the_first_lingers(ng: &Nginx, first: &str, second: &str) {
+/// While the client keeps writing to `w`, the connection of its answered
+/// request `first` (not logged yet: nginx has not freed it) lingers; its
+/// next request `second` is admitted within 1 s; once it stopped, the
+/// place was given back once (the gauge back to 0, never below).
+pub(super) fn lingering_keeps_no_place<W: Write + Send + 'static>(
+    ng: &Nginx,
+    w: W,
+    client: &str,
+    (first, second): (&str, &str),
+) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = keep_sending(w, stop.clone());
     let t0 = Instant::now();
     let mut refused = 0;
     let admitted = wait_for(Duration::from_secs(1), || {
-        let r = as_client(ng.port, second, "carol");
+        let r = as_client(ng.port, second, client);
         refused += usize::from(r.status == 429);
         r.status == 200
     });
@@ -101,6 +121,14 @@ fn second_is_admitted_while_the_first_lingers(ng: &Nginx, first: &str, second: &
         t0.elapsed()
     );
     assert_eq!(logged(ng, first), 0, "the first request still lingers");
+    stop.store(true, Ordering::Relaxed);
+    assert!(
+        sender.join().unwrap(),
+        "the lingering connection stayed open"
+    );
+    assert!(wait_for(Duration::from_secs(3), || in_flight_gauge(
+        ng.port
+    ) == 0.0));
 }
 
 #[test]
@@ -111,23 +139,8 @@ fn a_lingering_close_keeps_no_place() {
     let req = "GET /slow/first HTTP/1.1\r\nHost: t\r\nX-Client: carol\r\nConnection: close\r\n\r\n";
     a.write_all(req.as_bytes()).unwrap();
     let answer = read_until(&mut a, b"upstream ok\n");
-    assert!(
-        answer.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&answer)
-    );
-    let stop = Arc::new(AtomicBool::new(false));
-    let sender = keep_sending(a, stop.clone());
-    second_is_admitted_while_the_first_lingers(&ng, "/slow/first", "/slow/second");
-    stop.store(true, Ordering::Relaxed);
-    assert!(
-        sender.join().unwrap(),
-        "the lingering connection stayed open"
-    );
-    // Given back once: the gauge comes back to 0, never below.
-    assert!(wait_for(Duration::from_secs(3), || in_flight_gauge(
-        ng.port
-    ) == 0.0));
+    answered(&answer, "HTTP/1.1 200");
+    lingering_keeps_no_place(&ng, a, "carol", ("/slow/first", "/slow/second"));
 }
 
 #[test]
@@ -141,22 +154,8 @@ fn a_discarded_body_keeps_no_place() {
     let req = "POST /gif HTTP/1.1\r\nHost: t\r\nX-Client: carol\r\nContent-Length: 100000\r\n\r\n";
     a.write_all(req.as_bytes()).unwrap();
     let answer = read_until(&mut a, b"</html>");
-    assert!(
-        answer.starts_with(b"HTTP/1.1 405"),
-        "{}",
-        String::from_utf8_lossy(&answer)
-    );
-    let stop = Arc::new(AtomicBool::new(false));
-    let sender = keep_sending(a, stop.clone());
-    second_is_admitted_while_the_first_lingers(&ng, "/gif", "/slow/after-gif");
-    stop.store(true, Ordering::Relaxed);
-    assert!(
-        sender.join().unwrap(),
-        "the discarding connection stayed open"
-    );
-    assert!(wait_for(Duration::from_secs(3), || in_flight_gauge(
-        ng.port
-    ) == 0.0));
+    answered(&answer, "HTTP/1.1 405");
+    lingering_keeps_no_place(&ng, a, "carol", ("/gif", "/slow/after-gif"));
 }
 
 #[test]
@@ -210,7 +209,7 @@ fn an_ssi_page_keeps_its_place_while_its_include_runs() {
 }
 
 /// `rate_limit_window_in_flight` summed over the zone's series.
-fn in_flight_gauge(port: u16) -> f64 {
+pub(super) fn in_flight_gauge(port: u16) -> f64 {
     let text = metrics_text(port);
     prom_value(&text, "rate_limit_window_in_flight", &[("zone", "lg")]).unwrap_or(-1.0)
 }

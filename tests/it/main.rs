@@ -35,6 +35,7 @@ mod headers_truth;
 mod in_flight;
 mod in_flight_linger;
 mod limits;
+mod linger_protocols;
 mod metrics;
 mod overrides;
 mod phases;

@@ -9,7 +9,6 @@ use super::common;
 use super::{counted, slow_locations, slow_path, Route, PHASES, SLOW};
 
 use common::*;
-use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
@@ -63,27 +62,11 @@ fn matrix_conf(tls: &str) -> String {
 
 /// `n` GETs of `url` at once as streams of one HTTP/2 connection, as `ip`.
 pub(super) fn curl_h2_parallel(url: &str, ip: &str, n: usize) -> Vec<u16> {
-    let mut cmd = Command::new("curl");
-    cmd.args(["-sSk", "--http2", "-Z", "-H"])
-        .arg(format!("X-Via-Http: {ip}"))
-        .args(["-w", "%{http_version} %{num_connects} %{http_code}\\n"]);
-    for _ in 0..n {
-        cmd.args(["-o", "/dev/null", url]);
-    }
-    let out = cmd.output().expect("run curl (make test installs it)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut connects = 0;
-    let codes = text
-        .lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            assert_eq!(f.first(), Some(&"2"), "not HTTP/2: {text}");
-            connects += f.get(1).and_then(|c| c.parse::<u32>().ok()).unwrap_or(0);
-            f.get(2).and_then(|c| c.parse().ok()).unwrap_or(0)
-        })
-        .collect();
-    assert_eq!(connects, 1, "not one connection: {text}");
-    codes
+    curl_h2(
+        &vec![url.to_string(); n],
+        &format!("X-Via-Http: {ip}"),
+        true,
+    )
 }
 
 /// Two requests of one row's client at once; their statuses, sorted.

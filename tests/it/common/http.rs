@@ -3,6 +3,7 @@
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::process::Command;
 use std::time::Duration;
 
 pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -324,4 +325,35 @@ impl Conn {
             }
         }
     }
+}
+
+/// `urls` as streams of one HTTP/2 connection (TLS, any certificate),
+/// each with `header` (`Name: value`), one after the other or all at once:
+/// their statuses.
+pub fn curl_h2(urls: &[String], header: &str, at_once: bool) -> Vec<u16> {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sSk", "--http2"]);
+    if at_once {
+        cmd.arg("-Z");
+    }
+    cmd.arg("-H")
+        .arg(header)
+        .args(["-w", "%{http_version} %{num_connects} %{http_code}\\n"]);
+    for u in urls {
+        cmd.args(["-o", "/dev/null", u]);
+    }
+    let out = cmd.output().expect("run curl (make test installs it)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut connects = 0;
+    let codes = text
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            assert_eq!(f.first(), Some(&"2"), "not HTTP/2: {text}");
+            connects += f.get(1).and_then(|c| c.parse::<u32>().ok()).unwrap_or(0);
+            f.get(2).and_then(|c| c.parse().ok()).unwrap_or(0)
+        })
+        .collect();
+    assert_eq!(connects, 1, "not one connection: {text}");
+    codes
 }

@@ -2,7 +2,8 @@
 //! and its own concurrency: how many requests of each client (its
 //! `X-Client` header) it serves at once, and the most it ever did. A path
 //! with `sleep=MS` in it is answered after MS ms, one with `status=404`
-//! with a 404.
+//! with a 404, one with `body_after=MS` sends its header at once and its
+//! body MS ms later.
 
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -198,6 +199,12 @@ pub(crate) fn serve_upstream_conn(
             if close { "close" } else { "keep-alive" }
         );
         let mut out = resp.into_bytes();
+        if let Some(ms) = path_param(&path, "body_after") {
+            w.write_all(&out)?;
+            w.flush()?;
+            thread::sleep(Duration::from_millis(ms));
+            out.clear();
+        }
         out.extend_from_slice(payload);
         // Done before the answer leaves: nginx cannot have it (and give
         // the request's place back) while this request is still counted.
