@@ -595,7 +595,10 @@ impl<'a> Places<'a> {
     /// search starts at a place drawn from the word and the count of places
     /// taken, so that one client's requests spread over the ledger, and
     /// goes on over [`CLAIM_PROBES`] words (the whole ledger of a zone up
-    /// to 16m: a word is free unless that many are in flight).
+    /// to 16m: a word is free unless that many are in flight). The first
+    /// word, free nearly always, is tried inline; the search goes on out
+    /// of line.
+    #[inline(always)]
     fn claim(&self, plain: u64) -> Option<(usize, u64)> {
         let len = self.ledger.len();
         let salt = self.header.taken.load(Ordering::Relaxed);
@@ -603,17 +606,35 @@ impl<'a> Places<'a> {
             (plain ^ salt.wrapping_mul(0xbf58_476d_1ce4_e5b9)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         // The high 32 bits of `mixed` scaled to the ledger's length (a
         // multiplication where a remainder would divide).
-        let mut i = (((mixed >> 32) * len as u64) >> 32) as usize;
+        let i = (((mixed >> 32) * len as u64) >> 32) as usize;
+        if let Some(word) = self.claim_at(i, plain) {
+            return Some((i, word));
+        }
+        self.claim_from(i, plain)
+    }
+
+    /// Ledger word `i` claimed for `plain` if it is free: the word.
+    #[inline(always)]
+    fn claim_at(&self, i: usize, plain: u64) -> Option<u64> {
+        let e = self.ledger.get(i)?;
+        let w = e.load(Ordering::Relaxed);
+        if pid_of(w) != 0 {
+            return None;
+        }
+        let word = plain | (((w >> TAG_SHIFT) + 1) & TAG_MASK) << TAG_SHIFT;
+        e.compare_exchange(w, word, Ordering::AcqRel, Ordering::Relaxed)
+            .ok()
+            .map(|_| word)
+    }
+
+    /// [`Places::claim`]'s search, from word `i` on.
+    #[cold]
+    #[inline(never)]
+    fn claim_from(&self, mut i: usize, plain: u64) -> Option<(usize, u64)> {
+        let len = self.ledger.len();
         for _ in 0..len.min(CLAIM_PROBES) {
-            let e = &self.ledger[i];
-            let w = e.load(Ordering::Relaxed);
-            if pid_of(w) == 0 {
-                let word = plain | (((w >> TAG_SHIFT) + 1) & TAG_MASK) << TAG_SHIFT;
-                if e.compare_exchange(w, word, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    return Some((i, word));
-                }
+            if let Some(word) = self.claim_at(i, plain) {
+                return Some((i, word));
             }
             i += 1;
             if i == len {
