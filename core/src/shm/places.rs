@@ -683,7 +683,7 @@ impl<'a> Places<'a> {
             // The ledger says where the place is counted before it is.
             let depth = if matches!(step, Step::Over) { d + 1 } else { d };
             slot.store(with_depth(word, depth), Ordering::Release);
-            match a.compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire) {
+            match cas::compare_exchange(a, w, next) {
                 Ok(_) => return step,
                 Err(now) => w = now,
             }
@@ -718,7 +718,7 @@ impl<'a> Places<'a> {
         let mut w = a.load(Ordering::Acquire);
         while let Some((i, _)) = find(w, fp) {
             let next = with_count_step(w, i, false);
-            match a.compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire) {
+            match cas::compare_exchange(a, w, next) {
                 Ok(_) => return,
                 Err(now) => w = now,
             }
@@ -775,6 +775,9 @@ impl<'a> Places<'a> {
 
 #[path = "places_carry.rs"]
 mod carry;
+
+#[path = "places_cas.rs"]
+mod cas;
 
 #[path = "places_reclaim.rs"]
 mod reclaim;
