@@ -214,8 +214,9 @@ fn ends(mut chain: *mut ngx_chain_t) -> bool {
 
 /// Gives back every place the record `rec` of a main request still keeps
 /// (once: the list is emptied first).
+#[inline(always)]
 fn give_back(rec: &Record) {
     for t in rec.take_places() {
-        t.places.give(t.place);
+        t.places.give_inline(t.place);
     }
 }

@@ -713,6 +713,7 @@ impl<'a> Places<'a> {
     }
 
     /// Takes one from the count of `fp` in group `g` (nothing if it has none).
+    #[inline(always)]
     fn lower(&self, g: usize, fp: u64) {
         let a = &self.groups[g];
         let mut w = a.load(Ordering::Acquire);
@@ -730,11 +731,18 @@ impl<'a> Places<'a> {
     #[inline(always)]
     fn uncount(&self, w: u64) {
         let g = self.group_of((w >> HASH_SHIFT) & HASH_MASK);
-        let d = depth_of(w);
-        if d == 0 {
+        if depth_of(w) == 0 {
             self.lower(g, w & FP_MASK);
             return;
         }
+        self.uncount_over(g, w);
+    }
+
+    /// [`Places::uncount`] of a place counted past its own group `g`.
+    #[cold]
+    #[inline(never)]
+    fn uncount_over(&self, g: usize, w: u64) {
+        let d = depth_of(w);
         self.lower(self.after(g, d), w & FP_MASK);
         for k in (0..d).rev() {
             self.lower_overflow(self.after(g, k));
@@ -747,6 +755,13 @@ impl<'a> Places<'a> {
     /// one more from the client's count (a place too many for a while),
     /// never a count left that nobody gives back.
     pub fn give(&self, p: Place) {
+        self.give_inline(p);
+    }
+
+    /// [`Places::give`], inlined where a request's places are given back
+    /// as its response ends.
+    #[inline(always)]
+    pub fn give_inline(&self, p: Place) {
         let Some(slot) = self.ledger.get(p.at as usize) else {
             return;
         };
