@@ -7,7 +7,10 @@
 //!   fingerprint and a 16-bit count each) and a 14-bit overflow count. A
 //!   place is taken with one compare-and-swap on that word that checks the
 //!   count against the limit and adds one: two workers can never both take
-//!   the last place. An entry whose count is 0 is free.
+//!   the last place. An entry whose count is 0 is free; a client back
+//!   while its group has no overflow is counted again in the free entry
+//!   that last held it, if no other took it (its fingerprint is still
+//!   there: one step up).
 //! * **Overflow.** When a client's group has no free entry, its place is
 //!   counted in the next group (up to [`MAX_DEPTH`] groups on), and each
 //!   group passed has its overflow count raised in the same
