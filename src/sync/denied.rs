@@ -14,11 +14,21 @@ use crate::zone::{ZoneConf, ZoneHeader};
 /// What a script's denied command is packed as (Redis does not name it).
 const SCRIPT: &[u8] = b"script";
 
-/// `name` (8 bytes at most, lowercase) packed in a word (never 0).
+/// What a `CLUSTER` subcommand's name (`cluster|slots`) is packed as, to
+/// fit: `C|slots` (every other name is packed in lowercase).
+const CLUSTER: (&str, &str) = ("cluster|", "C|");
+
+/// `name` (8 bytes at most, lowercase; a `CLUSTER` subcommand shortened)
+/// packed in a word (never 0).
 fn pack(name: &[u8]) -> u64 {
+    let lower = name.to_ascii_lowercase();
+    let short = match lower.strip_prefix(CLUSTER.0.as_bytes()) {
+        Some(sub) => [CLUSTER.1.as_bytes(), sub].concat(),
+        None => lower,
+    };
     let mut b = [0u8; 8];
-    for (d, s) in b.iter_mut().zip(name) {
-        *d = s.to_ascii_lowercase();
+    for (d, s) in b.iter_mut().zip(&short) {
+        *d = *s;
     }
     u64::from_le_bytes(b)
 }
@@ -27,7 +37,11 @@ fn pack(name: &[u8]) -> u64 {
 fn unpack(w: u64) -> String {
     let b = w.to_le_bytes();
     let n = b.iter().position(|&c| c == 0).unwrap_or(8);
-    String::from_utf8_lossy(&b[..n]).into_owned()
+    let name = String::from_utf8_lossy(&b[..n]).into_owned();
+    match name.strip_prefix(CLUSTER.1) {
+        Some(sub) => format!("{}{sub}", CLUSTER.0),
+        None => name,
+    }
 }
 
 /// The command an error reply says the ACL refused, packed (None: not a

@@ -31,9 +31,11 @@
 //! `lease_timeout_ms`. An older process can never take the sync back.
 //!
 //! **Bounded waits.** Connects (name resolution included) and each batch's
-//! replies have deadlines (`redis_link.rs`), the whole round has one, and
-//! the stop flag and ownership are checked between batches: a stop (quit,
-//! reload) waits about half a second at most. The threads block every signal.
+//! replies have deadlines (`redis_link.rs`), each checked on every read
+//! with the stop flag, in every mode (`raw_conn.rs`, `cluster_link.rs`);
+//! the whole round has one, and the stop flag and ownership are checked
+//! between batches: a stop (quit, reload) waits about half a second at
+//! most. The threads block every signal.
 //!
 //! The thread touches only shared-memory atomics (through the core's table
 //! and the zone header) and its own socket: never an nginx API. When Redis
@@ -42,19 +44,25 @@
 //! by kind, and worker 0 logs each outage and each change of owner once
 //! (`log_changes`, from its sweep timer).
 //!
-//! A client library (the `redis` crate, synchronous API) in a plain thread
-//! was chosen over nginx's event loop: the sync is a periodic batch job, so
+//! Blocking I/O in a plain thread (the `redis` crate's commands and RESP
+//! parser over the module's own bounded connections) was chosen over
+//! nginx's event loop: the sync is a periodic batch job, so
 //! blocking I/O off the request path is the simplest correct shape, and it
 //! can never delay a request.
 //!
 //! Here: the thread and its owner (this file), a round's job and context
 //! ([`ctx`]), one round ([`round`](mod@round)) and its measurements ([`round_stats`]),
-//! the Redis connection ([`redis_link`]), and the overrides the fleet
+//! the Redis connection ([`redis_link`]; a Redis Cluster's in
+//! [`cluster_link`]), and the overrides the fleet
 //! shares ([`fleet_overrides`]).
 
+pub mod cluster_link;
+pub mod cluster_map;
 pub mod ctx;
 pub mod denied;
 pub mod fleet_overrides;
+pub mod link_error;
+pub mod node_conn;
 pub mod ovr_calls;
 pub mod raw_conn;
 pub mod redis_link;
@@ -431,6 +439,9 @@ pub(crate) fn count_error(header: &ZoneHeader, e: &LinkError) {
     };
     by_kind.fetch_add(1, Ordering::Relaxed);
     header.down_kind.store(e.kind.code(), Ordering::Relaxed);
+    if let Some(d) = e.denied {
+        denied::note(header, d);
+    }
 }
 
 fn connect<'c>(

@@ -82,8 +82,8 @@ fn pipeline(shas: &Shas, calls: &[Call], by_sha: bool) -> redis::Pipeline {
     pipe
 }
 
-/// `NOSCRIPT`, or a cluster's failed single command (`Nil`: no script
-/// returns nil).
+/// `NOSCRIPT` (a server, or a cluster node, that has not run the script
+/// yet), or `Nil` (no script returns nil).
 fn missing_script(v: &Value) -> bool {
     match v {
         Value::ServerError(e) => e.code() == "NOSCRIPT",

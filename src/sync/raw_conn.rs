@@ -1,6 +1,6 @@
-//! A Redis connection (TCP, TLS over TCP, or Unix socket) whose every
-//! read and write is bounded by the *call's* deadline and checks the
-//! thread's stop flag: a link that answers a byte every 0.25 s times out at
+//! A Redis connection (TCP, TLS over TCP, or Unix socket) whose TCP
+//! connect, and every read and write, is bounded by the *call's* deadline
+//! and checks the thread's stop flag: a link that answers a byte every 0.25 s times out at
 //! the call's deadline, and `nginx -s quit` (or a reload) interrupts any
 //! call within [`POLL_MS`]. The crate's `Connection` bounds each socket
 //! read only, so a trickling reply could keep a call (and a quitting
@@ -19,12 +19,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::os::fd::AsRawFd;
+
 use redis::{ErrorKind, Parser, RedisError, RedisResult, Value};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 /// Longest one socket wait, between two checks of the stop flag (ms).
 const POLL_MS: u64 = 100;
+
+/// Pause before a Unix listener whose backlog is full is asked again (ms).
+const NAP_MS: u64 = 10;
 
 /// The socket.
 enum Sock {
@@ -64,18 +70,7 @@ impl Bounded {
     /// The wait the next socket call may take; an error when the deadline
     /// passed or the thread is stopping.
     fn wait(&self) -> io::Result<Duration> {
-        if self
-            .stop
-            .as_ref()
-            .is_some_and(|s| s.load(Ordering::Relaxed))
-        {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "stopping"));
-        }
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left < Duration::from_millis(1) {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
-        }
-        Ok(left.min(Duration::from_millis(POLL_MS)))
+        wait(self.deadline, self.stop.as_deref())
     }
 
     /// Runs one socket call until it does something, the deadline passes
@@ -135,9 +130,84 @@ fn tls_error(what: &str) -> RedisError {
     .into()
 }
 
-/// The deadline passed before a call could begin.
-fn too_late() -> RedisError {
-    io::Error::new(io::ErrorKind::TimedOut, "deadline passed").into()
+/// A TCP connect to `addr` that waits [`POLL_MS`] at a time, checking
+/// `stop` and `deadline` in between: a server that never answers the SYN
+/// (a full backlog, a black hole) cannot keep a quitting worker.
+fn connect_watched(
+    addr: SocketAddr,
+    deadline: Instant,
+    stop: &AtomicBool,
+) -> io::Result<TcpStream> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    finish_connect(&sock, &addr.into(), deadline, stop)?;
+    Ok(sock.into())
+}
+
+/// Connects `sock` to `addr` without blocking past [`POLL_MS`] at a time:
+/// a TCP connect in progress is polled, a Unix listener whose backlog is
+/// full (`EAGAIN`) is asked again after a nap; the socket is left blocking.
+fn finish_connect(
+    sock: &Socket,
+    addr: &SockAddr,
+    deadline: Instant,
+    stop: &AtomicBool,
+) -> io::Result<()> {
+    sock.set_nonblocking(true)?;
+    loop {
+        match sock.connect(addr) {
+            Ok(()) => break,
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {
+                while !writable(sock, wait(deadline, Some(stop))?)? {}
+                if let Some(e) = sock.take_error()? {
+                    return Err(e);
+                }
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let nap = wait(deadline, Some(stop))?.min(Duration::from_millis(NAP_MS));
+                std::thread::sleep(nap);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    sock.set_nonblocking(false)
+}
+
+/// The wait the next socket call may take ([`POLL_MS`] at most); an error
+/// when `deadline` passed or the thread is stopping.
+fn wait(deadline: Instant, stop: Option<&AtomicBool>) -> io::Result<Duration> {
+    if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+        return Err(io::Error::new(io::ErrorKind::TimedOut, "stopping"));
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left < Duration::from_millis(1) {
+        return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
+    }
+    Ok(left.min(Duration::from_millis(POLL_MS)))
+}
+
+/// Whether `sock` became writable (its connect ended) within `d`.
+fn writable(sock: &Socket, d: Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    let ms = d.as_millis().clamp(1, u128::from(POLL_MS)) as libc::c_int;
+    // SAFETY: `p` is one valid pollfd that lives across the call (nfds 1),
+    // its descriptor owned by `sock`; poll(2) writes only `p.revents`.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    match n {
+        0 => Ok(false),
+        n if n > 0 => Ok(true),
+        _ => {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => Ok(false),
+                _ => Err(e),
+            }
+        }
+    }
 }
 
 /// A plain connection to one server.
@@ -154,21 +224,30 @@ pub struct Login<'a> {
 }
 
 impl RawConn {
-    /// Connects to `addr` over TCP before `deadline`.
-    pub fn tcp(addr: SocketAddr, deadline: Instant) -> RedisResult<RawConn> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left < Duration::from_millis(1) {
-            return Err(too_late());
-        }
-        let s = TcpStream::connect_timeout(&addr, left)?;
+    /// Connects to `addr` over TCP before `deadline`, checking `stop`
+    /// every [`POLL_MS`] while the connect waits, and on every read and
+    /// write from then on.
+    pub fn tcp(
+        addr: SocketAddr,
+        deadline: Instant,
+        stop: &Arc<AtomicBool>,
+    ) -> RedisResult<RawConn> {
+        let s = connect_watched(addr, deadline, stop)?;
         let _ = s.set_nodelay(true);
-        Ok(Self::of(Sock::Tcp(s), deadline))
+        let mut c = Self::of(Sock::Tcp(s), deadline);
+        c.watch(stop.clone());
+        Ok(c)
     }
 
-    /// Connects to the Unix socket at `path`.
-    pub fn unix(path: &str, deadline: Instant) -> RedisResult<RawConn> {
-        let s = UnixStream::connect(path)?;
-        Ok(Self::of(Sock::Unix(s), deadline))
+    /// Connects to the Unix socket at `path` before `deadline`, checking
+    /// `stop` while the connect waits (a listener whose backlog is full),
+    /// and on every read and write from then on.
+    pub fn unix(path: &str, deadline: Instant, stop: &Arc<AtomicBool>) -> RedisResult<RawConn> {
+        let sock = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+        finish_connect(&sock, &SockAddr::unix(path)?, deadline, stop)?;
+        let mut c = Self::of(Sock::Unix(UnixStream::from(sock)), deadline);
+        c.watch(stop.clone());
+        Ok(c)
     }
 
     fn of(sock: Sock, deadline: Instant) -> RawConn {
@@ -268,13 +347,24 @@ impl RawConn {
     /// Sends `pipe` and reads one reply per command, all before
     /// `deadline` (checked on every read), unless the thread stops.
     pub fn exec(&mut self, pipe: &redis::Pipeline, deadline: Instant) -> RedisResult<Vec<Value>> {
+        self.send(pipe, deadline)?;
+        self.recv(pipe.len(), deadline)
+    }
+
+    /// Sends `pipe` before `deadline`; its replies are [`RawConn::recv`]'s.
+    pub fn send(&mut self, pipe: &redis::Pipeline, deadline: Instant) -> RedisResult<()> {
         self.io.deadline = deadline;
         self.io.write_all(&pipe.get_packed_pipeline())?;
-        self.io.flush()?;
-        let mut replies = Vec::with_capacity(pipe.len());
-        for _ in 0..pipe.len() {
-            let v = self.parser.parse_value(&mut self.io)?;
-            replies.push(v);
+        Ok(self.io.flush()?)
+    }
+
+    /// Reads `n` replies before `deadline` (checked on every read), unless
+    /// the thread stops.
+    pub fn recv(&mut self, n: usize, deadline: Instant) -> RedisResult<Vec<Value>> {
+        self.io.deadline = deadline;
+        let mut replies = Vec::with_capacity(n);
+        for _ in 0..n {
+            replies.push(self.parser.parse_value(&mut self.io)?);
         }
         Ok(replies)
     }

@@ -2,7 +2,8 @@
 //! 0.25 s (a real TCP proxy in front of a real Redis) bounds each call by
 //! its deadline, not each read: the rounds fail as `timeout`, and a reload
 //! and `nginx -s quit` finish within [`QUIT`] whatever the link does; over TLS
-//! too (a link that trickles once the handshake is done). The overrides
+//! too (a link that trickles once the handshake is done), and while a
+//! connect never completes (a full accept queue). The overrides
 //! have a call budget of their own: a Redis 700 ms away (round trip) still
 //! carries a change from one gateway to another.
 use crate::common;
@@ -108,7 +109,7 @@ const QUIT: Duration = Duration::from_millis(1_500);
 
 /// Waits until every pid of `pids` exited; the time it took (None: not
 /// within 10 s).
-fn all_gone(pids: &[i32], since: Instant) -> Option<Duration> {
+pub(crate) fn all_gone(pids: &[i32], since: Instant) -> Option<Duration> {
     wait_for(Duration::from_secs(10), || {
         pids.iter().all(|&p| pid_gone(p))
     })
@@ -184,7 +185,7 @@ fn failures(ng: &Nginx, zone: &str, kind: &str) -> f64 {
 
 /// Sends SIGQUIT to `ng`'s master; how long until it and its workers are
 /// gone (None: not within 10 s).
-fn quit(ng: &Nginx) -> Option<Duration> {
+pub(crate) fn quit(ng: &Nginx) -> Option<Duration> {
     let mut pids = ng.worker_pids();
     pids.push(ng.master_pid());
     let t = Instant::now();
@@ -311,4 +312,174 @@ fn overrides_cross_a_link_700_ms_away() {
         "the removal never reached b"
     );
     eprintln!("its removal reached b after {:?}", t.elapsed());
+}
+
+/// A listener whose accept queue is full and never drained: the kernel
+/// drops every further SYN, so a connect to it waits until it gives up (a
+/// Redis behind a black hole, or overloaded).
+struct FullBacklog {
+    port: u16,
+    _listener: TcpListener,
+    _queued: Vec<TcpStream>,
+}
+
+impl FullBacklog {
+    fn start() -> FullBacklog {
+        use std::os::fd::AsRawFd;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        // SAFETY: listen(2) on the listener's own open descriptor (a new
+        // backlog of 0: one queued connection fills it).
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+        let addr = listener.local_addr().unwrap();
+        let mut queued = Vec::new();
+        while let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+            queued.push(s);
+            assert!(queued.len() < 16, "the accept queue never filled");
+        }
+        FullBacklog {
+            port: addr.port(),
+            _listener: listener,
+            _queued: queued,
+        }
+    }
+}
+
+/// Redis's address never completes a connect: the count rounds' connects
+/// fail at their 500 ms as `timeout`, and `nginx -s quit` finishes within
+/// [`QUIT`] although the overrides thread's connect (3 s) is in flight: the
+/// connect checks the stop flag every 100 ms. A connect bounded by its
+/// deadline alone kept a quitting worker for the rest of its 3 s.
+#[test]
+fn a_connect_that_never_completes_lets_quit_finish_within_1_5s() {
+    let hole = FullBacklog::start();
+    let ng = Nginx::builder().start(&http_conf(&format!(
+        r#"rate_limit_window_zone $http_x_key zone=t:1m window=60s redis=127.0.0.1:{} sync=100ms secret=fleet-deadline-hole-001;
+        server {{
+            listen 127.0.0.1:{{{{PORT}}}} reuseport;
+            location / {{ rate_limit_window zone=t limit=100; empty_gif; }}
+            location = /metrics {{ rate_limit_window_metrics; }}
+        }}"#,
+        hole.port
+    )));
+    assert_eq!(get_key(ng.port, "/", "a").status, 200);
+    assert!(
+        wait_for(Duration::from_secs(10), || failures(&ng, "t", "timeout")
+            >= 1.0),
+        "no connect timed out: {}",
+        get(ng.port, "/metrics").text()
+    );
+    let took = quit(&ng);
+    eprintln!("quit while connects never complete: nginx gone after {took:?}");
+    assert!(
+        took.is_some_and(|d| d <= QUIT),
+        "nginx -s quit took {took:?}"
+    );
+}
+
+/// A Unix listener whose backlog (0) holds one connection that is never
+/// accepted: a blocking connect to it waits until the listener accepts,
+/// which it never does.
+struct FullUnixBacklog {
+    path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+    _listener: std::os::unix::net::UnixListener,
+    _queued: std::os::unix::net::UnixStream,
+}
+
+impl FullUnixBacklog {
+    fn start() -> FullUnixBacklog {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::net::{UnixListener, UnixStream};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("redis.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        // nginx's workers run as another user: the directory and the
+        // socket open to them.
+        for (p, mode) in [(dir.path(), 0o755), (path.as_path(), 0o777)] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        // SAFETY: listen(2) on the listener's own open descriptor (a new
+        // backlog of 0: the one connection below fills it).
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+        let queued = UnixStream::connect(&path).unwrap();
+        FullUnixBacklog {
+            path,
+            _dir: dir,
+            _listener: listener,
+            _queued: queued,
+        }
+    }
+}
+
+/// Redis's Unix socket never accepts (its backlog is full): each connect
+/// fails at its deadline as `timeout`, and `nginx -s quit` finishes within
+/// [`QUIT`]. A blocking Unix connect waited for the listener forever: no
+/// timeout was ever counted, and quit never finished.
+#[test]
+fn a_unix_socket_that_never_accepts_times_out_and_quit_finishes_within_1_5s() {
+    let hole = FullUnixBacklog::start();
+    let ng = Nginx::builder().start(&http_conf(&format!(
+        r#"rate_limit_window_zone $http_x_key zone=t:1m window=60s redis=unix:{} sync=100ms secret=fleet-deadline-unix-001;
+        server {{
+            listen 127.0.0.1:{{{{PORT}}}} reuseport;
+            location / {{ rate_limit_window zone=t limit=100; empty_gif; }}
+            location = /metrics {{ rate_limit_window_metrics; }}
+        }}"#,
+        hole.path.display()
+    )));
+    assert_eq!(get_key(ng.port, "/", "a").status, 200);
+    assert!(
+        wait_for(Duration::from_secs(10), || failures(&ng, "t", "timeout")
+            >= 2.0),
+        "no connect timed out: {}",
+        get(ng.port, "/metrics").text()
+    );
+    let took = quit(&ng);
+    eprintln!("quit while a Unix socket never accepts: nginx gone after {took:?}");
+    assert!(
+        took.is_some_and(|d| d <= QUIT),
+        "nginx -s quit took {took:?}"
+    );
+}
+
+/// A Redis on a Unix socket (`redis=unix:PATH`): the connect that never
+/// blocks (non-blocking, polled) connects, and two gateways share a
+/// client's limit through it, with no failure counted.
+#[test]
+fn gateways_share_limits_through_a_unix_socket() {
+    use common::redis_servers::{
+        alternate, redis_gateway_on, server_bin, sync_failures, RedisProc,
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sock = dir.path().join("redis.sock");
+    let port = free_port();
+    let conf = format!(
+        "bind 127.0.0.1\nport {port}\nsave \"\"\nappendonly no\nunixsocket {}\nunixsocketperm 777\n",
+        sock.display()
+    );
+    let _redis = RedisProc::spawn(&server_bin(), dir.path(), "unix", &conf, port);
+    assert!(wait_for(Duration::from_secs(10), || sock.exists()));
+    let up = Upstream::start();
+    let redis = format!("redis=unix:{}", sock.display());
+    let clock = ShiftedClock::new();
+    let a = redis_gateway_on(&clock, &redis, &up, 20);
+    let b = redis_gateway_on(&clock, &redis, &up, 20);
+    clock.clear_of_boundary(60_000, 10_000);
+    let admitted = alternate([a.port, b.port], "unix-client", 40);
+    let total = admitted[0] + admitted[1];
+    eprintln!("through a Unix socket: admitted {admitted:?} = {total} for limit 20");
+    assert!((20..=24).contains(&total), "{total} ({admitted:?})");
+    for g in [&a, &b] {
+        for kind in ["timeout", "connection", "reply"] {
+            assert_eq!(
+                sync_failures(g.port, kind),
+                0.0,
+                "{kind}: {}",
+                g.error_log()
+            );
+        }
+    }
 }

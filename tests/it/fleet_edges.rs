@@ -103,14 +103,20 @@ fn the_whole_range_is_shared_and_a_misfit_is_counted_and_logged() {
 }
 
 /// The ACL line of docs/gateways.md, as printed, with `password`.
-fn documented_acl(password: &str) -> Vec<String> {
+pub fn documented_acl(password: &str) -> Vec<String> {
+    documented_line("ACL SETUSER gateway on ", password)
+}
+
+/// The line of docs/gateways.md that starts with `start`, as arguments,
+/// `>PASSWORD` replaced by `>password`.
+pub fn documented_line(start: &str, password: &str) -> Vec<String> {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/gateways.md"))
         .or_else(|_| std::fs::read_to_string("docs/gateways.md"))
         .expect("docs/gateways.md");
     let line = doc
         .lines()
-        .find(|l| l.starts_with("ACL SETUSER gateway "))
-        .expect("no ACL SETUSER line in docs/gateways.md");
+        .find(|l| l.starts_with(start))
+        .unwrap_or_else(|| panic!("no line {start:?} in docs/gateways.md"));
     line.split_whitespace()
         .map(|w| w.replace(">PASSWORD", &format!(">{password}")))
         .collect()

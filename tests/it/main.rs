@@ -43,6 +43,8 @@ mod ranges;
 mod recipes;
 mod redis_auth_tls;
 mod redis_cluster;
+mod redis_cluster_deadline;
+mod redis_cluster_tls;
 mod redis_conf;
 mod redis_engine;
 mod redis_sentinel;

@@ -30,7 +30,7 @@ fn share(redis: &str) -> [u32; 2] {
     // Credentials and TLS were accepted: no failure but a round timed out
     // (a handshake on 2 loaded cores can pass the sync's deadline).
     for kind in ["connection", "reply", "auth", "tls", "key"] {
-        assert_eq!(failures(a.port, kind), 0.0, "kind={kind}");
+        assert_eq!(sync_failures(a.port, kind), 0.0, "kind={kind}");
     }
     for g in [&a, &b] {
         let log = g.error_log();
@@ -108,7 +108,8 @@ fn refused_keeps_serving(redis: &str, secret: &str, kind: &str, what: &str) {
     );
     // Waits for this kind: on loaded cores a round may time out first.
     assert!(
-        wait_for(Duration::from_secs(15), || failures(g.port, kind) > 0.0),
+        wait_for(Duration::from_secs(15), || sync_failures(g.port, kind)
+            > 0.0),
         "kind={kind} not counted:\n{}",
         get(g.port, "/metrics").text()
     );
@@ -124,16 +125,6 @@ fn refused_keeps_serving(redis: &str, secret: &str, kind: &str, what: &str) {
         !shown.contains(secret),
         "password in metrics or key lookup:\n{shown}"
     );
-}
-
-/// Sync failures of `kind` counted by zone `c` of the gateway on `port`.
-fn failures(port: u16, kind: &str) -> f64 {
-    prom_value(
-        &get(port, "/metrics").text(),
-        "rate_limit_window_sync_failures_total",
-        &[("zone", "c"), ("kind", kind)],
-    )
-    .unwrap_or(0.0)
 }
 
 /// What the metrics location shows an operator: the Prometheus text and the

@@ -40,6 +40,7 @@
 
 pub mod fleet;
 pub mod hot;
+pub mod slot;
 
 use portable_atomic::{AtomicU64, Ordering};
 

@@ -280,6 +280,30 @@ impl Pki {
         self.dir.path().join(name)
     }
 
+    /// redis-cli over TLS with this PKI's CA and client certificate, as
+    /// user `default` with `password`.
+    pub fn cli(&self, password: &str, args: &[&str]) -> String {
+        let (ca, cert, key) = (
+            self.file("ca.crt"),
+            self.file("client.crt"),
+            self.file("client.key"),
+        );
+        let mut all = vec![
+            "--tls",
+            "--cacert",
+            &ca,
+            "--cert",
+            &cert,
+            "--key",
+            &key,
+            "--no-auth-warning",
+            "-a",
+            password,
+        ];
+        all.extend_from_slice(args);
+        cli(&all)
+    }
+
     /// [`Pki::path`] as a string for configs.
     pub fn file(&self, name: &str) -> String {
         self.path(name).display().to_string()
@@ -319,27 +343,9 @@ impl TlsRedis {
     /// redis-cli over TLS with the client certificate and the password.
     pub fn cli(&self, args: &[&str]) -> String {
         let port = self.port().to_string();
-        let (ca, cert, key) = (
-            self.pki.file("ca.crt"),
-            self.pki.file("client.crt"),
-            self.pki.file("client.key"),
-        );
-        let mut all = vec![
-            "-p",
-            &port,
-            "--tls",
-            "--cacert",
-            &ca,
-            "--cert",
-            &cert,
-            "--key",
-            &key,
-            "--no-auth-warning",
-            "-a",
-            TLS_PASSWORD,
-        ];
+        let mut all = vec!["-p", &port];
         all.extend_from_slice(args);
-        cli(&all)
+        self.pki.cli(TLS_PASSWORD, &all)
     }
 }
 
@@ -609,6 +615,16 @@ pub fn alternate(ports: [u16; 2], client: &str, n: usize) -> [u32; 2] {
         sleep(Duration::from_millis(50));
     }
     admitted
+}
+
+/// Sync failures of `kind` counted by zone `c` of the gateway on `port`.
+pub fn sync_failures(port: u16, kind: &str) -> f64 {
+    super::prom_value(
+        &super::get(port, "/metrics").text(),
+        "rate_limit_window_sync_failures_total",
+        &[("zone", "c"), ("kind", kind)],
+    )
+    .unwrap_or(0.0)
 }
 
 /// Sum of the samples of metric `name` for zone `c` (over every label).
