@@ -21,7 +21,7 @@ use core::mem::MaybeUninit;
 use core::ptr::{self, NonNull};
 use core::slice;
 
-use nginx_sys::{ngx_palloc, ngx_pool_cleanup_add, ngx_str_t};
+use nginx_sys::{ngx_palloc, ngx_pool_cleanup_add, ngx_pool_cleanup_t, ngx_str_t};
 use ngx::allocator::Allocator;
 use ngx::core::Pool;
 use ngx::http::{HttpModuleMainConf, Request};
@@ -156,6 +156,30 @@ pub fn drop_with_pool<T: Slotted>(r: &Request, rec: &'static T) -> bool {
         cln.data = core::ptr::from_ref(rec).cast_mut().cast();
     }
     true
+}
+
+/// Has `rec`, the record [`add`] made for `r`'s main request, dropped when
+/// that request's pool is destroyed, through the cleanup entry `cln`: room
+/// in that pool allocated with a value of the caller's (one allocation for
+/// both), linked into the pool's cleanups as `ngx_pool_cleanup_add` links
+/// its own (call it once, instead of [`drop_with_pool`]).
+pub fn drop_with_pool_at<T: Slotted>(
+    r: &Request,
+    rec: &'static T,
+    cln: &'static mut MaybeUninit<ngx_pool_cleanup_t>,
+) {
+    // SAFETY: the pool is valid, its cleanup list ours to prepend to (the
+    // worker's one thread); `cln` lives in that pool until its cleanups
+    // have run, and `rec` is dropped only by this entry.
+    unsafe {
+        let pool = main_of(r).as_ref().pool;
+        let cln = cln.write(ngx_pool_cleanup_t {
+            handler: Some(drop_entry::<T>),
+            data: core::ptr::from_ref(rec).cast_mut().cast(),
+            next: (*pool).cleanup,
+        });
+        (*pool).cleanup = cln;
+    }
 }
 
 /// Room for `n` values of `E` in `r`'s main request's pool. None: out of

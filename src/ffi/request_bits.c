@@ -54,22 +54,27 @@ extern ngx_module_t ngx_http_ssi_filter_module;
 extern ngx_module_t ngx_http_addition_filter_module;
 extern ngx_module_t ngx_http_slice_filter_module;
 
-static ngx_uint_t
-rlw_has_ctx(ngx_http_request_t *r, ngx_module_t *m)
-{
-    return m != NULL && r->ctx[m->ctx_index] != NULL;
-}
-
 /*
- * 1 when one of those filters works on r's response (each sets its
- * context in its header filter, or its variable for slice, only then).
+ * The module context indexes of those filters that this nginx has (out[0..n),
+ * n returned, at most 3), for a body filter that reads r->ctx itself: read
+ * once at postconfiguration (a static module keeps its ctx_index for every
+ * cycle).
  */
 ngx_uint_t
-rlw_request_subrequest_filters(ngx_http_request_t *r)
+rlw_subrequest_filter_indexes(ngx_uint_t out[3])
 {
-    return rlw_has_ctx(r, &ngx_http_ssi_filter_module)
-           || rlw_has_ctx(r, &ngx_http_addition_filter_module)
-           || rlw_has_ctx(r, &ngx_http_slice_filter_module);
+    ngx_uint_t  n = 0;
+
+    if (&ngx_http_ssi_filter_module != NULL) {
+        out[n++] = ngx_http_ssi_filter_module.ctx_index;
+    }
+    if (&ngx_http_addition_filter_module != NULL) {
+        out[n++] = ngx_http_addition_filter_module.ctx_index;
+    }
+    if (&ngx_http_slice_filter_module != NULL) {
+        out[n++] = ngx_http_slice_filter_module.ctx_index;
+    }
+    return n;
 }
 
 /*

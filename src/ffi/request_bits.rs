@@ -16,7 +16,7 @@ extern "C" {
     fn rlw_request_set_header_only(r: *mut ngx_http_request_t);
     fn rlw_request_internal(r: *mut ngx_http_request_t) -> ngx_uint_t;
     fn rlw_request_error_page(r: *mut ngx_http_request_t) -> ngx_uint_t;
-    fn rlw_request_subrequest_filters(r: *mut ngx_http_request_t) -> ngx_uint_t;
+    fn rlw_subrequest_filter_indexes(out: *mut ngx_uint_t) -> ngx_uint_t;
     fn rlw_request_side_work(r: *mut ngx_http_request_t) -> ngx_uint_t;
     fn rlw_request_upstream_goes_on(r: *mut ngx_http_request_t) -> ngx_uint_t;
 }
@@ -52,13 +52,47 @@ pub fn error_page(r: &Request) -> bool {
     unsafe { rlw_request_error_page(raw(r)) != 0 }
 }
 
-/// Whether a filter that may start subrequests after the main request's
-/// own last buffer (SSI, `add_after_body`, `slice`) works on `r`'s
-/// response.
-pub fn subrequest_filters(r: &Request) -> bool {
-    // SAFETY: `r` is a live request; the accessor reads its module
-    // contexts (an array of `ngx_http_max_module` pointers).
-    unsafe { rlw_request_subrequest_filters(raw(r)) != 0 }
+/// The filters that may start subrequests of a main request after its own
+/// last buffer went by (SSI includes, `add_after_body`, the next slice)
+/// that this nginx has: their module context indexes, read once (at
+/// postconfiguration: a static module's `ctx_index` is the same in every
+/// cycle), so that a body filter reads the request's contexts itself,
+/// without a call per buffer.
+#[derive(Clone, Copy)]
+pub struct SubrequestFilters {
+    index: [ngx_uint_t; 3],
+    len: usize,
+}
+
+impl SubrequestFilters {
+    /// None of them (before postconfiguration).
+    pub const NONE: SubrequestFilters = SubrequestFilters {
+        index: [0; 3],
+        len: 0,
+    };
+
+    /// This nginx's.
+    pub fn read() -> SubrequestFilters {
+        let mut index = [0; 3];
+        // SAFETY: the accessor writes at most 3 indexes into `index`.
+        let len = unsafe { rlw_subrequest_filter_indexes(index.as_mut_ptr()) } as usize;
+        SubrequestFilters {
+            index,
+            len: len.min(3),
+        }
+    }
+
+    /// Whether one of them works on `r`'s response (each sets its context
+    /// in its header filter, or its variable for slice, only then).
+    #[inline(always)]
+    pub fn work_on(&self, r: &Request) -> bool {
+        let ctx = r.as_ref().ctx;
+        self.index[..self.len].iter().any(|&i| {
+            // SAFETY: `ctx` is the request's array of `ngx_http_max_module`
+            // context pointers, and `i` a module's context index in it.
+            !unsafe { *ctx.add(i) }.is_null()
+        })
+    }
 }
 
 /// Whether nginx still works for `r`'s location after its answer: a

@@ -33,13 +33,17 @@ use nginx_sys::{
 use ngx::http::Request;
 
 use crate::conf::{SIDE_WORK_NONE, SIDE_WORK_SOME};
-use crate::ffi::request_bits;
-use crate::request::record;
+use crate::ffi::request_bits::{self, SubrequestFilters};
+use crate::request::record::{self, Record};
 use crate::Module;
 use ngx::http::HttpModuleLocationConf;
 
 /// The next body filter in the chain.
 static mut NEXT_BODY_FILTER: ngx_http_output_body_filter_pt = None;
+
+/// The filters of this nginx that may start subrequests after the main
+/// request's last buffer (read at postconfiguration).
+static mut SUBREQUEST_FILTERS: SubrequestFilters = SubrequestFilters::NONE;
 
 /// Inserts the filter at the top of the body filter chain, if some
 /// location of this configuration may take places.
@@ -50,8 +54,22 @@ pub fn register() {
     // SAFETY: postconfiguration runs single-threaded in the master; this
     // is the documented way to join the filter chain.
     unsafe {
+        SUBREQUEST_FILTERS = SubrequestFilters::read();
         NEXT_BODY_FILTER = ngx_http_top_body_filter;
         ngx_http_top_body_filter = Some(body_filter);
+    }
+}
+
+/// Passes `chain` on to the next body filter.
+#[inline(always)]
+fn next(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -> ngx_int_t {
+    // SAFETY: NEXT_BODY_FILTER was set in postconfiguration, before any
+    // request; the next filter is called with what this one was given.
+    unsafe {
+        match NEXT_BODY_FILTER {
+            Some(next) => next(r, chain),
+            None => 0,
+        }
     }
 }
 
@@ -59,51 +77,52 @@ pub fn register() {
 /// response and no subrequest's output waits: before passing it on (the
 /// client cannot see the end of the response while its place is held),
 /// unless a filter below may still start subrequests, then after, if it
-/// started none.
+/// started none. Any other buffer goes straight on.
 extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -> ngx_int_t {
     // SAFETY: nginx calls a body filter with a valid request; its `main`
     // is the main request, alive as long as it is.
-    let last = unsafe { (*r).main == r } && ends(chain);
-    let after = last && give_back_before(r);
-    // SAFETY: NEXT_BODY_FILTER was set in postconfiguration, before any
-    // request; the next filter is called with what this one was given.
-    let rc = unsafe {
-        match NEXT_BODY_FILTER {
-            Some(next) => next(r, chain),
-            None => 0,
-        }
-    };
-    if after {
-        // SAFETY: the filters below only write and start subrequests: the
-        // main request `r` is still alive.
+    if unsafe { (*r).main == r } && ends(chain) {
+        // SAFETY: `r` is a valid request (above).
         let req = unsafe { Request::from_ngx_http_request(r) };
-        if no_output_waits(req) {
-            give_back(req);
+        if let Some(rec) = record::record(req).filter(|rec| holds_places(rec)) {
+            return last_buffer(r, rec, chain);
         }
     }
-    rc
+    next(r, chain)
 }
 
-/// The main request `r`'s response ends: gives its places back now,
-/// unless a filter below may still start subrequests (true: see after
-/// them) or a subrequest's output waits (the pool's cleanup will).
-#[inline(never)]
-fn give_back_before(r: *mut ngx_http_request_t) -> bool {
-    // SAFETY: `r` is a valid main request (body_filter).
+/// The main request `r`'s last buffer, `chain`, while its record `rec`
+/// keeps places: they are given back now, unless nginx works on for its
+/// location after the answer (the pool's cleanup will), a filter below
+/// may still start subrequests (then after them, if they started none) or
+/// a subrequest's output waits (the pool's cleanup will).
+fn last_buffer(r: *mut ngx_http_request_t, rec: &Record, chain: *mut ngx_chain_t) -> ngx_int_t {
+    // SAFETY: `r` is the valid main request of body_filter.
     let req = unsafe { Request::from_ngx_http_request(r) };
-    if record::record(req).is_none_or(|rec| rec.kept_places().next().is_none()) {
-        return false;
-    }
     if side_work(req) {
-        return false;
+        return next(r, chain);
     }
-    if request_bits::subrequest_filters(req) {
-        return true;
+    // SAFETY: read-only after postconfiguration.
+    let filters = unsafe { SUBREQUEST_FILTERS };
+    if filters.work_on(req) {
+        let rc = next(r, chain);
+        // The filters below only write and start subrequests: the main
+        // request is still alive.
+        if no_output_waits(req) {
+            give_back(rec);
+        }
+        return rc;
     }
     if no_output_waits(req) {
-        give_back(req);
+        give_back(rec);
     }
-    false
+    next(r, chain)
+}
+
+/// Whether `rec` keeps places to give back.
+#[inline(always)]
+fn holds_places(rec: &Record) -> bool {
+    rec.kept_places().next().is_some()
 }
 
 /// Passes the header of the main request `r`, which keeps places, on
@@ -145,7 +164,9 @@ fn conditional(r: &mut Request, next: fn(&mut Request) -> ngx_int_t) -> ngx_int_
 #[inline(never)]
 fn header_only_answer(r: &Request) {
     if !request_bits::upstream_goes_on(r) && !side_work(r) {
-        give_back(r);
+        if let Some(rec) = record::record(r) {
+            give_back(rec);
+        }
     }
 }
 
@@ -191,12 +212,11 @@ fn ends(mut chain: *mut ngx_chain_t) -> bool {
     false
 }
 
-/// Gives back every place the main request `r` still keeps (once: the
-/// list is emptied first).
-fn give_back(r: &Request) {
-    if let Some(rec) = record::record(r) {
-        for t in rec.take_places() {
-            t.places.give(t.place);
-        }
+/// Gives back every place the record `rec` of a main request still keeps
+/// (once: the list is emptied first).
+#[inline(always)]
+fn give_back(rec: &Record) {
+    for t in rec.take_places() {
+        t.places.give_inline(t.place);
     }
 }

@@ -187,11 +187,6 @@ fn decide<const PLACES: bool, const ONE: bool>(
     let Some(pending) = record::reserve(r, at, limits.len()) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
-    // A place taken is given back however the request ends: the record
-    // is dropped with the pool (one test where no place is configured).
-    if PLACES && !pending.settle_at_end() {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
-    }
     let ask = Ask {
         now_ms: process::now_ms(),
         shard: process::shard(),

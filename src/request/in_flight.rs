@@ -54,8 +54,9 @@ pub fn text(r: &Request, cv: *mut ngx_http_complex_value_t) -> Result<&[u8], ()>
 
 /// Keeps a place the request took in its record, given back when its
 /// main request's pool is destroyed, unless the engine gives it back first
-/// ([`given_back`]). The record was set to be dropped with the pool before
-/// any place was taken ([`Pending::settle_at_end`]).
+/// ([`given_back`]): the first place kept has the record dropped with the
+/// pool (`Record::keep_place`), so a request that takes none registers
+/// nothing with it.
 pub fn keep(pending: &Pending, t: Taken) {
     if !pending.record().keep_place(t) {
         // Out of memory: no place is kept for a request it cannot give

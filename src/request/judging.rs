@@ -121,6 +121,7 @@ impl<const PLACES: bool, const ONE: bool> engine::Request<'static> for Judging<'
         self.limits[n].zone().places_owner()
     }
 
+    #[inline(always)]
     fn took(&mut self, n: usize, p: Place, limit: u32) {
         let zone = self.limits[n].zone();
         if let Some(places) = zone.places.as_ref() {

@@ -18,7 +18,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use rate_limit_window_core::shm::turns::Turn;
 use rate_limit_window_core::shm::{self, Places, Turns};
 
-use nginx_sys::{ngx_http_complex_value_t, ngx_uint_t};
+use nginx_sys::{ngx_http_complex_value_t, ngx_pool_cleanup_t, ngx_uint_t};
 use ngx::http::Request;
 use rate_limit_window_core::conf::limit_opts::StatusSet;
 use rate_limit_window_core::Admission;
@@ -224,10 +224,13 @@ pub struct Taken {
     pub line: Option<(&'static ZoneConf, u32)>,
 }
 
-/// A node of a record's list of places, in the main request's pool.
+/// A node of a record's list of places, in the main request's pool, with
+/// room for the pool's cleanup entry that drops the record (used by the
+/// first place kept: one allocation for both).
 pub struct PlaceNode {
     t: Taken,
     next: *mut PlaceNode,
+    cln: MaybeUninit<ngx_pool_cleanup_t>,
 }
 
 /// The places taken out of a record ([`Record::take_places`]).
@@ -297,7 +300,8 @@ unsafe impl pool::Slotted for Record {}
 
 impl Drop for Record {
     /// The main request's pool is being destroyed (only once
-    /// [`Record::settle_at_end`] has been called): the parts are settled
+    /// [`Record::settle_at_end`] has been called, or a place kept): the
+    /// parts are settled
     /// (the newest first, as nginx runs cleanups), and a decision that
     /// recorded an empty key is no longer pending.
     fn drop(&mut self) {
@@ -411,13 +415,6 @@ impl Pending {
         }
     }
 
-    /// Has the record dropped when the main request's pool is destroyed
-    /// (before a place is taken, so that it is given back however the
-    /// request ends). False: out of memory.
-    pub fn settle_at_end(&self) -> bool {
-        self.rec.settle_at_end()
-    }
-
     /// The record being filled.
     pub fn record(&self) -> &'static Record {
         self.rec
@@ -498,16 +495,29 @@ const _: () = assert!(
 
 impl Record {
     /// Adds a place to the record's list (a node in the main request's
-    /// pool), given back when the record is dropped. False: out of memory.
-    pub fn keep_place(&self, t: Taken) -> bool {
+    /// pool), given back when the record is dropped: the first place to
+    /// give back has the record dropped with the pool (its cleanup entry in
+    /// the node), unless it is already. False: out of memory.
+    pub fn keep_place(&'static self, t: Taken) -> bool {
         // SAFETY: the main request is alive while a decision is made.
         let main = unsafe { self.main.as_ref() };
         let Some(room) = pool::room::<PlaceNode>(main, 1) else {
             return false;
         };
         let next = self.places.get();
-        room[0].set(MaybeUninit::new(PlaceNode { t, next }));
-        self.places.set(room.as_ptr().cast_mut().cast());
+        let node = room[0].as_ptr().cast::<PlaceNode>();
+        // SAFETY: `node` is the room's, in the main request's pool (alive
+        // until its cleanups have run), written here field by field and
+        // its entry once, only by this call.
+        unsafe {
+            (&raw mut (*node).t).write(t);
+            (&raw mut (*node).next).write(next);
+            if t.place != shm::Place::NONE && !self.dropped_by_pool.get() {
+                pool::drop_with_pool_at(main, self, &mut (*node).cln);
+                self.dropped_by_pool.set(true);
+            }
+        }
+        self.places.set(node);
         true
     }
 

@@ -33,6 +33,16 @@ fn around<'t, R: Request<'t>>(r: &mut R, ask: &Ask) -> Result<Verdict, HostError
         false => false,
     };
     let out = super::decide::limits(r, ask);
+    // The common verdicts, returned without moving a refusal's fields:
+    // admitted (by its group, whatever its limits made of it, too).
+    if !ask.woken {
+        if let Ok(Verdict::Admit) = out {
+            return Ok(Verdict::Admit);
+        }
+        if let (Ok(Verdict::Exempt), true) = (&out, grouped) {
+            return Ok(Verdict::Admit);
+        }
+    }
     let goes_on = matches!(
         out,
         Ok(Verdict::Admit | Verdict::Exempt | Verdict::WouldHold(_))

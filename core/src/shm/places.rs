@@ -7,7 +7,10 @@
 //!   fingerprint and a 16-bit count each) and a 14-bit overflow count. A
 //!   place is taken with one compare-and-swap on that word that checks the
 //!   count against the limit and adds one: two workers can never both take
-//!   the last place. An entry whose count is 0 is free.
+//!   the last place. An entry whose count is 0 is free; a client back
+//!   while its group has no overflow is counted again in the free entry
+//!   that last held it, if no other took it (its fingerprint is still
+//!   there: one step up).
 //! * **Overflow.** When a client's group has no free entry, its place is
 //!   counted in the next group (up to [`MAX_DEPTH`] groups on), and each
 //!   group passed has its overflow count raised in the same
@@ -308,6 +311,27 @@ fn find(w: u128, fp: u64) -> Option<(u32, u32)> {
     None
 }
 
+/// The entry a request of `fp` is counted in, if it has one in `w`:
+/// its entry (a count above 0) or, while the group has no overflow, a free
+/// entry that last held `fp` (the client back where it was: its count
+/// goes up from 0 there, its fingerprint already written): (index,
+/// count). One pass over the entries, as [`find`]; the free one is used
+/// only when no entry counts `fp`.
+#[inline]
+fn find_or_back(w: u128, fp: u64) -> Option<(u32, u32)> {
+    let mut back = None;
+    for i in 0..ENTRIES {
+        let (f, c) = entry(w, i);
+        if f == fp {
+            if c > 0 {
+                return Some((i, c));
+            }
+            back = back.or(Some((i, 0)));
+        }
+    }
+    back.filter(|_| overflow(w) == 0)
+}
+
 /// A free entry of `w`, if any.
 #[inline]
 fn free(w: u128) -> Option<u32> {
@@ -574,23 +598,46 @@ impl<'a> Places<'a> {
     /// search starts at a place drawn from the word and the count of places
     /// taken, so that one client's requests spread over the ledger, and
     /// goes on over [`CLAIM_PROBES`] words (the whole ledger of a zone up
-    /// to 16m: a word is free unless that many are in flight).
+    /// to 16m: a word is free unless that many are in flight). The first
+    /// word, free nearly always, is tried inline; the search goes on out
+    /// of line.
+    #[inline(always)]
     fn claim(&self, plain: u64) -> Option<(usize, u64)> {
         let len = self.ledger.len();
         let salt = self.header.taken.load(Ordering::Relaxed);
         let mixed =
             (plain ^ salt.wrapping_mul(0xbf58_476d_1ce4_e5b9)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let mut i = (mixed >> 32) as usize % len;
+        // The high 32 bits of `mixed` scaled to the ledger's length (a
+        // multiplication where a remainder would divide).
+        let i = (((mixed >> 32) * len as u64) >> 32) as usize;
+        if let Some(word) = self.claim_at(i, plain) {
+            return Some((i, word));
+        }
+        self.claim_from(i, plain)
+    }
+
+    /// Ledger word `i` claimed for `plain` if it is free: the word.
+    #[inline(always)]
+    fn claim_at(&self, i: usize, plain: u64) -> Option<u64> {
+        let e = self.ledger.get(i)?;
+        let w = e.load(Ordering::Relaxed);
+        if pid_of(w) != 0 {
+            return None;
+        }
+        let word = plain | (((w >> TAG_SHIFT) + 1) & TAG_MASK) << TAG_SHIFT;
+        e.compare_exchange(w, word, Ordering::AcqRel, Ordering::Relaxed)
+            .ok()
+            .map(|_| word)
+    }
+
+    /// [`Places::claim`]'s search, from word `i` on.
+    #[cold]
+    #[inline(never)]
+    fn claim_from(&self, mut i: usize, plain: u64) -> Option<(usize, u64)> {
+        let len = self.ledger.len();
         for _ in 0..len.min(CLAIM_PROBES) {
-            let e = &self.ledger[i];
-            let w = e.load(Ordering::Relaxed);
-            if pid_of(w) == 0 {
-                let word = plain | (((w >> TAG_SHIFT) + 1) & TAG_MASK) << TAG_SHIFT;
-                if e.compare_exchange(w, word, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    return Some((i, word));
-                }
+            if let Some(word) = self.claim_at(i, plain) {
+                return Some((i, word));
             }
             i += 1;
             if i == len {
@@ -627,7 +674,7 @@ impl<'a> Places<'a> {
         let a = &self.groups[at];
         let mut w = a.load(Ordering::Acquire);
         loop {
-            let (next, step) = match find(w, fp) {
+            let (next, step) = match find_or_back(w, fp) {
                 Some((_, c)) if c >= limit => return Step::Full(c),
                 Some((i, c)) => (with_count_step(w, i, true), Step::Taken(c)),
                 None => match free(w) {
@@ -639,7 +686,7 @@ impl<'a> Places<'a> {
             // The ledger says where the place is counted before it is.
             let depth = if matches!(step, Step::Over) { d + 1 } else { d };
             slot.store(with_depth(word, depth), Ordering::Release);
-            match a.compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire) {
+            match cas::compare_exchange(a, w, next) {
                 Ok(_) => return step,
                 Err(now) => w = now,
             }
@@ -669,12 +716,13 @@ impl<'a> Places<'a> {
     }
 
     /// Takes one from the count of `fp` in group `g` (nothing if it has none).
+    #[inline(always)]
     fn lower(&self, g: usize, fp: u64) {
         let a = &self.groups[g];
         let mut w = a.load(Ordering::Acquire);
         while let Some((i, _)) = find(w, fp) {
             let next = with_count_step(w, i, false);
-            match a.compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire) {
+            match cas::compare_exchange(a, w, next) {
                 Ok(_) => return,
                 Err(now) => w = now,
             }
@@ -686,11 +734,18 @@ impl<'a> Places<'a> {
     #[inline(always)]
     fn uncount(&self, w: u64) {
         let g = self.group_of((w >> HASH_SHIFT) & HASH_MASK);
-        let d = depth_of(w);
-        if d == 0 {
+        if depth_of(w) == 0 {
             self.lower(g, w & FP_MASK);
             return;
         }
+        self.uncount_over(g, w);
+    }
+
+    /// [`Places::uncount`] of a place counted past its own group `g`.
+    #[cold]
+    #[inline(never)]
+    fn uncount_over(&self, g: usize, w: u64) {
+        let d = depth_of(w);
         self.lower(self.after(g, d), w & FP_MASK);
         for k in (0..d).rev() {
             self.lower_overflow(self.after(g, k));
@@ -703,6 +758,13 @@ impl<'a> Places<'a> {
     /// one more from the client's count (a place too many for a while),
     /// never a count left that nobody gives back.
     pub fn give(&self, p: Place) {
+        self.give_inline(p);
+    }
+
+    /// [`Places::give`], inlined where a request's places are given back
+    /// as its response ends.
+    #[inline(always)]
+    pub fn give_inline(&self, p: Place) {
         let Some(slot) = self.ledger.get(p.at as usize) else {
             return;
         };
@@ -731,6 +793,9 @@ impl<'a> Places<'a> {
 
 #[path = "places_carry.rs"]
 mod carry;
+
+#[path = "places_cas.rs"]
+mod cas;
 
 #[path = "places_reclaim.rs"]
 mod reclaim;

@@ -88,6 +88,47 @@ fn a_client_gets_its_limit_and_its_places_back() {
 }
 
 #[test]
+fn a_client_back_is_counted_in_the_entry_it_left_unless_the_group_overflows() {
+    let p = places(MIN_BYTES);
+    let me = Owner::of(1).unwrap();
+    let g = 3;
+    let ks = keys_in(&p, g, 5);
+    let fp = |k: u64| p.locate(k).1;
+    let word = || p.groups[g].load(Ordering::Relaxed);
+    // ks[0] in entry 0, ks[1] in entry 1; both leave (entry 0 first).
+    let a = taken(p.take(me, ks[0], 1));
+    let b = taken(p.take(me, ks[1], 1));
+    p.give(a);
+    p.give(b);
+    // ks[1] back: in entry 1, which last held it, not the first free one.
+    let b = taken(p.take(me, ks[1], 1));
+    assert_eq!(find(word(), fp(ks[1])), Some((1, 1)));
+    assert_eq!(p.take(me, ks[1], 1), Take::Full { held: 1 });
+    p.give(b);
+    assert_eq!(p.held(ks[1]), 0);
+    // The group full (ks[2..5]), a fourth client overflows; then ks[2]
+    // leaves: while the overflow lasts, ks[2] back is counted further on
+    // (where a client absent from the group may be), never in its old
+    // entry.
+    let mut held: Vec<Place> = ks[1..4].iter().map(|&k| taken(p.take(me, k, 2))).collect();
+    held.push(taken(p.take(me, ks[4], 2)));
+    assert_eq!(overflow(word()), 1);
+    let out = held.remove(1);
+    p.give(out);
+    held.push(taken(p.take(me, ks[2], 2)));
+    assert_eq!(find(word(), fp(ks[2])), None);
+    assert_eq!(p.held(ks[2]), 1);
+    assert_eq!(find_or_back(word(), fp(ks[2])), None);
+    for pl in held {
+        p.give(pl);
+    }
+    for &k in &ks {
+        assert_eq!(p.held(k), 0);
+    }
+    assert_eq!(overflow(word()), 0);
+}
+
+#[test]
 fn a_full_group_counts_its_clients_in_the_next_one() {
     let p = places(MIN_BYTES);
     let me = Owner::of(1).unwrap();
