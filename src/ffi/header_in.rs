@@ -14,10 +14,10 @@
 use core::ptr;
 
 use nginx_sys::{
-    ngx_array_t, ngx_http_core_main_conf_t, ngx_http_request_t, ngx_http_variable_t,
-    ngx_list_part_t, ngx_str_t, ngx_table_elt_t, ngx_uint_t, ngx_variable_value_t,
-    NGX_HTTP_VAR_NOCACHEABLE,
+    ngx_array_t, ngx_http_core_main_conf_t, ngx_http_variable_t, ngx_list_part_t, ngx_str_t,
+    ngx_table_elt_t, ngx_uint_t, ngx_variable_value_t, NGX_HTTP_VAR_NOCACHEABLE,
 };
+use ngx::http::Request;
 
 /// The `http_` prefix, whose length nginx's handler skips in the name.
 const PREFIX: &[u8] = b"http_";
@@ -99,22 +99,23 @@ unsafe fn str_bytes(s: &ngx_str_t) -> &[u8] {
 /// and `name` what [`generic_header_name`] returned for it.
 #[inline(always)]
 pub unsafe fn header_key<'p>(
-    r: *mut ngx_http_request_t,
+    req: &Request,
     index: ngx_uint_t,
     name: &HeaderName,
 ) -> Option<&'p [u8]> {
+    let r = super::req::ptr(req);
     // SAFETY: per the contract, `variables[index]` is the request's value.
     let v = unsafe { (*r).variables.add(index) };
     // SAFETY: as above.
     if unsafe { super::vars::evaluated(&*v) } {
         // SAFETY: the request and an index of its variables (the
         // contract); a non-null result is the request's value.
-        let v = unsafe { super::vars::flushed_variable(r, index).as_ref() }?;
+        let v = unsafe { super::vars::flushed_variable(req, index).as_ref() }?;
         // SAFETY: the value's data lives as long as the request.
         return Some(unsafe { super::vars::variable_bytes(v) });
     }
     // SAFETY: the request and its value, per the contract.
-    unsafe { read_header(r, &mut *v, name) }
+    unsafe { read_header(req, &mut *v, name) }
 }
 
 /// A header name's byte as nginx's handler compares it to the variable's
@@ -263,10 +264,11 @@ unsafe fn folded_name(key: *const u8, name: &[u8]) -> bool {
 #[cfg(not(nginx1_23_0))]
 #[inline(never)]
 unsafe fn read_header<'p>(
-    r: *mut ngx_http_request_t,
+    req: &Request,
     v: &mut ngx_variable_value_t,
     name: &HeaderName,
 ) -> Option<&'p [u8]> {
+    let r = super::req::ptr(req);
     // SAFETY: the header list is the request's, each part holding `nelts`
     // headers, each with `key.len` bytes of name, alive with the request.
     unsafe {
@@ -337,10 +339,11 @@ unsafe fn find(
 #[cfg(nginx1_23_0)]
 #[inline(always)]
 unsafe fn read_header<'p>(
-    r: *mut ngx_http_request_t,
+    req: &Request,
     v: &mut ngx_variable_value_t,
     name: &HeaderName,
 ) -> Option<&'p [u8]> {
+    let r = super::req::ptr(req);
     // SAFETY: the header list is the request's (see `find`); the header
     // found and its value are the request's, alive with it.
     unsafe {
@@ -349,7 +352,7 @@ unsafe fn read_header<'p>(
             return Some(&[]);
         };
         if find(part, i + 1, name).is_some() {
-            return read_all(r, v, name.name);
+            return read_all(req, v, name.name);
         }
         let h = (*part).elts.cast::<ngx_table_elt_t>().add(i);
         (*h).next = ptr::null_mut();
@@ -368,10 +371,11 @@ unsafe fn read_header<'p>(
 #[cold]
 #[inline(never)]
 unsafe fn read_all<'p>(
-    r: *mut ngx_http_request_t,
+    req: &Request,
     v: &mut ngx_variable_value_t,
     name: &[u8],
 ) -> Option<&'p [u8]> {
+    let r = super::req::ptr(req);
     let mut first: *mut ngx_table_elt_t = ptr::null_mut();
     let mut link: *mut *mut ngx_table_elt_t = &mut first;
     let mut len = 0usize;
@@ -410,7 +414,7 @@ unsafe fn read_all<'p>(
             super::vars::set_found(v, value.data, value.len);
             return Some(str_bytes(&*ptr::addr_of!((*first).value)));
         }
-        join(r, v, first, len - 2)
+        join(req, v, first, len - 2)
     }
 }
 
@@ -423,11 +427,12 @@ unsafe fn read_all<'p>(
 #[cfg(nginx1_23_0)]
 #[cold]
 unsafe fn join<'p>(
-    r: *mut ngx_http_request_t,
+    req: &Request,
     v: &mut ngx_variable_value_t,
     mut h: *mut ngx_table_elt_t,
     len: usize,
 ) -> Option<&'p [u8]> {
+    let r = super::req::ptr(req);
     // SAFETY: the request's pool; `len` bytes are written below, the sum
     // of the linked values and their separators.
     unsafe {

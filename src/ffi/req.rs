@@ -39,6 +39,32 @@ macro_rules! request_handler {
 }
 pub(crate) use request_handler;
 
+/// Defines `extern "C" fn $name`, a body filter, over `$filter:
+/// fn(&mut Request, *mut ngx_chain_t) -> ngx_int_t`.
+macro_rules! body_filter {
+    ($name:ident, $filter:expr) => {
+        extern "C" fn $name(
+            r: *mut nginx_sys::ngx_http_request_t,
+            chain: *mut nginx_sys::ngx_chain_t,
+        ) -> nginx_sys::ngx_int_t {
+            // SAFETY: nginx calls a body filter with a valid request, which
+            // shares the representation of `Request`, and its chain.
+            let r = unsafe { ngx::http::Request::from_ngx_http_request(r) };
+            $filter(r, chain)
+        }
+    };
+}
+pub(crate) use body_filter;
+
+/// The request as nginx's C functions and its raw fields take it (the
+/// same address: `Request` is `repr(transparent)` over nginx's request).
+/// nginx's request is shared with its own C code, which writes it through
+/// this very pointer.
+#[inline(always)]
+pub fn ptr(r: &Request) -> *mut ngx_http_request_t {
+    core::ptr::from_ref(r).cast_mut().cast()
+}
+
 /// Defines `extern "C" fn $name` (with visibility `$vis`), a variable's
 /// get handler, over `$get`:
 /// `fn(&mut Request, &mut ngx_http_variable_value_t) -> ngx_int_t`.

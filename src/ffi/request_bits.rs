@@ -1,6 +1,6 @@
 //! The request's bit-fields, through the C accessors of `request_bits.c`.
 //!
-//! bindgen misplaces `ngx_http_request_t`'s bit-fields when the run starts
+//! bindgen misplaces the bit-fields of nginx's request struct when the run starts
 //! after a member of smaller alignment, as it does from nginx 1.29 on
 //! (`in_port_t port`): its `header_only()` reads `pipeline` there, and a
 //! gRPC rejection's header-only answer was sent as a stream without an end.
@@ -8,48 +8,44 @@
 //! for (build.rs), so they read and write the bits where nginx has them.
 //! Every bit-field of the request the module touches goes through here.
 
-use nginx_sys::{ngx_http_request_t, ngx_uint_t};
+use nginx_sys::ngx_uint_t;
 use ngx::http::Request;
 
+// Each accessor takes the request as a reference: `Request` is
+// `repr(transparent)` over nginx's request, so C receives its address.
 extern "C" {
-    fn rlw_request_header_only(r: *mut ngx_http_request_t) -> ngx_uint_t;
-    fn rlw_request_set_header_only(r: *mut ngx_http_request_t);
-    fn rlw_request_internal(r: *mut ngx_http_request_t) -> ngx_uint_t;
-    fn rlw_request_error_page(r: *mut ngx_http_request_t) -> ngx_uint_t;
+    fn rlw_request_header_only(r: &Request) -> ngx_uint_t;
+    fn rlw_request_set_header_only(r: &mut Request);
+    fn rlw_request_internal(r: &Request) -> ngx_uint_t;
+    fn rlw_request_error_page(r: &Request) -> ngx_uint_t;
     fn rlw_subrequest_filter_indexes(out: *mut ngx_uint_t) -> ngx_uint_t;
-    fn rlw_request_side_work(r: *mut ngx_http_request_t) -> ngx_uint_t;
-    fn rlw_request_upstream_goes_on(r: *mut ngx_http_request_t) -> ngx_uint_t;
-}
-
-/// The request's raw pointer, for the C accessors (which only read or
-/// write one bit of it).
-fn raw(r: &Request) -> *mut ngx_http_request_t {
-    core::ptr::from_ref(r.as_ref()).cast_mut()
+    fn rlw_request_side_work(r: &Request) -> ngx_uint_t;
+    fn rlw_request_upstream_goes_on(r: &Request) -> ngx_uint_t;
 }
 
 /// Whether the response has no body (`r->header_only`).
 pub fn header_only(r: &Request) -> bool {
     // SAFETY: `r` is a live request; the accessor reads one bit of it.
-    unsafe { rlw_request_header_only(raw(r)) != 0 }
+    unsafe { rlw_request_header_only(r) != 0 }
 }
 
 /// Marks the response as header only (`r->header_only = 1`).
 pub fn set_header_only(r: &mut Request) {
     // SAFETY: `r` is a live request, borrowed mutably; the accessor writes
     // one bit of it and nothing else.
-    unsafe { rlw_request_set_header_only(raw(r)) }
+    unsafe { rlw_request_set_header_only(r) }
 }
 
 /// Whether the request went through an internal redirect (`r->internal`).
 pub fn internal(r: &Request) -> bool {
     // SAFETY: `r` is a live request; the accessor reads one bit of it.
-    unsafe { rlw_request_internal(raw(r)) != 0 }
+    unsafe { rlw_request_internal(r) != 0 }
 }
 
 /// Whether an `error_page` is answering the request (`r->error_page`).
 pub fn error_page(r: &Request) -> bool {
     // SAFETY: `r` is a live request; the accessor reads one bit of it.
-    unsafe { rlw_request_error_page(raw(r)) != 0 }
+    unsafe { rlw_request_error_page(r) != 0 }
 }
 
 /// The filters that may start subrequests of a main request after its own
@@ -100,7 +96,7 @@ impl SubrequestFilters {
 pub fn side_work(r: &Request) -> bool {
     // SAFETY: `r` is a live request; the accessor reads its location's
     // core and mirror configurations.
-    unsafe { rlw_request_side_work(raw(r)) != 0 }
+    unsafe { rlw_request_side_work(r) != 0 }
 }
 
 /// Whether `r`'s upstream goes on after a header-only answer (it reads the
@@ -108,5 +104,5 @@ pub fn side_work(r: &Request) -> bool {
 pub fn upstream_goes_on(r: &Request) -> bool {
     // SAFETY: `r` is a live request; the accessor reads its upstream's
     // bits when it has one.
-    unsafe { rlw_request_upstream_goes_on(raw(r)) != 0 }
+    unsafe { rlw_request_upstream_goes_on(r) != 0 }
 }

@@ -4,8 +4,8 @@
 use core::ptr;
 
 use nginx_sys::{
-    ngx_http_get_flushed_variable, ngx_http_get_indexed_variable, ngx_http_request_t,
-    ngx_http_variable_value_t, ngx_int_t, ngx_uint_t, ngx_variable_value_t,
+    ngx_http_get_flushed_variable, ngx_http_get_indexed_variable, ngx_http_variable_value_t,
+    ngx_int_t, ngx_uint_t, ngx_variable_value_t,
 };
 use ngx::core::Status;
 use ngx::http::Request;
@@ -52,10 +52,8 @@ pub unsafe fn variable_bytes(v: &ngx_variable_value_t) -> &[u8] {
 /// configuration time (within its variables array).
 #[cfg(target_endian = "little")]
 #[inline]
-pub unsafe fn flushed_variable(
-    r: *mut ngx_http_request_t,
-    index: ngx_uint_t,
-) -> *mut ngx_variable_value_t {
+pub unsafe fn flushed_variable(req: &Request, index: ngx_uint_t) -> *mut ngx_variable_value_t {
+    let r = super::req::ptr(req);
     // SAFETY: per the contract, `variables[index]` is the request's value,
     // whose first 32-bit word is the bitfield unit (see variable_bytes).
     unsafe {
@@ -77,10 +75,8 @@ pub unsafe fn flushed_variable(
 /// As the little-endian version.
 #[cfg(not(target_endian = "little"))]
 #[inline]
-pub unsafe fn flushed_variable(
-    r: *mut ngx_http_request_t,
-    index: ngx_uint_t,
-) -> *mut ngx_variable_value_t {
+pub unsafe fn flushed_variable(req: &Request, index: ngx_uint_t) -> *mut ngx_variable_value_t {
+    let r = super::req::ptr(req);
     // SAFETY: per the contract.
     unsafe { ngx_http_get_flushed_variable(r, index) }
 }
@@ -188,7 +184,8 @@ pub fn set(r: &Request, v: &mut ngx_http_variable_value_t, bytes: &[u8]) -> ngx_
 /// # Safety
 /// `r` is a valid request and `index` a variable index obtained at
 /// configuration time (within its variables array).
-pub unsafe fn set_afresh(r: *mut ngx_http_request_t, index: ngx_uint_t) -> bool {
+pub unsafe fn set_afresh(req: &Request, index: ngx_uint_t) -> bool {
+    let r = super::req::ptr(req);
     // SAFETY: per the contract; the entry is restored before return.
     unsafe {
         let slot = (*r).variables.add(index);

@@ -27,12 +27,13 @@
 use core::sync::atomic::Ordering;
 
 use nginx_sys::{
-    ngx_chain_t, ngx_http_output_body_filter_pt, ngx_http_request_t, ngx_http_top_body_filter,
-    ngx_int_t, ngx_uint_t, NGX_HTTP_HEAD, NGX_HTTP_NOT_MODIFIED, NGX_HTTP_NO_CONTENT,
+    ngx_chain_t, ngx_http_output_body_filter_pt, ngx_http_top_body_filter, ngx_int_t, ngx_uint_t,
+    NGX_HTTP_HEAD, NGX_HTTP_NOT_MODIFIED, NGX_HTTP_NO_CONTENT,
 };
 use ngx::http::Request;
 
 use crate::conf::{SIDE_WORK_NONE, SIDE_WORK_SOME};
+use crate::ffi::req::body_filter;
 use crate::ffi::request_bits::{self, SubrequestFilters};
 use crate::request::record::{self, Record};
 use crate::Module;
@@ -62,12 +63,12 @@ pub fn register() {
 
 /// Passes `chain` on to the next body filter.
 #[inline(always)]
-fn next(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -> ngx_int_t {
+fn next(r: &mut Request, chain: *mut ngx_chain_t) -> ngx_int_t {
     // SAFETY: NEXT_BODY_FILTER was set in postconfiguration, before any
     // request; the next filter is called with what this one was given.
     unsafe {
         match NEXT_BODY_FILTER {
-            Some(next) => next(r, chain),
+            Some(next) => next(r.into(), chain),
             None => 0,
         }
     }
@@ -78,42 +79,38 @@ fn next(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -> ngx_int_t {
 /// client cannot see the end of the response while its place is held),
 /// unless a filter below may still start subrequests, then after, if it
 /// started none. Any other buffer goes straight on.
-extern "C" fn body_filter(r: *mut ngx_http_request_t, chain: *mut ngx_chain_t) -> ngx_int_t {
-    // SAFETY: nginx calls a body filter with a valid request; its `main`
-    // is the main request, alive as long as it is.
-    if unsafe { (*r).main == r } && ends(chain) {
-        // SAFETY: `r` is a valid request (above).
-        let req = unsafe { Request::from_ngx_http_request(r) };
-        if let Some(rec) = record::record(req).filter(|rec| holds_places(rec)) {
+fn filter(r: &mut Request, chain: *mut ngx_chain_t) -> ngx_int_t {
+    if r.is_main() && ends(chain) {
+        if let Some(rec) = record::record(r).filter(|rec| holds_places(rec)) {
             return last_buffer(r, rec, chain);
         }
     }
     next(r, chain)
 }
 
+body_filter!(body_filter, filter);
+
 /// The main request `r`'s last buffer, `chain`, while its record `rec`
 /// keeps places: they are given back now, unless nginx works on for its
 /// location after the answer (the pool's cleanup will), a filter below
 /// may still start subrequests (then after them, if they started none) or
 /// a subrequest's output waits (the pool's cleanup will).
-fn last_buffer(r: *mut ngx_http_request_t, rec: &Record, chain: *mut ngx_chain_t) -> ngx_int_t {
-    // SAFETY: `r` is the valid main request of body_filter.
-    let req = unsafe { Request::from_ngx_http_request(r) };
-    if side_work(req) {
+fn last_buffer(r: &mut Request, rec: &Record, chain: *mut ngx_chain_t) -> ngx_int_t {
+    if side_work(r) {
         return next(r, chain);
     }
     // SAFETY: read-only after postconfiguration.
     let filters = unsafe { SUBREQUEST_FILTERS };
-    if filters.work_on(req) {
+    if filters.work_on(r) {
         let rc = next(r, chain);
         // The filters below only write and start subrequests: the main
         // request is still alive.
-        if no_output_waits(req) {
+        if no_output_waits(r) {
             give_back(rec);
         }
         return rc;
     }
-    if no_output_waits(req) {
+    if no_output_waits(r) {
         give_back(rec);
     }
     next(r, chain)

@@ -19,11 +19,11 @@ pub(super) fn eval_key<'p>(r: &mut Request, zone: &ZoneConf) -> Result<&'p [u8],
         if let Some(name) = zone.key_header.as_ref() {
             // SAFETY: the index was obtained at configuration time and the
             // header's name for it at init; the request is valid.
-            return unsafe { header_in::header_key(r.into(), index, name) }.ok_or(());
+            return unsafe { header_in::header_key(r, index, name) }.ok_or(());
         }
         // SAFETY: the index was obtained at configuration time; the
         // request is valid.
-        let v = unsafe { vars::flushed_variable(r.into(), index) };
+        let v = unsafe { vars::flushed_variable(r, index) };
         // SAFETY: a non-null result is the request's variable value, whose
         // data lives as long as the request.
         return match unsafe { v.as_ref() } {

@@ -381,5 +381,5 @@ fn key_set_now(r: &mut Request, zone: &ZoneConf) -> bool {
     };
     // SAFETY: the index was obtained at configuration time; the request
     // is valid.
-    unsafe { vars::set_afresh(r.into(), index) }
+    unsafe { vars::set_afresh(r, index) }
 }

@@ -49,7 +49,7 @@ fn priority(r: &Request, s: &LocShed) -> Priority {
         // SAFETY: the index and the header's name were resolved for this
         // configuration; the request is valid (read here, its variable's
         // value cached in it as nginx's handler would).
-        let v = unsafe { header_in::header_key(<*const _>::from(r).cast_mut(), index, name) };
+        let v = unsafe { header_in::header_key(r, index, name) };
         return v.map_or(Priority::Default, Priority::of);
     }
     text(r, s.priority).map_or(Priority::Default, Priority::of)
